@@ -1,0 +1,576 @@
+//! `compile`: raw pipeline file -> validated [`Pipeline`], with every problem reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde_saphyr::{Location, Spanned};
+
+use crate::agent::Agent;
+use crate::condition::{Condition, Scope};
+use crate::diag::{Diagnostic, Diagnostics, Position, SourceFile, closest, yaml_error};
+use crate::pipeline::{
+    AgentRef, Backoff, Check, CheckKind, ClosedLoop, Complexity, FeedbackLoop, Mode, Pipeline, RetryPolicy, Rollback,
+    RollbackStrategy, Stage, StageId,
+};
+use crate::raw::{RawPipeline, RawRun, RawStage};
+
+/// Inputs every pipeline may use without a stage producing them.
+pub const BUILTIN_INITIAL_INPUTS: [&str; 2] = ["task_description", "context"];
+
+/// The default stage timeout (seed 004).
+pub const DEFAULT_TIMEOUT_MINUTES: f64 = 30.0;
+
+/// What compilation needs besides the file itself.
+pub struct CompileContext<'a> {
+    /// Agents found in the workspace, by name.
+    pub agents: &'a BTreeMap<String, Agent>,
+    /// Input keys the caller provides at run time (`--input`), besides the declared ones.
+    pub extra_inputs: &'a [String],
+    /// Stage timeout when a stage sets none.
+    pub default_timeout_minutes: f64,
+}
+
+/// Parses and validates a pipeline file.
+pub fn compile(source: &SourceFile, cx: &CompileContext<'_>) -> Result<Pipeline, Diagnostics> {
+    let mut c = Compiler { source, diags: Diagnostics::default() };
+    c.diags.add_source(source);
+    let raw: RawPipeline = match serde_saphyr::from_str_with_options(&source.text, serde_saphyr::options! { with_snippet: false }) {
+        Ok(raw) => raw,
+        Err(err) => {
+            let mut d = yaml_error(source, &err, 0, 0);
+            if d.message.contains("invalid type") && d.position.is_some_and(|p| p.line == 1) {
+                d = d.help("a pipeline file is a YAML mapping with `name`, `description`, `version` and `stages`");
+            }
+            c.diags.push(d);
+            return Err(c.diags);
+        }
+    };
+    let pipeline = c.pipeline(raw, cx);
+    match pipeline {
+        Some(p) if c.diags.is_empty() => Ok(p),
+        _ => {
+            c.diags.sort();
+            Err(c.diags)
+        }
+    }
+}
+
+struct Compiler<'a> {
+    source: &'a SourceFile,
+    diags: Diagnostics,
+}
+
+/// Where a diagnostic points when it has no node of its own.
+#[derive(Clone, Copy)]
+struct Anchor<'a> {
+    stage: Option<&'a str>,
+    location: &'a Location,
+}
+
+impl Compiler<'_> {
+    fn pos(&self, loc: &Location) -> Position {
+        Position::from_location(loc, self.source, 0, 0)
+    }
+
+    fn error(&mut self, loc: Option<&Location>, stage: Option<&str>, field: &str, message: impl Into<String>) -> &mut Diagnostic {
+        let mut d = Diagnostic::new(self.source, message).stage(stage).field(field);
+        if let Some(loc) = loc {
+            d = d.at(self.pos(loc));
+        }
+        self.diags.push(d);
+        let last = self.diags.items.len() - 1;
+        &mut self.diags.items[last]
+    }
+
+    fn required<'v, T>(&mut self, value: &'v Option<Spanned<T>>, anchor: Anchor<'_>, field: &str, what: &str) -> Option<&'v T> {
+        match value {
+            Some(v) => Some(&v.value),
+            None => {
+                let whose = anchor.stage.map_or_else(|| "the pipeline".to_owned(), |s| format!("stage `{s}`"));
+                let d = self.error(Some(anchor.location), anchor.stage, field, format!("missing required field `{field}` in {whose}"));
+                d.label = Some(format!("`{field}` is missing here"));
+                d.help = Some(format!("add `{field}:` ({what})"));
+                None
+            }
+        }
+    }
+
+    fn non_empty_string(&mut self, value: &Option<Spanned<String>>, anchor: Anchor<'_>, field: &str, what: &str) -> Option<String> {
+        let v = value.as_ref()?;
+        if v.value.trim().is_empty() {
+            self.error(Some(&v.referenced), anchor.stage, field, format!("`{field}` is empty, expected {what}"));
+            return None;
+        }
+        Some(v.value.clone())
+    }
+
+    fn pipeline(&mut self, raw: RawPipeline, cx: &CompileContext<'_>) -> Option<Pipeline> {
+        let top = Location::UNKNOWN;
+        let top_anchor = Anchor { stage: None, location: &top };
+        let name = self.required(&raw.name, top_anchor, "name", "a unique pipeline identifier").cloned();
+        let name = name.and_then(|_| self.non_empty_string(&raw.name, top_anchor, "name", "a pipeline identifier"));
+        let description = self.required(&raw.description, top_anchor, "description", "what this pipeline does").cloned();
+        let version = self.required(&raw.version, top_anchor, "version", "the schema version, e.g. `1`").copied();
+        let max_retries = match &raw.max_retries {
+            None => 5,
+            Some(m) if m.value < 0 => {
+                self.error(Some(&m.referenced), None, "max_retries", format!("`max_retries` is {}, expected 0 or more", m.value));
+                5
+            }
+            Some(m) => u32::try_from(m.value).unwrap_or(u32::MAX),
+        };
+        let mut vars = BTreeMap::new();
+        for (key, value) in raw.vars.iter().flat_map(|v| v.value.iter()) {
+            let field = format!("vars.{key}");
+            if crate::condition::BUILTIN_VARIABLES.contains(&key.as_str()) {
+                self.error(Some(&value.referenced), None, &field, format!("`{key}` is a built-in variable and cannot be declared under `vars:`"));
+            } else if StageId::parse(key).is_none() {
+                self.error(Some(&value.referenced), None, &field, format!("variable name `{key}` must match ^[a-z][a-z0-9_]*$"));
+            } else {
+                vars.insert(key.clone(), value.value.clone());
+            }
+        }
+        let mut initial_inputs: Vec<String> = BUILTIN_INITIAL_INPUTS.iter().map(|s| (*s).to_owned()).collect();
+        for i in raw.initial_inputs.iter().flatten() {
+            if !initial_inputs.contains(&i.value) {
+                initial_inputs.push(i.value.clone());
+            }
+        }
+        for i in cx.extra_inputs {
+            if !initial_inputs.contains(i) {
+                initial_inputs.push(i.clone());
+            }
+        }
+
+        let stages = match &raw.stages {
+            None => {
+                self.required(&raw.stages, top_anchor, "stages", "a list of stages");
+                Vec::new()
+            }
+            Some(list) if list.value.is_empty() => {
+                self.error(Some(&list.referenced), None, "stages", "`stages` is empty, expected at least one stage");
+                Vec::new()
+            }
+            Some(list) => self.stages(&list.value, &vars, &initial_inputs, cx),
+        };
+        Some(Pipeline {
+            name: name?,
+            description: description?,
+            version: version?,
+            max_retries,
+            vars,
+            initial_inputs,
+            stages,
+            agents: cx.agents.clone(),
+            source: self.source.clone(),
+        })
+    }
+
+    fn stages(
+        &mut self,
+        raw: &[Spanned<RawStage>],
+        vars: &BTreeMap<String, serde_json::Value>,
+        initial_inputs: &[String],
+        cx: &CompileContext<'_>,
+    ) -> Vec<Stage> {
+        let var_names: BTreeSet<String> = vars.keys().cloned().collect();
+        let all_ids: BTreeSet<String> = raw.iter().filter_map(|s| s.value.id.as_ref().map(|i| i.value.clone())).collect();
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        let mut earlier: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut modes: BTreeMap<String, Mode> = BTreeMap::new();
+        let mut stages = Vec::new();
+        for (index, spanned) in raw.iter().enumerate() {
+            let rs = &spanned.value;
+            let label = rs.id.as_ref().map_or_else(|| format!("#{}", index + 1), |i| i.value.clone());
+            let anchor = Anchor { stage: Some(&label), location: &spanned.referenced };
+            let id = self.stage_id(rs, anchor, &mut seen, index);
+            let this = id.as_ref().map(ToString::to_string);
+            let later: BTreeSet<String> =
+                all_ids.iter().filter(|i| !earlier.contains_key(*i) && Some(*i) != this.as_ref()).cloned().collect();
+            let stage = self.stage(rs, anchor, id.clone(), &earlier, &later, &var_names, initial_inputs, &modes, cx);
+            if let Some(id) = &id {
+                let outputs = rs.outputs.iter().flatten().map(|o| o.value.clone()).collect();
+                earlier.insert(id.to_string(), outputs);
+                if let Some(mode) = rs.mode.as_ref().and_then(|m| Mode::parse(&m.value)) {
+                    modes.insert(id.to_string(), mode);
+                }
+            }
+            if let Some(stage) = stage {
+                stages.push(stage);
+            }
+        }
+        stages
+    }
+
+    fn stage_id(&mut self, rs: &RawStage, anchor: Anchor<'_>, seen: &mut BTreeMap<String, usize>, index: usize) -> Option<StageId> {
+        let raw_id = self.required(&rs.id, anchor, "id", "a unique id matching ^[a-z][a-z0-9_]*$")?;
+        let loc = rs.id.as_ref().map(|i| &i.referenced);
+        let id = match StageId::parse(raw_id) {
+            Some(id) => id,
+            None => {
+                let suggestion: String = raw_id.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+                let d = self.error(loc, Some(raw_id), "id", format!("stage id `{raw_id}` does not match ^[a-z][a-z0-9_]*$"));
+                d.label = Some("invalid stage id".into());
+                d.help = Some(if StageId::parse(&suggestion).is_some() {
+                    format!("use lowercase letters, digits and `_`, starting with a letter: `{suggestion}`")
+                } else {
+                    "use lowercase letters, digits and `_`, starting with a letter".into()
+                });
+                return None;
+            }
+        };
+        if let Some(first) = seen.get(raw_id) {
+            let d = self.error(loc, Some(raw_id), "id", format!("duplicate stage id `{raw_id}`: stage #{} already uses it", first + 1));
+            d.label = Some("duplicate id".into());
+            d.help = Some("stage ids must be unique within a pipeline".into());
+            return None;
+        }
+        seen.insert(raw_id.clone(), index);
+        Some(id)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn stage(
+        &mut self,
+        rs: &RawStage,
+        anchor: Anchor<'_>,
+        id: Option<StageId>,
+        earlier: &BTreeMap<String, Vec<String>>,
+        later: &BTreeSet<String>,
+        vars: &BTreeSet<String>,
+        initial_inputs: &[String],
+        modes: &BTreeMap<String, Mode>,
+        cx: &CompileContext<'_>,
+    ) -> Option<Stage> {
+        let stage = anchor.stage;
+        let agent_name = self.required(&rs.agent, anchor, "agent", "an agent name, or `shell`").cloned();
+        let mode = self.required(&rs.mode, anchor, "mode", "`plan` or `agent`").and_then(|m| match Mode::parse(m) {
+            Some(mode) => Some(mode),
+            None => {
+                let loc = rs.mode.as_ref().map(|m| &m.referenced);
+                let d = self.error(loc, stage, "mode", format!("unknown mode `{m}`, expected `plan` or `agent`"));
+                d.label = Some("expected plan or agent".into());
+                d.help = Some("`plan` is read-only review; `agent` may change files".into());
+                None
+            }
+        });
+        let description = self.required(&rs.description, anchor, "description", "the stage's purpose").cloned();
+
+        let agent = agent_name.as_ref().and_then(|name| self.agent_ref(rs, stage, name, mode, cx));
+        let run = self.run_commands(rs, stage, &agent);
+
+        let mut inputs = Vec::new();
+        for input in rs.inputs.iter().flatten() {
+            let key = &input.value;
+            let produced = earlier.values().any(|outs| outs.contains(key));
+            if !produced && !initial_inputs.contains(key) {
+                let d = self.error(Some(&input.referenced), stage, "inputs", format!("input `{key}` is not an output of any earlier stage nor an initial input"));
+                d.label = Some("no earlier stage produces this".into());
+                let known: Vec<&str> = earlier.values().flatten().map(String::as_str).chain(initial_inputs.iter().map(String::as_str)).collect();
+                d.help = Some(match closest(key, &known) {
+                    Some(best) => format!("did you mean `{best}`?"),
+                    None => format!(
+                        "available here: {}; an input the caller provides is declared under `initial_inputs:` and given with `--input {key}=...`",
+                        known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                    ),
+                });
+            }
+            inputs.push(key.clone());
+        }
+        let mut outputs: Vec<String> = Vec::new();
+        for output in rs.outputs.iter().flatten() {
+            if StageId::parse(&output.value).is_none() {
+                self.error(Some(&output.referenced), stage, "outputs", format!("output key `{}` must match ^[a-z][a-z0-9_]*$", output.value));
+            } else if outputs.contains(&output.value) {
+                self.error(Some(&output.referenced), stage, "outputs", format!("output `{}` is declared twice", output.value));
+            } else {
+                outputs.push(output.value.clone());
+            }
+        }
+
+        let condition = rs.condition.as_ref().and_then(|c| self.condition(c, stage, earlier, later, vars));
+        let timeout = match &rs.timeout_minutes {
+            Some(t) if !(t.value.is_finite() && t.value > 0.0) => {
+                self.error(Some(&t.referenced), stage, "timeout_minutes", format!("`timeout_minutes` is {}, expected a number of minutes above 0 (fractions allowed: 0.05 = 3 s)", t.value));
+                None
+            }
+            Some(t) => Some(Duration::from_secs_f64(t.value * 60.0)),
+            None => Some(Duration::from_secs_f64(cx.default_timeout_minutes * 60.0)),
+        };
+        let retry = rs.retry.as_ref().and_then(|r| self.retry(r, stage));
+        let rollback = rs.rollback.as_ref().and_then(|r| self.rollback(r, stage));
+        let checks = self.checks(rs, stage);
+        let closed_loop = rs.closed_loop.as_ref().and_then(|c| self.closed_loop(c, stage));
+        let feedback_loop = rs.feedback_loop.as_ref().and_then(|f| self.feedback_loop(f, stage, mode, &outputs, earlier, modes));
+
+        Some(Stage {
+            id: id?,
+            agent: agent?,
+            mode: mode?,
+            description: description?,
+            inputs,
+            outputs,
+            condition: match &rs.condition {
+                Some(_) => Some(condition?),
+                None => None,
+            },
+            requires_approval: rs.requires_approval.as_ref().is_some_and(|r| r.value),
+            timeout: timeout?,
+            retry: match &rs.retry {
+                Some(_) => Some(retry?),
+                None => None,
+            },
+            rollback: match &rs.rollback {
+                Some(_) => Some(rollback?),
+                None => None,
+            },
+            skill: rs.skill.as_ref().map(|s| s.value.clone()),
+            run: run?,
+            checks: checks?,
+            closed_loop,
+            feedback_loop,
+        })
+    }
+
+    fn agent_ref(&mut self, rs: &RawStage, stage: Option<&str>, name: &str, mode: Option<Mode>, cx: &CompileContext<'_>) -> Option<AgentRef> {
+        let loc = rs.agent.as_ref().map(|a| &a.referenced);
+        if name == "shell" {
+            return Some(AgentRef::Shell);
+        }
+        let Some(agent) = cx.agents.get(name) else {
+            let known: Vec<&str> = cx.agents.keys().map(String::as_str).chain(["shell"]).collect();
+            let d = self.error(loc, stage, "agent", format!("Agent '{name}' not found for stage '{}'", stage.unwrap_or("?")));
+            d.label = Some("unknown agent".into());
+            d.help = Some(match closest(name, &known) {
+                Some(best) => format!("did you mean `{best}`?"),
+                None => format!(
+                    "agents are read from .loopwright/agents/, .claude/agents/ and .cursor/agents/ (NAME.md); known: {}",
+                    known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                ),
+            });
+            return None;
+        };
+        if let Some(mode) = mode
+            && !agent.allows(mode)
+        {
+            let allowed: Vec<&str> = agent.modes.iter().map(|m| m.as_str()).collect();
+            let d = self.error(loc, stage, "mode", format!("agent `{name}` may not run in `{mode}` mode (its `modes:` allow {})", allowed.join(", ")));
+            d.help = Some(format!("change the stage's mode, or add `{mode}` to `modes:` in {}", agent.file));
+        }
+        Some(AgentRef::Named(name.to_owned()))
+    }
+
+    fn run_commands(&mut self, rs: &RawStage, stage: Option<&str>, agent: &Option<AgentRef>) -> Option<Vec<String>> {
+        let commands = match rs.run.as_ref().map(|r| &r.value) {
+            None => Vec::new(),
+            Some(RawRun::One(c)) => vec![c.clone()],
+            Some(RawRun::Many(cs)) => cs.clone(),
+        };
+        match agent {
+            Some(AgentRef::Shell) if commands.iter().all(|c| c.trim().is_empty()) => {
+                let loc = rs.run.as_ref().map(|r| &r.referenced).or(rs.agent.as_ref().map(|a| &a.referenced));
+                let d = self.error(loc, stage, "run", "`agent: shell` needs `run:` with a command or a list of commands");
+                d.help = Some("for example: run: cargo test".into());
+                None
+            }
+            Some(AgentRef::Named(name)) if rs.run.is_some() => {
+                let loc = rs.run.as_ref().map(|r| &r.referenced);
+                let d = self.error(loc, stage, "run", format!("`run:` is only for `agent: shell`, but this stage runs agent `{name}`"));
+                d.help = Some("remove `run:`, or set `agent: shell`".into());
+                None
+            }
+            _ => Some(commands),
+        }
+    }
+
+    fn condition(
+        &mut self,
+        raw: &Spanned<String>,
+        stage: Option<&str>,
+        earlier: &BTreeMap<String, Vec<String>>,
+        later: &BTreeSet<String>,
+        vars: &BTreeSet<String>,
+    ) -> Option<Condition> {
+        match Condition::check(&raw.value, &Scope { vars, earlier, later }) {
+            Ok(c) => Some(c),
+            Err(problems) => {
+                let base = self.pos(&raw.referenced);
+                // Point inside the expression when its text appears verbatim in the file.
+                let text_start = self.source.text.get(base.offset..).and_then(|t| t.find(raw.value.as_str())).map(|i| base.offset + i);
+                for p in problems {
+                    let mut pos = base;
+                    if let (Some(start), Some(range)) = (text_start, p.range.clone()) {
+                        pos.offset = start + range.start;
+                        pos.len = range.len();
+                        pos.column = base.column + (start - base.offset) + raw.value[..range.start].chars().count();
+                    }
+                    let mut d = Diagnostic::new(self.source, p.message).stage(stage).field("condition").at(pos);
+                    d.help = p.help;
+                    self.diags.push(d);
+                }
+                None
+            }
+        }
+    }
+
+    fn retry(&mut self, raw: &Spanned<crate::raw::RawRetry>, stage: Option<&str>) -> Option<RetryPolicy> {
+        let r = &raw.value;
+        let mut ok = true;
+        let max_attempts = match &r.max_attempts {
+            None => 3,
+            Some(m) if (1..=10).contains(&m.value) => m.value as u32,
+            Some(m) => {
+                let d = self.error(Some(&m.referenced), stage, "retry.max_attempts", format!("`max_attempts` is {}, expected 1 to 10", m.value));
+                d.label = Some("out of range".into());
+                ok = false;
+                3
+            }
+        };
+        let backoff = match r.backoff.as_ref() {
+            None => Backoff::Exponential,
+            Some(b) => match b.value.as_str() {
+                "exponential" => Backoff::Exponential,
+                "linear" => Backoff::Linear,
+                "fixed" => Backoff::Fixed,
+                other => {
+                    let d = self.error(Some(&b.referenced), stage, "retry.backoff", format!("unknown backoff `{other}`, expected `exponential`, `linear` or `fixed`"));
+                    d.label = Some("unknown backoff".into());
+                    if let Some(best) = closest(other, &["exponential", "linear", "fixed"]) {
+                        d.help = Some(format!("did you mean `{best}`?"));
+                    }
+                    ok = false;
+                    Backoff::Exponential
+                }
+            },
+        };
+        let initial_delay = match &r.initial_delay_seconds {
+            None => Duration::from_secs(5),
+            Some(d) if (1.0..=300.0).contains(&d.value) => Duration::from_secs_f64(d.value),
+            Some(d) => {
+                let diag = self.error(Some(&d.referenced), stage, "retry.initial_delay_seconds", format!("`initial_delay_seconds` is {}, expected 1 to 300", d.value));
+                diag.label = Some("out of range".into());
+                ok = false;
+                Duration::from_secs(5)
+            }
+        };
+        ok.then_some(RetryPolicy { max_attempts, backoff, initial_delay })
+    }
+
+    fn rollback(&mut self, raw: &Spanned<crate::raw::RawRollback>, stage: Option<&str>) -> Option<Rollback> {
+        let anchor = Anchor { stage, location: &raw.referenced };
+        let name = self.required(&raw.value.strategy, anchor, "rollback.strategy", "git_revert, file_restore, memory_cleanup or manual")?;
+        let names: Vec<&str> = RollbackStrategy::ALL.iter().map(|(n, _)| *n).collect();
+        let Some(strategy) = RollbackStrategy::ALL.iter().find(|(n, _)| n == name).map(|(_, s)| *s) else {
+            let loc = raw.value.strategy.as_ref().map(|s| &s.referenced);
+            let d = self.error(loc, stage, "rollback.strategy", format!("unknown rollback strategy `{name}`, expected one of {}", names.join(", ")));
+            d.label = Some("unknown strategy".into());
+            if let Some(best) = closest(name, &names) {
+                d.help = Some(format!("did you mean `{best}`?"));
+            }
+            return None;
+        };
+        let description = raw.value.description.as_ref().map(|d| d.value.clone());
+        if strategy == RollbackStrategy::Manual && description.as_deref().is_none_or(|d| d.trim().is_empty()) {
+            let d = self.error(Some(&raw.referenced), stage, "rollback.description", "`strategy: manual` needs a `description` with the steps to show the user");
+            d.help = Some("add `description:` under `rollback:`".into());
+            return None;
+        }
+        Some(Rollback { strategy, description })
+    }
+
+    fn checks(&mut self, rs: &RawStage, stage: Option<&str>) -> Option<Vec<Check>> {
+        let mut checks = Vec::new();
+        let mut ok = true;
+        let fallback = rs.id.as_ref().map(|i| i.referenced).unwrap_or(Location::UNKNOWN);
+        for (i, raw) in rs.checks.iter().flatten().enumerate() {
+            let loc = raw.name.as_ref().or(raw.command.as_ref()).map_or(fallback, |s| s.referenced);
+            let anchor = Anchor { stage, location: &loc };
+            let field = format!("checks[{i}]");
+            let name = self.required(&raw.name, anchor, &format!("{field}.name"), "a name for the check").cloned();
+            let command = self.required(&raw.command, anchor, &format!("{field}.command"), "a shell command; exit 0 passes").cloned();
+            let kind = self.required(&raw.kind, anchor, &format!("{field}.type"), "lint, type, test, build, custom, syntax or command").and_then(|k| {
+                CheckKind::ALL.iter().find(|(n, _)| n == k).map(|(_, kind)| *kind).or_else(|| {
+                    let names: Vec<&str> = CheckKind::ALL.iter().map(|(n, _)| *n).collect();
+                    let l = raw.kind.as_ref().map(|k| &k.referenced);
+                    self.error(l, stage, &format!("{field}.type"), format!("unknown check type `{k}`, expected one of {}", names.join(", ")));
+                    None
+                })
+            });
+            match (name, kind, command) {
+                (Some(name), Some(kind), Some(command)) => {
+                    checks.push(Check { name, kind, command, expected: raw.expected.as_ref().map(|e| e.value.clone()) })
+                }
+                _ => ok = false,
+            }
+        }
+        ok.then_some(checks)
+    }
+
+    fn closed_loop(&mut self, raw: &Spanned<crate::raw::RawClosedLoop>, stage: Option<&str>) -> Option<ClosedLoop> {
+        let r = &raw.value;
+        let max_retries = match &r.max_retries {
+            Some(m) if m.value < 0 || m.value > 20 => {
+                self.error(Some(&m.referenced), stage, "closed_loop.max_retries", format!("`max_retries` is {}, expected 0 to 20", m.value));
+                return None;
+            }
+            Some(m) => Some(m.value as u32),
+            None => None,
+        };
+        let complexity = match &r.complexity {
+            None => None,
+            Some(c) => match c.value.as_str() {
+                "low" => Some(Complexity::Low),
+                "medium" => Some(Complexity::Medium),
+                "high" => Some(Complexity::High),
+                other => {
+                    self.error(Some(&c.referenced), stage, "closed_loop.complexity", format!("unknown complexity `{other}`, expected `low`, `medium` or `high`"));
+                    return None;
+                }
+            },
+        };
+        Some(ClosedLoop { max_retries, complexity, regression: r.regression.as_ref().map(|r| r.value) })
+    }
+
+    fn feedback_loop(
+        &mut self,
+        raw: &Spanned<crate::raw::RawFeedbackLoop>,
+        stage: Option<&str>,
+        mode: Option<Mode>,
+        outputs: &[String],
+        earlier: &BTreeMap<String, Vec<String>>,
+        modes: &BTreeMap<String, Mode>,
+    ) -> Option<FeedbackLoop> {
+        let anchor = Anchor { stage, location: &raw.referenced };
+        let target = self.required(&raw.value.target_stage, anchor, "feedback_loop.target_stage", "the earlier agent-mode stage to re-run")?;
+        let loc = raw.value.target_stage.as_ref().map(|t| &t.referenced);
+        let mut ok = true;
+        if !earlier.contains_key(target) {
+            self.error(loc, stage, "feedback_loop.target_stage", format!("feedback target `{target}` is not a stage before this one"));
+            ok = false;
+        } else if modes.get(target) != Some(&Mode::Agent) {
+            let d = self.error(loc, stage, "feedback_loop.target_stage", format!("feedback target `{target}` must be a `mode: agent` implementation stage"));
+            d.help = Some("only review (plan) -> implementation (agent) pairs can loop".into());
+            ok = false;
+        }
+        if mode == Some(Mode::Agent) {
+            let d = self.error(Some(&raw.referenced), stage, "feedback_loop", "a stage with `feedback_loop` must be a `mode: plan` review stage");
+            d.help = Some("only review (plan) -> implementation (agent) pairs can loop".into());
+            ok = false;
+        }
+        if !outputs.iter().any(|o| o == "feedback_items") {
+            let d = self.error(Some(&raw.referenced), stage, "outputs", "a stage with `feedback_loop` must declare `feedback_items` in its `outputs`");
+            d.help = Some("add `feedback_items` to `outputs:`".into());
+            ok = false;
+        }
+        let max_iterations = match &raw.value.max_iterations {
+            None => 2,
+            Some(m) if (1..=10).contains(&m.value) => m.value as u32,
+            Some(m) => {
+                self.error(Some(&m.referenced), stage, "feedback_loop.max_iterations", format!("`max_iterations` is {}, expected 1 to 10", m.value));
+                return None;
+            }
+        };
+        let target_stage = StageId::parse(target)?;
+        ok.then_some(FeedbackLoop { target_stage, max_iterations })
+    }
+}

@@ -1,0 +1,113 @@
+//! `.loopwright/config.toml`: optional workspace defaults.
+
+use serde::Deserialize;
+
+use crate::agent::RunnerKind;
+use crate::diag::{Diagnostic, Diagnostics, SourceFile};
+
+/// Workspace defaults. Every field is optional; a missing file means all defaults.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Defaults for pipelines and agents.
+    pub defaults: Defaults,
+    /// Where and how the journal is kept.
+    pub store: StoreConfig,
+}
+
+/// `[defaults]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Defaults {
+    /// Runner of agent files that name neither `runner` nor `command`.
+    pub runner: String,
+    /// Stage timeout when a stage sets none.
+    pub timeout_minutes: f64,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Self { runner: "claude".to_owned(), timeout_minutes: crate::compile::DEFAULT_TIMEOUT_MINUTES }
+    }
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// The SQLite file, relative to `.loopwright/`.
+    pub path: String,
+    /// `normal` (survives a crash of loopwright) or `full` (survives power loss; slower).
+    pub synchronous: Synchronous,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { path: "state/state.db".to_owned(), synchronous: Synchronous::Normal }
+    }
+}
+
+/// SQLite `synchronous` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Synchronous {
+    /// Durable across process crashes.
+    Normal,
+    /// Durable across power loss.
+    Full,
+}
+
+impl Config {
+    /// Parses a config file.
+    pub fn parse(source: &SourceFile) -> Result<Self, Diagnostics> {
+        let mut diags = Diagnostics::default();
+        diags.add_source(source);
+        let config: Config = match toml::from_str(&source.text) {
+            Ok(c) => c,
+            Err(e) => {
+                let mut d = Diagnostic::new(source, e.message().to_owned());
+                if let Some(span) = e.span() {
+                    let before = &source.text[..span.start.min(source.text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                    d = d.at(crate::diag::Position { line, column, offset: span.start, len: span.len() });
+                }
+                diags.push(d);
+                return Err(diags);
+            }
+        };
+        if RunnerKind::parse(&config.defaults.runner).is_none() {
+            diags.push(
+                Diagnostic::new(source, format!("unknown runner `{}` in [defaults]", config.defaults.runner))
+                    .field("defaults.runner"),
+            );
+        }
+        if !(config.defaults.timeout_minutes.is_finite() && config.defaults.timeout_minutes > 0.0) {
+            diags.push(Diagnostic::new(source, "`timeout_minutes` must be above 0").field("defaults.timeout_minutes"));
+        }
+        if diags.is_empty() { Ok(config) } else { Err(diags) }
+    }
+
+    /// The runner for agents that name none.
+    pub fn default_runner(&self) -> RunnerKind {
+        RunnerKind::parse(&self.defaults.runner).unwrap_or(RunnerKind::Claude)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_config_is_defaults() {
+        assert_eq!(Config::parse(&SourceFile::new("c", "")).expect("ok"), Config::default());
+    }
+
+    #[test]
+    fn unknown_key_reports_line() {
+        let diags = Config::parse(&SourceFile::new("config.toml", "[defaults]\nrunnr = \"command\"\n")).expect_err("bad");
+        let p = diags.items[0].position.expect("position");
+        assert_eq!((p.line, p.column), (2, 1));
+        assert!(diags.items[0].message.contains("unknown field `runnr`"), "{}", diags.items[0].message);
+    }
+}

@@ -1,0 +1,331 @@
+//! The validated pipeline: what the engine runs. Built only by [`crate::compile`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::Agent;
+use crate::condition::Condition;
+use crate::diag::SourceFile;
+
+/// A stage id: unique within its pipeline, `^[a-z][a-z0-9_]*$`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StageId(String);
+
+impl StageId {
+    /// A stage id, if `id` matches `^[a-z][a-z0-9_]*$`.
+    pub fn parse(id: &str) -> Option<Self> {
+        let mut chars = id.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase());
+        (first_ok && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).then(|| Self(id.to_owned()))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for StageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::borrow::Borrow<str> for StageId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Execution mode of a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Read-only review and analysis.
+    Plan,
+    /// Full implementation capabilities.
+    Agent,
+}
+
+impl Mode {
+    /// The mode's name as written in files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Plan => "plan",
+            Mode::Agent => "agent",
+        }
+    }
+
+    /// Parses `plan` or `agent`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "plan" => Some(Mode::Plan),
+            "agent" => Some(Mode::Agent),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A validated pipeline.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    /// Unique pipeline identifier.
+    pub name: String,
+    /// What the pipeline does.
+    pub description: String,
+    /// Schema version.
+    pub version: f64,
+    /// Cap on retries across the whole run.
+    pub max_retries: u32,
+    /// Declared variables and their defaults.
+    pub vars: BTreeMap<String, serde_json::Value>,
+    /// Names of inputs the caller provides (always includes `task_description` and `context`).
+    pub initial_inputs: Vec<String>,
+    /// The stages, in order.
+    pub stages: Vec<Stage>,
+    /// The agents the stages name, by name.
+    pub agents: BTreeMap<String, Agent>,
+    /// The file the pipeline was read from.
+    pub source: SourceFile,
+}
+
+impl Pipeline {
+    /// The index of a stage by id.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.stages.iter().position(|s| s.id.as_str() == id)
+    }
+
+    /// A stage by id.
+    pub fn stage(&self, id: &str) -> Option<&Stage> {
+        self.stages.iter().find(|s| s.id.as_str() == id)
+    }
+
+    /// The agent a stage runs with, unless it is a shell stage.
+    pub fn agent_of(&self, stage: &Stage) -> Option<&Agent> {
+        match &stage.agent {
+            AgentRef::Shell => None,
+            AgentRef::Named(name) => self.agents.get(name),
+        }
+    }
+
+    /// The stage before `index` that last declares output `key`, if any.
+    pub fn producer_of(&self, key: &str, index: usize) -> Option<&Stage> {
+        self.stages[..index.min(self.stages.len())].iter().rev().find(|s| s.outputs.iter().any(|o| o == key))
+    }
+}
+
+/// Who runs a stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentRef {
+    /// The built-in `shell` agent: runs the stage's `run:` commands.
+    Shell,
+    /// An agent file, by name.
+    Named(String),
+}
+
+impl AgentRef {
+    /// The agent's name as written in the pipeline.
+    pub fn name(&self) -> &str {
+        match self {
+            AgentRef::Shell => "shell",
+            AgentRef::Named(n) => n,
+        }
+    }
+}
+
+/// A validated stage.
+#[derive(Debug, Clone)]
+pub struct Stage {
+    /// Unique id.
+    pub id: StageId,
+    /// Who runs it.
+    pub agent: AgentRef,
+    /// Plan (read-only) or agent (implementation).
+    pub mode: Mode,
+    /// Human-readable purpose.
+    pub description: String,
+    /// Artifact keys loaded into the prompt.
+    pub inputs: Vec<String>,
+    /// Artifact keys produced.
+    pub outputs: Vec<String>,
+    /// Must be true for the stage to run.
+    pub condition: Option<Condition>,
+    /// Pause for a human before running.
+    pub requires_approval: bool,
+    /// Maximum duration.
+    pub timeout: Duration,
+    /// Retry policy; `None` fails at the first error.
+    pub retry: Option<RetryPolicy>,
+    /// How to undo the stage.
+    pub rollback: Option<Rollback>,
+    /// Skill loaded for the stage.
+    pub skill: Option<String>,
+    /// Shell commands (`agent: shell` only).
+    pub run: Vec<String>,
+    /// Explicit success checks.
+    pub checks: Vec<Check>,
+    /// Closed-loop options.
+    pub closed_loop: Option<ClosedLoop>,
+    /// Feedback loop to an earlier stage.
+    pub feedback_loop: Option<FeedbackLoop>,
+}
+
+/// Backoff between retries (seed 004).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backoff {
+    /// `initial * 2^(n-1)`.
+    Exponential,
+    /// `initial * n`.
+    Linear,
+    /// `initial`.
+    Fixed,
+}
+
+/// Stage retry policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in all, counting the first.
+    pub max_attempts: u32,
+    /// Backoff kind.
+    pub backoff: Backoff,
+    /// First delay.
+    pub initial_delay: Duration,
+}
+
+impl RetryPolicy {
+    /// The longest delay ever waited between attempts.
+    pub const MAX_DELAY: Duration = Duration::from_secs(300);
+
+    /// The delay before retry `n` (1-based), capped at five minutes.
+    pub fn delay(&self, n: u32) -> Duration {
+        let n = n.max(1);
+        let delay = match self.backoff {
+            Backoff::Exponential => self.initial_delay.saturating_mul(2u32.saturating_pow(n - 1)),
+            Backoff::Linear => self.initial_delay.saturating_mul(n),
+            Backoff::Fixed => self.initial_delay,
+        };
+        delay.min(Self::MAX_DELAY)
+    }
+}
+
+/// Rollback strategies (seed 004).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RollbackStrategy {
+    /// Revert the stage's commits.
+    GitRevert,
+    /// Restore files from the stage's backup.
+    FileRestore,
+    /// Remove the stage's artifacts and state entries.
+    MemoryCleanup,
+    /// Show steps to the user.
+    Manual,
+}
+
+impl RollbackStrategy {
+    /// All strategies with their names.
+    pub const ALL: [(&'static str, RollbackStrategy); 4] = [
+        ("git_revert", RollbackStrategy::GitRevert),
+        ("file_restore", RollbackStrategy::FileRestore),
+        ("memory_cleanup", RollbackStrategy::MemoryCleanup),
+        ("manual", RollbackStrategy::Manual),
+    ];
+}
+
+/// How to undo a stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollback {
+    /// Strategy.
+    pub strategy: RollbackStrategy,
+    /// What it does / steps for `manual`.
+    pub description: Option<String>,
+}
+
+/// Kinds of success checks (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckKind {
+    /// A linter.
+    Lint,
+    /// A type checker.
+    Type,
+    /// A test suite.
+    Test,
+    /// A build.
+    Build,
+    /// Anything else.
+    Custom,
+    /// A syntax check.
+    Syntax,
+    /// A plain command.
+    Command,
+}
+
+impl CheckKind {
+    /// All kinds with their names.
+    pub const ALL: [(&'static str, CheckKind); 7] = [
+        ("lint", CheckKind::Lint),
+        ("type", CheckKind::Type),
+        ("test", CheckKind::Test),
+        ("build", CheckKind::Build),
+        ("custom", CheckKind::Custom),
+        ("syntax", CheckKind::Syntax),
+        ("command", CheckKind::Command),
+    ];
+}
+
+/// One explicit success check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    /// Name shown in reports.
+    pub name: String,
+    /// Kind.
+    pub kind: CheckKind,
+    /// Shell command; exit 0 passes.
+    pub command: String,
+    /// Text the output must contain.
+    pub expected: Option<String>,
+}
+
+/// Task complexity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Complexity {
+    /// Low.
+    Low,
+    /// Medium.
+    Medium,
+    /// High.
+    High,
+}
+
+/// Closed-loop options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClosedLoop {
+    /// Retry budget.
+    pub max_retries: Option<u32>,
+    /// Complexity override.
+    pub complexity: Option<Complexity>,
+    /// Regression detection on or off (default by complexity).
+    pub regression: Option<bool>,
+}
+
+/// Feedback loop from a review stage to an earlier implementation stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedbackLoop {
+    /// The stage re-run with feedback.
+    pub target_stage: StageId,
+    /// Iterations before escalation.
+    pub max_iterations: u32,
+}

@@ -1,0 +1,234 @@
+//! Raw types that mirror a pipeline file field for field (seed 004's schema plus SPEC §4).
+//!
+//! They only say what the YAML looks like; [`crate::compile`] checks every rule and turns
+//! them into a [`crate::Pipeline`]. The JSON Schema for editors is generated from them.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+/// A pipeline file: `.loopwright/pipelines/NAME.yml`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "loopwright pipeline")]
+pub struct RawPipeline {
+    /// Unique pipeline identifier.
+    #[schemars(with = "String")]
+    pub name: Option<Spanned<String>>,
+    /// What this pipeline does.
+    #[schemars(with = "String")]
+    pub description: Option<Spanned<String>>,
+    /// Schema version of this file.
+    #[schemars(with = "f64")]
+    pub version: Option<Spanned<f64>>,
+    /// Pipeline-level cap on retries across all stages (default 5).
+    #[schemars(with = "Option<u32>")]
+    pub max_retries: Option<Spanned<i64>>,
+    /// Variables this pipeline's conditions may use, with their defaults; set with `--var KEY=VALUE`.
+    #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
+    pub vars: Option<Spanned<BTreeMap<String, Spanned<serde_json::Value>>>>,
+    /// Names of inputs the caller provides with `--input KEY=VALUE` (besides the built-in
+    /// `task_description` and `context`), usable in the `inputs` of any stage.
+    #[schemars(with = "Option<Vec<String>>")]
+    pub initial_inputs: Option<Vec<Spanned<String>>>,
+    /// The stages, run in order.
+    #[schemars(with = "Vec<RawStage>")]
+    pub stages: Option<Spanned<Vec<Spanned<RawStage>>>>,
+}
+
+/// One stage of a pipeline.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawStage {
+    /// Unique within the pipeline; matches `^[a-z][a-z0-9_]*$`.
+    #[schemars(with = "String", pattern(r"^[a-z][a-z0-9_]*$"))]
+    pub id: Option<Spanned<String>>,
+    /// The agent that runs this stage (an agent file's name), or `shell` to run `run:`.
+    #[schemars(with = "String")]
+    pub agent: Option<Spanned<String>>,
+    /// `plan` for read-only review, `agent` for implementation.
+    #[schemars(with = "RawMode")]
+    pub mode: Option<Spanned<String>>,
+    /// Human-readable purpose; part of the agent's prompt.
+    #[schemars(with = "String")]
+    pub description: Option<Spanned<String>>,
+    /// Artifact keys from prior stages (or initial inputs) to load into the prompt.
+    #[schemars(with = "Option<Vec<String>>")]
+    pub inputs: Option<Vec<Spanned<String>>>,
+    /// Artifact keys this stage produces, read from `## key` sections of its output.
+    #[schemars(with = "Option<Vec<String>>")]
+    pub outputs: Option<Vec<Spanned<String>>>,
+    /// Jinja expression that must be true for the stage to run, e.g. `complexity == 'high'`.
+    #[schemars(with = "Option<String>")]
+    pub condition: Option<Spanned<String>>,
+    /// Pause for a human's confirmation before running (default false).
+    #[schemars(with = "Option<bool>")]
+    pub requires_approval: Option<Spanned<bool>>,
+    /// Maximum stage duration in minutes; fractions allowed (default 30).
+    #[schemars(with = "Option<f64>")]
+    pub timeout_minutes: Option<Spanned<f64>>,
+    /// Stage-level retry configuration.
+    #[schemars(with = "Option<RawRetry>")]
+    pub retry: Option<Spanned<RawRetry>>,
+    /// How to undo this stage when the pipeline fails.
+    #[schemars(with = "Option<RawRollback>")]
+    pub rollback: Option<Spanned<RawRollback>>,
+    /// Skill to load for this stage; `closed-loop-execution` runs it through the closed loop.
+    #[schemars(with = "Option<String>")]
+    pub skill: Option<Spanned<String>>,
+    /// For `agent: shell`: a command or list of commands, each run with `sh -c` in the workspace.
+    #[schemars(with = "Option<RawRun>")]
+    pub run: Option<Spanned<RawRun>>,
+    /// Explicit success criteria for the closed loop.
+    pub checks: Option<Vec<RawCheck>>,
+    /// Options of the closed loop (with `skill: closed-loop-execution`).
+    #[schemars(with = "Option<RawClosedLoop>")]
+    pub closed_loop: Option<Spanned<RawClosedLoop>>,
+    /// Send blocking review feedback back to an earlier implementation stage.
+    #[schemars(with = "Option<RawFeedbackLoop>")]
+    pub feedback_loop: Option<Spanned<RawFeedbackLoop>>,
+}
+
+/// Execution mode of a stage.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RawMode {
+    /// Read-only review and analysis.
+    Plan,
+    /// Full implementation capabilities.
+    Agent,
+}
+
+/// A command (string) or a list of commands.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RawRun {
+    /// One command.
+    One(String),
+    /// Several commands, run in order; the first failure fails the stage.
+    Many(Vec<String>),
+}
+
+/// Stage-level retry configuration.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    /// Attempts in all, counting the first (1-10, default 3).
+    #[schemars(with = "Option<u32>", range(min = 1, max = 10))]
+    pub max_attempts: Option<Spanned<i64>>,
+    /// `exponential`, `linear` or `fixed`.
+    #[schemars(with = "Option<RawBackoff>")]
+    pub backoff: Option<Spanned<String>>,
+    /// First delay in seconds (1-300).
+    #[schemars(with = "Option<f64>", range(min = 1, max = 300))]
+    pub initial_delay_seconds: Option<Spanned<f64>>,
+}
+
+/// Backoff between retries.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RawBackoff {
+    /// `initial * 2^(n-1)`.
+    Exponential,
+    /// `initial * n`.
+    Linear,
+    /// `initial`.
+    Fixed,
+}
+
+/// How to undo a stage.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRollback {
+    /// `git_revert`, `file_restore`, `memory_cleanup` or `manual`.
+    #[schemars(with = "RawRollbackStrategy")]
+    pub strategy: Option<Spanned<String>>,
+    /// What the rollback does (shown to the user for `manual`).
+    #[schemars(with = "Option<String>")]
+    pub description: Option<Spanned<String>>,
+}
+
+/// Rollback strategies.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RawRollbackStrategy {
+    /// Revert the commits made during the stage.
+    GitRevert,
+    /// Restore the files the stage touched from a backup.
+    FileRestore,
+    /// Remove the stage's artifacts and state entries.
+    MemoryCleanup,
+    /// Show `description` to the user.
+    Manual,
+}
+
+/// One explicit success check.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCheck {
+    /// Name shown in reports.
+    #[schemars(with = "String")]
+    pub name: Option<Spanned<String>>,
+    /// `lint`, `type`, `test`, `build`, `custom`, `syntax` or `command`.
+    #[serde(rename = "type")]
+    #[schemars(with = "RawCheckType")]
+    pub kind: Option<Spanned<String>>,
+    /// Shell command; exit 0 passes.
+    #[schemars(with = "String")]
+    pub command: Option<Spanned<String>>,
+    /// Text the output must contain, when given.
+    #[schemars(with = "Option<String>")]
+    pub expected: Option<Spanned<String>>,
+}
+
+/// Kinds of checks.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RawCheckType {
+    /// A linter.
+    Lint,
+    /// A type checker.
+    Type,
+    /// A test suite.
+    Test,
+    /// A build.
+    Build,
+    /// Anything else.
+    Custom,
+    /// A syntax check.
+    Syntax,
+    /// A plain command.
+    Command,
+}
+
+/// Options of the closed loop.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawClosedLoop {
+    /// Retry budget of the loop (default: the pattern's, else 3).
+    #[schemars(with = "Option<u32>")]
+    pub max_retries: Option<Spanned<i64>>,
+    /// `low`, `medium` or `high`; gates regression detection.
+    #[schemars(with = "Option<String>")]
+    pub complexity: Option<Spanned<String>>,
+    /// Run regression detection after the checks pass.
+    #[schemars(with = "Option<bool>")]
+    pub regression: Option<Spanned<bool>>,
+}
+
+/// Cross-stage feedback from a review stage to an implementation stage.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawFeedbackLoop {
+    /// The earlier `mode: agent` stage to re-run with the feedback.
+    #[schemars(with = "String")]
+    pub target_stage: Option<Spanned<String>>,
+    /// Hard cap on iterations before escalation (default 2).
+    #[schemars(with = "Option<u32>")]
+    pub max_iterations: Option<Spanned<i64>>,
+    /// How feedback is passed (`structured`).
+    #[schemars(with = "Option<String>")]
+    pub feedback_format: Option<Spanned<String>>,
+}
