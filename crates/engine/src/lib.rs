@@ -1,1 +1,23 @@
-//! placeholder
+//! The loopwright engine: a run's journal events, the state they fold into, the state machine
+//! that decides each next step, and the driver that performs steps through ports.
+//!
+//! Start reading at [`run`] (the life of a run), then [`decide`] (every decision) and
+//! [`state`] (how events become state). The engine does no I/O of its own: the journal is a
+//! [`ports::Store`], stages run through a [`ports::Runner`], time comes from a [`ports::Clock`].
+
+pub mod decide;
+pub mod event;
+pub mod ids;
+pub mod ports;
+pub mod projection;
+pub mod prompt;
+pub mod result;
+pub mod run;
+pub mod state;
+
+pub use event::{Event, EventRecord, FailureKind, Outputs, RunStarted, RunStatus, SkipReason, StageError};
+pub use ids::{RunId, TaskId};
+pub use ports::{Clock, Observer, Runner, Store, StoreError, SystemClock};
+pub use result::PipelineResult;
+pub use run::Engine;
+pub use state::{RunState, StageStatus};

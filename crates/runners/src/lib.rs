@@ -1,1 +1,132 @@
-//! placeholder
+//! Runners: how loopwright runs a stage.
+//!
+//! [`ProcessRunner`] runs `agent: shell` stages (`sh -c` per command) and agents with
+//! `runner: command` (the prompt on stdin and in `LOOPWRIGHT_PROMPT_FILE`, SPEC §5), each
+//! process in its own process group.
+
+pub mod process;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use loopwright_engine::ports::{ExecOutcome, Execution, Notice, Runner, StageRequest};
+use loopwright_spec::RunnerKind;
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
+
+use crate::process::{ProcessEnd, Spawn, group_alive, signal_group};
+
+/// Runs stages as local processes.
+#[derive(Debug, Clone)]
+pub struct ProcessRunner {
+    /// Where run directories live (`.loopwright/state/runs`); prompts are written there.
+    pub runs_dir: PathBuf,
+    /// Time between TERM and KILL when a stage is ended.
+    pub kill_grace: Duration,
+    /// Bytes of each output stream kept.
+    pub output_cap: usize,
+}
+
+impl ProcessRunner {
+    /// A runner writing prompt files under `runs_dir`.
+    pub fn new(runs_dir: PathBuf) -> Self {
+        Self { runs_dir, kill_grace: Duration::from_secs(2), output_cap: 8 * 1024 * 1024 }
+    }
+
+    fn env(request: &StageRequest, prompt_file: &std::path::Path) -> Vec<(String, String)> {
+        vec![
+            ("LOOPWRIGHT_RUN_ID".into(), request.run_id.to_string()),
+            ("LOOPWRIGHT_TASK_ID".into(), request.task_id.to_string()),
+            ("LOOPWRIGHT_STAGE_ID".into(), request.stage.to_string()),
+            ("LOOPWRIGHT_ATTEMPT".into(), request.attempt.to_string()),
+            ("LOOPWRIGHT_MODE".into(), request.mode.to_string()),
+            ("LOOPWRIGHT_PROMPT_FILE".into(), prompt_file.display().to_string()),
+            ("LOOPWRIGHT_WORKSPACE".into(), request.workspace.display().to_string()),
+        ]
+    }
+
+    fn write_prompt(&self, request: &StageRequest) -> Result<PathBuf, String> {
+        let dir = self.runs_dir.join(request.run_id.as_str()).join("prompts");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let path = dir.join(format!("{}-{}.md", request.stage, request.attempt));
+        std::fs::write(&path, &request.prompt).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok(path)
+    }
+}
+
+fn exec_outcome(end: ProcessEnd) -> ExecOutcome {
+    match end {
+        ProcessEnd::Exited(code) => ExecOutcome::Exited(code),
+        ProcessEnd::Signaled(sig) => ExecOutcome::Signaled(sig),
+        ProcessEnd::TimedOut => ExecOutcome::TimedOut,
+        ProcessEnd::SpawnFailed(why) => ExecOutcome::SpawnFailed(why),
+    }
+}
+
+impl Runner for ProcessRunner {
+    async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution {
+        let started = Instant::now();
+        let deadline = started + request.timeout;
+        let done = |outcome, stdout, stderr| Execution { outcome, stdout, stderr, duration: started.elapsed() };
+        let prompt_file = match self.write_prompt(request) {
+            Ok(p) => p,
+            Err(why) => return done(ExecOutcome::SpawnFailed(why), String::new(), String::new()),
+        };
+        let env = Self::env(request, &prompt_file);
+        // Each command of the stage, with what it gets on stdin.
+        let commands: Vec<(Vec<String>, Option<&str>)> = match &request.agent {
+            None => request.commands.iter().map(|c| (vec!["sh".to_owned(), "-c".to_owned(), c.clone()], None)).collect(),
+            Some(agent) => match agent.runner {
+                RunnerKind::Command | RunnerKind::Shell => vec![(agent.command.clone(), Some(request.prompt.as_str()))],
+                other => {
+                    let why = format!(
+                        "agent `{}` uses `runner: {other}`, which this build cannot run yet; use `runner: command` with `command: [...]`",
+                        agent.name
+                    );
+                    return done(ExecOutcome::SpawnFailed(why), String::new(), String::new());
+                }
+            },
+        };
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        let mut outcome = ExecOutcome::Exited(0);
+        for (argv, stdin) in &commands {
+            let spawn = Spawn {
+                argv,
+                stdin: *stdin,
+                env: &env,
+                cwd: &request.workspace,
+                deadline,
+                grace: self.kill_grace,
+                output_cap: self.output_cap,
+            };
+            let shown = if request.agent.is_none() { argv[2].clone() } else { argv.join(" ") };
+            let result = process::run(spawn, |pgid| {
+                let _ = notices.send(Notice::ProcessStarted { pgid, command: shown.clone() });
+            })
+            .await;
+            stdout.push_str(&result.stdout);
+            stderr.push_str(&result.stderr);
+            outcome = exec_outcome(result.end);
+            if outcome != ExecOutcome::Exited(0) {
+                break;
+            }
+        }
+        done(outcome, stdout, stderr)
+    }
+
+    fn end_leftovers(&self, process_groups: &[i32]) {
+        let alive: Vec<i32> = process_groups.iter().copied().filter(|g| group_alive(*g)).collect();
+        for g in &alive {
+            signal_group(*g, Signal::SIGTERM);
+        }
+        let until = std::time::Instant::now() + self.kill_grace;
+        while alive.iter().any(|g| group_alive(*g)) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for g in &alive {
+            signal_group(*g, Signal::SIGKILL);
+        }
+    }
+}

@@ -1,1 +1,236 @@
-//! placeholder
+//! The SQLite store: loopwright's durable journal.
+//!
+//! Every event is appended in one `BEGIN IMMEDIATE` transaction together with the updates of
+//! the tables derived from it (`runs`, `artifacts`), in WAL mode. The schema is versioned
+//! with `rusqlite_migration` (SQLite `user_version`); migrations are never edited once
+//! released, only added.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use loopwright_engine::ports::RunSummary;
+use loopwright_engine::{Event, EventRecord, Outputs, RunId, RunStatus, Store, StoreError, TaskId};
+use loopwright_spec::StageId;
+use loopwright_spec::config::Synchronous;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite_migration::{M, Migrations};
+
+/// The schema's migrations, oldest first.
+fn migrations() -> Migrations<'static> {
+    Migrations::new(vec![M::up(include_str!("migrations/001_journal.sql"))])
+}
+
+/// A failure to open the store.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// SQLite refused.
+    #[error("cannot open the store at {path}: {source}")]
+    Open {
+        /// The database file.
+        path: String,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// The schema could not be brought up to date.
+    #[error("cannot migrate the store at {path}: {source}")]
+    Migrate {
+        /// The database file.
+        path: String,
+        /// Why.
+        source: rusqlite_migration::Error,
+    },
+}
+
+/// The SQLite store.
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path` and migrates it to the current schema.
+    pub fn open(path: &Path, synchronous: Synchronous) -> Result<Self, Error> {
+        let shown = path.display().to_string();
+        let open_err = |source| Error::Open { path: shown.clone(), source };
+        let mut conn = Connection::open(path).map_err(open_err)?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
+        let sync = match synchronous {
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+        };
+        conn.pragma_update(None, "synchronous", sync).map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(open_err)?;
+        migrations().to_latest(&mut conn).map_err(|source| Error::Migrate { path: shown.clone(), source })?;
+        Ok(Self { conn: Mutex::new(conn) })
+    }
+
+    /// An in-memory store (tests).
+    pub fn in_memory() -> Result<Self, Error> {
+        let mut conn = Connection::open_in_memory().map_err(|source| Error::Open { path: ":memory:".into(), source })?;
+        migrations().to_latest(&mut conn).map_err(|source| Error::Migrate { path: ":memory:".into(), source })?;
+        Ok(Self { conn: Mutex::new(conn) })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The schema version (number of migrations applied).
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        self.conn().pragma_query_value(None, "user_version", |r| r.get(0)).map_err(backend)
+    }
+
+    fn append_sync(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(backend)?;
+        let last: Option<(i64, String)> = tx
+            .query_row("SELECT last_seq, task_id FROM runs WHERE run_id = ?1", [run.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(backend)?;
+        let at_text = at.to_string();
+        let (seq, task_id) = match (&last, event) {
+            (None, Event::RunStarted(started)) => {
+                tx.execute(
+                    "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0)",
+                    params![run.as_str(), started.pipeline, started.task_id.as_str(), RunStatus::Running.as_str(), at_text],
+                )
+                .map_err(backend)?;
+                (1, started.task_id.to_string())
+            }
+            (None, _) => return Err(StoreError::RunNotFound(run.clone())),
+            (Some(_), Event::RunStarted(_)) => return Err(StoreError::Backend(format!("run `{run}` already exists"))),
+            (Some((last_seq, task)), _) => (last_seq + 1, task.clone()),
+        };
+        let seq_out = u64::try_from(seq).map_err(backend)?;
+        let payload = serde_json::to_string(event).map_err(backend)?;
+        tx.execute(
+            "INSERT INTO events (run_id, seq, at, kind, stage, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![run.as_str(), seq, at_text, event.kind(), event.stage().map(StageId::as_str), payload],
+        )
+        .map_err(backend)?;
+        match event.run_status() {
+            Some(status) => tx.execute(
+                "UPDATE runs SET last_seq = ?2, updated_at = ?3, status = ?4 WHERE run_id = ?1",
+                params![run.as_str(), seq, at_text, status.as_str()],
+            ),
+            None => tx.execute("UPDATE runs SET last_seq = ?2, updated_at = ?3 WHERE run_id = ?1", params![run.as_str(), seq, at_text]),
+        }
+        .map_err(backend)?;
+        if let Event::AttemptSucceeded { stage, outputs, .. } = event {
+            let mut insert = tx
+                .prepare_cached("INSERT OR REPLACE INTO artifacts (run_id, task_id, stage, key, value, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+                .map_err(backend)?;
+            for (key, value) in outputs {
+                insert.execute(params![run.as_str(), task_id, stage.as_str(), key, value, seq]).map_err(backend)?;
+            }
+        }
+        tx.commit().map_err(backend)?;
+        Ok(EventRecord { seq: seq_out, at, event: event.clone() })
+    }
+
+    fn events_sync(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT seq, at, payload FROM events WHERE run_id = ?1 ORDER BY seq").map_err(backend)?;
+        let rows = stmt
+            .query_map([run.as_str()], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+            .map_err(backend)?;
+        let mut records = Vec::new();
+        for row in rows {
+            let (seq, at, payload) = row.map_err(backend)?;
+            records.push(EventRecord {
+                seq: u64::try_from(seq).map_err(backend)?,
+                at: at.parse().map_err(|e| StoreError::Backend(format!("event {seq} of run {run}: bad time `{at}`: {e}")))?,
+                event: serde_json::from_str(&payload).map_err(|e| StoreError::Backend(format!("event {seq} of run {run}: {e}")))?,
+            });
+        }
+        if records.is_empty() {
+            return Err(StoreError::RunNotFound(run.clone()));
+        }
+        Ok(records)
+    }
+
+    fn runs_sync(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT run_id, pipeline, task_id, status, created_at, updated_at FROM runs ORDER BY created_at DESC, run_id DESC LIMIT ?1")
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?, r.get::<_, String>(4)?, r.get::<_, String>(5)?))
+            })
+            .map_err(backend)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (run_id, pipeline, task_id, status, created_at, updated_at) = row.map_err(backend)?;
+            out.push(RunSummary {
+                status: RunStatus::parse(&status).ok_or_else(|| StoreError::Backend(format!("run {run_id}: unknown status `{status}`")))?,
+                run_id: RunId::new(run_id),
+                pipeline,
+                task_id: TaskId::parse(&task_id).ok_or_else(|| StoreError::Backend(format!("bad task id `{task_id}`")))?,
+                created_at: created_at.parse().map_err(backend)?,
+                updated_at: updated_at.parse().map_err(backend)?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn task_outputs_sync(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
+        let conn = self.conn();
+        // For each stage, the outputs of the latest run in which it succeeded.
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT a.run_id, a.stage, a.key, a.value FROM artifacts a
+                 JOIN runs r ON r.run_id = a.run_id
+                 WHERE a.task_id = ?1
+                 ORDER BY r.created_at, r.run_id, a.seq",
+            )
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map([task.as_str()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?)))
+            .map_err(backend)?;
+        let mut latest: BTreeMap<StageId, (String, Outputs)> = BTreeMap::new();
+        for row in rows {
+            let (run, stage, key, value) = row.map_err(backend)?;
+            let Some(stage) = StageId::parse(&stage) else { continue };
+            // Rows come in run order: a later run's outputs of a stage replace an earlier run's.
+            let entry = latest.entry(stage).or_insert_with(|| (run.clone(), Outputs::new()));
+            if entry.0 != run {
+                *entry = (run, Outputs::new());
+            }
+            entry.1.insert(key, value);
+        }
+        Ok(latest.into_iter().map(|(k, (_, v))| (k, v)).collect())
+    }
+}
+
+impl Store for SqliteStore {
+    async fn append(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
+        self.append_sync(run, event, at)
+    }
+
+    async fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {
+        self.events_sync(run)
+    }
+
+    async fn runs(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
+        self.runs_sync(limit)
+    }
+
+    async fn task_outputs(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
+        self.task_outputs_sync(task)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn migrations_are_valid() {
+        super::migrations().validate().expect("migrations apply to an empty database");
+    }
+}

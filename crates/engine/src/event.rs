@@ -1,0 +1,405 @@
+//! Journal events: every state change of a run, in the order it happened.
+//!
+//! A run's state is a fold over its events ([`crate::state::RunState::apply`]); nothing about a
+//! run is known that its journal does not say.
+
+use std::collections::BTreeMap;
+
+use loopwright_spec::StageId;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::TaskId;
+
+/// Outputs of one stage: key -> text.
+pub type Outputs = BTreeMap<String, String>;
+
+/// One state change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// The run was created with these parameters.
+    RunStarted(Box<RunStarted>),
+    /// A stage's condition was evaluated.
+    ConditionEvaluated {
+        /// The stage.
+        stage: StageId,
+        /// The expression.
+        condition: String,
+        /// The variables it read, with the values they had.
+        values: serde_json::Value,
+        /// What it gave.
+        outcome: ConditionOutcome,
+    },
+    /// A stage was not run.
+    StageSkipped {
+        /// The stage.
+        stage: StageId,
+        /// Why.
+        reason: SkipReason,
+    },
+    /// A stage with `requires_approval` waits for a human.
+    ApprovalRequested {
+        /// The stage.
+        stage: StageId,
+    },
+    /// A human (or `--yes`) approved the stage.
+    ApprovalGranted {
+        /// The stage.
+        stage: StageId,
+        /// Who approved (OS user, `--by`, or `--yes`).
+        by: String,
+        /// Their comment.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        comment: Option<String>,
+    },
+    /// A human refused the stage: the run is cancelled.
+    ApprovalRejected {
+        /// The stage.
+        stage: StageId,
+        /// Who refused.
+        by: String,
+        /// Their comment.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        comment: Option<String>,
+    },
+    /// An attempt of a stage began.
+    AttemptStarted {
+        /// The stage.
+        stage: StageId,
+        /// 1-based attempt number.
+        attempt: u32,
+    },
+    /// A process of the stage was started in its own process group.
+    ProcessStarted {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// The process group id (the leader's pid).
+        pgid: i32,
+        /// What was run.
+        command: String,
+    },
+    /// An attempt ended well and produced these outputs.
+    AttemptSucceeded {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// How long it ran.
+        duration_ms: u64,
+        /// Declared outputs.
+        outputs: Outputs,
+    },
+    /// An attempt failed.
+    AttemptFailed {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// How long it ran.
+        duration_ms: u64,
+        /// What went wrong.
+        error: StageError,
+    },
+    /// Another attempt will run after a delay.
+    RetryScheduled {
+        /// The stage.
+        stage: StageId,
+        /// The attempt that will run.
+        attempt: u32,
+        /// The delay chosen.
+        delay_ms: u64,
+        /// Why this delay (`exponential backoff 5s * 2^1`).
+        reason: String,
+    },
+    /// A stage failed for good.
+    StageFailed {
+        /// The stage.
+        stage: StageId,
+        /// The last error.
+        error: StageError,
+    },
+    /// The run ended (or paused) with this status.
+    RunFinished {
+        /// Final status.
+        status: RunStatus,
+    },
+}
+
+impl Event {
+    /// The stage the event is about, if any.
+    pub fn stage(&self) -> Option<&StageId> {
+        match self {
+            Event::ConditionEvaluated { stage, .. }
+            | Event::StageSkipped { stage, .. }
+            | Event::ApprovalRequested { stage }
+            | Event::ApprovalGranted { stage, .. }
+            | Event::ApprovalRejected { stage, .. }
+            | Event::AttemptStarted { stage, .. }
+            | Event::ProcessStarted { stage, .. }
+            | Event::AttemptSucceeded { stage, .. }
+            | Event::AttemptFailed { stage, .. }
+            | Event::RetryScheduled { stage, .. }
+            | Event::StageFailed { stage, .. } => Some(stage),
+            Event::RunStarted(_) | Event::RunFinished { .. } => None,
+        }
+    }
+
+    /// The event's type name, as stored.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::RunStarted(_) => "run_started",
+            Event::ConditionEvaluated { .. } => "condition_evaluated",
+            Event::StageSkipped { .. } => "stage_skipped",
+            Event::ApprovalRequested { .. } => "approval_requested",
+            Event::ApprovalGranted { .. } => "approval_granted",
+            Event::ApprovalRejected { .. } => "approval_rejected",
+            Event::AttemptStarted { .. } => "attempt_started",
+            Event::ProcessStarted { .. } => "process_started",
+            Event::AttemptSucceeded { .. } => "attempt_succeeded",
+            Event::AttemptFailed { .. } => "attempt_failed",
+            Event::RetryScheduled { .. } => "retry_scheduled",
+            Event::StageFailed { .. } => "stage_failed",
+            Event::RunFinished { .. } => "run_finished",
+        }
+    }
+
+    /// The run status this event moves the run to, when it changes it.
+    pub fn run_status(&self) -> Option<RunStatus> {
+        match self {
+            Event::RunStarted(_) | Event::ApprovalGranted { .. } => Some(RunStatus::Running),
+            Event::ApprovalRequested { .. } => Some(RunStatus::Waiting),
+            Event::ApprovalRejected { .. } => Some(RunStatus::Cancelled),
+            Event::RunFinished { status } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// Everything a run was started with. Enough to run it again from its journal alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStarted {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Where the pipeline file was.
+    pub pipeline_path: String,
+    /// The pipeline file's text when the run started.
+    pub pipeline_source: String,
+    /// The task.
+    pub task_id: TaskId,
+    /// The task's description.
+    pub task: String,
+    /// `--var` values as given.
+    pub vars: BTreeMap<String, String>,
+    /// Initial inputs (`task_description`, `--input`).
+    pub inputs: BTreeMap<String, String>,
+    /// `--start-from`.
+    pub start_from: Option<StageId>,
+    /// `--skip`.
+    pub skip: Vec<StageId>,
+    /// `--yes`: approval gates of this run are approved up front.
+    #[serde(default)]
+    pub auto_approve: bool,
+    /// Outputs of stages before `start_from`, from earlier runs of the same task.
+    pub prior_outputs: BTreeMap<StageId, Outputs>,
+    /// The workspace the run works in.
+    pub workspace: String,
+}
+
+/// What a condition gave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum ConditionOutcome {
+    /// Run the stage.
+    True,
+    /// Skip the stage.
+    False,
+    /// Skip the stage: it reads the output of a stage that was skipped or not run.
+    ReadsSkippedStage {
+        /// That stage.
+        stage: StageId,
+    },
+    /// The expression failed to evaluate (e.g. compared a text with a number).
+    Error {
+        /// The evaluator's message.
+        message: String,
+    },
+}
+
+/// Why a stage was not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// Its condition was false.
+    ConditionFalse,
+    /// It was named with `--skip`.
+    SkipList,
+}
+
+impl SkipReason {
+    /// The name used in result JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::ConditionFalse => "condition_false",
+            SkipReason::SkipList => "skip_list",
+        }
+    }
+}
+
+/// The kinds of stage failure (seed 004: retryable or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The stage ran past `timeout_minutes`.
+    Timeout,
+    /// The stage's process exited non-zero or died by a signal.
+    ExecutionError,
+    /// A passing fault (network, rate limit).
+    TransientError,
+    /// The stage ran but did not produce every declared output.
+    PartialFailure,
+    /// The stage cannot run as configured (program not found, runner unavailable).
+    ValidationError,
+    /// A human stopped it.
+    UserAbort,
+    /// A plan-mode stage changed files.
+    SecurityViolation,
+    /// The stage's condition could not be evaluated.
+    ConditionError,
+}
+
+impl FailureKind {
+    /// Seed 004: timeout, transient and partial failures (and a failing process) are retried;
+    /// validation errors, user aborts and security violations never are.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, FailureKind::Timeout | FailureKind::ExecutionError | FailureKind::TransientError | FailureKind::PartialFailure)
+    }
+
+    /// The name used in events and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Timeout => "timeout",
+            FailureKind::ExecutionError => "execution_error",
+            FailureKind::TransientError => "transient_error",
+            FailureKind::PartialFailure => "partial_failure",
+            FailureKind::ValidationError => "validation_error",
+            FailureKind::UserAbort => "user_abort",
+            FailureKind::SecurityViolation => "security_violation",
+            FailureKind::ConditionError => "condition_error",
+        }
+    }
+}
+
+/// A stage failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageError {
+    /// Kind.
+    pub kind: FailureKind,
+    /// One line for humans.
+    pub message: String,
+    /// Exit code of the failing process, when it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The last lines of its output (stderr, else stdout), capped.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output_tail: String,
+}
+
+/// Status of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Stages are running.
+    Running,
+    /// Every stage succeeded or was skipped.
+    Success,
+    /// A stage failed for good.
+    Failed,
+    /// A human cancelled it.
+    Cancelled,
+    /// It waits for a human.
+    Waiting,
+    /// loopwright was stopped; `resume` continues it.
+    Interrupted,
+}
+
+impl RunStatus {
+    /// The status as written in JSON and the store.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Success => "success",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    /// Parses a stored status.
+    pub fn parse(s: &str) -> Option<Self> {
+        [RunStatus::Running, RunStatus::Success, RunStatus::Failed, RunStatus::Cancelled, RunStatus::Waiting, RunStatus::Interrupted]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+    }
+
+    /// True when the run will not continue by itself or by `resume`.
+    pub fn is_final(self) -> bool {
+        matches!(self, RunStatus::Success | RunStatus::Failed | RunStatus::Cancelled)
+    }
+
+    /// The process exit code for a run that ended with this status (SPEC §1).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            RunStatus::Success => 0,
+            RunStatus::Failed => 1,
+            RunStatus::Waiting => 3,
+            RunStatus::Cancelled => 4,
+            RunStatus::Interrupted | RunStatus::Running => 130,
+        }
+    }
+}
+
+/// An event as stored: its place in the run's journal and when it was recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// 1-based position in the run's journal.
+    pub seq: u64,
+    /// When it was recorded.
+    pub at: jiff::Timestamp,
+    /// The event.
+    pub event: Event,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_serialize_with_a_type_tag() {
+        let e = Event::StageSkipped { stage: StageId::parse("plan").expect("id"), reason: SkipReason::ConditionFalse };
+        let json = serde_json::to_string(&e).expect("json");
+        assert_eq!(json, r#"{"type":"stage_skipped","stage":"plan","reason":"condition_false"}"#);
+        assert_eq!(serde_json::from_str::<Event>(&json).expect("parse"), e);
+    }
+
+    #[test]
+    fn retryability_follows_seed() {
+        let retryable: Vec<&str> = [
+            FailureKind::Timeout,
+            FailureKind::ExecutionError,
+            FailureKind::TransientError,
+            FailureKind::PartialFailure,
+            FailureKind::ValidationError,
+            FailureKind::UserAbort,
+            FailureKind::SecurityViolation,
+            FailureKind::ConditionError,
+        ]
+        .into_iter()
+        .filter(|k| k.is_retryable())
+        .map(FailureKind::as_str)
+        .collect();
+        assert_eq!(retryable, vec!["timeout", "execution_error", "transient_error", "partial_failure"]);
+    }
+}

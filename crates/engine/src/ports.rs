@@ -1,0 +1,167 @@
+//! The ports the engine drives: the journal ([`Store`]), stage execution ([`Runner`]), time
+//! ([`Clock`]) and whoever watches the run ([`Observer`]). Implementations live in other crates.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use loopwright_spec::{Agent, Mode, StageId};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::event::{Event, EventRecord, Outputs, RunStatus};
+use crate::ids::{RunId, TaskId};
+
+/// A failure of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No run has this id.
+    #[error("no run `{0}` in the store")]
+    RunNotFound(RunId),
+    /// The backend failed (I/O, locking, corruption).
+    #[error("store: {0}")]
+    Backend(String),
+}
+
+/// One line of the runs table.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RunSummary {
+    /// The run.
+    pub run_id: RunId,
+    /// Its pipeline.
+    pub pipeline: String,
+    /// Its task.
+    pub task_id: TaskId,
+    /// Its status.
+    pub status: RunStatus,
+    /// When it was created.
+    pub created_at: jiff::Timestamp,
+    /// When its last event was recorded.
+    pub updated_at: jiff::Timestamp,
+}
+
+/// The durable journal. An append is durable when it returns; nothing is reported before.
+// The engine runs on one thread; implementations need not be `Send`.
+#[allow(async_fn_in_trait)]
+pub trait Store {
+    /// Appends an event to a run's journal in one transaction and returns it as stored.
+    /// The first event of a run (`RunStarted`) creates it.
+    async fn append(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError>;
+    /// A run's whole journal, oldest first.
+    async fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError>;
+    /// The most recent runs, newest first.
+    async fn runs(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError>;
+    /// The latest outputs of each stage of a task, over all its runs.
+    async fn task_outputs(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError>;
+}
+
+/// Everything a runner needs to run one attempt of a stage.
+#[derive(Debug, Clone)]
+pub struct StageRequest {
+    /// The run.
+    pub run_id: RunId,
+    /// The task.
+    pub task_id: TaskId,
+    /// The stage.
+    pub stage: StageId,
+    /// 1-based attempt.
+    pub attempt: u32,
+    /// Plan or agent.
+    pub mode: Mode,
+    /// The agent, or `None` for a shell stage.
+    pub agent: Option<Agent>,
+    /// Shell commands (shell stages).
+    pub commands: Vec<String>,
+    /// The full prompt.
+    pub prompt: String,
+    /// Time limit.
+    pub timeout: Duration,
+    /// Working directory.
+    pub workspace: PathBuf,
+}
+
+/// What a runner tells the engine while a stage runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A process was started in its own process group.
+    ProcessStarted {
+        /// Its process group id.
+        pgid: i32,
+        /// What was run.
+        command: String,
+    },
+}
+
+/// How an attempt's execution ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecOutcome {
+    /// The (last) process exited with this code.
+    Exited(i32),
+    /// It was killed by this signal.
+    Signaled(i32),
+    /// It ran past the timeout; its process group was ended.
+    TimedOut,
+    /// It could not be started (program not found, runner unavailable).
+    SpawnFailed(String),
+}
+
+/// What one attempt's execution gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Execution {
+    /// How it ended.
+    pub outcome: ExecOutcome,
+    /// Standard output (the stage's output), capped.
+    pub stdout: String,
+    /// Standard error, capped.
+    pub stderr: String,
+    /// Wall time.
+    pub duration: Duration,
+}
+
+/// Runs stages.
+#[allow(async_fn_in_trait)]
+pub trait Runner {
+    /// Runs one attempt; reports started processes through `notices` as soon as they exist.
+    async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution;
+    /// Ends process groups left by an attempt that was interrupted (after a crash).
+    fn end_leftovers(&self, process_groups: &[i32]);
+}
+
+/// Time, so tests can control it.
+#[allow(async_fn_in_trait)]
+pub trait Clock {
+    /// Now.
+    fn now(&self) -> jiff::Timestamp;
+    /// Sleeps until `t`.
+    async fn sleep_until(&self, t: jiff::Timestamp);
+}
+
+/// The real clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> jiff::Timestamp {
+        jiff::Timestamp::now()
+    }
+
+    async fn sleep_until(&self, t: jiff::Timestamp) {
+        let wait = t.duration_since(jiff::Timestamp::now());
+        if let Ok(d) = Duration::try_from(wait) {
+            tokio::time::sleep(d).await;
+        }
+    }
+}
+
+/// Watches a run: called after each event is durably recorded.
+pub trait Observer {
+    /// An event was recorded; `state` includes it.
+    fn on_event(&mut self, record: &EventRecord, state: &crate::state::RunState, pipeline: &loopwright_spec::Pipeline);
+}
+
+/// An observer that does nothing.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn on_event(&mut self, _: &EventRecord, _: &crate::state::RunState, _: &loopwright_spec::Pipeline) {}
+}

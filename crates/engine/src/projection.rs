@@ -1,0 +1,107 @@
+//! Markdown projections of a run for humans and agents, in the documents' formats (YAML
+//! frontmatter + body): the task file, one artifact file per stage, and the metrics file.
+//! They are views of the journal; deleting them loses nothing.
+
+use std::fmt::Write as _;
+
+use loopwright_spec::Pipeline;
+
+use crate::prompt::count_tokens;
+use crate::state::{RunState, StageState, StageStatus};
+
+/// A YAML scalar for any text (a JSON string is a valid YAML double-quoted scalar).
+fn q(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+fn ts(t: Option<jiff::Timestamp>) -> String {
+    t.map(|t| t.to_string()).unwrap_or_default()
+}
+
+/// `artifact-STAGE.md` (seed 004 "Artifact Format").
+pub fn artifact_markdown(pipeline: &Pipeline, state: &RunState, stage: &StageState) -> String {
+    let task_id = state.started.as_ref().map(|s| s.task_id.to_string()).unwrap_or_default();
+    let agent = pipeline.stage(stage.id.as_str()).map_or("", |s| s.agent.name());
+    let body: String = stage.outputs.iter().map(|(k, v)| format!("## {k}\n{}\n\n", v.trim_end())).collect();
+    let summary = stage.outputs.values().flat_map(|v| v.lines()).map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let summary: String = summary.chars().take(120).collect();
+    let keys: Vec<&str> = stage.outputs.keys().map(String::as_str).collect();
+    let mut md = String::from("---\n");
+    let _ = writeln!(md, "entity_name: {}", q(&format!("session.current.artifact.{task_id}.{}", stage.id)));
+    md.push_str("namespace: session.current\ncategory: artifact\n");
+    let _ = writeln!(md, "task_id: {}", q(&task_id));
+    let _ = writeln!(md, "stage_id: {}", stage.id);
+    let _ = writeln!(md, "agent: {}", q(agent));
+    let _ = writeln!(md, "status: {}", stage.status.as_str());
+    let _ = writeln!(md, "summary: {}", q(&summary));
+    let _ = writeln!(md, "output_keys: [{}]", keys.join(", "));
+    let _ = writeln!(md, "token_count: {}", count_tokens(&body));
+    let _ = writeln!(md, "created_at: {}", ts(state.updated_at));
+    let _ = writeln!(md, "tags: [artifact, {}, {}]", stage.id, q(agent));
+    md.push_str("---\n");
+    md.push_str(body.trim_end());
+    md.push('\n');
+    md
+}
+
+/// `task.md`: the task's state.
+pub fn task_markdown(pipeline: &Pipeline, state: &RunState) -> String {
+    let Some(started) = &state.started else {
+        return String::new();
+    };
+    let done: Vec<&str> = state.stages.iter().filter(|s| s.status.is_done()).map(|s| s.id.as_str()).collect();
+    let remaining: Vec<&str> = pipeline
+        .stages
+        .iter()
+        .map(|s| s.id.as_str())
+        .filter(|id| state.stage(id).is_none_or(|s| !s.status.is_done()))
+        .filter(|id| started.start_from.as_ref().is_none_or(|from| pipeline.index_of(id) >= pipeline.index_of(from.as_str())))
+        .collect();
+    let mut md = String::from("---\n");
+    let _ = writeln!(md, "entity_name: {}", q(&format!("session.current.task.{}", started.task_id)));
+    md.push_str("namespace: session.current\ncategory: task\n");
+    let _ = writeln!(md, "task_id: {}", q(started.task_id.as_str()));
+    let _ = writeln!(md, "run_id: {}", q(state.run_id.as_str()));
+    let _ = writeln!(md, "pipeline: {}", q(&started.pipeline));
+    let _ = writeln!(md, "state: {}", state.status.as_str());
+    let _ = writeln!(md, "stages_completed: [{}]", done.join(", "));
+    let _ = writeln!(md, "stages_remaining: [{}]", remaining.join(", "));
+    if let Some(f) = &state.failed_stage {
+        let _ = writeln!(md, "failed_stage: {f}");
+    }
+    let _ = writeln!(md, "created_at: {}", ts(state.created_at));
+    let _ = writeln!(md, "updated_at: {}", ts(state.updated_at));
+    md.push_str("---\n## Task\n");
+    md.push_str(if started.task.trim().is_empty() { "(none given)" } else { started.task.trim() });
+    md.push_str("\n\n## Stages\n| stage | status | attempts | duration_ms | note |\n|---|---|---|---|---|\n");
+    for s in &state.stages {
+        let note = match (&s.skip_reason, &s.last_error) {
+            (Some(r), _) => r.as_str().to_owned(),
+            (None, Some(e)) if s.status != StageStatus::Success => e.message.replace('|', "\\|"),
+            _ => String::new(),
+        };
+        let _ = writeln!(md, "| {} | {} | {} | {} | {} |", s.id, s.status.as_str(), s.attempts, s.duration_ms, note);
+    }
+    md
+}
+
+/// `metrics.md`: durations and attempts per stage.
+pub fn metrics_markdown(state: &RunState) -> String {
+    let task_id = state.started.as_ref().map(|s| s.task_id.to_string()).unwrap_or_default();
+    let total_ms: u64 = state.stages.iter().map(|s| s.duration_ms).sum();
+    let attempts: u32 = state.stages.iter().map(|s| s.attempts).sum();
+    let mut md = String::from("---\n");
+    let _ = writeln!(md, "entity_name: {}", q(&format!("session.current.metrics.{task_id}")));
+    md.push_str("namespace: session.current\ncategory: metrics\n");
+    let _ = writeln!(md, "task_id: {}", q(&task_id));
+    let _ = writeln!(md, "run_id: {}", q(state.run_id.as_str()));
+    let _ = writeln!(md, "status: {}", state.status.as_str());
+    let _ = writeln!(md, "total_duration_ms: {total_ms}");
+    let _ = writeln!(md, "total_attempts: {attempts}");
+    let _ = writeln!(md, "retries: {}", state.retries_used);
+    md.push_str("---\n| stage | status | attempts | duration_ms |\n|---|---|---|---|\n");
+    for s in &state.stages {
+        let _ = writeln!(md, "| {} | {} | {} | {} |", s.id, s.status.as_str(), s.attempts, s.duration_ms);
+    }
+    md
+}

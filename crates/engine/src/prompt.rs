@@ -1,0 +1,169 @@
+//! The prompt an agent receives (SPEC §5): persona, task, stage, and the stage's inputs,
+//! token-capped as seed 004 says (500 tokens per artifact, 1500 per stage).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use loopwright_spec::{Mode, Pipeline, Stage};
+
+use crate::state::RunState;
+
+/// Tokens one artifact may take in a prompt.
+pub const ARTIFACT_TOKEN_CAP: usize = 500;
+/// Tokens all of a stage's inputs may take in a prompt.
+pub const STAGE_TOKEN_CAP: usize = 1500;
+
+/// Counts tokens (OpenAI o200k encoding; for other models an estimate).
+pub fn count_tokens(text: &str) -> usize {
+    if text.is_empty() {
+        return 0;
+    }
+    bpe_openai::o200k_base().count(text)
+}
+
+/// Shortens `text` to at most `cap` tokens by cutting from the middle: the beginning (where a
+/// summary stands) and the most recent content at the end are kept, with the marker
+/// `[truncated - N tokens omitted]` where the cut was. Returns the text and its token count.
+pub fn cap_tokens(text: &str, cap: usize) -> (String, usize) {
+    let tokenizer = bpe_openai::o200k_base();
+    let tokens = tokenizer.encode(text);
+    if tokens.len() <= cap {
+        return (text.to_owned(), tokens.len());
+    }
+    let keep = cap.saturating_sub(12); // room for the marker
+    let head = keep / 3;
+    let tail = keep - head;
+    let omitted = tokens.len() - head - tail;
+    let decode = |t: &[u32]| tokenizer.decode(t).unwrap_or_else(|| decode_lossy(tokenizer, t));
+    let text = format!(
+        "{}\n[truncated - {omitted} tokens omitted]\n{}",
+        decode(&tokens[..head]).trim_end(),
+        decode(&tokens[tokens.len() - tail..]).trim_start()
+    );
+    let count = tokenizer.count(text.as_str());
+    (text, count)
+}
+
+fn decode_lossy(tokenizer: &bpe_openai::Tokenizer, tokens: &[u32]) -> String {
+    // A cut may split a multi-byte character; drop the partial token(s) at either end.
+    for trim in 1..=3.min(tokens.len()) {
+        if let Some(s) = tokenizer.decode(&tokens[trim..]) {
+            return s;
+        }
+        if let Some(s) = tokenizer.decode(&tokens[..tokens.len() - trim]) {
+            return s;
+        }
+    }
+    String::new()
+}
+
+/// One input of a stage, resolved to where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedInput {
+    /// The input key.
+    pub key: String,
+    /// The stage that produced it, or `None` for an initial input.
+    pub from: Option<String>,
+    /// Its text, or `None` when it is not available (its stage was skipped, or it was not given).
+    pub text: Option<String>,
+}
+
+/// Finds the text of each of a stage's inputs.
+pub fn resolve_inputs(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> Vec<ResolvedInput> {
+    let index = pipeline.index_of(stage.id.as_str()).unwrap_or(0);
+    let started = state.started.as_ref();
+    stage
+        .inputs
+        .iter()
+        .map(|key| match pipeline.producer_of(key, index) {
+            Some(producer) => ResolvedInput {
+                key: key.clone(),
+                from: Some(producer.id.to_string()),
+                text: state.outputs_of(producer.id.as_str()).and_then(|o| o.get(key)).cloned(),
+            },
+            None => ResolvedInput { key: key.clone(), from: None, text: started.and_then(|s| s.inputs.get(key)).cloned() },
+        })
+        .collect()
+}
+
+/// Builds the prompt for an attempt of `stage`.
+pub fn build_prompt(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> String {
+    let mut p = String::new();
+    if let Some(agent) = pipeline.agent_of(stage)
+        && !agent.persona.is_empty()
+    {
+        p.push_str(agent.persona.trim());
+        p.push_str("\n\n");
+    }
+    let task = state.started.as_ref().map_or("", |s| s.task.as_str());
+    let _ = writeln!(p, "# Task\n{}\n", if task.trim().is_empty() { "(no task description given)" } else { task.trim() });
+    let _ = writeln!(p, "# Stage `{}` ({} mode)\n{}\n", stage.id, stage.mode, stage.description.trim());
+    match stage.mode {
+        Mode::Plan => p.push_str("This is a read-only stage: read and analyse, do not change any file.\n\n"),
+        Mode::Agent => p.push_str("You may change files in the workspace to do this stage's work.\n\n"),
+    }
+    let inputs = resolve_inputs(pipeline, stage, state);
+    if !inputs.is_empty() {
+        p.push_str("# Inputs\n");
+        // Group inputs by the artifact (stage) they come from; each artifact gets an equal
+        // share of the stage cap, never more than the per-artifact cap.
+        let mut artifacts: BTreeMap<Option<String>, Vec<&ResolvedInput>> = BTreeMap::new();
+        for input in &inputs {
+            artifacts.entry(input.from.clone()).or_default().push(input);
+        }
+        let share = (STAGE_TOKEN_CAP / artifacts.len().max(1)).min(ARTIFACT_TOKEN_CAP);
+        for input in &inputs {
+            let group = &artifacts[&input.from];
+            if !std::ptr::eq(group[0], input) {
+                continue;
+            }
+            let mut body = String::new();
+            for i in group {
+                let from = i.from.as_deref().map_or_else(|| "initial input".to_owned(), |s| format!("from stage `{s}`"));
+                let text = i.text.as_deref().map_or_else(|| format!("(not available: {})", unavailable_reason(i, state)), str::to_owned);
+                let _ = writeln!(body, "## {} ({from})\n{}\n", i.key, text.trim());
+            }
+            p.push_str(&cap_tokens(body.trim_end(), share).0);
+            p.push_str("\n\n");
+        }
+    }
+    if !stage.outputs.is_empty() {
+        p.push_str("# Outputs\nEnd your answer with one section per output, each starting with its heading line:\n");
+        for o in &stage.outputs {
+            let _ = writeln!(p, "## {o}");
+        }
+    }
+    p
+}
+
+fn unavailable_reason(input: &ResolvedInput, state: &RunState) -> String {
+    match &input.from {
+        Some(stage) => match state.stage(stage) {
+            Some(s) if s.status == crate::state::StageStatus::Skipped => format!("stage `{stage}` was skipped"),
+            _ => format!("stage `{stage}` did not run"),
+        },
+        None => format!("not given; pass --input {}=...", input.key),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_text_is_kept() {
+        assert_eq!(cap_tokens("hello world", 500), ("hello world".to_owned(), 2));
+    }
+
+    #[test]
+    fn long_text_is_cut_in_the_middle_with_marker() {
+        let text: String = (0..2000).map(|i| format!("line {i}\n")).collect();
+        let (capped, count) = cap_tokens(&text, 500);
+        assert!(count <= 500, "{count}");
+        assert!(capped.starts_with("line 0\nline 1\n"));
+        assert!(capped.trim_end().ends_with("line 1999"));
+        let marker = capped.lines().find(|l| l.starts_with("[truncated - ")).expect("marker");
+        let omitted: usize = marker.trim_start_matches("[truncated - ").trim_end_matches(" tokens omitted]").parse().expect("number");
+        assert!(omitted > count_tokens(&text) - 500, "{omitted}");
+    }
+}

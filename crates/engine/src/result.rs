@@ -1,0 +1,94 @@
+//! The result of a run (SPEC §2): what `run --json` and `status RUN --json` print.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::RunStatus;
+use crate::state::{RunState, StageStatus};
+
+/// A run's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineResult {
+    /// The run.
+    pub run_id: String,
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// The task.
+    pub task_id: String,
+    /// `success | failed | cancelled | waiting | running | interrupted`.
+    pub status: RunStatus,
+    /// Stages in execution order (those before `--start-from` are not listed).
+    pub stages_executed: Vec<StageResult>,
+    /// Merged outputs of the stages: key -> text.
+    pub artifacts: BTreeMap<String, String>,
+    /// The stage that failed for good.
+    pub failed_stage: Option<String>,
+    /// Whether rollback ran.
+    pub rollback_performed: bool,
+    /// What the run waits for, when `status` is `waiting`.
+    pub waiting: Option<Waiting>,
+}
+
+/// One stage in a result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageResult {
+    /// The stage.
+    pub id: String,
+    /// `success | failed | skipped | timeout | cancelled | rolled_back` (or `running`/`pending`
+    /// while the run goes on).
+    pub status: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Time spent in attempts.
+    pub duration_ms: u64,
+    /// `condition_false | skip_list | null`.
+    pub reason: Option<String>,
+    /// Closed-loop summary, on stages that ran the closed loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_loop: Option<serde_json::Value>,
+}
+
+/// What a waiting run waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// `approval | escalation`.
+    pub kind: String,
+    /// The stage.
+    pub stage: String,
+}
+
+impl PipelineResult {
+    /// The result of a run as its state stands.
+    pub fn from_state(state: &RunState) -> Self {
+        let started = state.started.as_ref();
+        let mut artifacts = BTreeMap::new();
+        for s in &state.stages {
+            if s.status == StageStatus::Success {
+                artifacts.extend(s.outputs.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        Self {
+            run_id: state.run_id.to_string(),
+            pipeline: started.map(|s| s.pipeline.clone()).unwrap_or_default(),
+            task_id: started.map(|s| s.task_id.to_string()).unwrap_or_default(),
+            status: state.status,
+            stages_executed: state
+                .stages
+                .iter()
+                .map(|s| StageResult {
+                    id: s.id.to_string(),
+                    status: s.status.as_str().to_owned(),
+                    attempts: s.attempts,
+                    duration_ms: s.duration_ms,
+                    reason: s.skip_reason.map(|r| r.as_str().to_owned()),
+                    closed_loop: None,
+                })
+                .collect(),
+            artifacts,
+            failed_stage: state.failed_stage.as_ref().map(ToString::to_string),
+            rollback_performed: false,
+            waiting: state.waiting_for_approval().map(|s| Waiting { kind: "approval".into(), stage: s.id.to_string() }),
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The life of a run: start it, then loop — ask the state machine for the next step, do it,
+//! journal what happened — until the run ends or waits for a human.
+
+use loopwright_spec::outputs::extract;
+use loopwright_spec::{Pipeline, StageId};
+use tokio::sync::mpsc;
+
+use crate::decide::{Step, next_step};
+use crate::event::{Event, FailureKind, RunStarted, StageError};
+use crate::ids::RunId;
+use crate::ports::{Clock, ExecOutcome, Execution, Notice, Observer, Runner, StageRequest, Store, StoreError};
+use crate::prompt::build_prompt;
+use crate::state::RunState;
+
+/// Characters of a failed stage's output kept in its error.
+const OUTPUT_TAIL_CHARS: usize = 2000;
+
+/// Runs a pipeline against the ports.
+pub struct Engine<'a, S, R, C> {
+    /// The validated pipeline.
+    pub pipeline: &'a Pipeline,
+    /// The journal.
+    pub store: &'a S,
+    /// Who runs stages.
+    pub runner: &'a R,
+    /// Time.
+    pub clock: &'a C,
+    /// Who watches.
+    pub observer: &'a mut dyn Observer,
+}
+
+impl<S: Store, R: Runner, C: Clock> Engine<'_, S, R, C> {
+    /// Creates a run and drives it until it ends or waits.
+    pub async fn start(&mut self, run_id: RunId, started: RunStarted) -> Result<RunState, StoreError> {
+        let mut state = RunState::new(run_id);
+        self.record(&mut state, Event::RunStarted(Box::new(started))).await?;
+        self.drive(state).await
+    }
+
+    /// Drives a run from the state its journal gives until it ends or waits.
+    pub async fn drive(&mut self, mut state: RunState) -> Result<RunState, StoreError> {
+        loop {
+            match next_step(self.pipeline, &state, self.clock.now()) {
+                Step::Record(event) => self.record(&mut state, event).await?,
+                Step::Execute { stage, attempt } => self.execute(&mut state, stage, attempt).await?,
+                Step::Wait { until, .. } => self.clock.sleep_until(until).await,
+                Step::Done(_) => return Ok(state),
+            }
+        }
+    }
+
+    /// Journals an event, then applies it and tells the observer (journal first).
+    async fn record(&mut self, state: &mut RunState, event: Event) -> Result<(), StoreError> {
+        let record = self.store.append(&state.run_id, &event, self.clock.now()).await?;
+        state.apply(&record);
+        self.observer.on_event(&record, state, self.pipeline);
+        Ok(())
+    }
+
+    async fn execute(&mut self, state: &mut RunState, stage_id: StageId, attempt: u32) -> Result<(), StoreError> {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
+        if let Some(leftovers) = state.stage(stage_id.as_str()).map(|s| s.process_groups.clone()).filter(|g| !g.is_empty()) {
+            // An attempt was in flight when loopwright died: end what it left before redoing it.
+            self.runner.end_leftovers(&leftovers);
+        }
+        self.record(state, Event::AttemptStarted { stage: stage_id.clone(), attempt }).await?;
+        let started = state.started.as_ref().expect("a started run");
+        let request = StageRequest {
+            run_id: state.run_id.clone(),
+            task_id: started.task_id.clone(),
+            stage: stage_id.clone(),
+            attempt,
+            mode: stage.mode,
+            agent: self.pipeline.agent_of(stage).cloned(),
+            commands: stage.run.clone(),
+            prompt: build_prompt(self.pipeline, stage, state),
+            timeout: stage.timeout,
+            workspace: started.workspace.clone().into(),
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let run = self.runner.run(&request, tx);
+        tokio::pin!(run);
+        let execution = loop {
+            tokio::select! {
+                biased;
+                Some(notice) = rx.recv() => self.notice(state, &stage_id, attempt, notice).await?,
+                execution = &mut run => break execution,
+            }
+        };
+        while let Ok(notice) = rx.try_recv() {
+            self.notice(state, &stage_id, attempt, notice).await?;
+        }
+        let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
+        let event = match judge(&stage.outputs, &execution) {
+            Ok(outputs) => Event::AttemptSucceeded { stage: stage_id, attempt, duration_ms, outputs },
+            Err(error) => Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error },
+        };
+        self.record(state, event).await
+    }
+
+    async fn notice(&mut self, state: &mut RunState, stage: &StageId, attempt: u32, notice: Notice) -> Result<(), StoreError> {
+        match notice {
+            Notice::ProcessStarted { pgid, command } => {
+                self.record(state, Event::ProcessStarted { stage: stage.clone(), attempt, pgid, command }).await
+            }
+        }
+    }
+}
+
+/// Turns an execution into the stage's outputs, or the error it failed with.
+fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Outputs, StageError> {
+    let tail = || output_tail(if execution.stderr.trim().is_empty() { &execution.stdout } else { &execution.stderr });
+    match &execution.outcome {
+        ExecOutcome::Exited(0) => {
+            let (outputs, missing) = extract(declared, &execution.stdout);
+            if missing.is_empty() {
+                Ok(outputs)
+            } else {
+                Err(StageError {
+                    kind: FailureKind::PartialFailure,
+                    message: format!(
+                        "the stage did not produce declared output{} {} (expected a `## key` section for each)",
+                        if missing.len() == 1 { "" } else { "s" },
+                        missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+                    ),
+                    exit_code: Some(0),
+                    output_tail: output_tail(&execution.stdout),
+                })
+            }
+        }
+        ExecOutcome::Exited(code) => Err(StageError {
+            kind: FailureKind::ExecutionError,
+            message: format!("exited with status {code}"),
+            exit_code: Some(*code),
+            output_tail: tail(),
+        }),
+        ExecOutcome::Signaled(signal) => Err(StageError {
+            kind: FailureKind::ExecutionError,
+            message: format!("killed by signal {signal}"),
+            exit_code: None,
+            output_tail: tail(),
+        }),
+        ExecOutcome::TimedOut => Err(StageError {
+            kind: FailureKind::Timeout,
+            message: format!("ran past its timeout of {:.1}s; its process group was ended", execution.duration.as_secs_f64()),
+            exit_code: None,
+            output_tail: tail(),
+        }),
+        ExecOutcome::SpawnFailed(why) => Err(StageError {
+            kind: FailureKind::ValidationError,
+            message: why.clone(),
+            exit_code: None,
+            output_tail: String::new(),
+        }),
+    }
+}
+
+/// The end of an output, at most [`OUTPUT_TAIL_CHARS`] characters, cut at a line start.
+pub fn output_tail(text: &str) -> String {
+    let text = text.trim_end();
+    let count = text.chars().count();
+    if count <= OUTPUT_TAIL_CHARS {
+        return text.to_owned();
+    }
+    let start = text.char_indices().nth(count - OUTPUT_TAIL_CHARS).map_or(0, |(i, _)| i);
+    let cut = text[start..].find('\n').map_or(start, |n| start + n + 1);
+    text[cut..].to_owned()
+}

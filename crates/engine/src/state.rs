@@ -1,0 +1,285 @@
+//! A run's state: a fold over its journal.
+
+use std::collections::BTreeMap;
+
+use loopwright_spec::StageId;
+use serde::Serialize;
+
+use crate::event::{ConditionOutcome, Event, EventRecord, Outputs, RunStarted, RunStatus, SkipReason, StageError};
+use crate::ids::RunId;
+
+/// Where a stage stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    /// Not started.
+    Pending,
+    /// An attempt is in flight.
+    Running,
+    /// The last attempt failed; no decision yet.
+    AttemptFailed,
+    /// Waiting to retry.
+    RetryWaiting,
+    /// Finished well.
+    Success,
+    /// Failed for good.
+    Failed,
+    /// Failed for good by running out of time.
+    Timeout,
+    /// Not run.
+    Skipped,
+    /// Stopped by a human.
+    Cancelled,
+    /// Undone after a later failure.
+    RolledBack,
+}
+
+impl StageStatus {
+    /// The status as written in result JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageStatus::Pending => "pending",
+            StageStatus::Running | StageStatus::AttemptFailed | StageStatus::RetryWaiting => "running",
+            StageStatus::Success => "success",
+            StageStatus::Failed => "failed",
+            StageStatus::Timeout => "timeout",
+            StageStatus::Skipped => "skipped",
+            StageStatus::Cancelled => "cancelled",
+            StageStatus::RolledBack => "rolled_back",
+        }
+    }
+
+    /// True once the stage will not run again in this pass.
+    pub fn is_done(self) -> bool {
+        matches!(self, StageStatus::Success | StageStatus::Skipped | StageStatus::Failed | StageStatus::Timeout | StageStatus::Cancelled | StageStatus::RolledBack)
+    }
+}
+
+/// One stage's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageState {
+    /// The stage.
+    pub id: StageId,
+    /// Where it stands.
+    pub status: StageStatus,
+    /// Attempts started.
+    pub attempts: u32,
+    /// Time spent in attempts.
+    pub duration_ms: u64,
+    /// Why it was skipped.
+    pub skip_reason: Option<SkipReason>,
+    /// Its condition's outcome, once evaluated.
+    pub condition: Option<ConditionOutcome>,
+    /// Its outputs, once it succeeded.
+    pub outputs: Outputs,
+    /// The last error.
+    pub last_error: Option<StageError>,
+    /// Process groups started for the attempt in flight.
+    pub process_groups: Vec<i32>,
+    /// When the pending retry may start.
+    pub retry_at: Option<jiff::Timestamp>,
+    /// The answer to its approval gate.
+    pub approval: Option<Approval>,
+}
+
+/// A human's answer to an approval gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    /// Approved (true) or rejected.
+    pub granted: bool,
+    /// Who answered.
+    pub by: String,
+    /// Their comment.
+    pub comment: Option<String>,
+    /// When.
+    pub at: jiff::Timestamp,
+}
+
+impl StageState {
+    fn new(id: StageId) -> Self {
+        Self {
+            id,
+            status: StageStatus::Pending,
+            attempts: 0,
+            duration_ms: 0,
+            skip_reason: None,
+            condition: None,
+            outputs: Outputs::new(),
+            last_error: None,
+            process_groups: Vec::new(),
+            retry_at: None,
+            approval: None,
+        }
+    }
+}
+
+/// A run's state, derived from its events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunState {
+    /// The run.
+    pub run_id: RunId,
+    /// What it was started with (`None` only before the first event).
+    pub started: Option<RunStarted>,
+    /// Its status.
+    pub status: RunStatus,
+    /// Stages touched so far, in the order first touched.
+    pub stages: Vec<StageState>,
+    /// The stage that failed for good.
+    pub failed_stage: Option<StageId>,
+    /// Retries used across the run.
+    pub retries_used: u32,
+    /// When the run was created.
+    pub created_at: Option<jiff::Timestamp>,
+    /// When its last event was recorded.
+    pub updated_at: Option<jiff::Timestamp>,
+    /// Sequence number of the last event applied.
+    pub last_seq: u64,
+}
+
+impl RunState {
+    /// The state before any event.
+    pub fn new(run_id: RunId) -> Self {
+        Self {
+            run_id,
+            started: None,
+            status: RunStatus::Running,
+            stages: Vec::new(),
+            failed_stage: None,
+            retries_used: 0,
+            created_at: None,
+            updated_at: None,
+            last_seq: 0,
+        }
+    }
+
+    /// Replays a journal.
+    pub fn replay(run_id: RunId, records: &[EventRecord]) -> Self {
+        let mut state = Self::new(run_id);
+        for r in records {
+            state.apply(r);
+        }
+        state
+    }
+
+    /// A stage's state, if it was touched.
+    pub fn stage(&self, id: &str) -> Option<&StageState> {
+        self.stages.iter().find(|s| s.id.as_str() == id)
+    }
+
+    fn stage_mut(&mut self, id: &StageId) -> &mut StageState {
+        let index = match self.stages.iter().position(|s| &s.id == id) {
+            Some(i) => i,
+            None => {
+                self.stages.push(StageState::new(id.clone()));
+                self.stages.len() - 1
+            }
+        };
+        &mut self.stages[index]
+    }
+
+    /// The outputs of a stage: from this run, else carried over from an earlier run of the task.
+    pub fn outputs_of(&self, id: &str) -> Option<&Outputs> {
+        match self.stage(id) {
+            Some(s) if s.status == StageStatus::Success => Some(&s.outputs),
+            Some(_) => None,
+            None => self.started.as_ref().and_then(|st| st.prior_outputs.get(id)),
+        }
+    }
+
+    /// Applies one event.
+    pub fn apply(&mut self, record: &EventRecord) {
+        self.last_seq = record.seq;
+        self.updated_at = Some(record.at);
+        if let Some(status) = record.event.run_status() {
+            self.status = status;
+        }
+        match &record.event {
+            Event::RunStarted(started) => {
+                self.started = Some((**started).clone());
+                self.created_at = Some(record.at);
+            }
+            Event::ConditionEvaluated { stage, outcome, .. } => {
+                self.stage_mut(stage).condition = Some(outcome.clone());
+            }
+            Event::StageSkipped { stage, reason } => {
+                let s = self.stage_mut(stage);
+                s.status = StageStatus::Skipped;
+                s.skip_reason = Some(*reason);
+            }
+            Event::ApprovalRequested { stage } => {
+                self.stage_mut(stage).approval = None;
+            }
+            Event::ApprovalGranted { stage, by, comment } | Event::ApprovalRejected { stage, by, comment } => {
+                let granted = matches!(record.event, Event::ApprovalGranted { .. });
+                let s = self.stage_mut(stage);
+                s.approval = Some(Approval { granted, by: by.clone(), comment: comment.clone(), at: record.at });
+                if !granted {
+                    s.status = StageStatus::Cancelled;
+                }
+            }
+            Event::AttemptStarted { stage, attempt } => {
+                let s = self.stage_mut(stage);
+                s.status = StageStatus::Running;
+                s.attempts = s.attempts.max(*attempt);
+                s.process_groups.clear();
+                s.retry_at = None;
+            }
+            Event::ProcessStarted { stage, pgid, .. } => {
+                self.stage_mut(stage).process_groups.push(*pgid);
+            }
+            Event::AttemptSucceeded { stage, duration_ms, outputs, .. } => {
+                let s = self.stage_mut(stage);
+                s.status = StageStatus::Success;
+                s.duration_ms += duration_ms;
+                s.outputs = outputs.clone();
+                s.process_groups.clear();
+            }
+            Event::AttemptFailed { stage, duration_ms, error, .. } => {
+                let s = self.stage_mut(stage);
+                s.status = StageStatus::AttemptFailed;
+                s.duration_ms += duration_ms;
+                s.last_error = Some(error.clone());
+                s.process_groups.clear();
+            }
+            Event::RetryScheduled { stage, delay_ms, .. } => {
+                self.retries_used += 1;
+                let at = record.at;
+                let s = self.stage_mut(stage);
+                s.status = StageStatus::RetryWaiting;
+                s.retry_at = at.checked_add(jiff::SignedDuration::from_millis(i64::try_from(*delay_ms).unwrap_or(i64::MAX))).ok();
+            }
+            Event::StageFailed { stage, error } => {
+                let timeout = error.kind == crate::event::FailureKind::Timeout;
+                let s = self.stage_mut(stage);
+                s.status = if timeout { StageStatus::Timeout } else { StageStatus::Failed };
+                s.last_error = Some(error.clone());
+                self.failed_stage = Some(stage.clone());
+            }
+            Event::RunFinished { .. } => {}
+        }
+    }
+
+    /// The stage whose approval gate the run waits at.
+    pub fn waiting_for_approval(&self) -> Option<&StageState> {
+        if self.status != RunStatus::Waiting {
+            return None;
+        }
+        self.stages.iter().rev().find(|s| s.status == StageStatus::Pending && s.approval.is_none())
+    }
+
+    /// Outputs of every stage that has them, keyed by stage id (what `stage_outputs` is).
+    pub fn all_outputs(&self) -> BTreeMap<&str, &Outputs> {
+        let mut all: BTreeMap<&str, &Outputs> = BTreeMap::new();
+        if let Some(st) = &self.started {
+            for (id, outputs) in &st.prior_outputs {
+                all.insert(id.as_str(), outputs);
+            }
+        }
+        for s in &self.stages {
+            if s.status == StageStatus::Success {
+                all.insert(s.id.as_str(), &s.outputs);
+            }
+        }
+        all
+    }
+}

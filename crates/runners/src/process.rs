@@ -1,0 +1,174 @@
+//! Running one program in its own process group, with a deadline and capped output.
+//!
+//! The program is the leader of a new process group, so a timeout (or the end of the stage)
+//! reaches its children and grandchildren too: TERM to the whole group, a grace period, then
+//! KILL. stdout and stderr are read concurrently so neither pipe can fill and block it.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tokio::time::Instant;
+
+/// How a process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessEnd {
+    /// It exited with this code.
+    Exited(i32),
+    /// A signal killed it.
+    Signaled(i32),
+    /// The deadline passed; the group was ended.
+    TimedOut,
+    /// It could not be started.
+    SpawnFailed(String),
+}
+
+/// What a process printed and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessResult {
+    /// How it ended.
+    pub end: ProcessEnd,
+    /// Its standard output (the last `cap` bytes when longer).
+    pub stdout: String,
+    /// Its standard error (likewise).
+    pub stderr: String,
+}
+
+/// A program to run.
+#[derive(Debug, Clone)]
+pub struct Spawn<'a> {
+    /// Program and arguments.
+    pub argv: &'a [String],
+    /// Text written to its stdin (then closed); `None` gives it no stdin.
+    pub stdin: Option<&'a str>,
+    /// Extra environment.
+    pub env: &'a [(String, String)],
+    /// Working directory.
+    pub cwd: &'a Path,
+    /// When to end it.
+    pub deadline: Instant,
+    /// Time between TERM and KILL.
+    pub grace: Duration,
+    /// Bytes of each output kept.
+    pub output_cap: usize,
+}
+
+/// Runs a program to its end. `on_start` gets its process group id as soon as it runs.
+pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32)) -> ProcessResult {
+    let Some((program, args)) = spawn.argv.split_first() else {
+        return failed("empty command".into());
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(spawn.cwd)
+        .envs(spawn.env.iter().map(|(k, v)| (k, v)))
+        .stdin(if spawn.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return failed(format!("cannot start `{program}`: program not found (is it installed and on PATH?)"));
+        }
+        Err(e) => return failed(format!("cannot start `{program}`: {e}")),
+    };
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
+    on_start(pgid);
+
+    let stdin_task = match (child.stdin.take(), spawn.stdin) {
+        (Some(mut pipe), Some(text)) => {
+            let text = text.to_owned();
+            Some(tokio::spawn(async move {
+                // A program that does not read its stdin closes the pipe: that is fine.
+                let _ = pipe.write_all(text.as_bytes()).await;
+                let _ = pipe.shutdown().await;
+            }))
+        }
+        _ => None,
+    };
+    let stdout = child.stdout.take().map(|p| tokio::spawn(read_capped(p, spawn.output_cap)));
+    let stderr = child.stderr.take().map(|p| tokio::spawn(read_capped(p, spawn.output_cap)));
+
+    let end = tokio::select! {
+        status = child.wait() => match status {
+            Ok(s) => status_end(s),
+            Err(e) => ProcessEnd::SpawnFailed(format!("waiting for `{program}` failed: {e}")),
+        },
+        () = tokio::time::sleep_until(spawn.deadline) => {
+            signal_group(pgid, Signal::SIGTERM);
+            if tokio::time::timeout(spawn.grace, child.wait()).await.is_err() {
+                signal_group(pgid, Signal::SIGKILL);
+                let _ = child.wait().await;
+            }
+            ProcessEnd::TimedOut
+        }
+    };
+    // Whatever the leader left running in its group goes with it, so no output pipe stays
+    // open and nothing of this stage outlives it.
+    signal_group(pgid, Signal::SIGKILL);
+    if let Some(t) = stdin_task {
+        t.abort();
+    }
+    let collect = |task: Option<tokio::task::JoinHandle<String>>| async move {
+        match task {
+            // A process that left the group (setsid) may hold the pipe open: do not wait forever.
+            Some(t) => tokio::time::timeout(Duration::from_secs(2), t).await.ok().and_then(Result::ok).unwrap_or_default(),
+            None => String::new(),
+        }
+    };
+    let (stdout, stderr) = tokio::join!(collect(stdout), collect(stderr));
+    ProcessResult { end, stdout, stderr }
+}
+
+fn failed(message: String) -> ProcessResult {
+    ProcessResult { end: ProcessEnd::SpawnFailed(message), stdout: String::new(), stderr: String::new() }
+}
+
+fn status_end(status: std::process::ExitStatus) -> ProcessEnd {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ProcessEnd::Exited(code),
+        (None, Some(sig)) => ProcessEnd::Signaled(sig),
+        (None, None) => ProcessEnd::Exited(-1),
+    }
+}
+
+/// Sends a signal to a whole process group; a group that is already gone is fine.
+pub fn signal_group(pgid: i32, signal: Signal) {
+    if pgid > 1 {
+        let _ = killpg(Pid::from_raw(pgid), signal);
+    }
+}
+
+/// True while any process of the group is alive.
+pub fn group_alive(pgid: i32) -> bool {
+    pgid > 1 && killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+/// Reads a pipe to its end, keeping at most the last `cap` bytes.
+async fn read_capped(mut pipe: impl AsyncRead + Unpin, cap: usize) -> String {
+    let mut kept: Vec<u8> = Vec::new();
+    let mut dropped = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                kept.extend_from_slice(&buf[..n]);
+                if kept.len() > cap {
+                    let excess = kept.len() - cap;
+                    kept.drain(..excess);
+                    dropped += excess;
+                }
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&kept).into_owned();
+    if dropped > 0 { format!("[... {dropped} bytes of earlier output omitted ...]\n{text}") } else { text }
+}
