@@ -1,1 +1,106 @@
-fn main() {}
+//! The `loopwright` binary: durable, self-correcting pipelines for AI coding agents.
+//!
+//! One module per subcommand under `cmd/`; this file parses the command line and turns the
+//! outcome into the documented exit codes (SPEC §1) in one place.
+
+mod cmd;
+mod error;
+mod examples;
+mod observe;
+mod render;
+mod workspace;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::CliError;
+
+/// Durable, self-correcting pipelines for AI coding agents.
+///
+/// Describe a piece of work as a pipeline of stages (plan → review → implement → verify) in
+/// `.loopwright/pipelines/NAME.yml`; loopwright runs each stage with its agent, journals every
+/// step in `.loopwright/state/state.db`, and reports a result you can script against.
+///
+/// Exit codes: 0 success · 1 the run failed · 2 usage or validation error (nothing was run) ·
+/// 3 the run waits for a human · 4 cancelled · 130 interrupted (resumable).
+#[derive(Debug, Parser)]
+#[command(name = "loopwright", version, propagate_version = true, max_term_width = 100)]
+struct Cli {
+    /// Workspace root (default: the nearest ancestor holding .loopwright/, else the current directory).
+    #[arg(short = 'C', global = true, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Print the result as JSON on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Scaffold .loopwright/ with a config, an example pipeline and its agents.
+    Init(cmd::init::Args),
+    /// Check pipelines (all when none are named) and agent files; report every problem.
+    Validate(cmd::validate::Args),
+    /// Run a pipeline in the foreground until it ends or waits for a human.
+    Run(cmd::run::Args),
+    /// Continue an interrupted or waiting run from where its journal says it stands.
+    Resume(cmd::resume::ResumeArgs),
+    /// Approve the approval gate a run waits at, then continue the run.
+    Approve(cmd::resume::AnswerArgs),
+    /// Reject the approval gate a run waits at: the run is cancelled.
+    Reject(cmd::resume::AnswerArgs),
+    /// Show one run, or a table of recent runs.
+    Status(cmd::status::Args),
+    /// Print a run's event log.
+    Logs(cmd::logs::Args),
+    /// List the agents found, or show how one would be run.
+    Agents(cmd::agents::Args),
+    /// Print the JSON Schema of pipeline files.
+    Schema,
+    /// Run the bundled example end to end in a temporary workspace.
+    Demo(cmd::demo::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("loopwright: error: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let global = cmd::Global { dir: cli.dir, json: cli.json };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Init(args) => cmd::init::run(&global, args),
+            Command::Validate(args) => cmd::validate::run(&global, args),
+            Command::Run(args) => cmd::run::run(&global, args).await,
+            Command::Resume(args) => cmd::resume::resume(&global, args).await,
+            Command::Approve(args) => cmd::resume::answer(&global, args, true).await,
+            Command::Reject(args) => cmd::resume::answer(&global, args, false).await,
+            Command::Status(args) => cmd::status::run(&global, args).await,
+            Command::Logs(args) => cmd::logs::run(&global, args).await,
+            Command::Agents(args) => cmd::agents::run(&global, args),
+            Command::Schema => {
+                print!("{}", loopwright_spec::schema::pipeline_schema_json());
+                Ok(0)
+            }
+            Command::Demo(args) => cmd::demo::run(&global, args).await,
+        }
+    });
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            match &err {
+                CliError::Usage(message) => eprintln!("loopwright: error: {message}"),
+                CliError::Invalid(diags) => eprint!("{}", render::diagnostics(diags, render::stderr_color())),
+                CliError::Internal(e) => eprintln!("loopwright: error: {e:#}"),
+            }
+            ExitCode::from(err.exit_code())
+        }
+    }
+}

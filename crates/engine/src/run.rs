@@ -50,7 +50,7 @@ impl<S: Store, R: Runner, C: Clock> Engine<'_, S, R, C> {
     }
 
     /// Journals an event, then applies it and tells the observer (journal first).
-    async fn record(&mut self, state: &mut RunState, event: Event) -> Result<(), StoreError> {
+    pub async fn record(&mut self, state: &mut RunState, event: Event) -> Result<(), StoreError> {
         let record = self.store.append(&state.run_id, &event, self.clock.now()).await?;
         state.apply(&record);
         self.observer.on_event(&record, state, self.pipeline);

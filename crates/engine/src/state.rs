@@ -80,6 +80,8 @@ pub struct StageState {
     pub retry_at: Option<jiff::Timestamp>,
     /// The answer to its approval gate.
     pub approval: Option<Approval>,
+    /// Its condition as evaluated, with the values it saw.
+    pub condition_detail: Option<(String, serde_json::Value)>,
 }
 
 /// A human's answer to an approval gate.
@@ -109,6 +111,7 @@ impl StageState {
             process_groups: Vec::new(),
             retry_at: None,
             approval: None,
+            condition_detail: None,
         }
     }
 }
@@ -198,8 +201,10 @@ impl RunState {
                 self.started = Some((**started).clone());
                 self.created_at = Some(record.at);
             }
-            Event::ConditionEvaluated { stage, outcome, .. } => {
-                self.stage_mut(stage).condition = Some(outcome.clone());
+            Event::ConditionEvaluated { stage, outcome, condition, values } => {
+                let s = self.stage_mut(stage);
+                s.condition = Some(outcome.clone());
+                s.condition_detail = Some((condition.clone(), values.clone()));
             }
             Event::StageSkipped { stage, reason } => {
                 let s = self.stage_mut(stage);

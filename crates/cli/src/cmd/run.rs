@@ -1,0 +1,266 @@
+//! `loopwright run`: start a run of a pipeline and drive it until it ends or waits.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+
+use loopwright_engine::result::PipelineResult;
+use loopwright_engine::{Engine, Event, RunId, RunStarted, RunState, RunStatus, Store, SystemClock, TaskId};
+use loopwright_runners::ProcessRunner;
+use loopwright_spec::condition::BUILTIN_VARIABLES;
+use loopwright_spec::{Pipeline, StageId};
+use loopwright_store::SqliteStore;
+
+use super::{Global, open_store};
+use crate::error::CliError;
+use crate::observe::{Observers, Progress, Projector};
+use crate::render;
+use crate::workspace::Workspace;
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pipeline: a name (.loopwright/pipelines/NAME.yml) or a path to a .yml file.
+    pub pipeline: String,
+    /// What the run should achieve (the task description every stage sees).
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Reuse a task id (artifacts of earlier runs of the task serve --start-from).
+    #[arg(long = "task-id", value_name = "ID")]
+    pub task_id: Option<String>,
+    /// Task metadata for conditions: complexity, task_type, tags (comma list), always_include
+    /// (comma list), or a variable the pipeline declares under `vars:`.
+    #[arg(long = "var", value_name = "KEY=VALUE")]
+    pub vars: Vec<String>,
+    /// An initial input: KEY=VALUE, KEY=@FILE (the file's text), or @FILE (key: the file's stem).
+    #[arg(long = "input", value_name = "KEY=VALUE|@FILE")]
+    pub inputs: Vec<String>,
+    /// Start at this stage; earlier stages' outputs come from earlier runs of the same task.
+    #[arg(long = "start-from", value_name = "STAGE")]
+    pub start_from: Option<String>,
+    /// Do not run this stage (repeatable).
+    #[arg(long = "skip", value_name = "STAGE")]
+    pub skip: Vec<String>,
+    /// Approve every approval gate of this run up front (for CI).
+    #[arg(long)]
+    pub yes: bool,
+    /// Print no progress on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+fn split_kv<'a>(text: &'a str, flag: &str) -> Result<(&'a str, &'a str), CliError> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim(), v)),
+        _ => Err(CliError::usage(format!("{flag} `{text}`: expected KEY=VALUE"))),
+    }
+}
+
+fn parse_inputs(raw: &[String]) -> Result<BTreeMap<String, String>, CliError> {
+    let mut inputs = BTreeMap::new();
+    for item in raw {
+        let (key, value) = match item.strip_prefix('@') {
+            Some(file) => {
+                let key = std::path::Path::new(file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                (key, format!("@{file}"))
+            }
+            None => {
+                let (k, v) = split_kv(item, "--input")?;
+                (k.to_owned(), v.to_owned())
+            }
+        };
+        if StageId::parse(&key).is_none() {
+            return Err(CliError::usage(format!("--input `{item}`: the key `{key}` must match ^[a-z][a-z0-9_]*$")));
+        }
+        let value = match value.strip_prefix('@') {
+            Some(file) => std::fs::read_to_string(file).map_err(|e| CliError::usage(format!("--input {key}=@{file}: cannot read {file}: {e}")))?,
+            None => value,
+        };
+        inputs.insert(key, value);
+    }
+    Ok(inputs)
+}
+
+fn parse_vars(raw: &[String], pipeline: &Pipeline) -> Result<BTreeMap<String, String>, CliError> {
+    let mut vars = BTreeMap::new();
+    for item in raw {
+        let (key, value) = split_kv(item, "--var")?;
+        let settable = BUILTIN_VARIABLES.iter().any(|b| *b == key && *b != "stage_outputs") || pipeline.vars.contains_key(key);
+        if !settable {
+            let declared: Vec<&str> = pipeline.vars.keys().map(String::as_str).collect();
+            return Err(CliError::usage(format!(
+                "--var {key}: unknown variable `{key}`; known: complexity, task_type, tags, always_include{}{}",
+                if declared.is_empty() { "" } else { ", " },
+                declared.join(", ")
+            )));
+        }
+        if key == "complexity" && !value.is_empty() && !["low", "medium", "high"].contains(&value) {
+            return Err(CliError::usage(format!("--var complexity={value}: expected low, medium or high")));
+        }
+        vars.insert(key.to_owned(), value.to_owned());
+    }
+    Ok(vars)
+}
+
+fn stage_arg(pipeline: &Pipeline, name: &str, flag: &str) -> Result<StageId, CliError> {
+    match pipeline.stage(name) {
+        Some(s) => Ok(s.id.clone()),
+        None => Err(CliError::usage(format!(
+            "{flag} {name}: pipeline `{}` has no stage `{name}`; its stages: {}",
+            pipeline.name,
+            pipeline.stages.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Random bits for ids, without a dependency: std's per-process hasher keys are random.
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// `loopwright run`.
+pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
+    let ws = Workspace::locate(global.dir.as_deref())?;
+    let mut inputs = parse_inputs(&args.inputs)?;
+    let path = ws.find_pipeline(&args.pipeline)?;
+    let input_keys: Vec<String> = inputs.keys().cloned().collect();
+    let pipeline = ws.load_pipeline(&path, &input_keys)?;
+    let vars = parse_vars(&args.vars, &pipeline)?;
+    let start_from = args.start_from.as_deref().map(|s| stage_arg(&pipeline, s, "--start-from")).transpose()?;
+    let skip = args.skip.iter().map(|s| stage_arg(&pipeline, s, "--skip")).collect::<Result<Vec<_>, _>>()?;
+    let task = args.task.clone().or_else(|| inputs.get("task_description").cloned()).unwrap_or_default();
+    if !task.is_empty() {
+        inputs.entry("task_description".into()).or_insert_with(|| task.clone());
+    }
+    let task_id = match &args.task_id {
+        Some(id) => TaskId::parse(id)
+            .ok_or_else(|| CliError::usage(format!("--task-id `{id}`: use letters, digits, `-`, `_` and `.` (at most 100)")))?,
+        None => TaskId::generate(&task, random_u64()),
+    };
+
+    let store = open_store(&ws)?;
+    let mut prior_outputs = BTreeMap::new();
+    if let Some(from) = &start_from {
+        let index = pipeline.index_of(from.as_str()).unwrap_or(0);
+        let earlier: Vec<&StageId> = pipeline.stages[..index].iter().map(|s| &s.id).collect();
+        prior_outputs = store.task_outputs(&task_id).await?.into_iter().filter(|(k, _)| earlier.contains(&k)).collect();
+        let missing: Vec<&str> =
+            pipeline.stages[..index].iter().filter(|s| !s.outputs.is_empty() && !prior_outputs.contains_key(&s.id)).map(|s| s.id.as_str()).collect();
+        if !missing.is_empty() && !args.quiet {
+            eprintln!(
+                "loopwright: note: no earlier outputs of {} for task {task_id}{}",
+                missing.join(", "),
+                if args.task_id.is_none() { " (pass --task-id to reuse a task's artifacts)" } else { "" }
+            );
+        }
+    }
+    let started = RunStarted {
+        pipeline: pipeline.name.clone(),
+        pipeline_path: ws.shown(&path),
+        pipeline_source: pipeline.source.text.to_string(),
+        task_id,
+        task,
+        vars,
+        inputs,
+        start_from,
+        skip,
+        auto_approve: args.yes,
+        prior_outputs,
+        workspace: ws.root.display().to_string(),
+    };
+    let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
+    let runner = ProcessRunner::new(ws.runs_dir());
+    let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
+    let mut engine = Engine { pipeline: &pipeline, store: &store, runner: &runner, clock: &SystemClock, observer: &mut observers };
+    let state = engine.start(run_id, started).await?;
+    finish(global, &mut engine, state).await
+}
+
+/// After the engine stops: ask at an approval gate when a person is at the terminal,
+/// otherwise report the result and return the exit code.
+pub async fn finish(
+    global: &Global,
+    engine: &mut Engine<'_, SqliteStore, ProcessRunner, SystemClock>,
+    mut state: RunState,
+) -> Result<u8, CliError> {
+    while let Some(stage) = state.waiting_for_approval().map(|s| s.id.clone()) {
+        let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
+        if !interactive {
+            break;
+        }
+        let granted = ask_approval(engine.pipeline, &stage, &state);
+        let by = os_user();
+        let event = if granted {
+            Event::ApprovalGranted { stage, by, comment: None }
+        } else {
+            Event::ApprovalRejected { stage, by, comment: None }
+        };
+        engine.record(&mut state, event).await?;
+        state = engine.drive(state).await?;
+    }
+    report(global, &state)
+}
+
+/// Prints a run's result (JSON on stdout with `--json`) and returns its exit code.
+pub fn report(global: &Global, state: &RunState) -> Result<u8, CliError> {
+    let result = PipelineResult::from_state(state);
+    if global.json {
+        let json = serde_json::to_string_pretty(&result).map_err(|e| CliError::Internal(e.into()))?;
+        println!("{json}");
+    } else {
+        print!("{}", render::result(&result, state));
+    }
+    Ok(state.status.exit_code())
+}
+
+/// The name of the person at the keyboard.
+pub fn os_user() -> String {
+    std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into())
+}
+
+/// Seed 004's approval prompt; loops until the answer is understood.
+fn ask_approval(pipeline: &Pipeline, stage: &StageId, state: &RunState) -> bool {
+    let Some(s) = pipeline.stage(stage.as_str()) else { return false };
+    let inputs = loopwright_engine::prompt::resolve_inputs(pipeline, s, state);
+    let mut text = format!(
+        "---\n## Approval Required: Stage '{}'\n**Description:** {}\n**Agent:** {}\n**Mode:** {}\n### Inputs\n",
+        s.id,
+        s.description.trim(),
+        s.agent.name(),
+        s.mode
+    );
+    for i in &inputs {
+        let summary = i.text.as_deref().and_then(|t| t.lines().find(|l| !l.trim().is_empty())).unwrap_or("(not available)");
+        text.push_str(&format!("- {}: {}\n", i.key, summary.chars().take(100).collect::<String>()));
+    }
+    if inputs.is_empty() {
+        text.push_str("(none)\n");
+    }
+    text.push_str("### Expected Outputs\n");
+    text.push_str(&if s.outputs.is_empty() { "(none)".to_owned() } else { s.outputs.join(", ") });
+    text.push_str("\nType `proceed` to continue or `abort` to cancel pipeline.\n---\n");
+    eprint!("{text}");
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("> ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        match stdin.lock().read_line(&mut line) {
+            Ok(0) | Err(_) => return false,
+            Ok(_) => {}
+        }
+        match line.trim().to_lowercase().as_str() {
+            "proceed" | "yes" | "continue" => return true,
+            "abort" | "cancel" | "no" => return false,
+            _ => eprintln!("Type `proceed` to continue or `abort` to cancel pipeline."),
+        }
+    }
+}
+
+/// True when the run is in a state `resume` can continue.
+pub fn resumable(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Running | RunStatus::Interrupted)
+}

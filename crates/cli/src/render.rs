@@ -1,0 +1,124 @@
+//! Human renderings: diagnostics (rustc/miette style) and run results.
+
+use std::fmt;
+use std::io::IsTerminal;
+
+use loopwright_engine::result::PipelineResult;
+use loopwright_engine::{RunState, StageStatus};
+use loopwright_spec::{Diagnostic, Diagnostics};
+use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceSpan};
+
+/// True when stderr is a terminal and colour is not disabled (`NO_COLOR`).
+pub fn stderr_color() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+#[derive(Debug)]
+struct Report<'a> {
+    diagnostic: &'a Diagnostic,
+    source: Option<NamedSource<String>>,
+}
+
+impl fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.diagnostic.context(), self.diagnostic.message)?;
+        if self.source.is_none() || self.diagnostic.position.is_none() {
+            write!(f, "\n  in {}", self.diagnostic.location())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Report<'_> {}
+
+impl miette::Diagnostic for Report<'_> {
+    fn help<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
+        self.diagnostic.help.as_ref().map(|h| Box::new(h) as Box<dyn fmt::Display>)
+    }
+
+    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
+        self.diagnostic.position.and(self.source.as_ref()).map(|s| s as &dyn miette::SourceCode)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        let pos = self.diagnostic.position?;
+        self.source.as_ref()?;
+        let label = self.diagnostic.label.clone().unwrap_or_else(|| "here".to_owned());
+        let span = SourceSpan::new(pos.offset.into(), pos.len);
+        Some(Box::new(std::iter::once(LabeledSpan::new_with_span(Some(label), span))))
+    }
+}
+
+/// Renders every diagnostic with its source snippet, then a count.
+pub fn diagnostics(diags: &Diagnostics, color: bool) -> String {
+    let theme = if color { GraphicalTheme::unicode() } else { GraphicalTheme::unicode_nocolor() };
+    let handler = GraphicalReportHandler::new_themed(theme).with_width(110).with_context_lines(1);
+    let mut out = String::new();
+    for d in &diags.items {
+        let source = diags.source_of(d).map(|s| NamedSource::new(&d.file, s.text.to_string()));
+        let report = Report { diagnostic: d, source };
+        if handler.render_report(&mut out, &report).is_err() {
+            out.push_str(&format!("{d}\n"));
+        }
+    }
+    let files: std::collections::BTreeSet<&str> = diags.items.iter().map(|d| d.file.as_str()).collect();
+    let n = diags.items.len();
+    out.push_str(&format!(
+        "error: {n} problem{} found in {} file{}\n",
+        if n == 1 { "" } else { "s" },
+        files.len(),
+        if files.len() == 1 { "" } else { "s" }
+    ));
+    out
+}
+
+/// Milliseconds as `1.23s` / `45ms`.
+pub fn duration(ms: u64) -> String {
+    if ms >= 1000 { format!("{:.2}s", ms as f64 / 1000.0) } else { format!("{ms}ms") }
+}
+
+/// A run's result for humans.
+pub fn result(result: &PipelineResult, state: &RunState) -> String {
+    let mut out = format!(
+        "run {}  pipeline {}  task {}\nstatus: {}\n",
+        result.run_id,
+        result.pipeline,
+        result.task_id,
+        result.status.as_str()
+    );
+    for s in &state.stages {
+        let mark = match s.status {
+            StageStatus::Success => "✓",
+            StageStatus::Skipped => "-",
+            StageStatus::Failed | StageStatus::Timeout => "✗",
+            StageStatus::Cancelled => "■",
+            _ => "…",
+        };
+        let attempts = if s.attempts == 1 { "1 attempt".to_owned() } else { format!("{} attempts", s.attempts) };
+        let mut note = String::new();
+        if let Some(reason) = s.skip_reason {
+            note = reason.as_str().to_owned();
+            if let Some((cond, values)) = &s.condition_detail {
+                note = format!("{note}: `{cond}` with {values}");
+            }
+        } else if let Some(e) = s.last_error.as_ref().filter(|_| s.status != StageStatus::Success) {
+            note = e.message.clone();
+        } else if let Some(a) = s.approval.as_ref() {
+            note = format!("{} by {}", if a.granted { "approved" } else { "rejected" }, a.by);
+        }
+        out.push_str(&format!("  {mark} {:<24} {:<10} {:<11} {:>8}  {note}\n", s.id.as_str(), s.status.as_str(), attempts, duration(s.duration_ms)));
+    }
+    if let Some(f) = &result.failed_stage {
+        out.push_str(&format!("failed stage: {f}\n"));
+    }
+    if let Some(w) = &result.waiting {
+        out.push_str(&format!(
+            "waiting for {} of stage `{}`: `loopwright approve {}` or `loopwright reject {}`\n",
+            w.kind, w.stage, result.run_id, result.run_id
+        ));
+    }
+    if !result.artifacts.is_empty() {
+        out.push_str(&format!("artifacts: {}\n", result.artifacts.keys().cloned().collect::<Vec<_>>().join(", ")));
+    }
+    out
+}
