@@ -391,7 +391,7 @@ impl Compiler<'_> {
         later: &BTreeSet<String>,
         vars: &BTreeSet<String>,
     ) -> Option<Condition> {
-        match Condition::check(&raw.value, &Scope { vars, earlier, later }) {
+        match Condition::check(&raw.value, &Scope { vars, earlier, later, this: stage }) {
             Ok(c) => Some(c),
             Err(problems) => {
                 let base = self.pos(&raw.referenced);

@@ -64,6 +64,8 @@ pub struct Scope<'a> {
     pub earlier: &'a BTreeMap<String, Vec<String>>,
     /// Later stages (for a better message).
     pub later: &'a BTreeSet<String>,
+    /// The stage the condition belongs to.
+    pub this: Option<&'a str>,
 }
 
 impl Condition {
@@ -90,7 +92,9 @@ impl Condition {
                     let key = parts.next().map(str::to_owned);
                     match scope.earlier.get(stage) {
                         None => problems.push(ConditionProblem {
-                            message: if scope.later.contains(stage) {
+                            message: if scope.this == Some(stage) {
+                                format!("condition reads `{path}`, but a stage's condition cannot read the stage's own outputs")
+                            } else if scope.later.contains(stage) {
                                 format!("condition reads `{path}`, but stage `{stage}` runs later, not before this stage")
                             } else {
                                 format!("condition reads `{path}`, but there is no stage `{stage}` before this stage")
@@ -156,7 +160,7 @@ mod tests {
         let earlier: BTreeMap<String, Vec<String>> =
             [("architecture_review".to_owned(), vec!["architecture_review".to_owned(), "risks_identified".to_owned()])].into();
         let later: BTreeSet<String> = ["quality_review".to_owned()].into();
-        Condition::check(src, &Scope { vars: &vars, earlier: &earlier, later: &later })
+        Condition::check(src, &Scope { vars: &vars, earlier: &earlier, later: &later, this: Some("quality_review_2") })
     }
 
     fn eval(src: &str, ctx: &serde_json::Value) -> bool {
