@@ -50,6 +50,10 @@ impl Position {
     /// The position of a YAML node, shifted by `line_offset` lines and `byte_offset` bytes
     /// (non-zero for YAML embedded in a larger file, such as frontmatter).
     pub fn from_location(loc: &Location, source: &SourceFile, line_offset: usize, byte_offset: usize) -> Self {
+        if loc.line() == 0 {
+            // An unknown location: the start of the document.
+            return Self { line: 1 + line_offset, column: 1, offset: byte_offset, len: 0 };
+        }
         let line = loc.line() as usize;
         let column = loc.column() as usize;
         let span = loc.span();

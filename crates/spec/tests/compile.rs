@@ -1,0 +1,265 @@
+//! One test per validation rule of seed 004 (plus SPEC §4), through `compile`.
+
+use std::collections::BTreeMap;
+
+use loopwright_spec::agent::parse_agent;
+use loopwright_spec::{Agent, CompileContext, Pipeline, RunnerKind, SourceFile, compile};
+use pretty_assertions::assert_eq;
+
+fn agents() -> BTreeMap<String, Agent> {
+    let mut m = BTreeMap::new();
+    for (name, modes) in [("cto", "[plan, agent]"), ("tech-lead", "[plan, agent]"), ("reviewer", "[plan]")] {
+        let src = SourceFile::new(format!("{name}.md"), format!("---\ncommand: [\"true\"]\nmodes: {modes}\n---\npersona\n"));
+        m.insert(name.to_owned(), parse_agent(&src, name, RunnerKind::Command).expect("valid agent"));
+    }
+    m
+}
+
+fn try_compile(yaml: &str) -> Result<Pipeline, Vec<String>> {
+    let agents = agents();
+    let cx = CompileContext { agents: &agents, extra_inputs: &[], default_timeout_minutes: 30.0 };
+    compile(&SourceFile::new("p.yml", yaml), &cx).map_err(|d| d.items.iter().map(ToString::to_string).collect())
+}
+
+fn errors(yaml: &str) -> Vec<String> {
+    try_compile(yaml).expect_err("the pipeline is invalid")
+}
+
+const HEAD: &str = "name: p\ndescription: d\nversion: 1\nstages:\n";
+
+fn stage(extra: &str) -> String {
+    format!("{HEAD}  - id: s\n    agent: cto\n    mode: plan\n    description: x\n{extra}")
+}
+
+#[test]
+fn a_valid_pipeline_compiles_with_defaults() {
+    let p = try_compile(&stage("    outputs: [plan_text]\n")).expect("valid");
+    assert_eq!(p.name, "p");
+    assert_eq!(p.max_retries, 5);
+    assert_eq!(p.stages.len(), 1);
+    assert_eq!(p.stages[0].timeout, std::time::Duration::from_secs(1800));
+    assert_eq!(p.stages[0].retry, None);
+    assert_eq!(p.initial_inputs, vec!["task_description", "context"]);
+}
+
+#[test]
+fn required_top_level_fields_are_all_reported() {
+    assert_eq!(
+        errors("stages:\n  - id: s\n    agent: cto\n    mode: plan\n    description: x\n"),
+        vec![
+            "p.yml:1:1: error: field `name`: missing required field `name` in the pipeline (help: add `name:` (a unique pipeline identifier))",
+            "p.yml:1:1: error: field `description`: missing required field `description` in the pipeline (help: add `description:` (what this pipeline does))",
+            "p.yml:1:1: error: field `version`: missing required field `version` in the pipeline (help: add `version:` (the schema version, e.g. `1`))",
+        ]
+    );
+}
+
+#[test]
+fn stages_must_be_present_and_non_empty() {
+    assert_eq!(
+        errors("name: p\ndescription: d\nversion: 1\nstages: []\n"),
+        vec!["p.yml:4:9: error: field `stages`: `stages` is empty, expected at least one stage"]
+    );
+    assert_eq!(errors("name: p\ndescription: d\nversion: 1\n").len(), 1);
+}
+
+#[test]
+fn required_stage_fields_are_all_reported() {
+    assert_eq!(
+        errors(&format!("{HEAD}  - id: s\n")),
+        vec![
+            "p.yml:5:5: error: stage `s`, field `agent`: missing required field `agent` in stage `s` (help: add `agent:` (an agent name, or `shell`))",
+            "p.yml:5:5: error: stage `s`, field `mode`: missing required field `mode` in stage `s` (help: add `mode:` (`plan` or `agent`))",
+            "p.yml:5:5: error: stage `s`, field `description`: missing required field `description` in stage `s` (help: add `description:` (the stage's purpose))",
+        ]
+    );
+}
+
+#[test]
+fn stage_ids_must_match_the_pattern() {
+    for bad in ["Plan", "1plan", "plan-review", "_x"] {
+        let e = errors(&format!("{HEAD}  - id: {bad}\n    agent: cto\n    mode: plan\n    description: x\n"));
+        assert_eq!(e.len(), 1, "{bad}: {e:?}");
+        assert!(e[0].starts_with(&format!("p.yml:5:9: error: stage `{bad}`, field `id`: stage id `{bad}` does not match ^[a-z][a-z0-9_]*$")), "{}", e[0]);
+    }
+}
+
+#[test]
+fn stage_ids_must_be_unique() {
+    let yaml = format!("{HEAD}  - id: a\n    agent: cto\n    mode: plan\n    description: x\n  - id: a\n    agent: cto\n    mode: plan\n    description: y\n");
+    assert_eq!(
+        errors(&yaml),
+        vec!["p.yml:9:9: error: stage `a`, field `id`: duplicate stage id `a`: stage #1 already uses it (help: stage ids must be unique within a pipeline)"]
+    );
+}
+
+#[test]
+fn mode_must_be_plan_or_agent() {
+    let e = errors(&format!("{HEAD}  - id: s\n    agent: cto\n    mode: review\n    description: x\n"));
+    assert_eq!(e, vec!["p.yml:7:11: error: stage `s`, field `mode`: unknown mode `review`, expected `plan` or `agent` (help: `plan` is read-only review; `agent` may change files)"]);
+}
+
+#[test]
+fn inputs_must_come_from_earlier_stages_or_initial_inputs() {
+    let yaml = format!(
+        "{HEAD}  - id: a\n    agent: cto\n    mode: plan\n    description: x\n    inputs: [task_description, later_thing]\n    outputs: [plan_text]\n  - id: b\n    agent: cto\n    mode: plan\n    description: y\n    inputs: [plan_text, plan_txt]\n    outputs: [later_thing]\n"
+    );
+    let e = errors(&yaml);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].starts_with("p.yml:9:32: error: stage `a`, field `inputs`: input `later_thing` is not an output of any earlier stage nor an initial input"), "{}", e[0]);
+    assert!(e[1].starts_with("p.yml:15:25: error: stage `b`, field `inputs`: input `plan_txt` is not an output"), "{}", e[1]);
+    assert!(e[1].ends_with("(help: did you mean `plan_text`?)"), "{}", e[1]);
+}
+
+#[test]
+fn declared_and_given_initial_inputs_are_accepted() {
+    let yaml = format!("name: p\ndescription: d\nversion: 1\ninitial_inputs: [error_context]\nstages:\n  - id: s\n    agent: cto\n    mode: plan\n    description: x\n    inputs: [error_context, context, task_description, extra]\n");
+    let agents = agents();
+    let extra = vec!["extra".to_owned()];
+    let cx = CompileContext { agents: &agents, extra_inputs: &extra, default_timeout_minutes: 30.0 };
+    let p = compile(&SourceFile::new("p.yml", yaml), &cx).expect("valid");
+    assert_eq!(p.initial_inputs, vec!["task_description", "context", "error_context", "extra"]);
+}
+
+#[test]
+fn retry_limits_are_checked() {
+    let e = errors(&stage("    retry:\n      max_attempts: 0\n      backoff: quadratic\n      initial_delay_seconds: 301\n"));
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:10:21: error: stage `s`, field `retry.max_attempts`: `max_attempts` is 0, expected 1 to 10",
+            "p.yml:11:16: error: stage `s`, field `retry.backoff`: unknown backoff `quadratic`, expected `exponential`, `linear` or `fixed`",
+            "p.yml:12:30: error: stage `s`, field `retry.initial_delay_seconds`: `initial_delay_seconds` is 301, expected 1 to 300",
+        ]
+    );
+    let p = try_compile(&stage("    retry:\n      max_attempts: 10\n      backoff: linear\n      initial_delay_seconds: 1\n")).expect("valid");
+    let r = p.stages[0].retry.expect("retry");
+    assert_eq!((r.max_attempts, r.delay(3)), (10, std::time::Duration::from_secs(3)));
+}
+
+#[test]
+fn retry_defaults_and_backoff_cap() {
+    let p = try_compile(&stage("    retry: {}\n")).expect("valid");
+    let r = p.stages[0].retry.expect("retry");
+    assert_eq!(r.max_attempts, 3);
+    let delays: Vec<u64> = (1..=8).map(|n| r.delay(n).as_secs()).collect();
+    assert_eq!(delays, vec![5, 10, 20, 40, 80, 160, 300, 300]);
+}
+
+#[test]
+fn rollback_strategy_names_are_checked() {
+    let e = errors(&stage("    rollback:\n      strategy: git_revrt\n"));
+    assert_eq!(e, vec!["p.yml:10:17: error: stage `s`, field `rollback.strategy`: unknown rollback strategy `git_revrt`, expected one of git_revert, file_restore, memory_cleanup, manual (help: did you mean `git_revert`?)"]);
+    let e = errors(&stage("    rollback:\n      strategy: manual\n"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("`strategy: manual` needs a `description`"), "{}", e[0]);
+}
+
+#[test]
+fn agents_must_exist_and_allow_the_mode() {
+    let e = errors(&format!("{HEAD}  - id: s\n    agent: tech-leed\n    mode: plan\n    description: x\n  - id: t\n    agent: reviewer\n    mode: agent\n    description: y\n"));
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:6:12: error: stage `s`, field `agent`: Agent 'tech-leed' not found for stage 's' (help: did you mean `tech-lead`?)",
+            "p.yml:10:12: error: stage `t`, field `mode`: agent `reviewer` may not run in `agent` mode (its `modes:` allow plan) (help: change the stage's mode, or add `agent` to `modes:` in reviewer.md)",
+        ]
+    );
+}
+
+#[test]
+fn conditions_must_parse_and_name_known_variables() {
+    let e = errors(&stage("    condition: \"complexity == 'high' and\"\n"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("p.yml:9:38: error: stage `s`, field `condition`: condition does not parse:"), "{}", e[0]);
+    let e = errors(&stage("    condition: \"complexty == 'high'\"\n"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("p.yml:9:17: error: stage `s`, field `condition`: condition uses unknown variable `complexty`"), "{}", e[0]);
+}
+
+#[test]
+fn conditions_may_use_declared_vars_and_earlier_outputs() {
+    let yaml = format!(
+        "name: p\ndescription: d\nversion: 1\nvars:\n  risk_budget: 3\nstages:\n  - id: review\n    agent: cto\n    mode: plan\n    description: x\n    outputs: [risks_identified]\n  - id: fix\n    agent: cto\n    mode: agent\n    description: y\n    condition: \"stage_outputs.review.risks_identified > 0 and risk_budget > 1 and 'x' not in tags\"\n"
+    );
+    let p = try_compile(&yaml).expect("valid");
+    assert_eq!(p.vars, BTreeMap::from([("risk_budget".to_owned(), serde_json::json!(3))]));
+    let e = errors(&yaml.replace("risks_identified > 0", "risks > 0"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("stage `review` declares no output `risks`"), "{}", e[0]);
+}
+
+#[test]
+fn shell_stages_need_run_and_others_must_not_have_it() {
+    let e = errors(&format!("{HEAD}  - id: s\n    agent: shell\n    mode: agent\n    description: x\n  - id: t\n    agent: cto\n    mode: plan\n    description: y\n    run: echo\n"));
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:6:12: error: stage `s`, field `run`: `agent: shell` needs `run:` with a command or a list of commands (help: for example: run: cargo test)",
+            "p.yml:13:10: error: stage `t`, field `run`: `run:` is only for `agent: shell`, but this stage runs agent `cto` (help: remove `run:`, or set `agent: shell`)",
+        ]
+    );
+    let p = try_compile(&format!("{HEAD}  - id: s\n    agent: shell\n    mode: agent\n    description: x\n    run: [\"echo a\", \"echo b\"]\n    timeout_minutes: 0.05\n")).expect("valid");
+    assert_eq!(p.stages[0].run, vec!["echo a", "echo b"]);
+    assert_eq!(p.stages[0].timeout, std::time::Duration::from_secs(3));
+}
+
+#[test]
+fn timeouts_must_be_positive() {
+    let e = errors(&stage("    timeout_minutes: 0\n"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("p.yml:9:22: error: stage `s`, field `timeout_minutes`: `timeout_minutes` is 0, expected a number of minutes above 0"), "{}", e[0]);
+}
+
+#[test]
+fn unknown_fields_and_wrong_types_name_the_place() {
+    assert_eq!(
+        errors(&stage("    timout_minutes: 3\n")),
+        vec!["p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop (help: did you mean `timeout_minutes`?)"]
+    );
+    let e = errors(&stage("    timeout_minutes: ten\n"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("p.yml:9:22: error: "), "{}", e[0]);
+}
+
+#[test]
+fn yaml_syntax_errors_have_a_position() {
+    let e = errors("name: 'p\nstages: []\n");
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("p.yml:2:1: error: "), "{}", e[0]);
+}
+
+#[test]
+fn feedback_loops_follow_the_review_to_implementation_rule() {
+    let yaml = format!(
+        "{HEAD}  - id: implement\n    agent: cto\n    mode: agent\n    description: x\n    outputs: [code_changes]\n  - id: review\n    agent: cto\n    mode: plan\n    description: y\n    inputs: [code_changes]\n    outputs: [review_notes, feedback_items]\n    feedback_loop:\n      target_stage: implement\n      max_iterations: 2\n"
+    );
+    let p = try_compile(&yaml).expect("valid");
+    assert_eq!(p.stages[1].feedback_loop.as_ref().map(|f| (f.target_stage.as_str(), f.max_iterations)), Some(("implement", 2)));
+    let e = errors(&yaml.replace("[review_notes, feedback_items]", "[review_notes]"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("must declare `feedback_items`"), "{}", e[0]);
+    let e = errors(&yaml.replace("target_stage: implement", "target_stage: review"));
+    assert!(e[0].contains("feedback target `review` is not a stage before this one"), "{}", e[0]);
+}
+
+#[test]
+fn checks_are_validated() {
+    let e = errors(&stage("    checks:\n      - name: tests\n        type: tests\n        command: cargo test\n"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("unknown check type `tests`"), "{}", e[0]);
+    let p = try_compile(&stage("    checks:\n      - name: tests\n        type: test\n        command: cargo test\n")).expect("valid");
+    assert_eq!(p.stages[0].checks[0].command, "cargo test");
+}
+
+#[test]
+fn schema_file_is_up_to_date() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../schema/pipeline.schema.json");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    let generated = loopwright_spec::schema::pipeline_schema_json();
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        std::fs::write(path, &generated).expect("write schema");
+        return;
+    }
+    assert!(committed == generated, "schema/pipeline.schema.json is out of date: run `UPDATE_SCHEMA=1 cargo test -p loopwright-spec schema`");
+}
