@@ -17,7 +17,7 @@ pub mod state;
 
 pub use event::{Event, EventRecord, FailureKind, Outputs, RunStarted, RunStatus, SkipReason, StageError};
 pub use ids::{RunId, TaskId};
-pub use ports::{Clock, Observer, Runner, Store, StoreError, SystemClock};
+pub use ports::{Clock, NoObserverExt, Observer, Runner, Store, StoreError, SystemClock};
 pub use result::PipelineResult;
 pub use run::Engine;
 pub use state::{RunState, StageStatus};

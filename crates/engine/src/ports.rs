@@ -158,6 +158,18 @@ pub trait Observer {
     fn on_event(&mut self, record: &EventRecord, state: &crate::state::RunState, pipeline: &loopwright_spec::Pipeline);
 }
 
+/// Borrowing any observer as `&mut dyn Observer`.
+pub trait NoObserverExt {
+    /// The observer as a trait object.
+    fn as_dyn(&mut self) -> &mut dyn Observer;
+}
+
+impl<T: Observer> NoObserverExt for T {
+    fn as_dyn(&mut self) -> &mut dyn Observer {
+        self
+    }
+}
+
 /// An observer that does nothing.
 #[derive(Debug, Default)]
 pub struct NoObserver;

@@ -1,0 +1,272 @@
+//! The state machine driven through its ports: a journal in memory, a runner that plays a
+//! script of outcomes, and a clock that records waits instead of sleeping.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use loopwright_engine::event::ConditionOutcome;
+use loopwright_engine::ports::{ExecOutcome, Execution, Notice, RunSummary, StageRequest};
+use loopwright_engine::{
+    Clock, Engine, Event, EventRecord, FailureKind, NoObserverExt, Outputs, RunId, RunStarted, RunState, RunStatus, Runner, Store, StoreError,
+    TaskId,
+};
+use loopwright_spec::{CompileContext, Pipeline, RunnerKind, SourceFile, StageId};
+use pretty_assertions::assert_eq;
+use tokio::sync::mpsc::UnboundedSender;
+
+#[derive(Default)]
+struct MemoryStore {
+    events: RefCell<Vec<EventRecord>>,
+}
+
+impl Store for MemoryStore {
+    async fn append(&self, _: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
+        let mut events = self.events.borrow_mut();
+        let record = EventRecord { seq: events.len() as u64 + 1, at, event: event.clone() };
+        events.push(record.clone());
+        Ok(record)
+    }
+    async fn events(&self, _: &RunId) -> Result<Vec<EventRecord>, StoreError> {
+        Ok(self.events.borrow().clone())
+    }
+    async fn runs(&self, _: usize) -> Result<Vec<RunSummary>, StoreError> {
+        Ok(vec![])
+    }
+    async fn task_outputs(&self, _: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
+        Ok(BTreeMap::new())
+    }
+}
+
+/// Plays outcomes in order and records what it was asked to run.
+#[derive(Default)]
+struct ScriptedRunner {
+    script: RefCell<VecDeque<(ExecOutcome, &'static str)>>,
+    calls: RefCell<Vec<(String, u32)>>,
+    ended: RefCell<Vec<i32>>,
+}
+
+impl Runner for ScriptedRunner {
+    async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution {
+        self.calls.borrow_mut().push((request.stage.to_string(), request.attempt));
+        let _ = notices.send(Notice::ProcessStarted { pgid: 100 + request.attempt as i32, command: "x".into() });
+        let (outcome, stdout) = self.script.borrow_mut().pop_front().unwrap_or((ExecOutcome::Exited(0), ""));
+        Execution { outcome, stdout: stdout.into(), stderr: String::new(), duration: Duration::from_millis(10) }
+    }
+    fn end_leftovers(&self, groups: &[i32]) {
+        self.ended.borrow_mut().extend_from_slice(groups);
+    }
+}
+
+/// A clock that stands still except when the engine waits.
+struct FakeClock {
+    now: RefCell<jiff::Timestamp>,
+    waits: RefCell<Vec<u64>>,
+}
+
+impl FakeClock {
+    fn new() -> Self {
+        Self { now: RefCell::new("2026-01-01T00:00:00Z".parse().expect("ts")), waits: RefCell::new(vec![]) }
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> jiff::Timestamp {
+        *self.now.borrow()
+    }
+    async fn sleep_until(&self, t: jiff::Timestamp) {
+        let now = *self.now.borrow();
+        self.waits.borrow_mut().push(t.duration_since(now).as_millis() as u64);
+        *self.now.borrow_mut() = t;
+    }
+}
+
+fn pipeline(stages: &str) -> Pipeline {
+    let agent_src = SourceFile::new("a.md", "---\ncommand: [\"true\"]\n---\n");
+    let agents = BTreeMap::from([("a".to_owned(), loopwright_spec::parse_agent(&agent_src, "a", RunnerKind::Command).expect("agent"))]);
+    let yaml = format!("name: p\ndescription: d\nversion: 1\nmax_retries: 5\nstages:\n{stages}");
+    let cx = CompileContext { agents: &agents, extra_inputs: &[], default_timeout_minutes: 1.0 };
+    loopwright_spec::compile(&SourceFile::new("p.yml", yaml), &cx).expect("valid pipeline")
+}
+
+fn started() -> RunStarted {
+    RunStarted {
+        pipeline: "p".into(),
+        pipeline_path: "p.yml".into(),
+        pipeline_source: String::new(),
+        task_id: TaskId::parse("task-1").expect("task"),
+        task: "do it".into(),
+        vars: BTreeMap::new(),
+        inputs: BTreeMap::new(),
+        start_from: None,
+        skip: vec![],
+        auto_approve: false,
+        prior_outputs: BTreeMap::new(),
+        workspace: "/tmp".into(),
+    }
+}
+
+fn kinds(store: &MemoryStore) -> Vec<String> {
+    store
+        .events
+        .borrow()
+        .iter()
+        .map(|r| match &r.event {
+            Event::AttemptFailed { stage, attempt, error, .. } => format!("{stage}#{attempt} failed {}", error.kind.as_str()),
+            Event::AttemptSucceeded { stage, attempt, .. } => format!("{stage}#{attempt} ok"),
+            Event::RetryScheduled { stage, attempt, delay_ms, .. } => format!("{stage}#{attempt} retry in {delay_ms}ms"),
+            Event::RunFinished { status } => format!("run {}", status.as_str()),
+            e => match e.stage() {
+                Some(s) => format!("{} {s}", e.kind()),
+                None => e.kind().to_owned(),
+            },
+        })
+        .collect()
+}
+
+async fn run(pipeline: &Pipeline, runner: &ScriptedRunner, clock: &FakeClock, store: &MemoryStore, started: RunStarted) -> RunState {
+    let mut observer = loopwright_engine::ports::NoObserver;
+    let mut engine = Engine { pipeline, store, runner, clock, observer: observer.as_dyn() };
+    engine.start(RunId::new("r"), started).await.expect("run")
+}
+
+const RETRYING: &str = "  - id: fix\n    agent: a\n    mode: agent\n    description: x\n    retry:\n      max_attempts: 3\n      backoff: exponential\n      initial_delay_seconds: 5\n";
+
+#[tokio::test]
+async fn failed_attempts_are_retried_with_exponential_backoff() {
+    let p = pipeline(RETRYING);
+    let runner = ScriptedRunner::default();
+    runner.script.borrow_mut().extend([(ExecOutcome::Exited(1), ""), (ExecOutcome::TimedOut, ""), (ExecOutcome::Exited(0), "")]);
+    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let state = run(&p, &runner, &clock, &store, started()).await;
+    assert_eq!(state.status, RunStatus::Success);
+    assert_eq!(
+        kinds(&store),
+        vec![
+            "run_started",
+            "attempt_started fix",
+            "process_started fix",
+            "fix#1 failed execution_error",
+            "fix#2 retry in 5000ms",
+            "attempt_started fix",
+            "process_started fix",
+            "fix#2 failed timeout",
+            "fix#3 retry in 10000ms",
+            "attempt_started fix",
+            "process_started fix",
+            "fix#3 ok",
+            "run success",
+        ]
+    );
+    assert_eq!(*clock.waits.borrow(), vec![5000, 10000]);
+    assert_eq!(state.stage("fix").map(|s| (s.attempts, s.duration_ms)), Some((3, 30)));
+}
+
+#[tokio::test]
+async fn non_retryable_failures_fail_at_once() {
+    let p = pipeline(RETRYING);
+    let runner = ScriptedRunner::default();
+    runner.script.borrow_mut().push_back((ExecOutcome::SpawnFailed("program not found".into()), ""));
+    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let state = run(&p, &runner, &clock, &store, started()).await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.failed_stage.as_ref().map(ToString::to_string), Some("fix".into()));
+    assert_eq!(state.stage("fix").and_then(|s| s.last_error.as_ref()).map(|e| e.kind), Some(FailureKind::ValidationError));
+    assert!(clock.waits.borrow().is_empty());
+}
+
+#[tokio::test]
+async fn pipeline_max_retries_caps_retries_across_the_run() {
+    let p = pipeline(RETRYING).clone();
+    let mut p = p;
+    p.max_retries = 1;
+    let runner = ScriptedRunner::default();
+    runner.script.borrow_mut().extend([(ExecOutcome::Exited(1), ""), (ExecOutcome::Exited(1), ""), (ExecOutcome::Exited(0), "")]);
+    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let state = run(&p, &runner, &clock, &store, started()).await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.retries_used, 1);
+    assert_eq!(runner.calls.borrow().len(), 2);
+}
+
+#[tokio::test]
+async fn a_missing_declared_output_is_a_partial_failure() {
+    let p = pipeline("  - id: plan\n    agent: a\n    mode: plan\n    description: x\n    outputs: [plan_text, risks]\n");
+    let runner = ScriptedRunner::default();
+    runner.script.borrow_mut().push_back((ExecOutcome::Exited(0), "## plan_text\nsteps\n"));
+    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let state = run(&p, &runner, &clock, &store, started()).await;
+    let error = state.stage("plan").and_then(|s| s.last_error.clone()).expect("error");
+    assert_eq!(error.kind, FailureKind::PartialFailure);
+    assert_eq!(error.message, "the stage did not produce declared output `risks` (expected a `## key` section for each)");
+    assert_eq!(state.status, RunStatus::Failed);
+}
+
+#[tokio::test]
+async fn a_condition_reading_a_skipped_stage_is_false_and_says_why() {
+    let p = pipeline(
+        "  - id: review\n    agent: a\n    mode: plan\n    description: x\n    outputs: [risks]\n    condition: \"complexity == 'high'\"\n  - id: fix\n    agent: a\n    mode: agent\n    description: y\n    condition: \"stage_outputs.review.risks > 0\"\n  - id: done\n    agent: a\n    mode: plan\n    description: z\n",
+    );
+    let runner = ScriptedRunner::default();
+    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let state = run(&p, &runner, &clock, &store, started()).await;
+    assert_eq!(state.status, RunStatus::Success);
+    assert_eq!(state.stage("review").and_then(|s| s.condition.clone()), Some(ConditionOutcome::False));
+    assert_eq!(state.stage("fix").and_then(|s| s.condition.clone()), Some(ConditionOutcome::ReadsSkippedStage { stage: StageId::parse("review").expect("id") }));
+    assert_eq!(*runner.calls.borrow(), vec![("done".to_owned(), 1)]);
+}
+
+#[tokio::test]
+async fn typed_outputs_drive_later_conditions() {
+    let p = pipeline(
+        "  - id: review\n    agent: a\n    mode: plan\n    description: x\n    outputs: [risks]\n  - id: fix\n    agent: a\n    mode: agent\n    description: y\n    condition: \"stage_outputs.review.risks > 1\"\n",
+    );
+    for (printed, runs_fix) in [("2", true), ("1", false)] {
+        let runner = ScriptedRunner::default();
+        runner.script.borrow_mut().push_back((ExecOutcome::Exited(0), if printed == "2" { "## risks\n2\n" } else { "## risks\n1\n" }));
+        let (clock, store) = (FakeClock::new(), MemoryStore::default());
+        run(&p, &runner, &clock, &store, started()).await;
+        assert_eq!(runner.calls.borrow().len() == 2, runs_fix, "risks = {printed}");
+    }
+}
+
+#[tokio::test]
+async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
+    let p = pipeline("  - id: a1\n    agent: a\n    mode: plan\n    description: x\n  - id: a2\n    agent: a\n    mode: plan\n    description: y\n");
+    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    // A journal as a crash leaves it: a1 done, a2 started with a process group, then nothing.
+    let at = clock.now();
+    for e in [
+        Event::RunStarted(Box::new(started())),
+        Event::AttemptStarted { stage: StageId::parse("a1").expect("id"), attempt: 1 },
+        Event::AttemptSucceeded { stage: StageId::parse("a1").expect("id"), attempt: 1, duration_ms: 1, outputs: Outputs::new() },
+        Event::AttemptStarted { stage: StageId::parse("a2").expect("id"), attempt: 1 },
+        Event::ProcessStarted { stage: StageId::parse("a2").expect("id"), attempt: 1, pgid: 4242, command: "x".into() },
+    ] {
+        store.append(&RunId::new("r"), &e, at).await.expect("append");
+    }
+    let state = RunState::replay(RunId::new("r"), &store.events(&RunId::new("r")).await.expect("events"));
+    let runner = ScriptedRunner::default();
+    let mut observer = loopwright_engine::ports::NoObserver;
+    let mut engine = Engine { pipeline: &p, store: &store, runner: &runner, clock: &clock, observer: observer.as_dyn() };
+    let state = engine.drive(state).await.expect("drive");
+    assert_eq!(state.status, RunStatus::Success);
+    assert_eq!(*runner.ended.borrow(), vec![4242]);
+    assert_eq!(*runner.calls.borrow(), vec![("a2".to_owned(), 1)]);
+}
+
+#[tokio::test]
+async fn approval_gates_wait_unless_approved_up_front() {
+    let p = pipeline("  - id: implement\n    agent: a\n    mode: agent\n    description: x\n    requires_approval: true\n");
+    let runner = ScriptedRunner::default();
+    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let state = run(&p, &runner, &clock, &store, started()).await;
+    assert_eq!(state.status, RunStatus::Waiting);
+    assert!(runner.calls.borrow().is_empty());
+    assert_eq!(state.waiting_for_approval().map(|s| s.id.to_string()), Some("implement".into()));
+
+    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let state = run(&p, &runner, &clock, &store, RunStarted { auto_approve: true, ..started() }).await;
+    assert_eq!(state.status, RunStatus::Success);
+    assert_eq!(state.stage("implement").and_then(|s| s.approval.as_ref()).map(|a| a.by.clone()), Some("--yes".into()));
+}
