@@ -43,7 +43,13 @@ pub struct Progress {
 impl Progress {
     /// A progress printer; `quiet` prints nothing.
     pub fn new(quiet: bool) -> Self {
-        Self { spinner: None, tty: std::io::stderr().is_terminal(), quiet, run_started: Instant::now(), stage_started: HashMap::new() }
+        Self {
+            spinner: None,
+            tty: std::io::stderr().is_terminal(),
+            quiet,
+            run_started: Instant::now(),
+            stage_started: HashMap::new(),
+        }
     }
 
     fn line(&self, text: &str) {
@@ -97,12 +103,20 @@ impl Observer for Progress {
             }
             Event::AttemptSucceeded { stage, duration_ms, outputs, .. } => {
                 self.stop_spinner();
-                let outs = if outputs.is_empty() { String::new() } else { format!("  → {}", outputs.keys().cloned().collect::<Vec<_>>().join(", ")) };
+                let outs = if outputs.is_empty() {
+                    String::new()
+                } else {
+                    format!("  → {}", outputs.keys().cloned().collect::<Vec<_>>().join(", "))
+                };
                 self.line(&format!("✓ {stage}  {}{outs}", duration(*duration_ms)));
             }
             Event::AttemptFailed { stage, duration_ms, error, attempt } => {
                 self.stop_spinner();
-                self.line(&format!("✗ {stage} attempt {attempt} failed after {}: {}", duration(*duration_ms), error.message));
+                self.line(&format!(
+                    "✗ {stage} attempt {attempt} failed after {}: {}",
+                    duration(*duration_ms),
+                    error.message
+                ));
                 let tail: Vec<&str> = error.output_tail.lines().collect();
                 for l in &tail[tail.len().saturating_sub(8)..] {
                     self.line(&format!("    │ {l}"));
@@ -110,7 +124,12 @@ impl Observer for Progress {
             }
             Event::RetryScheduled { stage, attempt, delay_ms, .. } => {
                 let max = pipeline.stage(stage.as_str()).and_then(|s| s.retry).map_or(*attempt, |r| r.max_attempts);
-                self.line(&format!("↻ Retry {}/{} for stage '{stage}' in {}", attempt - 1, max - 1, duration(*delay_ms)));
+                self.line(&format!(
+                    "↻ Retry {}/{} for stage '{stage}' in {}",
+                    attempt - 1,
+                    max - 1,
+                    duration(*delay_ms)
+                ));
             }
             Event::StageSkipped { stage, reason } => {
                 let why = match state.stage(stage.as_str()).and_then(|s| s.condition_detail.as_ref()) {
@@ -125,7 +144,9 @@ impl Observer for Progress {
                 self.line(&format!("⏸ {stage} requires approval"));
             }
             Event::ApprovalGranted { stage, by, .. } => self.line(&format!("  {stage} approved by {by}")),
-            Event::ApprovalRejected { stage, by, .. } => self.line(&format!("■ {stage} rejected by {by}: run cancelled")),
+            Event::ApprovalRejected { stage, by, .. } => {
+                self.line(&format!("■ {stage} rejected by {by}: run cancelled"))
+            }
             Event::StageFailed { stage, error } => {
                 self.line(&format!("✗ {stage} failed for good ({})", error.kind.as_str()));
             }
@@ -158,7 +179,10 @@ impl Projector {
             && !self.warned
         {
             self.warned = true;
-            eprintln!("loopwright: warning: cannot write {}: {e} (the journal has everything)", dir.join(name).display());
+            eprintln!(
+                "loopwright: warning: cannot write {}: {e} (the journal has everything)",
+                dir.join(name).display()
+            );
         }
     }
 }
@@ -176,7 +200,10 @@ impl Observer for Projector {
                 self.write(state, "task.md", &task_markdown(pipeline, state));
                 self.write(state, "metrics.md", &metrics_markdown(state));
             }
-            Event::RunStarted(_) | Event::StageFailed { .. } | Event::ApprovalRequested { .. } | Event::ApprovalRejected { .. } => {
+            Event::RunStarted(_)
+            | Event::StageFailed { .. }
+            | Event::ApprovalRequested { .. }
+            | Event::ApprovalRejected { .. } => {
                 self.write(state, "task.md", &task_markdown(pipeline, state));
             }
             _ => {}

@@ -106,7 +106,13 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
         } else if let Some(a) = s.approval.as_ref() {
             note = format!("{} by {}", if a.granted { "approved" } else { "rejected" }, a.by);
         }
-        out.push_str(&format!("  {mark} {:<24} {:<10} {:<11} {:>8}  {note}\n", s.id.as_str(), s.status.as_str(), attempts, duration(s.duration_ms)));
+        out.push_str(&format!(
+            "  {mark} {:<24} {:<10} {:<11} {:>8}  {note}\n",
+            s.id.as_str(),
+            s.status.as_str(),
+            attempts,
+            duration(s.duration_ms)
+        ));
     }
     if let Some(f) = &result.failed_stage {
         out.push_str(&format!("failed stage: {f}\n"));

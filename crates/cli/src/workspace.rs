@@ -33,7 +33,8 @@ impl Workspace {
                 d.canonicalize().map_err(|e| CliError::usage(format!("-C {}: {e}", d.display())))?
             }
             None => {
-                let cwd = std::env::current_dir().map_err(|e| CliError::usage(format!("cannot read the current directory: {e}")))?;
+                let cwd = std::env::current_dir()
+                    .map_err(|e| CliError::usage(format!("cannot read the current directory: {e}")))?;
                 cwd.ancestors().find(|a| a.join(".loopwright").is_dir()).map_or(cwd.clone(), Path::to_path_buf)
             }
         };
@@ -104,7 +105,11 @@ impl Workspace {
         let as_path = Path::new(name);
         let is_path = name.ends_with(".yml") || name.ends_with(".yaml") || name.contains('/');
         if is_path {
-            let p = if as_path.is_absolute() { as_path.to_path_buf() } else { std::env::current_dir().unwrap_or_default().join(as_path) };
+            let p = if as_path.is_absolute() {
+                as_path.to_path_buf()
+            } else {
+                std::env::current_dir().unwrap_or_default().join(as_path)
+            };
             if p.is_file() {
                 return Ok(p);
             }
@@ -122,19 +127,27 @@ impl Workspace {
                 }
             }
         }
-        let known: Vec<String> =
-            self.pipeline_files().iter().filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned())).collect();
+        let known: Vec<String> = self
+            .pipeline_files()
+            .iter()
+            .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .collect();
         Err(CliError::usage(format!(
             "Pipeline '{name}' not found in {} (looked for {name}.yml in {}){}",
             self.root.display(),
             PIPELINE_DIRS.join(" and "),
-            if known.is_empty() { "; run `loopwright init` to create one".to_owned() } else { format!("; available: {}", known.join(", ")) }
+            if known.is_empty() {
+                "; run `loopwright init` to create one".to_owned()
+            } else {
+                format!("; available: {}", known.join(", "))
+            }
         )))
     }
 
     /// Reads and compiles a pipeline file; `extra_inputs` are `--input` keys.
     pub fn load_pipeline(&self, path: &Path, extra_inputs: &[String]) -> Result<Pipeline, CliError> {
-        let text = std::fs::read_to_string(path).map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
         self.compile_text(path, text, extra_inputs)
     }
 
@@ -142,7 +155,11 @@ impl Workspace {
     pub fn compile_text(&self, path: &Path, text: String, extra_inputs: &[String]) -> Result<Pipeline, CliError> {
         let (agents, agent_diags) = self.agents();
         let source = SourceFile::new(self.shown(path), text);
-        let cx = CompileContext { agents: &agents, extra_inputs, default_timeout_minutes: self.config.defaults.timeout_minutes };
+        let cx = CompileContext {
+            agents: &agents,
+            extra_inputs,
+            default_timeout_minutes: self.config.defaults.timeout_minutes,
+        };
         match loopwright_spec::compile(&source, &cx) {
             Ok(p) => Ok(p),
             Err(mut diags) => {

@@ -70,14 +70,20 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                         None => return Step::Record(evaluate_condition(pipeline, state, stage, condition)),
                         Some(ConditionOutcome::True) => {}
                         Some(ConditionOutcome::False | ConditionOutcome::ReadsSkippedStage { .. }) => {
-                            return Step::Record(Event::StageSkipped { stage: stage.id.clone(), reason: SkipReason::ConditionFalse });
+                            return Step::Record(Event::StageSkipped {
+                                stage: stage.id.clone(),
+                                reason: SkipReason::ConditionFalse,
+                            });
                         }
                         Some(ConditionOutcome::Error { message }) => {
                             return Step::Record(Event::StageFailed {
                                 stage: stage.id.clone(),
                                 error: StageError {
                                     kind: FailureKind::ConditionError,
-                                    message: format!("condition `{}` could not be evaluated: {message}", condition.source),
+                                    message: format!(
+                                        "condition `{}` could not be evaluated: {message}",
+                                        condition.source
+                                    ),
                                     exit_code: None,
                                     output_tail: String::new(),
                                 },
@@ -88,10 +94,16 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                 if stage.requires_approval {
                     match st.and_then(|s| s.approval.as_ref()) {
                         None if started.auto_approve => {
-                            return Step::Record(Event::ApprovalGranted { stage: stage.id.clone(), by: "--yes".into(), comment: None });
+                            return Step::Record(Event::ApprovalGranted {
+                                stage: stage.id.clone(),
+                                by: "--yes".into(),
+                                comment: None,
+                            });
                         }
                         None => return Step::Record(Event::ApprovalRequested { stage: stage.id.clone() }),
-                        Some(a) if !a.granted => return Step::Record(Event::RunFinished { status: RunStatus::Cancelled }),
+                        Some(a) if !a.granted => {
+                            return Step::Record(Event::RunFinished { status: RunStatus::Cancelled });
+                        }
                         Some(_) => {}
                     }
                 }
@@ -119,7 +131,9 @@ fn after_failure(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Step {
         let delay = policy.delay(st.attempts);
         let secs = policy.initial_delay.as_secs_f64();
         let how = match policy.backoff {
-            loopwright_spec::pipeline::Backoff::Exponential => format!("exponential backoff {secs}s * 2^{}", st.attempts - 1),
+            loopwright_spec::pipeline::Backoff::Exponential => {
+                format!("exponential backoff {secs}s * 2^{}", st.attempts - 1)
+            }
             loopwright_spec::pipeline::Backoff::Linear => format!("linear backoff {secs}s * {}", st.attempts),
             loopwright_spec::pipeline::Backoff::Fixed => format!("fixed backoff {secs}s"),
         };
@@ -162,7 +176,12 @@ fn evaluate_condition(pipeline: &Pipeline, state: &RunState, stage: &Stage, cond
             Err(message) => ConditionOutcome::Error { message },
         },
     };
-    Event::ConditionEvaluated { stage: stage.id.clone(), condition: condition.source.clone(), values: Value::Object(values), outcome }
+    Event::ConditionEvaluated {
+        stage: stage.id.clone(),
+        condition: condition.source.clone(),
+        values: Value::Object(values),
+        outcome,
+    }
 }
 
 /// The variables conditions see: `complexity`, `task_type`, `tags`, `always_include`,
@@ -172,7 +191,10 @@ pub fn condition_context(pipeline: &Pipeline, state: &RunState) -> Value {
     let text = |k: &str| given.get(k).filter(|v| !v.is_empty()).map_or(Value::Null, |v| Value::String(v.clone()));
     let list = |k: &str| {
         Value::Array(
-            given.get(k).map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| json!(s)).collect()).unwrap_or_default(),
+            given
+                .get(k)
+                .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| json!(s)).collect())
+                .unwrap_or_default(),
         )
     };
     let mut ctx = Map::new();
@@ -185,7 +207,10 @@ pub fn condition_context(pipeline: &Pipeline, state: &RunState) -> Value {
     ctx.insert("always_include".into(), list("always_include"));
     let mut outs = Map::new();
     for (stage, outputs) in state.all_outputs() {
-        outs.insert(stage.to_owned(), Value::Object(outputs.iter().map(|(k, v)| (k.clone(), typed_value(v))).collect()));
+        outs.insert(
+            stage.to_owned(),
+            Value::Object(outputs.iter().map(|(k, v)| (k.clone(), typed_value(v))).collect()),
+        );
     }
     ctx.insert("stage_outputs".into(), Value::Object(outs));
     Value::Object(ctx)

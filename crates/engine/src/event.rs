@@ -273,7 +273,13 @@ impl FailureKind {
     /// Seed 004: timeout, transient and partial failures (and a failing process) are retried;
     /// validation errors, user aborts and security violations never are.
     pub fn is_retryable(self) -> bool {
-        matches!(self, FailureKind::Timeout | FailureKind::ExecutionError | FailureKind::TransientError | FailureKind::PartialFailure)
+        matches!(
+            self,
+            FailureKind::Timeout
+                | FailureKind::ExecutionError
+                | FailureKind::TransientError
+                | FailureKind::PartialFailure
+        )
     }
 
     /// The name used in events and logs.
@@ -339,9 +345,16 @@ impl RunStatus {
 
     /// Parses a stored status.
     pub fn parse(s: &str) -> Option<Self> {
-        [RunStatus::Running, RunStatus::Success, RunStatus::Failed, RunStatus::Cancelled, RunStatus::Waiting, RunStatus::Interrupted]
-            .into_iter()
-            .find(|x| x.as_str() == s)
+        [
+            RunStatus::Running,
+            RunStatus::Success,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+            RunStatus::Waiting,
+            RunStatus::Interrupted,
+        ]
+        .into_iter()
+        .find(|x| x.as_str() == s)
     }
 
     /// True when the run will not continue by itself or by `resume`.

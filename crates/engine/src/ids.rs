@@ -90,7 +90,10 @@ mod tests {
 
     #[test]
     fn task_ids_slug_the_task() {
-        assert_eq!(TaskId::generate("Fix login button not responding!", 0xa1b2c3).as_str(), "task-a1b2c3-fix-login-button-not-responding");
+        assert_eq!(
+            TaskId::generate("Fix login button not responding!", 0xa1b2c3).as_str(),
+            "task-a1b2c3-fix-login-button-not-responding"
+        );
         assert_eq!(TaskId::generate("", 1).as_str(), "task-000001");
         assert!(TaskId::parse("task-x7y8z9-fix-login").is_some());
         assert!(TaskId::parse("../etc").is_none());

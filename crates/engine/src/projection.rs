@@ -55,7 +55,9 @@ pub fn task_markdown(pipeline: &Pipeline, state: &RunState) -> String {
         .iter()
         .map(|s| s.id.as_str())
         .filter(|id| state.stage(id).is_none_or(|s| !s.status.is_done()))
-        .filter(|id| started.start_from.as_ref().is_none_or(|from| pipeline.index_of(id) >= pipeline.index_of(from.as_str())))
+        .filter(|id| {
+            started.start_from.as_ref().is_none_or(|from| pipeline.index_of(id) >= pipeline.index_of(from.as_str()))
+        })
         .collect();
     let mut md = String::from("---\n");
     let _ = writeln!(md, "entity_name: {}", q(&format!("session.current.task.{}", started.task_id)));

@@ -81,7 +81,9 @@ pub fn resolve_inputs(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> V
                 from: Some(producer.id.to_string()),
                 text: state.outputs_of(producer.id.as_str()).and_then(|o| o.get(key)).cloned(),
             },
-            None => ResolvedInput { key: key.clone(), from: None, text: started.and_then(|s| s.inputs.get(key)).cloned() },
+            None => {
+                ResolvedInput { key: key.clone(), from: None, text: started.and_then(|s| s.inputs.get(key)).cloned() }
+            }
         })
         .collect()
 }
@@ -96,7 +98,8 @@ pub fn build_prompt(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> Str
         p.push_str("\n\n");
     }
     let task = state.started.as_ref().map_or("", |s| s.task.as_str());
-    let _ = writeln!(p, "# Task\n{}\n", if task.trim().is_empty() { "(no task description given)" } else { task.trim() });
+    let _ =
+        writeln!(p, "# Task\n{}\n", if task.trim().is_empty() { "(no task description given)" } else { task.trim() });
     let _ = writeln!(p, "# Stage `{}` ({} mode)\n{}\n", stage.id, stage.mode, stage.description.trim());
     match stage.mode {
         Mode::Plan => p.push_str("This is a read-only stage: read and analyse, do not change any file.\n\n"),
@@ -119,8 +122,12 @@ pub fn build_prompt(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> Str
             }
             let mut body = String::new();
             for i in group {
-                let from = i.from.as_deref().map_or_else(|| "initial input".to_owned(), |s| format!("from stage `{s}`"));
-                let text = i.text.as_deref().map_or_else(|| format!("(not available: {})", unavailable_reason(i, state)), str::to_owned);
+                let from =
+                    i.from.as_deref().map_or_else(|| "initial input".to_owned(), |s| format!("from stage `{s}`"));
+                let text = i
+                    .text
+                    .as_deref()
+                    .map_or_else(|| format!("(not available: {})", unavailable_reason(i, state)), str::to_owned);
                 let _ = writeln!(body, "## {} ({from})\n{}\n", i.key, text.trim());
             }
             p.push_str(&cap_tokens(body.trim_end(), share).0);
@@ -163,7 +170,8 @@ mod tests {
         assert!(capped.starts_with("line 0\nline 1\n"));
         assert!(capped.trim_end().ends_with("line 1999"));
         let marker = capped.lines().find(|l| l.starts_with("[truncated - ")).expect("marker");
-        let omitted: usize = marker.trim_start_matches("[truncated - ").trim_end_matches(" tokens omitted]").parse().expect("number");
+        let omitted: usize =
+            marker.trim_start_matches("[truncated - ").trim_end_matches(" tokens omitted]").parse().expect("number");
         assert!(omitted > count_tokens(&text) - 500, "{omitted}");
     }
 }

@@ -59,7 +59,9 @@ impl<S: Store, R: Runner, C: Clock> Engine<'_, S, R, C> {
 
     async fn execute(&mut self, state: &mut RunState, stage_id: StageId, attempt: u32) -> Result<(), StoreError> {
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
-        if let Some(leftovers) = state.stage(stage_id.as_str()).map(|s| s.process_groups.clone()).filter(|g| !g.is_empty()) {
+        if let Some(leftovers) =
+            state.stage(stage_id.as_str()).map(|s| s.process_groups.clone()).filter(|g| !g.is_empty())
+        {
             // An attempt was in flight when loopwright died: end what it left before redoing it.
             self.runner.end_leftovers(&leftovers);
         }
@@ -98,7 +100,13 @@ impl<S: Store, R: Runner, C: Clock> Engine<'_, S, R, C> {
         self.record(state, event).await
     }
 
-    async fn notice(&mut self, state: &mut RunState, stage: &StageId, attempt: u32, notice: Notice) -> Result<(), StoreError> {
+    async fn notice(
+        &mut self,
+        state: &mut RunState,
+        stage: &StageId,
+        attempt: u32,
+        notice: Notice,
+    ) -> Result<(), StoreError> {
         match notice {
             Notice::ProcessStarted { pgid, command } => {
                 self.record(state, Event::ProcessStarted { stage: stage.clone(), attempt, pgid, command }).await
@@ -142,7 +150,10 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
         }),
         ExecOutcome::TimedOut => Err(StageError {
             kind: FailureKind::Timeout,
-            message: format!("ran past its timeout of {:.1}s; its process group was ended", execution.duration.as_secs_f64()),
+            message: format!(
+                "ran past its timeout of {:.1}s; its process group was ended",
+                execution.duration.as_secs_f64()
+            ),
             exit_code: None,
             output_tail: tail(),
         }),

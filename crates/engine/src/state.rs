@@ -51,7 +51,15 @@ impl StageStatus {
 
     /// True once the stage will not run again in this pass.
     pub fn is_done(self) -> bool {
-        matches!(self, StageStatus::Success | StageStatus::Skipped | StageStatus::Failed | StageStatus::Timeout | StageStatus::Cancelled | StageStatus::RolledBack)
+        matches!(
+            self,
+            StageStatus::Success
+                | StageStatus::Skipped
+                | StageStatus::Failed
+                | StageStatus::Timeout
+                | StageStatus::Cancelled
+                | StageStatus::RolledBack
+        )
     }
 }
 
@@ -251,7 +259,9 @@ impl RunState {
                 let at = record.at;
                 let s = self.stage_mut(stage);
                 s.status = StageStatus::RetryWaiting;
-                s.retry_at = at.checked_add(jiff::SignedDuration::from_millis(i64::try_from(*delay_ms).unwrap_or(i64::MAX))).ok();
+                s.retry_at = at
+                    .checked_add(jiff::SignedDuration::from_millis(i64::try_from(*delay_ms).unwrap_or(i64::MAX)))
+                    .ok();
             }
             Event::StageFailed { stage, error } => {
                 let timeout = error.kind == crate::event::FailureKind::Timeout;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use loopwright_engine::event::ConditionOutcome;
 use loopwright_engine::ports::{ExecOutcome, Execution, Notice, RunSummary, StageRequest};
 use loopwright_engine::{
-    Clock, Engine, Event, EventRecord, FailureKind, NoObserverExt, Outputs, RunId, RunStarted, RunState, RunStatus, Runner, Store, StoreError,
-    TaskId,
+    Clock, Engine, Event, EventRecord, FailureKind, NoObserverExt, Outputs, RunId, RunStarted, RunState, RunStatus,
+    Runner, Store, StoreError, TaskId,
 };
 use loopwright_spec::{CompileContext, Pipeline, RunnerKind, SourceFile, StageId};
 use pretty_assertions::assert_eq;
@@ -83,7 +83,10 @@ impl Clock for FakeClock {
 
 fn pipeline(stages: &str) -> Pipeline {
     let agent_src = SourceFile::new("a.md", "---\ncommand: [\"true\"]\n---\n");
-    let agents = BTreeMap::from([("a".to_owned(), loopwright_spec::parse_agent(&agent_src, "a", RunnerKind::Command).expect("agent"))]);
+    let agents = BTreeMap::from([(
+        "a".to_owned(),
+        loopwright_spec::parse_agent(&agent_src, "a", RunnerKind::Command).expect("agent"),
+    )]);
     let yaml = format!("name: p\ndescription: d\nversion: 1\nmax_retries: 5\nstages:\n{stages}");
     let cx = CompileContext { agents: &agents, extra_inputs: &[], default_timeout_minutes: 1.0 };
     loopwright_spec::compile(&SourceFile::new("p.yml", yaml), &cx).expect("valid pipeline")
@@ -112,9 +115,13 @@ fn kinds(store: &MemoryStore) -> Vec<String> {
         .borrow()
         .iter()
         .map(|r| match &r.event {
-            Event::AttemptFailed { stage, attempt, error, .. } => format!("{stage}#{attempt} failed {}", error.kind.as_str()),
+            Event::AttemptFailed { stage, attempt, error, .. } => {
+                format!("{stage}#{attempt} failed {}", error.kind.as_str())
+            }
             Event::AttemptSucceeded { stage, attempt, .. } => format!("{stage}#{attempt} ok"),
-            Event::RetryScheduled { stage, attempt, delay_ms, .. } => format!("{stage}#{attempt} retry in {delay_ms}ms"),
+            Event::RetryScheduled { stage, attempt, delay_ms, .. } => {
+                format!("{stage}#{attempt} retry in {delay_ms}ms")
+            }
             Event::RunFinished { status } => format!("run {}", status.as_str()),
             e => match e.stage() {
                 Some(s) => format!("{} {s}", e.kind()),
@@ -124,7 +131,13 @@ fn kinds(store: &MemoryStore) -> Vec<String> {
         .collect()
 }
 
-async fn run(pipeline: &Pipeline, runner: &ScriptedRunner, clock: &FakeClock, store: &MemoryStore, started: RunStarted) -> RunState {
+async fn run(
+    pipeline: &Pipeline,
+    runner: &ScriptedRunner,
+    clock: &FakeClock,
+    store: &MemoryStore,
+    started: RunStarted,
+) -> RunState {
     let mut observer = loopwright_engine::ports::NoObserver;
     let mut engine = Engine { pipeline, store, runner, clock, observer: observer.as_dyn() };
     engine.start(RunId::new("r"), started).await.expect("run")
@@ -136,7 +149,11 @@ const RETRYING: &str = "  - id: fix\n    agent: a\n    mode: agent\n    descript
 async fn failed_attempts_are_retried_with_exponential_backoff() {
     let p = pipeline(RETRYING);
     let runner = ScriptedRunner::default();
-    runner.script.borrow_mut().extend([(ExecOutcome::Exited(1), ""), (ExecOutcome::TimedOut, ""), (ExecOutcome::Exited(0), "")]);
+    runner.script.borrow_mut().extend([
+        (ExecOutcome::Exited(1), ""),
+        (ExecOutcome::TimedOut, ""),
+        (ExecOutcome::Exited(0), ""),
+    ]);
     let (clock, store) = (FakeClock::new(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, started()).await;
     assert_eq!(state.status, RunStatus::Success);
@@ -171,7 +188,10 @@ async fn non_retryable_failures_fail_at_once() {
     let state = run(&p, &runner, &clock, &store, started()).await;
     assert_eq!(state.status, RunStatus::Failed);
     assert_eq!(state.failed_stage.as_ref().map(ToString::to_string), Some("fix".into()));
-    assert_eq!(state.stage("fix").and_then(|s| s.last_error.as_ref()).map(|e| e.kind), Some(FailureKind::ValidationError));
+    assert_eq!(
+        state.stage("fix").and_then(|s| s.last_error.as_ref()).map(|e| e.kind),
+        Some(FailureKind::ValidationError)
+    );
     assert!(clock.waits.borrow().is_empty());
 }
 
@@ -181,7 +201,11 @@ async fn pipeline_max_retries_caps_retries_across_the_run() {
     let mut p = p;
     p.max_retries = 1;
     let runner = ScriptedRunner::default();
-    runner.script.borrow_mut().extend([(ExecOutcome::Exited(1), ""), (ExecOutcome::Exited(1), ""), (ExecOutcome::Exited(0), "")]);
+    runner.script.borrow_mut().extend([
+        (ExecOutcome::Exited(1), ""),
+        (ExecOutcome::Exited(1), ""),
+        (ExecOutcome::Exited(0), ""),
+    ]);
     let (clock, store) = (FakeClock::new(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, started()).await;
     assert_eq!(state.status, RunStatus::Failed);
@@ -191,14 +215,18 @@ async fn pipeline_max_retries_caps_retries_across_the_run() {
 
 #[tokio::test]
 async fn a_missing_declared_output_is_a_partial_failure() {
-    let p = pipeline("  - id: plan\n    agent: a\n    mode: plan\n    description: x\n    outputs: [plan_text, risks]\n");
+    let p =
+        pipeline("  - id: plan\n    agent: a\n    mode: plan\n    description: x\n    outputs: [plan_text, risks]\n");
     let runner = ScriptedRunner::default();
     runner.script.borrow_mut().push_back((ExecOutcome::Exited(0), "## plan_text\nsteps\n"));
     let (clock, store) = (FakeClock::new(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, started()).await;
     let error = state.stage("plan").and_then(|s| s.last_error.clone()).expect("error");
     assert_eq!(error.kind, FailureKind::PartialFailure);
-    assert_eq!(error.message, "the stage did not produce declared output `risks` (expected a `## key` section for each)");
+    assert_eq!(
+        error.message,
+        "the stage did not produce declared output `risks` (expected a `## key` section for each)"
+    );
     assert_eq!(state.status, RunStatus::Failed);
 }
 
@@ -212,7 +240,10 @@ async fn a_condition_reading_a_skipped_stage_is_false_and_says_why() {
     let state = run(&p, &runner, &clock, &store, started()).await;
     assert_eq!(state.status, RunStatus::Success);
     assert_eq!(state.stage("review").and_then(|s| s.condition.clone()), Some(ConditionOutcome::False));
-    assert_eq!(state.stage("fix").and_then(|s| s.condition.clone()), Some(ConditionOutcome::ReadsSkippedStage { stage: StageId::parse("review").expect("id") }));
+    assert_eq!(
+        state.stage("fix").and_then(|s| s.condition.clone()),
+        Some(ConditionOutcome::ReadsSkippedStage { stage: StageId::parse("review").expect("id") })
+    );
     assert_eq!(*runner.calls.borrow(), vec![("done".to_owned(), 1)]);
 }
 
@@ -223,7 +254,10 @@ async fn typed_outputs_drive_later_conditions() {
     );
     for (printed, runs_fix) in [("2", true), ("1", false)] {
         let runner = ScriptedRunner::default();
-        runner.script.borrow_mut().push_back((ExecOutcome::Exited(0), if printed == "2" { "## risks\n2\n" } else { "## risks\n1\n" }));
+        runner
+            .script
+            .borrow_mut()
+            .push_back((ExecOutcome::Exited(0), if printed == "2" { "## risks\n2\n" } else { "## risks\n1\n" }));
         let (clock, store) = (FakeClock::new(), MemoryStore::default());
         run(&p, &runner, &clock, &store, started()).await;
         assert_eq!(runner.calls.borrow().len() == 2, runs_fix, "risks = {printed}");
@@ -232,14 +266,21 @@ async fn typed_outputs_drive_later_conditions() {
 
 #[tokio::test]
 async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
-    let p = pipeline("  - id: a1\n    agent: a\n    mode: plan\n    description: x\n  - id: a2\n    agent: a\n    mode: plan\n    description: y\n");
+    let p = pipeline(
+        "  - id: a1\n    agent: a\n    mode: plan\n    description: x\n  - id: a2\n    agent: a\n    mode: plan\n    description: y\n",
+    );
     let (clock, store) = (FakeClock::new(), MemoryStore::default());
     // A journal as a crash leaves it: a1 done, a2 started with a process group, then nothing.
     let at = clock.now();
     for e in [
         Event::RunStarted(Box::new(started())),
         Event::AttemptStarted { stage: StageId::parse("a1").expect("id"), attempt: 1 },
-        Event::AttemptSucceeded { stage: StageId::parse("a1").expect("id"), attempt: 1, duration_ms: 1, outputs: Outputs::new() },
+        Event::AttemptSucceeded {
+            stage: StageId::parse("a1").expect("id"),
+            attempt: 1,
+            duration_ms: 1,
+            outputs: Outputs::new(),
+        },
         Event::AttemptStarted { stage: StageId::parse("a2").expect("id"), attempt: 1 },
         Event::ProcessStarted { stage: StageId::parse("a2").expect("id"), attempt: 1, pgid: 4242, command: "x".into() },
     ] {
@@ -248,7 +289,8 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
     let state = RunState::replay(RunId::new("r"), &store.events(&RunId::new("r")).await.expect("events"));
     let runner = ScriptedRunner::default();
     let mut observer = loopwright_engine::ports::NoObserver;
-    let mut engine = Engine { pipeline: &p, store: &store, runner: &runner, clock: &clock, observer: observer.as_dyn() };
+    let mut engine =
+        Engine { pipeline: &p, store: &store, runner: &runner, clock: &clock, observer: observer.as_dyn() };
     let state = engine.drive(state).await.expect("drive");
     assert_eq!(state.status, RunStatus::Success);
     assert_eq!(*runner.ended.borrow(), vec![4242]);
@@ -257,7 +299,8 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
 
 #[tokio::test]
 async fn approval_gates_wait_unless_approved_up_front() {
-    let p = pipeline("  - id: implement\n    agent: a\n    mode: agent\n    description: x\n    requires_approval: true\n");
+    let p =
+        pipeline("  - id: implement\n    agent: a\n    mode: agent\n    description: x\n    requires_approval: true\n");
     let runner = ScriptedRunner::default();
     let (clock, store) = (FakeClock::new(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, started()).await;

@@ -76,7 +76,9 @@ impl Runner for ProcessRunner {
         let env = Self::env(request, &prompt_file);
         // Each command of the stage, with what it gets on stdin.
         let commands: Vec<(Vec<String>, Option<&str>)> = match &request.agent {
-            None => request.commands.iter().map(|c| (vec!["sh".to_owned(), "-c".to_owned(), c.clone()], None)).collect(),
+            None => {
+                request.commands.iter().map(|c| (vec!["sh".to_owned(), "-c".to_owned(), c.clone()], None)).collect()
+            }
             Some(agent) => match agent.runner {
                 RunnerKind::Command | RunnerKind::Shell => vec![(agent.command.clone(), Some(request.prompt.as_str()))],
                 other => {

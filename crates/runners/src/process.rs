@@ -118,7 +118,9 @@ pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32)) -> ProcessResult 
     let collect = |task: Option<tokio::task::JoinHandle<String>>| async move {
         match task {
             // A process that left the group (setsid) may hold the pipe open: do not wait forever.
-            Some(t) => tokio::time::timeout(Duration::from_secs(2), t).await.ok().and_then(Result::ok).unwrap_or_default(),
+            Some(t) => {
+                tokio::time::timeout(Duration::from_secs(2), t).await.ok().and_then(Result::ok).unwrap_or_default()
+            }
             None => String::new(),
         }
     };

@@ -55,8 +55,14 @@ async fn command_agents_get_the_prompt_on_stdin_in_a_file_and_the_environment() 
     let (execution, notices) = run(&runner, &req).await;
     assert_eq!(execution.outcome, ExecOutcome::Exited(0));
     let cwd = dir.path().canonicalize().expect("canonical");
-    assert_eq!(execution.stdout, format!("# Task\nmake it work\n\n# Task\nrun-1 task-1 build 2 plan\n{}\n", cwd.display()));
-    assert_eq!(std::fs::read_to_string(dir.path().join("runs/run-1/prompts/build-2.md")).expect("prompt file"), req.prompt);
+    assert_eq!(
+        execution.stdout,
+        format!("# Task\nmake it work\n\n# Task\nrun-1 task-1 build 2 plan\n{}\n", cwd.display())
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("runs/run-1/prompts/build-2.md")).expect("prompt file"),
+        req.prompt
+    );
     assert_eq!(notices.len(), 1);
 }
 
@@ -85,7 +91,8 @@ async fn a_timeout_ends_the_whole_process_group() {
     let (execution, _) = run(&runner, &req).await;
     assert_eq!(execution.outcome, ExecOutcome::TimedOut);
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-    let pids: Vec<i32> = std::fs::read_to_string(&pids).expect("pids").lines().map(|l| l.parse().expect("pid")).collect();
+    let pids: Vec<i32> =
+        std::fs::read_to_string(&pids).expect("pids").lines().map(|l| l.parse().expect("pid")).collect();
     assert_eq!(pids.len(), 2);
     std::thread::sleep(Duration::from_millis(100));
     for pid in pids {
@@ -115,7 +122,9 @@ async fn a_missing_program_is_a_spawn_failure() {
     let (execution, notices) = run(&runner, &req).await;
     assert_eq!(
         execution.outcome,
-        ExecOutcome::SpawnFailed("cannot start `no-such-agent-program`: program not found (is it installed and on PATH?)".into())
+        ExecOutcome::SpawnFailed(
+            "cannot start `no-such-agent-program`: program not found (is it installed and on PATH?)".into()
+        )
     );
     assert!(notices.is_empty());
 }
@@ -127,6 +136,10 @@ async fn output_is_capped_keeping_the_end() {
     runner.output_cap = 1000;
     let req = request(dir.path(), None, &["seq 1 10000"], Duration::from_secs(10));
     let (execution, _) = run(&runner, &req).await;
-    assert!(execution.stdout.starts_with("[... 47894 bytes of earlier output omitted ...]\n"), "{}", &execution.stdout[..80]);
+    assert!(
+        execution.stdout.starts_with("[... 47894 bytes of earlier output omitted ...]\n"),
+        "{}",
+        &execution.stdout[..80]
+    );
     assert!(execution.stdout.ends_with("9999\n10000\n"));
 }

@@ -211,10 +211,13 @@ pub fn parse_agent(source: &SourceFile, stem: &str, default_runner: RunnerKind) 
             Some(k) => Some(k),
             None => {
                 let names: Vec<&str> = RunnerKind::ALL.iter().map(|(n, _)| *n).collect();
-                let mut d = Diagnostic::new(source, format!("unknown runner `{}`, expected one of {}", r.value, names.join(", ")))
-                    .at(at(&r.referenced))
-                    .field("runner")
-                    .label("unknown runner");
+                let mut d = Diagnostic::new(
+                    source,
+                    format!("unknown runner `{}`, expected one of {}", r.value, names.join(", ")),
+                )
+                .at(at(&r.referenced))
+                .field("runner")
+                .label("unknown runner");
                 if let Some(best) = closest(&r.value, &names) {
                     d = d.help(format!("did you mean `{best}`?"));
                 }
@@ -233,9 +236,12 @@ pub fn parse_agent(source: &SourceFile, stem: &str, default_runner: RunnerKind) 
     if let Some(runner @ (RunnerKind::Command | RunnerKind::Shell)) = runner
         && command.is_empty()
     {
-        let mut d = Diagnostic::new(source, format!("`runner: {runner}` needs a non-empty `command` (the program and its arguments)"))
-            .field("command")
-            .help("for example: command: [\"my-agent\", \"--flag\"]");
+        let mut d = Diagnostic::new(
+            source,
+            format!("`runner: {runner}` needs a non-empty `command` (the program and its arguments)"),
+        )
+        .field("command")
+        .help("for example: command: [\"my-agent\", \"--flag\"]");
         if let Some(c) = &raw.command {
             d = d.at(at(&c.referenced));
         } else if let Some(r) = &raw.runner {

@@ -34,17 +34,18 @@ pub struct CompileContext<'a> {
 pub fn compile(source: &SourceFile, cx: &CompileContext<'_>) -> Result<Pipeline, Diagnostics> {
     let mut c = Compiler { source, diags: Diagnostics::default() };
     c.diags.add_source(source);
-    let raw: RawPipeline = match serde_saphyr::from_str_with_options(&source.text, serde_saphyr::options! { with_snippet: false }) {
-        Ok(raw) => raw,
-        Err(err) => {
-            let mut d = yaml_error(source, &err, 0, 0);
-            if d.message.contains("invalid type") && d.position.is_some_and(|p| p.line == 1) {
-                d = d.help("a pipeline file is a YAML mapping with `name`, `description`, `version` and `stages`");
+    let raw: RawPipeline =
+        match serde_saphyr::from_str_with_options(&source.text, serde_saphyr::options! { with_snippet: false }) {
+            Ok(raw) => raw,
+            Err(err) => {
+                let mut d = yaml_error(source, &err, 0, 0);
+                if d.message.contains("invalid type") && d.position.is_some_and(|p| p.line == 1) {
+                    d = d.help("a pipeline file is a YAML mapping with `name`, `description`, `version` and `stages`");
+                }
+                c.diags.push(d);
+                return Err(c.diags);
             }
-            c.diags.push(d);
-            return Err(c.diags);
-        }
-    };
+        };
     let pipeline = c.pipeline(raw, cx);
     match pipeline {
         Some(p) if c.diags.is_empty() => Ok(p),
@@ -72,7 +73,13 @@ impl Compiler<'_> {
         Position::from_location(loc, self.source, 0, 0)
     }
 
-    fn error(&mut self, loc: Option<&Location>, stage: Option<&str>, field: &str, message: impl Into<String>) -> &mut Diagnostic {
+    fn error(
+        &mut self,
+        loc: Option<&Location>,
+        stage: Option<&str>,
+        field: &str,
+        message: impl Into<String>,
+    ) -> &mut Diagnostic {
         let mut d = Diagnostic::new(self.source, message).stage(stage).field(field);
         if let Some(loc) = loc {
             d = d.at(self.pos(loc));
@@ -82,12 +89,23 @@ impl Compiler<'_> {
         &mut self.diags.items[last]
     }
 
-    fn required<'v, T>(&mut self, value: &'v Option<Spanned<T>>, anchor: Anchor<'_>, field: &str, what: &str) -> Option<&'v T> {
+    fn required<'v, T>(
+        &mut self,
+        value: &'v Option<Spanned<T>>,
+        anchor: Anchor<'_>,
+        field: &str,
+        what: &str,
+    ) -> Option<&'v T> {
         match value {
             Some(v) => Some(&v.value),
             None => {
                 let whose = anchor.stage.map_or_else(|| "the pipeline".to_owned(), |s| format!("stage `{s}`"));
-                let d = self.error(Some(anchor.location), anchor.stage, field, format!("missing required field `{field}` in {whose}"));
+                let d = self.error(
+                    Some(anchor.location),
+                    anchor.stage,
+                    field,
+                    format!("missing required field `{field}` in {whose}"),
+                );
                 d.label = Some(format!("`{field}` is missing here"));
                 d.help = Some(format!("add `{field}:` ({what})"));
                 None
@@ -95,7 +113,13 @@ impl Compiler<'_> {
         }
     }
 
-    fn non_empty_string(&mut self, value: &Option<Spanned<String>>, anchor: Anchor<'_>, field: &str, what: &str) -> Option<String> {
+    fn non_empty_string(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        anchor: Anchor<'_>,
+        field: &str,
+        what: &str,
+    ) -> Option<String> {
         let v = value.as_ref()?;
         if v.value.trim().is_empty() {
             self.error(Some(&v.referenced), anchor.stage, field, format!("`{field}` is empty, expected {what}"));
@@ -109,12 +133,18 @@ impl Compiler<'_> {
         let top_anchor = Anchor { stage: None, location: &top };
         let name = self.required(&raw.name, top_anchor, "name", "a unique pipeline identifier").cloned();
         let name = name.and_then(|_| self.non_empty_string(&raw.name, top_anchor, "name", "a pipeline identifier"));
-        let description = self.required(&raw.description, top_anchor, "description", "what this pipeline does").cloned();
+        let description =
+            self.required(&raw.description, top_anchor, "description", "what this pipeline does").cloned();
         let version = self.required(&raw.version, top_anchor, "version", "the schema version, e.g. `1`").copied();
         let max_retries = match &raw.max_retries {
             None => 5,
             Some(m) if m.value < 0 => {
-                self.error(Some(&m.referenced), None, "max_retries", format!("`max_retries` is {}, expected 0 or more", m.value));
+                self.error(
+                    Some(&m.referenced),
+                    None,
+                    "max_retries",
+                    format!("`max_retries` is {}, expected 0 or more", m.value),
+                );
                 5
             }
             Some(m) => u32::try_from(m.value).unwrap_or(u32::MAX),
@@ -123,9 +153,19 @@ impl Compiler<'_> {
         for (key, value) in raw.vars.iter().flat_map(|v| v.value.iter()) {
             let field = format!("vars.{key}");
             if crate::condition::BUILTIN_VARIABLES.contains(&key.as_str()) {
-                self.error(Some(&value.referenced), None, &field, format!("`{key}` is a built-in variable and cannot be declared under `vars:`"));
+                self.error(
+                    Some(&value.referenced),
+                    None,
+                    &field,
+                    format!("`{key}` is a built-in variable and cannot be declared under `vars:`"),
+                );
             } else if StageId::parse(key).is_none() {
-                self.error(Some(&value.referenced), None, &field, format!("variable name `{key}` must match ^[a-z][a-z0-9_]*$"));
+                self.error(
+                    Some(&value.referenced),
+                    None,
+                    &field,
+                    format!("variable name `{key}` must match ^[a-z][a-z0-9_]*$"),
+                );
             } else {
                 vars.insert(key.clone(), value.value.clone());
             }
@@ -174,7 +214,8 @@ impl Compiler<'_> {
         cx: &CompileContext<'_>,
     ) -> Vec<Stage> {
         let var_names: BTreeSet<String> = vars.keys().cloned().collect();
-        let all_ids: BTreeSet<String> = raw.iter().filter_map(|s| s.value.id.as_ref().map(|i| i.value.clone())).collect();
+        let all_ids: BTreeSet<String> =
+            raw.iter().filter_map(|s| s.value.id.as_ref().map(|i| i.value.clone())).collect();
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
         let mut earlier: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut modes: BTreeMap<String, Mode> = BTreeMap::new();
@@ -202,14 +243,26 @@ impl Compiler<'_> {
         stages
     }
 
-    fn stage_id(&mut self, rs: &RawStage, anchor: Anchor<'_>, seen: &mut BTreeMap<String, usize>, index: usize) -> Option<StageId> {
+    fn stage_id(
+        &mut self,
+        rs: &RawStage,
+        anchor: Anchor<'_>,
+        seen: &mut BTreeMap<String, usize>,
+        index: usize,
+    ) -> Option<StageId> {
         let raw_id = self.required(&rs.id, anchor, "id", "a unique id matching ^[a-z][a-z0-9_]*$")?;
         let loc = rs.id.as_ref().map(|i| &i.referenced);
         let id = match StageId::parse(raw_id) {
             Some(id) => id,
             None => {
-                let suggestion: String = raw_id.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-                let d = self.error(loc, Some(raw_id), "id", format!("stage id `{raw_id}` does not match ^[a-z][a-z0-9_]*$"));
+                let suggestion: String =
+                    raw_id.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+                let d = self.error(
+                    loc,
+                    Some(raw_id),
+                    "id",
+                    format!("stage id `{raw_id}` does not match ^[a-z][a-z0-9_]*$"),
+                );
                 d.label = Some("invalid stage id".into());
                 d.help = Some(if StageId::parse(&suggestion).is_some() {
                     format!("use lowercase letters, digits and `_`, starting with a letter: `{suggestion}`")
@@ -220,7 +273,12 @@ impl Compiler<'_> {
             }
         };
         if let Some(first) = seen.get(raw_id) {
-            let d = self.error(loc, Some(raw_id), "id", format!("duplicate stage id `{raw_id}`: stage #{} already uses it", first + 1));
+            let d = self.error(
+                loc,
+                Some(raw_id),
+                "id",
+                format!("duplicate stage id `{raw_id}`: stage #{} already uses it", first + 1),
+            );
             d.label = Some("duplicate id".into());
             d.help = Some("stage ids must be unique within a pipeline".into());
             return None;
@@ -264,9 +322,19 @@ impl Compiler<'_> {
             let key = &input.value;
             let produced = earlier.values().any(|outs| outs.contains(key));
             if !produced && !initial_inputs.contains(key) {
-                let d = self.error(Some(&input.referenced), stage, "inputs", format!("input `{key}` is not an output of any earlier stage nor an initial input"));
+                let d = self.error(
+                    Some(&input.referenced),
+                    stage,
+                    "inputs",
+                    format!("input `{key}` is not an output of any earlier stage nor an initial input"),
+                );
                 d.label = Some("no earlier stage produces this".into());
-                let known: Vec<&str> = earlier.values().flatten().map(String::as_str).chain(initial_inputs.iter().map(String::as_str)).collect();
+                let known: Vec<&str> = earlier
+                    .values()
+                    .flatten()
+                    .map(String::as_str)
+                    .chain(initial_inputs.iter().map(String::as_str))
+                    .collect();
                 d.help = Some(match closest(key, &known) {
                     Some(best) => format!("did you mean `{best}`?"),
                     None => format!(
@@ -280,9 +348,19 @@ impl Compiler<'_> {
         let mut outputs: Vec<String> = Vec::new();
         for output in rs.outputs.iter().flatten() {
             if StageId::parse(&output.value).is_none() {
-                self.error(Some(&output.referenced), stage, "outputs", format!("output key `{}` must match ^[a-z][a-z0-9_]*$", output.value));
+                self.error(
+                    Some(&output.referenced),
+                    stage,
+                    "outputs",
+                    format!("output key `{}` must match ^[a-z][a-z0-9_]*$", output.value),
+                );
             } else if outputs.contains(&output.value) {
-                self.error(Some(&output.referenced), stage, "outputs", format!("output `{}` is declared twice", output.value));
+                self.error(
+                    Some(&output.referenced),
+                    stage,
+                    "outputs",
+                    format!("output `{}` is declared twice", output.value),
+                );
             } else {
                 outputs.push(output.value.clone());
             }
@@ -291,7 +369,15 @@ impl Compiler<'_> {
         let condition = rs.condition.as_ref().and_then(|c| self.condition(c, stage, earlier, later, vars));
         let timeout = match &rs.timeout_minutes {
             Some(t) if !(t.value.is_finite() && t.value > 0.0) => {
-                self.error(Some(&t.referenced), stage, "timeout_minutes", format!("`timeout_minutes` is {}, expected a number of minutes above 0 (fractions allowed: 0.05 = 3 s)", t.value));
+                self.error(
+                    Some(&t.referenced),
+                    stage,
+                    "timeout_minutes",
+                    format!(
+                        "`timeout_minutes` is {}, expected a number of minutes above 0 (fractions allowed: 0.05 = 3 s)",
+                        t.value
+                    ),
+                );
                 None
             }
             Some(t) => Some(Duration::from_secs_f64(t.value * 60.0)),
@@ -301,7 +387,8 @@ impl Compiler<'_> {
         let rollback = rs.rollback.as_ref().and_then(|r| self.rollback(r, stage));
         let checks = self.checks(rs, stage);
         let closed_loop = rs.closed_loop.as_ref().and_then(|c| self.closed_loop(c, stage));
-        let feedback_loop = rs.feedback_loop.as_ref().and_then(|f| self.feedback_loop(f, stage, mode, &outputs, earlier, modes));
+        let feedback_loop =
+            rs.feedback_loop.as_ref().and_then(|f| self.feedback_loop(f, stage, mode, &outputs, earlier, modes));
 
         Some(Stage {
             id: id?,
@@ -332,14 +419,26 @@ impl Compiler<'_> {
         })
     }
 
-    fn agent_ref(&mut self, rs: &RawStage, stage: Option<&str>, name: &str, mode: Option<Mode>, cx: &CompileContext<'_>) -> Option<AgentRef> {
+    fn agent_ref(
+        &mut self,
+        rs: &RawStage,
+        stage: Option<&str>,
+        name: &str,
+        mode: Option<Mode>,
+        cx: &CompileContext<'_>,
+    ) -> Option<AgentRef> {
         let loc = rs.agent.as_ref().map(|a| &a.referenced);
         if name == "shell" {
             return Some(AgentRef::Shell);
         }
         let Some(agent) = cx.agents.get(name) else {
             let known: Vec<&str> = cx.agents.keys().map(String::as_str).chain(["shell"]).collect();
-            let d = self.error(loc, stage, "agent", format!("Agent '{name}' not found for stage '{}'", stage.unwrap_or("?")));
+            let d = self.error(
+                loc,
+                stage,
+                "agent",
+                format!("Agent '{name}' not found for stage '{}'", stage.unwrap_or("?")),
+            );
             d.label = Some("unknown agent".into());
             d.help = Some(match closest(name, &known) {
                 Some(best) => format!("did you mean `{best}`?"),
@@ -354,7 +453,12 @@ impl Compiler<'_> {
             && !agent.allows(mode)
         {
             let allowed: Vec<&str> = agent.modes.iter().map(|m| m.as_str()).collect();
-            let d = self.error(loc, stage, "mode", format!("agent `{name}` may not run in `{mode}` mode (its `modes:` allow {})", allowed.join(", ")));
+            let d = self.error(
+                loc,
+                stage,
+                "mode",
+                format!("agent `{name}` may not run in `{mode}` mode (its `modes:` allow {})", allowed.join(", ")),
+            );
             d.help = Some(format!("change the stage's mode, or add `{mode}` to `modes:` in {}", agent.file));
         }
         Some(AgentRef::Named(name.to_owned()))
@@ -369,13 +473,19 @@ impl Compiler<'_> {
         match agent {
             Some(AgentRef::Shell) if commands.iter().all(|c| c.trim().is_empty()) => {
                 let loc = rs.run.as_ref().map(|r| &r.referenced).or(rs.agent.as_ref().map(|a| &a.referenced));
-                let d = self.error(loc, stage, "run", "`agent: shell` needs `run:` with a command or a list of commands");
+                let d =
+                    self.error(loc, stage, "run", "`agent: shell` needs `run:` with a command or a list of commands");
                 d.help = Some("for example: run: cargo test".into());
                 None
             }
             Some(AgentRef::Named(name)) if rs.run.is_some() => {
                 let loc = rs.run.as_ref().map(|r| &r.referenced);
-                let d = self.error(loc, stage, "run", format!("`run:` is only for `agent: shell`, but this stage runs agent `{name}`"));
+                let d = self.error(
+                    loc,
+                    stage,
+                    "run",
+                    format!("`run:` is only for `agent: shell`, but this stage runs agent `{name}`"),
+                );
                 d.help = Some("remove `run:`, or set `agent: shell`".into());
                 None
             }
@@ -396,7 +506,12 @@ impl Compiler<'_> {
             Err(problems) => {
                 let base = self.pos(&raw.referenced);
                 // Point inside the expression when its text appears verbatim in the file.
-                let text_start = self.source.text.get(base.offset..).and_then(|t| t.find(raw.value.as_str())).map(|i| base.offset + i);
+                let text_start = self
+                    .source
+                    .text
+                    .get(base.offset..)
+                    .and_then(|t| t.find(raw.value.as_str()))
+                    .map(|i| base.offset + i);
                 for p in problems {
                     let mut pos = base;
                     if let (Some(start), Some(range)) = (text_start, p.range.clone()) {
@@ -420,7 +535,12 @@ impl Compiler<'_> {
             None => 3,
             Some(m) if (1..=10).contains(&m.value) => m.value as u32,
             Some(m) => {
-                let d = self.error(Some(&m.referenced), stage, "retry.max_attempts", format!("`max_attempts` is {}, expected 1 to 10", m.value));
+                let d = self.error(
+                    Some(&m.referenced),
+                    stage,
+                    "retry.max_attempts",
+                    format!("`max_attempts` is {}, expected 1 to 10", m.value),
+                );
                 d.label = Some("out of range".into());
                 ok = false;
                 3
@@ -433,7 +553,12 @@ impl Compiler<'_> {
                 "linear" => Backoff::Linear,
                 "fixed" => Backoff::Fixed,
                 other => {
-                    let d = self.error(Some(&b.referenced), stage, "retry.backoff", format!("unknown backoff `{other}`, expected `exponential`, `linear` or `fixed`"));
+                    let d = self.error(
+                        Some(&b.referenced),
+                        stage,
+                        "retry.backoff",
+                        format!("unknown backoff `{other}`, expected `exponential`, `linear` or `fixed`"),
+                    );
                     d.label = Some("unknown backoff".into());
                     if let Some(best) = closest(other, &["exponential", "linear", "fixed"]) {
                         d.help = Some(format!("did you mean `{best}`?"));
@@ -447,7 +572,12 @@ impl Compiler<'_> {
             None => Duration::from_secs(5),
             Some(d) if (1.0..=300.0).contains(&d.value) => Duration::from_secs_f64(d.value),
             Some(d) => {
-                let diag = self.error(Some(&d.referenced), stage, "retry.initial_delay_seconds", format!("`initial_delay_seconds` is {}, expected 1 to 300", d.value));
+                let diag = self.error(
+                    Some(&d.referenced),
+                    stage,
+                    "retry.initial_delay_seconds",
+                    format!("`initial_delay_seconds` is {}, expected 1 to 300", d.value),
+                );
                 diag.label = Some("out of range".into());
                 ok = false;
                 Duration::from_secs(5)
@@ -458,11 +588,21 @@ impl Compiler<'_> {
 
     fn rollback(&mut self, raw: &Spanned<crate::raw::RawRollback>, stage: Option<&str>) -> Option<Rollback> {
         let anchor = Anchor { stage, location: &raw.referenced };
-        let name = self.required(&raw.value.strategy, anchor, "rollback.strategy", "git_revert, file_restore, memory_cleanup or manual")?;
+        let name = self.required(
+            &raw.value.strategy,
+            anchor,
+            "rollback.strategy",
+            "git_revert, file_restore, memory_cleanup or manual",
+        )?;
         let names: Vec<&str> = RollbackStrategy::ALL.iter().map(|(n, _)| *n).collect();
         let Some(strategy) = RollbackStrategy::ALL.iter().find(|(n, _)| n == name).map(|(_, s)| *s) else {
             let loc = raw.value.strategy.as_ref().map(|s| &s.referenced);
-            let d = self.error(loc, stage, "rollback.strategy", format!("unknown rollback strategy `{name}`, expected one of {}", names.join(", ")));
+            let d = self.error(
+                loc,
+                stage,
+                "rollback.strategy",
+                format!("unknown rollback strategy `{name}`, expected one of {}", names.join(", ")),
+            );
             d.label = Some("unknown strategy".into());
             if let Some(best) = closest(name, &names) {
                 d.help = Some(format!("did you mean `{best}`?"));
@@ -471,7 +611,12 @@ impl Compiler<'_> {
         };
         let description = raw.value.description.as_ref().map(|d| d.value.clone());
         if strategy == RollbackStrategy::Manual && description.as_deref().is_none_or(|d| d.trim().is_empty()) {
-            let d = self.error(Some(&raw.referenced), stage, "rollback.description", "`strategy: manual` needs a `description` with the steps to show the user");
+            let d = self.error(
+                Some(&raw.referenced),
+                stage,
+                "rollback.description",
+                "`strategy: manual` needs a `description` with the steps to show the user",
+            );
             d.help = Some("add `description:` under `rollback:`".into());
             return None;
         }
@@ -487,15 +632,29 @@ impl Compiler<'_> {
             let anchor = Anchor { stage, location: &loc };
             let field = format!("checks[{i}]");
             let name = self.required(&raw.name, anchor, &format!("{field}.name"), "a name for the check").cloned();
-            let command = self.required(&raw.command, anchor, &format!("{field}.command"), "a shell command; exit 0 passes").cloned();
-            let kind = self.required(&raw.kind, anchor, &format!("{field}.type"), "lint, type, test, build, custom, syntax or command").and_then(|k| {
-                CheckKind::ALL.iter().find(|(n, _)| n == k).map(|(_, kind)| *kind).or_else(|| {
-                    let names: Vec<&str> = CheckKind::ALL.iter().map(|(n, _)| *n).collect();
-                    let l = raw.kind.as_ref().map(|k| &k.referenced);
-                    self.error(l, stage, &format!("{field}.type"), format!("unknown check type `{k}`, expected one of {}", names.join(", ")));
-                    None
-                })
-            });
+            let command = self
+                .required(&raw.command, anchor, &format!("{field}.command"), "a shell command; exit 0 passes")
+                .cloned();
+            let kind = self
+                .required(
+                    &raw.kind,
+                    anchor,
+                    &format!("{field}.type"),
+                    "lint, type, test, build, custom, syntax or command",
+                )
+                .and_then(|k| {
+                    CheckKind::ALL.iter().find(|(n, _)| n == k).map(|(_, kind)| *kind).or_else(|| {
+                        let names: Vec<&str> = CheckKind::ALL.iter().map(|(n, _)| *n).collect();
+                        let l = raw.kind.as_ref().map(|k| &k.referenced);
+                        self.error(
+                            l,
+                            stage,
+                            &format!("{field}.type"),
+                            format!("unknown check type `{k}`, expected one of {}", names.join(", ")),
+                        );
+                        None
+                    })
+                });
             match (name, kind, command) {
                 (Some(name), Some(kind), Some(command)) => {
                     checks.push(Check { name, kind, command, expected: raw.expected.as_ref().map(|e| e.value.clone()) })
@@ -510,7 +669,12 @@ impl Compiler<'_> {
         let r = &raw.value;
         let max_retries = match &r.max_retries {
             Some(m) if m.value < 0 || m.value > 20 => {
-                self.error(Some(&m.referenced), stage, "closed_loop.max_retries", format!("`max_retries` is {}, expected 0 to 20", m.value));
+                self.error(
+                    Some(&m.referenced),
+                    stage,
+                    "closed_loop.max_retries",
+                    format!("`max_retries` is {}, expected 0 to 20", m.value),
+                );
                 return None;
             }
             Some(m) => Some(m.value as u32),
@@ -523,7 +687,12 @@ impl Compiler<'_> {
                 "medium" => Some(Complexity::Medium),
                 "high" => Some(Complexity::High),
                 other => {
-                    self.error(Some(&c.referenced), stage, "closed_loop.complexity", format!("unknown complexity `{other}`, expected `low`, `medium` or `high`"));
+                    self.error(
+                        Some(&c.referenced),
+                        stage,
+                        "closed_loop.complexity",
+                        format!("unknown complexity `{other}`, expected `low`, `medium` or `high`"),
+                    );
                     return None;
                 }
             },
@@ -541,24 +710,49 @@ impl Compiler<'_> {
         modes: &BTreeMap<String, Mode>,
     ) -> Option<FeedbackLoop> {
         let anchor = Anchor { stage, location: &raw.referenced };
-        let target = self.required(&raw.value.target_stage, anchor, "feedback_loop.target_stage", "the earlier agent-mode stage to re-run")?;
+        let target = self.required(
+            &raw.value.target_stage,
+            anchor,
+            "feedback_loop.target_stage",
+            "the earlier agent-mode stage to re-run",
+        )?;
         let loc = raw.value.target_stage.as_ref().map(|t| &t.referenced);
         let mut ok = true;
         if !earlier.contains_key(target) {
-            self.error(loc, stage, "feedback_loop.target_stage", format!("feedback target `{target}` is not a stage before this one"));
+            self.error(
+                loc,
+                stage,
+                "feedback_loop.target_stage",
+                format!("feedback target `{target}` is not a stage before this one"),
+            );
             ok = false;
         } else if modes.get(target) != Some(&Mode::Agent) {
-            let d = self.error(loc, stage, "feedback_loop.target_stage", format!("feedback target `{target}` must be a `mode: agent` implementation stage"));
+            let d = self.error(
+                loc,
+                stage,
+                "feedback_loop.target_stage",
+                format!("feedback target `{target}` must be a `mode: agent` implementation stage"),
+            );
             d.help = Some("only review (plan) -> implementation (agent) pairs can loop".into());
             ok = false;
         }
         if mode == Some(Mode::Agent) {
-            let d = self.error(Some(&raw.referenced), stage, "feedback_loop", "a stage with `feedback_loop` must be a `mode: plan` review stage");
+            let d = self.error(
+                Some(&raw.referenced),
+                stage,
+                "feedback_loop",
+                "a stage with `feedback_loop` must be a `mode: plan` review stage",
+            );
             d.help = Some("only review (plan) -> implementation (agent) pairs can loop".into());
             ok = false;
         }
         if !outputs.iter().any(|o| o == "feedback_items") {
-            let d = self.error(Some(&raw.referenced), stage, "outputs", "a stage with `feedback_loop` must declare `feedback_items` in its `outputs`");
+            let d = self.error(
+                Some(&raw.referenced),
+                stage,
+                "outputs",
+                "a stage with `feedback_loop` must declare `feedback_items` in its `outputs`",
+            );
             d.help = Some("add `feedback_items` to `outputs:`".into());
             ok = false;
         }
@@ -566,7 +760,12 @@ impl Compiler<'_> {
             None => 2,
             Some(m) if (1..=10).contains(&m.value) => m.value as u32,
             Some(m) => {
-                self.error(Some(&m.referenced), stage, "feedback_loop.max_iterations", format!("`max_iterations` is {}, expected 1 to 10", m.value));
+                self.error(
+                    Some(&m.referenced),
+                    stage,
+                    "feedback_loop.max_iterations",
+                    format!("`max_iterations` is {}, expected 1 to 10", m.value),
+                );
                 return None;
             }
         };

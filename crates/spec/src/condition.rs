@@ -158,7 +158,8 @@ mod tests {
     fn scope_check(src: &str) -> Result<Condition, Vec<ConditionProblem>> {
         let vars: BTreeSet<String> = ["risk_level".to_owned()].into();
         let earlier: BTreeMap<String, Vec<String>> =
-            [("architecture_review".to_owned(), vec!["architecture_review".to_owned(), "risks_identified".to_owned()])].into();
+            [("architecture_review".to_owned(), vec!["architecture_review".to_owned(), "risks_identified".to_owned()])]
+                .into();
         let later: BTreeSet<String> = ["quality_review".to_owned()].into();
         Condition::check(src, &Scope { vars: &vars, earlier: &earlier, later: &later, this: Some("quality_review_2") })
     }
@@ -207,7 +208,8 @@ mod tests {
 
     #[test]
     fn records_variables_and_outputs() {
-        let cond = scope_check("stage_outputs.architecture_review.risks_identified > 0 and complexity == 'high'").expect("valid");
+        let cond = scope_check("stage_outputs.architecture_review.risks_identified > 0 and complexity == 'high'")
+            .expect("valid");
         assert_eq!(cond.variables, ["complexity".to_owned(), "stage_outputs".to_owned()].into());
         assert_eq!(
             cond.outputs,
@@ -233,11 +235,20 @@ mod tests {
     #[test]
     fn stage_output_rules() {
         let later = scope_check("stage_outputs.quality_review.x > 0").expect_err("later stage");
-        assert_eq!(later[0].message, "condition reads `stage_outputs.quality_review.x`, but stage `quality_review` runs later, not before this stage");
+        assert_eq!(
+            later[0].message,
+            "condition reads `stage_outputs.quality_review.x`, but stage `quality_review` runs later, not before this stage"
+        );
         let missing = scope_check("stage_outputs.nope.x > 0").expect_err("no stage");
-        assert_eq!(missing[0].message, "condition reads `stage_outputs.nope.x`, but there is no stage `nope` before this stage");
+        assert_eq!(
+            missing[0].message,
+            "condition reads `stage_outputs.nope.x`, but there is no stage `nope` before this stage"
+        );
         let key = scope_check("stage_outputs.architecture_review.riskz > 0").expect_err("no key");
-        assert_eq!(key[0].message, "condition reads `stage_outputs.architecture_review.riskz`, but stage `architecture_review` declares no output `riskz`");
+        assert_eq!(
+            key[0].message,
+            "condition reads `stage_outputs.architecture_review.riskz`, but stage `architecture_review` declares no output `riskz`"
+        );
     }
 
     #[test]

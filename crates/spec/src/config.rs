@@ -105,7 +105,8 @@ mod tests {
 
     #[test]
     fn unknown_key_reports_line() {
-        let diags = Config::parse(&SourceFile::new("config.toml", "[defaults]\nrunnr = \"command\"\n")).expect_err("bad");
+        let diags =
+            Config::parse(&SourceFile::new("config.toml", "[defaults]\nrunnr = \"command\"\n")).expect_err("bad");
         let p = diags.items[0].position.expect("position");
         assert_eq!((p.line, p.column), (2, 1));
         assert!(diags.items[0].message.contains("unknown field `runnr`"), "{}", diags.items[0].message);

@@ -62,7 +62,8 @@ impl Position {
             _ => {
                 // No byte info: derive the offset from line and column.
                 let start = source.line_start(line + line_offset).unwrap_or(0);
-                let col_bytes: usize = source.text[start..].chars().take(column.saturating_sub(1)).map(char::len_utf8).sum();
+                let col_bytes: usize =
+                    source.text[start..].chars().take(column.saturating_sub(1)).map(char::len_utf8).sum();
                 (start + col_bytes, 0)
             }
         };
@@ -230,7 +231,12 @@ impl fmt::Display for Diagnostics {
 
 /// Turns a YAML (serde-saphyr) error into a diagnostic: message without the trailing
 /// location (the diagnostic carries it), position and a label.
-pub fn yaml_error(source: &SourceFile, err: &serde_saphyr::Error, line_offset: usize, byte_offset: usize) -> Diagnostic {
+pub fn yaml_error(
+    source: &SourceFile,
+    err: &serde_saphyr::Error,
+    line_offset: usize,
+    byte_offset: usize,
+) -> Diagnostic {
     let text = err.without_snippet().to_string();
     let message = strip_location_suffix(&text);
     let mut d = Diagnostic::new(source, message.to_owned());
@@ -254,7 +260,8 @@ fn strip_location_suffix(text: &str) -> &str {
 fn unknown_field_hint(message: &str) -> Option<String> {
     let rest = message.strip_prefix("unknown field `")?;
     let (found, rest) = rest.split_once('`')?;
-    let expected = rest.split_once("expected one of ").map(|(_, e)| e).or_else(|| rest.split_once("expected ").map(|(_, e)| e))?;
+    let expected =
+        rest.split_once("expected one of ").map(|(_, e)| e).or_else(|| rest.split_once("expected ").map(|(_, e)| e))?;
     let fields: Vec<&str> = expected.split(',').map(|f| f.trim().trim_matches('`')).collect();
     match closest(found, &fields) {
         Some(best) => Some(format!("did you mean `{best}`?")),

@@ -15,7 +15,7 @@ pub fn extract(declared: &[String], text: &str) -> (BTreeMap<String, String>, Ve
         match heading {
             Some(key) => {
                 if let Some((k, body)) = current.take() {
-                    found.insert(k.to_owned(), body.join("\n").trim().to_owned());
+                    keep(&mut found, k, &body);
                 }
                 current = Some((key, Vec::new()));
             }
@@ -27,7 +27,7 @@ pub fn extract(declared: &[String], text: &str) -> (BTreeMap<String, String>, Ve
         }
     }
     if let Some((k, body)) = current.take() {
-        found.insert(k.to_owned(), body.join("\n").trim().to_owned());
+        keep(&mut found, k, &body);
     }
     if let [only] = declared
         && !found.contains_key(only)
@@ -39,6 +39,15 @@ pub fn extract(declared: &[String], text: &str) -> (BTreeMap<String, String>, Ve
     (found, missing)
 }
 
+/// Records a section; an empty repeat of a heading (an agent echoing the list of expected
+/// outputs) does not erase what an earlier section of that key said.
+fn keep(found: &mut BTreeMap<String, String>, key: &str, body: &[&str]) {
+    let text = body.join("\n").trim().to_owned();
+    if !text.is_empty() || !found.contains_key(key) {
+        found.insert(key.to_owned(), text);
+    }
+}
+
 /// The value conditions see for an output's text: the parsed YAML when the text is a number,
 /// boolean, list or mapping; otherwise the text itself.
 pub fn typed_value(text: &str) -> serde_json::Value {
@@ -47,7 +56,12 @@ pub fn typed_value(text: &str) -> serde_json::Value {
         return serde_json::Value::String(String::new());
     }
     match serde_saphyr::from_str::<serde_json::Value>(trimmed) {
-        Ok(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_) | serde_json::Value::Array(_) | serde_json::Value::Object(_))) => v,
+        Ok(
+            v @ (serde_json::Value::Number(_)
+            | serde_json::Value::Bool(_)
+            | serde_json::Value::Array(_)
+            | serde_json::Value::Object(_)),
+        ) => v,
         _ => serde_json::Value::String(text.to_owned()),
     }
 }
@@ -81,7 +95,8 @@ mod tests {
 
     #[test]
     fn reads_sections_and_keeps_subheadings() {
-        let text = "preamble\n## diagnosis\nThe button handler\n### detail\nis not bound\n## affected_files\nsrc/a.js\n";
+        let text =
+            "preamble\n## diagnosis\nThe button handler\n### detail\nis not bound\n## affected_files\nsrc/a.js\n";
         let (found, missing) = extract(&keys(&["diagnosis", "affected_files"]), text);
         assert_eq!(
             found,
@@ -90,6 +105,13 @@ mod tests {
                 ("affected_files".into(), "src/a.js".into()),
             ])
         );
+        assert!(missing.is_empty());
+    }
+
+    #[test]
+    fn an_empty_repeated_heading_keeps_the_earlier_text() {
+        let (found, missing) = extract(&keys(&["answer"]), "## answer\nforty-two\n\n## answer\n");
+        assert_eq!(found, BTreeMap::from([("answer".into(), "forty-two".into())]));
         assert!(missing.is_empty());
     }
 

@@ -20,7 +20,8 @@ impl StageId {
     pub fn parse(id: &str) -> Option<Self> {
         let mut chars = id.chars();
         let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase());
-        (first_ok && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).then(|| Self(id.to_owned()))
+        (first_ok && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .then(|| Self(id.to_owned()))
     }
 
     /// The id as text.

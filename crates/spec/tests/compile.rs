@@ -9,7 +9,8 @@ use pretty_assertions::assert_eq;
 fn agents() -> BTreeMap<String, Agent> {
     let mut m = BTreeMap::new();
     for (name, modes) in [("cto", "[plan, agent]"), ("tech-lead", "[plan, agent]"), ("reviewer", "[plan]")] {
-        let src = SourceFile::new(format!("{name}.md"), format!("---\ncommand: [\"true\"]\nmodes: {modes}\n---\npersona\n"));
+        let src =
+            SourceFile::new(format!("{name}.md"), format!("---\ncommand: [\"true\"]\nmodes: {modes}\n---\npersona\n"));
         m.insert(name.to_owned(), parse_agent(&src, name, RunnerKind::Command).expect("valid agent"));
     }
     m
@@ -80,23 +81,38 @@ fn stage_ids_must_match_the_pattern() {
     for bad in ["Plan", "1plan", "plan-review", "_x"] {
         let e = errors(&format!("{HEAD}  - id: {bad}\n    agent: cto\n    mode: plan\n    description: x\n"));
         assert_eq!(e.len(), 1, "{bad}: {e:?}");
-        assert!(e[0].starts_with(&format!("p.yml:5:9: error: stage `{bad}`, field `id`: stage id `{bad}` does not match ^[a-z][a-z0-9_]*$")), "{}", e[0]);
+        assert!(
+            e[0].starts_with(&format!(
+                "p.yml:5:9: error: stage `{bad}`, field `id`: stage id `{bad}` does not match ^[a-z][a-z0-9_]*$"
+            )),
+            "{}",
+            e[0]
+        );
     }
 }
 
 #[test]
 fn stage_ids_must_be_unique() {
-    let yaml = format!("{HEAD}  - id: a\n    agent: cto\n    mode: plan\n    description: x\n  - id: a\n    agent: cto\n    mode: plan\n    description: y\n");
+    let yaml = format!(
+        "{HEAD}  - id: a\n    agent: cto\n    mode: plan\n    description: x\n  - id: a\n    agent: cto\n    mode: plan\n    description: y\n"
+    );
     assert_eq!(
         errors(&yaml),
-        vec!["p.yml:9:9: error: stage `a`, field `id`: duplicate stage id `a`: stage #1 already uses it (help: stage ids must be unique within a pipeline)"]
+        vec![
+            "p.yml:9:9: error: stage `a`, field `id`: duplicate stage id `a`: stage #1 already uses it (help: stage ids must be unique within a pipeline)"
+        ]
     );
 }
 
 #[test]
 fn mode_must_be_plan_or_agent() {
     let e = errors(&format!("{HEAD}  - id: s\n    agent: cto\n    mode: review\n    description: x\n"));
-    assert_eq!(e, vec!["p.yml:7:11: error: stage `s`, field `mode`: unknown mode `review`, expected `plan` or `agent` (help: `plan` is read-only review; `agent` may change files)"]);
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:7:11: error: stage `s`, field `mode`: unknown mode `review`, expected `plan` or `agent` (help: `plan` is read-only review; `agent` may change files)"
+        ]
+    );
 }
 
 #[test]
@@ -107,13 +123,19 @@ fn inputs_must_come_from_earlier_stages_or_initial_inputs() {
     let e = errors(&yaml);
     assert_eq!(e.len(), 2, "{e:?}");
     assert!(e[0].starts_with("p.yml:9:32: error: stage `a`, field `inputs`: input `later_thing` is not an output of any earlier stage nor an initial input"), "{}", e[0]);
-    assert!(e[1].starts_with("p.yml:15:25: error: stage `b`, field `inputs`: input `plan_txt` is not an output"), "{}", e[1]);
+    assert!(
+        e[1].starts_with("p.yml:15:25: error: stage `b`, field `inputs`: input `plan_txt` is not an output"),
+        "{}",
+        e[1]
+    );
     assert!(e[1].ends_with("(help: did you mean `plan_text`?)"), "{}", e[1]);
 }
 
 #[test]
 fn declared_and_given_initial_inputs_are_accepted() {
-    let yaml = format!("name: p\ndescription: d\nversion: 1\ninitial_inputs: [error_context]\nstages:\n  - id: s\n    agent: cto\n    mode: plan\n    description: x\n    inputs: [error_context, context, task_description, extra]\n");
+    let yaml = format!(
+        "name: p\ndescription: d\nversion: 1\ninitial_inputs: [error_context]\nstages:\n  - id: s\n    agent: cto\n    mode: plan\n    description: x\n    inputs: [error_context, context, task_description, extra]\n"
+    );
     let agents = agents();
     let extra = vec!["extra".to_owned()];
     let cx = CompileContext { agents: &agents, extra_inputs: &extra, default_timeout_minutes: 30.0 };
@@ -123,7 +145,9 @@ fn declared_and_given_initial_inputs_are_accepted() {
 
 #[test]
 fn retry_limits_are_checked() {
-    let e = errors(&stage("    retry:\n      max_attempts: 0\n      backoff: quadratic\n      initial_delay_seconds: 301\n"));
+    let e = errors(&stage(
+        "    retry:\n      max_attempts: 0\n      backoff: quadratic\n      initial_delay_seconds: 301\n",
+    ));
     assert_eq!(
         e,
         vec![
@@ -132,7 +156,10 @@ fn retry_limits_are_checked() {
             "p.yml:12:30: error: stage `s`, field `retry.initial_delay_seconds`: `initial_delay_seconds` is 301, expected 1 to 300",
         ]
     );
-    let p = try_compile(&stage("    retry:\n      max_attempts: 10\n      backoff: linear\n      initial_delay_seconds: 1\n")).expect("valid");
+    let p = try_compile(&stage(
+        "    retry:\n      max_attempts: 10\n      backoff: linear\n      initial_delay_seconds: 1\n",
+    ))
+    .expect("valid");
     let r = p.stages[0].retry.expect("retry");
     assert_eq!((r.max_attempts, r.delay(3)), (10, std::time::Duration::from_secs(3)));
 }
@@ -149,7 +176,12 @@ fn retry_defaults_and_backoff_cap() {
 #[test]
 fn rollback_strategy_names_are_checked() {
     let e = errors(&stage("    rollback:\n      strategy: git_revrt\n"));
-    assert_eq!(e, vec!["p.yml:10:17: error: stage `s`, field `rollback.strategy`: unknown rollback strategy `git_revrt`, expected one of git_revert, file_restore, memory_cleanup, manual (help: did you mean `git_revert`?)"]);
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:10:17: error: stage `s`, field `rollback.strategy`: unknown rollback strategy `git_revrt`, expected one of git_revert, file_restore, memory_cleanup, manual (help: did you mean `git_revert`?)"
+        ]
+    );
     let e = errors(&stage("    rollback:\n      strategy: manual\n"));
     assert_eq!(e.len(), 1);
     assert!(e[0].contains("`strategy: manual` needs a `description`"), "{}", e[0]);
@@ -157,7 +189,9 @@ fn rollback_strategy_names_are_checked() {
 
 #[test]
 fn agents_must_exist_and_allow_the_mode() {
-    let e = errors(&format!("{HEAD}  - id: s\n    agent: tech-leed\n    mode: plan\n    description: x\n  - id: t\n    agent: reviewer\n    mode: agent\n    description: y\n"));
+    let e = errors(&format!(
+        "{HEAD}  - id: s\n    agent: tech-leed\n    mode: plan\n    description: x\n  - id: t\n    agent: reviewer\n    mode: agent\n    description: y\n"
+    ));
     assert_eq!(
         e,
         vec![
@@ -174,7 +208,13 @@ fn conditions_must_parse_and_name_known_variables() {
     assert!(e[0].starts_with("p.yml:9:38: error: stage `s`, field `condition`: condition does not parse:"), "{}", e[0]);
     let e = errors(&stage("    condition: \"complexty == 'high'\"\n"));
     assert_eq!(e.len(), 1);
-    assert!(e[0].starts_with("p.yml:9:17: error: stage `s`, field `condition`: condition uses unknown variable `complexty`"), "{}", e[0]);
+    assert!(
+        e[0].starts_with(
+            "p.yml:9:17: error: stage `s`, field `condition`: condition uses unknown variable `complexty`"
+        ),
+        "{}",
+        e[0]
+    );
 }
 
 #[test]
@@ -191,7 +231,9 @@ fn conditions_may_use_declared_vars_and_earlier_outputs() {
 
 #[test]
 fn shell_stages_need_run_and_others_must_not_have_it() {
-    let e = errors(&format!("{HEAD}  - id: s\n    agent: shell\n    mode: agent\n    description: x\n  - id: t\n    agent: cto\n    mode: plan\n    description: y\n    run: echo\n"));
+    let e = errors(&format!(
+        "{HEAD}  - id: s\n    agent: shell\n    mode: agent\n    description: x\n  - id: t\n    agent: cto\n    mode: plan\n    description: y\n    run: echo\n"
+    ));
     assert_eq!(
         e,
         vec![
@@ -215,7 +257,9 @@ fn timeouts_must_be_positive() {
 fn unknown_fields_and_wrong_types_name_the_place() {
     assert_eq!(
         errors(&stage("    timout_minutes: 3\n")),
-        vec!["p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop (help: did you mean `timeout_minutes`?)"]
+        vec![
+            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop (help: did you mean `timeout_minutes`?)"
+        ]
     );
     let e = errors(&stage("    timeout_minutes: ten\n"));
     assert_eq!(e.len(), 1);
@@ -235,7 +279,10 @@ fn feedback_loops_follow_the_review_to_implementation_rule() {
         "{HEAD}  - id: implement\n    agent: cto\n    mode: agent\n    description: x\n    outputs: [code_changes]\n  - id: review\n    agent: cto\n    mode: plan\n    description: y\n    inputs: [code_changes]\n    outputs: [review_notes, feedback_items]\n    feedback_loop:\n      target_stage: implement\n      max_iterations: 2\n"
     );
     let p = try_compile(&yaml).expect("valid");
-    assert_eq!(p.stages[1].feedback_loop.as_ref().map(|f| (f.target_stage.as_str(), f.max_iterations)), Some(("implement", 2)));
+    assert_eq!(
+        p.stages[1].feedback_loop.as_ref().map(|f| (f.target_stage.as_str(), f.max_iterations)),
+        Some(("implement", 2))
+    );
     let e = errors(&yaml.replace("[review_notes, feedback_items]", "[review_notes]"));
     assert_eq!(e.len(), 1);
     assert!(e[0].contains("must declare `feedback_items`"), "{}", e[0]);
@@ -248,7 +295,8 @@ fn checks_are_validated() {
     let e = errors(&stage("    checks:\n      - name: tests\n        type: tests\n        command: cargo test\n"));
     assert_eq!(e.len(), 1);
     assert!(e[0].contains("unknown check type `tests`"), "{}", e[0]);
-    let p = try_compile(&stage("    checks:\n      - name: tests\n        type: test\n        command: cargo test\n")).expect("valid");
+    let p = try_compile(&stage("    checks:\n      - name: tests\n        type: test\n        command: cargo test\n"))
+        .expect("valid");
     assert_eq!(p.stages[0].checks[0].command, "cargo test");
 }
 
@@ -261,5 +309,8 @@ fn schema_file_is_up_to_date() {
         std::fs::write(path, &generated).expect("write schema");
         return;
     }
-    assert!(committed == generated, "schema/pipeline.schema.json is out of date: run `UPDATE_SCHEMA=1 cargo test -p loopwright-spec schema`");
+    assert!(
+        committed == generated,
+        "schema/pipeline.schema.json is out of date: run `UPDATE_SCHEMA=1 cargo test -p loopwright-spec schema`"
+    );
 }

@@ -72,7 +72,8 @@ impl SqliteStore {
 
     /// An in-memory store (tests).
     pub fn in_memory() -> Result<Self, Error> {
-        let mut conn = Connection::open_in_memory().map_err(|source| Error::Open { path: ":memory:".into(), source })?;
+        let mut conn =
+            Connection::open_in_memory().map_err(|source| Error::Open { path: ":memory:".into(), source })?;
         migrations().to_latest(&mut conn).map_err(|source| Error::Migrate { path: ":memory:".into(), source })?;
         Ok(Self { conn: Mutex::new(conn) })
     }
@@ -90,7 +91,9 @@ impl SqliteStore {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(backend)?;
         let last: Option<(i64, String)> = tx
-            .query_row("SELECT last_seq, task_id FROM runs WHERE run_id = ?1", [run.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row("SELECT last_seq, task_id FROM runs WHERE run_id = ?1", [run.as_str()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .optional()
             .map_err(backend)?;
         let at_text = at.to_string();
@@ -119,7 +122,10 @@ impl SqliteStore {
                 "UPDATE runs SET last_seq = ?2, updated_at = ?3, status = ?4 WHERE run_id = ?1",
                 params![run.as_str(), seq, at_text, status.as_str()],
             ),
-            None => tx.execute("UPDATE runs SET last_seq = ?2, updated_at = ?3 WHERE run_id = ?1", params![run.as_str(), seq, at_text]),
+            None => tx.execute(
+                "UPDATE runs SET last_seq = ?2, updated_at = ?3 WHERE run_id = ?1",
+                params![run.as_str(), seq, at_text],
+            ),
         }
         .map_err(backend)?;
         if let Event::AttemptSucceeded { stage, outputs, .. } = event {
@@ -136,7 +142,9 @@ impl SqliteStore {
 
     fn events_sync(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare_cached("SELECT seq, at, payload FROM events WHERE run_id = ?1 ORDER BY seq").map_err(backend)?;
+        let mut stmt = conn
+            .prepare_cached("SELECT seq, at, payload FROM events WHERE run_id = ?1 ORDER BY seq")
+            .map_err(backend)?;
         let rows = stmt
             .query_map([run.as_str()], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
             .map_err(backend)?;
@@ -145,8 +153,11 @@ impl SqliteStore {
             let (seq, at, payload) = row.map_err(backend)?;
             records.push(EventRecord {
                 seq: u64::try_from(seq).map_err(backend)?,
-                at: at.parse().map_err(|e| StoreError::Backend(format!("event {seq} of run {run}: bad time `{at}`: {e}")))?,
-                event: serde_json::from_str(&payload).map_err(|e| StoreError::Backend(format!("event {seq} of run {run}: {e}")))?,
+                at: at
+                    .parse()
+                    .map_err(|e| StoreError::Backend(format!("event {seq} of run {run}: bad time `{at}`: {e}")))?,
+                event: serde_json::from_str(&payload)
+                    .map_err(|e| StoreError::Backend(format!("event {seq} of run {run}: {e}")))?,
             });
         }
         if records.is_empty() {
@@ -162,17 +173,26 @@ impl SqliteStore {
             .map_err(backend)?;
         let rows = stmt
             .query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?, r.get::<_, String>(4)?, r.get::<_, String>(5)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                ))
             })
             .map_err(backend)?;
         let mut out = Vec::new();
         for row in rows {
             let (run_id, pipeline, task_id, status, created_at, updated_at) = row.map_err(backend)?;
             out.push(RunSummary {
-                status: RunStatus::parse(&status).ok_or_else(|| StoreError::Backend(format!("run {run_id}: unknown status `{status}`")))?,
+                status: RunStatus::parse(&status)
+                    .ok_or_else(|| StoreError::Backend(format!("run {run_id}: unknown status `{status}`")))?,
                 run_id: RunId::new(run_id),
                 pipeline,
-                task_id: TaskId::parse(&task_id).ok_or_else(|| StoreError::Backend(format!("bad task id `{task_id}`")))?,
+                task_id: TaskId::parse(&task_id)
+                    .ok_or_else(|| StoreError::Backend(format!("bad task id `{task_id}`")))?,
                 created_at: created_at.parse().map_err(backend)?,
                 updated_at: updated_at.parse().map_err(backend)?,
             });
@@ -192,7 +212,9 @@ impl SqliteStore {
             )
             .map_err(backend)?;
         let rows = stmt
-            .query_map([task.as_str()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?)))
+            .query_map([task.as_str()], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+            })
             .map_err(backend)?;
         let mut latest: BTreeMap<StageId, (String, Outputs)> = BTreeMap::new();
         for row in rows {

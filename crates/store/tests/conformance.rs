@@ -36,7 +36,12 @@ fn started(task: &str) -> Event {
 }
 
 fn succeeded(s: &str, key: &str, value: &str) -> Event {
-    Event::AttemptSucceeded { stage: stage(s), attempt: 1, duration_ms: 5, outputs: BTreeMap::from([(key.to_owned(), value.to_owned())]) }
+    Event::AttemptSucceeded {
+        stage: stage(s),
+        attempt: 1,
+        duration_ms: 5,
+        outputs: BTreeMap::from([(key.to_owned(), value.to_owned())]),
+    }
 }
 
 async fn journal_keeps_order_and_content(store: &impl Store) {
@@ -50,7 +55,12 @@ async fn journal_keeps_order_and_content(store: &impl Store) {
             stage: stage("fix"),
             attempt: 1,
             duration_ms: 3,
-            error: StageError { kind: FailureKind::ExecutionError, message: "exit 1".into(), exit_code: Some(1), output_tail: "boom".into() },
+            error: StageError {
+                kind: FailureKind::ExecutionError,
+                message: "exit 1".into(),
+                exit_code: Some(1),
+                output_tail: "boom".into(),
+            },
         },
         Event::RunFinished { status: RunStatus::Failed },
     ];
@@ -65,7 +75,8 @@ async fn journal_keeps_order_and_content(store: &impl Store) {
 async fn unknown_runs_are_reported(store: &impl Store) {
     let missing = RunId::new("nope");
     assert!(matches!(store.events(&missing).await, Err(StoreError::RunNotFound(id)) if id == missing));
-    let err = store.append(&missing, &Event::RunFinished { status: RunStatus::Success }, t("2026-01-01T00:00:00Z")).await;
+    let err =
+        store.append(&missing, &Event::RunFinished { status: RunStatus::Success }, t("2026-01-01T00:00:00Z")).await;
     assert!(matches!(err, Err(StoreError::RunNotFound(_))));
 }
 
@@ -77,7 +88,11 @@ async fn a_run_cannot_start_twice(store: &impl Store) {
 }
 
 async fn runs_are_listed_newest_first_with_status(store: &impl Store) {
-    for (id, at, status) in [("a", "2026-02-01T00:00:00Z", None), ("b", "2026-02-02T00:00:00Z", Some(RunStatus::Success)), ("c", "2026-02-03T00:00:00Z", Some(RunStatus::Waiting))] {
+    for (id, at, status) in [
+        ("a", "2026-02-01T00:00:00Z", None),
+        ("b", "2026-02-02T00:00:00Z", Some(RunStatus::Success)),
+        ("c", "2026-02-03T00:00:00Z", Some(RunStatus::Waiting)),
+    ] {
         let run = RunId::new(id);
         store.append(&run, &started("task-3"), t(at)).await.expect("start");
         if let Some(status) = status {
@@ -136,6 +151,9 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     let reopened = SqliteStore::open(&path, Synchronous::Normal).expect("reopen");
     assert_eq!(reopened.events(&RunId::new("r1")).await.expect("events").len(), 6);
     assert_eq!(reopened.runs(10).await.expect("runs").len(), 8);
-    let mode: String = rusqlite::Connection::open(&path).expect("open").pragma_query_value(None, "journal_mode", |r| r.get(0)).expect("pragma");
+    let mode: String = rusqlite::Connection::open(&path)
+        .expect("open")
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .expect("pragma");
     assert_eq!(mode, "wal");
 }

@@ -38,20 +38,33 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     match args.show {
         None => {
             if global.json {
-                println!("{}", serde_json::to_string_pretty(&agents.values().collect::<Vec<_>>()).map_err(|e| CliError::Internal(e.into()))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&agents.values().collect::<Vec<_>>())
+                        .map_err(|e| CliError::Internal(e.into()))?
+                );
             } else if agents.is_empty() {
                 println!("no agents found (looked in {})", AGENT_DIRS.join(", "));
             } else {
                 println!("{:<20} {:<10} {:<16} FILE", "NAME", "RUNNER", "MODEL");
                 for a in agents.values() {
-                    println!("{:<20} {:<10} {:<16} {}", a.name, a.runner.as_str(), a.model.as_deref().unwrap_or("-"), a.file);
+                    println!(
+                        "{:<20} {:<10} {:<16} {}",
+                        a.name,
+                        a.runner.as_str(),
+                        a.model.as_deref().unwrap_or("-"),
+                        a.file
+                    );
                 }
             }
             Ok(if diags.is_empty() { 0 } else { 2 })
         }
         Some(Show::Show { name, mode }) => {
             let agent = agents.get(&name).ok_or_else(|| {
-                CliError::usage(format!("no agent `{name}`; found: {}", agents.keys().cloned().collect::<Vec<_>>().join(", ")))
+                CliError::usage(format!(
+                    "no agent `{name}`; found: {}",
+                    agents.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
             })?;
             let mode = Mode::parse(&mode).unwrap_or(Mode::Agent);
             if !agent.allows(mode) {
@@ -74,7 +87,10 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             if global.json {
                 println!("{}", serde_json::to_string_pretty(&value).map_err(|e| CliError::Internal(e.into()))?);
             } else {
-                println!("{name} ({mode} mode): {}", value.get("argv").map_or_else(|| value.to_string(), ToString::to_string));
+                println!(
+                    "{name} ({mode} mode): {}",
+                    value.get("argv").map_or_else(|| value.to_string(), ToString::to_string)
+                );
             }
             Ok(0)
         }

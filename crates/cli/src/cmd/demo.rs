@@ -15,19 +15,23 @@ pub struct Args {
 
 /// `loopwright demo`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let root = args.dir.unwrap_or_else(|| std::env::temp_dir().join(format!("loopwright-demo-{:08x}", random_u64() as u32)));
+    let root =
+        args.dir.unwrap_or_else(|| std::env::temp_dir().join(format!("loopwright-demo-{:08x}", random_u64() as u32)));
     if root.join(".loopwright").exists() {
         return Err(CliError::usage(format!("{} already holds a workspace; pick another --dir", root.display())));
     }
     for (rel, text) in DEMO {
         let path = root.join(rel);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| CliError::usage(format!("cannot create {}: {e}", parent.display())))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| CliError::usage(format!("cannot create {}: {e}", parent.display())))?;
         }
         std::fs::write(&path, text).map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display())))?;
     }
     eprintln!("loopwright demo: a tiny project whose test fails, in {}", root.display());
-    eprintln!("  pipeline: diagnose (agent, plan mode) -> security_review (only if 'ciso' in always_include) -> fix (agent) -> verify (shell: the real test)\n");
+    eprintln!(
+        "  pipeline: diagnose (agent, plan mode) -> security_review (only if 'ciso' in always_include) -> fix (agent) -> verify (shell: the real test)\n"
+    );
     let demo_global = Global { dir: Some(root.clone()), json: global.json };
     let args = super::run::Args {
         pipeline: "bug-fix".into(),

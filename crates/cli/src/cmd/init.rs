@@ -25,7 +25,8 @@ fn write_new(root: &Path, rel: &str, contents: &str, quiet: bool) -> Result<bool
         return Ok(false);
     }
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| CliError::usage(format!("cannot create {}: {e}", parent.display())))?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| CliError::usage(format!("cannot create {}: {e}", parent.display())))?;
     }
     std::fs::write(&path, contents).map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display())))?;
     if !quiet {
@@ -38,7 +39,8 @@ fn write_new(root: &Path, rel: &str, contents: &str, quiet: bool) -> Result<bool
 fn ignore_state(root: &Path) -> Result<(), CliError> {
     let path = root.join(".gitignore");
     let existing = std::fs::read_to_string(&path).unwrap_or_default();
-    if existing.lines().any(|l| matches!(l.trim(), ".loopwright/state/" | ".loopwright/state" | "/.loopwright/state/")) {
+    if existing.lines().any(|l| matches!(l.trim(), ".loopwright/state/" | ".loopwright/state" | "/.loopwright/state/"))
+    {
         return Ok(());
     }
     let mut text = existing;
@@ -55,7 +57,9 @@ fn ignore_state(root: &Path) -> Result<(), CliError> {
 pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let root = match &global.dir {
         Some(d) => d.clone(),
-        None => std::env::current_dir().map_err(|e| CliError::usage(format!("cannot read the current directory: {e}")))?,
+        None => {
+            std::env::current_dir().map_err(|e| CliError::usage(format!("cannot read the current directory: {e}")))?
+        }
     };
     std::fs::create_dir_all(&root).map_err(|e| CliError::usage(format!("cannot create {}: {e}", root.display())))?;
     let (_, pipeline) = PIPELINES.iter().find(|(n, _)| *n == args.example).copied().unwrap_or(PIPELINES[0]);

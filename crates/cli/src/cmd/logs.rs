@@ -30,10 +30,17 @@ pub fn line(r: &EventRecord) -> String {
             s.pipeline_path,
             s.task_id,
             s.start_from.as_ref().map(|f| format!(", from stage {f}")).unwrap_or_default(),
-            if s.skip.is_empty() { String::new() } else { format!(", skipping {}", s.skip.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")) }
+            if s.skip.is_empty() {
+                String::new()
+            } else {
+                format!(", skipping {}", s.skip.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+            }
         ),
         Event::ConditionEvaluated { stage, condition, values, outcome } => {
-            format!("{stage}: condition `{condition}` with {values} -> {}", serde_json::to_string(outcome).unwrap_or_default())
+            format!(
+                "{stage}: condition `{condition}` with {values} -> {}",
+                serde_json::to_string(outcome).unwrap_or_default()
+            )
         }
         Event::StageSkipped { stage, reason } => format!("{stage}: skipped ({})", reason.as_str()),
         Event::ApprovalRequested { stage } => format!("{stage}: waits for approval"),
@@ -48,10 +55,19 @@ pub fn line(r: &EventRecord) -> String {
         Event::AttemptSucceeded { stage, attempt, duration_ms, outputs } => format!(
             "{stage}: attempt {attempt} succeeded in {}{}",
             duration(*duration_ms),
-            if outputs.is_empty() { String::new() } else { format!(", outputs {}", outputs.keys().cloned().collect::<Vec<_>>().join(", ")) }
+            if outputs.is_empty() {
+                String::new()
+            } else {
+                format!(", outputs {}", outputs.keys().cloned().collect::<Vec<_>>().join(", "))
+            }
         ),
         Event::AttemptFailed { stage, attempt, duration_ms, error } => {
-            format!("{stage}: attempt {attempt} failed after {} ({}): {}", duration(*duration_ms), error.kind.as_str(), error.message)
+            format!(
+                "{stage}: attempt {attempt} failed after {} ({}): {}",
+                duration(*duration_ms),
+                error.kind.as_str(),
+                error.message
+            )
         }
         Event::RetryScheduled { stage, attempt, delay_ms, reason } => {
             format!("{stage}: attempt {attempt} in {} ({reason})", duration(*delay_ms))

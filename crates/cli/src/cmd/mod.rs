@@ -32,10 +32,12 @@ pub fn open_store(ws: &Workspace) -> Result<SqliteStore, CliError> {
     std::fs::create_dir_all(ws.runs_dir())
         .map_err(|e| CliError::usage(format!("cannot create the state directory {}: {e}", state.display())))?;
     let probe = state.join(".write-test");
-    std::fs::write(&probe, b"").map_err(|e| CliError::usage(format!("the state directory {} is not writable: {e}", state.display())))?;
+    std::fs::write(&probe, b"")
+        .map_err(|e| CliError::usage(format!("the state directory {} is not writable: {e}", state.display())))?;
     let _ = std::fs::remove_file(&probe);
     if let Some(parent) = ws.db_path().parent() {
-        std::fs::create_dir_all(parent).map_err(|e| CliError::usage(format!("cannot create {}: {e}", parent.display())))?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| CliError::usage(format!("cannot create {}: {e}", parent.display())))?;
     }
     SqliteStore::open(&ws.db_path(), ws.config.store.synchronous).map_err(|e| CliError::usage(e.to_string()))
 }

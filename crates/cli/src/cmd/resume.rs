@@ -57,13 +57,22 @@ pub async fn resolve_run(store: &SqliteStore, run: &str) -> Result<RunId, CliErr
 pub async fn load_run(ws: &Workspace, store: &SqliteStore, run: &RunId) -> Result<(Pipeline, RunState), CliError> {
     let events = store.events(run).await?;
     let state = RunState::replay(run.clone(), &events);
-    let started = state.started.as_ref().ok_or_else(|| CliError::Internal(anyhow::anyhow!("run {run} has no start event")))?;
+    let started =
+        state.started.as_ref().ok_or_else(|| CliError::Internal(anyhow::anyhow!("run {run} has no start event")))?;
     let inputs: Vec<String> = started.inputs.keys().cloned().collect();
     let pipeline = ws.compile_text(Path::new(&started.pipeline_path), started.pipeline_source.clone(), &inputs)?;
     Ok((pipeline, state))
 }
 
-async fn continue_run(global: &Global, ws: &Workspace, store: &SqliteStore, pipeline: &Pipeline, state: RunState, answer: Option<Event>, quiet: bool) -> Result<u8, CliError> {
+async fn continue_run(
+    global: &Global,
+    ws: &Workspace,
+    store: &SqliteStore,
+    pipeline: &Pipeline,
+    state: RunState,
+    answer: Option<Event>,
+    quiet: bool,
+) -> Result<u8, CliError> {
     let runner = ProcessRunner::new(ws.runs_dir());
     let mut observers = Observers { progress: Progress::new(quiet), files: Projector::new(ws.runs_dir()) };
     let mut engine = Engine { pipeline, store, runner: &runner, clock: &SystemClock, observer: &mut observers };
@@ -83,7 +92,10 @@ pub async fn resume(global: &Global, args: ResumeArgs) -> Result<u8, CliError> {
     let (pipeline, state) = load_run(&ws, &store, &run).await?;
     if !resumable(state.status) {
         if let Some(stage) = state.waiting_for_approval() {
-            eprintln!("loopwright: run {run} waits for approval of stage `{}`: `loopwright approve {run}` or `loopwright reject {run}`", stage.id);
+            eprintln!(
+                "loopwright: run {run} waits for approval of stage `{}`: `loopwright approve {run}` or `loopwright reject {run}`",
+                stage.id
+            );
         } else {
             eprintln!("loopwright: run {run} already ended ({}); nothing to resume", state.status.as_str());
         }
@@ -99,7 +111,10 @@ pub async fn answer(global: &Global, args: AnswerArgs, granted: bool) -> Result<
     let run = resolve_run(&store, &args.run).await?;
     let (pipeline, state) = load_run(&ws, &store, &run).await?;
     let Some(stage) = state.waiting_for_approval().map(|s| s.id.clone()) else {
-        return Err(CliError::usage(format!("run {run} is not waiting for an approval (its status is {})", state.status.as_str())));
+        return Err(CliError::usage(format!(
+            "run {run} is not waiting for an approval (its status is {})",
+            state.status.as_str()
+        )));
     };
     let by = args.by.unwrap_or_else(os_user);
     let event = if granted {

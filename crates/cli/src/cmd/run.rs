@@ -60,7 +60,10 @@ fn parse_inputs(raw: &[String]) -> Result<BTreeMap<String, String>, CliError> {
     for item in raw {
         let (key, value) = match item.strip_prefix('@') {
             Some(file) => {
-                let key = std::path::Path::new(file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                let key = std::path::Path::new(file)
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 (key, format!("@{file}"))
             }
             None => {
@@ -72,7 +75,8 @@ fn parse_inputs(raw: &[String]) -> Result<BTreeMap<String, String>, CliError> {
             return Err(CliError::usage(format!("--input `{item}`: the key `{key}` must match ^[a-z][a-z0-9_]*$")));
         }
         let value = match value.strip_prefix('@') {
-            Some(file) => std::fs::read_to_string(file).map_err(|e| CliError::usage(format!("--input {key}=@{file}: cannot read {file}: {e}")))?,
+            Some(file) => std::fs::read_to_string(file)
+                .map_err(|e| CliError::usage(format!("--input {key}=@{file}: cannot read {file}: {e}")))?,
             None => value,
         };
         inputs.insert(key, value);
@@ -84,7 +88,8 @@ fn parse_vars(raw: &[String], pipeline: &Pipeline) -> Result<BTreeMap<String, St
     let mut vars = BTreeMap::new();
     for item in raw {
         let (key, value) = split_kv(item, "--var")?;
-        let settable = BUILTIN_VARIABLES.iter().any(|b| *b == key && *b != "stage_outputs") || pipeline.vars.contains_key(key);
+        let settable =
+            BUILTIN_VARIABLES.iter().any(|b| *b == key && *b != "stage_outputs") || pipeline.vars.contains_key(key);
         if !settable {
             let declared: Vec<&str> = pipeline.vars.keys().map(String::as_str).collect();
             return Err(CliError::usage(format!(
@@ -136,8 +141,9 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         inputs.entry("task_description".into()).or_insert_with(|| task.clone());
     }
     let task_id = match &args.task_id {
-        Some(id) => TaskId::parse(id)
-            .ok_or_else(|| CliError::usage(format!("--task-id `{id}`: use letters, digits, `-`, `_` and `.` (at most 100)")))?,
+        Some(id) => TaskId::parse(id).ok_or_else(|| {
+            CliError::usage(format!("--task-id `{id}`: use letters, digits, `-`, `_` and `.` (at most 100)"))
+        })?,
         None => TaskId::generate(&task, random_u64()),
     };
 
@@ -147,8 +153,11 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         let index = pipeline.index_of(from.as_str()).unwrap_or(0);
         let earlier: Vec<&StageId> = pipeline.stages[..index].iter().map(|s| &s.id).collect();
         prior_outputs = store.task_outputs(&task_id).await?.into_iter().filter(|(k, _)| earlier.contains(&k)).collect();
-        let missing: Vec<&str> =
-            pipeline.stages[..index].iter().filter(|s| !s.outputs.is_empty() && !prior_outputs.contains_key(&s.id)).map(|s| s.id.as_str()).collect();
+        let missing: Vec<&str> = pipeline.stages[..index]
+            .iter()
+            .filter(|s| !s.outputs.is_empty() && !prior_outputs.contains_key(&s.id))
+            .map(|s| s.id.as_str())
+            .collect();
         if !missing.is_empty() && !args.quiet {
             eprintln!(
                 "loopwright: note: no earlier outputs of {} for task {task_id}{}",
@@ -174,7 +183,8 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
     let runner = ProcessRunner::new(ws.runs_dir());
     let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
-    let mut engine = Engine { pipeline: &pipeline, store: &store, runner: &runner, clock: &SystemClock, observer: &mut observers };
+    let mut engine =
+        Engine { pipeline: &pipeline, store: &store, runner: &runner, clock: &SystemClock, observer: &mut observers };
     let state = engine.start(run_id, started).await?;
     finish(global, &mut engine, state).await
 }
@@ -233,7 +243,8 @@ fn ask_approval(pipeline: &Pipeline, stage: &StageId, state: &RunState) -> bool 
         s.mode
     );
     for i in &inputs {
-        let summary = i.text.as_deref().and_then(|t| t.lines().find(|l| !l.trim().is_empty())).unwrap_or("(not available)");
+        let summary =
+            i.text.as_deref().and_then(|t| t.lines().find(|l| !l.trim().is_empty())).unwrap_or("(not available)");
         text.push_str(&format!("- {}: {}\n", i.key, summary.chars().take(100).collect::<String>()));
     }
     if inputs.is_empty() {

@@ -34,7 +34,9 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let mut checked = Vec::new();
     for path in &paths {
         match ws.load_pipeline(path, &[]) {
-            Ok(p) => checked.push(json!({"file": ws.shown(path), "name": p.name, "stages": p.stages.len(), "valid": true})),
+            Ok(p) => {
+                checked.push(json!({"file": ws.shown(path), "name": p.name, "stages": p.stages.len(), "valid": true}))
+            }
             Err(CliError::Invalid(diags)) => {
                 checked.push(json!({"file": ws.shown(path), "valid": false}));
                 // Agent-file problems are reported once, below.
@@ -53,7 +55,12 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     } else {
         for c in &checked {
             if c["valid"] == true {
-                println!("✓ {}: pipeline `{}`, {} stages", c["file"].as_str().unwrap_or(""), c["name"].as_str().unwrap_or(""), c["stages"]);
+                println!(
+                    "✓ {}: pipeline `{}`, {} stages",
+                    c["file"].as_str().unwrap_or(""),
+                    c["name"].as_str().unwrap_or(""),
+                    c["stages"]
+                );
             }
         }
         if !valid {

@@ -1,0 +1,107 @@
+//! Bad input: one clear message naming what is wrong and where, exit 2, nothing half-written.
+
+use pretty_assertions::assert_eq;
+
+use crate::support::Ws;
+
+fn fails(ws: &Ws, args: &[&str]) -> String {
+    let (code, stdout, stderr) = ws.run(args);
+    assert_eq!(code, 2, "args {args:?}\nstdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(stdout, "");
+    stderr
+}
+
+#[test]
+fn a_missing_pipeline_names_what_is_available() {
+    let ws = Ws::seed();
+    let stderr = fails(&ws, &["run", "nope"]);
+    assert!(stderr.starts_with("loopwright: error: Pipeline 'nope' not found in "), "{stderr}");
+    assert!(stderr.ends_with("; available: bug-fix, example, full-feature\n"), "{stderr}");
+    assert!(!ws.has_store());
+    let stderr = fails(&ws, &["run", "missing/file.yml"]);
+    assert!(stderr.contains("Pipeline 'missing/file.yml' not found: no file"), "{stderr}");
+}
+
+#[test]
+fn a_yaml_error_is_shown_at_its_line_and_nothing_runs() {
+    let ws = Ws::seed();
+    ws.write(
+        ".loopwright/pipelines/bad.yml",
+        "name: bad\ndescription: d\nversion: 1\nstages:\n  - id: a\n    agent: [shell\n",
+    );
+    let stderr = fails(&ws, &["run", "bad"]);
+    assert!(stderr.contains("╭─[.loopwright/pipelines/bad.yml:7:1]") || stderr.contains("bad.yml:6:"), "{stderr}");
+    assert!(!ws.has_store());
+}
+
+#[test]
+fn an_unknown_agent_is_a_validation_error() {
+    let ws = Ws::seed();
+    ws.write(".loopwright/pipelines/x.yml", "name: x\ndescription: d\nversion: 1\nstages:\n  - id: a\n    agent: ghost\n    mode: plan\n    description: d\n");
+    let stderr = fails(&ws, &["run", "x"]);
+    assert!(stderr.contains("stage `a`, field `agent`: Agent 'ghost' not found for stage 'a'"), "{stderr}");
+    assert!(stderr.contains("╭─[.loopwright/pipelines/x.yml:6:12]"), "{stderr}");
+    assert!(!ws.has_store());
+}
+
+#[test]
+fn bad_vars_inputs_and_stage_names_are_usage_errors() {
+    let ws = Ws::seed();
+    let stderr = fails(&ws, &["run", "bug-fix", "--var", "colour=red"]);
+    assert_eq!(
+        stderr,
+        "loopwright: error: --var colour: unknown variable `colour`; known: complexity, task_type, tags, always_include\n"
+    );
+    let stderr = fails(&ws, &["run", "bug-fix", "--var", "complexity"]);
+    assert_eq!(stderr, "loopwright: error: --var `complexity`: expected KEY=VALUE\n");
+    let stderr = fails(&ws, &["run", "bug-fix", "--var", "complexity=huge"]);
+    assert_eq!(stderr, "loopwright: error: --var complexity=huge: expected low, medium or high\n");
+    let stderr = fails(&ws, &["run", "bug-fix", "--input", "error_context=@/no/such/file"]);
+    assert!(
+        stderr.starts_with("loopwright: error: --input error_context=@/no/such/file: cannot read /no/such/file:"),
+        "{stderr}"
+    );
+    let stderr = fails(&ws, &["run", "bug-fix", "--start-from", "deploy"]);
+    assert_eq!(
+        stderr,
+        "loopwright: error: --start-from deploy: pipeline `bug-fix` has no stage `deploy`; its stages: diagnose, fix, verify\n"
+    );
+    let stderr = fails(&ws, &["run", "bug-fix", "--task-id", "../etc"]);
+    assert!(stderr.contains("--task-id `../etc`"), "{stderr}");
+    assert!(!ws.has_store());
+}
+
+#[test]
+fn an_unknown_run_id_is_a_usage_error() {
+    let ws = Ws::seed();
+    let stderr = fails(&ws, &["status", "nope"]);
+    assert!(stderr.starts_with("loopwright: error: no runs yet in "), "{stderr}");
+    let (code, _, _) = ws.run(&["run", "bug-fix", "--quiet"]);
+    assert_eq!(code, 0);
+    for cmd in [&["status", "nope"][..], &["logs", "nope"], &["resume", "nope"], &["approve", "nope"]] {
+        let stderr = fails(&ws, cmd);
+        assert_eq!(
+            stderr,
+            "loopwright: error: no run `nope` in this workspace (see `loopwright status` for recent runs)\n"
+        );
+    }
+}
+
+#[test]
+fn an_unwritable_state_directory_stops_before_running() {
+    let ws = Ws::seed();
+    // A file where the state directory should be: no user can write into it, not even root.
+    ws.write(".loopwright/state", "not a directory");
+    let stderr = fails(&ws, &["run", "bug-fix"]);
+    assert!(stderr.starts_with("loopwright: error: cannot create the state directory"), "{stderr}");
+    assert_eq!(ws.read(".loopwright/state"), "not a directory");
+}
+
+#[test]
+fn a_bad_config_file_names_its_line() {
+    let ws = Ws::seed();
+    ws.write(".loopwright/config.toml", "[defaults]\nrunnr = \"command\"\n");
+    let stderr = fails(&ws, &["validate"]);
+    assert!(stderr.contains("╭─[.loopwright/config.toml:2:1]"), "{stderr}");
+    assert!(stderr.contains("unknown field `runnr`"), "{stderr}");
+}

@@ -1,0 +1,103 @@
+//! `loopwright init`, `demo`, `agents`, `schema`.
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use crate::support::{Ws, examples, st, stages};
+
+#[test]
+fn init_scaffolds_a_workspace_that_validates_and_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = Ws { dir };
+    ws.write(".gitignore", "target/");
+    let (code, _, stderr) = ws.run(&["init"]);
+    assert_eq!(code, 0, "{stderr}");
+    for file in [
+        ".loopwright/config.toml",
+        ".loopwright/failure-patterns.yml",
+        ".loopwright/pipelines/example.yml",
+        ".loopwright/agents/cto.md",
+        ".loopwright/agents/echo-agent.sh",
+    ] {
+        assert!(ws.path().join(file).is_file(), "{file} missing");
+    }
+    assert_eq!(ws.read(".gitignore"), "target/\n# loopwright's journal and run files\n.loopwright/state/\n");
+    let (code, stdout, _) = ws.run(&["validate"]);
+    assert_eq!((code, stdout.as_str()), (0, "✓ .loopwright/pipelines/example.yml: pipeline `example`, 4 stages\n"));
+    let (code, result, stderr) =
+        ws.json(&["run", "example", "--task", "Add a health endpoint", "--var", "complexity=high"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stages(&result),
+        vec![
+            st("plan", "success", 1, None),
+            st("review", "success", 1, None),
+            st("implement", "success", 1, None),
+            st("verify", "success", 1, None)
+        ]
+    );
+
+    // A second init keeps what is there, and does not add the ignore line twice.
+    ws.write(".loopwright/pipelines/example.yml", "# mine\n");
+    let (code, _, stderr) = ws.run(&["init", "--example", "bug-fix"]);
+    assert_eq!(code, 0, "init checks the example it adds, not the files it keeps: {stderr}");
+    assert!(stderr.contains("  kept     .loopwright/config.toml (exists)\n"), "{stderr}");
+    assert_eq!(ws.read(".loopwright/pipelines/example.yml"), "# mine\n");
+    assert!(ws.path().join(".loopwright/pipelines/bug-fix.yml").is_file());
+    assert_eq!(ws.read(".gitignore").matches(".loopwright/state/").count(), 1);
+}
+
+#[test]
+fn the_demo_fixes_the_bundled_project() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("demo");
+    let mut cmd = assert_cmd::cargo::cargo_bin_cmd!("loopwright");
+    let out = cmd.args(["demo", "--dir", target.to_str().expect("utf-8"), "--json"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        stages(&result),
+        vec![
+            st("diagnose", "success", 1, None),
+            st("security_review", "skipped", 0, Some("condition_false")),
+            st("fix", "success", 1, None),
+            st("verify", "success", 1, None),
+        ]
+    );
+    assert_eq!(result["artifacts"]["verification_results"], "ok   add 2 3\nok   mul 4 5");
+    assert_eq!(result["artifacts"]["affected_files"], "src/calc.sh");
+    let calc = std::fs::read_to_string(target.join("src/calc.sh")).expect("calc");
+    assert!(calc.contains("echo $(( $1 + $2 ))"), "{calc}");
+    // The bundled original still has the bug.
+    let original = std::fs::read_to_string(examples().join("demo/src/calc.sh")).expect("original");
+    assert!(original.contains("echo $(( $1 - $2 ))"));
+}
+
+#[test]
+fn agents_lists_and_shows_argv() {
+    let ws = Ws::seed();
+    let (code, shown, _) = ws.json(&["agents", "show", "cto", "--mode", "plan"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        shown,
+        json!({"name": "cto", "runner": "command", "mode": "plan", "argv": ["sh", ".loopwright/agents/echo-agent.sh"]})
+    );
+    let (code, _, stderr) = ws.run(&["agents", "show", "ciso", "--mode", "agent"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("may not run in agent mode"), "{stderr}");
+    let (code, stdout, _) = ws.run(&["agents"]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout.lines().count(), 7, "{stdout}");
+}
+
+#[test]
+fn schema_prints_the_committed_schema() {
+    let ws = Ws::empty();
+    let (code, stdout, _) = ws.run(&["schema"]);
+    assert_eq!(code, 0);
+    let committed = std::fs::read_to_string(examples().join("../schema/pipeline.schema.json")).expect("schema");
+    assert_eq!(stdout, committed);
+    let schema: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+    assert_eq!(schema["required"], json!(["name", "description", "version", "stages"]));
+}

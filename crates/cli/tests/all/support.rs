@@ -1,0 +1,108 @@
+//! Temporary workspaces and helpers to run the real binary in them.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// The repository's `examples/` folder.
+pub fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// A workspace in a temporary directory.
+pub struct Ws {
+    pub dir: tempfile::TempDir,
+}
+
+impl Ws {
+    /// An empty workspace (with `.loopwright/`).
+    pub fn empty() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join(".loopwright/pipelines")).expect("mkdir");
+        Self { dir }
+    }
+
+    /// A workspace with the seed pipelines (full-feature, bug-fix, example) and their agents.
+    pub fn seed() -> Self {
+        let ws = Self::empty();
+        for (from, to) in [("seed/agents", ".loopwright/agents"), ("seed/pipelines", ".loopwright/pipelines")] {
+            let target = ws.path().join(to);
+            std::fs::create_dir_all(&target).expect("mkdir");
+            for entry in std::fs::read_dir(examples().join(from)).expect("examples") {
+                let entry = entry.expect("entry");
+                std::fs::copy(entry.path(), target.join(entry.file_name())).expect("copy");
+            }
+        }
+        ws
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file (creating folders).
+    pub fn write(&self, rel: &str, text: &str) {
+        let path = self.path().join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+    }
+
+    /// The binary, run in this workspace, without colour.
+    pub fn cmd(&self) -> Command {
+        let mut cmd = assert_cmd::cargo::cargo_bin_cmd!("loopwright");
+        cmd.current_dir(self.path()).env("NO_COLOR", "1").env("USER", "tester");
+        cmd
+    }
+
+    /// Runs the binary with `args`; returns (exit code, stdout, stderr).
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.cmd().args(args).output().expect("run loopwright");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs with `--json` and parses stdout.
+    pub fn json(&self, args: &[&str]) -> (i32, Value, String) {
+        let mut all = args.to_vec();
+        all.push("--json");
+        let (code, stdout, stderr) = self.run(&all);
+        let value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
+        (code, value, stderr)
+    }
+
+    /// True when the journal exists.
+    pub fn has_store(&self) -> bool {
+        self.path().join(".loopwright/state/state.db").exists()
+    }
+}
+
+/// `[(id, status, attempts, reason)]` of a result's stages.
+pub fn stages(result: &Value) -> Vec<(String, String, u64, Option<String>)> {
+    result["stages_executed"]
+        .as_array()
+        .expect("stages_executed")
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().expect("id").to_owned(),
+                s["status"].as_str().expect("status").to_owned(),
+                s["attempts"].as_u64().expect("attempts"),
+                s["reason"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+/// A stage tuple for comparisons.
+pub fn st(id: &str, status: &str, attempts: u64, reason: Option<&str>) -> (String, String, u64, Option<String>) {
+    (id.to_owned(), status.to_owned(), attempts, reason.map(str::to_owned))
+}
