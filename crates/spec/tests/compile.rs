@@ -133,8 +133,8 @@ fn inputs_must_come_from_earlier_stages_or_initial_inputs() {
 
 #[test]
 fn declared_and_given_initial_inputs_are_accepted() {
-    let yaml = format!(
-        "name: p\ndescription: d\nversion: 1\ninitial_inputs: [error_context]\nstages:\n  - id: s\n    agent: cto\n    mode: plan\n    description: x\n    inputs: [error_context, context, task_description, extra]\n"
+    let yaml = String::from(
+        "name: p\ndescription: d\nversion: 1\ninitial_inputs: [error_context]\nstages:\n  - id: s\n    agent: cto\n    mode: plan\n    description: x\n    inputs: [error_context, context, task_description, extra]\n",
     );
     let agents = agents();
     let extra = vec!["extra".to_owned()];
@@ -219,8 +219,8 @@ fn conditions_must_parse_and_name_known_variables() {
 
 #[test]
 fn conditions_may_use_declared_vars_and_earlier_outputs() {
-    let yaml = format!(
-        "name: p\ndescription: d\nversion: 1\nvars:\n  risk_budget: 3\nstages:\n  - id: review\n    agent: cto\n    mode: plan\n    description: x\n    outputs: [risks_identified]\n  - id: fix\n    agent: cto\n    mode: agent\n    description: y\n    condition: \"stage_outputs.review.risks_identified > 0 and risk_budget > 1 and 'x' not in tags\"\n"
+    let yaml = String::from(
+        "name: p\ndescription: d\nversion: 1\nvars:\n  risk_budget: 3\nstages:\n  - id: review\n    agent: cto\n    mode: plan\n    description: x\n    outputs: [risks_identified]\n  - id: fix\n    agent: cto\n    mode: agent\n    description: y\n    condition: \"stage_outputs.review.risks_identified > 0 and risk_budget > 1 and 'x' not in tags\"\n",
     );
     let p = try_compile(&yaml).expect("valid");
     assert_eq!(p.vars, BTreeMap::from([("risk_budget".to_owned(), serde_json::json!(3))]));

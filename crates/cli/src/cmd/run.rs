@@ -117,6 +117,24 @@ fn stage_arg(pipeline: &Pipeline, name: &str, flag: &str) -> Result<StageId, Cli
     }
 }
 
+/// Refuses, before anything runs, a pipeline whose stages use a runner this build cannot run.
+fn check_runners(pipeline: &Pipeline, start_from: Option<&StageId>) -> Result<(), CliError> {
+    let start = start_from.and_then(|s| pipeline.index_of(s.as_str())).unwrap_or(0);
+    let unsupported: Vec<String> = pipeline.stages[start..]
+        .iter()
+        .filter_map(|s| pipeline.agent_of(s).map(|a| (s, a)))
+        .filter(|(_, a)| !matches!(a.runner, loopwright_spec::RunnerKind::Command | loopwright_spec::RunnerKind::Shell))
+        .map(|(s, a)| format!("stage `{}` uses agent `{}` ({}, `runner: {}`)", s.id, a.name, a.file, a.runner))
+        .collect();
+    if unsupported.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "this build runs shell stages and `runner: command` agents only; {}. Set `runner: command` with `command: [...]` in those agent files",
+        unsupported.join("; ")
+    )))
+}
+
 /// Random bits for ids, without a dependency: std's per-process hasher keys are random.
 pub fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -136,6 +154,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let vars = parse_vars(&args.vars, &pipeline)?;
     let start_from = args.start_from.as_deref().map(|s| stage_arg(&pipeline, s, "--start-from")).transpose()?;
     let skip = args.skip.iter().map(|s| stage_arg(&pipeline, s, "--skip")).collect::<Result<Vec<_>, _>>()?;
+    check_runners(&pipeline, start_from.as_ref())?;
     let task = args.task.clone().or_else(|| inputs.get("task_description").cloned()).unwrap_or_default();
     if !task.is_empty() {
         inputs.entry("task_description".into()).or_insert_with(|| task.clone());

@@ -105,3 +105,16 @@ fn a_bad_config_file_names_its_line() {
     assert!(stderr.contains("╭─[.loopwright/config.toml:2:1]"), "{stderr}");
     assert!(stderr.contains("unknown field `runnr`"), "{stderr}");
 }
+
+#[test]
+fn an_agent_this_build_cannot_run_is_refused_before_anything_runs() {
+    let ws = Ws::seed();
+    ws.write(".claude/agents/reviewer.md", "---\nname: reviewer\ndescription: Reviews\nmodel: sonnet\n---\nReview.\n");
+    ws.write(".loopwright/pipelines/r.yml", "name: r\ndescription: d\nversion: 1\nstages:\n  - id: review\n    agent: reviewer\n    mode: plan\n    description: d\n");
+    let stderr = fails(&ws, &["run", "r"]);
+    assert_eq!(
+        stderr,
+        "loopwright: error: this build runs shell stages and `runner: command` agents only; stage `review` uses agent `reviewer` (.claude/agents/reviewer.md, `runner: claude`). Set `runner: command` with `command: [...]` in those agent files\n"
+    );
+    assert!(!ws.has_store());
+}
