@@ -8,6 +8,7 @@ mod error;
 mod examples;
 mod observe;
 mod render;
+mod stop;
 mod workspace;
 
 use std::path::PathBuf;
@@ -52,6 +53,8 @@ enum Command {
     Approve(cmd::resume::AnswerArgs),
     /// Reject the approval gate a run waits at: the run is cancelled.
     Reject(cmd::resume::AnswerArgs),
+    /// Stop a running or waiting run (from any terminal): the run is cancelled.
+    Cancel(cmd::resume::CancelArgs),
     /// Show one run, or a table of recent runs.
     Status(cmd::status::Args),
     /// Print a run's event log.
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
             Command::Resume(args) => cmd::resume::resume(&global, args).await,
             Command::Approve(args) => cmd::resume::answer(&global, args, true).await,
             Command::Reject(args) => cmd::resume::answer(&global, args, false).await,
+            Command::Cancel(args) => cmd::resume::cancel(&global, args).await,
             Command::Status(args) => cmd::status::run(&global, args).await,
             Command::Logs(args) => cmd::logs::run(&global, args).await,
             Command::Agents(args) => cmd::agents::run(&global, args),

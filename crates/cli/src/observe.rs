@@ -75,10 +75,11 @@ impl Observer for Progress {
             Event::RunStarted(started) => {
                 self.run_started = Instant::now();
                 self.line(&format!(
-                    "loopwright: run {} of pipeline `{}` ({} stages), task {}",
+                    "loopwright: run {} of pipeline `{}` ({} stage{}), task {}",
                     state.run_id,
                     started.pipeline,
                     pipeline.stages.len(),
+                    if pipeline.stages.len() == 1 { "" } else { "s" },
                     started.task_id
                 ));
             }
@@ -155,7 +156,22 @@ impl Observer for Progress {
                 let elapsed = u64::try_from(self.run_started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 self.line(&format!("loopwright: run {} {} in {}", state.run_id, status.as_str(), duration(elapsed)));
             }
-            Event::ConditionEvaluated { .. } | Event::ProcessStarted { .. } => {}
+            Event::RunInterrupted { stage, signal } => {
+                self.stop_spinner();
+                self.line(&format!(
+                    "■ run {} interrupted by {signal}{}: `loopwright resume {}` continues it",
+                    state.run_id,
+                    stage.as_ref().map(|s| format!(" during {s}")).unwrap_or_default(),
+                    state.run_id
+                ));
+            }
+            Event::RunResumed { .. } => self.line(&format!("loopwright: resuming run {}", state.run_id)),
+            Event::RunCancelled { stage, by } => {
+                self.stop_spinner();
+                let at = stage.as_ref().map(|s| format!(" at stage {s}")).unwrap_or_default();
+                self.line(&format!("■ run {} cancelled by {by}{at}", state.run_id));
+            }
+            Event::ConditionEvaluated { .. } | Event::ProcessStarted { .. } | Event::CancelRequested { .. } => {}
         }
     }
 }

@@ -77,6 +77,10 @@ pub enum Event {
         attempt: u32,
         /// The process group id (the leader's pid).
         pgid: i32,
+        /// The leader's start time (clock ticks since boot), so a later run never signals an
+        /// unrelated process that reused the id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_time: Option<u64>,
         /// What was run.
         command: String,
     },
@@ -120,6 +124,32 @@ pub enum Event {
         /// The last error.
         error: StageError,
     },
+    /// loopwright was stopped by a signal; the stage in flight was ended. `resume` continues.
+    RunInterrupted {
+        /// The stage that was running.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stage: Option<StageId>,
+        /// The signal (`SIGINT`, `SIGTERM`).
+        signal: String,
+    },
+    /// A loopwright process took the run up again (after an interruption or a crash).
+    RunResumed {
+        /// The process now driving the run.
+        owner: Owner,
+    },
+    /// Someone asked, from another process, to cancel the run; its owner stops it.
+    CancelRequested {
+        /// Who asked.
+        by: String,
+    },
+    /// The run was cancelled.
+    RunCancelled {
+        /// The stage that was running or waiting, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stage: Option<StageId>,
+        /// Who cancelled it.
+        by: String,
+    },
     /// The run ended (or paused) with this status.
     RunFinished {
         /// Final status.
@@ -142,7 +172,11 @@ impl Event {
             | Event::AttemptFailed { stage, .. }
             | Event::RetryScheduled { stage, .. }
             | Event::StageFailed { stage, .. } => Some(stage),
-            Event::RunStarted(_) | Event::RunFinished { .. } => None,
+            Event::RunInterrupted { stage, .. } | Event::RunCancelled { stage, .. } => stage.as_ref(),
+            Event::RunStarted(_)
+            | Event::RunFinished { .. }
+            | Event::RunResumed { .. }
+            | Event::CancelRequested { .. } => None,
         }
     }
 
@@ -161,6 +195,10 @@ impl Event {
             Event::AttemptFailed { .. } => "attempt_failed",
             Event::RetryScheduled { .. } => "retry_scheduled",
             Event::StageFailed { .. } => "stage_failed",
+            Event::RunInterrupted { .. } => "run_interrupted",
+            Event::RunResumed { .. } => "run_resumed",
+            Event::CancelRequested { .. } => "cancel_requested",
+            Event::RunCancelled { .. } => "run_cancelled",
             Event::RunFinished { .. } => "run_finished",
         }
     }
@@ -168,7 +206,9 @@ impl Event {
     /// The run status this event moves the run to, when it changes it.
     pub fn run_status(&self) -> Option<RunStatus> {
         match self {
-            Event::RunStarted(_) | Event::ApprovalGranted { .. } => Some(RunStatus::Running),
+            Event::RunStarted(_) | Event::ApprovalGranted { .. } | Event::RunResumed { .. } => Some(RunStatus::Running),
+            Event::RunInterrupted { .. } => Some(RunStatus::Interrupted),
+            Event::RunCancelled { .. } => Some(RunStatus::Cancelled),
             Event::ApprovalRequested { .. } => Some(RunStatus::Waiting),
             Event::ApprovalRejected { .. } => Some(RunStatus::Cancelled),
             Event::RunFinished { status } => Some(*status),
@@ -205,6 +245,20 @@ pub struct RunStarted {
     pub prior_outputs: BTreeMap<StageId, Outputs>,
     /// The workspace the run works in.
     pub workspace: String,
+    /// The process driving the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+}
+
+/// The loopwright process driving a run: its pid and start time (clock ticks since boot),
+/// which together name one process even after the pid is reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// Process id.
+    pub pid: u32,
+    /// Start time in clock ticks since boot (`/proc/PID/stat` field 22).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
 }
 
 /// What a condition gave.

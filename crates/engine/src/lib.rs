@@ -15,9 +15,9 @@ pub mod result;
 pub mod run;
 pub mod state;
 
-pub use event::{Event, EventRecord, FailureKind, Outputs, RunStarted, RunStatus, SkipReason, StageError};
+pub use event::{Event, EventRecord, FailureKind, Outputs, Owner, RunStarted, RunStatus, SkipReason, StageError};
 pub use ids::{RunId, TaskId};
-pub use ports::{Clock, NoObserverExt, Observer, Runner, Store, StoreError, SystemClock};
+pub use ports::{Clock, NeverStop, NoObserverExt, Observer, Runner, Stop, Stopper, Store, StoreError, SystemClock};
 pub use result::PipelineResult;
 pub use run::Engine;
 pub use state::{RunState, StageStatus};

@@ -52,6 +52,8 @@ pub trait Store {
     async fn runs(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError>;
     /// The latest outputs of each stage of a task, over all its runs.
     async fn task_outputs(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError>;
+    /// Who asked to cancel the run in a `cancel_requested` event after event `after`, if anyone.
+    async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<String>, StoreError>;
 }
 
 /// Everything a runner needs to run one attempt of a stage.
@@ -84,11 +86,53 @@ pub struct StageRequest {
 pub enum Notice {
     /// A process was started in its own process group.
     ProcessStarted {
-        /// Its process group id.
-        pgid: i32,
+        /// The group.
+        group: ProcessGroup,
         /// What was run.
         command: String,
     },
+}
+
+/// A process group a stage started: its id and its leader's start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProcessGroup {
+    /// The group id (the leader's pid).
+    pub pgid: i32,
+    /// The leader's start time in clock ticks since boot, when known.
+    pub start_time: Option<u64>,
+}
+
+/// Why the engine was asked to stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// A signal: the run is interrupted and `resume` continues it.
+    Interrupt {
+        /// The signal's name.
+        signal: String,
+    },
+    /// A cancel request: the run is cancelled.
+    Cancel {
+        /// Who asked.
+        by: String,
+    },
+}
+
+/// Tells the engine to stop. `stopped` resolves when a stop is asked for; a request that came
+/// while nobody was waiting must still be returned by the next call.
+#[allow(async_fn_in_trait)]
+pub trait Stopper {
+    /// Waits for a stop request.
+    async fn stopped(&self) -> Stop;
+}
+
+/// A stopper that never stops.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NeverStop;
+
+impl Stopper for NeverStop {
+    async fn stopped(&self) -> Stop {
+        std::future::pending().await
+    }
 }
 
 /// How an attempt's execution ended.
@@ -122,8 +166,9 @@ pub struct Execution {
 pub trait Runner {
     /// Runs one attempt; reports started processes through `notices` as soon as they exist.
     async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution;
-    /// Ends process groups left by an attempt that was interrupted (after a crash).
-    fn end_leftovers(&self, process_groups: &[i32]);
+    /// Ends process groups left by an attempt that was interrupted or stopped: TERM, a grace
+    /// period, then KILL. A group whose leader's start time does not match is left alone.
+    fn end_leftovers(&self, process_groups: &[ProcessGroup]);
 }
 
 /// Time, so tests can control it.

@@ -8,7 +8,9 @@ use tokio::sync::mpsc;
 use crate::decide::{Step, next_step};
 use crate::event::{Event, FailureKind, RunStarted, StageError};
 use crate::ids::RunId;
-use crate::ports::{Clock, ExecOutcome, Execution, Notice, Observer, Runner, StageRequest, Store, StoreError};
+use crate::ports::{
+    Clock, ExecOutcome, Execution, Notice, Observer, Runner, StageRequest, Stop, Stopper, Store, StoreError,
+};
 use crate::prompt::build_prompt;
 use crate::state::RunState;
 
@@ -16,7 +18,7 @@ use crate::state::RunState;
 const OUTPUT_TAIL_CHARS: usize = 2000;
 
 /// Runs a pipeline against the ports.
-pub struct Engine<'a, S, R, C> {
+pub struct Engine<'a, S, R, C, X> {
     /// The validated pipeline.
     pub pipeline: &'a Pipeline,
     /// The journal.
@@ -27,9 +29,17 @@ pub struct Engine<'a, S, R, C> {
     pub clock: &'a C,
     /// Who watches.
     pub observer: &'a mut dyn Observer,
+    /// Who may ask the run to stop (signals, cancel requests).
+    pub stopper: &'a X,
 }
 
-impl<S: Store, R: Runner, C: Clock> Engine<'_, S, R, C> {
+/// How an attempt's execution ended from the engine's point of view.
+enum Ended {
+    Ran(Execution),
+    Stopped(Stop),
+}
+
+impl<S: Store, R: Runner, C: Clock, X: Stopper> Engine<'_, S, R, C, X> {
     /// Creates a run and drives it until it ends or waits.
     pub async fn start(&mut self, run_id: RunId, started: RunStarted) -> Result<RunState, StoreError> {
         let mut state = RunState::new(run_id);
@@ -43,7 +53,14 @@ impl<S: Store, R: Runner, C: Clock> Engine<'_, S, R, C> {
             match next_step(self.pipeline, &state, self.clock.now()) {
                 Step::Record(event) => self.record(&mut state, event).await?,
                 Step::Execute { stage, attempt } => self.execute(&mut state, stage, attempt).await?,
-                Step::Wait { until, .. } => self.clock.sleep_until(until).await,
+                Step::Wait { until, .. } => {
+                    let (clock, stopper) = (self.clock, self.stopper);
+                    tokio::select! {
+                        biased;
+                        stop = stopper.stopped() => self.stop(&mut state, stop).await?,
+                        () = clock.sleep_until(until) => {}
+                    }
+                }
                 Step::Done(_) => return Ok(state),
             }
         }
@@ -80,22 +97,47 @@ impl<S: Store, R: Runner, C: Clock> Engine<'_, S, R, C> {
             workspace: started.workspace.clone().into(),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let run = self.runner.run(&request, tx);
-        tokio::pin!(run);
-        let execution = loop {
-            tokio::select! {
-                biased;
-                Some(notice) = rx.recv() => self.notice(state, &stage_id, attempt, notice).await?,
-                execution = &mut run => break execution,
+        let (runner, stopper) = (self.runner, self.stopper);
+        let ended = {
+            let run = runner.run(&request, tx);
+            tokio::pin!(run);
+            loop {
+                tokio::select! {
+                    biased;
+                    stop = stopper.stopped() => break Ended::Stopped(stop),
+                    Some(notice) = rx.recv() => self.notice(state, &stage_id, attempt, notice).await?,
+                    execution = &mut run => break Ended::Ran(execution),
+                }
             }
+            // Leaving this block drops the runner's future, which kills the process it waits on.
         };
         while let Ok(notice) = rx.try_recv() {
             self.notice(state, &stage_id, attempt, notice).await?;
         }
+        let execution = match ended {
+            Ended::Ran(execution) => execution,
+            Ended::Stopped(stop) => return self.stop(state, stop).await,
+        };
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
         let event = match judge(&stage.outputs, &execution) {
             Ok(outputs) => Event::AttemptSucceeded { stage: stage_id, attempt, duration_ms, outputs },
             Err(error) => Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error },
+        };
+        self.record(state, event).await
+    }
+
+    /// Ends what the stage in flight left running, then records the interruption or the
+    /// cancellation.
+    async fn stop(&mut self, state: &mut RunState, stop: Stop) -> Result<(), StoreError> {
+        let stage = state.in_flight().map(|s| s.id.clone());
+        if let Some(groups) = state.in_flight().map(|s| s.process_groups.clone()).filter(|g| !g.is_empty()) {
+            self.runner.end_leftovers(&groups);
+        }
+        let event = match stop {
+            Stop::Interrupt { signal } => Event::RunInterrupted { stage, signal },
+            Stop::Cancel { by } => {
+                Event::RunCancelled { stage: stage.or_else(|| state.waiting_for_approval().map(|s| s.id.clone())), by }
+            }
         };
         self.record(state, event).await
     }
@@ -108,8 +150,15 @@ impl<S: Store, R: Runner, C: Clock> Engine<'_, S, R, C> {
         notice: Notice,
     ) -> Result<(), StoreError> {
         match notice {
-            Notice::ProcessStarted { pgid, command } => {
-                self.record(state, Event::ProcessStarted { stage: stage.clone(), attempt, pgid, command }).await
+            Notice::ProcessStarted { group, command } => {
+                let event = Event::ProcessStarted {
+                    stage: stage.clone(),
+                    attempt,
+                    pgid: group.pgid,
+                    start_time: group.start_time,
+                    command,
+                };
+                self.record(state, event).await
             }
         }
     }

@@ -83,7 +83,7 @@ pub struct StageState {
     /// The last error.
     pub last_error: Option<StageError>,
     /// Process groups started for the attempt in flight.
-    pub process_groups: Vec<i32>,
+    pub process_groups: Vec<crate::ports::ProcessGroup>,
     /// When the pending retry may start.
     pub retry_at: Option<jiff::Timestamp>,
     /// The answer to its approval gate.
@@ -145,6 +145,8 @@ pub struct RunState {
     pub updated_at: Option<jiff::Timestamp>,
     /// Sequence number of the last event applied.
     pub last_seq: u64,
+    /// The process driving the run (the last to start or resume it).
+    pub owner: Option<crate::event::Owner>,
 }
 
 impl RunState {
@@ -160,6 +162,7 @@ impl RunState {
             created_at: None,
             updated_at: None,
             last_seq: 0,
+            owner: None,
         }
     }
 
@@ -207,6 +210,7 @@ impl RunState {
         match &record.event {
             Event::RunStarted(started) => {
                 self.started = Some((**started).clone());
+                self.owner = started.owner;
                 self.created_at = Some(record.at);
             }
             Event::ConditionEvaluated { stage, outcome, condition, values } => {
@@ -237,8 +241,18 @@ impl RunState {
                 s.process_groups.clear();
                 s.retry_at = None;
             }
-            Event::ProcessStarted { stage, pgid, .. } => {
-                self.stage_mut(stage).process_groups.push(*pgid);
+            Event::ProcessStarted { stage, pgid, start_time, .. } => {
+                let group = crate::ports::ProcessGroup { pgid: *pgid, start_time: *start_time };
+                self.stage_mut(stage).process_groups.push(group);
+            }
+            Event::RunResumed { owner } => self.owner = Some(*owner),
+            Event::RunInterrupted { .. } | Event::CancelRequested { .. } => {}
+            Event::RunCancelled { stage, .. } => {
+                if let Some(stage) = stage {
+                    let s = self.stage_mut(stage);
+                    s.status = StageStatus::Cancelled;
+                    s.process_groups.clear();
+                }
             }
             Event::AttemptSucceeded { stage, duration_ms, outputs, .. } => {
                 let s = self.stage_mut(stage);
@@ -272,6 +286,11 @@ impl RunState {
             }
             Event::RunFinished { .. } => {}
         }
+    }
+
+    /// The stage with an attempt in flight (or interrupted in flight).
+    pub fn in_flight(&self) -> Option<&StageState> {
+        self.stages.iter().find(|s| s.status == StageStatus::Running)
     }
 
     /// The stage whose approval gate the run waits at.

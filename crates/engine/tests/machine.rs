@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use loopwright_engine::event::ConditionOutcome;
-use loopwright_engine::ports::{ExecOutcome, Execution, Notice, RunSummary, StageRequest};
+use loopwright_engine::ports::{ExecOutcome, Execution, Notice, ProcessGroup, RunSummary, StageRequest};
 use loopwright_engine::{
-    Clock, Engine, Event, EventRecord, FailureKind, NoObserverExt, Outputs, RunId, RunStarted, RunState, RunStatus,
-    Runner, Store, StoreError, TaskId,
+    Clock, Engine, Event, EventRecord, FailureKind, NeverStop, NoObserverExt, Outputs, RunId, RunStarted, RunState,
+    RunStatus, Runner, Store, StoreError, TaskId,
 };
 use loopwright_spec::{CompileContext, Pipeline, RunnerKind, SourceFile, StageId};
 use pretty_assertions::assert_eq;
@@ -36,6 +36,9 @@ impl Store for MemoryStore {
     async fn task_outputs(&self, _: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
         Ok(BTreeMap::new())
     }
+    async fn cancel_requested(&self, _: &RunId, _: u64) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
 }
 
 /// Plays outcomes in order and records what it was asked to run.
@@ -43,17 +46,18 @@ impl Store for MemoryStore {
 struct ScriptedRunner {
     script: RefCell<VecDeque<(ExecOutcome, &'static str)>>,
     calls: RefCell<Vec<(String, u32)>>,
-    ended: RefCell<Vec<i32>>,
+    ended: RefCell<Vec<ProcessGroup>>,
 }
 
 impl Runner for ScriptedRunner {
     async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution {
         self.calls.borrow_mut().push((request.stage.to_string(), request.attempt));
-        let _ = notices.send(Notice::ProcessStarted { pgid: 100 + request.attempt as i32, command: "x".into() });
+        let group = ProcessGroup { pgid: 100 + request.attempt as i32, start_time: None };
+        let _ = notices.send(Notice::ProcessStarted { group, command: "x".into() });
         let (outcome, stdout) = self.script.borrow_mut().pop_front().unwrap_or((ExecOutcome::Exited(0), ""));
         Execution { outcome, stdout: stdout.into(), stderr: String::new(), duration: Duration::from_millis(10) }
     }
-    fn end_leftovers(&self, groups: &[i32]) {
+    fn end_leftovers(&self, groups: &[ProcessGroup]) {
         self.ended.borrow_mut().extend_from_slice(groups);
     }
 }
@@ -106,6 +110,7 @@ fn started() -> RunStarted {
         auto_approve: false,
         prior_outputs: BTreeMap::new(),
         workspace: "/tmp".into(),
+        owner: None,
     }
 }
 
@@ -139,7 +144,7 @@ async fn run(
     started: RunStarted,
 ) -> RunState {
     let mut observer = loopwright_engine::ports::NoObserver;
-    let mut engine = Engine { pipeline, store, runner, clock, observer: observer.as_dyn() };
+    let mut engine = Engine { pipeline, store, runner, clock, observer: observer.as_dyn(), stopper: &NeverStop };
     engine.start(RunId::new("r"), started).await.expect("run")
 }
 
@@ -282,7 +287,13 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
             outputs: Outputs::new(),
         },
         Event::AttemptStarted { stage: StageId::parse("a2").expect("id"), attempt: 1 },
-        Event::ProcessStarted { stage: StageId::parse("a2").expect("id"), attempt: 1, pgid: 4242, command: "x".into() },
+        Event::ProcessStarted {
+            stage: StageId::parse("a2").expect("id"),
+            attempt: 1,
+            pgid: 4242,
+            start_time: Some(7),
+            command: "x".into(),
+        },
     ] {
         store.append(&RunId::new("r"), &e, at).await.expect("append");
     }
@@ -293,7 +304,7 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
         Engine { pipeline: &p, store: &store, runner: &runner, clock: &clock, observer: observer.as_dyn() };
     let state = engine.drive(state).await.expect("drive");
     assert_eq!(state.status, RunStatus::Success);
-    assert_eq!(*runner.ended.borrow(), vec![4242]);
+    assert_eq!(*runner.ended.borrow(), vec![ProcessGroup { pgid: 4242, start_time: Some(7) }]);
     assert_eq!(*runner.calls.borrow(), vec![("a2".to_owned(), 1)]);
 }
 

@@ -9,13 +9,13 @@ pub mod process;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use loopwright_engine::ports::{ExecOutcome, Execution, Notice, Runner, StageRequest};
+use loopwright_engine::ports::{ExecOutcome, Execution, Notice, ProcessGroup, Runner, StageRequest};
 use loopwright_spec::RunnerKind;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
-use crate::process::{ProcessEnd, Spawn, group_alive, signal_group};
+use crate::process::{ProcessEnd, Spawn, group_alive, same_process_alive, signal_group};
 
 /// Runs stages as local processes.
 #[derive(Debug, Clone)]
@@ -104,8 +104,9 @@ impl Runner for ProcessRunner {
                 output_cap: self.output_cap,
             };
             let shown = if request.agent.is_none() { argv[2].clone() } else { argv.join(" ") };
-            let result = process::run(spawn, |pgid| {
-                let _ = notices.send(Notice::ProcessStarted { pgid, command: shown.clone() });
+            let result = process::run(spawn, |pgid, start_time| {
+                let group = ProcessGroup { pgid, start_time };
+                let _ = notices.send(Notice::ProcessStarted { group, command: shown.clone() });
             })
             .await;
             stdout.push_str(&result.stdout);
@@ -118,8 +119,14 @@ impl Runner for ProcessRunner {
         done(outcome, stdout, stderr)
     }
 
-    fn end_leftovers(&self, process_groups: &[i32]) {
-        let alive: Vec<i32> = process_groups.iter().copied().filter(|g| group_alive(*g)).collect();
+    fn end_leftovers(&self, process_groups: &[ProcessGroup]) {
+        // A group is ours while its leader is the process we started, or while the leader is
+        // gone but members remain (the group id cannot be reused while any member lives).
+        let ours = |g: &ProcessGroup| {
+            let leader = u32::try_from(g.pgid).unwrap_or(0);
+            same_process_alive(leader, g.start_time) || (!same_process_alive(leader, None) && group_alive(g.pgid))
+        };
+        let alive: Vec<i32> = process_groups.iter().filter(|g| ours(g)).map(|g| g.pgid).collect();
         for g in &alive {
             signal_group(*g, Signal::SIGTERM);
         }

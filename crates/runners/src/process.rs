@@ -57,8 +57,9 @@ pub struct Spawn<'a> {
     pub output_cap: usize,
 }
 
-/// Runs a program to its end. `on_start` gets its process group id as soon as it runs.
-pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32)) -> ProcessResult {
+/// Runs a program to its end. `on_start` gets its process group id and start time as soon as
+/// it runs.
+pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32, Option<u64>)) -> ProcessResult {
     let Some((program, args)) = spawn.argv.split_first() else {
         return failed("empty command".into());
     };
@@ -79,7 +80,7 @@ pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32)) -> ProcessResult 
         Err(e) => return failed(format!("cannot start `{program}`: {e}")),
     };
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
-    on_start(pgid);
+    on_start(pgid, child.id().and_then(start_time));
 
     let stdin_task = match (child.stdin.take(), spawn.stdin) {
         (Some(mut pipe), Some(text)) => {
@@ -151,6 +152,28 @@ pub fn signal_group(pgid: i32, signal: Signal) {
 /// True while any process of the group is alive.
 pub fn group_alive(pgid: i32) -> bool {
     pgid > 1 && killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+/// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), on Linux.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces: count from the ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// True when the process `pid` is alive and, when `start` is known, is the same process that
+/// started then (not a later process that reused the id).
+pub fn same_process_alive(pid: u32, start: Option<u64>) -> bool {
+    let Ok(raw) = i32::try_from(pid) else { return false };
+    if nix::sys::signal::kill(Pid::from_raw(raw), None).is_err() {
+        return false;
+    }
+    match (start, start_time(pid)) {
+        (Some(expected), Some(actual)) => expected == actual,
+        // No /proc to compare with: trust the pid.
+        _ => true,
+    }
 }
 
 /// Reads a pipe to its end, keeping at most the last `cap` bytes.

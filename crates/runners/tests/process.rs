@@ -75,7 +75,10 @@ async fn shell_commands_run_in_order_and_stop_at_the_first_failure() {
     assert_eq!(execution.outcome, ExecOutcome::Exited(3));
     assert_eq!(execution.stdout, "one\n");
     assert_eq!(execution.stderr, "oops\n");
-    let commands: Vec<String> = notices.into_iter().map(|Notice::ProcessStarted { command, .. }| command).collect();
+    let commands: Vec<String> = notices.iter().map(|Notice::ProcessStarted { command, .. }| command.clone()).collect();
+    for Notice::ProcessStarted { group, .. } in &notices {
+        assert!(group.start_time.is_some(), "the start time of {} is recorded", group.pgid);
+    }
     assert_eq!(commands, vec!["echo one", "echo oops >&2; exit 3"]);
 }
 

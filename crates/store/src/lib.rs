@@ -231,7 +231,31 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    fn cancel_requested_sync(&self, run: &RunId, after: u64) -> Result<Option<String>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT payload FROM events WHERE run_id = ?1 AND kind = 'cancel_requested' AND seq > ?2 ORDER BY seq LIMIT 1",
+            )
+            .map_err(backend)?;
+        let payload: Option<String> = stmt
+            .query_row(params![run.as_str(), i64::try_from(after).unwrap_or(i64::MAX)], |r| r.get(0))
+            .optional()
+            .map_err(backend)?;
+        match payload.map(|p| serde_json::from_str::<Event>(&p)) {
+            Some(Ok(Event::CancelRequested { by })) => Ok(Some(by)),
+            Some(Ok(_)) | None => Ok(None),
+            Some(Err(e)) => Err(backend(e)),
+        }
+    }
+}
+
 impl Store for SqliteStore {
+    async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<String>, StoreError> {
+        self.cancel_requested_sync(run, after)
+    }
+
     async fn append(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
         self.append_sync(run, event, at)
     }

@@ -32,6 +32,7 @@ fn started(task: &str) -> Event {
         auto_approve: false,
         prior_outputs: BTreeMap::new(),
         workspace: "/w".into(),
+        owner: None,
     }))
 }
 
@@ -49,7 +50,13 @@ async fn journal_keeps_order_and_content(store: &impl Store) {
     let events = vec![
         started("task-1"),
         Event::AttemptStarted { stage: stage("diagnose"), attempt: 1 },
-        Event::ProcessStarted { stage: stage("diagnose"), attempt: 1, pgid: 4242, command: "sh x".into() },
+        Event::ProcessStarted {
+            stage: stage("diagnose"),
+            attempt: 1,
+            pgid: 4242,
+            start_time: Some(99),
+            command: "sh x".into(),
+        },
         succeeded("diagnose", "diagnosis", "it is broken"),
         Event::AttemptFailed {
             stage: stage("fix"),
@@ -126,7 +133,20 @@ async fn task_outputs_come_from_the_latest_run(store: &impl Store) {
     );
 }
 
+async fn cancel_requests_are_seen_after_a_point(store: &impl Store) {
+    let run = RunId::new("c1");
+    store.append(&run, &started("task-6"), t("2026-04-01T00:00:00Z")).await.expect("start");
+    assert_eq!(store.cancel_requested(&run, 0).await.expect("query"), None);
+    store
+        .append(&run, &Event::CancelRequested { by: "alice".into() }, t("2026-04-01T00:00:01Z"))
+        .await
+        .expect("cancel");
+    assert_eq!(store.cancel_requested(&run, 1).await.expect("query"), Some("alice".into()));
+    assert_eq!(store.cancel_requested(&run, 2).await.expect("query"), None);
+}
+
 async fn conformance(store: &impl Store) {
+    cancel_requests_are_seen_after_a_point(store).await;
     journal_keeps_order_and_content(store).await;
     unknown_runs_are_reported(store).await;
     a_run_cannot_start_twice(store).await;
@@ -150,7 +170,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     }
     let reopened = SqliteStore::open(&path, Synchronous::Normal).expect("reopen");
     assert_eq!(reopened.events(&RunId::new("r1")).await.expect("events").len(), 6);
-    assert_eq!(reopened.runs(10).await.expect("runs").len(), 8);
+    assert_eq!(reopened.runs(10).await.expect("runs").len(), 9);
     let mode: String = rusqlite::Connection::open(&path)
         .expect("open")
         .pragma_query_value(None, "journal_mode", |r| r.get(0))

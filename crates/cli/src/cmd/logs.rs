@@ -73,6 +73,15 @@ pub fn line(r: &EventRecord) -> String {
             format!("{stage}: attempt {attempt} in {} ({reason})", duration(*delay_ms))
         }
         Event::StageFailed { stage, error } => format!("{stage}: failed ({}): {}", error.kind.as_str(), error.message),
+        Event::RunInterrupted { stage, signal } => format!(
+            "run interrupted by {signal}{}; `loopwright resume` continues it",
+            stage.as_ref().map(|s| format!(" during stage {s}")).unwrap_or_default()
+        ),
+        Event::RunResumed { owner } => format!("run resumed by process {}", owner.pid),
+        Event::CancelRequested { by } => format!("cancel requested by {by}"),
+        Event::RunCancelled { stage, by } => {
+            format!("run cancelled by {by}{}", stage.as_ref().map(|s| format!(" at stage {s}")).unwrap_or_default())
+        }
         Event::RunFinished { status } => format!("run {}", status.as_str()),
     };
     format!("{:>4}  {at}  {what}", r.seq)
@@ -96,7 +105,8 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             printed = r.seq;
         }
         let state = RunState::replay(run.clone(), &events);
-        if !args.follow || state.status != loopwright_engine::RunStatus::Running {
+        let live = state.status == loopwright_engine::RunStatus::Running && super::run::owner_alive(&state);
+        if !args.follow || !live {
             return Ok(0);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

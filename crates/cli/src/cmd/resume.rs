@@ -2,15 +2,16 @@
 
 use std::path::Path;
 
-use loopwright_engine::{Engine, Event, RunId, RunState, Store, SystemClock};
+use loopwright_engine::{Engine, Event, RunId, RunState, RunStatus, Runner, Store, SystemClock};
 use loopwright_runners::ProcessRunner;
 use loopwright_spec::Pipeline;
 use loopwright_store::SqliteStore;
 
-use super::run::{finish, os_user, report, resumable};
+use super::run::{finish, os_user, owner_alive, report, resumable, this_process};
 use super::{Global, open_existing_store};
 use crate::error::CliError;
 use crate::observe::{Observers, Progress, Projector};
+use crate::stop::CliStopper;
 use crate::workspace::Workspace;
 
 /// Arguments of `resume`.
@@ -37,6 +38,16 @@ pub struct AnswerArgs {
     /// Print no progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// Arguments of `cancel`.
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    /// The run (`latest` for the most recent).
+    pub run: String,
+    /// Who cancels (default: the OS user).
+    #[arg(long)]
+    pub by: Option<String>,
 }
 
 /// Resolves `latest` or checks a run id.
@@ -74,11 +85,17 @@ async fn continue_run(
     quiet: bool,
 ) -> Result<u8, CliError> {
     let runner = ProcessRunner::new(ws.runs_dir());
+    let stopper =
+        CliStopper::new(store, state.run_id.clone(), state.last_seq).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(quiet), files: Projector::new(ws.runs_dir()) };
-    let mut engine = Engine { pipeline, store, runner: &runner, clock: &SystemClock, observer: &mut observers };
+    let mut engine =
+        Engine { pipeline, store, runner: &runner, clock: &SystemClock, observer: &mut observers, stopper: &stopper };
     let mut state = state;
     if let Some(event) = answer {
         engine.record(&mut state, event).await?;
+    }
+    if resumable(state.status) {
+        engine.record(&mut state, Event::RunResumed { owner: this_process() }).await?;
     }
     let state = engine.drive(state).await?;
     finish(global, &mut engine, state).await
@@ -90,6 +107,12 @@ pub async fn resume(global: &Global, args: ResumeArgs) -> Result<u8, CliError> {
     let store = open_existing_store(&ws)?;
     let run = resolve_run(&store, &args.run).await?;
     let (pipeline, state) = load_run(&ws, &store, &run).await?;
+    if state.status == RunStatus::Running && owner_alive(&state) {
+        let pid = state.owner.map_or(0, |o| o.pid);
+        return Err(CliError::usage(format!(
+            "run {run} is being driven by process {pid}; wait for it, or stop it with `loopwright cancel {run}`"
+        )));
+    }
     if !resumable(state.status) {
         if let Some(stage) = state.waiting_for_approval() {
             eprintln!(
@@ -123,4 +146,42 @@ pub async fn answer(global: &Global, args: AnswerArgs, granted: bool) -> Result<
         Event::ApprovalRejected { stage, by, comment: args.comment }
     };
     continue_run(global, &ws, &store, &pipeline, state, Some(event), args.quiet).await
+}
+
+/// `loopwright cancel RUN`: a run driven by a live process is asked to stop through the
+/// journal (its owner ends the stage in flight and records the cancellation); any other run
+/// (waiting, interrupted, or left running by a crash) is cancelled here.
+pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
+    let ws = Workspace::locate(global.dir.as_deref())?;
+    let store = open_existing_store(&ws)?;
+    let run = resolve_run(&store, &args.run).await?;
+    let (_, mut state) = load_run(&ws, &store, &run).await?;
+    if state.status.is_final() {
+        return Err(CliError::usage(format!("run {run} already ended ({})", state.status.as_str())));
+    }
+    let by = args.by.unwrap_or_else(os_user);
+    if state.status == RunStatus::Running && owner_alive(&state) {
+        store.append(&run, &Event::CancelRequested { by }, jiff::Timestamp::now()).await?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            state = RunState::replay(run.clone(), &store.events(&run).await?);
+            if state.status != RunStatus::Running {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(CliError::Internal(anyhow::anyhow!(
+                    "run {run} did not stop within 60 s of the cancel request"
+                )));
+            }
+        }
+    } else {
+        if let Some(groups) = state.in_flight().map(|s| s.process_groups.clone()).filter(|g| !g.is_empty()) {
+            ProcessRunner::new(ws.runs_dir()).end_leftovers(&groups);
+        }
+        let stage = state.in_flight().or(state.waiting_for_approval()).map(|s| s.id.clone());
+        let record = store.append(&run, &Event::RunCancelled { stage, by }, jiff::Timestamp::now()).await?;
+        state.apply(&record);
+    }
+    report(global, &state)
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 
 use loopwright_engine::result::PipelineResult;
-use loopwright_engine::{Engine, Event, RunId, RunStarted, RunState, RunStatus, Store, SystemClock, TaskId};
+use loopwright_engine::{Engine, Event, Owner, RunId, RunStarted, RunState, RunStatus, Store, SystemClock, TaskId};
 use loopwright_runners::ProcessRunner;
 use loopwright_spec::condition::BUILTIN_VARIABLES;
 use loopwright_spec::{Pipeline, StageId};
@@ -14,6 +14,7 @@ use super::{Global, open_store};
 use crate::error::CliError;
 use crate::observe::{Observers, Progress, Projector};
 use crate::render;
+use crate::stop::CliStopper;
 use crate::workspace::Workspace;
 
 /// Arguments of `run`.
@@ -198,29 +199,57 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         auto_approve: args.yes,
         prior_outputs,
         workspace: ws.root.display().to_string(),
+        owner: Some(this_process()),
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
     let runner = ProcessRunner::new(ws.runs_dir());
+    let stopper = CliStopper::new(&store, run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
-    let mut engine =
-        Engine { pipeline: &pipeline, store: &store, runner: &runner, clock: &SystemClock, observer: &mut observers };
+    let mut engine = Engine {
+        pipeline: &pipeline,
+        store: &store,
+        runner: &runner,
+        clock: &SystemClock,
+        observer: &mut observers,
+        stopper: &stopper,
+    };
     let state = engine.start(run_id, started).await?;
     finish(global, &mut engine, state).await
 }
 
+/// This process, as the owner of a run.
+pub fn this_process() -> Owner {
+    let pid = std::process::id();
+    Owner { pid, start_time: loopwright_runners::process::start_time(pid) }
+}
+
+/// The engine as the binary assembles it.
+pub type CliEngine<'a> = Engine<'a, SqliteStore, ProcessRunner, SystemClock, CliStopper<'a>>;
+
 /// After the engine stops: ask at an approval gate when a person is at the terminal,
 /// otherwise report the result and return the exit code.
-pub async fn finish(
-    global: &Global,
-    engine: &mut Engine<'_, SqliteStore, ProcessRunner, SystemClock>,
-    mut state: RunState,
-) -> Result<u8, CliError> {
+pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunState) -> Result<u8, CliError> {
     while let Some(stage) = state.waiting_for_approval().map(|s| s.id.clone()) {
         let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
         if !interactive {
             break;
         }
-        let granted = ask_approval(engine.pipeline, &stage, &state);
+        let prompt = approval_prompt(engine.pipeline, &stage, &state);
+        let answer = tokio::task::spawn_blocking(move || ask_approval(&prompt));
+        let granted = tokio::select! {
+            answer = answer => answer.unwrap_or(false),
+            _ = loopwright_engine::Stopper::stopped(engine.stopper) => {
+                eprintln!("\nloopwright: run {} still waits for approval of `{stage}`", state.run_id);
+                report(global, &state)?;
+                return Ok(130);
+            }
+        };
+        // Someone may have answered or cancelled from another terminal meanwhile.
+        let events = engine.store.events(&state.run_id).await?;
+        if events.last().map(|e| e.seq) != Some(state.last_seq) {
+            state = RunState::replay(state.run_id.clone(), &events);
+            continue;
+        }
         let by = os_user();
         let event = if granted {
             Event::ApprovalGranted { stage, by, comment: None }
@@ -250,9 +279,9 @@ pub fn os_user() -> String {
     std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into())
 }
 
-/// Seed 004's approval prompt; loops until the answer is understood.
-fn ask_approval(pipeline: &Pipeline, stage: &StageId, state: &RunState) -> bool {
-    let Some(s) = pipeline.stage(stage.as_str()) else { return false };
+/// Seed 004's approval prompt for a stage.
+fn approval_prompt(pipeline: &Pipeline, stage: &StageId, state: &RunState) -> String {
+    let Some(s) = pipeline.stage(stage.as_str()) else { return String::new() };
     let inputs = loopwright_engine::prompt::resolve_inputs(pipeline, s, state);
     let mut text = format!(
         "---\n## Approval Required: Stage '{}'\n**Description:** {}\n**Agent:** {}\n**Mode:** {}\n### Inputs\n",
@@ -272,6 +301,11 @@ fn ask_approval(pipeline: &Pipeline, stage: &StageId, state: &RunState) -> bool 
     text.push_str("### Expected Outputs\n");
     text.push_str(&if s.outputs.is_empty() { "(none)".to_owned() } else { s.outputs.join(", ") });
     text.push_str("\nType `proceed` to continue or `abort` to cancel pipeline.\n---\n");
+    text
+}
+
+/// Shows the prompt and reads answers until one is understood.
+fn ask_approval(text: &str) -> bool {
     eprint!("{text}");
     let stdin = std::io::stdin();
     loop {
@@ -293,4 +327,11 @@ fn ask_approval(pipeline: &Pipeline, stage: &StageId, state: &RunState) -> bool 
 /// True when the run is in a state `resume` can continue.
 pub fn resumable(status: RunStatus) -> bool {
     matches!(status, RunStatus::Running | RunStatus::Interrupted)
+}
+
+/// True while the process that owns a run is alive.
+pub fn owner_alive(state: &RunState) -> bool {
+    state.owner.is_some_and(|o| {
+        o.pid != std::process::id() && loopwright_runners::process::same_process_alive(o.pid, o.start_time)
+    })
 }

@@ -1,6 +1,7 @@
 //! Integration tests of the `loopwright` binary on temporary workspaces.
 
 mod bad_input;
+mod durability;
 mod init_demo;
 mod run;
 mod support;

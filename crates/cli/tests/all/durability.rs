@@ -1,0 +1,189 @@
+//! Crash safety: kill -9 and SIGINT in the middle of a stage, then `resume`; `cancel` from
+//! another process. Counter files prove what ran how often.
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde_json::Value;
+
+use crate::support::{Ws, st, stages};
+
+fn pipeline(token: &str) -> String {
+    format!(
+        r#"name: slow
+description: three stages, the second slow while two.slow exists
+version: 1
+stages:
+  - id: one
+    agent: shell
+    mode: agent
+    description: first
+    run: "echo x >> one.starts; echo x >> one.dones"
+  - id: two
+    agent: shell
+    mode: agent
+    description: second
+    run: "echo x >> two.starts; touch two.running; if [ -f two.slow ]; then sleep 60; fi; echo x >> two.dones # {token}"
+  - id: three
+    agent: shell
+    mode: agent
+    description: third
+    run: "echo x >> three.starts; echo x >> three.dones"
+"#
+    )
+}
+
+fn slow_ws() -> (Ws, String) {
+    let ws = Ws::empty();
+    let token = format!(
+        "lw-test-{}-{}",
+        std::process::id(),
+        ws.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    );
+    ws.write(".loopwright/pipelines/slow.yml", &pipeline(&token));
+    ws.write("two.slow", "");
+    (ws, token)
+}
+
+fn spawn_run(ws: &Ws) -> Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(["run", "slow", "--quiet"])
+        .current_dir(ws.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn loopwright")
+}
+
+fn wait_for(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn count(ws: &Ws, file: &str) -> usize {
+    std::fs::read_to_string(ws.path().join(file)).map(|t| t.lines().count()).unwrap_or(0)
+}
+
+fn counts(ws: &Ws) -> Vec<usize> {
+    ["one.starts", "one.dones", "two.starts", "two.dones", "three.starts", "three.dones"]
+        .iter()
+        .map(|f| count(ws, f))
+        .collect()
+}
+
+/// Pids of live (non-zombie) processes whose command line contains `token`.
+fn processes_with(token: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let zombie = std::fs::read_to_string(entry.path().join("stat")).map(|s| s.contains(") Z ")).unwrap_or(true);
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(token) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill").args([sig, &pid.to_string()]).status().expect("kill").success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+fn wait_exit(child: &mut Child) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status.code().unwrap_or(-1);
+        }
+        assert!(Instant::now() < deadline, "loopwright did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn all_success() -> Vec<(String, String, u64, Option<String>)> {
+    vec![st("one", "success", 1, None), st("two", "success", 1, None), st("three", "success", 1, None)]
+}
+
+#[test]
+fn kill_9_in_the_middle_of_a_stage_then_resume_finishes_without_repeating_work() {
+    let (ws, token) = slow_ws();
+    let mut child = spawn_run(&ws);
+    wait_for(&ws.path().join("two.running"));
+    let orphans = processes_with(&token);
+    assert!(!orphans.is_empty(), "the stage runs");
+    signal(child.id(), "-KILL");
+    wait_exit(&mut child);
+    // loopwright is gone; its stage lives on in its own process group until the run resumes.
+    assert_eq!(processes_with(&token), orphans);
+    let (_, status, _) = ws.json(&["status", "latest"]);
+    assert_eq!(status["status"], "running");
+
+    std::fs::remove_file(ws.path().join("two.slow")).expect("rm");
+    let (code, result, stderr) = ws.json(&["resume", "latest", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(result["status"], "success");
+    assert_eq!(stages(&result), all_success());
+    assert_eq!(counts(&ws), vec![1, 1, 2, 1, 1, 1], "one ran once; two restarted and finished once; three once");
+    assert_eq!(processes_with(&token), Vec::<u32>::new(), "the interrupted stage's processes were ended");
+    let (_, log, _) = ws.run(&["logs", "latest"]);
+    assert!(log.contains("run resumed by process"), "{log}");
+}
+
+#[test]
+fn sigint_ends_the_stage_records_interrupted_and_resume_continues() {
+    let (ws, token) = slow_ws();
+    let mut child = spawn_run(&ws);
+    wait_for(&ws.path().join("two.running"));
+    signal(child.id(), "-INT");
+    assert_eq!(wait_exit(&mut child), 130);
+    assert_eq!(processes_with(&token), Vec::<u32>::new(), "the stage's process group was ended");
+    let (code, status, _) = ws.json(&["status", "latest"]);
+    assert_eq!((code, status["status"].clone()), (130, Value::from("interrupted")));
+
+    std::fs::remove_file(ws.path().join("two.slow")).expect("rm");
+    let (code, result, _) = ws.json(&["resume", "latest", "--quiet"]);
+    assert_eq!(code, 0);
+    assert_eq!(stages(&result), all_success());
+    assert_eq!(counts(&ws), vec![1, 1, 2, 1, 1, 1]);
+    let (_, log, _) = ws.run(&["logs", "latest"]);
+    assert!(log.contains("run interrupted by SIGINT during stage two"), "{log}");
+}
+
+#[test]
+fn cancel_from_another_process_stops_a_running_run() {
+    let (ws, token) = slow_ws();
+    let mut child = spawn_run(&ws);
+    wait_for(&ws.path().join("two.running"));
+    let (code, _, stderr) = ws.run(&["resume", "latest"]);
+    assert_eq!(code, 2, "a live run is not resumed twice");
+    assert!(stderr.contains("is being driven by process"), "{stderr}");
+
+    let (code, result, _) = ws.json(&["cancel", "latest", "--by", "alice"]);
+    assert_eq!(code, 4);
+    assert_eq!(result["status"], "cancelled");
+    assert_eq!(stages(&result), vec![st("one", "success", 1, None), st("two", "cancelled", 1, None)]);
+    assert_eq!(wait_exit(&mut child), 4);
+    assert_eq!(processes_with(&token), Vec::<u32>::new());
+    assert_eq!(counts(&ws), vec![1, 1, 1, 0, 0, 0]);
+    let (code, _, stderr) = ws.run(&["cancel", "latest"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("already ended (cancelled)"), "{stderr}");
+}
+
+#[test]
+fn cancel_a_waiting_run() {
+    let ws = Ws::seed();
+    let (code, _, _) = ws.json(&["run", "full-feature", "--task", "x", "--quiet"]);
+    assert_eq!(code, 3);
+    let (code, result, _) = ws.json(&["cancel", "latest"]);
+    assert_eq!(code, 4);
+    assert_eq!(result["status"], "cancelled");
+    assert_eq!(stages(&result).last(), Some(&st("implement", "cancelled", 0, None)));
+}
