@@ -300,8 +300,14 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
     let state = RunState::replay(RunId::new("r"), &store.events(&RunId::new("r")).await.expect("events"));
     let runner = ScriptedRunner::default();
     let mut observer = loopwright_engine::ports::NoObserver;
-    let mut engine =
-        Engine { pipeline: &p, store: &store, runner: &runner, clock: &clock, observer: observer.as_dyn() };
+    let mut engine = Engine {
+        pipeline: &p,
+        store: &store,
+        runner: &runner,
+        clock: &clock,
+        observer: observer.as_dyn(),
+        stopper: &NeverStop,
+    };
     let state = engine.drive(state).await.expect("drive");
     assert_eq!(state.status, RunStatus::Success);
     assert_eq!(*runner.ended.borrow(), vec![ProcessGroup { pgid: 4242, start_time: Some(7) }]);
