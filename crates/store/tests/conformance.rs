@@ -146,12 +146,12 @@ async fn cancel_requests_are_seen_after_a_point(store: &impl Store) {
 }
 
 async fn conformance(store: &impl Store) {
-    cancel_requests_are_seen_after_a_point(store).await;
     journal_keeps_order_and_content(store).await;
     unknown_runs_are_reported(store).await;
     a_run_cannot_start_twice(store).await;
     runs_are_listed_newest_first_with_status(store).await;
     task_outputs_come_from_the_latest_run(store).await;
+    cancel_requests_are_seen_after_a_point(store).await;
 }
 
 #[tokio::test]
