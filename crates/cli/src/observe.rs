@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loopwright_engine::projection::{artifact_markdown, metrics_markdown, task_markdown};
+use loopwright_engine::projection::{artifact_markdown, attempts_markdown, metrics_markdown, task_markdown};
 use loopwright_engine::state::StageStatus;
 use loopwright_engine::{Event, EventRecord, Observer, RunState};
 use loopwright_spec::Pipeline;
@@ -123,14 +123,10 @@ impl Observer for Progress {
                     self.line(&format!("    │ {l}"));
                 }
             }
-            Event::RetryScheduled { stage, attempt, delay_ms, .. } => {
+            Event::RetryScheduled { stage, attempt, delay_ms, reason } => {
                 let max = pipeline.stage(stage.as_str()).and_then(|s| s.retry).map_or(*attempt, |r| r.max_attempts);
-                self.line(&format!(
-                    "↻ Retry {}/{} for stage '{stage}' in {}",
-                    attempt - 1,
-                    max - 1,
-                    duration(*delay_ms)
-                ));
+                let how = reason.rsplit("; ").next().unwrap_or("");
+                self.line(&format!("↻ Retry {attempt}/{max} for stage '{stage}' in {} ({how})", duration(*delay_ms)));
             }
             Event::StageSkipped { stage, reason } => {
                 let why = match state.stage(stage.as_str()).and_then(|s| s.condition_detail.as_ref()) {
@@ -205,6 +201,22 @@ impl Projector {
 
 impl Observer for Projector {
     fn on_event(&mut self, record: &EventRecord, state: &RunState, pipeline: &Pipeline) {
+        // The retry log of stages that can retry or that failed.
+        if let Some(stage) = record.event.stage()
+            && matches!(
+                record.event,
+                Event::AttemptSucceeded { .. }
+                    | Event::AttemptFailed { .. }
+                    | Event::RetryScheduled { .. }
+                    | Event::StageFailed { .. }
+            )
+            && let Some(s) = state.stage(stage.as_str())
+            && (s.attempts > 1
+                || s.last_error.is_some()
+                || pipeline.stage(stage.as_str()).is_some_and(|p| p.retry.is_some()))
+        {
+            self.write(state, &format!("attempts-{stage}.md"), &attempts_markdown(state, s));
+        }
         match &record.event {
             Event::AttemptSucceeded { stage, .. } => {
                 if let Some(s) = state.stage(stage.as_str()).filter(|s| s.status == StageStatus::Success) {

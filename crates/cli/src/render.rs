@@ -103,8 +103,6 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
             }
         } else if let Some(e) = s.last_error.as_ref().filter(|_| s.status != StageStatus::Success) {
             note = e.message.clone();
-        } else if let Some(a) = s.approval.as_ref() {
-            note = format!("{} by {}", if a.granted { "approved" } else { "rejected" }, a.by);
         }
         out.push_str(&format!(
             "  {mark} {:<24} {:<10} {:<11} {:>8}  {note}\n",
@@ -113,6 +111,30 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
             attempts,
             duration(s.duration_ms)
         ));
+        if let Some(a) = s.approval.as_ref() {
+            let when = a.at.to_zoned(jiff::tz::TimeZone::system()).strftime("%Y-%m-%d %H:%M:%S");
+            let comment = a.comment.as_ref().map(|c| format!(": {c}")).unwrap_or_default();
+            out.push_str(&format!(
+                "      {} by {} at {when}{comment}\n",
+                if a.granted { "approved" } else { "rejected" },
+                a.by
+            ));
+        }
+        if s.attempt_log.len() > 1 || (s.status != StageStatus::Success && !s.attempt_log.is_empty()) {
+            for a in &s.attempt_log {
+                let what = match (&a.error, &a.message) {
+                    (Some(kind), Some(message)) => format!("failed ({kind}): {message}"),
+                    _ => a.status.to_owned(),
+                };
+                let then = match (&a.retry_delay_ms, &a.retry_reason) {
+                    (Some(d), Some(r)) => {
+                        format!("; retried after {} ({})", duration(*d), r.rsplit("; ").next().unwrap_or(""))
+                    }
+                    _ => String::new(),
+                };
+                out.push_str(&format!("      attempt {} {what} in {}{then}\n", a.attempt, duration(a.duration_ms)));
+            }
+        }
     }
     if let Some(f) = &result.failed_stage {
         out.push_str(&format!("failed stage: {f}\n"));

@@ -107,3 +107,43 @@ pub fn metrics_markdown(state: &RunState) -> String {
     }
     md
 }
+
+/// `attempts-STAGE.md`: seed 004's retry log of a stage.
+pub fn attempts_markdown(state: &RunState, stage: &StageState) -> String {
+    let task_id = state.started.as_ref().map(|s| s.task_id.to_string()).unwrap_or_default();
+    let mut md = String::from("---\n");
+    let _ = writeln!(md, "entity_name: {}", q(&format!("session.current.attempts.{task_id}.{}", stage.id)));
+    md.push_str("namespace: session.current\ncategory: attempts\n");
+    let _ = writeln!(md, "task_id: {}", q(&task_id));
+    let _ = writeln!(md, "stage_id: {}", stage.id);
+    md.push_str("retry_log:\n");
+    let _ = writeln!(md, "  stage_id: {}", stage.id);
+    md.push_str("  attempts:\n");
+    for a in &stage.attempt_log {
+        let _ = writeln!(md, "    - attempt: {}", a.attempt);
+        let _ = writeln!(md, "      status: {}", a.status);
+        if let Some(e) = &a.error {
+            let _ = writeln!(md, "      error: {e}");
+        }
+        if let Some(m) = &a.message {
+            let _ = writeln!(md, "      message: {}", q(m));
+        }
+        let _ = writeln!(md, "      duration_ms: {}", a.duration_ms);
+        if let Some(d) = a.retry_delay_ms {
+            let _ = writeln!(md, "      retry_delay_ms: {d}");
+        }
+        if let Some(r) = &a.retry_reason {
+            let _ = writeln!(md, "      retry_reason: {}", q(r));
+        }
+        let _ = writeln!(md, "      timestamp: {}", a.timestamp);
+    }
+    let _ = writeln!(md, "  total_duration_ms: {}", stage.duration_ms);
+    let _ = writeln!(md, "  final_status: {}", stage.status.as_str());
+    md.push_str("---\n| attempt | status | error | duration_ms | then waited |\n|---|---|---|---|---|\n");
+    for a in &stage.attempt_log {
+        let waited = a.retry_delay_ms.map(|d| format!("{d} ms")).unwrap_or_default();
+        let error = a.message.as_deref().unwrap_or("").replace('|', "\\|");
+        let _ = writeln!(md, "| {} | {} | {} | {} | {} |", a.attempt, a.status, error, a.duration_ms, waited);
+    }
+    md
+}

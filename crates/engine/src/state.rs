@@ -90,6 +90,29 @@ pub struct StageState {
     pub approval: Option<Approval>,
     /// Its condition as evaluated, with the values it saw.
     pub condition_detail: Option<(String, serde_json::Value)>,
+    /// Every attempt, in order.
+    pub attempt_log: Vec<AttemptRecord>,
+}
+
+/// One attempt of a stage, for the retry log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptRecord {
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// `success`, `failed` or `running`.
+    pub status: &'static str,
+    /// The failure kind, when it failed.
+    pub error: Option<String>,
+    /// The failure message, when it failed.
+    pub message: Option<String>,
+    /// How long it ran.
+    pub duration_ms: u64,
+    /// When it started.
+    pub timestamp: jiff::Timestamp,
+    /// The delay chosen before the next attempt, and why.
+    pub retry_delay_ms: Option<u64>,
+    /// Why that delay.
+    pub retry_reason: Option<String>,
 }
 
 /// A human's answer to an approval gate.
@@ -120,6 +143,7 @@ impl StageState {
             retry_at: None,
             approval: None,
             condition_detail: None,
+            attempt_log: Vec::new(),
         }
     }
 }
@@ -236,6 +260,17 @@ impl RunState {
             }
             Event::AttemptStarted { stage, attempt } => {
                 let s = self.stage_mut(stage);
+                s.attempt_log.retain(|a| a.attempt != *attempt);
+                s.attempt_log.push(AttemptRecord {
+                    attempt: *attempt,
+                    status: "running",
+                    error: None,
+                    message: None,
+                    duration_ms: 0,
+                    timestamp: record.at,
+                    retry_delay_ms: None,
+                    retry_reason: None,
+                });
                 s.status = StageStatus::Running;
                 s.attempts = s.attempts.max(*attempt);
                 s.process_groups.clear();
@@ -256,6 +291,10 @@ impl RunState {
             }
             Event::AttemptSucceeded { stage, duration_ms, outputs, .. } => {
                 let s = self.stage_mut(stage);
+                if let Some(a) = s.attempt_log.last_mut() {
+                    a.status = "success";
+                    a.duration_ms = *duration_ms;
+                }
                 s.status = StageStatus::Success;
                 s.duration_ms += duration_ms;
                 s.outputs = outputs.clone();
@@ -263,15 +302,25 @@ impl RunState {
             }
             Event::AttemptFailed { stage, duration_ms, error, .. } => {
                 let s = self.stage_mut(stage);
+                if let Some(a) = s.attempt_log.last_mut() {
+                    a.status = "failed";
+                    a.duration_ms = *duration_ms;
+                    a.error = Some(error.kind.as_str().to_owned());
+                    a.message = Some(error.message.clone());
+                }
                 s.status = StageStatus::AttemptFailed;
                 s.duration_ms += duration_ms;
                 s.last_error = Some(error.clone());
                 s.process_groups.clear();
             }
-            Event::RetryScheduled { stage, delay_ms, .. } => {
+            Event::RetryScheduled { stage, delay_ms, reason, .. } => {
                 self.retries_used += 1;
                 let at = record.at;
                 let s = self.stage_mut(stage);
+                if let Some(a) = s.attempt_log.last_mut() {
+                    a.retry_delay_ms = Some(*delay_ms);
+                    a.retry_reason = Some(reason.clone());
+                }
                 s.status = StageStatus::RetryWaiting;
                 s.retry_at = at
                     .checked_add(jiff::SignedDuration::from_millis(i64::try_from(*delay_ms).unwrap_or(i64::MAX)))

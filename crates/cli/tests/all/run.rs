@@ -320,3 +320,53 @@ fn a_stage_past_its_timeout_fails_with_status_timeout() {
     assert_eq!(stages(&result), vec![st("wait", "timeout", 1, None)]);
     assert_eq!(result["failed_stage"], "wait");
 }
+
+#[test]
+fn retries_are_counted_and_spaced_as_the_backoff_says() {
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/pipelines/flaky.yml",
+        r#"name: flaky
+description: fails twice, then passes
+version: 1
+stages:
+  - id: fix
+    agent: shell
+    mode: agent
+    description: flaky
+    run: "echo x >> tries; n=$(wc -l < tries); if [ $n -lt 3 ]; then echo \"try $n failed\" >&2; exit 1; fi; echo fixed"
+    retry:
+      max_attempts: 3
+      backoff: linear
+      initial_delay_seconds: 1
+"#,
+    );
+    let (code, result, stderr) = ws.json(&["run", "flaky"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stages(&result), vec![st("fix", "success", 3, None)]);
+    assert!(stderr.contains("↻ Retry 2/3 for stage 'fix' in 1.00s (linear backoff 1s * 1)"), "{stderr}");
+    assert!(stderr.contains("↻ Retry 3/3 for stage 'fix' in 2.00s (linear backoff 1s * 2)"), "{stderr}");
+
+    // The journal: attempt starts spaced by the delays (1 s, then 2 s), within tolerance.
+    let (_, log, _) = ws.run(&["logs", "latest", "--json"]);
+    let starts: Vec<jiff::Timestamp> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json"))
+        .filter(|r| r["event"]["type"] == "attempt_started")
+        .map(|r| r["at"].as_str().expect("at").parse().expect("timestamp"))
+        .collect();
+    assert_eq!(starts.len(), 3);
+    let gaps: Vec<f64> = starts.windows(2).map(|w| w[1].duration_since(w[0]).as_secs_f64()).collect();
+    assert!((1.0..1.6).contains(&gaps[0]), "first gap {gaps:?}");
+    assert!((2.0..2.6).contains(&gaps[1]), "second gap {gaps:?}");
+
+    // The retry log (seed 004) and `status` explain the retries.
+    let run_id = result["run_id"].as_str().expect("id");
+    let attempts = ws.read(&format!(".loopwright/state/runs/{run_id}/attempts-fix.md"));
+    assert!(attempts.contains("retry_log:\n  stage_id: fix\n  attempts:\n    - attempt: 1\n      status: failed\n      error: execution_error\n      message: \"exited with status 1\"\n"), "{attempts}");
+    assert!(attempts.contains("  final_status: success\n"), "{attempts}");
+    let (_, status, _) = ws.run(&["status", run_id]);
+    assert!(status.contains("      attempt 1 failed (execution_error): exited with status 1 in "), "{status}");
+    assert!(status.contains("; retried after 1.00s (linear backoff 1s * 1)\n"), "{status}");
+    assert!(status.contains("      attempt 3 success in "), "{status}");
+}
