@@ -164,7 +164,10 @@ fn outputs_flow_into_a_later_stage_prompt_and_a_failing_stage_fails_the_run() {
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     files.sort();
-    assert_eq!(files, vec!["artifact-act.md", "artifact-summarize.md", "metrics.md", "prompts", "task.md"]);
+    assert_eq!(
+        files,
+        vec!["artifact-act.md", "artifact-summarize.md", "attempts-check.md", "metrics.md", "prompts", "task.md"]
+    );
     let artifact = ws.read(&format!(".loopwright/state/runs/{run_id}/artifact-summarize.md"));
     let frontmatter: Vec<&str> = artifact.lines().take(12).collect();
     assert_eq!(
