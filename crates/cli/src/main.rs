@@ -65,6 +65,8 @@ enum Command {
     Schema,
     /// Run the bundled example end to end in a temporary workspace.
     Demo(cmd::demo::Args),
+    /// Measure engine overhead, throughput against a shell loop, and peak memory.
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +96,7 @@ fn main() -> ExitCode {
                 Ok(0)
             }
             Command::Demo(args) => cmd::demo::run(&global, args).await,
+            Command::Bench(args) => cmd::bench::run(&global, args).await,
         }
     });
     match outcome {

@@ -219,7 +219,9 @@ impl Observer for Projector {
         }
         match &record.event {
             Event::AttemptSucceeded { stage, .. } => {
-                if let Some(s) = state.stage(stage.as_str()).filter(|s| s.status == StageStatus::Success) {
+                if let Some(s) =
+                    state.stage(stage.as_str()).filter(|s| s.status == StageStatus::Success && !s.outputs.is_empty())
+                {
                     let md = artifact_markdown(pipeline, state, s);
                     self.write(state, &format!("artifact-{stage}.md"), &md);
                 }

@@ -171,6 +171,11 @@ pub struct RunState {
     pub last_seq: u64,
     /// The process driving the run (the last to start or resume it).
     pub owner: Option<crate::event::Owner>,
+    /// Position of each touched stage in `stages`.
+    index: std::collections::HashMap<StageId, usize>,
+    /// Where the state machine's last scan for the next stage stopped: every pipeline stage
+    /// before it is done. A cache, reset whenever a done stage is started again.
+    pub(crate) scan_hint: std::cell::Cell<usize>,
 }
 
 impl RunState {
@@ -187,6 +192,8 @@ impl RunState {
             updated_at: None,
             last_seq: 0,
             owner: None,
+            index: std::collections::HashMap::new(),
+            scan_hint: std::cell::Cell::new(0),
         }
     }
 
@@ -201,14 +208,15 @@ impl RunState {
 
     /// A stage's state, if it was touched.
     pub fn stage(&self, id: &str) -> Option<&StageState> {
-        self.stages.iter().find(|s| s.id.as_str() == id)
+        self.index.get(id).map(|&i| &self.stages[i])
     }
 
     fn stage_mut(&mut self, id: &StageId) -> &mut StageState {
-        let index = match self.stages.iter().position(|s| &s.id == id) {
-            Some(i) => i,
+        let index = match self.index.get(id.as_str()) {
+            Some(&i) => i,
             None => {
                 self.stages.push(StageState::new(id.clone()));
+                self.index.insert(id.clone(), self.stages.len() - 1);
                 self.stages.len() - 1
             }
         };
@@ -259,6 +267,9 @@ impl RunState {
                 }
             }
             Event::AttemptStarted { stage, attempt } => {
+                if self.stage(stage.as_str()).is_some_and(|s| s.status.is_done()) {
+                    self.scan_hint.set(0);
+                }
                 let s = self.stage_mut(stage);
                 s.attempt_log.retain(|a| a.attempt != *attempt);
                 s.attempt_log.push(AttemptRecord {

@@ -48,10 +48,38 @@ impl ProcessRunner {
 
     fn write_prompt(&self, request: &StageRequest) -> Result<PathBuf, String> {
         let dir = self.runs_dir.join(request.run_id.as_str()).join("prompts");
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let path = dir.join(format!("{}-{}.md", request.stage, request.attempt));
-        std::fs::write(&path, &request.prompt).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        if std::fs::write(&path, &request.prompt).is_err() {
+            std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::write(&path, &request.prompt).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
         Ok(path)
+    }
+}
+
+/// Words that only a shell understands: a command starting with one runs through `sh`.
+const SHELL_ONLY: &[&str] = &[
+    "cd", "exit", "export", ".", ":", "eval", "exec", "set", "unset", "shift", "trap", "return", "break", "continue",
+    "readonly", "times", "umask", "wait", "alias", "unalias", "read", "getopts", "command", "type", "hash", "ulimit",
+    "local", "jobs", "fg", "bg", "source", "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done",
+    "case", "esac", "function", "select", "time", "!", "{", "}",
+];
+
+/// How a shell stage's command is run: `sh -c COMMAND`, except that a plain command (words of
+/// ordinary characters, no quoting, expansion, redirection or operators, and a first word that
+/// is a program on PATH) is run directly, as `sh` itself would, without paying for a shell.
+pub fn shell_argv(command: &str) -> Vec<String> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || " _./,:+-=@%".contains(c);
+    let words: Vec<&str> = command.split(' ').filter(|w| !w.is_empty()).collect();
+    let direct = !words.is_empty()
+        && command.chars().all(plain)
+        && !words[0].contains('=')
+        && !SHELL_ONLY.contains(&words[0])
+        && process::resolve(words[0]).is_absolute();
+    if direct {
+        words.into_iter().map(str::to_owned).collect()
+    } else {
+        vec!["sh".to_owned(), "-c".to_owned(), command.to_owned()]
     }
 }
 
@@ -76,9 +104,7 @@ impl Runner for ProcessRunner {
         let env = Self::env(request, &prompt_file);
         // Each command of the stage, with what it gets on stdin.
         let commands: Vec<(Vec<String>, Option<&str>)> = match &request.agent {
-            None => {
-                request.commands.iter().map(|c| (vec!["sh".to_owned(), "-c".to_owned(), c.clone()], None)).collect()
-            }
+            None => request.commands.iter().map(|c| (shell_argv(c), None)).collect(),
             Some(agent) => match agent.runner {
                 RunnerKind::Command | RunnerKind::Shell => vec![(agent.command.clone(), Some(request.prompt.as_str()))],
                 other => {
@@ -103,7 +129,8 @@ impl Runner for ProcessRunner {
                 grace: self.kill_grace,
                 output_cap: self.output_cap,
             };
-            let shown = if request.agent.is_none() { argv[2].clone() } else { argv.join(" ") };
+            let shown = argv.join(" ");
+            let shown = shown.strip_prefix("sh -c ").map_or(shown.clone(), str::to_owned);
             let result = process::run(spawn, |pgid, start_time| {
                 let group = ProcessGroup { pgid, start_time };
                 let _ = notices.send(Notice::ProcessStarted { group, command: shown.clone() });

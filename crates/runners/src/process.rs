@@ -63,7 +63,7 @@ pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32, Option<u64>)) -> P
     let Some((program, args)) = spawn.argv.split_first() else {
         return failed("empty command".into());
     };
-    let mut cmd = Command::new(program);
+    let mut cmd = Command::new(resolve(program));
     cmd.args(args)
         .current_dir(spawn.cwd)
         .envs(spawn.env.iter().map(|(k, v)| (k, v)))
@@ -82,51 +82,91 @@ pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32, Option<u64>)) -> P
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
     on_start(pgid, child.id().and_then(start_time));
 
-    let stdin_task = match (child.stdin.take(), spawn.stdin) {
-        (Some(mut pipe), Some(text)) => {
-            let text = text.to_owned();
-            Some(tokio::spawn(async move {
-                // A program that does not read its stdin closes the pipe: that is fine.
-                let _ = pipe.write_all(text.as_bytes()).await;
-                let _ = pipe.shutdown().await;
-            }))
+    // Feed stdin, read both outputs and wait for the exit, all in this task.
+    let stdin_text = spawn.stdin.map(str::to_owned);
+    let stdin_pipe = child.stdin.take();
+    let feed = async move {
+        if let (Some(mut pipe), Some(text)) = (stdin_pipe, stdin_text) {
+            // A program that does not read its stdin closes the pipe: that is fine.
+            let _ = pipe.write_all(text.as_bytes()).await;
+            let _ = pipe.shutdown().await;
         }
-        _ => None,
     };
-    let stdout = child.stdout.take().map(|p| tokio::spawn(read_capped(p, spawn.output_cap)));
-    let stderr = child.stderr.take().map(|p| tokio::spawn(read_capped(p, spawn.output_cap)));
-
-    let end = tokio::select! {
-        status = child.wait() => match status {
-            Ok(s) => status_end(s),
-            Err(e) => ProcessEnd::SpawnFailed(format!("waiting for `{program}` failed: {e}")),
-        },
-        () = tokio::time::sleep_until(spawn.deadline) => {
-            signal_group(pgid, Signal::SIGTERM);
-            if tokio::time::timeout(spawn.grace, child.wait()).await.is_err() {
-                signal_group(pgid, Signal::SIGKILL);
-                let _ = child.wait().await;
+    let read_out = read_capped(child.stdout.take(), spawn.output_cap);
+    let read_err = read_capped(child.stderr.take(), spawn.output_cap);
+    let wait = async {
+        tokio::select! {
+            status = child.wait() => match status {
+                Ok(s) => status_end(s),
+                Err(e) => ProcessEnd::SpawnFailed(format!("waiting for `{program}` failed: {e}")),
+            },
+            () = tokio::time::sleep_until(spawn.deadline) => {
+                signal_group(pgid, Signal::SIGTERM);
+                if tokio::time::timeout(spawn.grace, child.wait()).await.is_err() {
+                    signal_group(pgid, Signal::SIGKILL);
+                    let _ = child.wait().await;
+                }
+                ProcessEnd::TimedOut
             }
-            ProcessEnd::TimedOut
+        }
+    };
+    tokio::pin!(feed, read_out, read_err, wait);
+    let (mut fed, mut stdout, mut stderr) = (false, None, None);
+    let end = loop {
+        tokio::select! {
+            end = &mut wait => break end,
+            () = &mut feed, if !fed => fed = true,
+            text = &mut read_out, if stdout.is_none() => stdout = Some(text),
+            text = &mut read_err, if stderr.is_none() => stderr = Some(text),
         }
     };
     // Whatever the leader left running in its group goes with it, so no output pipe stays
     // open and nothing of this stage outlives it.
     signal_group(pgid, Signal::SIGKILL);
-    if let Some(t) = stdin_task {
-        t.abort();
-    }
-    let collect = |task: Option<tokio::task::JoinHandle<String>>| async move {
-        match task {
-            // A process that left the group (setsid) may hold the pipe open: do not wait forever.
-            Some(t) => {
-                tokio::time::timeout(Duration::from_secs(2), t).await.ok().and_then(Result::ok).unwrap_or_default()
-            }
-            None => String::new(),
-        }
+    // A process that left the group (setsid) may hold a pipe open: do not wait forever.
+    let rest = async {
+        let out = match stdout.take() {
+            Some(text) => text,
+            None => (&mut read_out).await,
+        };
+        let err = match stderr.take() {
+            Some(text) => text,
+            None => (&mut read_err).await,
+        };
+        (out, err)
     };
-    let (stdout, stderr) = tokio::join!(collect(stdout), collect(stderr));
+    let (stdout, stderr) = tokio::time::timeout(Duration::from_secs(2), rest).await.unwrap_or_default();
     ProcessResult { end, stdout, stderr }
+}
+
+/// The full path of a program named without a `/`, looked up on PATH once per process
+/// (so each spawn execs directly instead of trying every PATH entry).
+pub fn resolve(program: &str) -> std::path::PathBuf {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, std::path::PathBuf>>> = OnceLock::new();
+    if program.contains('/') {
+        return program.into();
+    }
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut cache = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(path) = cache.get(program) {
+        return path.clone();
+    }
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    });
+    match found {
+        Some(path) => {
+            cache.insert(program.to_owned(), path.clone());
+            path
+        }
+        // Not found: let the spawn fail with the usual error.
+        None => program.into(),
+    }
 }
 
 fn failed(message: String) -> ProcessResult {
@@ -177,10 +217,11 @@ pub fn same_process_alive(pid: u32, start: Option<u64>) -> bool {
 }
 
 /// Reads a pipe to its end, keeping at most the last `cap` bytes.
-async fn read_capped(mut pipe: impl AsyncRead + Unpin, cap: usize) -> String {
+async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> String {
+    let Some(mut pipe) = pipe else { return String::new() };
     let mut kept: Vec<u8> = Vec::new();
     let mut dropped = 0usize;
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; 8 * 1024];
     loop {
         match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => break,

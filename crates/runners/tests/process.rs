@@ -146,3 +146,24 @@ async fn output_is_capped_keeping_the_end() {
     );
     assert!(execution.stdout.ends_with("9999\n10000\n"));
 }
+
+#[test]
+fn plain_commands_skip_the_shell_and_others_use_it() {
+    use loopwright_runners::shell_argv;
+    let sh = |c: &str| vec!["sh".to_owned(), "-c".to_owned(), c.to_owned()];
+    assert_eq!(shell_argv("true"), vec!["true"]);
+    assert_eq!(shell_argv("echo  hello world"), vec!["echo", "hello", "world"]);
+    for c in [
+        "echo $HOME",
+        "echo a > f",
+        "cd /tmp",
+        "ls *.rs",
+        "A=1 env",
+        "echo 'q'",
+        "x && y",
+        "no-such-program-xyz",
+        "exit 3",
+    ] {
+        assert_eq!(shell_argv(c), sh(c), "{c}");
+    }
+}

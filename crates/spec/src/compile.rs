@@ -225,10 +225,7 @@ impl Compiler<'_> {
             let label = rs.id.as_ref().map_or_else(|| format!("#{}", index + 1), |i| i.value.clone());
             let anchor = Anchor { stage: Some(&label), location: &spanned.referenced };
             let id = self.stage_id(rs, anchor, &mut seen, index);
-            let this = id.as_ref().map(ToString::to_string);
-            let later: BTreeSet<String> =
-                all_ids.iter().filter(|i| !earlier.contains_key(*i) && Some(*i) != this.as_ref()).cloned().collect();
-            let stage = self.stage(rs, anchor, id.clone(), &earlier, &later, &var_names, initial_inputs, &modes, cx);
+            let stage = self.stage(rs, anchor, id.clone(), &earlier, &all_ids, &var_names, initial_inputs, &modes, cx);
             if let Some(id) = &id {
                 let outputs = rs.outputs.iter().flatten().map(|o| o.value.clone()).collect();
                 earlier.insert(id.to_string(), outputs);
@@ -294,7 +291,7 @@ impl Compiler<'_> {
         anchor: Anchor<'_>,
         id: Option<StageId>,
         earlier: &BTreeMap<String, Vec<String>>,
-        later: &BTreeSet<String>,
+        all: &BTreeSet<String>,
         vars: &BTreeSet<String>,
         initial_inputs: &[String],
         modes: &BTreeMap<String, Mode>,
@@ -366,7 +363,7 @@ impl Compiler<'_> {
             }
         }
 
-        let condition = rs.condition.as_ref().and_then(|c| self.condition(c, stage, earlier, later, vars));
+        let condition = rs.condition.as_ref().and_then(|c| self.condition(c, stage, earlier, all, vars));
         let timeout = match &rs.timeout_minutes {
             Some(t) if !(t.value.is_finite() && t.value > 0.0) => {
                 self.error(
@@ -498,10 +495,10 @@ impl Compiler<'_> {
         raw: &Spanned<String>,
         stage: Option<&str>,
         earlier: &BTreeMap<String, Vec<String>>,
-        later: &BTreeSet<String>,
+        all: &BTreeSet<String>,
         vars: &BTreeSet<String>,
     ) -> Option<Condition> {
-        match Condition::check(&raw.value, &Scope { vars, earlier, later, this: stage }) {
+        match Condition::check(&raw.value, &Scope { vars, earlier, all, this: stage }) {
             Ok(c) => Some(c),
             Err(problems) => {
                 let base = self.pos(&raw.referenced);

@@ -62,8 +62,8 @@ pub struct Scope<'a> {
     pub vars: &'a BTreeSet<String>,
     /// Earlier stages and their declared outputs.
     pub earlier: &'a BTreeMap<String, Vec<String>>,
-    /// Later stages (for a better message).
-    pub later: &'a BTreeSet<String>,
+    /// Every stage id of the pipeline (to tell a later stage from a missing one).
+    pub all: &'a BTreeSet<String>,
     /// The stage the condition belongs to.
     pub this: Option<&'a str>,
 }
@@ -94,7 +94,7 @@ impl Condition {
                         None => problems.push(ConditionProblem {
                             message: if scope.this == Some(stage) {
                                 format!("condition reads `{path}`, but a stage's condition cannot read the stage's own outputs")
-                            } else if scope.later.contains(stage) {
+                            } else if scope.all.contains(stage) {
                                 format!("condition reads `{path}`, but stage `{stage}` runs later, not before this stage")
                             } else {
                                 format!("condition reads `{path}`, but there is no stage `{stage}` before this stage")
@@ -160,8 +160,8 @@ mod tests {
         let earlier: BTreeMap<String, Vec<String>> =
             [("architecture_review".to_owned(), vec!["architecture_review".to_owned(), "risks_identified".to_owned()])]
                 .into();
-        let later: BTreeSet<String> = ["quality_review".to_owned()].into();
-        Condition::check(src, &Scope { vars: &vars, earlier: &earlier, later: &later, this: Some("quality_review_2") })
+        let all: BTreeSet<String> = ["architecture_review".to_owned(), "quality_review".to_owned()].into();
+        Condition::check(src, &Scope { vars: &vars, earlier: &earlier, all: &all, this: Some("quality_review_2") })
     }
 
     fn eval(src: &str, ctx: &serde_json::Value) -> bool {

@@ -90,44 +90,59 @@ impl SqliteStore {
     fn append_sync(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(backend)?;
-        let last: Option<(i64, String)> = tx
-            .query_row("SELECT last_seq, task_id FROM runs WHERE run_id = ?1", [run.as_str()], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()
+        let known: Option<String> = tx
+            .prepare_cached("SELECT task_id FROM runs WHERE run_id = ?1")
+            .and_then(|mut stmt| stmt.query_row([run.as_str()], |r| r.get(0)).optional())
             .map_err(backend)?;
         let at_text = at.to_string();
-        let (seq, task_id) = match (&last, event) {
+        let (seq, task_id): (i64, String) = match (known, event) {
             (None, Event::RunStarted(started)) => {
-                tx.execute(
+                tx.prepare_cached(
                     "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0)",
-                    params![run.as_str(), started.pipeline, started.task_id.as_str(), RunStatus::Running.as_str(), at_text],
                 )
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        run.as_str(),
+                        started.pipeline,
+                        started.task_id.as_str(),
+                        RunStatus::Running.as_str(),
+                        at_text
+                    ])
+                })
                 .map_err(backend)?;
                 (1, started.task_id.to_string())
             }
             (None, _) => return Err(StoreError::RunNotFound(run.clone())),
             (Some(_), Event::RunStarted(_)) => return Err(StoreError::Backend(format!("run `{run}` already exists"))),
-            (Some((last_seq, task)), _) => (last_seq + 1, task.clone()),
+            (Some(task), _) => {
+                // The next sequence number comes from the journal itself (primary key lookup),
+                // so an ordinary event writes only its own row.
+                let last: i64 = tx
+                    .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1")
+                    .and_then(|mut stmt| stmt.query_row([run.as_str()], |r| r.get(0)))
+                    .map_err(backend)?;
+                (last + 1, task)
+            }
         };
         let seq_out = u64::try_from(seq).map_err(backend)?;
         let payload = serde_json::to_string(event).map_err(backend)?;
-        tx.execute(
-            "INSERT INTO events (run_id, seq, at, kind, stage, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![run.as_str(), seq, at_text, event.kind(), event.stage().map(StageId::as_str), payload],
-        )
-        .map_err(backend)?;
-        match event.run_status() {
-            Some(status) => tx.execute(
-                "UPDATE runs SET last_seq = ?2, updated_at = ?3, status = ?4 WHERE run_id = ?1",
-                params![run.as_str(), seq, at_text, status.as_str()],
-            ),
-            None => tx.execute(
-                "UPDATE runs SET last_seq = ?2, updated_at = ?3 WHERE run_id = ?1",
-                params![run.as_str(), seq, at_text],
-            ),
+        tx.prepare_cached("INSERT INTO events (run_id, seq, at, kind, stage, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    run.as_str(),
+                    seq,
+                    at_text,
+                    event.kind(),
+                    event.stage().map(StageId::as_str),
+                    payload
+                ])
+            })
+            .map_err(backend)?;
+        if let Some(status) = event.run_status() {
+            tx.prepare_cached("UPDATE runs SET last_seq = ?2, updated_at = ?3, status = ?4 WHERE run_id = ?1")
+                .and_then(|mut stmt| stmt.execute(params![run.as_str(), seq, at_text, status.as_str()]))
+                .map_err(backend)?;
         }
-        .map_err(backend)?;
         if let Event::AttemptSucceeded { stage, outputs, .. } = event {
             let mut insert = tx
                 .prepare_cached("INSERT OR REPLACE INTO artifacts (run_id, task_id, stage, key, value, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
@@ -169,7 +184,11 @@ impl SqliteStore {
     fn runs_sync(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare_cached("SELECT run_id, pipeline, task_id, status, created_at, updated_at FROM runs ORDER BY created_at DESC, run_id DESC LIMIT ?1")
+            .prepare_cached(
+                "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at,
+                        (SELECT e.at FROM events e WHERE e.run_id = r.run_id ORDER BY e.seq DESC LIMIT 1)
+                 FROM runs r ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1",
+            )
             .map_err(backend)?;
         let rows = stmt
             .query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |r| {

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod agents;
+pub mod bench;
 pub mod demo;
 pub mod init;
 pub mod logs;

@@ -1,0 +1,209 @@
+//! `loopwright bench`: the performance figures of SPEC §8 on this machine.
+//!
+//! 1. A shell loop spawning `/bin/true` N times: the floor.
+//! 2. The engine in this process running a pipeline of N `true` shell stages with the journal
+//!    durable in SQLite and the run files written: the time spent outside the runner between
+//!    one stage's end and the next stage's start is the engine's overhead per stage.
+//! 3. The same pipeline through `loopwright run` as a child process: its wall time against the
+//!    shell loop, and its peak memory (max RSS).
+
+use std::cell::RefCell;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use loopwright_engine::ports::{Execution, Notice, ProcessGroup, StageRequest};
+use loopwright_engine::{Engine, NeverStop, RunId, RunStarted, Runner, SystemClock, TaskId};
+use loopwright_runners::ProcessRunner;
+use serde_json::json;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::Global;
+use super::run::random_u64;
+use crate::error::CliError;
+use crate::observe::Projector;
+use crate::workspace::Workspace;
+
+/// Arguments of `bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Stages in the benchmark pipeline (and spawns in the shell loop).
+    #[arg(long, default_value_t = 1000)]
+    pub stages: usize,
+    /// Rounds of (shell loop, `loopwright run`), alternated; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// A runner that notes when each stage's execution begins and ends.
+struct TimingRunner {
+    inner: ProcessRunner,
+    spans: RefCell<Vec<(Instant, Instant)>>,
+}
+
+impl Runner for TimingRunner {
+    async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution {
+        let begin = Instant::now();
+        let execution = self.inner.run(request, notices).await;
+        self.spans.borrow_mut().push((begin, Instant::now()));
+        execution
+    }
+
+    fn end_leftovers(&self, groups: &[ProcessGroup]) {
+        self.inner.end_leftovers(groups);
+    }
+}
+
+fn write_pipeline(root: &Path, stages: usize) -> Result<(), CliError> {
+    let mut yaml = String::from("name: bench\ndescription: N stages of `true`\nversion: 1\nstages:\n");
+    for i in 0..stages {
+        yaml.push_str(&format!(
+            "  - id: s{i}\n    agent: shell\n    mode: agent\n    description: true\n    run: \"true\"\n"
+        ));
+    }
+    let dir = root.join(".loopwright/pipelines");
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::usage(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::write(dir.join("bench.yml"), yaml).map_err(|e| CliError::usage(format!("cannot write the pipeline: {e}")))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// `loopwright bench`.
+pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
+    let n = args.stages.max(2);
+    let base = std::env::temp_dir().join(format!("loopwright-bench-{:08x}", random_u64() as u32));
+    let (in_process, child) = (base.join("in-process"), base.join("child"));
+    write_pipeline(&in_process, n)?;
+    eprintln!("loopwright bench: {n} stages of `true`, workspaces under {}", base.display());
+
+    // 2. The engine in process, timing the gaps between stages.
+    let ws = Workspace::locate(Some(&in_process))?;
+    let store = super::open_store(&ws)?;
+    let pipeline = ws.load_pipeline(&ws.find_pipeline("bench")?, &[])?;
+    let runner = TimingRunner { inner: ProcessRunner::new(ws.runs_dir()), spans: RefCell::new(Vec::new()) };
+    let mut projector = Projector::new(ws.runs_dir());
+    let started = RunStarted {
+        pipeline: pipeline.name.clone(),
+        pipeline_path: "bench.yml".into(),
+        pipeline_source: pipeline.source.text.to_string(),
+        task_id: TaskId::generate("bench", random_u64()),
+        task: "bench".into(),
+        vars: Default::default(),
+        inputs: Default::default(),
+        start_from: None,
+        skip: vec![],
+        auto_approve: false,
+        prior_outputs: Default::default(),
+        workspace: ws.root.display().to_string(),
+        owner: Some(super::run::this_process()),
+    };
+    let t = Instant::now();
+    let mut engine = Engine {
+        pipeline: &pipeline,
+        store: &store,
+        runner: &runner,
+        clock: &SystemClock,
+        observer: &mut projector,
+        stopper: &NeverStop,
+    };
+    let state = engine.start(RunId::generate(jiff::Timestamp::now(), random_u64()), started).await?;
+    let engine_wall = t.elapsed();
+    let spans = runner.spans.into_inner();
+    let mut gaps: Vec<Duration> = spans.windows(2).map(|w| w[1].0.duration_since(w[0].1)).collect();
+    gaps.sort();
+    let in_runner: Duration = spans.iter().map(|(a, b)| b.duration_since(*a)).sum();
+    let overhead_total = engine_wall.saturating_sub(in_runner);
+    eprintln!(
+        "  engine in process: {:>9.1} ms  ({}; overhead per stage: median {:.3} ms, p95 {:.3} ms)",
+        ms(engine_wall),
+        state.status.as_str(),
+        ms(percentile(&gaps, 0.5)),
+        ms(percentile(&gaps, 0.95))
+    );
+
+    // 1 and 3, alternated: the shell loop spawning /bin/true, and `loopwright run` as a child
+    // (a fresh workspace each round).
+    let truth = ["/bin/true", "/usr/bin/true"].into_iter().find(|p| Path::new(p).exists()).unwrap_or("true");
+    let script = format!("i=0; while [ $i -lt {n} ]; do {truth}; i=$((i+1)); done");
+    let exe = std::env::current_exe().map_err(|e| CliError::Internal(e.into()))?;
+    let (mut loops, mut runs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..args.rounds.max(1) {
+        let t = Instant::now();
+        let status = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .status()
+            .map_err(|e| CliError::Internal(e.into()))?;
+        let shell_loop = t.elapsed();
+        if !status.success() {
+            return Err(CliError::Internal(anyhow::anyhow!("the shell loop failed: {status}")));
+        }
+        let root = child.join(format!("round-{round}"));
+        write_pipeline(&root, n)?;
+        let t = Instant::now();
+        let out = std::process::Command::new(&exe)
+            .args(["-C", &root.display().to_string(), "run", "bench", "--quiet", "--json"])
+            .output()
+            .map_err(|e| CliError::Internal(e.into()))?;
+        let cli_wall = t.elapsed();
+        if !out.status.success() {
+            return Err(CliError::Internal(anyhow::anyhow!(
+                "`loopwright run bench` failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        eprintln!(
+            "  round {}: shell loop {:>7.1} ms, loopwright run {:>7.1} ms ({:.2}x)",
+            round + 1,
+            ms(shell_loop),
+            ms(cli_wall),
+            cli_wall.as_secs_f64() / shell_loop.as_secs_f64()
+        );
+        loops.push(ms(shell_loop));
+        runs.push(ms(cli_wall));
+        ratios.push(cli_wall.as_secs_f64() / shell_loop.as_secs_f64());
+    }
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .map_err(|e| CliError::Internal(e.into()))?;
+    let max_rss_mb = usage.max_rss() as f64 / 1024.0;
+    let (shell_loop_ms, cli_ms, ratio) = (median(loops), median(runs), median(ratios));
+    eprintln!(
+        "  median: shell loop {shell_loop_ms:.1} ms, loopwright run {cli_ms:.1} ms: {ratio:.2}x; peak memory {max_rss_mb:.1} MB"
+    );
+
+    let figures = json!({
+        "stages": n,
+        "rounds": args.rounds.max(1),
+        "shell_loop_ms": shell_loop_ms,
+        "engine_in_process_ms": ms(engine_wall),
+        "engine_overhead_per_stage_ms": {
+            "median": ms(percentile(&gaps, 0.5)),
+            "p95": ms(percentile(&gaps, 0.95)),
+            "max": ms(gaps.last().copied().unwrap_or_default()),
+            "mean": ms(overhead_total) / n as f64,
+        },
+        "loopwright_run_ms": cli_ms,
+        "ratio_to_shell_loop": ratio,
+        "peak_rss_mb": max_rss_mb,
+        "targets": {"overhead_median_ms": 2.0, "ratio": 1.5, "peak_rss_mb": 30.0},
+        "met": ms(percentile(&gaps, 0.5)) < 2.0 && ratio < 1.5 && max_rss_mb < 30.0,
+    });
+    if global.json {
+        println!("{}", serde_json::to_string_pretty(&figures).map_err(|e| CliError::Internal(e.into()))?);
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    Ok(0)
+}
