@@ -55,6 +55,9 @@ enum Command {
     Reject(cmd::resume::AnswerArgs),
     /// Stop a running or waiting run (from any terminal): the run is cancelled.
     Cancel(cmd::resume::CancelArgs),
+    /// Answer an escalation: retry, fix TEXT (retry with an instruction), skip (accept and go
+    /// on) or abort.
+    Respond(cmd::resume::RespondArgs),
     /// Show one run, or a table of recent runs.
     Status(cmd::status::Args),
     /// Print a run's event log.
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
             Command::Approve(args) => cmd::resume::answer(&global, args, true).await,
             Command::Reject(args) => cmd::resume::answer(&global, args, false).await,
             Command::Cancel(args) => cmd::resume::cancel(&global, args).await,
+            Command::Respond(args) => cmd::resume::respond(&global, args).await,
             Command::Status(args) => cmd::status::run(&global, args).await,
             Command::Logs(args) => cmd::logs::run(&global, args).await,
             Command::Agents(args) => cmd::agents::run(&global, args),

@@ -126,7 +126,8 @@ impl Observer for Progress {
             Event::RetryScheduled { stage, attempt, delay_ms, reason } => {
                 let max = pipeline.stage(stage.as_str()).and_then(|s| s.retry).map_or(*attempt, |r| r.max_attempts);
                 let how = reason.rsplit("; ").next().unwrap_or("");
-                self.line(&format!("↻ Retry {attempt}/{max} for stage '{stage}' in {} ({how})", duration(*delay_ms)));
+                let n = attempt - state.stage(stage.as_str()).map_or(0, |s| s.pass_base);
+                self.line(&format!("↻ Retry {n}/{max} for stage '{stage}' in {} ({how})", duration(*delay_ms)));
             }
             Event::StageSkipped { stage, reason } => {
                 let why = match state.stage(stage.as_str()).and_then(|s| s.condition_detail.as_ref()) {
@@ -160,6 +161,30 @@ impl Observer for Progress {
                     stage.as_ref().map(|s| format!(" during {s}")).unwrap_or_default(),
                     state.run_id
                 ));
+            }
+            Event::FeedbackChecked { stage, items, blocking, iteration, action } => {
+                use loopwright_engine::event::FeedbackAction;
+                let max = pipeline
+                    .stage(stage.as_str())
+                    .and_then(|s| s.feedback_loop.as_ref())
+                    .map_or(0, |f| f.max_iterations);
+                match action {
+                    FeedbackAction::Continue => self.line(&format!("  {stage}: feedback=none ({items} items, none blocking)")),
+                    FeedbackAction::ReImplement { target, .. } => self.line(&format!(
+                        "↺ {stage}: {blocking} blocking item{} — back to `{target}` (feedback iteration {iteration}/{max})",
+                        if *blocking == 1 { "" } else { "s" }
+                    )),
+                    FeedbackAction::Escalate => self.line(&format!(
+                        "⏸ {stage}: {blocking} blocking item{} left after {iteration} iteration{}: `loopwright respond {} retry|fix TEXT|skip|abort`",
+                        if *blocking == 1 { "" } else { "s" },
+                        if *iteration == 1 { "" } else { "s" },
+                        state.run_id
+                    )),
+                    FeedbackAction::Accepted => self.line(&format!("  {stage}: review accepted as it is")),
+                }
+            }
+            Event::EscalationAnswered { stage, answer, by } => {
+                self.line(&format!("  {stage}: {by} answered {}", serde_json::to_string(answer).unwrap_or_default()));
             }
             Event::RunResumed { .. } => self.line(&format!("loopwright: resuming run {}", state.run_id)),
             Event::RunCancelled { stage, by } => {

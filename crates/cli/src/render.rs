@@ -140,10 +140,17 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
         out.push_str(&format!("failed stage: {f}\n"));
     }
     if let Some(w) = &result.waiting {
-        out.push_str(&format!(
-            "waiting for {} of stage `{}`: `loopwright approve {}` or `loopwright reject {}`\n",
-            w.kind, w.stage, result.run_id, result.run_id
-        ));
+        if w.kind == "escalation" {
+            out.push_str(&format!(
+                "waiting for a human: review `{}` still has blocking feedback; answer with `loopwright respond {} retry|fix TEXT|skip|abort`\n",
+                w.stage, result.run_id
+            ));
+        } else {
+            out.push_str(&format!(
+                "waiting for {} of stage `{}`: `loopwright approve {}` or `loopwright reject {}`\n",
+                w.kind, w.stage, result.run_id, result.run_id
+            ));
+        }
     }
     if !result.artifacts.is_empty() {
         out.push_str(&format!("artifacts: {}\n", result.artifacts.keys().cloned().collect::<Vec<_>>().join(", ")));

@@ -8,7 +8,7 @@ use loopwright_spec::outputs::typed_value;
 use loopwright_spec::{Condition, Pipeline, Stage, StageId};
 use serde_json::{Map, Value, json};
 
-use crate::event::{ConditionOutcome, Event, FailureKind, RunStatus, SkipReason, StageError};
+use crate::event::{Answer, ConditionOutcome, Event, FailureKind, FeedbackAction, RunStatus, SkipReason, StageError};
 use crate::state::{RunState, StageStatus};
 
 /// What to do next.
@@ -43,10 +43,21 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
         return Step::Done(state.status);
     }
     let start = started.start_from.as_ref().and_then(|s| pipeline.index_of(s.as_str())).unwrap_or(0);
-    for stage in &pipeline.stages[start..] {
+    let from = start.max(state.scan_hint.get()).min(pipeline.stages.len());
+    for (index, stage) in pipeline.stages.iter().enumerate().skip(from) {
         let st = state.stage(stage.id.as_str());
         match st.map_or(StageStatus::Pending, |s| s.status) {
-            StageStatus::Success | StageStatus::Skipped => continue,
+            StageStatus::Success if stage.feedback_loop.is_some() => {
+                if let Some(step) = feedback_step(pipeline, state, stage) {
+                    return step;
+                }
+                state.scan_hint.set(index + 1);
+                continue;
+            }
+            StageStatus::Success | StageStatus::Skipped => {
+                state.scan_hint.set(index + 1);
+                continue;
+            }
             StageStatus::Failed | StageStatus::Timeout | StageStatus::Cancelled | StageStatus::RolledBack => {
                 return Step::Record(Event::RunFinished { status: RunStatus::Failed });
             }
@@ -107,11 +118,96 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                         Some(_) => {}
                     }
                 }
-                return Step::Execute { stage: stage.id.clone(), attempt: 1 };
+                return Step::Execute { stage: stage.id.clone(), attempt: st.map_or(0, |s| s.attempts) + 1 };
             }
         }
     }
     Step::Record(Event::RunFinished { status: RunStatus::Success })
+}
+
+/// One item of a review's `feedback_items` (seed 004).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct FeedbackItem {
+    /// `blocking`, `advisory` or `informational`.
+    pub severity: String,
+    /// The file concerned.
+    pub file: Option<String>,
+    /// The line concerned.
+    pub line: Option<u64>,
+    /// What is wrong.
+    pub description: String,
+    /// How to fix it.
+    pub suggested_fix: Option<String>,
+    /// Who said so.
+    pub source_agent: Option<String>,
+    /// The quality gate, if any.
+    pub gate_id: Option<String>,
+}
+
+/// Reads `feedback_items` from a stage output: a fenced ```yaml / ```json block, or the text
+/// itself as YAML. Text that is not a list of items gives no items.
+pub fn parse_feedback_items(text: &str) -> Vec<FeedbackItem> {
+    let body = loopwright_spec::outputs::fenced_block(text).unwrap_or(text);
+    serde_saphyr::from_str::<Vec<FeedbackItem>>(body).unwrap_or_default()
+}
+
+/// After a review stage with a `feedback_loop` succeeded: loop, escalate or go on.
+fn feedback_step(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Option<Step> {
+    let st = state.stage(stage.id.as_str())?;
+    let feedback = stage.feedback_loop.as_ref()?;
+    let iteration = st.feedback_iterations;
+    let check = |items: usize, blocking: usize, iteration: u32, action: FeedbackAction| {
+        Some(Step::Record(Event::FeedbackChecked { stage: stage.id.clone(), items, blocking, iteration, action }))
+    };
+    let items = parse_feedback_items(st.outputs.get("feedback_items").map_or("", String::as_str));
+    let blocking: Vec<&FeedbackItem> = items.iter().filter(|i| i.severity == "blocking").collect();
+    let re_implement = |extra: Option<&str>| {
+        let target = pipeline.index_of(feedback.target_stage.as_str()).unwrap_or(0);
+        let source = pipeline.index_of(stage.id.as_str()).unwrap_or(target);
+        let reset = pipeline.stages[target..=source].iter().map(|s| s.id.clone()).collect();
+        let mut brief = format!(
+            "Review `{}` found {} blocking item{} (feedback iteration {} of {}). Fix them:\n",
+            stage.id,
+            blocking.len(),
+            if blocking.len() == 1 { "" } else { "s" },
+            iteration + 1,
+            feedback.max_iterations
+        );
+        for item in &blocking {
+            let place = match (&item.file, item.line) {
+                (Some(f), Some(l)) => format!("{f}:{l}: "),
+                (Some(f), None) => format!("{f}: "),
+                _ => String::new(),
+            };
+            brief.push_str(&format!("- {place}{}", item.description.trim()));
+            if let Some(fix) = &item.suggested_fix {
+                brief.push_str(&format!(" (suggested fix: {})", fix.trim()));
+            }
+            brief.push('\n');
+        }
+        if let Some(text) = extra {
+            brief.push_str(&format!("Instruction from a human (high priority): {text}\n"));
+        }
+        FeedbackAction::ReImplement { target: feedback.target_stage.clone(), reset, brief }
+    };
+    match (&st.feedback, &st.escalation_answer) {
+        (None, _) if blocking.is_empty() => check(items.len(), 0, iteration, FeedbackAction::Continue),
+        (None, _) if iteration < feedback.max_iterations => {
+            check(items.len(), blocking.len(), iteration + 1, re_implement(None))
+        }
+        (None, _) => check(items.len(), blocking.len(), iteration, FeedbackAction::Escalate),
+        (Some(FeedbackAction::Escalate), Some(Answer::Retry)) => {
+            check(items.len(), blocking.len(), iteration + 1, re_implement(None))
+        }
+        (Some(FeedbackAction::Escalate), Some(Answer::Fix { text })) => {
+            check(items.len(), blocking.len(), iteration + 1, re_implement(Some(text)))
+        }
+        (Some(FeedbackAction::Escalate), Some(Answer::Skip)) => {
+            check(items.len(), blocking.len(), iteration, FeedbackAction::Accepted)
+        }
+        _ => None,
+    }
 }
 
 /// After a failed attempt: retry (seed 004 "Retry Protocol") or fail the stage.
@@ -125,16 +221,18 @@ fn after_failure(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Step {
     });
     if let Some(policy) = &stage.retry
         && error.kind.is_retryable()
-        && st.attempts < policy.max_attempts
+        && st.attempts - st.pass_base < policy.max_attempts
         && state.retries_used < pipeline.max_retries
     {
-        let delay = policy.delay(st.attempts);
+        let delay = policy.delay(st.attempts - st.pass_base);
         let secs = policy.initial_delay.as_secs_f64();
         let how = match policy.backoff {
             loopwright_spec::pipeline::Backoff::Exponential => {
-                format!("exponential backoff {secs}s * 2^{}", st.attempts - 1)
+                format!("exponential backoff {secs}s * 2^{}", st.attempts - st.pass_base - 1)
             }
-            loopwright_spec::pipeline::Backoff::Linear => format!("linear backoff {secs}s * {}", st.attempts),
+            loopwright_spec::pipeline::Backoff::Linear => {
+                format!("linear backoff {secs}s * {}", st.attempts - st.pass_base)
+            }
             loopwright_spec::pipeline::Backoff::Fixed => format!("fixed backoff {secs}s"),
         };
         return Step::Record(Event::RetryScheduled {

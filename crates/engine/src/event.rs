@@ -124,6 +124,28 @@ pub enum Event {
         /// The last error.
         error: StageError,
     },
+    /// A review stage's `feedback_items` were checked (seed 004 "feedback loop").
+    FeedbackChecked {
+        /// The review stage.
+        stage: StageId,
+        /// Items found.
+        items: usize,
+        /// Blocking items found.
+        blocking: usize,
+        /// Iterations of this loop so far, this one included when it loops.
+        iteration: u32,
+        /// What happens next.
+        action: FeedbackAction,
+    },
+    /// A human answered an escalation.
+    EscalationAnswered {
+        /// The stage that escalated.
+        stage: StageId,
+        /// The answer.
+        answer: Answer,
+        /// Who answered.
+        by: String,
+    },
     /// loopwright was stopped by a signal; the stage in flight was ended. `resume` continues.
     RunInterrupted {
         /// The stage that was running.
@@ -171,7 +193,9 @@ impl Event {
             | Event::AttemptSucceeded { stage, .. }
             | Event::AttemptFailed { stage, .. }
             | Event::RetryScheduled { stage, .. }
-            | Event::StageFailed { stage, .. } => Some(stage),
+            | Event::StageFailed { stage, .. }
+            | Event::FeedbackChecked { stage, .. }
+            | Event::EscalationAnswered { stage, .. } => Some(stage),
             Event::RunInterrupted { stage, .. } | Event::RunCancelled { stage, .. } => stage.as_ref(),
             Event::RunStarted(_)
             | Event::RunFinished { .. }
@@ -195,6 +219,8 @@ impl Event {
             Event::AttemptFailed { .. } => "attempt_failed",
             Event::RetryScheduled { .. } => "retry_scheduled",
             Event::StageFailed { .. } => "stage_failed",
+            Event::FeedbackChecked { .. } => "feedback_checked",
+            Event::EscalationAnswered { .. } => "escalation_answered",
             Event::RunInterrupted { .. } => "run_interrupted",
             Event::RunResumed { .. } => "run_resumed",
             Event::CancelRequested { .. } => "cancel_requested",
@@ -210,6 +236,9 @@ impl Event {
             Event::RunInterrupted { .. } => Some(RunStatus::Interrupted),
             Event::RunCancelled { .. } => Some(RunStatus::Cancelled),
             Event::ApprovalRequested { .. } => Some(RunStatus::Waiting),
+            Event::FeedbackChecked { action: FeedbackAction::Escalate, .. } => Some(RunStatus::Waiting),
+            Event::EscalationAnswered { answer: Answer::Abort, .. } => Some(RunStatus::Cancelled),
+            Event::EscalationAnswered { .. } => Some(RunStatus::Running),
             Event::ApprovalRejected { .. } => Some(RunStatus::Cancelled),
             Event::RunFinished { status } => Some(*status),
             _ => None,
@@ -259,6 +288,44 @@ pub struct Owner {
     /// Start time in clock ticks since boot (`/proc/PID/stat` field 22).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<u64>,
+}
+
+/// What a feedback check decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum FeedbackAction {
+    /// No blocking items: go on.
+    Continue,
+    /// Blocking items: run these stages again, from the target, with this brief.
+    ReImplement {
+        /// The implementation stage to run again.
+        target: StageId,
+        /// The stages reset, from the target to the review.
+        reset: Vec<StageId>,
+        /// What the target is told to fix.
+        brief: String,
+    },
+    /// Blocking items after the last iteration: a human decides.
+    Escalate,
+    /// A human accepted the review as it is.
+    Accepted,
+}
+
+/// A human's answer to an escalation (seed 001).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub enum Answer {
+    /// Try again.
+    Retry,
+    /// Try again with this instruction.
+    Fix {
+        /// The instruction.
+        text: String,
+    },
+    /// Accept and continue.
+    Skip,
+    /// Stop the run.
+    Abort,
 }
 
 /// What a condition gave.

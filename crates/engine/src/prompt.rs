@@ -134,6 +134,11 @@ pub fn build_prompt(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> Str
             p.push_str("\n\n");
         }
     }
+    if let Some(brief) = state.stage(stage.id.as_str()).and_then(|s| s.feedback_brief.as_ref()) {
+        p.push_str("# Feedback to address\n");
+        p.push_str(brief.trim_end());
+        p.push_str("\n\n");
+    }
     if !stage.outputs.is_empty() {
         p.push_str("# Outputs\nEnd your answer with one section per output, each starting with its heading line:\n");
         for o in &stage.outputs {

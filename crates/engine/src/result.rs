@@ -88,7 +88,14 @@ impl PipelineResult {
             artifacts,
             failed_stage: state.failed_stage.as_ref().map(ToString::to_string),
             rollback_performed: false,
-            waiting: state.waiting_for_approval().map(|s| Waiting { kind: "approval".into(), stage: s.id.to_string() }),
+            waiting: state
+                .waiting_for_approval()
+                .map(|s| Waiting { kind: "approval".into(), stage: s.id.to_string() })
+                .or_else(|| {
+                    state
+                        .waiting_for_escalation()
+                        .map(|s| Waiting { kind: "escalation".into(), stage: s.id.to_string() })
+                }),
         }
     }
 }

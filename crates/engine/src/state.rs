@@ -92,6 +92,17 @@ pub struct StageState {
     pub condition_detail: Option<(String, serde_json::Value)>,
     /// Every attempt, in order.
     pub attempt_log: Vec<AttemptRecord>,
+    /// The last feedback check of this (review) stage in its current pass.
+    pub feedback: Option<crate::event::FeedbackAction>,
+    /// Feedback loops run from this (review) stage.
+    pub feedback_iterations: u32,
+    /// The answer to this stage's escalation, not yet acted on.
+    pub escalation_answer: Option<crate::event::Answer>,
+    /// Feedback this (implementation) stage must address on its next attempt.
+    pub feedback_brief: Option<String>,
+    /// Attempts made before the current pass (a feedback loop starts a new pass, with a fresh
+    /// retry budget; attempts keep counting across passes).
+    pub pass_base: u32,
 }
 
 /// One attempt of a stage, for the retry log.
@@ -144,6 +155,11 @@ impl StageState {
             approval: None,
             condition_detail: None,
             attempt_log: Vec::new(),
+            feedback: None,
+            feedback_iterations: 0,
+            escalation_answer: None,
+            feedback_brief: None,
+            pass_base: 0,
         }
     }
 }
@@ -292,6 +308,35 @@ impl RunState {
                 self.stage_mut(stage).process_groups.push(group);
             }
             Event::RunResumed { owner } => self.owner = Some(*owner),
+            Event::FeedbackChecked { stage, iteration, action, .. } => {
+                if let crate::event::FeedbackAction::ReImplement { target, reset, brief } = action {
+                    for id in reset {
+                        let s = self.stage_mut(id);
+                        s.status = StageStatus::Pending;
+                        s.condition = None;
+                        s.condition_detail = None;
+                        s.approval = None;
+                        s.feedback = None;
+                        s.skip_reason = None;
+                        s.pass_base = s.attempts;
+                    }
+                    self.stage_mut(target).feedback_brief = Some(brief.clone());
+                    self.scan_hint.set(0);
+                }
+                let s = self.stage_mut(stage);
+                s.feedback_iterations = *iteration;
+                s.escalation_answer = None;
+                if !matches!(action, crate::event::FeedbackAction::ReImplement { .. }) {
+                    s.feedback = Some(action.clone());
+                }
+            }
+            Event::EscalationAnswered { stage, answer, .. } => {
+                let s = self.stage_mut(stage);
+                s.escalation_answer = Some(answer.clone());
+                if *answer == crate::event::Answer::Abort {
+                    s.status = StageStatus::Cancelled;
+                }
+            }
             Event::RunInterrupted { .. } | Event::CancelRequested { .. } => {}
             Event::RunCancelled { stage, .. } => {
                 if let Some(stage) = stage {
@@ -355,10 +400,20 @@ impl RunState {
 
     /// The stage whose approval gate the run waits at.
     pub fn waiting_for_approval(&self) -> Option<&StageState> {
-        if self.status != RunStatus::Waiting {
+        if self.status != RunStatus::Waiting || self.waiting_for_escalation().is_some() {
             return None;
         }
         self.stages.iter().rev().find(|s| s.status == StageStatus::Pending && s.approval.is_none())
+    }
+
+    /// The stage whose escalation the run waits on.
+    pub fn waiting_for_escalation(&self) -> Option<&StageState> {
+        if self.status != RunStatus::Waiting {
+            return None;
+        }
+        self.stages
+            .iter()
+            .find(|s| s.feedback == Some(crate::event::FeedbackAction::Escalate) && s.escalation_answer.is_none())
     }
 
     /// Outputs of every stage that has them, keyed by stage id (what `stage_outputs` is).

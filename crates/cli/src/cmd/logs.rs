@@ -73,6 +73,25 @@ pub fn line(r: &EventRecord) -> String {
             format!("{stage}: attempt {attempt} in {} ({reason})", duration(*delay_ms))
         }
         Event::StageFailed { stage, error } => format!("{stage}: failed ({}): {}", error.kind.as_str(), error.message),
+        Event::FeedbackChecked { stage, items, blocking, iteration, action } => match action {
+            loopwright_engine::event::FeedbackAction::Continue => {
+                format!("{stage}: feedback=none ({items} items, none blocking), continuing")
+            }
+            loopwright_engine::event::FeedbackAction::ReImplement { target, .. } => {
+                format!(
+                    "feedback_loop source={stage} target={target} iteration={iteration} ({blocking} blocking of {items})"
+                )
+            }
+            loopwright_engine::event::FeedbackAction::Escalate => {
+                format!(
+                    "feedback_loop escalated source={stage} iterations={iteration} ({blocking} blocking items left)"
+                )
+            }
+            loopwright_engine::event::FeedbackAction::Accepted => format!("feedback_loop accepted source={stage}"),
+        },
+        Event::EscalationAnswered { stage, answer, by } => {
+            format!("{stage}: escalation answered by {by}: {}", serde_json::to_string(answer).unwrap_or_default())
+        }
         Event::RunInterrupted { stage, signal } => format!(
             "run interrupted by {signal}{}; `loopwright resume` continues it",
             stage.as_ref().map(|s| format!(" during stage {s}")).unwrap_or_default()

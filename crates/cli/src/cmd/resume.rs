@@ -50,6 +50,24 @@ pub struct CancelArgs {
     pub by: Option<String>,
 }
 
+/// Arguments of `respond`.
+#[derive(Debug, clap::Args)]
+pub struct RespondArgs {
+    /// The run (`latest` for the most recent).
+    pub run: String,
+    /// retry, skip, abort, or fix followed by the instruction.
+    #[arg(value_parser = ["retry", "skip", "abort", "fix"])]
+    pub answer: String,
+    /// The instruction, for `fix`.
+    pub text: Vec<String>,
+    /// Who answers (default: the OS user).
+    #[arg(long)]
+    pub by: Option<String>,
+    /// Print no progress on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
 /// Resolves `latest` or checks a run id.
 pub async fn resolve_run(store: &SqliteStore, run: &str) -> Result<RunId, CliError> {
     if run == "latest" {
@@ -184,4 +202,44 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
         state.apply(&record);
     }
     report(global, &state)
+}
+
+/// `loopwright respond RUN retry|skip|abort|fix TEXT`.
+pub async fn respond(global: &Global, args: RespondArgs) -> Result<u8, CliError> {
+    use loopwright_engine::event::Answer;
+    let answer = match args.answer.as_str() {
+        "retry" => Answer::Retry,
+        "skip" => Answer::Skip,
+        "abort" => Answer::Abort,
+        _ => {
+            let text = args.text.join(" ");
+            if text.trim().is_empty() {
+                return Err(CliError::usage(
+                    "`respond RUN fix` needs the instruction: `loopwright respond RUN fix \"use the v2 API\"`",
+                ));
+            }
+            Answer::Fix { text }
+        }
+    };
+    let ws = Workspace::locate(global.dir.as_deref())?;
+    let store = open_existing_store(&ws)?;
+    let run = resolve_run(&store, &args.run).await?;
+    let (pipeline, state) = load_run(&ws, &store, &run).await?;
+    let Some(stage) = state.waiting_for_escalation().map(|s| s.id.clone()) else {
+        return Err(CliError::usage(format!(
+            "run {run} is not waiting on an escalation (its status is {})",
+            state.status.as_str()
+        )));
+    };
+    let by = args.by.unwrap_or_else(os_user);
+    continue_run(
+        global,
+        &ws,
+        &store,
+        &pipeline,
+        state,
+        Some(Event::EscalationAnswered { stage, answer, by }),
+        args.quiet,
+    )
+    .await
 }

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod durability;
+mod feedback;
 mod init_demo;
 mod run;
 mod support;
