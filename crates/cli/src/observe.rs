@@ -187,12 +187,38 @@ impl Observer for Progress {
                 self.line(&format!("  {stage}: {by} answered {}", serde_json::to_string(answer).unwrap_or_default()));
             }
             Event::RunResumed { .. } => self.line(&format!("loopwright: resuming run {}", state.run_id)),
-            Event::RunCancelled { stage, by } => {
+            Event::RollbackStarted { stages, .. } => self.line(&format!(
+                "⟲ rolling back {}",
+                stages.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            )),
+            Event::StageRolledBack { stage, strategy, status, detail } => {
+                let how = serde_json::to_string(strategy).unwrap_or_default();
+                if *strategy == loopwright_spec::pipeline::RollbackStrategy::Manual {
+                    self.line(&format!(
+                        "  {stage}: manual rollback steps ({}):\n    {}",
+                        status.as_str(),
+                        detail.replace('\n', "\n    ")
+                    ));
+                } else {
+                    self.line(&format!("  {stage}: {} {} — {detail}", how.trim_matches('"'), status.as_str()));
+                }
+            }
+            Event::RollbackFinished { overall } => self.line(&format!("⟲ rollback {}", overall.as_str())),
+            Event::RunCancelled { stage, by, .. } => {
                 self.stop_spinner();
                 let at = stage.as_ref().map(|s| format!(" at stage {s}")).unwrap_or_default();
                 self.line(&format!("■ run {} cancelled by {by}{at}", state.run_id));
             }
-            Event::ConditionEvaluated { .. } | Event::ProcessStarted { .. } | Event::CancelRequested { .. } => {}
+            Event::ConditionEvaluated { .. }
+            | Event::ProcessStarted { .. }
+            | Event::CancelRequested { .. }
+            | Event::SnapshotTaken { .. }
+            | Event::ChangesCommitted { .. } => {}
+            Event::SnapshotFailed { stage, reason, .. } => self.line(&format!("  {stage}: warning: {reason}")),
+            Event::SnapshotRestored { stage, report, .. } => self.line(&format!(
+                "  {stage}: undid the interrupted attempt's changes ({} restored, {} recreated, {} removed)",
+                report.restored, report.recreated, report.removed
+            )),
         }
     }
 }
@@ -250,6 +276,16 @@ impl Observer for Projector {
                     let md = artifact_markdown(pipeline, state, s);
                     self.write(state, &format!("artifact-{stage}.md"), &md);
                 }
+            }
+            Event::StageRolledBack {
+                stage,
+                strategy: loopwright_spec::pipeline::RollbackStrategy::MemoryCleanup,
+                status: loopwright_engine::event::RollbackStatus::Success,
+                ..
+            } => {
+                let _ = std::fs::remove_file(
+                    self.runs_dir.join(state.run_id.as_str()).join(format!("artifact-{stage}.md")),
+                );
             }
             Event::RunFinished { .. } => {
                 self.write(state, "task.md", &task_markdown(pipeline, state));

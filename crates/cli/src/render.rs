@@ -139,6 +139,19 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
     if let Some(f) = &result.failed_stage {
         out.push_str(&format!("failed stage: {f}\n"));
     }
+    if let Some(r) = &state.rollback {
+        out.push_str(&format!(
+            "rollback{}: {}\n",
+            r.trigger.as_ref().map(|t| format!(" (after {t} failed)")).unwrap_or_default(),
+            r.overall.map_or("in progress", |o| o.as_str())
+        ));
+        for id in &r.stages {
+            if let Some((strategy, status, detail)) = state.stage(id.as_str()).and_then(|s| s.rollback.as_ref()) {
+                let how = serde_json::to_string(strategy).unwrap_or_default();
+                out.push_str(&format!("  {id}: {} {} — {detail}\n", how.trim_matches('"'), status.as_str()));
+            }
+        }
+    }
     if let Some(w) = &result.waiting {
         if w.kind == "escalation" {
             out.push_str(&format!(

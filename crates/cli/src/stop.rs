@@ -42,8 +42,8 @@ impl Stopper for CliStopper<'_> {
                 _ = sigterm.recv() => return Stop::Interrupt { signal: "SIGTERM".into() },
                 () = tokio::time::sleep_until(self.next_poll.get()) => {
                     self.next_poll.set(Instant::now() + CANCEL_POLL);
-                    if let Ok(Some(by)) = self.store.cancel_requested(&self.run, self.after).await {
-                        return Stop::Cancel { by };
+                    if let Ok(Some((by, rollback))) = self.store.cancel_requested(&self.run, self.after).await {
+                        return Stop::Cancel { by, rollback };
                     }
                 }
             }

@@ -30,6 +30,15 @@ pub enum Step {
         /// When.
         until: jiff::Timestamp,
     },
+    /// Roll back these stages, most recent first (seed 004 "Rollback Protocol").
+    RollBack {
+        /// The stage whose failure triggered it (none for a cancellation).
+        trigger: Option<StageId>,
+        /// The stages still to roll back.
+        stages: Vec<StageId>,
+        /// The rollback was already started (and journaled) before a crash.
+        resumed: bool,
+    },
     /// Nothing more to do now: the run has this status.
     Done(RunStatus),
 }
@@ -39,6 +48,19 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
     let Some(started) = &state.started else {
         return Step::Done(RunStatus::Failed);
     };
+    if let Some(r) = &state.rollback
+        && r.overall.is_none()
+    {
+        let stages =
+            r.stages.iter().filter(|s| state.stage(s.as_str()).is_none_or(|s| s.rollback.is_none())).cloned().collect();
+        return Step::RollBack { trigger: r.trigger.clone(), stages, resumed: true };
+    }
+    if state.status == RunStatus::Cancelled && state.rollback_requested && state.rollback.is_none() {
+        let stages = rollback_candidates(pipeline, state, None);
+        if !stages.is_empty() {
+            return Step::RollBack { trigger: None, stages, resumed: false };
+        }
+    }
     if state.status != RunStatus::Running {
         return Step::Done(state.status);
     }
@@ -59,6 +81,12 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                 continue;
             }
             StageStatus::Failed | StageStatus::Timeout | StageStatus::Cancelled | StageStatus::RolledBack => {
+                if state.rollback.is_none() {
+                    let stages = rollback_candidates(pipeline, state, Some(stage));
+                    if !stages.is_empty() {
+                        return Step::RollBack { trigger: Some(stage.id.clone()), stages, resumed: false };
+                    }
+                }
                 return Step::Record(Event::RunFinished { status: RunStatus::Failed });
             }
             StageStatus::Running => {
@@ -123,6 +151,28 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
         }
     }
     Step::Record(Event::RunFinished { status: RunStatus::Success })
+}
+
+/// The stages to roll back, most recent first: those up to the failed stage (included) that
+/// declare a `rollback` and did something (succeeded, or failed / were cancelled in flight).
+fn rollback_candidates(pipeline: &Pipeline, state: &RunState, failed: Option<&Stage>) -> Vec<StageId> {
+    let end = failed.and_then(|f| pipeline.index_of(f.id.as_str())).map_or(pipeline.stages.len(), |i| i + 1);
+    pipeline.stages[..end]
+        .iter()
+        .rev()
+        .filter(|s| s.rollback.is_some())
+        .filter(|s| {
+            state.stage(s.id.as_str()).is_some_and(|st| {
+                st.rollback.is_none()
+                    && st.attempts > 0
+                    && matches!(
+                        st.status,
+                        StageStatus::Success | StageStatus::Failed | StageStatus::Timeout | StageStatus::Cancelled
+                    )
+            })
+        })
+        .map(|s| s.id.clone())
+        .collect()
 }
 
 /// One item of a review's `feedback_items` (seed 004).

@@ -61,6 +61,9 @@ pub enum Event {
         /// Their comment.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         comment: Option<String>,
+        /// Roll back the completed stages that have a `rollback`.
+        #[serde(default)]
+        rollback: bool,
     },
     /// An attempt of a stage began.
     AttemptStarted {
@@ -124,6 +127,68 @@ pub enum Event {
         /// The last error.
         error: StageError,
     },
+    /// The workspace's files were recorded before an attempt, so its changes can be undone.
+    SnapshotTaken {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// The snapshot's name.
+        snapshot: String,
+        /// Files recorded.
+        files: usize,
+    },
+    /// No snapshot could be taken (the attempt runs anyway; its changes cannot be restored).
+    SnapshotFailed {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// Why.
+        reason: String,
+    },
+    /// An interrupted attempt's partial file changes were undone before it was run again.
+    SnapshotRestored {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// What was put back.
+        report: RestoreCounts,
+    },
+    /// An agent-mode stage's file changes were committed (git workspaces).
+    ChangesCommitted {
+        /// The stage.
+        stage: StageId,
+        /// The commit.
+        commit: String,
+        /// Files in it.
+        files: usize,
+    },
+    /// Rollback of completed stages began (seed 004 "Rollback Protocol").
+    RollbackStarted {
+        /// The stage whose failure triggered it (none for a cancellation).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trigger: Option<StageId>,
+        /// The stages to roll back, most recent first.
+        stages: Vec<StageId>,
+    },
+    /// One stage was rolled back (or could not be).
+    StageRolledBack {
+        /// The stage.
+        stage: StageId,
+        /// How.
+        strategy: loopwright_spec::pipeline::RollbackStrategy,
+        /// The outcome.
+        status: RollbackStatus,
+        /// What was done (`reverted 2 commits`, `restored 3 files`, the manual steps).
+        detail: String,
+    },
+    /// Rollback ended.
+    RollbackFinished {
+        /// `success`, `partial` or `failed`.
+        overall: RollbackStatus,
+    },
     /// A review stage's `feedback_items` were checked (seed 004 "feedback loop").
     FeedbackChecked {
         /// The review stage.
@@ -163,6 +228,9 @@ pub enum Event {
     CancelRequested {
         /// Who asked.
         by: String,
+        /// Roll back completed stages too.
+        #[serde(default)]
+        rollback: bool,
     },
     /// The run was cancelled.
     RunCancelled {
@@ -171,6 +239,9 @@ pub enum Event {
         stage: Option<StageId>,
         /// Who cancelled it.
         by: String,
+        /// Roll back the completed stages that have a `rollback`.
+        #[serde(default)]
+        rollback: bool,
     },
     /// The run ended (or paused) with this status.
     RunFinished {
@@ -195,12 +266,19 @@ impl Event {
             | Event::RetryScheduled { stage, .. }
             | Event::StageFailed { stage, .. }
             | Event::FeedbackChecked { stage, .. }
+            | Event::SnapshotTaken { stage, .. }
+            | Event::SnapshotFailed { stage, .. }
+            | Event::SnapshotRestored { stage, .. }
+            | Event::ChangesCommitted { stage, .. }
+            | Event::StageRolledBack { stage, .. }
             | Event::EscalationAnswered { stage, .. } => Some(stage),
             Event::RunInterrupted { stage, .. } | Event::RunCancelled { stage, .. } => stage.as_ref(),
             Event::RunStarted(_)
             | Event::RunFinished { .. }
             | Event::RunResumed { .. }
-            | Event::CancelRequested { .. } => None,
+            | Event::CancelRequested { .. }
+            | Event::RollbackStarted { .. }
+            | Event::RollbackFinished { .. } => None,
         }
     }
 
@@ -220,6 +298,13 @@ impl Event {
             Event::RetryScheduled { .. } => "retry_scheduled",
             Event::StageFailed { .. } => "stage_failed",
             Event::FeedbackChecked { .. } => "feedback_checked",
+            Event::SnapshotTaken { .. } => "snapshot_taken",
+            Event::SnapshotFailed { .. } => "snapshot_failed",
+            Event::SnapshotRestored { .. } => "snapshot_restored",
+            Event::ChangesCommitted { .. } => "changes_committed",
+            Event::RollbackStarted { .. } => "rollback_started",
+            Event::StageRolledBack { .. } => "stage_rolled_back",
+            Event::RollbackFinished { .. } => "rollback_finished",
             Event::EscalationAnswered { .. } => "escalation_answered",
             Event::RunInterrupted { .. } => "run_interrupted",
             Event::RunResumed { .. } => "run_resumed",
@@ -288,6 +373,43 @@ pub struct Owner {
     /// Start time in clock ticks since boot (`/proc/PID/stat` field 22).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<u64>,
+}
+
+/// What a restore put back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreCounts {
+    /// Modified files restored.
+    pub restored: usize,
+    /// Deleted files recreated.
+    pub recreated: usize,
+    /// Created files removed.
+    pub removed: usize,
+}
+
+/// The outcome of a rollback (of one stage, or overall).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RollbackStatus {
+    /// Done.
+    Success,
+    /// Some of it done.
+    Partial,
+    /// Not done.
+    Failed,
+    /// Waits for a human (manual steps).
+    Pending,
+}
+
+impl RollbackStatus {
+    /// The name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RollbackStatus::Success => "success",
+            RollbackStatus::Partial => "partial",
+            RollbackStatus::Failed => "failed",
+            RollbackStatus::Pending => "pending",
+        }
+    }
 }
 
 /// What a feedback check decided.

@@ -17,7 +17,10 @@ pub mod state;
 
 pub use event::{Event, EventRecord, FailureKind, Outputs, Owner, RunStarted, RunStatus, SkipReason, StageError};
 pub use ids::{RunId, TaskId};
-pub use ports::{Clock, NeverStop, NoObserverExt, Observer, Runner, Stop, Stopper, Store, StoreError, SystemClock};
+pub use ports::{
+    Changes, Clock, NeverStop, NoChanges, NoObserverExt, Observer, Runner, Stop, Stopper, Store, StoreError,
+    SystemClock,
+};
 pub use result::PipelineResult;
 pub use run::Engine;
 pub use state::{RunState, StageStatus};

@@ -52,8 +52,9 @@ pub trait Store {
     async fn runs(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError>;
     /// The latest outputs of each stage of a task, over all its runs.
     async fn task_outputs(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError>;
-    /// Who asked to cancel the run in a `cancel_requested` event after event `after`, if anyone.
-    async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<String>, StoreError>;
+    /// Who asked to cancel the run in a `cancel_requested` event after event `after`, if
+    /// anyone, and whether they asked for rollback.
+    async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<(String, bool)>, StoreError>;
 }
 
 /// Everything a runner needs to run one attempt of a stage.
@@ -114,6 +115,8 @@ pub enum Stop {
     Cancel {
         /// Who asked.
         by: String,
+        /// Roll back completed stages.
+        rollback: bool,
     },
 }
 
@@ -169,6 +172,46 @@ pub trait Runner {
     /// Ends process groups left by an attempt that was interrupted or stopped: TERM, a grace
     /// period, then KILL. A group whose leader's start time does not match is left alone.
     fn end_leftovers(&self, process_groups: &[ProcessGroup]);
+}
+
+/// The workspace's files as stages change them: snapshots before attempts (to undo a stage's
+/// changes), commits after agent-mode stages, and the undoing of both.
+pub trait Changes {
+    /// Records the workspace's files under `name`; returns the name the snapshot has (the
+    /// previous snapshot's when nothing changed since) and how many files it holds.
+    fn snapshot(&self, run: &RunId, name: &str) -> Result<(String, usize), String>;
+    /// Puts the files back as snapshot `name` found them.
+    fn restore(&self, run: &RunId, name: &str) -> Result<crate::event::RestoreCounts, String>;
+    /// Commits what changed since snapshot `name` (git workspaces) with the trailers
+    /// `Loopwright-Task` and `Loopwright-Stage`; returns the commit and its file count.
+    fn commit(
+        &self,
+        run: &RunId,
+        name: &str,
+        task: &TaskId,
+        stage: &StageId,
+    ) -> Result<Option<(String, usize)>, String>;
+    /// Reverts the commits of a stage of a task, newest first; returns how many.
+    fn revert(&self, task: &TaskId, stage: &StageId) -> Result<usize, String>;
+}
+
+/// No snapshots and no commits (tests, and workspaces where changes are not tracked).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoChanges;
+
+impl Changes for NoChanges {
+    fn snapshot(&self, _: &RunId, _: &str) -> Result<(String, usize), String> {
+        Err("snapshots are off".into())
+    }
+    fn restore(&self, _: &RunId, _: &str) -> Result<crate::event::RestoreCounts, String> {
+        Err("snapshots are off".into())
+    }
+    fn commit(&self, _: &RunId, _: &str, _: &TaskId, _: &StageId) -> Result<Option<(String, usize)>, String> {
+        Ok(None)
+    }
+    fn revert(&self, _: &TaskId, _: &StageId) -> Result<usize, String> {
+        Ok(0)
+    }
 }
 
 /// Time, so tests can control it.

@@ -87,7 +87,7 @@ impl PipelineResult {
                 .collect(),
             artifacts,
             failed_stage: state.failed_stage.as_ref().map(ToString::to_string),
-            rollback_performed: false,
+            rollback_performed: state.rollback.as_ref().is_some_and(|r| r.overall.is_some()),
             waiting: state
                 .waiting_for_approval()
                 .map(|s| Waiting { kind: "approval".into(), stage: s.id.to_string() })

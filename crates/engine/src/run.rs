@@ -6,19 +6,22 @@ use loopwright_spec::{Pipeline, StageId};
 use tokio::sync::mpsc;
 
 use crate::decide::{Step, next_step};
+use crate::event::RollbackStatus;
 use crate::event::{Event, FailureKind, RunStarted, StageError};
 use crate::ids::RunId;
 use crate::ports::{
-    Clock, ExecOutcome, Execution, Notice, Observer, Runner, StageRequest, Stop, Stopper, Store, StoreError,
+    Changes, Clock, ExecOutcome, Execution, Notice, Observer, Runner, StageRequest, Stop, Stopper, Store, StoreError,
 };
 use crate::prompt::build_prompt;
 use crate::state::RunState;
+use loopwright_spec::Mode;
+use loopwright_spec::pipeline::RollbackStrategy;
 
 /// Characters of a failed stage's output kept in its error.
 const OUTPUT_TAIL_CHARS: usize = 2000;
 
 /// Runs a pipeline against the ports.
-pub struct Engine<'a, S, R, C, X> {
+pub struct Engine<'a, S, R, C, X, W> {
     /// The validated pipeline.
     pub pipeline: &'a Pipeline,
     /// The journal.
@@ -31,6 +34,8 @@ pub struct Engine<'a, S, R, C, X> {
     pub observer: &'a mut dyn Observer,
     /// Who may ask the run to stop (signals, cancel requests).
     pub stopper: &'a X,
+    /// Snapshots, commits and their undoing.
+    pub changes: &'a W,
 }
 
 /// How an attempt's execution ended from the engine's point of view.
@@ -39,7 +44,7 @@ enum Ended {
     Stopped(Stop),
 }
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper> Engine<'_, S, R, C, X> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, X, W> {
     /// Creates a run and drives it until it ends or waits.
     pub async fn start(&mut self, run_id: RunId, started: RunStarted) -> Result<RunState, StoreError> {
         let mut state = RunState::new(run_id);
@@ -60,6 +65,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper> Engine<'_, S, R, C, X> {
                         stop = stopper.stopped() => self.stop(&mut state, stop).await?,
                         () = clock.sleep_until(until) => {}
                     }
+                }
+                Step::RollBack { trigger, stages, resumed } => {
+                    self.roll_back(&mut state, trigger, stages, resumed).await?
                 }
                 Step::Done(_) => return Ok(state),
             }
@@ -82,7 +90,31 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper> Engine<'_, S, R, C, X> {
             // An attempt was in flight when loopwright died: end what it left before redoing it.
             self.runner.end_leftovers(&leftovers);
         }
+        let redo = state.stage(stage_id.as_str()).filter(|s| s.status == crate::state::StageStatus::Running);
+        if let Some(name) =
+            redo.and_then(|s| s.snapshots.iter().rev().find(|(a, _)| *a == attempt)).map(|(_, n)| n.clone())
+        {
+            // Undo what the interrupted attempt had changed, so running it again is safe.
+            if let Ok(report) = self.changes.restore(&state.run_id, &name) {
+                self.record(state, Event::SnapshotRestored { stage: stage_id.clone(), attempt, report }).await?;
+            }
+        }
         self.record(state, Event::AttemptStarted { stage: stage_id.clone(), attempt }).await?;
+        let tracks_changes = stage.mode == Mode::Agent
+            || stage.rollback.as_ref().is_some_and(|r| r.strategy == RollbackStrategy::FileRestore);
+        let mut snapshot = format!("{stage_id}-{attempt}");
+        let mut snapshot_taken = false;
+        if tracks_changes {
+            let event = match self.changes.snapshot(&state.run_id, &snapshot) {
+                Ok((name, files)) => {
+                    snapshot_taken = true;
+                    snapshot = name;
+                    Event::SnapshotTaken { stage: stage_id.clone(), attempt, snapshot: snapshot.clone(), files }
+                }
+                Err(reason) => Event::SnapshotFailed { stage: stage_id.clone(), attempt, reason },
+            };
+            self.record(state, event).await?;
+        }
         let started = state.started.as_ref().expect("a started run");
         let request = StageRequest {
             run_id: state.run_id.clone(),
@@ -119,11 +151,100 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper> Engine<'_, S, R, C, X> {
             Ended::Stopped(stop) => return self.stop(state, stop).await,
         };
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
-        let event = match judge(&stage.outputs, &execution) {
-            Ok(outputs) => Event::AttemptSucceeded { stage: stage_id, attempt, duration_ms, outputs },
-            Err(error) => Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error },
+        let succeeded = match judge(&stage.outputs, &execution) {
+            Ok(outputs) => {
+                self.record(state, Event::AttemptSucceeded { stage: stage_id.clone(), attempt, duration_ms, outputs })
+                    .await?;
+                true
+            }
+            Err(error) => {
+                self.record(state, Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms, error })
+                    .await?;
+                false
+            }
         };
-        self.record(state, event).await
+        if succeeded && snapshot_taken && stage.mode == Mode::Agent {
+            let task = state.started.as_ref().map(|s| s.task_id.clone()).expect("a started run");
+            let event = match self.changes.commit(&state.run_id, &snapshot, &task, &stage_id) {
+                Ok(Some((commit, files))) => Some(Event::ChangesCommitted { stage: stage_id.clone(), commit, files }),
+                Ok(None) => None,
+                Err(e) => Some(Event::SnapshotFailed {
+                    stage: stage_id.clone(),
+                    attempt,
+                    reason: format!("the stage's changes could not be committed: {e}"),
+                }),
+            };
+            if let Some(event) = event {
+                self.record(state, event).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rolls back stages, most recent first, each by its strategy.
+    async fn roll_back(
+        &mut self,
+        state: &mut RunState,
+        trigger: Option<StageId>,
+        stages: Vec<StageId>,
+        resumed: bool,
+    ) -> Result<(), StoreError> {
+        if !resumed {
+            self.record(state, Event::RollbackStarted { trigger, stages: stages.clone() }).await?;
+        }
+        let task = state.started.as_ref().map(|s| s.task_id.clone()).expect("a started run");
+        for id in stages {
+            let Some(rollback) = self.pipeline.stage(id.as_str()).and_then(|s| s.rollback.clone()) else { continue };
+            let st = state.stage(id.as_str());
+            let (status, detail) = match rollback.strategy {
+                RollbackStrategy::GitRevert => match self.changes.revert(&task, &id) {
+                    Ok(0) => (RollbackStatus::Success, "no commits to revert".to_owned()),
+                    Ok(n) => (RollbackStatus::Success, format!("reverted {n} commit{}", if n == 1 { "" } else { "s" })),
+                    Err(e) => (RollbackStatus::Failed, e),
+                },
+                RollbackStrategy::FileRestore => match st.and_then(|s| s.snapshots.first()).map(|(_, n)| n.clone()) {
+                    Some(name) => match self.changes.restore(&state.run_id, &name) {
+                        Ok(c) => (
+                            RollbackStatus::Success,
+                            format!(
+                                "restored {} file(s), recreated {}, removed {}",
+                                c.restored, c.recreated, c.removed
+                            ),
+                        ),
+                        Err(e) => (RollbackStatus::Failed, e),
+                    },
+                    None => (RollbackStatus::Failed, "no snapshot was taken before the stage".to_owned()),
+                },
+                RollbackStrategy::MemoryCleanup => {
+                    let n = st.map_or(0, |s| s.outputs.len());
+                    (RollbackStatus::Success, format!("removed {n} artifact entr{}", if n == 1 { "y" } else { "ies" }))
+                }
+                RollbackStrategy::Manual => (
+                    RollbackStatus::Pending,
+                    rollback.description.clone().unwrap_or_else(|| "(no steps given)".to_owned()),
+                ),
+            };
+            self.record(state, Event::StageRolledBack { stage: id, strategy: rollback.strategy, status, detail })
+                .await?;
+        }
+        let results: Vec<RollbackStatus> = state
+            .rollback
+            .as_ref()
+            .map(|r| {
+                r.stages
+                    .iter()
+                    .filter_map(|s| state.stage(s.as_str()).and_then(|s| s.rollback.as_ref()).map(|r| r.1))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let overall = if results.iter().all(|r| *r == RollbackStatus::Success) {
+            RollbackStatus::Success
+        } else if results.contains(&RollbackStatus::Success) {
+            RollbackStatus::Partial
+        } else {
+            RollbackStatus::Failed
+        };
+        self.record(state, Event::RollbackFinished { overall }).await
     }
 
     /// Ends what the stage in flight left running, then records the interruption or the
@@ -135,9 +256,11 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper> Engine<'_, S, R, C, X> {
         }
         let event = match stop {
             Stop::Interrupt { signal } => Event::RunInterrupted { stage, signal },
-            Stop::Cancel { by } => {
-                Event::RunCancelled { stage: stage.or_else(|| state.waiting_for_approval().map(|s| s.id.clone())), by }
-            }
+            Stop::Cancel { by, rollback } => Event::RunCancelled {
+                stage: stage.or_else(|| state.waiting_for_approval().map(|s| s.id.clone())),
+                by,
+                rollback,
+            },
         };
         self.record(state, event).await
     }

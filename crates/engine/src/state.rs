@@ -100,6 +100,12 @@ pub struct StageState {
     pub escalation_answer: Option<crate::event::Answer>,
     /// Feedback this (implementation) stage must address on its next attempt.
     pub feedback_brief: Option<String>,
+    /// Snapshots taken before attempts: (attempt, name).
+    pub snapshots: Vec<(u32, String)>,
+    /// Commits of this stage's changes.
+    pub commits: Vec<String>,
+    /// How this stage was rolled back.
+    pub rollback: Option<(loopwright_spec::pipeline::RollbackStrategy, crate::event::RollbackStatus, String)>,
     /// Attempts made before the current pass (a feedback loop starts a new pass, with a fresh
     /// retry budget; attempts keep counting across passes).
     pub pass_base: u32,
@@ -124,6 +130,19 @@ pub struct AttemptRecord {
     pub retry_delay_ms: Option<u64>,
     /// Why that delay.
     pub retry_reason: Option<String>,
+}
+
+/// A run's rollback (seed 004 `rollback_state`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollbackState {
+    /// The stage whose failure triggered it.
+    pub trigger: Option<StageId>,
+    /// The stages to roll back, most recent first.
+    pub stages: Vec<StageId>,
+    /// `success`, `partial` or `failed`, once finished.
+    pub overall: Option<crate::event::RollbackStatus>,
+    /// When it finished.
+    pub completed_at: Option<jiff::Timestamp>,
 }
 
 /// A human's answer to an approval gate.
@@ -160,6 +179,9 @@ impl StageState {
             escalation_answer: None,
             feedback_brief: None,
             pass_base: 0,
+            snapshots: Vec::new(),
+            commits: Vec::new(),
+            rollback: None,
         }
     }
 }
@@ -187,6 +209,10 @@ pub struct RunState {
     pub last_seq: u64,
     /// The process driving the run (the last to start or resume it).
     pub owner: Option<crate::event::Owner>,
+    /// The run's rollback: the stages to roll back and, once finished, the overall outcome.
+    pub rollback: Option<RollbackState>,
+    /// A cancellation asked for rollback of completed stages.
+    pub rollback_requested: bool,
     /// Position of each touched stage in `stages`.
     index: std::collections::HashMap<StageId, usize>,
     /// Where the state machine's last scan for the next stage stopped: every pipeline stage
@@ -210,6 +236,8 @@ impl RunState {
             owner: None,
             index: std::collections::HashMap::new(),
             scan_hint: std::cell::Cell::new(0),
+            rollback: None,
+            rollback_requested: false,
         }
     }
 
@@ -255,6 +283,9 @@ impl RunState {
         if let Some(status) = record.event.run_status() {
             self.status = status;
         }
+        if let Event::ApprovalRejected { rollback: true, .. } = &record.event {
+            self.rollback_requested = true;
+        }
         match &record.event {
             Event::RunStarted(started) => {
                 self.started = Some((**started).clone());
@@ -274,7 +305,7 @@ impl RunState {
             Event::ApprovalRequested { stage } => {
                 self.stage_mut(stage).approval = None;
             }
-            Event::ApprovalGranted { stage, by, comment } | Event::ApprovalRejected { stage, by, comment } => {
+            Event::ApprovalGranted { stage, by, comment } | Event::ApprovalRejected { stage, by, comment, .. } => {
                 let granted = matches!(record.event, Event::ApprovalGranted { .. });
                 let s = self.stage_mut(stage);
                 s.approval = Some(Approval { granted, by: by.clone(), comment: comment.clone(), at: record.at });
@@ -338,7 +369,39 @@ impl RunState {
                 }
             }
             Event::RunInterrupted { .. } | Event::CancelRequested { .. } => {}
-            Event::RunCancelled { stage, .. } => {
+            Event::SnapshotTaken { stage, attempt, snapshot, .. } => {
+                self.stage_mut(stage).snapshots.push((*attempt, snapshot.clone()));
+            }
+            Event::SnapshotFailed { .. } | Event::SnapshotRestored { .. } => {}
+            Event::ChangesCommitted { stage, commit, .. } => self.stage_mut(stage).commits.push(commit.clone()),
+            Event::RollbackStarted { trigger, stages } => {
+                self.rollback = Some(RollbackState {
+                    trigger: trigger.clone(),
+                    stages: stages.clone(),
+                    overall: None,
+                    completed_at: None,
+                });
+            }
+            Event::StageRolledBack { stage, strategy, status, detail } => {
+                let s = self.stage_mut(stage);
+                s.rollback = Some((*strategy, *status, detail.clone()));
+                if s.status == StageStatus::Success && *status == crate::event::RollbackStatus::Success {
+                    s.status = StageStatus::RolledBack;
+                }
+                if *strategy == loopwright_spec::pipeline::RollbackStrategy::MemoryCleanup
+                    && *status == crate::event::RollbackStatus::Success
+                {
+                    s.outputs.clear();
+                }
+            }
+            Event::RollbackFinished { overall } => {
+                if let Some(r) = self.rollback.as_mut() {
+                    r.overall = Some(*overall);
+                    r.completed_at = Some(record.at);
+                }
+            }
+            Event::RunCancelled { stage, rollback, .. } => {
+                self.rollback_requested |= *rollback;
                 if let Some(stage) = stage {
                     let s = self.stage_mut(stage);
                     s.status = StageStatus::Cancelled;

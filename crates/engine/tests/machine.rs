@@ -36,7 +36,7 @@ impl Store for MemoryStore {
     async fn task_outputs(&self, _: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
         Ok(BTreeMap::new())
     }
-    async fn cancel_requested(&self, _: &RunId, _: u64) -> Result<Option<String>, StoreError> {
+    async fn cancel_requested(&self, _: &RunId, _: u64) -> Result<Option<(String, bool)>, StoreError> {
         Ok(None)
     }
 }

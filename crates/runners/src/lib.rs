@@ -4,13 +4,18 @@
 //! `runner: command` (the prompt on stdin and in `LOOPWRIGHT_PROMPT_FILE`, SPEC §5), each
 //! process in its own process group.
 
+pub mod git;
 pub mod process;
+pub mod snapshot;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use loopwright_engine::ports::{ExecOutcome, Execution, Notice, ProcessGroup, Runner, StageRequest};
+use loopwright_engine::event::RestoreCounts;
+use loopwright_engine::ports::{Changes, ExecOutcome, Execution, Notice, ProcessGroup, Runner, StageRequest};
+use loopwright_engine::{RunId, TaskId};
 use loopwright_spec::RunnerKind;
+use loopwright_spec::StageId;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
@@ -164,5 +169,82 @@ impl Runner for ProcessRunner {
         for g in &alive {
             signal_group(*g, Signal::SIGKILL);
         }
+    }
+}
+
+/// Snapshots in the run's folder and commits with git, for a workspace on this machine.
+pub struct FsChanges {
+    workspace: PathBuf,
+    runs_dir: PathBuf,
+    git: bool,
+    /// The last snapshot taken: (run, name, manifest).
+    last: std::cell::RefCell<Option<(RunId, String, snapshot::Manifest)>>,
+}
+
+impl FsChanges {
+    /// Tracks changes of `workspace`, keeping snapshots under `runs_dir/RUN/snapshots/`.
+    pub fn new(workspace: PathBuf, runs_dir: PathBuf) -> Self {
+        let git = git::is_repo(&workspace);
+        Self { workspace, runs_dir, git, last: std::cell::RefCell::new(None) }
+    }
+
+    fn store(&self, run: &RunId) -> PathBuf {
+        self.runs_dir.join(run.as_str()).join("snapshots")
+    }
+}
+
+impl Changes for FsChanges {
+    fn snapshot(&self, run: &RunId, name: &str) -> Result<(String, usize), String> {
+        let store = self.store(run);
+        let mut last = self.last.borrow_mut();
+        let previous = last.as_ref().filter(|(r, _, _)| r == run);
+        // Nothing changed since the previous snapshot: it serves again, and nothing is written.
+        if let Some((_, prev_name, prev)) = previous
+            && let Ok(([], [], [])) = snapshot::changes(&self.workspace, prev)
+                .as_ref()
+                .map(|(m, d, c)| (m.as_slice(), d.as_slice(), c.as_slice()))
+        {
+            return Ok((prev_name.clone(), prev.files.len()));
+        }
+        let manifest = snapshot::take(&self.workspace, &store, name, previous.map(|(_, _, m)| m))
+            .map_err(|e| format!("cannot snapshot the workspace: {e}"))?;
+        let files = manifest.files.len();
+        *last = Some((run.clone(), name.to_owned(), manifest));
+        Ok((name.to_owned(), files))
+    }
+
+    fn restore(&self, run: &RunId, name: &str) -> Result<RestoreCounts, String> {
+        let store = self.store(run);
+        let manifest = snapshot::load(&store, name).map_err(|e| format!("cannot read snapshot {name}: {e}"))?;
+        let report = snapshot::restore(&self.workspace, &store, &manifest)
+            .map_err(|e| format!("cannot restore snapshot {name}: {e}"))?;
+        // The workspace is now as the snapshot was.
+        self.last.replace(None);
+        Ok(RestoreCounts { restored: report.restored, recreated: report.recreated, removed: report.removed })
+    }
+
+    fn commit(
+        &self,
+        run: &RunId,
+        name: &str,
+        task: &TaskId,
+        stage: &StageId,
+    ) -> Result<Option<(String, usize)>, String> {
+        if !self.git {
+            return Ok(None);
+        }
+        let manifest =
+            snapshot::load(&self.store(run), name).map_err(|e| format!("cannot read snapshot {name}: {e}"))?;
+        let (modified, deleted, created) = snapshot::changes(&self.workspace, &manifest).map_err(|e| e.to_string())?;
+        let paths: Vec<String> = modified.into_iter().chain(deleted).chain(created).collect();
+        let n = paths.len();
+        Ok(git::commit(&self.workspace, &paths, task.as_str(), stage.as_str())?.map(|sha| (sha, n)))
+    }
+
+    fn revert(&self, task: &TaskId, stage: &StageId) -> Result<usize, String> {
+        if !self.git {
+            return Err("the workspace is not a git repository, so there are no commits to revert".to_owned());
+        }
+        git::revert_stage(&self.workspace, task.as_str(), stage.as_str())
     }
 }

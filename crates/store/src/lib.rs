@@ -143,6 +143,17 @@ impl SqliteStore {
                 .and_then(|mut stmt| stmt.execute(params![run.as_str(), seq, at_text, status.as_str()]))
                 .map_err(backend)?;
         }
+        if let Event::StageRolledBack {
+            stage,
+            strategy: loopwright_spec::pipeline::RollbackStrategy::MemoryCleanup,
+            status: loopwright_engine::event::RollbackStatus::Success,
+            ..
+        } = event
+        {
+            tx.prepare_cached("DELETE FROM artifacts WHERE run_id = ?1 AND stage = ?2")
+                .and_then(|mut stmt| stmt.execute(params![run.as_str(), stage.as_str()]))
+                .map_err(backend)?;
+        }
         if let Event::AttemptSucceeded { stage, outputs, .. } = event {
             let mut insert = tx
                 .prepare_cached("INSERT OR REPLACE INTO artifacts (run_id, task_id, stage, key, value, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
@@ -251,7 +262,7 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
-    fn cancel_requested_sync(&self, run: &RunId, after: u64) -> Result<Option<String>, StoreError> {
+    fn cancel_requested_sync(&self, run: &RunId, after: u64) -> Result<Option<(String, bool)>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(
@@ -263,7 +274,7 @@ impl SqliteStore {
             .optional()
             .map_err(backend)?;
         match payload.map(|p| serde_json::from_str::<Event>(&p)) {
-            Some(Ok(Event::CancelRequested { by })) => Ok(Some(by)),
+            Some(Ok(Event::CancelRequested { by, rollback })) => Ok(Some((by, rollback))),
             Some(Ok(_)) | None => Ok(None),
             Some(Err(e)) => Err(backend(e)),
         }
@@ -271,7 +282,7 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<String>, StoreError> {
+    async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<(String, bool)>, StoreError> {
         self.cancel_requested_sync(run, after)
     }
 

@@ -138,10 +138,10 @@ async fn cancel_requests_are_seen_after_a_point(store: &impl Store) {
     store.append(&run, &started("task-6"), t("2026-04-01T00:00:00Z")).await.expect("start");
     assert_eq!(store.cancel_requested(&run, 0).await.expect("query"), None);
     store
-        .append(&run, &Event::CancelRequested { by: "alice".into() }, t("2026-04-01T00:00:01Z"))
+        .append(&run, &Event::CancelRequested { by: "alice".into(), rollback: true }, t("2026-04-01T00:00:01Z"))
         .await
         .expect("cancel");
-    assert_eq!(store.cancel_requested(&run, 1).await.expect("query"), Some("alice".into()));
+    assert_eq!(store.cancel_requested(&run, 1).await.expect("query"), Some(("alice".into(), true)));
     assert_eq!(store.cancel_requested(&run, 2).await.expect("query"), None);
 }
 

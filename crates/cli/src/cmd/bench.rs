@@ -96,6 +96,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let pipeline = ws.load_pipeline(&ws.find_pipeline("bench")?, &[])?;
     let runner = TimingRunner { inner: ProcessRunner::new(ws.runs_dir()), spans: RefCell::new(Vec::new()) };
     let mut projector = Projector::new(ws.runs_dir());
+    let changes = loopwright_runners::FsChanges::new(ws.root.clone(), ws.runs_dir());
     let started = RunStarted {
         pipeline: pipeline.name.clone(),
         pipeline_path: "bench.yml".into(),
@@ -119,6 +120,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         clock: &SystemClock,
         observer: &mut projector,
         stopper: &NeverStop,
+        changes: &changes,
     };
     let state = engine.start(RunId::generate(jiff::Timestamp::now(), random_u64()), started).await?;
     let engine_wall = t.elapsed();

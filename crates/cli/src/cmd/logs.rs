@@ -47,9 +47,11 @@ pub fn line(r: &EventRecord) -> String {
         Event::ApprovalGranted { stage, by, comment } => {
             format!("{stage}: approved by {by}{}", comment.as_ref().map(|c| format!(": {c}")).unwrap_or_default())
         }
-        Event::ApprovalRejected { stage, by, comment } => {
-            format!("{stage}: rejected by {by}{}", comment.as_ref().map(|c| format!(": {c}")).unwrap_or_default())
-        }
+        Event::ApprovalRejected { stage, by, comment, rollback } => format!(
+            "{stage}: rejected by {by}{}{}",
+            comment.as_ref().map(|c| format!(": {c}")).unwrap_or_default(),
+            if *rollback { " (roll back completed stages)" } else { "" }
+        ),
         Event::AttemptStarted { stage, attempt } => format!("{stage}: attempt {attempt} started"),
         Event::ProcessStarted { stage, pgid, command, .. } => format!("{stage}: process group {pgid}: {command}"),
         Event::AttemptSucceeded { stage, attempt, duration_ms, outputs } => format!(
@@ -97,8 +99,30 @@ pub fn line(r: &EventRecord) -> String {
             stage.as_ref().map(|s| format!(" during stage {s}")).unwrap_or_default()
         ),
         Event::RunResumed { owner } => format!("run resumed by process {}", owner.pid),
-        Event::CancelRequested { by } => format!("cancel requested by {by}"),
-        Event::RunCancelled { stage, by } => {
+        Event::CancelRequested { by, .. } => format!("cancel requested by {by}"),
+        Event::SnapshotTaken { stage, attempt, snapshot, files } => {
+            format!("{stage}: attempt {attempt}: snapshot {snapshot} of {files} file(s)")
+        }
+        Event::SnapshotFailed { stage, attempt, reason } => format!("{stage}: attempt {attempt}: {reason}"),
+        Event::SnapshotRestored { stage, attempt, report } => format!(
+            "{stage}: attempt {attempt}: partial changes undone ({} restored, {} recreated, {} removed)",
+            report.restored, report.recreated, report.removed
+        ),
+        Event::ChangesCommitted { stage, commit, files } => format!("{stage}: committed {files} file(s) as {commit}"),
+        Event::RollbackStarted { trigger, stages } => format!(
+            "rollback started{}: {}",
+            trigger.as_ref().map(|t| format!(" after {t} failed")).unwrap_or_default(),
+            stages.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        ),
+        Event::StageRolledBack { stage, strategy, status, detail } => {
+            format!(
+                "{stage}: rollback {} {}: {detail}",
+                serde_json::to_string(strategy).unwrap_or_default(),
+                status.as_str()
+            )
+        }
+        Event::RollbackFinished { overall } => format!("rollback finished: {}", overall.as_str()),
+        Event::RunCancelled { stage, by, .. } => {
             format!("run cancelled by {by}{}", stage.as_ref().map(|s| format!(" at stage {s}")).unwrap_or_default())
         }
         Event::RunFinished { status } => format!("run {}", status.as_str()),

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use loopwright_engine::{Engine, Event, RunId, RunState, RunStatus, Runner, Store, SystemClock};
-use loopwright_runners::ProcessRunner;
+use loopwright_runners::{FsChanges, ProcessRunner};
 use loopwright_spec::Pipeline;
 use loopwright_store::SqliteStore;
 
@@ -35,6 +35,9 @@ pub struct AnswerArgs {
     /// A note kept with the answer.
     #[arg(long)]
     pub comment: Option<String>,
+    /// With `reject`: roll back the completed stages that declare a `rollback`.
+    #[arg(long)]
+    pub rollback: bool,
     /// Print no progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
@@ -48,6 +51,9 @@ pub struct CancelArgs {
     /// Who cancels (default: the OS user).
     #[arg(long)]
     pub by: Option<String>,
+    /// Roll back the completed stages that declare a `rollback`.
+    #[arg(long)]
+    pub rollback: bool,
 }
 
 /// Arguments of `respond`.
@@ -103,11 +109,19 @@ async fn continue_run(
     quiet: bool,
 ) -> Result<u8, CliError> {
     let runner = ProcessRunner::new(ws.runs_dir());
+    let changes = FsChanges::new(ws.root.clone(), ws.runs_dir());
     let stopper =
         CliStopper::new(store, state.run_id.clone(), state.last_seq).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(quiet), files: Projector::new(ws.runs_dir()) };
-    let mut engine =
-        Engine { pipeline, store, runner: &runner, clock: &SystemClock, observer: &mut observers, stopper: &stopper };
+    let mut engine = Engine {
+        pipeline,
+        store,
+        runner: &runner,
+        clock: &SystemClock,
+        observer: &mut observers,
+        stopper: &stopper,
+        changes: &changes,
+    };
     let mut state = state;
     if let Some(event) = answer {
         engine.record(&mut state, event).await?;
@@ -161,7 +175,7 @@ pub async fn answer(global: &Global, args: AnswerArgs, granted: bool) -> Result<
     let event = if granted {
         Event::ApprovalGranted { stage, by, comment: args.comment }
     } else {
-        Event::ApprovalRejected { stage, by, comment: args.comment }
+        Event::ApprovalRejected { stage, by, comment: args.comment, rollback: args.rollback }
     };
     continue_run(global, &ws, &store, &pipeline, state, Some(event), args.quiet).await
 }
@@ -179,7 +193,7 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
     }
     let by = args.by.unwrap_or_else(os_user);
     if state.status == RunStatus::Running && owner_alive(&state) {
-        store.append(&run, &Event::CancelRequested { by }, jiff::Timestamp::now()).await?;
+        store.append(&run, &Event::CancelRequested { by, rollback: args.rollback }, jiff::Timestamp::now()).await?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -198,7 +212,12 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
             ProcessRunner::new(ws.runs_dir()).end_leftovers(&groups);
         }
         let stage = state.in_flight().or(state.waiting_for_approval()).map(|s| s.id.clone());
-        let record = store.append(&run, &Event::RunCancelled { stage, by }, jiff::Timestamp::now()).await?;
+        let event = Event::RunCancelled { stage, by, rollback: args.rollback };
+        if args.rollback {
+            let (pipeline, state) = load_run(&ws, &store, &run).await?;
+            return continue_run(global, &ws, &store, &pipeline, state, Some(event), true).await;
+        }
+        let record = store.append(&run, &event, jiff::Timestamp::now()).await?;
         state.apply(&record);
     }
     report(global, &state)

@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use loopwright_engine::result::PipelineResult;
 use loopwright_engine::{Engine, Event, Owner, RunId, RunStarted, RunState, RunStatus, Store, SystemClock, TaskId};
-use loopwright_runners::ProcessRunner;
+use loopwright_runners::{FsChanges, ProcessRunner};
 use loopwright_spec::condition::BUILTIN_VARIABLES;
 use loopwright_spec::{Pipeline, StageId};
 use loopwright_store::SqliteStore;
@@ -203,6 +203,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
     let runner = ProcessRunner::new(ws.runs_dir());
+    let changes = FsChanges::new(ws.root.clone(), ws.runs_dir());
     let stopper = CliStopper::new(&store, run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
     let mut engine = Engine {
@@ -212,6 +213,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         clock: &SystemClock,
         observer: &mut observers,
         stopper: &stopper,
+        changes: &changes,
     };
     let state = engine.start(run_id, started).await?;
     finish(global, &mut engine, state).await
@@ -224,7 +226,7 @@ pub fn this_process() -> Owner {
 }
 
 /// The engine as the binary assembles it.
-pub type CliEngine<'a> = Engine<'a, SqliteStore, ProcessRunner, SystemClock, CliStopper<'a>>;
+pub type CliEngine<'a> = Engine<'a, SqliteStore, ProcessRunner, SystemClock, CliStopper<'a>, FsChanges>;
 
 /// After the engine stops: ask at an approval gate when a person is at the terminal,
 /// otherwise report the result and return the exit code.
@@ -254,7 +256,7 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
         let event = if granted {
             Event::ApprovalGranted { stage, by, comment: None }
         } else {
-            Event::ApprovalRejected { stage, by, comment: None }
+            Event::ApprovalRejected { stage, by, comment: None, rollback: false }
         };
         engine.record(&mut state, event).await?;
         state = engine.drive(state).await?;

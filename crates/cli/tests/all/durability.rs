@@ -10,41 +10,58 @@ use serde_json::Value;
 
 use crate::support::{Ws, st, stages};
 
-fn pipeline(token: &str) -> String {
+/// Counters and the `slow` switch live outside the workspace (in `out`), so undoing a stage's
+/// partial changes does not undo them; `partial.txt` in the workspace is what stage two changes
+/// before it can be interrupted.
+fn pipeline(token: &str, out: &Path) -> String {
+    let o = out.display();
     format!(
         r#"name: slow
-description: three stages, the second slow while two.slow exists
+description: three stages, the second slow while the slow switch exists
 version: 1
 stages:
   - id: one
     agent: shell
     mode: agent
     description: first
-    run: "echo x >> one.starts; echo x >> one.dones"
+    run: "echo x >> {o}/one.starts; echo x >> {o}/one.dones"
   - id: two
     agent: shell
     mode: agent
     description: second
-    run: "echo x >> two.starts; touch two.running; if [ -f two.slow ]; then sleep 60; fi; echo x >> two.dones # {token}"
+    run: "echo x >> {o}/two.starts; echo half-done >> partial.txt; touch {o}/two.running; if [ -f {o}/two.slow ]; then sleep 60; fi; echo x >> {o}/two.dones # {token}"
   - id: three
     agent: shell
     mode: agent
     description: third
-    run: "echo x >> three.starts; echo x >> three.dones"
+    run: "echo x >> {o}/three.starts; echo x >> {o}/three.dones"
 "#
     )
 }
 
-fn slow_ws() -> (Ws, String) {
+struct Slow {
+    ws: Ws,
+    out: tempfile::TempDir,
+    token: String,
+}
+
+impl Slow {
+    fn file(&self, name: &str) -> std::path::PathBuf {
+        self.out.path().join(name)
+    }
+}
+
+fn slow_ws() -> Slow {
     let ws = Ws::empty();
+    let out = tempfile::tempdir().expect("tempdir");
     let token = format!(
         "lw-test-{}-{}",
         std::process::id(),
         ws.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     );
-    ws.write(".loopwright/pipelines/slow.yml", &pipeline(&token));
-    ws.write("two.slow", "");
-    (ws, token)
+    ws.write(".loopwright/pipelines/slow.yml", &pipeline(&token, out.path()));
+    std::fs::write(out.path().join("two.slow"), "").expect("write");
+    Slow { ws, out, token }
 }
 
 fn spawn_run(ws: &Ws) -> Child {
@@ -66,14 +83,10 @@ fn wait_for(path: &Path) {
     }
 }
 
-fn count(ws: &Ws, file: &str) -> usize {
-    std::fs::read_to_string(ws.path().join(file)).map(|t| t.lines().count()).unwrap_or(0)
-}
-
-fn counts(ws: &Ws) -> Vec<usize> {
+fn counts(slow: &Slow) -> Vec<usize> {
     ["one.starts", "one.dones", "two.starts", "two.dones", "three.starts", "three.dones"]
         .iter()
-        .map(|f| count(ws, f))
+        .map(|f| std::fs::read_to_string(slow.file(f)).map(|t| t.lines().count()).unwrap_or(0))
         .collect()
 }
 
@@ -113,54 +126,60 @@ fn all_success() -> Vec<(String, String, u64, Option<String>)> {
 
 #[test]
 fn kill_9_in_the_middle_of_a_stage_then_resume_finishes_without_repeating_work() {
-    let (ws, token) = slow_ws();
-    let mut child = spawn_run(&ws);
-    wait_for(&ws.path().join("two.running"));
-    let orphans = processes_with(&token);
+    let slow = slow_ws();
+    let (ws, token) = (&slow.ws, slow.token.as_str());
+    let mut child = spawn_run(ws);
+    wait_for(&slow.file("two.running"));
+    let orphans = processes_with(token);
     assert!(!orphans.is_empty(), "the stage runs");
     signal(child.id(), "-KILL");
     wait_exit(&mut child);
     // loopwright is gone; its stage lives on in its own process group until the run resumes.
-    assert_eq!(processes_with(&token), orphans);
+    assert_eq!(processes_with(token), orphans);
     let (_, status, _) = ws.json(&["status", "latest"]);
     assert_eq!(status["status"], "running");
 
-    std::fs::remove_file(ws.path().join("two.slow")).expect("rm");
+    std::fs::remove_file(slow.file("two.slow")).expect("rm");
     let (code, result, stderr) = ws.json(&["resume", "latest", "--quiet"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(result["status"], "success");
     assert_eq!(stages(&result), all_success());
-    assert_eq!(counts(&ws), vec![1, 1, 2, 1, 1, 1], "one ran once; two restarted and finished once; three once");
-    assert_eq!(processes_with(&token), Vec::<u32>::new(), "the interrupted stage's processes were ended");
+    assert_eq!(counts(&slow), vec![1, 1, 2, 1, 1, 1], "one ran once; two restarted and finished once; three once");
+    assert_eq!(ws.read("partial.txt"), "half-done\n", "the interrupted attempt's change was undone before the rerun");
+    assert_eq!(processes_with(token), Vec::<u32>::new(), "the interrupted stage's processes were ended");
     let (_, log, _) = ws.run(&["logs", "latest"]);
     assert!(log.contains("run resumed by process"), "{log}");
 }
 
 #[test]
 fn sigint_ends_the_stage_records_interrupted_and_resume_continues() {
-    let (ws, token) = slow_ws();
-    let mut child = spawn_run(&ws);
-    wait_for(&ws.path().join("two.running"));
+    let slow = slow_ws();
+    let (ws, token) = (&slow.ws, slow.token.as_str());
+    let mut child = spawn_run(ws);
+    wait_for(&slow.file("two.running"));
     signal(child.id(), "-INT");
     assert_eq!(wait_exit(&mut child), 130);
-    assert_eq!(processes_with(&token), Vec::<u32>::new(), "the stage's process group was ended");
+    assert_eq!(processes_with(token), Vec::<u32>::new(), "the stage's process group was ended");
     let (code, status, _) = ws.json(&["status", "latest"]);
     assert_eq!((code, status["status"].clone()), (130, Value::from("interrupted")));
 
-    std::fs::remove_file(ws.path().join("two.slow")).expect("rm");
+    std::fs::remove_file(slow.file("two.slow")).expect("rm");
     let (code, result, _) = ws.json(&["resume", "latest", "--quiet"]);
     assert_eq!(code, 0);
     assert_eq!(stages(&result), all_success());
-    assert_eq!(counts(&ws), vec![1, 1, 2, 1, 1, 1]);
+    assert_eq!(counts(&slow), vec![1, 1, 2, 1, 1, 1]);
+    assert_eq!(ws.read("partial.txt"), "half-done\n");
     let (_, log, _) = ws.run(&["logs", "latest"]);
     assert!(log.contains("run interrupted by SIGINT during stage two"), "{log}");
+    assert!(log.contains("two: attempt 1: partial changes undone (0 restored, 0 recreated, 1 removed)"), "{log}");
 }
 
 #[test]
 fn cancel_from_another_process_stops_a_running_run() {
-    let (ws, token) = slow_ws();
-    let mut child = spawn_run(&ws);
-    wait_for(&ws.path().join("two.running"));
+    let slow = slow_ws();
+    let (ws, token) = (&slow.ws, slow.token.as_str());
+    let mut child = spawn_run(ws);
+    wait_for(&slow.file("two.running"));
     let (code, _, stderr) = ws.run(&["resume", "latest"]);
     assert_eq!(code, 2, "a live run is not resumed twice");
     assert!(stderr.contains("is being driven by process"), "{stderr}");
@@ -170,8 +189,8 @@ fn cancel_from_another_process_stops_a_running_run() {
     assert_eq!(result["status"], "cancelled");
     assert_eq!(stages(&result), vec![st("one", "success", 1, None), st("two", "cancelled", 1, None)]);
     assert_eq!(wait_exit(&mut child), 4);
-    assert_eq!(processes_with(&token), Vec::<u32>::new());
-    assert_eq!(counts(&ws), vec![1, 1, 1, 0, 0, 0]);
+    assert_eq!(processes_with(token), Vec::<u32>::new());
+    assert_eq!(counts(&slow), vec![1, 1, 1, 0, 0, 0]);
     let (code, _, stderr) = ws.run(&["cancel", "latest"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("already ended (cancelled)"), "{stderr}");

@@ -1,0 +1,202 @@
+//! Snapshots of a workspace's files, so a stage's file changes can be undone byte for byte:
+//! modified files restored, deleted files recreated, created files removed.
+//!
+//! A snapshot is a manifest (path -> size, mtime, inode, mode, object) plus copies of the
+//! files' contents under `runs/RUN/snapshots/objects/`. Copies are shared between the
+//! snapshots of a run: a file whose size, mtime and inode are unchanged since the previous
+//! snapshot reuses its copy, so only the first snapshot of a run copies the whole workspace.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Folders never snapshotted (version control, build output, loopwright's own files).
+pub const EXCLUDED_DIRS: [&str; 7] = [".git", ".loopwright", "target", "node_modules", ".venv", "__pycache__", ".hg"];
+
+/// The most a snapshot copies (bytes); a larger workspace is not snapshotted.
+pub const MAX_COPY_BYTES: u64 = 512 * 1024 * 1024;
+
+/// What identifies a file's content without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatKey {
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i128,
+    /// Inode number.
+    pub ino: u64,
+}
+
+/// One file in a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Identity of the content when the snapshot was taken.
+    pub key: StatKey,
+    /// Permission bits.
+    pub mode: u32,
+    /// The copy's name under `objects/`.
+    pub object: String,
+}
+
+/// A snapshot's manifest: relative path -> entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The files.
+    pub files: BTreeMap<String, Entry>,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreReport {
+    /// Files whose content was put back.
+    pub restored: usize,
+    /// Files that had been deleted and were recreated.
+    pub recreated: usize,
+    /// Files that had been created and were removed.
+    pub removed: usize,
+}
+
+impl RestoreReport {
+    /// Files touched in all.
+    pub fn total(&self) -> usize {
+        self.restored + self.recreated + self.removed
+    }
+}
+
+fn key_of(meta: &fs::Metadata) -> StatKey {
+    StatKey {
+        size: meta.len(),
+        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        ino: meta.ino(),
+    }
+}
+
+/// Every regular file under `root` (relative paths, `/`-separated), skipping excluded folders
+/// and symbolic links.
+pub fn walk(root: &Path) -> io::Result<BTreeMap<String, fs::Metadata>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = root.join(&rel);
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let ty = entry.file_type()?;
+            let child = rel.join(&name);
+            if ty.is_dir() {
+                if !EXCLUDED_DIRS.iter().any(|x| name == *x) {
+                    stack.push(child);
+                }
+            } else if ty.is_file() {
+                files.insert(child.to_string_lossy().into_owned(), entry.metadata()?);
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// Takes a snapshot of `root` into `store` (the run's snapshot folder) under `name`, reusing
+/// copies from `previous` for unchanged files.
+pub fn take(root: &Path, store: &Path, name: &str, previous: Option<&Manifest>) -> io::Result<Manifest> {
+    let objects = store.join("objects");
+    fs::create_dir_all(&objects)?;
+    let files = walk(root)?;
+    let to_copy: u64 = files
+        .iter()
+        .filter(|(p, m)| previous.and_then(|prev| prev.files.get(*p)).is_none_or(|e| e.key != key_of(m)))
+        .map(|(_, m)| m.len())
+        .sum();
+    if to_copy > MAX_COPY_BYTES {
+        return Err(io::Error::other(format!(
+            "the workspace has {} MB to copy, more than the {} MB a snapshot takes",
+            to_copy / (1024 * 1024),
+            MAX_COPY_BYTES / (1024 * 1024)
+        )));
+    }
+    let mut manifest = Manifest::default();
+    for (i, (path, meta)) in files.iter().enumerate() {
+        let key = key_of(meta);
+        let reused = previous.and_then(|prev| prev.files.get(path)).filter(|e| e.key == key);
+        let object = match reused {
+            Some(e) => e.object.clone(),
+            None => {
+                let object = format!("{name}-{i}");
+                fs::copy(root.join(path), objects.join(&object))?;
+                object
+            }
+        };
+        manifest.files.insert(path.clone(), Entry { key, mode: meta.permissions().mode(), object });
+    }
+    let text = serde_json::to_string(&manifest).map_err(io::Error::other)?;
+    fs::write(store.join(format!("{name}.json")), text)?;
+    Ok(manifest)
+}
+
+/// Reads a snapshot's manifest.
+pub fn load(store: &Path, name: &str) -> io::Result<Manifest> {
+    let text = fs::read_to_string(store.join(format!("{name}.json")))?;
+    serde_json::from_str(&text).map_err(io::Error::other)
+}
+
+/// The files that differ from the snapshot now: (modified, deleted, created).
+pub fn changes(root: &Path, manifest: &Manifest) -> io::Result<(Vec<String>, Vec<String>, Vec<String>)> {
+    let now = walk(root)?;
+    let mut modified = Vec::new();
+    let mut deleted = Vec::new();
+    for (path, entry) in &manifest.files {
+        match now.get(path) {
+            Some(meta) if key_of(meta) == entry.key => {}
+            Some(_) => modified.push(path.clone()),
+            None => deleted.push(path.clone()),
+        }
+    }
+    let created = now.keys().filter(|p| !manifest.files.contains_key(*p)).cloned().collect();
+    Ok((modified, deleted, created))
+}
+
+/// Puts the workspace's files back as the snapshot found them.
+pub fn restore(root: &Path, store: &Path, manifest: &Manifest) -> io::Result<RestoreReport> {
+    let (modified, deleted, created) = changes(root, manifest)?;
+    let objects = store.join("objects");
+    let mut report = RestoreReport::default();
+    for (path, recreate) in modified.iter().map(|p| (p, false)).chain(deleted.iter().map(|p| (p, true))) {
+        let entry = &manifest.files[path];
+        let target = root.join(path);
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        // Write a new file and rename it over, so a reader never sees half a file.
+        let tmp = target.with_file_name(format!(
+            ".{}.loopwright-restore",
+            target.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+        ));
+        fs::copy(objects.join(&entry.object), &tmp)?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(entry.mode))?;
+        fs::rename(&tmp, &target)?;
+        if recreate {
+            report.recreated += 1;
+        } else {
+            report.restored += 1;
+        }
+    }
+    let kept_dirs: BTreeSet<PathBuf> = manifest
+        .files
+        .keys()
+        .flat_map(|p| Path::new(p).ancestors().skip(1).map(Path::to_path_buf).collect::<Vec<_>>())
+        .collect();
+    for path in &created {
+        fs::remove_file(root.join(path))?;
+        report.removed += 1;
+        // Remove folders the stage created, once empty.
+        for dir in Path::new(path).ancestors().skip(1) {
+            if dir.as_os_str().is_empty() || kept_dirs.contains(dir) || fs::remove_dir(root.join(dir)).is_err() {
+                break;
+            }
+        }
+    }
+    Ok(report)
+}
