@@ -8,8 +8,8 @@ use std::time::Duration;
 use loopwright_engine::event::ConditionOutcome;
 use loopwright_engine::ports::{ExecOutcome, Execution, Notice, ProcessGroup, RunSummary, StageRequest};
 use loopwright_engine::{
-    Clock, Engine, Event, EventRecord, FailureKind, NeverStop, NoObserverExt, Outputs, RunId, RunStarted, RunState,
-    RunStatus, Runner, Store, StoreError, TaskId,
+    Clock, Engine, Event, EventRecord, FailureKind, NeverStop, NoChanges, NoObserverExt, Outputs, RunId, RunStarted,
+    RunState, RunStatus, Runner, Store, StoreError, TaskId,
 };
 use loopwright_spec::{CompileContext, Pipeline, RunnerKind, SourceFile, StageId};
 use pretty_assertions::assert_eq;
@@ -144,7 +144,15 @@ async fn run(
     started: RunStarted,
 ) -> RunState {
     let mut observer = loopwright_engine::ports::NoObserver;
-    let mut engine = Engine { pipeline, store, runner, clock, observer: observer.as_dyn(), stopper: &NeverStop };
+    let mut engine = Engine {
+        pipeline,
+        store,
+        runner,
+        clock,
+        observer: observer.as_dyn(),
+        stopper: &NeverStop,
+        changes: &NoChanges,
+    };
     engine.start(RunId::new("r"), started).await.expect("run")
 }
 
@@ -307,6 +315,7 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
         clock: &clock,
         observer: observer.as_dyn(),
         stopper: &NeverStop,
+        changes: &NoChanges,
     };
     let state = engine.drive(state).await.expect("drive");
     assert_eq!(state.status, RunStatus::Success);
