@@ -166,7 +166,15 @@ fn outputs_flow_into_a_later_stage_prompt_and_a_failing_stage_fails_the_run() {
     files.sort();
     assert_eq!(
         files,
-        vec!["artifact-act.md", "artifact-summarize.md", "attempts-check.md", "metrics.md", "prompts", "task.md"]
+        vec![
+            "artifact-act.md",
+            "artifact-summarize.md",
+            "attempts-check.md",
+            "metrics.md",
+            "prompts",
+            "snapshots",
+            "task.md"
+        ]
     );
     let artifact = ws.read(&format!(".loopwright/state/runs/{run_id}/artifact-summarize.md"));
     let frontmatter: Vec<&str> = artifact.lines().take(12).collect();
