@@ -4,6 +4,7 @@ mod bad_input;
 mod durability;
 mod feedback;
 mod init_demo;
+mod rollback;
 mod run;
 mod support;
 mod validate;
