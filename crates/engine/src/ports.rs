@@ -177,6 +177,10 @@ pub trait Runner {
 /// The workspace's files as stages change them: snapshots before attempts (to undo a stage's
 /// changes), commits after agent-mode stages, and the undoing of both.
 pub trait Changes {
+    /// False when changes are not tracked at all (no snapshots are attempted).
+    fn enabled(&self) -> bool {
+        true
+    }
     /// Records the workspace's files under `name`; returns the name the snapshot has (the
     /// previous snapshot's when nothing changed since) and how many files it holds.
     fn snapshot(&self, run: &RunId, name: &str) -> Result<(String, usize), String>;
@@ -200,6 +204,9 @@ pub trait Changes {
 pub struct NoChanges;
 
 impl Changes for NoChanges {
+    fn enabled(&self) -> bool {
+        false
+    }
     fn snapshot(&self, _: &RunId, _: &str) -> Result<(String, usize), String> {
         Err("snapshots are off".into())
     }
