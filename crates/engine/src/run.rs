@@ -100,8 +100,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             }
         }
         self.record(state, Event::AttemptStarted { stage: stage_id.clone(), attempt }).await?;
-        let tracks_changes = self.changes.enabled() && stage.mode == Mode::Agent
-            || stage.rollback.as_ref().is_some_and(|r| r.strategy == RollbackStrategy::FileRestore);
+        let tracks_changes = self.changes.enabled()
+            && (stage.mode == Mode::Agent
+                || stage.rollback.as_ref().is_some_and(|r| r.strategy == RollbackStrategy::FileRestore));
         let mut snapshot = format!("{stage_id}-{attempt}");
         let mut snapshot_taken = false;
         if tracks_changes {
