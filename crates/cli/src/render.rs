@@ -92,6 +92,7 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
             StageStatus::Skipped => "-",
             StageStatus::Failed | StageStatus::Timeout => "✗",
             StageStatus::Cancelled => "■",
+            StageStatus::RolledBack => "↶",
             _ => "…",
         };
         let attempts = if s.attempts == 1 { "1 attempt".to_owned() } else { format!("{} attempts", s.attempts) };
@@ -120,7 +121,8 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
                 a.by
             ));
         }
-        if s.attempt_log.len() > 1 || (s.status != StageStatus::Success && !s.attempt_log.is_empty()) {
+        let failed = matches!(s.status, StageStatus::Failed | StageStatus::Timeout);
+        if s.attempt_log.len() > 1 || (failed && !s.attempt_log.is_empty()) {
             for a in &s.attempt_log {
                 let what = match (&a.error, &a.message) {
                     (Some(kind), Some(message)) => format!("failed ({kind}): {message}"),

@@ -228,23 +228,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             self.record(state, Event::StageRolledBack { stage: id, strategy: rollback.strategy, status, detail })
                 .await?;
         }
-        let results: Vec<RollbackStatus> = state
-            .rollback
-            .as_ref()
-            .map(|r| {
-                r.stages
-                    .iter()
-                    .filter_map(|s| state.stage(s.as_str()).and_then(|s| s.rollback.as_ref()).map(|r| r.1))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let overall = if results.iter().all(|r| *r == RollbackStatus::Success) {
-            RollbackStatus::Success
-        } else if results.contains(&RollbackStatus::Success) {
-            RollbackStatus::Partial
-        } else {
-            RollbackStatus::Failed
-        };
+        let overall = state.rollback_overall();
         self.record(state, Event::RollbackFinished { overall }).await
     }
 

@@ -456,6 +456,44 @@ impl RunState {
         }
     }
 
+    /// The overall outcome of the run's rollback from its stages' outcomes: success when all
+    /// succeeded, partial when some did, failed when none did.
+    pub fn rollback_overall(&self) -> crate::event::RollbackStatus {
+        use crate::event::RollbackStatus;
+        let results: Vec<RollbackStatus> = self
+            .rollback
+            .as_ref()
+            .map(|r| {
+                r.stages
+                    .iter()
+                    .filter_map(|s| self.stage(s.as_str()).and_then(|s| s.rollback.as_ref()).map(|r| r.1))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if results.iter().all(|r| *r == RollbackStatus::Success) {
+            RollbackStatus::Success
+        } else if results.contains(&RollbackStatus::Success) {
+            RollbackStatus::Partial
+        } else {
+            RollbackStatus::Failed
+        }
+    }
+
+    /// Stages whose manual rollback waits for a human's confirmation.
+    pub fn pending_manual_rollbacks(&self) -> Vec<(StageId, String)> {
+        self.stages
+            .iter()
+            .filter_map(|s| match &s.rollback {
+                Some((
+                    loopwright_spec::pipeline::RollbackStrategy::Manual,
+                    crate::event::RollbackStatus::Pending,
+                    steps,
+                )) => Some((s.id.clone(), steps.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The stage with an attempt in flight (or interrupted in flight).
     pub fn in_flight(&self) -> Option<&StageState> {
         self.stages.iter().find(|s| s.status == StageStatus::Running)

@@ -256,12 +256,51 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
         let event = if granted {
             Event::ApprovalGranted { stage, by, comment: None }
         } else {
-            Event::ApprovalRejected { stage, by, comment: None, rollback: false }
+            // Seed 004's cancellation flow: offer to roll back what earlier stages changed.
+            let undoable: Vec<String> = engine
+                .pipeline
+                .stages
+                .iter()
+                .filter(|s| s.rollback.is_some())
+                .filter(|s| {
+                    state.stage(s.id.as_str()).is_some_and(|st| st.status == loopwright_engine::StageStatus::Success)
+                })
+                .map(|s| s.id.to_string())
+                .collect();
+            let rollback = !undoable.is_empty()
+                && ask_yes_no(&format!(
+                    "Roll back the completed stage(s) {} as the pipeline says? [y/N] ",
+                    undoable.join(", ")
+                ));
+            Event::ApprovalRejected { stage, by, comment: None, rollback }
         };
         engine.record(&mut state, event).await?;
         state = engine.drive(state).await?;
     }
+    // Manual rollback steps: on a terminal, wait for the person to confirm they are done.
+    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
+    if interactive {
+        for (stage, steps) in state.pending_manual_rollbacks() {
+            eprintln!("Manual rollback of stage `{stage}`:\n    {}", steps.replace('\n', "\n    "));
+            if ask_yes_no("Type `y` once these steps are done (or `n` to leave them pending): ") {
+                let detail = format!("{steps} (confirmed by {})", os_user());
+                let strategy = loopwright_spec::pipeline::RollbackStrategy::Manual;
+                let status = loopwright_engine::event::RollbackStatus::Success;
+                engine.record(&mut state, Event::StageRolledBack { stage, strategy, status, detail }).await?;
+                let overall = state.rollback_overall();
+                engine.record(&mut state, Event::RollbackFinished { overall }).await?;
+            }
+        }
+    }
     report(global, &state)
+}
+
+/// Asks a yes/no question on the terminal; anything but `y`/`yes` is no.
+fn ask_yes_no(question: &str) -> bool {
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).is_ok() && matches!(line.trim().to_lowercase().as_str(), "y" | "yes")
 }
 
 /// Prints a run's result (JSON on stdout with `--json`) and returns its exit code.
@@ -278,7 +317,12 @@ pub fn report(global: &Global, state: &RunState) -> Result<u8, CliError> {
 
 /// The name of the person at the keyboard.
 pub fn os_user() -> String {
-    std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into())
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(|| nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.name))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Seed 004's approval prompt for a stage.

@@ -118,7 +118,7 @@ stages:
 
 #[test]
 fn file_restore_memory_cleanup_and_manual_roll_back_in_reverse_order() {
-    let ws = Ws::empty();
+    let ws = git_ws();
     ws.write(".loopwright/pipelines/restore.yml", RESTORED);
     let original: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
     std::fs::write(ws.path().join("keep.bin"), &original).expect("write");
@@ -192,5 +192,81 @@ stages:
     assert_eq!(result["status"], "cancelled");
     assert_eq!(result["rollback_performed"], true);
     assert_eq!(stages(&result), vec![st("implement", "rolled_back", 1, None), st("deploy", "cancelled", 0, None)]);
+    assert_eq!(ws.read("app.txt"), "version 1\n");
+}
+
+/// Runs `loopwright ARGS` on a pseudo-terminal (util-linux `script`) with `input` typed in.
+fn on_terminal(ws: &Ws, args: &str, input: &str) -> Option<(i32, String)> {
+    use std::io::Write;
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: `script` (util-linux) is not installed, so no terminal can be simulated");
+        return None;
+    }
+    let exe = assert_cmd::cargo::cargo_bin!("loopwright").display().to_string();
+    let mut child = Command::new("script")
+        .args(["-qec", &format!("{exe} {args}"), "/dev/null"])
+        .current_dir(ws.path())
+        .env("USER", "tester")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script");
+    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("type");
+    let out = child.wait_with_output().expect("wait");
+    Some((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")))
+}
+
+#[test]
+fn on_a_terminal_the_gate_asks_then_abort_offers_rollback_and_manual_steps_wait_for_confirmation() {
+    let ws = git_ws();
+    ws.write(
+        ".loopwright/pipelines/gate.yml",
+        r#"name: gate
+description: implement, announce, then a gated deploy
+version: 1
+stages:
+  - id: implement
+    agent: shell
+    mode: agent
+    description: change the app
+    run: "echo 'version 2' > app.txt"
+    rollback:
+      strategy: git_revert
+  - id: announce
+    agent: shell
+    mode: plan
+    description: announce
+    run: "echo announced"
+    rollback:
+      strategy: manual
+      description: "Delete the announcement"
+  - id: deploy
+    agent: shell
+    mode: agent
+    description: deploy
+    run: "echo deployed"
+    requires_approval: true
+"#,
+    );
+    let Some((code, screen)) = on_terminal(&ws, "run gate", "maybe\nabort\ny\ny\n") else { return };
+    assert_eq!(code, 4, "{screen}");
+    assert!(
+        screen.contains(
+            "## Approval Required: Stage 'deploy'\n**Description:** deploy\n**Agent:** shell\n**Mode:** agent\n"
+        ),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("> maybe\nType `proceed` to continue or `abort` to cancel pipeline.\n> abort\n"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("Roll back the completed stage(s) implement, announce as the pipeline says? [y/N] y"),
+        "{screen}"
+    );
+    assert!(screen.contains("Manual rollback of stage `announce`:\n    Delete the announcement\n"), "{screen}");
+    assert!(screen.contains("rollback: success\n  announce: manual success — Delete the announcement (confirmed by tester)\n  implement: git_revert success — reverted 1 commit\n"), "{screen}");
     assert_eq!(ws.read("app.txt"), "version 1\n");
 }

@@ -318,11 +318,14 @@ fn start_from_reuses_outputs_of_earlier_runs_of_the_task() {
 }
 
 #[test]
-fn a_stage_past_its_timeout_fails_with_status_timeout() {
+fn a_stage_past_its_timeout_fails_with_status_timeout_and_leaves_no_process() {
     let ws = Ws::empty();
+    let marker = format!("lw-timeout-marker-{}", std::process::id());
     ws.write(
         ".loopwright/pipelines/slow.yml",
-        "name: slow\ndescription: d\nversion: 1\nstages:\n  - id: wait\n    agent: shell\n    mode: agent\n    description: sleeps\n    run: sleep 30\n    timeout_minutes: 0.01\n",
+        &format!(
+            "name: slow\ndescription: d\nversion: 1\nstages:\n  - id: wait\n    agent: shell\n    mode: agent\n    description: sleeps\n    run: \"sh -c 'sleep 30 # {marker}' & sleep 30; wait\"\n    timeout_minutes: 0.01\n"
+        ),
     );
     let started = std::time::Instant::now();
     let (code, result, _) = ws.json(&["run", "slow", "--quiet"]);
@@ -330,6 +333,10 @@ fn a_stage_past_its_timeout_fails_with_status_timeout() {
     assert_eq!(code, 1);
     assert_eq!(stages(&result), vec![st("wait", "timeout", 1, None)]);
     assert_eq!(result["failed_stage"], "wait");
+    let ps = std::process::Command::new("ps").args(["-eo", "args"]).output().expect("ps");
+    let leftovers: Vec<String> =
+        String::from_utf8_lossy(&ps.stdout).lines().filter(|l| l.contains(&marker)).map(str::to_owned).collect();
+    assert_eq!(leftovers, Vec::<String>::new(), "no process of the timed-out stage is left");
 }
 
 #[test]
