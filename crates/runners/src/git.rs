@@ -39,6 +39,25 @@ fn identity(root: &Path) -> Vec<String> {
     }
 }
 
+/// `git commit` with a message and trailers, as the configured user or as loopwright.
+fn commit_with(
+    root: &Path,
+    message: &str,
+    trailers: &[String],
+    flags: &[&str],
+    paths: &[String],
+) -> Result<(), String> {
+    let id = identity(root);
+    let mut args: Vec<&str> = id.iter().map(String::as_str).collect();
+    args.extend(["commit", "--quiet", "--no-verify", "-m", message]);
+    for t in trailers {
+        args.extend(["--trailer", t.as_str()]);
+    }
+    args.extend(flags);
+    args.extend(paths.iter().map(String::as_str));
+    git(root, &args).map(drop)
+}
+
 /// Commits `paths` (and only them) with the loopwright trailers; returns the new commit.
 pub fn commit(root: &Path, paths: &[String], task: &str, stage: &str) -> Result<Option<String>, String> {
     if paths.is_empty() {
@@ -47,25 +66,8 @@ pub fn commit(root: &Path, paths: &[String], task: &str, stage: &str) -> Result<
     let mut add = vec!["add", "-A", "--"];
     add.extend(paths.iter().map(String::as_str));
     git(root, &add)?;
-    let message = format!("loopwright: stage {stage} of {task}");
-    let task_trailer = format!("Loopwright-Task: {task}");
-    let stage_trailer = format!("Loopwright-Stage: {stage}");
-    let id = identity(root);
-    let mut args: Vec<&str> = id.iter().map(String::as_str).collect();
-    args.extend([
-        "commit",
-        "--quiet",
-        "--no-verify",
-        "-m",
-        &message,
-        "--trailer",
-        &task_trailer,
-        "--trailer",
-        &stage_trailer,
-        "--",
-    ]);
-    args.extend(paths.iter().map(String::as_str));
-    git(root, &args)?;
+    let trailers = [format!("Loopwright-Task: {task}"), format!("Loopwright-Stage: {stage}")];
+    commit_with(root, &format!("loopwright: stage {stage} of {task}"), &trailers, &["--"], paths)?;
     Ok(Some(git(root, &["rev-parse", "HEAD"])?.trim().to_owned()))
 }
 
@@ -107,22 +109,7 @@ pub fn revert_stage(root: &Path, task: &str, stage: &str) -> Result<usize, Strin
         commits.len(),
         if commits.len() == 1 { "" } else { "s" }
     );
-    let task_trailer = format!("Loopwright-Task: {task}");
-    let reverted = format!("Loopwright-Reverted-Stage: {stage}");
-    let id = identity(root);
-    let mut args: Vec<&str> = id.iter().map(String::as_str).collect();
-    args.extend([
-        "commit",
-        "--quiet",
-        "--no-verify",
-        "--allow-empty",
-        "-m",
-        &message,
-        "--trailer",
-        &task_trailer,
-        "--trailer",
-        &reverted,
-    ]);
-    git(root, &args)?;
+    let trailers = [format!("Loopwright-Task: {task}"), format!("Loopwright-Reverted-Stage: {stage}")];
+    commit_with(root, &message, &trailers, &["--allow-empty"], &[])?;
     Ok(commits.len())
 }

@@ -88,6 +88,24 @@ pub async fn resolve_run(store: &SqliteStore, run: &str) -> Result<RunId, CliErr
     Ok(RunId::new(run))
 }
 
+/// A run opened from the command line.
+struct Opened {
+    ws: Workspace,
+    store: SqliteStore,
+    run: RunId,
+    pipeline: Pipeline,
+    state: RunState,
+}
+
+/// Finds the workspace and the run (`latest` or an id), and reads its journal.
+async fn open_run(global: &Global, run: &str) -> Result<Opened, CliError> {
+    let ws = Workspace::locate(global.dir.as_deref())?;
+    let store = open_existing_store(&ws)?;
+    let run = resolve_run(&store, run).await?;
+    let (pipeline, state) = load_run(&ws, &store, &run).await?;
+    Ok(Opened { ws, store, run, pipeline, state })
+}
+
 /// A run's state from its journal, and its pipeline as it was when the run started.
 pub async fn load_run(ws: &Workspace, store: &SqliteStore, run: &RunId) -> Result<(Pipeline, RunState), CliError> {
     let events = store.events(run).await?;
@@ -135,10 +153,7 @@ async fn continue_run(
 
 /// `loopwright resume RUN`.
 pub async fn resume(global: &Global, args: ResumeArgs) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
-    let store = open_existing_store(&ws)?;
-    let run = resolve_run(&store, &args.run).await?;
-    let (pipeline, state) = load_run(&ws, &store, &run).await?;
+    let Opened { ws, store, run, pipeline, state } = open_run(global, &args.run).await?;
     if state.status == RunStatus::Running && owner_alive(&state) {
         let pid = state.owner.map_or(0, |o| o.pid);
         return Err(CliError::usage(format!(
@@ -161,10 +176,7 @@ pub async fn resume(global: &Global, args: ResumeArgs) -> Result<u8, CliError> {
 
 /// `loopwright approve RUN` / `loopwright reject RUN`.
 pub async fn answer(global: &Global, args: AnswerArgs, granted: bool) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
-    let store = open_existing_store(&ws)?;
-    let run = resolve_run(&store, &args.run).await?;
-    let (pipeline, state) = load_run(&ws, &store, &run).await?;
+    let Opened { ws, store, run, pipeline, state } = open_run(global, &args.run).await?;
     let Some(stage) = state.waiting_for_approval().map(|s| s.id.clone()) else {
         return Err(CliError::usage(format!(
             "run {run} is not waiting for an approval (its status is {})",
@@ -184,10 +196,8 @@ pub async fn answer(global: &Global, args: AnswerArgs, granted: bool) -> Result<
 /// journal (its owner ends the stage in flight and records the cancellation); any other run
 /// (waiting, interrupted, or left running by a crash) is cancelled here.
 pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
-    let store = open_existing_store(&ws)?;
-    let run = resolve_run(&store, &args.run).await?;
-    let (_, mut state) = load_run(&ws, &store, &run).await?;
+    let Opened { ws, store, run, state, .. } = open_run(global, &args.run).await?;
+    let mut state = state;
     if state.status.is_final() {
         return Err(CliError::usage(format!("run {run} already ended ({})", state.status.as_str())));
     }
@@ -240,10 +250,7 @@ pub async fn respond(global: &Global, args: RespondArgs) -> Result<u8, CliError>
             Answer::Fix { text }
         }
     };
-    let ws = Workspace::locate(global.dir.as_deref())?;
-    let store = open_existing_store(&ws)?;
-    let run = resolve_run(&store, &args.run).await?;
-    let (pipeline, state) = load_run(&ws, &store, &run).await?;
+    let Opened { ws, store, run, pipeline, state } = open_run(global, &args.run).await?;
     let Some(stage) = state.waiting_for_escalation().map(|s| s.id.clone()) else {
         return Err(CliError::usage(format!(
             "run {run} is not waiting on an escalation (its status is {})",
