@@ -46,6 +46,12 @@ pub trait Store {
     /// Appends an event to a run's journal in one transaction and returns it as stored.
     /// The first event of a run (`RunStarted`) creates it.
     async fn append(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError>;
+    /// Appends several events in one transaction: all of them are durable, or none.
+    async fn append_all(
+        &self,
+        run: &RunId,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError>;
     /// A run's whole journal, oldest first.
     async fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError>;
     /// The most recent runs, newest first.

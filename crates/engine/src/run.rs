@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 
 use crate::decide::{Step, next_step};
 use crate::event::RollbackStatus;
-use crate::event::{Event, FailureKind, RunStarted, StageError};
+use crate::event::{Event, EventRecord, FailureKind, RunStarted, StageError};
 use crate::ids::RunId;
 use crate::ports::{
     Changes, Clock, ExecOutcome, Execution, Notice, Observer, Runner, StageRequest, Stop, Stopper, Store, StoreError,
@@ -48,7 +48,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
     /// Creates a run and drives it until it ends or waits.
     pub async fn start(&mut self, run_id: RunId, started: RunStarted) -> Result<RunState, StoreError> {
         let mut state = RunState::new(run_id);
-        self.record(&mut state, Event::RunStarted(Box::new(started))).await?;
+        self.defer(&mut state, Event::RunStarted(Box::new(started)));
         self.drive(state).await
     }
 
@@ -56,9 +56,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
     pub async fn drive(&mut self, mut state: RunState) -> Result<RunState, StoreError> {
         loop {
             match next_step(self.pipeline, &state, self.clock.now()) {
-                Step::Record(event) => self.record(&mut state, event).await?,
+                Step::Record(event) => self.defer(&mut state, event),
                 Step::Execute { stage, attempt } => self.execute(&mut state, stage, attempt).await?,
                 Step::Wait { until, .. } => {
+                    self.flush(&mut state).await?;
                     let (clock, stopper) = (self.clock, self.stopper);
                     tokio::select! {
                         biased;
@@ -67,23 +68,54 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     }
                 }
                 Step::RollBack { trigger, stages, resumed } => {
+                    self.flush(&mut state).await?;
                     self.roll_back(&mut state, trigger, stages, resumed).await?
                 }
-                Step::Done(_) => return Ok(state),
+                Step::Done(_) => {
+                    self.flush(&mut state).await?;
+                    return Ok(state);
+                }
             }
         }
     }
 
-    /// Journals an event, then applies it and tells the observer (journal first).
+    /// Journals an event now (with any deferred ones, in one transaction), then tells the
+    /// observer (journal first).
     pub async fn record(&mut self, state: &mut RunState, event: Event) -> Result<(), StoreError> {
-        let record = self.store.append(&state.run_id, &event, self.clock.now()).await?;
-        state.apply(&record);
-        self.observer.on_event(&record, state, self.pipeline);
+        self.defer(state, event);
+        self.flush(state).await
+    }
+
+    /// Applies an event that has no effect outside loopwright, and keeps it to be journaled
+    /// before the next outside effect (a process started or ended, files restored, a commit, a
+    /// wait, the end of `drive`). Nothing is reported before it is journaled.
+    fn defer(&self, state: &mut RunState, event: Event) {
+        let at = self.clock.now();
+        let provisional = EventRecord { seq: state.last_seq + 1, at, event };
+        state.apply(&provisional);
+        state.unflushed.push((provisional.event, at));
+    }
+
+    /// Journals the deferred events in one transaction, then tells the observer of each.
+    async fn flush(&mut self, state: &mut RunState) -> Result<(), StoreError> {
+        if state.unflushed.is_empty() {
+            return Ok(());
+        }
+        let events = std::mem::take(&mut state.unflushed);
+        let records = self.store.append_all(&state.run_id, &events).await?;
+        if let Some(last) = records.last() {
+            state.last_seq = last.seq;
+        }
+        for record in &records {
+            self.observer.on_event(record, state, self.pipeline);
+        }
         Ok(())
     }
 
     async fn execute(&mut self, state: &mut RunState, stage_id: StageId, attempt: u32) -> Result<(), StoreError> {
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
+        // Decisions so far are journaled before anything outside changes.
+        self.flush(state).await?;
         if let Some(leftovers) =
             state.stage(stage_id.as_str()).map(|s| s.process_groups.clone()).filter(|g| !g.is_empty())
         {
@@ -99,7 +131,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 self.record(state, Event::SnapshotRestored { stage: stage_id.clone(), attempt, report }).await?;
             }
         }
-        self.record(state, Event::AttemptStarted { stage: stage_id.clone(), attempt }).await?;
+        self.defer(state, Event::AttemptStarted { stage: stage_id.clone(), attempt });
         let tracks_changes = self.changes.enabled()
             && (stage.mode == Mode::Agent
                 || stage.rollback.as_ref().is_some_and(|r| r.strategy == RollbackStrategy::FileRestore));
@@ -114,8 +146,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 }
                 Err(reason) => Event::SnapshotFailed { stage: stage_id.clone(), attempt, reason },
             };
-            self.record(state, event).await?;
+            self.defer(state, event);
         }
+        // The attempt is journaled as started before its process exists.
+        self.flush(state).await?;
         let started = state.started.as_ref().expect("a started run");
         let request = StageRequest {
             run_id: state.run_id.clone(),
@@ -154,17 +188,17 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
         let succeeded = match judge(&stage.outputs, &execution) {
             Ok(outputs) => {
-                self.record(state, Event::AttemptSucceeded { stage: stage_id.clone(), attempt, duration_ms, outputs })
-                    .await?;
+                self.defer(state, Event::AttemptSucceeded { stage: stage_id.clone(), attempt, duration_ms, outputs });
                 true
             }
             Err(error) => {
-                self.record(state, Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms, error })
-                    .await?;
+                self.defer(state, Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms, error });
                 false
             }
         };
         if succeeded && snapshot_taken && stage.mode == Mode::Agent {
+            // A commit changes the repository: the attempt's end is journaled first.
+            self.flush(state).await?;
             let task = state.started.as_ref().map(|s| s.task_id.clone()).expect("a started run");
             let event = match self.changes.commit(&state.run_id, &snapshot, &task, &stage_id) {
                 Ok(Some((commit, files))) => Some(Event::ChangesCommitted { stage: stage_id.clone(), commit, files }),
@@ -235,6 +269,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
     /// Ends what the stage in flight left running, then records the interruption or the
     /// cancellation.
     async fn stop(&mut self, state: &mut RunState, stop: Stop) -> Result<(), StoreError> {
+        self.flush(state).await?;
         let stage = state.in_flight().map(|s| s.id.clone());
         if let Some(groups) = state.in_flight().map(|s| s.process_groups.clone()).filter(|g| !g.is_empty()) {
             self.runner.end_leftovers(&groups);

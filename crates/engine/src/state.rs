@@ -213,6 +213,9 @@ pub struct RunState {
     pub rollback: Option<RollbackState>,
     /// A cancellation asked for rollback of completed stages.
     pub rollback_requested: bool,
+    /// Events applied but not yet journaled (they have no effect outside until they are):
+    /// the engine commits them in one transaction before its next outside effect.
+    pub(crate) unflushed: Vec<(Event, jiff::Timestamp)>,
     /// Position of each touched stage in `stages`.
     index: std::collections::HashMap<StageId, usize>,
     /// Where the state machine's last scan for the next stage stopped: every pipeline stage
@@ -238,6 +241,7 @@ impl RunState {
             scan_hint: std::cell::Cell::new(0),
             rollback: None,
             rollback_requested: false,
+            unflushed: Vec::new(),
         }
     }
 

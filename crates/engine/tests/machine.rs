@@ -27,6 +27,17 @@ impl Store for MemoryStore {
         events.push(record.clone());
         Ok(record)
     }
+    async fn append_all(
+        &self,
+        run: &RunId,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let mut out = Vec::new();
+        for (e, at) in events {
+            out.push(self.append(run, e, *at).await?);
+        }
+        Ok(out)
+    }
     async fn events(&self, _: &RunId) -> Result<Vec<EventRecord>, StoreError> {
         Ok(self.events.borrow().clone())
     }

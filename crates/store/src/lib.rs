@@ -90,9 +90,24 @@ impl SqliteStore {
         self.conn().pragma_query_value(None, "user_version", |r| r.get(0)).map_err(backend)
     }
 
-    fn append_sync(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
+    /// Appends events in one transaction: all of them are durable, or none.
+    fn append_sync(&self, run: &RunId, events: &[(Event, jiff::Timestamp)]) -> Result<Vec<EventRecord>, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(backend)?;
+        let mut records = Vec::with_capacity(events.len());
+        for (event, at) in events {
+            records.push(Self::append_in(&tx, run, event, *at)?);
+        }
+        tx.commit().map_err(backend)?;
+        Ok(records)
+    }
+
+    fn append_in(
+        tx: &rusqlite::Transaction<'_>,
+        run: &RunId,
+        event: &Event,
+        at: jiff::Timestamp,
+    ) -> Result<EventRecord, StoreError> {
         let known: Option<String> = tx
             .prepare_cached("SELECT task_id FROM runs WHERE run_id = ?1")
             .and_then(|mut stmt| stmt.query_row([run.as_str()], |r| r.get(0)).optional())
@@ -165,7 +180,6 @@ impl SqliteStore {
                 insert.execute(params![run.as_str(), task_id, stage.as_str(), key, value, seq]).map_err(backend)?;
             }
         }
-        tx.commit().map_err(backend)?;
         Ok(EventRecord { seq: seq_out, at, event: event.clone() })
     }
 
@@ -290,7 +304,16 @@ impl Store for SqliteStore {
     }
 
     async fn append(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
-        self.append_sync(run, event, at)
+        let mut records = self.append_sync(run, &[(event.clone(), at)])?;
+        records.pop().ok_or_else(|| StoreError::Backend("no event appended".into()))
+    }
+
+    async fn append_all(
+        &self,
+        run: &RunId,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        self.append_sync(run, events)
     }
 
     async fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {

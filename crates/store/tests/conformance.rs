@@ -79,6 +79,22 @@ async fn journal_keeps_order_and_content(store: &impl Store) {
     assert_eq!(read, events);
 }
 
+async fn several_events_append_in_one_transaction(store: &impl Store) {
+    let run = RunId::new("batch");
+    let at = t("2026-05-01T00:00:00Z");
+    let records = store
+        .append_all(&run, &[(started("task-7"), at), (Event::AttemptStarted { stage: stage("a"), attempt: 1 }, at)])
+        .await
+        .expect("append_all");
+    assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2]);
+    // A batch with an invalid event (a second start) leaves nothing of itself behind.
+    let bad = store
+        .append_all(&run, &[(Event::AttemptStarted { stage: stage("b"), attempt: 1 }, at), (started("task-7"), at)])
+        .await;
+    assert!(bad.is_err());
+    assert_eq!(store.events(&run).await.expect("events").len(), 2);
+}
+
 async fn unknown_runs_are_reported(store: &impl Store) {
     let missing = RunId::new("nope");
     assert!(matches!(store.events(&missing).await, Err(StoreError::RunNotFound(id)) if id == missing));
@@ -152,6 +168,7 @@ async fn conformance(store: &impl Store) {
     runs_are_listed_newest_first_with_status(store).await;
     task_outputs_come_from_the_latest_run(store).await;
     cancel_requests_are_seen_after_a_point(store).await;
+    several_events_append_in_one_transaction(store).await;
 }
 
 #[tokio::test]
@@ -170,7 +187,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     }
     let reopened = SqliteStore::open(&path, Synchronous::Normal).expect("reopen");
     assert_eq!(reopened.events(&RunId::new("r1")).await.expect("events").len(), 6);
-    assert_eq!(reopened.runs(10).await.expect("runs").len(), 9);
+    assert_eq!(reopened.runs(10).await.expect("runs").len(), 10);
     let mode: String = rusqlite::Connection::open(&path)
         .expect("open")
         .pragma_query_value(None, "journal_mode", |r| r.get(0))
