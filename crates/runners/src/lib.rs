@@ -51,9 +51,16 @@ impl ProcessRunner {
         ]
     }
 
+    /// Writes the attempt's prompt where `LOOPWRIGHT_PROMPT_FILE` points: for an agent, its own
+    /// file per attempt (`prompts/STAGE-ATTEMPT.md`, kept as the record of what it was told);
+    /// for a shell stage, the run's `prompts/shell.md`, rewritten for each (stages run one at a
+    /// time), which spares a new file per stage.
     fn write_prompt(&self, request: &StageRequest) -> Result<PathBuf, String> {
         let dir = self.runs_dir.join(request.run_id.as_str()).join("prompts");
-        let path = dir.join(format!("{}-{}.md", request.stage, request.attempt));
+        let path = match request.agent {
+            Some(_) => dir.join(format!("{}-{}.md", request.stage, request.attempt)),
+            None => dir.join("shell.md"),
+        };
         if std::fs::write(&path, &request.prompt).is_err() {
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             std::fs::write(&path, &request.prompt).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

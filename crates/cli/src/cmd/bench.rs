@@ -34,6 +34,16 @@ pub struct Args {
     pub rounds: usize,
 }
 
+/// CPU time (user + system, ms) of all waited-for children so far.
+fn children_cpu_ms() -> f64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .map(|u| {
+            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 * 1000.0 + tv.tv_usec() as f64 / 1000.0;
+            t(u.user_time()) + t(u.system_time())
+        })
+        .unwrap_or(0.0)
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
@@ -142,48 +152,52 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let truth = ["/bin/true", "/usr/bin/true"].into_iter().find(|p| Path::new(p).exists()).unwrap_or("true");
     let script = format!("i=0; while [ $i -lt {n} ]; do {truth}; i=$((i+1)); done");
     let exe = std::env::current_exe().map_err(|e| CliError::Internal(e.into()))?;
-    let (mut loops, mut runs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut loops, mut runs, mut ratios, mut cpu_ratios): (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..args.rounds.max(1) {
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), children_cpu_ms());
         let status = std::process::Command::new("sh")
             .args(["-c", &script])
             .status()
             .map_err(|e| CliError::Internal(e.into()))?;
         let shell_loop = t.elapsed();
+        let loop_cpu = children_cpu_ms() - cpu;
         if !status.success() {
             return Err(CliError::Internal(anyhow::anyhow!("the shell loop failed: {status}")));
         }
         let root = child.join(format!("round-{round}"));
         write_pipeline(&root, n)?;
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), children_cpu_ms());
         let out = std::process::Command::new(&exe)
             .args(["-C", &root.display().to_string(), "run", "bench", "--quiet", "--json"])
             .output()
             .map_err(|e| CliError::Internal(e.into()))?;
         let cli_wall = t.elapsed();
+        let cli_cpu = children_cpu_ms() - cpu;
         if !out.status.success() {
             return Err(CliError::Internal(anyhow::anyhow!(
                 "`loopwright run bench` failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             )));
         }
+        let (ratio, cpu_ratio) = (cli_wall.as_secs_f64() / shell_loop.as_secs_f64(), cli_cpu / loop_cpu.max(0.001));
         eprintln!(
-            "  round {}: shell loop {:>7.1} ms, loopwright run {:>7.1} ms ({:.2}x)",
+            "  round {}: shell loop {:>7.1} ms, loopwright run {:>7.1} ms ({ratio:.2}x); CPU time {loop_cpu:>7.1} vs {cli_cpu:>7.1} ms ({cpu_ratio:.2}x)",
             round + 1,
             ms(shell_loop),
             ms(cli_wall),
-            cli_wall.as_secs_f64() / shell_loop.as_secs_f64()
         );
         loops.push(ms(shell_loop));
         runs.push(ms(cli_wall));
-        ratios.push(cli_wall.as_secs_f64() / shell_loop.as_secs_f64());
+        ratios.push(ratio);
+        cpu_ratios.push(cpu_ratio);
     }
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
         .map_err(|e| CliError::Internal(e.into()))?;
     let max_rss_mb = usage.max_rss() as f64 / 1024.0;
-    let (shell_loop_ms, cli_ms, ratio) = (median(loops), median(runs), median(ratios));
+    let (shell_loop_ms, cli_ms, ratio, cpu_ratio) = (median(loops), median(runs), median(ratios), median(cpu_ratios));
     eprintln!(
-        "  median: shell loop {shell_loop_ms:.1} ms, loopwright run {cli_ms:.1} ms: {ratio:.2}x; peak memory {max_rss_mb:.1} MB"
+        "  median: shell loop {shell_loop_ms:.1} ms, loopwright run {cli_ms:.1} ms: {ratio:.2}x (CPU time {cpu_ratio:.2}x); peak memory {max_rss_mb:.1} MB"
     );
 
     let figures = json!({
@@ -199,6 +213,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         },
         "loopwright_run_ms": cli_ms,
         "ratio_to_shell_loop": ratio,
+        "cpu_time_ratio_to_shell_loop": cpu_ratio,
         "peak_rss_mb": max_rss_mb,
         "targets": {"overhead_median_ms": 2.0, "ratio": 1.5, "peak_rss_mb": 30.0},
         "met": ms(percentile(&gaps, 0.5)) < 2.0 && ratio < 1.5 && max_rss_mb < 30.0,
