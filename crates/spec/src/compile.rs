@@ -193,17 +193,17 @@ impl Compiler<'_> {
             }
             Some(list) => self.stages(&list.value, &vars, &initial_inputs, cx),
         };
-        Some(Pipeline {
-            name: name?,
-            description: description?,
-            version: version?,
+        Some(Pipeline::new(
+            name?,
+            description?,
+            version?,
             max_retries,
             vars,
             initial_inputs,
             stages,
-            agents: cx.agents.clone(),
-            source: self.source.clone(),
-        })
+            cx.agents.clone(),
+            self.source.clone(),
+        ))
     }
 
     fn stages(

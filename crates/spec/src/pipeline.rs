@@ -98,17 +98,36 @@ pub struct Pipeline {
     pub agents: BTreeMap<String, Agent>,
     /// The file the pipeline was read from.
     pub source: SourceFile,
+    /// Position of each stage by id.
+    index: std::collections::HashMap<String, usize>,
 }
 
 impl Pipeline {
     /// The index of a stage by id.
     pub fn index_of(&self, id: &str) -> Option<usize> {
-        self.stages.iter().position(|s| s.id.as_str() == id)
+        self.index.get(id).copied()
     }
 
     /// A stage by id.
     pub fn stage(&self, id: &str) -> Option<&Stage> {
-        self.stages.iter().find(|s| s.id.as_str() == id)
+        self.index_of(id).map(|i| &self.stages[i])
+    }
+
+    /// A pipeline from its parts (the stage index is built here).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        name: String,
+        description: String,
+        version: f64,
+        max_retries: u32,
+        vars: BTreeMap<String, serde_json::Value>,
+        initial_inputs: Vec<String>,
+        stages: Vec<Stage>,
+        agents: BTreeMap<String, Agent>,
+        source: SourceFile,
+    ) -> Self {
+        let index = stages.iter().enumerate().map(|(i, s)| (s.id.to_string(), i)).collect();
+        Self { name, description, version, max_retries, vars, initial_inputs, stages, agents, source, index }
     }
 
     /// The agent a stage runs with, unless it is a shell stage.
