@@ -64,6 +64,8 @@ enum Command {
     Logs(cmd::logs::Args),
     /// List the agents found, or show how one would be run.
     Agents(cmd::agents::Args),
+    /// Classify an error output against the failure-pattern library, or list the library.
+    Patterns(cmd::patterns::Args),
     /// Print the JSON Schema of pipeline files.
     Schema,
     /// Run the bundled example end to end in a temporary workspace.
@@ -95,6 +97,7 @@ fn main() -> ExitCode {
             Command::Status(args) => cmd::status::run(&global, args).await,
             Command::Logs(args) => cmd::logs::run(&global, args).await,
             Command::Agents(args) => cmd::agents::run(&global, args),
+            Command::Patterns(args) => cmd::patterns::run(&global, args),
             Command::Schema => {
                 print!("{}", loopwright_spec::schema::pipeline_schema_json());
                 Ok(0)

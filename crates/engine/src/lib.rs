@@ -8,6 +8,7 @@
 pub mod decide;
 pub mod event;
 pub mod ids;
+pub mod patterns;
 pub mod ports;
 pub mod projection;
 pub mod prompt;

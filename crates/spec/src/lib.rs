@@ -10,6 +10,7 @@ pub mod condition;
 pub mod config;
 pub mod diag;
 pub mod outputs;
+pub mod patterns;
 pub mod pipeline;
 pub mod raw;
 pub mod schema;

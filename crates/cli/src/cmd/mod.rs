@@ -5,6 +5,7 @@ pub mod bench;
 pub mod demo;
 pub mod init;
 pub mod logs;
+pub mod patterns;
 pub mod resume;
 pub mod run;
 pub mod status;

@@ -101,3 +101,39 @@ fn schema_prints_the_committed_schema() {
     assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
     assert_eq!(schema["required"], json!(["name", "description", "version", "stages"]));
 }
+
+#[test]
+fn patterns_test_classifies_real_output_and_project_patterns_merge() {
+    let ws = Ws::empty();
+    let corpus = examples().join("../corpus");
+    let file = corpus.join("undefined-name/python-nameerror.txt");
+    let (code, out, _) = ws.json(&["patterns", "test", file.to_str().expect("utf-8")]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        json!({"matched_pattern": "undefined-name", "confidence": 0.95, "strategy": "context_expand",
+               "signals": ["/NameError: name '.+' is not defined/"]})
+    );
+    ws.write(
+        ".loopwright/failure-patterns.yml",
+        "patterns:\n  - id: flaky-staging\n    description: the staging API is slow\n    signals: ['/staging\\.example\\.com.*timed out/']\n    strategy: retry_with_backoff\n  - id: disk-full\n    strategy: analyze_then_fix\n",
+    );
+    let mut cmd = ws.cmd();
+    let out = cmd
+        .args(["patterns", "test", "-", "--json"])
+        .write_stdin("GET https://staging.example.com/items timed out after 30s\n")
+        .output()
+        .expect("run");
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(got["matched_pattern"], "flaky-staging");
+    let (_, list, _) = ws.json(&["patterns", "list"]);
+    let ids: Vec<&str> = list.as_array().expect("list").iter().map(|p| p["id"].as_str().expect("id")).collect();
+    assert_eq!(ids.len(), 22);
+    assert_eq!(ids[0], "flaky-staging");
+    let disk = list.as_array().expect("list").iter().find(|p| p["id"] == "disk-full").expect("disk-full");
+    assert_eq!(disk["strategy"], "analyze_then_fix");
+    ws.write(".loopwright/failure-patterns.yml", "patterns:\n  - id: x\n    signalz: []\n");
+    let (code, _, stderr) = ws.run(&["patterns", "list"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains(".loopwright/failure-patterns.yml:3:5"), "{stderr}");
+}

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Regenerates the failure-output corpus by running real tools on broken inputs.
+# Each case writes corpus/CATEGORY/NAME.txt with what the tool printed (stdout and stderr).
+# CATEGORY is the failure-pattern id the output must be classified as, or `none` for
+# successful output. Tools that are not installed are skipped with a message.
+# Used once to produce the committed files; the tests read the files, not the tools.
+set -u
+out="$(cd "$(dirname "$0")" && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+have() { command -v "$1" >/dev/null 2>&1 || { echo "skip: $1 not installed" >&2; return 1; }; }
+# case CATEGORY NAME COMMAND...: run in a fresh folder prepared by the caller.
+case_() {
+  local category=$1 name=$2; shift 2
+  mkdir -p "$out/$category"
+  ( "$@" ) > "$out/$category/$name.txt" 2>&1 || true
+  # Absolute temp paths vary run to run; keep them stable.
+  sed -i "s#$work#/work#g" "$out/$category/$name.txt"
+}
+
+# ---- Rust ----
+if have cargo; then
+  cargo new -q rs && cd rs
+  cat > src/main.rs <<'EOF'
+fn main() {
+    let x: i32 = "five";
+    println!("{x}");
+}
+EOF
+  case_ type-error rustc-mismatched-types cargo build --color never
+  cat > src/main.rs <<'EOF'
+fn main() {
+    println!("{}", undefined_value);
+}
+EOF
+  case_ undefined-name rustc-cannot-find-value cargo build --color never
+  cat > src/main.rs <<'EOF'
+use serde::Deserialize;
+fn main() {}
+EOF
+  case_ import-not-found rustc-unresolved-import cargo build --color never
+  cat > src/main.rs <<'EOF'
+fn main() {
+    let v = vec![1, 2, 3;
+}
+EOF
+  case_ syntax-error rustc-unclosed-delimiter cargo build --color never
+  cat > src/main.rs <<'EOF'
+fn add(a: i32, b: i32) -> i32 { a - b }
+fn main() { println!("{}", add(2, 3)); }
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn adds() { assert_eq!(super::add(2, 3), 5); }
+}
+EOF
+  case_ test-failure cargo-test-assert cargo test --color never
+  cat > src/main.rs <<'EOF'
+fn main() {
+    let v: Vec<i32> = Vec::new();
+    println!("{}", v[3]);
+}
+EOF
+  case_ runtime-error rust-panic-index cargo run --color never
+  cat > src/main.rs <<'EOF'
+fn main(){let x=1;println!("{}",x);}
+EOF
+  case_ format-error cargo-fmt-check cargo fmt --check
+  cat > src/main.rs <<'EOF'
+fn main() {
+    let v = vec![1, 2, 3];
+    if v.len() == 0 { println!("empty"); }
+}
+EOF
+  case_ lint-error cargo-clippy-deny cargo clippy --color never -- -D warnings
+  cat > src/main.rs <<'EOF'
+fn main() { println!("ok"); }
+EOF
+  case_ none cargo-build-ok cargo build --color never
+  case_ none cargo-test-ok cargo test --color never
+  printf '[package]\nname = "rs"\nversion = "0.1.0"\nedition = "2021"\n[dependencies]\nserde = { version = "1", features = [\n' > Cargo.toml
+  case_ config-error cargo-bad-manifest cargo build --color never
+  cd "$work"
+fi
+
+# ---- Python ----
+if have python3; then
+  mkdir py && cd py
+  printf 'def f():\n    return undefined_thing + 1\n\nf()\n' > name_error.py
+  case_ undefined-name python-nameerror python3 name_error.py
+  printf 'import requestz\n' > import_error.py
+  case_ import-not-found python-modulenotfound python3 import_error.py
+  printf 'def f(:\n    pass\n' > syntax_error.py
+  case_ syntax-error python-syntaxerror python3 syntax_error.py
+  printf 'def div(a, b):\n    return a / b\n\nprint(div(1, 0))\n' > zero.py
+  case_ runtime-error python-zerodivision python3 zero.py
+  printf 'x = [0] * (10**12)\n' > mem.py
+  case_ out-of-memory python-memoryerror python3 mem.py
+  printf 'import unittest\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(1 + 1, 3)\n\nunittest.main()\n' > ut.py
+  case_ test-failure python-unittest-fail python3 ut.py
+  if have pytest; then
+    printf 'def add(a, b):\n    return a - b\n\ndef test_add():\n    assert add(2, 3) == 5\n' > test_calc.py
+    case_ test-failure pytest-assert pytest -q -p no:cacheprovider test_calc.py
+    printf 'def test_ok():\n    assert 1 + 1 == 2\n' > test_ok.py
+    case_ none pytest-pass pytest -q -p no:cacheprovider test_ok.py
+  fi
+  if have mypy; then
+    printf 'def f(x: int) -> str:\n    return x\n' > typed.py
+    case_ type-error mypy-incompatible-return mypy --no-error-summary --cache-dir /dev/null typed.py
+  fi
+  if have ruff; then
+    printf 'import os\n\ndef f():\n    return 1\n' > lint.py
+    case_ lint-error ruff-unused-import ruff check --no-cache lint.py
+  fi
+  if have black; then
+    printf 'x = {  "a":1 }\n' > fmt.py
+    case_ format-error black-would-reformat black --check --diff fmt.py
+  fi
+  cd "$work"
+fi
+
+# ---- C ----
+if have gcc; then
+  mkdir c && cd c
+  printf '#include <stdio.h>\nint main(void) { printf("%%d\\n", counter); return 0; }\n' > undeclared.c
+  case_ undefined-name gcc-undeclared gcc -c undeclared.c
+  printf 'int main(void) { int x = 1 return x; }\n' > syntax.c
+  case_ syntax-error gcc-expected-semicolon gcc -c syntax.c
+  printf 'int helper(void);\nint main(void) { return helper(); }\n' > link.c
+  case_ build-error ld-undefined-reference gcc link.c -o link
+  printf '#include "missing_header.h"\nint main(void) { return 0; }\n' > inc.c
+  case_ import-not-found gcc-missing-header gcc -c inc.c
+  printf 'all:\n\tgcc -o app app.c\n' > Makefile
+  case_ build-error make-no-input-file make
+  cd "$work"
+fi
+
+# ---- Java ----
+if have javac; then
+  mkdir java && cd java
+  printf 'public class A { public static void main(String[] a) { System.out.println(count); } }\n' > A.java
+  case_ undefined-name javac-cannot-find-symbol javac A.java
+  printf 'public class B { public static void main(String[] a) { int x = "s"; } }\n' > B.java
+  case_ type-error javac-incompatible-types javac B.java
+  printf 'public class C { public static void main(String[] a) { int x = 1 } }\n' > C.java
+  case_ syntax-error javac-expected-semicolon javac C.java
+  cd "$work"
+fi
+
+# ---- JavaScript ----
+if have node; then
+  mkdir js && cd js
+  printf 'console.log(notDefined + 1);\n' > ref.js
+  case_ undefined-name node-referenceerror node ref.js
+  printf 'const x = require("left-padz");\n' > req.js
+  case_ import-not-found node-cannot-find-module node req.js
+  printf 'function f( {\n' > syn.js
+  case_ syntax-error node-syntaxerror node syn.js
+  printf 'const test = require("node:test");\nconst assert = require("node:assert");\ntest("adds", () => { assert.strictEqual(1 + 1, 3); });\n' > t.test.js
+  case_ test-failure node-test-fail node --test t.test.js
+  printf 'const test = require("node:test");\nconst assert = require("node:assert");\ntest("adds", () => { assert.strictEqual(1 + 1, 2); });\n' > ok.test.js
+  case_ none node-test-pass node --test ok.test.js
+  cd "$work"
+fi
+
+# ---- Shell, files, network ----
+case_ command-not-found sh-not-found sh -c 'frobnicate --all'
+printf 'echo hi\n' > noexec.sh && chmod -x noexec.sh
+case_ permission-error sh-permission-denied sh -c './noexec.sh'
+case_ disk-full dd-no-space dd if=/dev/zero of=/dev/full bs=1k count=1
+if have curl; then
+  case_ network-error curl-connection-refused curl -sS http://127.0.0.1:9/
+fi
+case_ timeout timeout-kill sh -c 'timeout --verbose 1 sleep 5; echo "command timed out after 1s (exit $?)"'
+case_ none sh-ok sh -c 'echo building; echo done'
+
+# ---- git ----
+if have git; then
+  mkdir g && cd g && git init -q -b main && git config user.email t@e && git config user.name T
+  echo base > f.txt && git add f.txt && git commit -qm base
+  git checkout -qb other && echo theirs > f.txt && git commit -qam theirs
+  git checkout -q main && echo ours > f.txt && git commit -qam ours
+  case_ merge-conflict git-merge-conflict git merge other
+  cd "$work" && mkdir notgit && cd notgit
+  case_ git-error git-not-a-repository git log
+  cd "$work"
+fi
+echo "corpus written to $out" >&2
