@@ -207,7 +207,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         log.push_str(&format!(
             "   Compiling crate{i} v0.1.{i}\nwarning: unused variable `x{i}`\n  --> src/lib.rs:{i}:9\n"
         ));
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             // Lines that hit a (weak) signal make the matcher do its full work on them.
             log.push_str("compilation terminated.\n");
         }
