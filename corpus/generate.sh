@@ -165,6 +165,62 @@ if have node; then
   cd "$work"
 fi
 
+# ---- More Python tools ----
+if have python3; then
+  mkdir py2 && cd py2
+  if have flake8; then
+    printf 'def f():\n    return undefined_name_here\n' > f8.py
+    case_ undefined-name flake8-f821 flake8 f8.py
+    printf 'import os\nx=1\n' > f8b.py
+    case_ lint-error flake8-unused-import flake8 f8b.py
+  fi
+  if have pip; then
+    case_ import-not-found pip-no-matching-distribution pip install --no-index --find-links /nonexistent no-such-package-loopwright-test
+  fi
+  cd "$work"
+fi
+
+# ---- TypeScript / JavaScript tools (npm packages in $NPM_TOOLS/node_modules/.bin) ----
+tools="${NPM_TOOLS:-}/node_modules/.bin"
+if [ -x "$tools/tsc" ]; then
+  mkdir ts && cd ts
+  printf 'const n: number = "five";\nexport {};\n' > types.ts
+  case_ type-error tsc-ts2322 "$tools/tsc" --noEmit --pretty false types.ts
+  printf 'console.log(notDeclaredAnywhere);\nexport {};\n' > names.ts
+  case_ undefined-name tsc-ts2304 "$tools/tsc" --noEmit --pretty false names.ts
+  printf 'import { x } from "./missing-module";\nconsole.log(x);\n' > mods.ts
+  case_ import-not-found tsc-ts2307 "$tools/tsc" --noEmit --pretty false mods.ts
+  printf 'const a = ;\n' > syn.ts
+  case_ syntax-error tsc-ts1109 "$tools/tsc" --noEmit --pretty false syn.ts
+  cd "$work"
+else
+  echo "skip: tsc not found (set NPM_TOOLS to a folder with typescript, eslint, prettier installed)" >&2
+fi
+if [ -x "$tools/eslint" ]; then
+  mkdir es && cd es
+  printf 'import js from "@eslint/js";\nexport default [js.configs.recommended];\n' > eslint.config.mjs
+  ln -s "${NPM_TOOLS}/node_modules" node_modules
+  printf 'const unused = 1;\nfunction f() { return 2; }\n' > bad.js
+  case_ lint-error eslint-no-unused-vars "$tools/eslint" --no-color bad.js
+  cd "$work"
+fi
+if [ -x "$tools/prettier" ]; then
+  mkdir pr && cd pr
+  printf 'const  x = {a:1,\n  b:2}\n' > ugly.js
+  case_ format-error prettier-check "$tools/prettier" --check ugly.js
+  cd "$work"
+fi
+
+# ---- C++ ----
+if have g++; then
+  mkdir cpp && cd cpp
+  printf '#include <string>\nint main() { int x = std::string("a"); return x; }\n' > conv.cpp
+  case_ type-error gxx-cannot-convert g++ -c conv.cpp
+  printf 'int main() { return missing_function(); }\n' > undecl.cpp
+  case_ undefined-name gxx-not-declared g++ -c undecl.cpp
+  cd "$work"
+fi
+
 # ---- Shell, files, network ----
 case_ command-not-found sh-not-found sh -c 'frobnicate --all'
 printf 'echo hi\n' > noexec.sh && chmod -x noexec.sh
@@ -172,6 +228,27 @@ case_ permission-error sh-permission-denied sh -c './noexec.sh'
 case_ disk-full dd-no-space dd if=/dev/zero of=/dev/full bs=1k count=1
 if have curl; then
   case_ network-error curl-connection-refused curl -sS http://127.0.0.1:9/
+fi
+if have pip; then
+  case_ dependency-conflict pip-resolution-impossible pip install --dry-run "six==1.16.0" "six==1.15.0"
+fi
+if have curl && have python3; then
+  # A local server that answers 429, as an API does when a client goes too fast.
+  python3 - <<'EOF' &
+import http.server, socketserver
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(429)
+        self.send_header("Retry-After", "30")
+        self.end_headers()
+        self.wfile.write(b'{"error":{"type":"rate_limit_error","message":"Too many requests"}}')
+    def log_message(self, *a):
+        pass
+with socketserver.TCPServer(("127.0.0.1", 18429), H) as s:
+    s.handle_request()
+EOF
+  sleep 1
+  case_ rate-limit curl-429 curl -sS -f http://127.0.0.1:18429/v1/messages
 fi
 case_ timeout timeout-kill sh -c 'timeout --verbose 1 sleep 5; echo "command timed out after 1s (exit $?)"'
 case_ none sh-ok sh -c 'echo building; echo done'
