@@ -221,6 +221,50 @@ if have g++; then
   cd "$work"
 fi
 
+# ---- Go ----
+if have go; then
+  mkdir gomod && cd gomod
+  export GOFLAGS=-mod=mod GOPROXY=off GOCACHE="$work/gocache" GOPATH="$work/gopath"
+  printf 'module example.com/app\n\ngo 1.19\n' > go.mod
+  printf 'package main\n\nfunc main() {\n\tprintln(total)\n}\n' > main.go
+  case_ undefined-name go-undefined go build ./...
+  printf 'package main\n\nfunc main() {\n\tvar n int = "five"\n\tprintln(n)\n}\n' > main.go
+  case_ type-error go-cannot-use go build ./...
+  printf 'package main\n\nimport "github.com/nobody/nothing"\n\nfunc main() { nothing.Run() }\n' > main.go
+  case_ import-not-found go-no-module-provides go build ./...
+  printf 'package main\n\nfunc main() {\n\tprintln("x"\n}\n' > main.go
+  case_ syntax-error go-syntax go build ./...
+  printf 'package main\n\nfunc Add(a, b int) int { return a - b }\n\nfunc main() {}\n' > main.go
+  printf 'package main\n\nimport "testing"\n\nfunc TestAdd(t *testing.T) {\n\tif Add(2, 3) != 5 {\n\t\tt.Fatalf("Add(2, 3) = %%d, want 5", Add(2, 3))\n\t}\n}\n' > main_test.go
+  case_ test-failure go-test-fail go test ./...
+  printf 'package main\n\nfunc Add(a, b int) int { return a + b }\n\nfunc main() {}\n' > main.go
+  case_ none go-test-ok go test ./...
+  printf 'package main\n\nfunc main() {\n\tvar s []int\n\tprintln(s[3])\n}\n' > main.go
+  rm -f main_test.go
+  case_ runtime-error go-panic-index go run .
+  cd "$work"
+fi
+
+# ---- Successful output with warnings: must match nothing ----
+if have cargo; then
+  cargo new -q rsw && cd rsw
+  printf 'fn main() {\n    let unused = 1;\n    println!("ok");\n}\n' > src/main.rs
+  case_ none cargo-build-with-warnings cargo build --color never
+  cd "$work"
+fi
+if have gcc; then
+  mkdir cw && cd cw
+  printf '#include <stdio.h>\nint main(void) { int unused; printf("ok\\n"); return 0; }\n' > w.c
+  case_ none gcc-wall-warnings gcc -Wall -o w w.c
+  cd "$work"
+fi
+if have pytest; then
+  mkdir pw && cd pw
+  printf 'import warnings\n\ndef test_ok():\n    warnings.warn("old API", DeprecationWarning)\n    assert True\n' > test_w.py
+  case_ none pytest-pass-with-warnings pytest -q -p no:cacheprovider test_w.py
+  cd "$work"
+fi
+
 # ---- Shell, files, network ----
 case_ command-not-found sh-not-found sh -c 'frobnicate --all'
 printf 'echo hi\n' > noexec.sh && chmod -x noexec.sh
