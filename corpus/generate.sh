@@ -245,6 +245,20 @@ if have go; then
   cd "$work"
 fi
 
+# ---- Real errors mixed with warnings ----
+if have cargo; then
+  cargo new -q rsm && cd rsm
+  printf 'fn helper() -> i32 { 1 }\nfn main() {\n    let unused = 1;\n    let also_unused = 2;\n    let x: i32 = "five";\n    println!("{x}");\n}\n' > src/main.rs
+  case_ type-error rustc-warnings-then-mismatched-types cargo build --color never
+  cd "$work"
+fi
+if have gcc; then
+  mkdir cm && cd cm
+  printf '#include <stdio.h>\nint main(void) { int unused; int other; printf("%%d\\n", total); return 0; }\n' > m.c
+  case_ undefined-name gcc-warnings-then-undeclared gcc -Wall -c m.c
+  cd "$work"
+fi
+
 # ---- Successful output with warnings: must match nothing ----
 if have cargo; then
   cargo new -q rsw && cd rsw
