@@ -44,7 +44,6 @@ pub fn library(ws: &Workspace) -> Result<Library, CliError> {
 pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let ws = Workspace::locate(global.dir.as_deref())?;
     let lib = library(&ws)?;
-    let json = |v: &dyn erased::Json| v.to_json().map_err(|e| CliError::Internal(e.into()));
     match args.command {
         Command::Test { file } => {
             let text = match file.as_deref() {
@@ -61,7 +60,7 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             };
             let c = lib.classify(&text);
             if global.json {
-                println!("{}", json(&c)?);
+                println!("{}", to_json(&c)?);
             } else {
                 match &c.matched_pattern {
                     Some(id) => println!(
@@ -79,7 +78,7 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         }
         Command::List => {
             if global.json {
-                println!("{}", json(&lib.patterns())?);
+                println!("{}", to_json(&lib.patterns())?);
             } else {
                 println!("{:<22} {:<20} {:<9} {:<7} SIGNALS", "ID", "STRATEGY", "RETRYABLE", "RETRIES");
                 for p in lib.patterns() {
@@ -98,16 +97,6 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     }
 }
 
-/// Pretty JSON for any serializable value behind a trait object.
-mod erased {
-    /// A value that renders as pretty JSON.
-    pub trait Json {
-        /// The JSON text.
-        fn to_json(&self) -> serde_json::Result<String>;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn to_json(&self) -> serde_json::Result<String> {
-            serde_json::to_string_pretty(self)
-        }
-    }
+fn to_json(value: &impl serde::Serialize) -> Result<String, CliError> {
+    serde_json::to_string_pretty(value).map_err(|e| CliError::Internal(e.into()))
 }
