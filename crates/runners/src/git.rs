@@ -5,6 +5,11 @@ use std::process::Command;
 
 /// Runs git in `root` with a predictable environment; returns stdout, or stderr as the error.
 pub fn git(root: &Path, args: &[&str]) -> Result<String, String> {
+    git_bytes(root, args).map(|out| String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Like [`git`], with stdout as bytes (file contents).
+pub fn git_bytes(root: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     let out = Command::new("git")
         .arg("--no-pager")
         .args(args)
@@ -12,10 +17,12 @@ pub fn git(root: &Path, args: &[&str]) -> Result<String, String> {
         .env("LC_ALL", "C")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_EDITOR", "true")
+        // Paths are file names, never globs or magic pathspecs.
+        .env("GIT_LITERAL_PATHSPECS", "1")
         .output()
         .map_err(|e| format!("cannot run git: {e}"))?;
     if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(out.stdout)
     } else {
         Err(format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
     }
@@ -58,16 +65,41 @@ fn commit_with(
     git(root, &args).map(drop)
 }
 
-/// Commits `paths` (and only them) with the loopwright trailers; returns the new commit.
+/// Commits the changes of `paths` (and only them) with the loopwright trailers; returns the new
+/// commit, or `None` when none of them is something git tracks or may track (ignored files and
+/// files created then deleted are left out).
 pub fn commit(root: &Path, paths: &[String], task: &str, stage: &str) -> Result<Option<String>, String> {
-    if paths.is_empty() {
+    let (present, gone): (Vec<&String>, Vec<&String>) = paths.iter().partition(|p| root.join(p).exists());
+    let list = |args: &[&str], of: &[&String]| -> Result<Vec<String>, String> {
+        if of.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut all: Vec<&str> = args.to_vec();
+        all.push("--");
+        all.extend(of.iter().map(|s| s.as_str()));
+        Ok(git(root, &all)?.split('\0').filter(|s| !s.is_empty()).map(str::to_owned).collect())
+    };
+    // Tracked files, and untracked ones that are not ignored, can be added; of the deleted
+    // ones, only those git tracks have a deletion to commit.
+    let mut add = list(&["ls-files", "-z"], &present)?;
+    add.extend(list(&["ls-files", "-z", "--others", "--exclude-standard"], &present)?);
+    let removed = list(&["ls-files", "-z"], &gone)?;
+    if add.is_empty() && removed.is_empty() {
         return Ok(None);
     }
-    let mut add = vec!["add", "-A", "--"];
-    add.extend(paths.iter().map(String::as_str));
-    git(root, &add)?;
+    if !add.is_empty() {
+        let mut args = vec!["add", "-A", "--"];
+        args.extend(add.iter().map(String::as_str));
+        git(root, &args)?;
+    }
+    if !removed.is_empty() {
+        let mut args = vec!["rm", "--cached", "--quiet", "--ignore-unmatch", "--"];
+        args.extend(removed.iter().map(String::as_str));
+        git(root, &args)?;
+    }
+    let staged: Vec<String> = add.into_iter().chain(removed).collect();
     let trailers = [format!("Loopwright-Task: {task}"), format!("Loopwright-Stage: {stage}")];
-    commit_with(root, &format!("loopwright: stage {stage} of {task}"), &trailers, &["--"], paths)?;
+    commit_with(root, &format!("loopwright: stage {stage} of {task}"), &trailers, &["--"], &staged)?;
     Ok(Some(git(root, &["rev-parse", "HEAD"])?.trim().to_owned()))
 }
 

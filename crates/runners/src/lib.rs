@@ -213,7 +213,8 @@ impl Changes for FsChanges {
         {
             return Ok((prev_name.clone(), prev.files.len()));
         }
-        let manifest = snapshot::take(&self.workspace, &store, name, previous.map(|(_, _, m)| m))
+        let base = if self.git { snapshot::git_base(&self.workspace) } else { None };
+        let manifest = snapshot::take(&self.workspace, &store, name, previous.map(|(_, _, m)| m), base.as_ref())
             .map_err(|e| format!("cannot snapshot the workspace: {e}"))?;
         let files = manifest.files.len();
         *last = Some((run.clone(), name.to_owned(), manifest));

@@ -99,15 +99,54 @@ pub fn walk(root: &Path) -> io::Result<BTreeMap<String, fs::Metadata>> {
     Ok(files)
 }
 
+/// Where unchanged tracked files of a git work tree can be read back from, so a snapshot need
+/// not copy them: the commit, and the files whose content equals that commit's.
+#[derive(Debug, Clone, Default)]
+pub struct GitBase {
+    /// The commit (`HEAD` when the snapshot was taken).
+    pub commit: String,
+    /// Tracked files with no change against it.
+    pub clean: BTreeSet<String>,
+}
+
+/// The git base of a work tree, if it is one with a commit.
+pub fn git_base(root: &Path) -> Option<GitBase> {
+    let commit = crate::git::git(root, &["rev-parse", "--verify", "--quiet", "HEAD"]).ok()?.trim().to_owned();
+    let tracked = crate::git::git(root, &["ls-files", "-z"]).ok()?;
+    let status = crate::git::git(root, &["status", "--porcelain", "-z", "--untracked-files=no"]).ok()?;
+    let mut dirty = BTreeSet::new();
+    let mut entries = status.split('\0').filter(|e| !e.is_empty());
+    while let Some(entry) = entries.next() {
+        let (code, path) = entry.split_at(entry.len().min(3));
+        dirty.insert(path.to_owned());
+        if code.starts_with('R') || code.starts_with('C') {
+            // A rename or copy names its source next.
+            if let Some(from) = entries.next() {
+                dirty.insert(from.to_owned());
+            }
+        }
+    }
+    let clean = tracked.split('\0').filter(|p| !p.is_empty() && !dirty.contains(*p)).map(str::to_owned).collect();
+    Some(GitBase { commit, clean })
+}
+
 /// Takes a snapshot of `root` into `store` (the run's snapshot folder) under `name`, reusing
-/// copies from `previous` for unchanged files.
-pub fn take(root: &Path, store: &Path, name: &str, previous: Option<&Manifest>) -> io::Result<Manifest> {
+/// copies from `previous` for unchanged files, and not copying files `git` can give back.
+pub fn take(
+    root: &Path,
+    store: &Path,
+    name: &str,
+    previous: Option<&Manifest>,
+    git: Option<&GitBase>,
+) -> io::Result<Manifest> {
     let objects = store.join("objects");
     fs::create_dir_all(&objects)?;
     let files = walk(root)?;
+    let in_git = |p: &str| git.is_some_and(|g| g.clean.contains(p));
     let to_copy: u64 = files
         .iter()
         .filter(|(p, m)| previous.and_then(|prev| prev.files.get(*p)).is_none_or(|e| e.key != key_of(m)))
+        .filter(|(p, _)| !in_git(p))
         .map(|(_, m)| m.len())
         .sum();
     if to_copy > MAX_COPY_BYTES {
@@ -121,9 +160,10 @@ pub fn take(root: &Path, store: &Path, name: &str, previous: Option<&Manifest>) 
     for (i, (path, meta)) in files.iter().enumerate() {
         let key = key_of(meta);
         let reused = previous.and_then(|prev| prev.files.get(path)).filter(|e| e.key == key);
-        let object = match reused {
-            Some(e) => e.object.clone(),
-            None => {
+        let object = match (reused, git) {
+            (Some(e), _) => e.object.clone(),
+            (None, Some(g)) if g.clean.contains(path) => format!("git:{}", g.commit),
+            (None, _) => {
                 let object = format!("{name}-{i}");
                 fs::copy(root.join(path), objects.join(&object))?;
                 object
@@ -174,7 +214,16 @@ pub fn restore(root: &Path, store: &Path, manifest: &Manifest) -> io::Result<Res
             ".{}.loopwright-restore",
             target.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
         ));
-        fs::copy(objects.join(&entry.object), &tmp)?;
+        match entry.object.strip_prefix("git:") {
+            Some(commit) => {
+                let bytes =
+                    crate::git::git_bytes(root, &["show", &format!("{commit}:{path}")]).map_err(io::Error::other)?;
+                fs::write(&tmp, bytes)?;
+            }
+            None => {
+                fs::copy(objects.join(&entry.object), &tmp)?;
+            }
+        }
         fs::set_permissions(&tmp, fs::Permissions::from_mode(entry.mode))?;
         fs::rename(&tmp, &target)?;
         if recreate {

@@ -90,7 +90,7 @@ stages:
     agent: shell
     mode: agent
     description: modify, delete and create files
-    run: "printf 'changed' > keep.bin; rm gone.txt; mkdir -p new/dir; echo x > new/dir/created.txt"
+    run: "printf 'changed' > keep.bin; rm gone.txt; mkdir -p new/dir; echo x > new/dir/created.txt; echo 'version 9' > app.txt"
     rollback:
       strategy: file_restore
   - id: notes
@@ -139,6 +139,8 @@ fn file_restore_memory_cleanup_and_manual_roll_back_in_reverse_order() {
     assert_eq!(std::fs::read(ws.path().join("keep.bin")).expect("read"), original);
     assert_eq!(ws.read("gone.txt"), "do not lose me\n");
     assert!(!ws.path().join("new").exists(), "created folders are removed");
+    // A tracked file with no change when the stage began comes back from git, not from a copy.
+    assert_eq!(ws.read("app.txt"), "version 1\n");
     // memory_cleanup: the artifact is gone from the run folder and from the store.
     let run_id = result["run_id"].as_str().expect("id");
     assert!(!ws.path().join(format!(".loopwright/state/runs/{run_id}/artifact-notes.md")).exists());
@@ -150,10 +152,11 @@ fn file_restore_memory_cleanup_and_manual_roll_back_in_reverse_order() {
     );
     let (_, log, _) = ws.run(&["logs", run_id]);
     assert!(
-        log.contains("edit: rollback \"file_restore\" success: restored 1 file(s), recreated 1, removed 1"),
+        log.contains("edit: rollback \"file_restore\" success: restored 2 file(s), recreated 1, removed 1"),
         "{log}"
     );
     assert!(log.contains("rollback finished: partial"), "{log}");
+    assert!(!log.contains("could not be committed"), "{log}");
     // A later run of the task cannot reuse the cleaned-up output.
     let (_, rerun, rerun_err) = ws.json(&["run", "restore", "--task-id", "task-f1", "--start-from", "verify"]);
     assert_eq!(rerun["status"], "failed");
