@@ -250,8 +250,94 @@ impl Projector {
     }
 }
 
+impl Projector {
+    /// Appends to `logs/retry.log` and `logs/retry.jsonl` (seed 001 formats) what a retry
+    /// story needs: failed attempts, the retries scheduled, escalations and their answers, and
+    /// how a stage that failed at least once ended.
+    fn retry_log(&mut self, record: &EventRecord, state: &RunState) {
+        let Some(stage) = record.event.stage() else { return };
+        let task = state.started.as_ref().map(|s| s.task_id.to_string()).unwrap_or_default();
+        let key = format!("{task}:{stage}");
+        let ts = record.at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let st = state.stage(stage.as_str());
+        let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let (lines, json): (Vec<String>, Vec<serde_json::Value>) = match &record.event {
+            Event::AttemptFailed { attempt, duration_ms, error, .. } => (
+                vec![
+                    format!("attempt={attempt} status=failed type={}", error.kind.as_str()),
+                    format!("error={}", q(&error.message)),
+                ],
+                vec![serde_json::json!({"timestamp": ts, "event": "attempt", "task_id": key, "attempt": attempt,
+                    "status": "failed", "failure_type": error.kind.as_str(), "error": error.message, "duration_ms": duration_ms})],
+            ),
+            Event::RetryScheduled { attempt, delay_ms, reason, .. } => (
+                vec![format!("retrying attempt={attempt} delay_ms={delay_ms} reason={}", q(reason))],
+                vec![
+                    serde_json::json!({"timestamp": ts, "event": "retry_scheduled", "task_id": key, "attempt": attempt,
+                    "delay_ms": delay_ms, "reason": reason}),
+                ],
+            ),
+            Event::AttemptSucceeded { attempt, duration_ms, .. } if st.is_some_and(|s| s.attempt_log.len() > 1) => {
+                let total: u64 = st.map_or(*duration_ms, |s| s.duration_ms);
+                (
+                    vec![format!("attempt={attempt} status=success"), "resolved status=success".to_owned()],
+                    vec![
+                        serde_json::json!({"timestamp": ts, "event": "attempt", "task_id": key, "attempt": attempt,
+                            "status": "success", "duration_ms": duration_ms}),
+                        serde_json::json!({"timestamp": ts, "event": "resolved", "task_id": key, "resolution": "success",
+                            "total_attempts": st.map_or(1, |s| s.attempts), "total_duration_ms": total}),
+                    ],
+                )
+            }
+            Event::StageFailed { error, .. } => (
+                vec![format!("resolved status=failed reason={}", q(&error.message))],
+                vec![serde_json::json!({"timestamp": ts, "event": "resolved", "task_id": key, "resolution": "failed",
+                    "total_attempts": st.map_or(0, |s| s.attempts), "total_duration_ms": st.map_or(0, |s| s.duration_ms)})],
+            ),
+            Event::FeedbackChecked {
+                action: loopwright_engine::event::FeedbackAction::Escalate,
+                iteration,
+                blocking,
+                ..
+            } => (
+                vec![format!(
+                    "escalating reason=\"{blocking} blocking review item(s) after {iteration} feedback iteration(s)\""
+                )],
+                vec![serde_json::json!({"timestamp": ts, "event": "escalated", "task_id": key,
+                    "attempts": st.map_or(0, |s| s.attempts), "reason": "feedback_iterations_exhausted"})],
+            ),
+            Event::EscalationAnswered { answer, by, .. } => {
+                let answer = serde_json::to_value(answer).unwrap_or_default();
+                let name = answer["answer"].as_str().unwrap_or("").to_owned();
+                (
+                    vec![format!("user_response={} by={by}", q(&name))],
+                    vec![
+                        serde_json::json!({"timestamp": ts, "event": "user_response", "task_id": key, "response": answer, "by": by}),
+                    ],
+                )
+            }
+            _ => return,
+        };
+        let dir = self.runs_dir.parent().map_or_else(|| self.runs_dir.join("logs"), |p| p.join("logs"));
+        let text: String = lines.iter().map(|l| format!("[{ts}] [RETRY] [{key}] {l}\n")).collect();
+        let jsonl: String = json.iter().map(|j| format!("{j}\n")).collect();
+        let append = |name: &str, text: &str| -> std::io::Result<()> {
+            use std::io::Write;
+            std::fs::create_dir_all(&dir)?;
+            std::fs::OpenOptions::new().create(true).append(true).open(dir.join(name))?.write_all(text.as_bytes())
+        };
+        if let Err(e) = append("retry.log", &text).and_then(|()| append("retry.jsonl", &jsonl))
+            && !self.warned
+        {
+            self.warned = true;
+            eprintln!("loopwright: warning: cannot write {}: {e} (the journal has everything)", dir.display());
+        }
+    }
+}
+
 impl Observer for Projector {
     fn on_event(&mut self, record: &EventRecord, state: &RunState, pipeline: &Pipeline) {
+        self.retry_log(record, state);
         // The retry log of stages that can retry or that failed.
         if let Some(stage) = record.event.stage()
             && matches!(

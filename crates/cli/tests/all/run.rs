@@ -387,4 +387,29 @@ stages:
     assert!(status.contains("      attempt 1 failed (execution_error): exited with status 1 in "), "{status}");
     assert!(status.contains("; retried after 1.00s (linear backoff 1s * 1)\n"), "{status}");
     assert!(status.contains("      attempt 3 success in "), "{status}");
+
+    // Seed 001's retry logs, append-only, one line per fact.
+    let task = result["task_id"].as_str().expect("task");
+    let log = ws.read(".loopwright/state/logs/retry.log");
+    let facts: Vec<&str> = log.lines().map(|l| l.splitn(4, "] ").nth(3).unwrap_or("")).collect();
+    assert_eq!(
+        facts,
+        vec![
+            "attempt=1 status=failed type=execution_error",
+            "error=\"exited with status 1\"",
+            "retrying attempt=2 delay_ms=1000 reason=\"execution_error after exited with status 1; linear backoff 1s * 1\"",
+            "attempt=2 status=failed type=execution_error",
+            "error=\"exited with status 1\"",
+            "retrying attempt=3 delay_ms=2000 reason=\"execution_error after exited with status 1; linear backoff 1s * 2\"",
+            "attempt=3 status=success",
+            "resolved status=success",
+        ]
+    );
+    assert!(log.lines().all(|l| l.contains(&format!("[RETRY] [{task}:fix] "))), "{log}");
+    let events: Vec<String> = ws
+        .read(".loopwright/state/logs/retry.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json line")["event"].as_str().expect("event").to_owned())
+        .collect();
+    assert_eq!(events, vec!["attempt", "retry_scheduled", "attempt", "retry_scheduled", "attempt", "resolved"]);
 }
