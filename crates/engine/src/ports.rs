@@ -178,6 +178,9 @@ pub trait Runner {
     /// Ends process groups left by an attempt that was interrupted or stopped: TERM, a grace
     /// period, then KILL. A group whose leader's start time does not match is left alone.
     fn end_leftovers(&self, process_groups: &[ProcessGroup]);
+    /// Ends processes of a stage of a run that the journal may not name (started just before a
+    /// crash, before their group was journaled), found by their `LOOPWRIGHT_*` environment.
+    fn end_strays(&self, _run: &RunId, _stage: &StageId) {}
 }
 
 /// The workspace's files as stages change them: snapshots before attempts (to undo a stage's

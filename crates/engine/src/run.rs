@@ -116,11 +116,12 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
         // Decisions so far are journaled before anything outside changes.
         self.flush(state).await?;
-        if let Some(leftovers) =
-            state.stage(stage_id.as_str()).map(|s| s.process_groups.clone()).filter(|g| !g.is_empty())
-        {
+        if let Some(st) = state.stage(stage_id.as_str()).filter(|s| s.status == crate::state::StageStatus::Running) {
             // An attempt was in flight when loopwright died: end what it left before redoing it.
-            self.runner.end_leftovers(&leftovers);
+            if !st.process_groups.is_empty() {
+                self.runner.end_leftovers(&st.process_groups);
+            }
+            self.runner.end_strays(&state.run_id, &stage_id);
         }
         let redo = state.stage(stage_id.as_str()).filter(|s| s.status == crate::state::StageStatus::Running);
         if let Some(name) =
@@ -301,7 +302,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     start_time: group.start_time,
                     command,
                 };
-                self.record(state, event).await
+                // Journaled with the attempt's end (or the next outside effect): should
+                // loopwright die before, `end_strays` finds the process by its environment.
+                self.defer(state, event);
+                Ok(())
             }
         }
     }

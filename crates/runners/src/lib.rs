@@ -158,6 +158,16 @@ impl Runner for ProcessRunner {
         done(outcome, stdout, stderr)
     }
 
+    fn end_strays(&self, run: &RunId, stage: &StageId) {
+        let groups =
+            process::groups_with_env(&[("LOOPWRIGHT_RUN_ID", run.as_str()), ("LOOPWRIGHT_STAGE_ID", stage.as_str())]);
+        let groups: Vec<ProcessGroup> =
+            groups.into_iter().map(|pgid| ProcessGroup { pgid, start_time: None }).collect();
+        if !groups.is_empty() {
+            self.end_leftovers(&groups);
+        }
+    }
+
     fn end_leftovers(&self, process_groups: &[ProcessGroup]) {
         // A group is ours while its leader is the process we started, or while the leader is
         // gone but members remain (the group id cannot be reused while any member lives).

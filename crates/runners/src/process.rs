@@ -194,6 +194,32 @@ pub fn group_alive(pgid: i32) -> bool {
     pgid > 1 && killpg(Pid::from_raw(pgid), None).is_ok()
 }
 
+/// The process groups of live processes whose environment has all of `vars` (Linux /proc;
+/// processes of other users, whose environment cannot be read, are never matched).
+pub fn groups_with_env(vars: &[(&str, &str)]) -> Vec<i32> {
+    let wanted: Vec<Vec<u8>> = vars.iter().map(|(k, v)| format!("{k}={v}").into_bytes()).collect();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut groups = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+        if !wanted.iter().all(|w| vars.contains(&w.as_slice())) {
+            continue;
+        }
+        let pgid = std::fs::read_to_string(entry.path().join("stat")).ok().and_then(|stat| {
+            stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().nth(2).and_then(|g| g.parse::<i32>().ok()))
+        });
+        if let Some(pgid) = pgid.filter(|g| *g > 1 && !groups.contains(g)) {
+            groups.push(pgid);
+        }
+    }
+    groups
+}
+
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), on Linux.
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -167,3 +167,30 @@ fn plain_commands_skip_the_shell_and_others_use_it() {
         assert_eq!(shell_argv(c), sh(c), "{c}");
     }
 }
+
+#[test]
+fn strays_are_found_by_their_environment_and_ended() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut runner = ProcessRunner::new(dir.path().join("runs"));
+    runner.kill_grace = Duration::from_millis(200);
+    let run_id = format!("run-stray-{}", std::process::id());
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "sleep 30 & sleep 30; wait"])
+        .env("LOOPWRIGHT_RUN_ID", &run_id)
+        .env("LOOPWRIGHT_STAGE_ID", "build")
+        .process_group(0)
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(100));
+    // Another stage of the same run is left alone.
+    runner.end_strays(&RunId::new(run_id.clone()), &StageId::parse("deploy").expect("id"));
+    assert!(child.try_wait().expect("wait").is_none(), "the other stage's process still runs");
+    runner.end_strays(&RunId::new(run_id), &StageId::parse("build").expect("id"));
+    let status = child.wait().expect("wait");
+    assert!(!status.success(), "ended by a signal");
+    assert!(
+        loopwright_runners::process::groups_with_env(&[("LOOPWRIGHT_STAGE_ID", "build"), ("LOOPWRIGHT_RUN_ID", "x")])
+            .is_empty()
+    );
+}

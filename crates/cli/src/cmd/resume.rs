@@ -221,6 +221,9 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
         if let Some(groups) = state.in_flight().map(|s| s.process_groups.clone()).filter(|g| !g.is_empty()) {
             ProcessRunner::new(ws.runs_dir()).end_leftovers(&groups);
         }
+        if let Some(stage) = state.in_flight().map(|s| s.id.clone()) {
+            ProcessRunner::new(ws.runs_dir()).end_strays(&run, &stage);
+        }
         let stage = state.in_flight().or(state.waiting_for_approval()).map(|s| s.id.clone());
         let event = Event::RunCancelled { stage, by, rollback: args.rollback };
         if args.rollback {
