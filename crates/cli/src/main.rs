@@ -66,6 +66,8 @@ enum Command {
     Agents(cmd::agents::Args),
     /// Classify an error output against the failure-pattern library, or list the library.
     Patterns(cmd::patterns::Args),
+    /// Retry summary and failure metrics over recent runs (seed 001 / seed 000).
+    Stats(cmd::stats::Args),
     /// Print the JSON Schema of pipeline files.
     Schema,
     /// Run the bundled example end to end in a temporary workspace.
@@ -98,6 +100,7 @@ fn main() -> ExitCode {
             Command::Logs(args) => cmd::logs::run(&global, args).await,
             Command::Agents(args) => cmd::agents::run(&global, args),
             Command::Patterns(args) => cmd::patterns::run(&global, args),
+            Command::Stats(args) => cmd::stats::run(&global, args).await,
             Command::Schema => {
                 print!("{}", loopwright_spec::schema::pipeline_schema_json());
                 Ok(0)

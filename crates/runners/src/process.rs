@@ -64,6 +64,9 @@ pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32, Option<u64>)) -> P
         return failed("empty command".into());
     };
     let mut cmd = Command::new(resolve(program));
+    // The program sees the name it was given (`sh`, not `/usr/bin/sh`), so its messages read
+    // as usual.
+    cmd.arg0(program);
     cmd.args(args)
         .current_dir(spawn.cwd)
         .envs(spawn.env.iter().map(|(k, v)| (k, v)))

@@ -8,6 +8,7 @@ pub mod logs;
 pub mod patterns;
 pub mod resume;
 pub mod run;
+pub mod stats;
 pub mod status;
 pub mod validate;
 

@@ -413,3 +413,54 @@ stages:
         .collect();
     assert_eq!(events, vec!["attempt", "retry_scheduled", "attempt", "retry_scheduled", "attempt", "resolved"]);
 }
+
+#[test]
+fn stats_summarise_retries_and_failure_patterns() {
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/pipelines/flaky.yml",
+        r#"name: flaky
+description: one retry, then a stage that cannot work
+version: 1
+stages:
+  - id: fetch
+    agent: shell
+    mode: agent
+    description: fails once with a missing module
+    run: "if [ ! -f tried ]; then touch tried; echo \"ModuleNotFoundError: No module named 'requests'\" >&2; exit 1; fi; echo ok"
+    retry:
+      max_attempts: 2
+      backoff: fixed
+      initial_delay_seconds: 1
+  - id: deploy
+    agent: shell
+    mode: agent
+    description: needs a tool that is not installed
+    run: "frobnicate-deploy --now"
+"#,
+    );
+    let (code, _, _) = ws.json(&["run", "flaky", "--quiet"]);
+    assert_eq!(code, 1);
+    let (code, stats, _) = ws.json(&["stats"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        (
+            stats["stages_run"].clone(),
+            stats["first_attempt_success"].clone(),
+            stats["retried"].clone(),
+            stats["retry_success"].clone()
+        ),
+        (json!(2), json!(0), json!(1), json!(1))
+    );
+    assert_eq!(
+        stats["by_pattern"],
+        json!({
+            "import-not-found": {"occurrences": 1, "success_rate": 1.0, "avg_attempts": 2.0},
+            "command-not-found": {"occurrences": 1, "success_rate": 0.0, "avg_attempts": 1.0},
+        })
+    );
+    let (_, table, _) = ws.run(&["stats"]);
+    assert!(table.contains("| Retried | 1 (50%) |"), "{table}");
+    assert!(table.contains("| fetch | 2 | success (retry worked) | import-not-found |"), "{table}");
+    assert!(table.contains("| command-not-found | 1 | 0% | 1.0 |"), "{table}");
+}

@@ -1,0 +1,156 @@
+//! `loopwright stats`: seed 001's Retry Summary and seed 000's aggregated metrics, from the
+//! journal. Failed attempts are classified with the workspace's failure-pattern library.
+
+use std::collections::BTreeMap;
+
+use loopwright_engine::event::{Answer, Event, FeedbackAction};
+use loopwright_engine::{RunState, StageStatus, Store};
+use serde::Serialize;
+use serde_json::json;
+
+use super::{Global, open_existing_store};
+use crate::error::CliError;
+use crate::workspace::Workspace;
+
+/// Arguments of `stats`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// How many recent runs to count.
+    #[arg(long, default_value_t = 100)]
+    pub runs: usize,
+}
+
+/// One stage of one run, as the summary counts it.
+#[derive(Debug, Clone, Serialize)]
+struct StageRun {
+    run_id: String,
+    stage: String,
+    attempts: u32,
+    result: String,
+    patterns: Vec<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct PatternStats {
+    occurrences: usize,
+    stages: usize,
+    succeeded: usize,
+    total_attempts: u32,
+}
+
+fn pct(n: usize, of: usize) -> String {
+    if of == 0 { "0%".into() } else { format!("{}%", (n * 100 + of / 2) / of) }
+}
+
+/// `loopwright stats`.
+pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
+    let ws = Workspace::locate(global.dir.as_deref())?;
+    let store = open_existing_store(&ws)?;
+    let lib = super::patterns::library(&ws)?;
+    let mut stage_runs = Vec::new();
+    let mut escalations = 0usize;
+    let mut skipped = 0usize;
+    for summary in store.runs(args.runs).await? {
+        let events = store.events(&summary.run_id).await?;
+        let state = RunState::replay(summary.run_id.clone(), &events);
+        let mut patterns: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for record in &events {
+            match &record.event {
+                Event::AttemptFailed { stage, error, .. } => {
+                    let text = format!("{}\n{}", error.message, error.output_tail);
+                    let c = lib.classify(&text);
+                    patterns
+                        .entry(stage.to_string())
+                        .or_default()
+                        .push(c.matched_pattern.unwrap_or_else(|| "unclassified".into()));
+                }
+                Event::FeedbackChecked { action: FeedbackAction::Escalate, .. } => escalations += 1,
+                Event::EscalationAnswered { answer: Answer::Skip, .. } => skipped += 1,
+                _ => {}
+            }
+        }
+        for s in state.stages.iter().filter(|s| s.attempts > 0) {
+            let result = match s.status {
+                StageStatus::Success if s.attempts > 1 => "success (retry worked)".to_owned(),
+                other => other.as_str().to_owned(),
+            };
+            stage_runs.push(StageRun {
+                run_id: summary.run_id.to_string(),
+                stage: s.id.to_string(),
+                attempts: s.attempts,
+                result,
+                patterns: patterns.remove(s.id.as_str()).unwrap_or_default(),
+            });
+        }
+    }
+    let total = stage_runs.len();
+    let first = stage_runs.iter().filter(|s| s.attempts == 1 && s.result == "success").count();
+    let retried: Vec<&StageRun> = stage_runs.iter().filter(|s| s.attempts > 1).collect();
+    let retry_success = retried.iter().filter(|s| s.result.starts_with("success")).count();
+    let mut by_pattern: BTreeMap<String, PatternStats> = BTreeMap::new();
+    for s in &stage_runs {
+        for p in &s.patterns {
+            by_pattern.entry(p.clone()).or_default().occurrences += 1;
+        }
+        let mut seen: Vec<&String> = s.patterns.iter().collect();
+        seen.dedup();
+        for p in seen {
+            let e = by_pattern.entry(p.clone()).or_default();
+            e.stages += 1;
+            e.total_attempts += s.attempts;
+            e.succeeded += usize::from(s.result.starts_with("success"));
+        }
+    }
+    if global.json {
+        let aggregated: BTreeMap<&String, serde_json::Value> = by_pattern
+            .iter()
+            .map(|(p, s)| {
+                (
+                    p,
+                    json!({"occurrences": s.occurrences, "success_rate": s.succeeded as f64 / s.stages.max(1) as f64,
+                           "avg_attempts": f64::from(s.total_attempts) / s.stages.max(1) as f64}),
+                )
+            })
+            .collect();
+        let out = json!({
+            "stages_run": total, "first_attempt_success": first, "retried": retried.len(),
+            "retry_success": retry_success, "escalations": escalations, "skipped": skipped,
+            "escalation_rate": escalations as f64 / total.max(1) as f64, "dead_letter_rate": 0.0,
+            "by_pattern": aggregated, "stages": stage_runs,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).map_err(|e| CliError::Internal(e.into()))?);
+        return Ok(0);
+    }
+    println!("## Retry Summary ({total} stage runs in the last {} runs)\n", args.runs);
+    println!("| Metric | Value |\n|--------|-------|");
+    println!("| Stage runs | {total} |");
+    println!("| First-attempt success | {first} ({}) |", pct(first, total));
+    println!("| Retried | {} ({}) |", retried.len(), pct(retried.len(), total));
+    println!("| Retry success | {retry_success} |");
+    println!("| Escalations | {escalations} |");
+    println!("| Skipped | {skipped} |");
+    if !retried.is_empty() || stage_runs.iter().any(|s| !s.result.starts_with("success")) {
+        println!(
+            "\n### Retry Details\n\n| Run | Stage | Attempts | Result | Failures |\n|-----|-------|----------|--------|----------|"
+        );
+        for s in stage_runs.iter().filter(|s| s.attempts > 1 || !s.result.starts_with("success")).take(30) {
+            println!("| {} | {} | {} | {} | {} |", s.run_id, s.stage, s.attempts, s.result, s.patterns.join(", "));
+        }
+    }
+    if !by_pattern.is_empty() {
+        println!(
+            "\n### Common Failure Patterns\n\n| Pattern | Occurrences | Success rate | Avg attempts |\n|---------|-------------|--------------|--------------|"
+        );
+        let mut rows: Vec<(&String, &PatternStats)> = by_pattern.iter().collect();
+        rows.sort_by(|a, b| b.1.occurrences.cmp(&a.1.occurrences));
+        for (p, s) in rows {
+            println!(
+                "| {p} | {} | {} | {:.1} |",
+                s.occurrences,
+                pct(s.succeeded, s.stages),
+                f64::from(s.total_attempts) / s.stages.max(1) as f64
+            );
+        }
+    }
+    Ok(0)
+}
