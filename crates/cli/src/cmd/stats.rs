@@ -39,7 +39,7 @@ struct PatternStats {
 }
 
 fn pct(n: usize, of: usize) -> String {
-    if of == 0 { "0%".into() } else { format!("{}%", (n * 100 + of / 2) / of) }
+    (n * 100 + of / 2).checked_div(of).map_or_else(|| "0%".into(), |p| format!("{p}%"))
 }
 
 /// `loopwright stats`.
@@ -142,7 +142,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             "\n### Common Failure Patterns\n\n| Pattern | Occurrences | Success rate | Avg attempts |\n|---------|-------------|--------------|--------------|"
         );
         let mut rows: Vec<(&String, &PatternStats)> = by_pattern.iter().collect();
-        rows.sort_by(|a, b| b.1.occurrences.cmp(&a.1.occurrences));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1.occurrences));
         for (p, s) in rows {
             println!(
                 "| {p} | {} | {} | {:.1} |",
