@@ -130,12 +130,16 @@ fn kill_9_in_the_middle_of_a_stage_then_resume_finishes_without_repeating_work()
     let (ws, token) = (&slow.ws, slow.token.as_str());
     let mut child = spawn_run(ws);
     wait_for(&slow.file("two.running"));
+    // The stage's shell, now in its `sleep` (a short-lived fork for `touch` may still be seen
+    // right after the file appears, so look again once it has settled).
+    std::thread::sleep(Duration::from_millis(300));
     let orphans = processes_with(token);
     assert!(!orphans.is_empty(), "the stage runs");
     signal(child.id(), "-KILL");
     wait_exit(&mut child);
     // loopwright is gone; its stage lives on in its own process group until the run resumes.
-    assert_eq!(processes_with(token), orphans);
+    let left = processes_with(token);
+    assert!(!left.is_empty() && left.iter().all(|p| orphans.contains(p)), "{left:?} of {orphans:?}");
     let (_, status, _) = ws.json(&["status", "latest"]);
     assert_eq!(status["status"], "running");
 
