@@ -51,6 +51,20 @@ impl ProcessRunner {
         ]
     }
 
+    /// Keeps what an attempt printed, as `outputs/STAGE-ATTEMPT.out` and `.err` in the run's
+    /// folder (nothing is written for an empty stream), for `loopwright logs RUN --stage S`.
+    fn keep_output(&self, request: &StageRequest, stdout: &str, stderr: &str) {
+        let dir = self.runs_dir.join(request.run_id.as_str()).join("outputs");
+        for (ext, text) in [("out", stdout), ("err", stderr)] {
+            if text.is_empty() {
+                continue;
+            }
+            let path = dir.join(format!("{}-{}.{ext}", request.stage, request.attempt));
+            // Best effort: the journal holds the outputs that matter and the error's tail.
+            let _ = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, text));
+        }
+    }
+
     /// Writes the attempt's prompt where `LOOPWRIGHT_PROMPT_FILE` points: for an agent, its own
     /// file per attempt (`prompts/STAGE-ATTEMPT.md`, kept as the record of what it was told);
     /// for a shell stage, the run's `prompts/shell.md`, rewritten for each (stages run one at a
@@ -155,6 +169,7 @@ impl Runner for ProcessRunner {
                 break;
             }
         }
+        self.keep_output(request, &stdout, &stderr);
         done(outcome, stdout, stderr)
     }
 

@@ -18,6 +18,66 @@ pub struct Args {
     /// Keep printing new events until the run ends or waits.
     #[arg(long, short)]
     pub follow: bool,
+    /// Show one stage: what its agent was told and what it printed, attempt by attempt.
+    #[arg(long, value_name = "STAGE")]
+    pub stage: Option<String>,
+    /// With --stage: only this attempt.
+    #[arg(long, value_name = "N", requires = "stage")]
+    pub attempt: Option<u32>,
+}
+
+/// `logs RUN --stage S [--attempt N]`: the stage's events, prompt and output per attempt.
+fn stage_logs(
+    ws: &Workspace,
+    events: &[EventRecord],
+    run: &loopwright_engine::RunId,
+    stage: &str,
+    only: Option<u32>,
+) -> Result<u8, CliError> {
+    let state = RunState::replay(run.clone(), events);
+    let Some(st) = state.stage(stage) else {
+        let touched: Vec<String> = state.stages.iter().map(|s| s.id.to_string()).collect();
+        return Err(CliError::usage(format!(
+            "run {run} has no stage `{stage}` that ran; stages: {}",
+            if touched.is_empty() { "none".to_owned() } else { touched.join(", ") }
+        )));
+    };
+    let dir = ws.runs_dir().join(run.as_str());
+    let mut shown = false;
+    for attempt in (1..=st.attempts).filter(|a| only.is_none_or(|o| o == *a)) {
+        shown = true;
+        println!("=== {stage}, attempt {attempt}");
+        for r in events.iter().filter(|r| r.event.stage().is_some_and(|s| s.as_str() == stage)) {
+            let belongs = match &r.event {
+                Event::AttemptStarted { attempt: a, .. }
+                | Event::ProcessStarted { attempt: a, .. }
+                | Event::AttemptSucceeded { attempt: a, .. }
+                | Event::AttemptFailed { attempt: a, .. }
+                | Event::SnapshotTaken { attempt: a, .. }
+                | Event::SnapshotFailed { attempt: a, .. }
+                | Event::SnapshotRestored { attempt: a, .. } => *a == attempt,
+                Event::RetryScheduled { attempt: a, .. } => *a == attempt + 1,
+                _ => false,
+            };
+            if belongs {
+                println!("{}", line(r));
+            }
+        }
+        let read = |name: String| std::fs::read_to_string(dir.join(name)).ok();
+        match read(format!("prompts/{stage}-{attempt}.md")) {
+            Some(prompt) => println!("--- prompt\n{}", prompt.trim_end()),
+            None => println!("--- prompt\n(a shell stage: its prompt file is rewritten for each stage and not kept)"),
+        }
+        for (label, ext) in [("stdout", "out"), ("stderr", "err")] {
+            if let Some(text) = read(format!("outputs/{stage}-{attempt}.{ext}")) {
+                println!("--- {label}\n{}", text.trim_end());
+            }
+        }
+    }
+    if !shown {
+        return Err(CliError::usage(format!("stage `{stage}` of run {run} has no attempt {}", only.unwrap_or(0))));
+    }
+    Ok(0)
 }
 
 /// One event as a line for humans.
@@ -135,6 +195,10 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let ws = Workspace::locate(global.dir.as_deref())?;
     let store = open_existing_store(&ws)?;
     let run = resolve_run(&store, &args.run).await?;
+    if let Some(stage) = &args.stage {
+        let events = store.events(&run).await?;
+        return stage_logs(&ws, &events, &run, stage, args.attempt);
+    }
     let mut printed = 0u64;
     loop {
         let events = store.events(&run).await?;

@@ -171,6 +171,7 @@ fn outputs_flow_into_a_later_stage_prompt_and_a_failing_stage_fails_the_run() {
             "artifact-summarize.md",
             "attempts-check.md",
             "metrics.md",
+            "outputs",
             "prompts",
             "snapshots",
             "task.md"
@@ -194,6 +195,19 @@ fn outputs_flow_into_a_later_stage_prompt_and_a_failing_stage_fails_the_run() {
     assert!(artifact.ends_with("---\n## risk_count\n3\n\n## summary\nthe build is red\n"), "{artifact}");
     let task = ws.read(&format!(".loopwright/state/runs/{run_id}/task.md"));
     assert!(task.contains("state: failed\n"), "{task}");
+
+    // What the agent was told and what it printed, attempt by attempt.
+    let (code, act, _) = ws.run(&["logs", run_id, "--stage", "act"]);
+    assert_eq!(code, 0);
+    assert!(act.starts_with("=== act, attempt 1\n"), "{act}");
+    assert!(act.contains("--- prompt\nYou repeat.\n\n# Task\nKeep the build green\n"), "{act}");
+    assert!(act.contains("--- stdout\n## answer\nYou repeat."), "{act}");
+    let (_, check, _) = ws.run(&["logs", run_id, "--stage", "check", "--attempt", "1"]);
+    assert!(check.contains("check: attempt 1 failed after"), "{check}");
+    assert!(check.contains("--- stdout\nchecking\n--- stderr\nboom: it broke"), "{check}");
+    let (code, _, stderr) = ws.run(&["logs", run_id, "--stage", "never"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("has no stage `never` that ran; stages: summarize, act, check"), "{stderr}");
     assert!(task.contains("| check | failed | 1 |"), "{task}");
 }
 
