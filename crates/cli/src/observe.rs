@@ -113,8 +113,9 @@ impl Observer for Progress {
             }
             Event::AttemptFailed { stage, duration_ms, error, attempt } => {
                 self.stop_spinner();
+                let why = error.pattern.as_ref().map(|p| format!(" [{p}]")).unwrap_or_default();
                 self.line(&format!(
-                    "✗ {stage} attempt {attempt} failed after {}: {}",
+                    "✗ {stage} attempt {attempt} failed after {}: {}{why}",
                     duration(*duration_ms),
                     error.message
                 ));

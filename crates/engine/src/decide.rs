@@ -125,6 +125,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                                     ),
                                     exit_code: None,
                                     output_tail: String::new(),
+                                    pattern: None,
                                 },
                             });
                         }
@@ -268,6 +269,7 @@ fn after_failure(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Step {
         message: "the attempt failed".into(),
         exit_code: None,
         output_tail: String::new(),
+        pattern: None,
     });
     if let Some(policy) = &stage.retry
         && error.kind.is_retryable()

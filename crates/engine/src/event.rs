@@ -553,6 +553,9 @@ pub struct StageError {
     /// The last lines of its output (stderr, else stdout), capped.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub output_tail: String,
+    /// The failure pattern its output matched (SPEC §6), when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
 }
 
 /// Status of a run.

@@ -170,6 +170,18 @@ pub struct Execution {
     pub duration: Duration,
 }
 
+impl Execution {
+    /// The end of standard output (what a failing tool printed last), at most 8 KiB.
+    pub fn stdout_tail(&self) -> &str {
+        let s = self.stdout.as_str();
+        let mut start = s.len().saturating_sub(8192);
+        while !s.is_char_boundary(start) {
+            start += 1;
+        }
+        &s[start..]
+    }
+}
+
 /// Runs stages.
 #[allow(async_fn_in_trait)]
 pub trait Runner {

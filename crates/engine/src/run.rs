@@ -36,6 +36,8 @@ pub struct Engine<'a, S, R, C, X, W> {
     pub stopper: &'a X,
     /// Snapshots, commits and their undoing.
     pub changes: &'a W,
+    /// The failure patterns failed attempts are classified with.
+    pub patterns: &'a crate::patterns::Library,
 }
 
 /// How an attempt's execution ended from the engine's point of view.
@@ -192,7 +194,11 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 self.defer(state, Event::AttemptSucceeded { stage: stage_id.clone(), attempt, duration_ms, outputs });
                 true
             }
-            Err(error) => {
+            Err(mut error) => {
+                if error.exit_code.is_some() || error.kind == FailureKind::Timeout {
+                    let c = self.patterns.classify(&format!("{}\n{}", error.output_tail, execution.stdout_tail()));
+                    error.pattern = c.matched_pattern;
+                }
                 self.defer(state, Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms, error });
                 false
             }
@@ -329,6 +335,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
                     ),
                     exit_code: Some(0),
                     output_tail: output_tail(&execution.stdout),
+                    pattern: None,
                 })
             }
         }
@@ -337,12 +344,14 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
             message: format!("exited with status {code}"),
             exit_code: Some(*code),
             output_tail: tail(),
+            pattern: None,
         }),
         ExecOutcome::Signaled(signal) => Err(StageError {
             kind: FailureKind::ExecutionError,
             message: format!("killed by signal {signal}"),
             exit_code: None,
             output_tail: tail(),
+            pattern: None,
         }),
         ExecOutcome::TimedOut => Err(StageError {
             kind: FailureKind::Timeout,
@@ -352,12 +361,14 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
             ),
             exit_code: None,
             output_tail: tail(),
+            pattern: None,
         }),
         ExecOutcome::SpawnFailed(why) => Err(StageError {
             kind: FailureKind::ValidationError,
             message: why.clone(),
             exit_code: None,
             output_tail: String::new(),
+            pattern: None,
         }),
     }
 }

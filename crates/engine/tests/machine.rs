@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use loopwright_engine::event::ConditionOutcome;
+use loopwright_engine::patterns::Library;
 use loopwright_engine::ports::{ExecOutcome, Execution, Notice, ProcessGroup, RunSummary, StageRequest};
 use loopwright_engine::{
     Clock, Engine, Event, EventRecord, FailureKind, NeverStop, NoChanges, NoObserverExt, Outputs, RunId, RunStarted,
@@ -163,6 +164,7 @@ async fn run(
         observer: observer.as_dyn(),
         stopper: &NeverStop,
         changes: &NoChanges,
+        patterns: &Library::builtin(),
     };
     engine.start(RunId::new("r"), started).await.expect("run")
 }
@@ -327,6 +329,7 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
         observer: observer.as_dyn(),
         stopper: &NeverStop,
         changes: &NoChanges,
+        patterns: &Library::builtin(),
     };
     let state = engine.drive(state).await.expect("drive");
     assert_eq!(state.status, RunStatus::Success);

@@ -67,6 +67,7 @@ async fn journal_keeps_order_and_content(store: &impl Store) {
                 message: "exit 1".into(),
                 exit_code: Some(1),
                 output_tail: "boom".into(),
+                pattern: None,
             },
         },
         Event::RunFinished { status: RunStatus::Failed },

@@ -131,6 +131,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         observer: &mut projector,
         stopper: &NeverStop,
         changes: &changes,
+        patterns: &loopwright_engine::patterns::Library::builtin(),
     };
     let state = engine.start(RunId::generate(jiff::Timestamp::now(), random_u64()), started).await?;
     let engine_wall = t.elapsed();

@@ -125,9 +125,10 @@ pub fn line(r: &EventRecord) -> String {
         ),
         Event::AttemptFailed { stage, attempt, duration_ms, error } => {
             format!(
-                "{stage}: attempt {attempt} failed after {} ({}): {}",
+                "{stage}: attempt {attempt} failed after {} ({}{}): {}",
                 duration(*duration_ms),
                 error.kind.as_str(),
+                error.pattern.as_ref().map(|p| format!(", pattern {p}")).unwrap_or_default(),
                 error.message
             )
         }

@@ -128,6 +128,7 @@ async fn continue_run(
 ) -> Result<u8, CliError> {
     let runner = ProcessRunner::new(ws.runs_dir());
     let changes = FsChanges::new(ws.root.clone(), ws.runs_dir());
+    let patterns = super::patterns::library(ws)?;
     let stopper =
         CliStopper::new(store, state.run_id.clone(), state.last_seq).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(quiet), files: Projector::new(ws.runs_dir()) };
@@ -139,6 +140,7 @@ async fn continue_run(
         observer: &mut observers,
         stopper: &stopper,
         changes: &changes,
+        patterns: &patterns,
     };
     let mut state = state;
     if let Some(event) = answer {

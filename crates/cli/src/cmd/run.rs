@@ -204,6 +204,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
     let runner = ProcessRunner::new(ws.runs_dir());
     let changes = FsChanges::new(ws.root.clone(), ws.runs_dir());
+    let patterns = super::patterns::library(&ws)?;
     let stopper = CliStopper::new(&store, run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
     let mut engine = Engine {
@@ -214,6 +215,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         observer: &mut observers,
         stopper: &stopper,
         changes: &changes,
+        patterns: &patterns,
     };
     let state = engine.start(run_id, started).await?;
     finish(global, &mut engine, state).await

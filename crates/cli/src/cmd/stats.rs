@@ -57,8 +57,17 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         for record in &events {
             match &record.event {
                 Event::AttemptFailed { stage, error, .. } => {
+                    // The pattern journaled at the time, else a classification now.
                     let text = format!("{}\n{}", error.message, error.output_tail);
-                    let c = lib.classify(&text);
+                    let c = match &error.pattern {
+                        Some(p) => loopwright_engine::patterns::Classification {
+                            matched_pattern: Some(p.clone()),
+                            confidence: 1.0,
+                            strategy: String::new(),
+                            signals: Vec::new(),
+                        },
+                        None => lib.classify(&text),
+                    };
                     patterns
                         .entry(stage.to_string())
                         .or_default()

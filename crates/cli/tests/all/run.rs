@@ -457,6 +457,11 @@ stages:
     );
     let (code, _, _) = ws.json(&["run", "flaky", "--quiet"]);
     assert_eq!(code, 1);
+    // Each failed attempt is journaled with the failure pattern its output matched.
+    let (_, log, _) = ws.run(&["logs", "latest"]);
+    assert!(log.contains("fetch: attempt 1 failed after"), "{log}");
+    assert!(log.contains("(execution_error, pattern import-not-found): exited with status 1"), "{log}");
+    assert!(log.contains("(execution_error, pattern command-not-found): exited with status 127"), "{log}");
     let (code, stats, _) = ws.json(&["stats"]);
     assert_eq!(code, 0);
     assert_eq!(
