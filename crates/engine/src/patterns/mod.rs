@@ -56,11 +56,13 @@ pub struct Classification {
     pub signals: Vec<String>,
 }
 
-/// A pattern library ready to classify logs.
+/// A pattern library ready to classify logs. The one-pass matcher is built on first use, so a
+/// run whose stages all succeed never pays for it.
 #[derive(Debug, Clone)]
 pub struct Library {
     patterns: Vec<Pattern>,
-    set: RegexSet,
+    sources: Vec<String>,
+    set: std::sync::OnceLock<RegexSet>,
     /// For each regex of the set: (pattern index, strength, signal as written).
     owners: Vec<(usize, f64, String)>,
 }
@@ -85,8 +87,9 @@ fn default_strength(signal: &RawSignal) -> f64 {
     }
 }
 
-/// (regex source, strength, as written) of a signal.
-fn compile_signal(signal: &RawSignal) -> Result<(String, f64, String), String> {
+/// (regex source, strength, as written) of a signal; `check` compiles it to report a bad regex
+/// now (a project's signals; the built-ins are checked by tests).
+fn compile_signal(signal: &RawSignal, check: bool) -> Result<(String, f64, String), String> {
     let strength = match signal {
         RawSignal::Spec { strength: Some(s), .. } => s.clamp(0.0, 1.0),
         _ => default_strength(signal),
@@ -100,7 +103,9 @@ fn compile_signal(signal: &RawSignal) -> Result<(String, f64, String), String> {
         RawSignal::Spec { literal: Some(l), .. } => (format!("(?i){}", regex::escape(l)), l.clone()),
         RawSignal::Spec { .. } => return Err("a signal needs `regex` or `literal`".into()),
     };
-    Regex::new(&source).map_err(|e| format!("signal {shown}: {e}"))?;
+    if check {
+        Regex::new(&source).map_err(|e| format!("signal {shown}: {e}"))?;
+    }
     Ok((source, strength, shown))
 }
 
@@ -131,7 +136,9 @@ impl Library {
     /// when the file says `extends: none`.
     pub fn new(project: Option<PatternFile>) -> Result<Self, String> {
         let builtin: PatternFile = serde_saphyr::from_str(BUILTIN).map_err(|e| format!("built-in patterns: {e}"))?;
+        let builtin_ids: Vec<String> = builtin.patterns.iter().map(|p| p.id.clone()).collect();
         let mut raw: Vec<RawPattern> = builtin.patterns;
+        let mut checked: Vec<String> = Vec::new();
         // A project's own patterns come first: they win ties with the built-ins.
         let mut own: Vec<RawPattern> = Vec::new();
         if let Some(project) = project {
@@ -141,6 +148,9 @@ impl Library {
             for p in project.patterns {
                 if p.id.trim().is_empty() {
                     return Err("a pattern without an `id`".into());
+                }
+                if p.signals.is_some() {
+                    checked.push(p.id.clone());
                 }
                 match raw.iter_mut().chain(own.iter_mut()).find(|b| b.id == p.id) {
                     Some(b) => merge(b, p),
@@ -156,8 +166,9 @@ impl Library {
         for (i, p) in raw.into_iter().enumerate() {
             let mut shown = Vec::new();
             for signal in p.signals.iter().flatten() {
+                let check = checked.contains(&p.id) || !builtin_ids.contains(&p.id);
                 let (source, strength, as_written) =
-                    compile_signal(signal).map_err(|e| format!("pattern `{}`: {e}", p.id))?;
+                    compile_signal(signal, check).map_err(|e| format!("pattern `{}`: {e}", p.id))?;
                 sources.push(source);
                 owners.push((i, strength, as_written.clone()));
                 shown.push(as_written);
@@ -175,8 +186,7 @@ impl Library {
                 id: p.id,
             });
         }
-        let set = RegexSet::new(&sources).map_err(|e| format!("patterns: {e}"))?;
-        Ok(Self { patterns, set, owners })
+        Ok(Self { patterns, sources, set: std::sync::OnceLock::new(), owners })
     }
 
     /// The patterns, in library order.
@@ -189,19 +199,25 @@ impl Library {
         self.patterns.iter().find(|p| p.id == id)
     }
 
+    fn set(&self) -> &RegexSet {
+        self.set
+            .get_or_init(|| RegexSet::new(&self.sources).expect("every signal was checked when the library was made"))
+    }
+
     /// Classifies one error output.
     pub fn classify(&self, output: &str) -> Classification {
+        let set = self.set();
         let text = strip_ansi(output);
         let mut best = vec![0.0f64; self.owners.len()];
         for line in text.lines() {
             let line = truncate(line, MAX_LINE);
-            if !self.set.is_match(line) {
+            if !set.is_match(line) {
                 continue;
             }
             let lower = line.to_ascii_lowercase();
             // A signal on a warning line says less about why the command failed.
             let weight = if lower.contains("warning") && !lower.contains("error") { 0.3 } else { 1.0 };
-            for i in self.set.matches(line) {
+            for i in set.matches(line) {
                 best[i] = best[i].max(self.owners[i].1 * weight);
             }
         }
@@ -324,6 +340,14 @@ mod tests {
                 ("regression-detected", "context_expand", true),
             ]
         );
+    }
+
+    #[test]
+    fn a_bad_project_regex_is_reported_when_the_library_is_made() {
+        let file: PatternFile =
+            serde_saphyr::from_str("patterns:\n  - id: broken\n    signals: ['/unclosed(/']\n").expect("file");
+        let err = Library::new(Some(file)).expect_err("invalid regex");
+        assert!(err.starts_with("pattern `broken`: signal /unclosed(/: regex parse error"), "{err}");
     }
 
     #[test]
