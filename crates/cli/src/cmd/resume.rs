@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use loopwright_engine::{Engine, Event, RunId, RunState, RunStatus, Runner, Store, SystemClock};
-use loopwright_runners::{FsChanges, ProcessRunner};
+use loopwright_engine::{Event, RunId, RunState, RunStatus, Runner, Store};
+use loopwright_runners::ProcessRunner;
 use loopwright_spec::Pipeline;
 use loopwright_store::SqliteStore;
 
@@ -126,22 +126,11 @@ async fn continue_run(
     answer: Option<Event>,
     quiet: bool,
 ) -> Result<u8, CliError> {
-    let runner = ProcessRunner::new(ws.runs_dir());
-    let changes = FsChanges::new(ws.root.clone(), ws.runs_dir());
-    let patterns = super::patterns::library(ws)?;
+    let ports = super::run::Ports::new(ws)?;
     let stopper =
         CliStopper::new(store, state.run_id.clone(), state.last_seq).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(quiet), files: Projector::new(ws.runs_dir()) };
-    let mut engine = Engine {
-        pipeline,
-        store,
-        runner: &runner,
-        clock: &SystemClock,
-        observer: &mut observers,
-        stopper: &stopper,
-        changes: &changes,
-        patterns: &patterns,
-    };
+    let mut engine = ports.engine(pipeline, store, &stopper, &mut observers);
     let mut state = state;
     if let Some(event) = answer {
         engine.record(&mut state, event).await?;

@@ -202,23 +202,51 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         owner: Some(this_process()),
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
-    let runner = ProcessRunner::new(ws.runs_dir());
-    let changes = FsChanges::new(ws.root.clone(), ws.runs_dir());
-    let patterns = super::patterns::library(&ws)?;
+    let ports = Ports::new(&ws)?;
     let stopper = CliStopper::new(&store, run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
-    let mut engine = Engine {
-        pipeline: &pipeline,
-        store: &store,
-        runner: &runner,
-        clock: &SystemClock,
-        observer: &mut observers,
-        stopper: &stopper,
-        changes: &changes,
-        patterns: &patterns,
-    };
+    let mut engine = ports.engine(&pipeline, &store, &stopper, &mut observers);
     let state = engine.start(run_id, started).await?;
     finish(global, &mut engine, state).await
+}
+
+/// What the binary runs stages with, besides the store: processes, snapshots and commits, and
+/// the workspace's failure patterns.
+pub struct Ports {
+    runner: ProcessRunner,
+    changes: FsChanges,
+    patterns: loopwright_engine::patterns::Library,
+}
+
+impl Ports {
+    /// The ports for a workspace.
+    pub fn new(ws: &Workspace) -> Result<Self, CliError> {
+        Ok(Self {
+            runner: ProcessRunner::new(ws.runs_dir()),
+            changes: FsChanges::new(ws.root.clone(), ws.runs_dir()),
+            patterns: super::patterns::library(ws)?,
+        })
+    }
+
+    /// An engine for a pipeline over these ports.
+    pub fn engine<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        store: &'a SqliteStore,
+        stopper: &'a CliStopper<'a>,
+        observer: &'a mut Observers,
+    ) -> CliEngine<'a> {
+        Engine {
+            pipeline,
+            store,
+            runner: &self.runner,
+            clock: &SystemClock,
+            observer,
+            stopper,
+            changes: &self.changes,
+            patterns: &self.patterns,
+        }
+    }
 }
 
 /// This process, as the owner of a run.
