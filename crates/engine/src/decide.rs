@@ -156,7 +156,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
 
 /// The stages to roll back, most recent first: those up to the failed stage (included) that
 /// declare a `rollback` and did something (succeeded, or failed / were cancelled in flight).
-fn rollback_candidates(pipeline: &Pipeline, state: &RunState, failed: Option<&Stage>) -> Vec<StageId> {
+pub fn rollback_candidates(pipeline: &Pipeline, state: &RunState, failed: Option<&Stage>) -> Vec<StageId> {
     let end = failed.and_then(|f| pipeline.index_of(f.id.as_str())).map_or(pipeline.stages.len(), |i| i + 1);
     pipeline.stages[..end]
         .iter()

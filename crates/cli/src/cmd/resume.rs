@@ -209,11 +209,13 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
             }
         }
     } else {
-        if let Some(groups) = state.in_flight().map(|s| s.process_groups.clone()).filter(|g| !g.is_empty()) {
-            ProcessRunner::new(ws.runs_dir()).end_leftovers(&groups);
-        }
-        if let Some(stage) = state.in_flight().map(|s| s.id.clone()) {
-            ProcessRunner::new(ws.runs_dir()).end_strays(&run, &stage);
+        // A crashed owner left the stage's processes: end the journaled groups and any strays.
+        if let Some(in_flight) = state.in_flight() {
+            let runner = ProcessRunner::new(ws.runs_dir());
+            if !in_flight.process_groups.is_empty() {
+                runner.end_leftovers(&in_flight.process_groups);
+            }
+            runner.end_strays(&run, &in_flight.id);
         }
         let stage = state.in_flight().or(state.waiting_for_approval()).map(|s| s.id.clone());
         let event = Event::RunCancelled { stage, by, rollback: args.rollback };

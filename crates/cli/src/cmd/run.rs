@@ -287,15 +287,11 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
             Event::ApprovalGranted { stage, by, comment: None }
         } else {
             // Seed 004's cancellation flow: offer to roll back what earlier stages changed.
-            let undoable: Vec<String> = engine
-                .pipeline
-                .stages
+            // The stages the state machine would roll back, in pipeline order.
+            let undoable: Vec<String> = loopwright_engine::decide::rollback_candidates(engine.pipeline, &state, None)
                 .iter()
-                .filter(|s| s.rollback.is_some())
-                .filter(|s| {
-                    state.stage(s.id.as_str()).is_some_and(|st| st.status == loopwright_engine::StageStatus::Success)
-                })
-                .map(|s| s.id.to_string())
+                .rev()
+                .map(ToString::to_string)
                 .collect();
             let rollback = !undoable.is_empty()
                 && ask_yes_no(&format!(

@@ -58,20 +58,14 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             match &record.event {
                 Event::AttemptFailed { stage, error, .. } => {
                     // The pattern journaled at the time, else a classification now.
-                    let text = format!("{}\n{}", error.message, error.output_tail);
-                    let c = match &error.pattern {
-                        Some(p) => loopwright_engine::patterns::Classification {
-                            matched_pattern: Some(p.clone()),
-                            confidence: 1.0,
-                            strategy: String::new(),
-                            signals: Vec::new(),
-                        },
-                        None => lib.classify(&text),
-                    };
+                    let pattern = error
+                        .pattern
+                        .clone()
+                        .or_else(|| lib.classify(&format!("{}\n{}", error.message, error.output_tail)).matched_pattern);
                     patterns
                         .entry(stage.to_string())
                         .or_default()
-                        .push(c.matched_pattern.unwrap_or_else(|| "unclassified".into()));
+                        .push(pattern.unwrap_or_else(|| "unclassified".into()));
                 }
                 Event::FeedbackChecked { action: FeedbackAction::Escalate, .. } => escalations += 1,
                 Event::EscalationAnswered { answer: Answer::Skip, .. } => skipped += 1,
