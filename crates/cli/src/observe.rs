@@ -71,6 +71,9 @@ impl Progress {
 
 impl Observer for Progress {
     fn on_event(&mut self, record: &EventRecord, state: &RunState, pipeline: &Pipeline) {
+        for l in loopwright_engine::closed_loop::context::log_lines(&record.event, state) {
+            self.line(&l);
+        }
         match &record.event {
             Event::RunStarted(started) => {
                 self.run_started = Instant::now();
@@ -216,6 +219,61 @@ impl Observer for Progress {
             | Event::SnapshotTaken { .. }
             | Event::ChangesCommitted { .. } => {}
             Event::SnapshotFailed { stage, reason, .. } => self.line(&format!("  {stage}: warning: {reason}")),
+            Event::Generated { stage, attempt, duration_ms, files, failure, .. } => {
+                self.stop_spinner();
+                let changed = if files.is_empty() { "no file changed".to_owned() } else { files.described().join(", ") };
+                match failure {
+                    Some(f) => self.line(&format!("✗ {stage} attempt {attempt}: {} ({})", f.summary, duration(*duration_ms))),
+                    None => self.line(&format!("  {stage} attempt {attempt} generated in {}: {changed}", duration(*duration_ms))),
+                }
+            }
+            Event::Evaluated { stage, checks, failure, .. } => {
+                for c in checks {
+                    let mark = if c.passed { "✓" } else { "✗" };
+                    self.line(&format!("  {mark} {stage} check {} `{}` ({})", c.name, c.command, duration(c.duration_ms)));
+                }
+                if checks.is_empty() {
+                    self.line(&format!("  {stage}: no checks to run (no `checks:` and no test or lint command found)"));
+                }
+                if let Some(f) = failure {
+                    for l in &f.lines {
+                        self.line(&format!("    │ {l}"));
+                    }
+                    let pattern = f.pattern.as_deref().map_or_else(
+                        || "no pattern matched (confidence < 0.3)".to_owned(),
+                        |p| format!("pattern {p} (confidence {:.2})", f.confidence),
+                    );
+                    self.line(&format!("  {stage}: {pattern}"));
+                }
+            }
+            Event::Analyzed { stage, analysis, .. } => {
+                self.line(&format!("  {stage}: ANALYZE → {}: {}", analysis.next.as_str(), analysis.reason))
+            }
+            Event::FixApplied { stage, fix, .. } => self.line(&format!("  {stage}: FIX {}", fix.applied)),
+            Event::LoopEscalated { stage, reason, .. } => {
+                self.stop_spinner();
+                if let (Some(started), Some(lp)) =
+                    (state.started.as_ref(), state.stage(stage.as_str()).and_then(|s| s.closed.as_deref()))
+                {
+                    let message = loopwright_engine::closed_loop::context::escalation_message(
+                        state.run_id.as_str(),
+                        &started.task,
+                        started.task_id.as_str(),
+                        stage.as_str(),
+                        lp,
+                        reason,
+                    );
+                    self.line(&message);
+                }
+            }
+            Event::DeadLettered { stage, detail, .. } => {
+                self.stop_spinner();
+                let task = state.started.as_ref().map(|s| s.task_id.to_string()).unwrap_or_default();
+                self.line(&format!(
+                    "✗ {stage}: {detail}\n  dead letter: .loopwright/state/dead-letters/{task}.md (`loopwright dead-letters show {task}`)"
+                ));
+            }
+            Event::Validated { .. } | Event::RegressionGate { .. } | Event::RegressionChecked { .. } => {}
             Event::SnapshotRestored { stage, report, .. } => self.line(&format!(
                 "  {stage}: undid the interrupted attempt's changes ({} restored, {} recreated, {} removed)",
                 report.restored, report.recreated, report.removed
@@ -252,6 +310,59 @@ impl Projector {
 }
 
 impl Projector {
+    /// Writes `dead-letters/TASK.md` (seed 000 "Dead Letter Format"), with similar earlier
+    /// dead letters aggregated, and a pattern-learning candidate when one is due.
+    fn dead_letter(&mut self, record: &EventRecord, state: &RunState, stage: &loopwright_spec::StageId, reason: &str) {
+        use loopwright_engine::closed_loop::context::{DeadLetter, DeadLetterSummary};
+        let (Some(started), Some(lp)) = (state.started.as_ref(), state.stage(stage.as_str()).and_then(|s| s.closed.as_deref()))
+        else {
+            return;
+        };
+        let dir = dead_letters_dir(&self.runs_dir);
+        let task = started.task_id.to_string();
+        let others: Vec<DeadLetterSummary> = std::fs::read_dir(&dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        name.ends_with(".md") && !name.starts_with("candidate-pattern-") && name != format!("{task}.md")
+                    })
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .filter_map(|t| DeadLetterSummary::parse(&t))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let located = lp
+            .iterations
+            .last()
+            .and_then(|i| i.failure.as_ref())
+            .and_then(|f| {
+                let changes = loopwright_runners::FsChanges::new(started.workspace.clone().into(), self.runs_dir.clone());
+                loopwright_engine::closed_loop::strategies::locations(&f.output, &changes).into_iter().next()
+            })
+            .map(|(f, _)| f);
+        let letter = DeadLetter {
+            run: state.run_id.as_str(),
+            task_id: &task,
+            task: &started.task,
+            stage: stage.as_str(),
+            state: lp,
+            reason,
+            blocked_at: record.at,
+            located: located.as_deref(),
+            others: &others,
+        };
+        let mut files = vec![(format!("{task}.md"), letter.render())];
+        files.extend(letter.learning_candidate());
+        for (name, text) in files {
+            let result = std::fs::create_dir_all(&dir).and_then(|()| write_atomic(&dir.join(&name), &text));
+            if let Err(e) = result {
+                eprintln!("loopwright: warning: cannot write {}: {e} (the journal has everything)", dir.join(name).display());
+            }
+        }
+    }
+
     /// Appends to `logs/retry.log` and `logs/retry.jsonl` (seed 001 formats) what a retry
     /// story needs: failed attempts, the retries scheduled, escalations and their answers, and
     /// how a stage that failed at least once ended.
@@ -307,6 +418,48 @@ impl Projector {
                 vec![serde_json::json!({"timestamp": ts, "event": "escalated", "task_id": key,
                     "attempts": st.map_or(0, |s| s.attempts), "reason": "feedback_iterations_exhausted"})],
             ),
+            Event::Analyzed { attempt, analysis, .. } => {
+                let f = st.and_then(|s| s.closed.as_deref()).and_then(|l| l.iterations.iter().find(|i| i.attempt == *attempt)).and_then(|i| i.failure.as_ref());
+                let Some(f) = f else { return };
+                let mut lines = vec![
+                    format!("attempt={attempt} status=failed type={} pattern={}", f.failure_type, f.key()),
+                    format!("error={}", q(&f.summary.chars().take(200).collect::<String>())),
+                ];
+                let mut json = vec![serde_json::json!({"timestamp": ts, "event": "attempt", "task_id": key, "attempt": attempt,
+                    "status": "failed", "failure_type": f.failure_type, "pattern": f.pattern, "error": f.summary,
+                    "duration_ms": st.and_then(|s| s.closed.as_deref()).and_then(|l| l.iterations.iter().find(|i| i.attempt == *attempt)).map_or(0, |i| i.duration_ms)})];
+                match analysis.next {
+                    loopwright_engine::closed_loop::NextAction::Fix => {
+                        lines.push(format!("suggested_fix={}", q(&format!("strategy {}", analysis.strategy.as_deref().unwrap_or("-")))));
+                    }
+                    loopwright_engine::closed_loop::NextAction::Escalate => {
+                        lines.push(format!("escalating reason={}", q(&analysis.reason)));
+                        json.push(serde_json::json!({"timestamp": ts, "event": "escalated", "task_id": key,
+                            "attempts": st.map_or(0, |s| s.attempts), "reason": analysis.reason}));
+                    }
+                    loopwright_engine::closed_loop::NextAction::DeadLetter => {}
+                }
+                (lines, json)
+            }
+            Event::FixApplied { attempt, fix, .. } => {
+                let lines = vec![
+                    format!("suggested_fix={}", q(&fix.applied)),
+                    format!("injecting_feedback attempt={}", attempt + 1),
+                ];
+                let feedback = fix.context.as_deref().map_or(0, |c| c.lines().count());
+                (lines, vec![serde_json::json!({"timestamp": ts, "event": "feedback_injected", "task_id": key,
+                    "attempt": attempt + 1, "strategy": fix.strategy, "feedback_lines": feedback})])
+            }
+            Event::DeadLettered { reason, .. } => (
+                vec![format!("resolved status=dead_letter reason={}", q(reason))],
+                vec![serde_json::json!({"timestamp": ts, "event": "resolved", "task_id": key, "resolution": "dead_letter",
+                    "total_attempts": st.map_or(0, |s| s.attempts), "total_duration_ms": st.map_or(0, |s| s.duration_ms)})],
+            ),
+            Event::StageSkipped { reason: loopwright_engine::SkipReason::EscalationSkip, .. } => (
+                vec!["resolved status=skipped".to_owned()],
+                vec![serde_json::json!({"timestamp": ts, "event": "resolved", "task_id": key, "resolution": "skipped",
+                    "total_attempts": st.map_or(0, |s| s.attempts), "total_duration_ms": st.map_or(0, |s| s.duration_ms)})],
+            ),
             Event::EscalationAnswered { answer, by, .. } => {
                 let answer = serde_json::to_value(answer).unwrap_or_default();
                 let name = answer["answer"].as_str().unwrap_or("").to_owned();
@@ -347,9 +500,15 @@ impl Observer for Projector {
                     | Event::AttemptFailed { .. }
                     | Event::RetryScheduled { .. }
                     | Event::StageFailed { .. }
+                    | Event::Generated { .. }
+                    | Event::Evaluated { .. }
+                    | Event::Analyzed { .. }
+                    | Event::FixApplied { .. }
+                    | Event::LoopEscalated { .. }
             )
             && let Some(s) = state.stage(stage.as_str())
             && (s.attempts > 1
+                || s.closed.is_some()
                 || s.last_error.is_some()
                 || pipeline.stage(stage.as_str()).is_some_and(|p| p.retry.is_some()))
         {
@@ -378,6 +537,7 @@ impl Observer for Projector {
                 self.write(state, "task.md", &task_markdown(pipeline, state));
                 self.write(state, "metrics.md", &metrics_markdown(state));
             }
+            Event::DeadLettered { stage, reason, .. } => self.dead_letter(record, state, stage, reason),
             Event::RunStarted(_)
             | Event::StageFailed { .. }
             | Event::ApprovalRequested { .. }
@@ -387,4 +547,9 @@ impl Observer for Projector {
             _ => {}
         }
     }
+}
+
+/// `.loopwright/state/dead-letters/`, next to `runs/`.
+pub fn dead_letters_dir(runs_dir: &std::path::Path) -> PathBuf {
+    runs_dir.parent().map_or_else(|| runs_dir.join("dead-letters"), |p| p.join("dead-letters"))
 }

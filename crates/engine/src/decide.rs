@@ -8,6 +8,7 @@ use loopwright_spec::outputs::typed_value;
 use loopwright_spec::{Condition, Pipeline, Stage, StageId};
 use serde_json::{Map, Value, json};
 
+use crate::closed_loop::{self, NextAction};
 use crate::event::{Answer, ConditionOutcome, Event, FailureKind, FeedbackAction, RunStatus, SkipReason, StageError};
 use crate::state::{RunState, StageStatus};
 
@@ -38,6 +39,26 @@ pub enum Step {
         stages: Vec<StageId>,
         /// The rollback was already started (and journaled) before a crash.
         resumed: bool,
+    },
+    /// Closed loop: evaluate the regression gate and take the baseline, before the first attempt.
+    Baseline {
+        /// The stage.
+        stage: StageId,
+    },
+    /// Closed loop: VALIDATE, EVALUATE and the regression re-check of an attempt (whichever
+    /// are not journaled yet); success when all pass.
+    Evaluate {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+    },
+    /// Closed loop: run the strategy ANALYZE chose for an attempt's failure.
+    Fix {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
     },
     /// Nothing more to do now: the run has this status.
     Done(RunStatus),
@@ -93,6 +114,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                 return Step::Execute { stage: stage.id.clone(), attempt: st.map_or(1, |s| s.attempts.max(1)) };
             }
             StageStatus::AttemptFailed => return after_failure(pipeline, state, stage),
+            StageStatus::Looping => return loop_step(state, stage, now),
             StageStatus::RetryWaiting => {
                 let s = st.expect("a waiting stage has state");
                 return match s.retry_at {
@@ -146,6 +168,11 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                         }
                         Some(_) => {}
                     }
+                }
+                if closed_loop::is_closed_loop(stage)
+                    && st.and_then(|s| s.closed.as_ref()).is_none_or(|l| l.regression_gate.is_none())
+                {
+                    return Step::Baseline { stage: stage.id.clone() };
                 }
                 return Step::Execute { stage: stage.id.clone(), attempt: st.map_or(0, |s| s.attempts) + 1 };
             }
@@ -258,6 +285,67 @@ fn feedback_step(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Option
             check(items.len(), blocking.len(), iteration, FeedbackAction::Accepted)
         }
         _ => None,
+    }
+}
+
+/// The closed loop after GENERATE (seed 000): evaluate, analyze, fix, escalate or give up.
+fn loop_step(state: &RunState, stage: &Stage, now: jiff::Timestamp) -> Step {
+    let st = state.stage(stage.id.as_str()).expect("a looping stage has state");
+    let lp = st.closed.as_ref().expect("a looping stage has a loop");
+    let it = lp.iterations.last().expect("a looping stage has generated");
+    let id = stage.id.clone();
+    if it.failure.is_none() {
+        return Step::Evaluate { stage: id, attempt: it.attempt };
+    }
+    let Some(analysis) = &it.analysis else {
+        return Step::Record(Event::Analyzed { stage: id, attempt: it.attempt, analysis: closed_loop::analyze(stage, lp) });
+    };
+    match analysis.next {
+        NextAction::Fix => match (&it.fix, it.fix_at) {
+            (Some(fix), Some(at)) => {
+                let until = at
+                    .checked_add(jiff::SignedDuration::from_millis(i64::try_from(fix.wait_ms).unwrap_or(i64::MAX)))
+                    .unwrap_or(at);
+                if until > now {
+                    Step::Wait { stage: id, until }
+                } else {
+                    Step::Execute { stage: id, attempt: st.attempts + 1 }
+                }
+            }
+            _ => Step::Fix { stage: id, attempt: it.attempt },
+        },
+        NextAction::Escalate => match (&lp.escalation, &lp.answer) {
+            (_, Some(Answer::Retry | Answer::Fix { .. })) => Step::Execute { stage: id, attempt: st.attempts + 1 },
+            (_, Some(Answer::Skip)) => Step::Record(Event::StageSkipped { stage: id, reason: SkipReason::EscalationSkip }),
+            (None, None) => {
+                Step::Record(Event::LoopEscalated { stage: id, attempt: it.attempt, reason: analysis.reason.clone() })
+            }
+            (Some(_), None) | (_, Some(Answer::Abort)) => Step::Done(RunStatus::Waiting),
+        },
+        NextAction::DeadLetter if lp.dead_letter.is_none() => Step::Record(Event::DeadLettered {
+            stage: id,
+            attempt: it.attempt,
+            reason: "retry_budget_exhausted".into(),
+            detail: analysis.reason.clone(),
+        }),
+        NextAction::DeadLetter => {
+            let failure = it.failure.as_ref().expect("checked above");
+            Step::Record(Event::StageFailed {
+                stage: id,
+                error: StageError {
+                    kind: FailureKind::ExecutionError,
+                    message: format!(
+                        "the closed loop gave up after {} attempt{} ({}); see the dead letter",
+                        lp.iterations.len(),
+                        if lp.iterations.len() == 1 { "" } else { "s" },
+                        analysis.reason
+                    ),
+                    exit_code: None,
+                    output_tail: failure.output.clone(),
+                    pattern: failure.pattern.clone(),
+                },
+            })
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use loopwright_spec::StageId;
 use serde::{Deserialize, Serialize};
 
+use crate::closed_loop::{Analysis, Baseline, CheckResult, Failure, FileChanges, FixResult, Regression, Violation};
 use crate::ids::TaskId;
 
 /// Outputs of one stage: key -> text.
@@ -243,6 +244,119 @@ pub enum Event {
         #[serde(default)]
         rollback: bool,
     },
+    /// Closed loop, GENERATE + EXECUTE: the agent's attempt ended, with the files it changed
+    /// and, when it failed, its failure classified.
+    Generated {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// How long the agent ran.
+        duration_ms: u64,
+        /// Its outputs (kept until EVALUATE passes).
+        #[serde(default, skip_serializing_if = "Outputs::is_empty")]
+        outputs: Outputs,
+        /// Files it changed.
+        #[serde(default)]
+        files: FileChanges,
+        /// Its failure, when the agent itself failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<Box<Failure>>,
+    },
+    /// Closed loop, VALIDATE: the pre-execution gates ran.
+    Validated {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// Gates checked.
+        gates: Vec<String>,
+        /// What they found.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        violations: Vec<Violation>,
+        /// The failure, when a gate failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<Box<Failure>>,
+    },
+    /// Closed loop, EVALUATE: the success checks ran (up to the first that failed).
+    Evaluated {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// Each check run.
+        checks: Vec<CheckResult>,
+        /// The first failure, classified.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<Box<Failure>>,
+    },
+    /// Closed loop: regression detection's complexity gate, before the first attempt, with
+    /// the baseline test results when it is on.
+    RegressionGate {
+        /// The stage.
+        stage: StageId,
+        /// The task's complexity.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        complexity: Option<String>,
+        /// Why it is on or off.
+        reason: String,
+        /// The baseline, when on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        baseline: Option<Baseline>,
+    },
+    /// Closed loop: the dependents' tests were compared with the baseline after EVALUATE passed.
+    RegressionChecked {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// Files that import the changed ones.
+        dependents: Vec<String>,
+        /// New failures among them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        regressions: Vec<Regression>,
+        /// The `regression-detected` failure, when there are regressions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<Box<Failure>>,
+    },
+    /// Closed loop, ANALYZE: what to do about the attempt's failure.
+    Analyzed {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// The decision.
+        analysis: Analysis,
+    },
+    /// Closed loop, FIX: a strategy ran.
+    FixApplied {
+        /// The stage.
+        stage: StageId,
+        /// The attempt whose failure it addressed.
+        attempt: u32,
+        /// What it did and found.
+        fix: FixResult,
+    },
+    /// Closed loop, ESCALATE: the run waits for `loopwright respond`.
+    LoopEscalated {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// Why.
+        reason: String,
+    },
+    /// Closed loop, DEAD LETTER: the loop gave up; the dead letter is written.
+    DeadLettered {
+        /// The stage.
+        stage: StageId,
+        /// The last attempt.
+        attempt: u32,
+        /// `retry_budget_exhausted` or `unrecoverable_error`.
+        reason: String,
+        /// In a sentence.
+        detail: String,
+    },
     /// The run ended (or paused) with this status.
     RunFinished {
         /// Final status.
@@ -271,7 +385,16 @@ impl Event {
             | Event::SnapshotRestored { stage, .. }
             | Event::ChangesCommitted { stage, .. }
             | Event::StageRolledBack { stage, .. }
-            | Event::EscalationAnswered { stage, .. } => Some(stage),
+            | Event::EscalationAnswered { stage, .. }
+            | Event::Generated { stage, .. }
+            | Event::Validated { stage, .. }
+            | Event::Evaluated { stage, .. }
+            | Event::RegressionGate { stage, .. }
+            | Event::RegressionChecked { stage, .. }
+            | Event::Analyzed { stage, .. }
+            | Event::FixApplied { stage, .. }
+            | Event::LoopEscalated { stage, .. }
+            | Event::DeadLettered { stage, .. } => Some(stage),
             Event::RunInterrupted { stage, .. } | Event::RunCancelled { stage, .. } => stage.as_ref(),
             Event::RunStarted(_)
             | Event::RunFinished { .. }
@@ -311,6 +434,15 @@ impl Event {
             Event::CancelRequested { .. } => "cancel_requested",
             Event::RunCancelled { .. } => "run_cancelled",
             Event::RunFinished { .. } => "run_finished",
+            Event::Generated { .. } => "generated",
+            Event::Validated { .. } => "validated",
+            Event::Evaluated { .. } => "evaluated",
+            Event::RegressionGate { .. } => "regression_gate",
+            Event::RegressionChecked { .. } => "regression_checked",
+            Event::Analyzed { .. } => "analyzed",
+            Event::FixApplied { .. } => "fix_applied",
+            Event::LoopEscalated { .. } => "loop_escalated",
+            Event::DeadLettered { .. } => "dead_lettered",
         }
     }
 
@@ -321,7 +453,9 @@ impl Event {
             Event::RunInterrupted { .. } => Some(RunStatus::Interrupted),
             Event::RunCancelled { .. } => Some(RunStatus::Cancelled),
             Event::ApprovalRequested { .. } => Some(RunStatus::Waiting),
-            Event::FeedbackChecked { action: FeedbackAction::Escalate, .. } => Some(RunStatus::Waiting),
+            Event::FeedbackChecked { action: FeedbackAction::Escalate, .. } | Event::LoopEscalated { .. } => {
+                Some(RunStatus::Waiting)
+            }
             Event::EscalationAnswered { answer: Answer::Abort, .. } => Some(RunStatus::Cancelled),
             Event::EscalationAnswered { .. } => Some(RunStatus::Running),
             Event::ApprovalRejected { .. } => Some(RunStatus::Cancelled),
@@ -478,6 +612,8 @@ pub enum SkipReason {
     ConditionFalse,
     /// It was named with `--skip`.
     SkipList,
+    /// A human answered its escalation with `skip`.
+    EscalationSkip,
 }
 
 impl SkipReason {
@@ -486,6 +622,7 @@ impl SkipReason {
         match self {
             SkipReason::ConditionFalse => "condition_false",
             SkipReason::SkipList => "skip_list",
+            SkipReason::EscalationSkip => "escalation_skip",
         }
     }
 }

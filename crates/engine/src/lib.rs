@@ -5,6 +5,7 @@
 //! [`state`] (how events become state). The engine does no I/O of its own: the journal is a
 //! [`ports::Store`], stages run through a [`ports::Runner`], time comes from a [`ports::Clock`].
 
+pub mod closed_loop;
 pub mod decide;
 pub mod event;
 pub mod ids;

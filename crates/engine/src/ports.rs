@@ -193,6 +193,9 @@ pub trait Runner {
     /// Ends processes of a stage of a run that the journal may not name (started just before a
     /// crash, before their group was journaled), found by their `LOOPWRIGHT_*` environment.
     fn end_strays(&self, _run: &RunId, _stage: &StageId) {}
+    /// Runs a check or fixer command through `sh -c` in `workspace`, in its own process group,
+    /// ended at `timeout`; stdout and stderr are captured.
+    async fn command(&self, command: &str, workspace: &std::path::Path, timeout: Duration) -> Execution;
 }
 
 /// The workspace's files as stages change them: snapshots before attempts (to undo a stage's
@@ -218,6 +221,26 @@ pub trait Changes {
     ) -> Result<Option<(String, usize)>, String>;
     /// Reverts the commits of a stage of a task, newest first; returns how many.
     fn revert(&self, task: &TaskId, stage: &StageId) -> Result<usize, String>;
+    /// The files that differ now from snapshot `name`.
+    fn changed(&self, _run: &RunId, _name: &str) -> Result<crate::closed_loop::FileChanges, String> {
+        Ok(crate::closed_loop::FileChanges::default())
+    }
+    /// A workspace file's text (path relative to the workspace), if it is one.
+    fn read(&self, _path: &str) -> Option<String> {
+        None
+    }
+    /// The workspace's files (relative paths, sorted), without `.git` and loopwright's state.
+    fn files(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// True when a workspace path leads outside the workspace (a symlink out of it).
+    fn escapes(&self, _path: &str) -> bool {
+        false
+    }
+    /// True when a program is on PATH.
+    fn has_program(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 /// No snapshots and no commits (tests, and workspaces where changes are not tracked).

@@ -110,6 +110,9 @@ pub fn metrics_markdown(state: &RunState) -> String {
 
 /// `attempts-STAGE.md`: seed 004's retry log of a stage.
 pub fn attempts_markdown(state: &RunState, stage: &StageState) -> String {
+    if let Some(lp) = stage.closed.as_deref() {
+        return loop_attempts_markdown(state, stage, lp);
+    }
     let task_id = state.started.as_ref().map(|s| s.task_id.to_string()).unwrap_or_default();
     let mut md = String::from("---\n");
     let _ = writeln!(md, "entity_name: {}", q(&format!("session.current.attempts.{task_id}.{}", stage.id)));
@@ -145,5 +148,75 @@ pub fn attempts_markdown(state: &RunState, stage: &StageState) -> String {
         let error = a.message.as_deref().unwrap_or("").replace('|', "\\|");
         let _ = writeln!(md, "| {} | {} | {} | {} | {} |", a.attempt, a.status, error, a.duration_ms, waited);
     }
+    md
+}
+
+/// A closed-loop stage's attempts in seed 000's "Attempt Tracking" format.
+fn loop_attempts_markdown(state: &RunState, stage: &StageState, lp: &crate::closed_loop::LoopState) -> String {
+    let task_id = state.started.as_ref().map(|s| s.task_id.to_string()).unwrap_or_default();
+    let created = lp.iterations.first().map_or_else(String::new, |i| i.at.to_string());
+    let updated = lp.iterations.last().map_or_else(String::new, |i| i.fix_at.unwrap_or(i.at).to_string());
+    let mut md = String::from("---\n");
+    let _ = writeln!(md, "entity_name: {}", q(&format!("session.current.attempts.{task_id}.{}", stage.id)));
+    md.push_str("namespace: session.current\ncategory: attempts\n");
+    let _ = writeln!(md, "task_id: {}", q(&task_id));
+    let _ = writeln!(md, "stage_id: {}", stage.id);
+    let _ = writeln!(md, "total_attempts: {}", lp.iterations.len());
+    let _ = writeln!(md, "final_status: {}", lp.status());
+    let _ = writeln!(md, "created_at: {created}\nupdated_at: {updated}");
+    md.push_str("tags: [attempts, closed-loop]\n---\n\n## Attempt History\n\n```yaml\nattempts:\n");
+    for it in &lp.iterations {
+        let _ = writeln!(md, "  - attempt: {}", it.attempt);
+        let _ = writeln!(md, "    timestamp: {}", q(&it.at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()));
+        let action = if it.files.is_empty() {
+            "changed no file".to_owned()
+        } else {
+            format!("changed {}", it.files.described().join(", "))
+        };
+        let _ = writeln!(md, "    action: {}", q(&action));
+        let checks = it.checks.as_deref().unwrap_or_default();
+        let result = match &it.failure {
+            Some(f) => f.summary.clone(),
+            None if lp.succeeded && lp.iterations.last().is_some_and(|l| l.attempt == it.attempt) => {
+                format!("All checks passed ({})", checks.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "))
+            }
+            None => "in progress".to_owned(),
+        };
+        let _ = writeln!(md, "    result: {}", q(&result));
+        let f = it.failure.as_ref();
+        let _ = writeln!(md, "    error: {}", f.and_then(|f| f.lines.first()).map_or_else(|| "null".to_owned(), |l| q(l)));
+        let _ = writeln!(md, "    pattern_matched: {}", f.and_then(|f| f.pattern.as_deref()).map_or_else(|| "null".to_owned(), q));
+        let _ = writeln!(md, "    confidence: {}", f.map_or(0.0, |f| f.confidence));
+        let strategy = it.analysis.as_ref().and_then(|a| a.strategy.as_deref());
+        let _ = writeln!(md, "    strategy_used: {}", strategy.map_or_else(|| "null".to_owned(), q));
+        if let Some(a) = &it.analysis {
+            let _ = writeln!(md, "    next: {}", a.next.as_str());
+        }
+        if let Some(fix) = &it.fix {
+            let _ = writeln!(md, "    fix_applied: {}", q(&fix.applied));
+        }
+        let _ = writeln!(md, "    duration_ms: {}", it.duration_ms + checks.iter().map(|c| c.duration_ms).sum::<u64>());
+        let files: Vec<String> = it.files.paths().iter().map(|p| q(p)).collect();
+        let _ = writeln!(md, "    files_modified: [{}]", files.join(", "));
+        if let Some((gates, violations)) = &it.validation {
+            let _ = writeln!(md, "    validation_passed: {}", violations.is_empty());
+            let _ = writeln!(md, "    validation_gates_run: {}", gates.len());
+            let _ = writeln!(md, "    validation_violations: {}", violations.len());
+        }
+        if !checks.is_empty() {
+            md.push_str("    checks:\n");
+            for c in checks {
+                let _ = writeln!(
+                    md,
+                    "      - {{name: {}, passed: {}, exit_code: {}, duration_ms: {}}}",
+                    q(&c.name),
+                    c.passed,
+                    c.exit_code.map_or_else(|| "null".to_owned(), |e| e.to_string()),
+                    c.duration_ms
+                );
+            }
+        }
+    }
+    md.push_str("```\n");
     md
 }

@@ -88,6 +88,52 @@ pub fn resolve_inputs(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> V
         .collect()
 }
 
+/// The `<retry_context>` block (seed 001) for a retry of `stage`: the closed loop's failures
+/// and strategies, or a plain stage retry's earlier errors. `None` on a first attempt.
+fn retry_block(stage: &Stage, state: &RunState) -> Option<String> {
+    use crate::closed_loop::context::{PriorFailure, loop_failures, retry_context};
+    let st = state.stage(stage.id.as_str())?;
+    if let Some(lp) = st.closed.as_ref().filter(|l| !l.iterations.is_empty()) {
+        let failures = loop_failures(lp);
+        let budget = lp
+            .iterations
+            .last()
+            .and_then(|i| i.failure.as_ref())
+            .map_or(crate::closed_loop::DEFAULT_BUDGET, |f| crate::closed_loop::budget(stage, f));
+        let max = u32::try_from(lp.base).unwrap_or(u32::MAX).saturating_add(budget).max(st.attempts);
+        return Some(retry_context(st.attempts, max, lp.user_fix.as_deref(), &failures));
+    }
+    let failed: Vec<&crate::state::AttemptRecord> =
+        st.attempt_log.iter().filter(|a| a.status == "failed" && a.attempt > st.pass_base).collect();
+    if failed.is_empty() {
+        return None;
+    }
+    let last_error = st.last_error.as_ref();
+    let failures: Vec<PriorFailure> = failed
+        .iter()
+        .map(|a| {
+            let is_last = failed.last().is_some_and(|l| l.attempt == a.attempt);
+            PriorFailure {
+                attempt: a.attempt,
+                failure_type: a.error.clone().unwrap_or_else(|| "execution_error".into()),
+                timestamp: a.timestamp,
+                summary: a.message.clone().unwrap_or_default(),
+                details: if is_last {
+                    last_error.map(|e| cap_tokens(e.output_tail.trim(), 200).0).unwrap_or_default()
+                } else {
+                    String::new()
+                },
+                files: Vec::new(),
+                suggested_fix: None,
+                context: None,
+                pattern: if is_last { last_error.and_then(|e| e.pattern.clone()).map(|p| (p, 1.0, None)) } else { None },
+            }
+        })
+        .collect();
+    let max = st.pass_base + stage.retry.as_ref().map_or(st.attempts, |r| r.max_attempts);
+    Some(retry_context(st.attempts, max.max(st.attempts), None, &failures))
+}
+
 /// Builds the prompt for an attempt of `stage`.
 pub fn build_prompt(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> String {
     let mut p = String::new();
@@ -96,6 +142,10 @@ pub fn build_prompt(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> Str
     {
         p.push_str(agent.persona.trim());
         p.push_str("\n\n");
+    }
+    if let Some(block) = retry_block(stage, state) {
+        p.push_str(&block);
+        p.push('\n');
     }
     let task = state.started.as_ref().map_or("", |s| s.task.as_str());
     let _ =

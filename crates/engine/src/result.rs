@@ -82,7 +82,14 @@ impl PipelineResult {
                     attempts: s.attempts,
                     duration_ms: s.duration_ms,
                     reason: s.skip_reason.map(|r| r.as_str().to_owned()),
-                    closed_loop: None,
+                    closed_loop: s.closed.as_deref().filter(|l| !l.iterations.is_empty()).map(|l| {
+                        serde_json::json!({
+                            "status": l.status(),
+                            "attempts": l.iterations.len(),
+                            "failure_pattern": if l.succeeded { None } else { l.last_pattern() },
+                            "escalation_reason": l.escalation_reason,
+                        })
+                    }),
                 })
                 .collect(),
             artifacts,

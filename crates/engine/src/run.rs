@@ -5,6 +5,7 @@ use loopwright_spec::outputs::extract;
 use loopwright_spec::{Pipeline, StageId};
 use tokio::sync::mpsc;
 
+use crate::closed_loop::{self, CheckResult, Failure, FixResult};
 use crate::decide::{Step, next_step};
 use crate::event::RollbackStatus;
 use crate::event::{Event, EventRecord, FailureKind, RunStarted, StageError};
@@ -38,6 +39,8 @@ pub struct Engine<'a, S, R, C, X, W> {
     pub changes: &'a W,
     /// The failure patterns failed attempts are classified with.
     pub patterns: &'a crate::patterns::Library,
+    /// Closed-loop settings (regression detection, backoff).
+    pub settings: &'a closed_loop::Settings,
 }
 
 /// How an attempt's execution ended from the engine's point of view.
@@ -73,6 +76,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     self.flush(&mut state).await?;
                     self.roll_back(&mut state, trigger, stages, resumed).await?
                 }
+                Step::Baseline { stage } => self.baseline(&mut state, stage).await?,
+                Step::Evaluate { stage, attempt } => self.evaluate(&mut state, stage, attempt).await?,
+                Step::Fix { stage, attempt } => self.fix(&mut state, stage, attempt).await?,
                 Step::Done(_) => {
                     self.flush(&mut state).await?;
                     return Ok(state);
@@ -135,8 +141,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             }
         }
         self.defer(state, Event::AttemptStarted { stage: stage_id.clone(), attempt });
+        let looped = closed_loop::is_closed_loop(stage);
         let tracks_changes = self.changes.enabled()
-            && (stage.mode == Mode::Agent
+            && (looped
+                || stage.mode == Mode::Agent
                 || stage.rollback.as_ref().is_some_and(|r| r.strategy == RollbackStrategy::FileRestore));
         let mut snapshot = format!("{stage_id}-{attempt}");
         let mut snapshot_taken = false;
@@ -189,6 +197,25 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             Ended::Stopped(stop) => return self.stop(state, stop).await,
         };
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
+        if looped {
+            // GENERATE + EXECUTE ended: what the agent changed, and its failure if it failed.
+            let files = if snapshot_taken { self.changes.changed(&state.run_id, &snapshot).unwrap_or_default() } else { Default::default() };
+            let (outputs, failure) = match judge(&stage.outputs, &execution) {
+                Ok(outputs) => (outputs, None),
+                Err(error) => {
+                    let failure_type = match error.kind {
+                        FailureKind::Timeout => "timeout",
+                        _ => "execution_error",
+                    };
+                    let full = format!("{}\n{}", execution.stderr, execution.stdout_tail());
+                    let summary = format!("the agent {}", error.message);
+                    let f = Failure::classify(self.patterns, "generate", failure_type, summary, &full);
+                    (Default::default(), Some(Box::new(f)))
+                }
+            };
+            let event = Event::Generated { stage: stage_id, attempt, duration_ms, outputs, files, failure };
+            return self.record(state, event).await;
+        }
         let succeeded = match judge(&stage.outputs, &execution) {
             Ok(outputs) => {
                 self.defer(state, Event::AttemptSucceeded { stage: stage_id.clone(), attempt, duration_ms, outputs });
@@ -204,23 +231,288 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             }
         };
         if succeeded && snapshot_taken && stage.mode == Mode::Agent {
-            // A commit changes the repository: the attempt's end is journaled first.
-            self.flush(state).await?;
-            let task = state.started.as_ref().map(|s| s.task_id.clone()).expect("a started run");
-            let event = match self.changes.commit(&state.run_id, &snapshot, &task, &stage_id) {
-                Ok(Some((commit, files))) => Some(Event::ChangesCommitted { stage: stage_id.clone(), commit, files }),
-                Ok(None) => None,
-                Err(e) => Some(Event::SnapshotFailed {
-                    stage: stage_id.clone(),
-                    attempt,
-                    reason: format!("the stage's changes could not be committed: {e}"),
-                }),
-            };
-            if let Some(event) = event {
-                self.record(state, event).await?;
-            }
+            // A commit changes the repository: the attempt's end is journaled first (by
+            // `commit`). Everything changed since the stage's first attempt is committed.
+            let first = state.stage(stage_id.as_str()).and_then(|s| s.snapshots.first()).map(|(_, n)| n.clone());
+            self.commit(state, &stage_id, attempt, &first.unwrap_or(snapshot)).await?;
         }
         Ok(())
+    }
+
+    /// Closed loop, before the first attempt: regression detection's complexity gate
+    /// (seed 000) and, when it is on, the baseline test results.
+    async fn baseline(&mut self, state: &mut RunState, stage_id: StageId) -> Result<(), StoreError> {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
+        let given = state.started.as_ref().and_then(|s| s.vars.get("complexity").cloned()).filter(|c| !c.is_empty());
+        let config = stage.closed_loop.as_ref();
+        let complexity = config.and_then(|c| c.complexity).map(|c| format!("{c:?}").to_lowercase()).or(given);
+        let settings = &self.settings.regression;
+        let (enabled, reason) = match config.and_then(|c| c.regression) {
+            Some(on) => (on, format!("closed_loop.regression: {on}")),
+            None => match &complexity {
+                Some(c) if settings.enabled_for_complexity.contains(c) => {
+                    (true, format!("complexity {c} is in enabled_for_complexity"))
+                }
+                Some(c) => (false, format!("complexity {c} is not in enabled_for_complexity")),
+                None => (false, "no complexity given".to_owned()),
+            },
+        };
+        let command = settings
+            .test_command
+            .clone()
+            .or_else(|| closed_loop::checks::Project::detect(self.changes).verbose_test_command());
+        let baseline = match (enabled, command) {
+            (true, Some(command)) => {
+                self.flush(state).await?;
+                let workspace = state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
+                let run = self.runner.command(&command, &workspace, stage.timeout).await;
+                let output = format!("{}\n{}", run.stdout, run.stderr);
+                let results = closed_loop::regression::parse_results(&output, self.changes);
+                Some(closed_loop::Baseline { command, results })
+            }
+            _ => None,
+        };
+        let reason = if enabled && baseline.is_none() { format!("{reason}, but the project has no test command") } else { reason };
+        self.record(state, Event::RegressionGate { stage: stage_id, complexity, reason, baseline }).await
+    }
+
+    /// Closed loop: VALIDATE, EVALUATE and the regression re-check, each unless journaled
+    /// already; the first that fails ends the step (ANALYZE is next); success when all pass.
+    async fn evaluate(&mut self, state: &mut RunState, stage_id: StageId, attempt: u32) -> Result<(), StoreError> {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
+        let st = state.stage(stage_id.as_str()).expect("a looping stage has state");
+        let lp = st.closed.as_ref().expect("a looping stage has a loop");
+        let it = lp.iterations.last().expect("a looping stage has generated").clone();
+        let snapshot = st.snapshots.iter().rev().find(|(a, _)| *a == attempt).map(|(_, n)| n.clone());
+        let first_snapshot = st.snapshots.first().map(|(_, n)| n.clone());
+        let all_files = lp.files();
+        let gate = lp.regression_gate.clone().flatten();
+        let workspace = state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
+        self.flush(state).await?;
+        if it.validation.is_none() {
+            let violations = closed_loop::checks::validate(&it.files, stage.mode, self.changes);
+            let plan = violations.iter().any(|v| v.gate == "plan_mode");
+            if plan && let Some(name) = &snapshot {
+                // Plan mode is read-only: what the attempt changed is put back.
+                if let Ok(report) = self.changes.restore(&state.run_id, name) {
+                    self.record(state, Event::SnapshotRestored { stage: stage_id.clone(), attempt, report }).await?;
+                }
+            }
+            let failure = (!violations.is_empty()).then(|| {
+                let text: Vec<String> = violations.iter().map(|v| format!("{}: {}", v.gate, v.message)).collect();
+                let summary = format!(
+                    "pre-execution validation failed: {} violation{} ({})",
+                    violations.len(),
+                    if violations.len() == 1 { "" } else { "s" },
+                    violations.iter().map(|v| v.gate.as_str()).collect::<Vec<_>>().join(", ")
+                );
+                let kind = if plan { "security_violation" } else { "validation_failed" };
+                Box::new(Failure::classify(self.patterns, "pre_validation", kind, summary, &text.join("\n")))
+            });
+            let failed = failure.is_some();
+            let gates = closed_loop::checks::GATES.iter().map(|g| (*g).to_owned()).collect();
+            self.record(state, Event::Validated { stage: stage_id.clone(), attempt, gates, violations, failure }).await?;
+            if failed {
+                return Ok(());
+            }
+        }
+        if it.checks.is_none() {
+            let task_type = state.started.as_ref().and_then(|s| s.vars.get("task_type").cloned());
+            let checks = closed_loop::checks::checks_for(&stage.checks, task_type.as_deref(), self.changes);
+            let mut results = Vec::new();
+            let mut failure = None;
+            for check in checks {
+                let run = self.runner.command(&check.command, &workspace, stage.timeout).await;
+                let output = match (run.stdout.trim().is_empty(), run.stderr.trim().is_empty()) {
+                    (false, false) => format!("{}\n{}", run.stdout.trim_end(), run.stderr.trim_end()),
+                    (true, _) => run.stderr.clone(),
+                    (false, true) => run.stdout.clone(),
+                };
+                let exit_code = match run.outcome {
+                    crate::ports::ExecOutcome::Exited(c) => Some(c),
+                    _ => None,
+                };
+                let expected_ok = check.expected.as_ref().is_none_or(|e| output.contains(e.as_str()));
+                let passed = exit_code == Some(0) && expected_ok;
+                let kind = check.kind.as_str().to_owned();
+                results.push(CheckResult {
+                    name: check.name.clone(),
+                    kind,
+                    command: check.command.clone(),
+                    passed,
+                    exit_code,
+                    output: closed_loop::tail_chars(&output, closed_loop::OUTPUT_CHARS),
+                    duration_ms: u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX),
+                });
+                if !passed {
+                    let how = match (&run.outcome, expected_ok) {
+                        (crate::ports::ExecOutcome::Exited(0), false) => format!(
+                            "did not print the expected `{}`",
+                            check.expected.as_deref().unwrap_or_default()
+                        ),
+                        (crate::ports::ExecOutcome::Exited(c), _) => format!("returned exit code {c}"),
+                        (crate::ports::ExecOutcome::TimedOut, _) => "ran past the stage's timeout".to_owned(),
+                        (crate::ports::ExecOutcome::Signaled(s), _) => format!("was killed by signal {s}"),
+                        (crate::ports::ExecOutcome::SpawnFailed(why), _) => format!("could not start: {why}"),
+                    };
+                    let failure_type =
+                        if run.outcome == crate::ports::ExecOutcome::TimedOut { "timeout" } else { "verification_failed" };
+                    let summary = format!("check `{}` (`{}`) {how}", check.name, check.command);
+                    failure = Some(Box::new(Failure::classify(self.patterns, &check.name, failure_type, summary, &output)));
+                    break;
+                }
+            }
+            let failed = failure.is_some();
+            self.record(state, Event::Evaluated { stage: stage_id.clone(), attempt, checks: results, failure }).await?;
+            if failed {
+                return Ok(());
+            }
+        }
+        if let Some(baseline) = gate.filter(|_| it.regression.is_none()) {
+            let settings = &self.settings.regression;
+            let changed: Vec<&str> = all_files.paths();
+            let dependents = closed_loop::regression::dependents(
+                self.changes,
+                &changed,
+                settings.search_depth,
+                &settings.exclude_patterns,
+            );
+            let mut regressions = Vec::new();
+            if !dependents.is_empty() {
+                let run = self.runner.command(&baseline.command, &workspace, stage.timeout).await;
+                let current =
+                    closed_loop::regression::parse_results(&format!("{}\n{}", run.stdout, run.stderr), self.changes);
+                regressions = closed_loop::regression::compare(&baseline.results, &current, &dependents);
+            }
+            let failure = (!regressions.is_empty()).then(|| {
+                let report = closed_loop::regression::report(&regressions);
+                let summary = format!(
+                    "regression check: {} dependent file{} with new test failures ({})",
+                    regressions.len(),
+                    if regressions.len() == 1 { "" } else { "s" },
+                    regressions.iter().map(|r| r.file.as_str()).collect::<Vec<_>>().join(", ")
+                );
+                let mut f = Failure::classify(self.patterns, "regression_check", "regression", summary, &report);
+                if let Some(p) = self.patterns.get("regression-detected") {
+                    f.pattern = Some(p.id.clone());
+                    f.confidence = 1.0;
+                    f.strategy = p.strategy.clone();
+                    f.alternatives = p.alternatives.clone();
+                    f.max_auto_retries = Some(p.max_auto_retries);
+                    f.retryable = p.retryable;
+                    f.lines = regressions
+                        .iter()
+                        .map(|r| format!("{}: {} new failure(s): {}", r.file, r.new_failures, r.tests.join(", ")))
+                        .collect();
+                }
+                Box::new(f)
+            });
+            let failed = failure.is_some();
+            let event = Event::RegressionChecked { stage: stage_id.clone(), attempt, dependents, regressions, failure };
+            self.record(state, event).await?;
+            if failed {
+                return Ok(());
+            }
+        }
+        // SUCCESS: the agent's outputs become the stage's; its changes are committed.
+        let event = Event::AttemptSucceeded { stage: stage_id.clone(), attempt, duration_ms: 0, outputs: it.outputs };
+        self.record(state, event).await?;
+        if stage.mode == Mode::Agent
+            && let Some(first) = first_snapshot
+        {
+            self.commit(state, &stage_id, attempt, &first).await?;
+        }
+        Ok(())
+    }
+
+    /// Closed loop, FIX: runs the strategy ANALYZE chose for an attempt's failure.
+    async fn fix(&mut self, state: &mut RunState, stage_id: StageId, attempt: u32) -> Result<(), StoreError> {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
+        let st = state.stage(stage_id.as_str()).expect("a looping stage has state");
+        let lp = st.closed.as_ref().expect("a looping stage has a loop");
+        let it = lp.iterations.last().expect("a looping stage has generated").clone();
+        let failure = it.failure.clone().expect("FIX follows a failure");
+        let strategy = it.analysis.as_ref().and_then(|a| a.strategy.clone()).unwrap_or_else(|| "analyze_then_fix".into());
+        let backoffs = u32::try_from(
+            lp.iterations.iter().filter_map(|i| i.fix.as_ref()).filter(|f| f.strategy == "retry_with_backoff").count(),
+        )
+        .unwrap_or(u32::MAX);
+        let workspace = state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
+        self.flush(state).await?;
+        let ws: &dyn crate::ports::Changes = self.changes;
+        let fix = match strategy.as_str() {
+            "auto_fix" => {
+                let fix_command = failure.pattern.as_deref().and_then(|p| self.patterns.get(p)).and_then(|p| p.fix_command.clone());
+                match closed_loop::strategies::fixer_command(&failure, fix_command.as_deref(), ws) {
+                    Some(command) => {
+                        let run = self.runner.command(&command, &workspace, stage.timeout).await;
+                        let fixed = run.outcome == crate::ports::ExecOutcome::Exited(0);
+                        // Re-run the check that failed, to see whether the fixer resolved it.
+                        let check = it.checks.as_ref().and_then(|c| c.iter().find(|c| !c.passed)).map(|c| c.command.clone());
+                        let resolved = match (fixed, check) {
+                            (true, Some(check)) => {
+                                self.runner.command(&check, &workspace, stage.timeout).await.outcome
+                                    == crate::ports::ExecOutcome::Exited(0)
+                            }
+                            _ => false,
+                        };
+                        let applied = format!(
+                            "auto_fix: ran `{command}` ({}); the failed check {} afterwards",
+                            if fixed { "exit 0" } else { "it failed" },
+                            if resolved { "passes" } else { "still fails" }
+                        );
+                        FixResult { strategy, applied, context: None, resolved, wait_ms: 0 }
+                    }
+                    None => {
+                        let (applied, context) = closed_loop::strategies::analyze_then_fix(&failure, ws);
+                        FixResult {
+                            strategy,
+                            applied: format!("auto_fix: no fixer found for this project; {applied}"),
+                            context,
+                            resolved: false,
+                            wait_ms: 0,
+                        }
+                    }
+                }
+            }
+            "context_expand" => {
+                let (applied, context) = closed_loop::strategies::context_expand(&failure, ws);
+                FixResult { strategy, applied, context, resolved: false, wait_ms: 0 }
+            }
+            "dependency_check" => {
+                let (applied, context) = closed_loop::strategies::dependency_check(&failure, ws);
+                FixResult { strategy, applied, context, resolved: false, wait_ms: 0 }
+            }
+            "retry_with_backoff" => {
+                let delay = closed_loop::strategies::backoff_delay(self.settings.backoff_initial, backoffs + 1);
+                let wait_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                let applied = format!("retry_with_backoff: waiting {:.1}s before generating again", delay.as_secs_f64());
+                FixResult { strategy, applied, context: None, resolved: false, wait_ms }
+            }
+            _ => {
+                let (applied, context) = closed_loop::strategies::analyze_then_fix(&failure, ws);
+                FixResult { strategy, applied, context, resolved: false, wait_ms: 0 }
+            }
+        };
+        self.record(state, Event::FixApplied { stage: stage_id, attempt, fix }).await
+    }
+
+    /// Commits what changed since snapshot `name` for a stage, and journals the commit.
+    async fn commit(&mut self, state: &mut RunState, stage_id: &StageId, attempt: u32, name: &str) -> Result<(), StoreError> {
+        let task = state.started.as_ref().map(|s| s.task_id.clone()).expect("a started run");
+        let event = match self.changes.commit(&state.run_id, name, &task, stage_id) {
+            Ok(Some((commit, files))) => Some(Event::ChangesCommitted { stage: stage_id.clone(), commit, files }),
+            Ok(None) => None,
+            Err(e) => Some(Event::SnapshotFailed {
+                stage: stage_id.clone(),
+                attempt,
+                reason: format!("the stage's changes could not be committed: {e}"),
+            }),
+        };
+        match event {
+            Some(event) => self.record(state, event).await,
+            None => Ok(()),
+        }
     }
 
     /// Rolls back stages, most recent first, each by its strategy.

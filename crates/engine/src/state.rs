@@ -20,6 +20,8 @@ pub enum StageStatus {
     AttemptFailed,
     /// Waiting to retry.
     RetryWaiting,
+    /// In the closed loop, between GENERATE and the next attempt (VALIDATE … FIX).
+    Looping,
     /// Finished well.
     Success,
     /// Failed for good.
@@ -39,7 +41,9 @@ impl StageStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             StageStatus::Pending => "pending",
-            StageStatus::Running | StageStatus::AttemptFailed | StageStatus::RetryWaiting => "running",
+            StageStatus::Running | StageStatus::AttemptFailed | StageStatus::RetryWaiting | StageStatus::Looping => {
+                "running"
+            }
             StageStatus::Success => "success",
             StageStatus::Failed => "failed",
             StageStatus::Timeout => "timeout",
@@ -109,6 +113,8 @@ pub struct StageState {
     /// Attempts made before the current pass (a feedback loop starts a new pass, with a fresh
     /// retry budget; attempts keep counting across passes).
     pub pass_base: u32,
+    /// The closed loop of a `skill: closed-loop-execution` stage.
+    pub closed: Option<Box<crate::closed_loop::LoopState>>,
 }
 
 /// One attempt of a stage, for the retry log.
@@ -182,7 +188,43 @@ impl StageState {
             snapshots: Vec::new(),
             commits: Vec::new(),
             rollback: None,
+            closed: None,
         }
+    }
+
+    fn closed_mut(&mut self) -> &mut crate::closed_loop::LoopState {
+        self.closed.get_or_insert_with(Default::default)
+    }
+
+    /// The closed loop's iteration of `attempt`.
+    fn iteration_mut(&mut self, attempt: u32) -> Option<&mut crate::closed_loop::Iteration> {
+        self.closed.as_mut()?.iterations.iter_mut().rev().find(|i| i.attempt == attempt)
+    }
+
+    /// Records a closed-loop failure on the attempt log and as the stage's last error.
+    fn loop_failure(&mut self, attempt: u32, failure: Option<&crate::closed_loop::Failure>) {
+        let Some(f) = failure else { return };
+        if let Some(it) = self.iteration_mut(attempt) {
+            it.failure = Some(f.clone());
+        }
+        if let Some(a) = self.attempt_log.iter_mut().rev().find(|a| a.attempt == attempt) {
+            a.status = "failed";
+            a.error = Some(f.failure_type.clone());
+            a.message = Some(f.summary.clone());
+        }
+        self.last_error = Some(StageError {
+            kind: if f.failure_type == "security_violation" {
+                crate::event::FailureKind::SecurityViolation
+            } else if f.failure_type == "timeout" {
+                crate::event::FailureKind::Timeout
+            } else {
+                crate::event::FailureKind::ExecutionError
+            },
+            message: f.summary.clone(),
+            exit_code: None,
+            output_tail: f.output.clone(),
+            pattern: f.pattern.clone(),
+        });
     }
 }
 
@@ -335,6 +377,9 @@ impl RunState {
                 });
                 s.status = StageStatus::Running;
                 s.attempts = s.attempts.max(*attempt);
+                if let Some(lp) = s.closed.as_mut() {
+                    lp.answer = None;
+                }
                 s.process_groups.clear();
                 s.retry_at = None;
             }
@@ -370,6 +415,18 @@ impl RunState {
                 s.escalation_answer = Some(answer.clone());
                 if *answer == crate::event::Answer::Abort {
                     s.status = StageStatus::Cancelled;
+                }
+                if let Some(lp) = s.closed.as_mut().filter(|l| l.escalation.is_some()) {
+                    lp.escalation = None;
+                    lp.answer = Some(answer.clone());
+                    match answer {
+                        crate::event::Answer::Retry => lp.base = lp.iterations.len(),
+                        crate::event::Answer::Fix { text } => {
+                            lp.base = lp.iterations.len();
+                            lp.user_fix = Some(text.clone());
+                        }
+                        crate::event::Answer::Skip | crate::event::Answer::Abort => {}
+                    }
                 }
             }
             Event::RunInterrupted { .. } | Event::CancelRequested { .. } => {}
@@ -416,7 +473,10 @@ impl RunState {
                 let s = self.stage_mut(stage);
                 if let Some(a) = s.attempt_log.last_mut() {
                     a.status = "success";
-                    a.duration_ms = *duration_ms;
+                    a.duration_ms = a.duration_ms.max(*duration_ms);
+                }
+                if let Some(lp) = s.closed.as_mut() {
+                    lp.succeeded = true;
                 }
                 s.status = StageStatus::Success;
                 s.duration_ms += duration_ms;
@@ -457,6 +517,78 @@ impl RunState {
                 self.failed_stage = Some(stage.clone());
             }
             Event::RunFinished { .. } => {}
+            Event::Generated { stage, attempt, duration_ms, outputs, files, failure } => {
+                let at = record.at;
+                let s = self.stage_mut(stage);
+                s.status = StageStatus::Looping;
+                s.duration_ms += duration_ms;
+                s.process_groups.clear();
+                if let Some(a) = s.attempt_log.iter_mut().rev().find(|a| a.attempt == *attempt) {
+                    a.duration_ms = *duration_ms;
+                }
+                let lp = s.closed_mut();
+                lp.iterations.retain(|i| i.attempt != *attempt);
+                lp.iterations.push(crate::closed_loop::Iteration {
+                    attempt: *attempt,
+                    at,
+                    duration_ms: *duration_ms,
+                    outputs: outputs.clone(),
+                    files: files.clone(),
+                    validation: None,
+                    checks: None,
+                    regression: None,
+                    failure: None,
+                    analysis: None,
+                    fix: None,
+                    fix_at: None,
+                });
+                s.loop_failure(*attempt, failure.as_deref());
+            }
+            Event::Validated { stage, attempt, gates, violations, failure } => {
+                let s = self.stage_mut(stage);
+                if let Some(it) = s.iteration_mut(*attempt) {
+                    it.validation = Some((gates.clone(), violations.clone()));
+                }
+                s.loop_failure(*attempt, failure.as_deref());
+            }
+            Event::Evaluated { stage, attempt, checks, failure } => {
+                let s = self.stage_mut(stage);
+                s.duration_ms += checks.iter().map(|c| c.duration_ms).sum::<u64>();
+                if let Some(it) = s.iteration_mut(*attempt) {
+                    it.checks = Some(checks.clone());
+                }
+                s.loop_failure(*attempt, failure.as_deref());
+            }
+            Event::RegressionGate { stage, baseline, .. } => {
+                self.stage_mut(stage).closed_mut().regression_gate = Some(baseline.clone());
+            }
+            Event::RegressionChecked { stage, attempt, dependents, regressions, failure } => {
+                let s = self.stage_mut(stage);
+                if let Some(it) = s.iteration_mut(*attempt) {
+                    it.regression = Some((dependents.clone(), regressions.clone()));
+                }
+                s.loop_failure(*attempt, failure.as_deref());
+            }
+            Event::Analyzed { stage, attempt, analysis } => {
+                if let Some(it) = self.stage_mut(stage).iteration_mut(*attempt) {
+                    it.analysis = Some(analysis.clone());
+                }
+            }
+            Event::FixApplied { stage, attempt, fix } => {
+                let at = record.at;
+                if let Some(it) = self.stage_mut(stage).iteration_mut(*attempt) {
+                    it.fix = Some(fix.clone());
+                    it.fix_at = Some(at);
+                }
+            }
+            Event::LoopEscalated { stage, reason, .. } => {
+                let lp = self.stage_mut(stage).closed_mut();
+                lp.escalation = Some(reason.clone());
+                lp.escalation_reason = Some(reason.clone());
+            }
+            Event::DeadLettered { stage, reason, .. } => {
+                self.stage_mut(stage).closed_mut().dead_letter = Some(reason.clone());
+            }
         }
     }
 
@@ -516,9 +648,10 @@ impl RunState {
         if self.status != RunStatus::Waiting {
             return None;
         }
-        self.stages
-            .iter()
-            .find(|s| s.feedback == Some(crate::event::FeedbackAction::Escalate) && s.escalation_answer.is_none())
+        self.stages.iter().find(|s| {
+            (s.feedback == Some(crate::event::FeedbackAction::Escalate) && s.escalation_answer.is_none())
+                || s.closed.as_ref().is_some_and(|l| l.escalation.is_some())
+        })
     }
 
     /// Outputs of every stage that has them, keyed by stage id (what `stage_outputs` is).

@@ -72,6 +72,10 @@ impl Runner for ScriptedRunner {
     fn end_leftovers(&self, groups: &[ProcessGroup]) {
         self.ended.borrow_mut().extend_from_slice(groups);
     }
+    async fn command(&self, command: &str, _: &std::path::Path, _: Duration) -> Execution {
+        let why = format!("the scripted runner runs no commands ({command})");
+        Execution { outcome: ExecOutcome::SpawnFailed(why), stdout: String::new(), stderr: String::new(), duration: Duration::ZERO }
+    }
 }
 
 /// A clock that stands still except when the engine waits.
@@ -165,6 +169,7 @@ async fn run(
         stopper: &NeverStop,
         changes: &NoChanges,
         patterns: &Library::builtin(),
+        settings: &Default::default(),
     };
     engine.start(RunId::new("r"), started).await.expect("run")
 }
@@ -330,6 +335,7 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
         stopper: &NeverStop,
         changes: &NoChanges,
         patterns: &Library::builtin(),
+        settings: &Default::default(),
     };
     let state = engine.drive(state).await.expect("drive");
     assert_eq!(state.status, RunStatus::Success);

@@ -11,6 +11,7 @@ pub mod snapshot;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use loopwright_engine::closed_loop::FileChanges;
 use loopwright_engine::event::RestoreCounts;
 use loopwright_engine::ports::{Changes, ExecOutcome, Execution, Notice, ProcessGroup, Runner, StageRequest};
 use loopwright_engine::{RunId, TaskId};
@@ -183,6 +184,27 @@ impl Runner for ProcessRunner {
         }
     }
 
+    async fn command(&self, command: &str, workspace: &std::path::Path, timeout: Duration) -> Execution {
+        let started = Instant::now();
+        let argv = vec!["sh".to_owned(), "-c".to_owned(), command.to_owned()];
+        let spawn = Spawn {
+            argv: &argv,
+            stdin: None,
+            env: &[],
+            cwd: workspace,
+            deadline: started + timeout,
+            grace: self.kill_grace,
+            output_cap: self.output_cap,
+        };
+        let result = process::run(spawn, |_, _| {}).await;
+        Execution {
+            outcome: exec_outcome(result.end),
+            stdout: result.stdout,
+            stderr: result.stderr,
+            duration: started.elapsed(),
+        }
+    }
+
     fn end_leftovers(&self, process_groups: &[ProcessGroup]) {
         // A group is ours while its leader is the process we started, or while the leader is
         // gone but members remain (the group id cannot be reused while any member lives).
@@ -272,6 +294,38 @@ impl Changes for FsChanges {
         let paths: Vec<String> = modified.into_iter().chain(deleted).chain(created).collect();
         let n = paths.len();
         Ok(git::commit(&self.workspace, &paths, task.as_str(), stage.as_str())?.map(|sha| (sha, n)))
+    }
+
+    fn changed(&self, run: &RunId, name: &str) -> Result<FileChanges, String> {
+        let manifest =
+            snapshot::load(&self.store(run), name).map_err(|e| format!("cannot read snapshot {name}: {e}"))?;
+        let (modified, deleted, created) = snapshot::changes(&self.workspace, &manifest).map_err(|e| e.to_string())?;
+        Ok(FileChanges { modified, created, deleted })
+    }
+
+    fn read(&self, path: &str) -> Option<String> {
+        let rel = std::path::Path::new(path);
+        if rel.is_absolute() || rel.components().any(|c| c == std::path::Component::ParentDir) {
+            return None;
+        }
+        let bytes = std::fs::read(self.workspace.join(rel)).ok()?;
+        // Text files only, and not huge ones.
+        (bytes.len() <= 4 * 1024 * 1024).then(|| String::from_utf8(bytes).ok()).flatten()
+    }
+
+    fn files(&self) -> Vec<String> {
+        snapshot::walk(&self.workspace).map(|f| f.into_keys().collect()).unwrap_or_default()
+    }
+
+    fn escapes(&self, path: &str) -> bool {
+        let (Ok(root), Ok(full)) = (self.workspace.canonicalize(), self.workspace.join(path).canonicalize()) else {
+            return false;
+        };
+        !full.starts_with(root)
+    }
+
+    fn has_program(&self, name: &str) -> bool {
+        process::resolve(name).is_absolute()
     }
 
     fn revert(&self, task: &TaskId, stage: &StageId) -> Result<usize, String> {

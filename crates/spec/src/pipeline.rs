@@ -303,6 +303,11 @@ impl CheckKind {
         ("syntax", CheckKind::Syntax),
         ("command", CheckKind::Command),
     ];
+
+    /// The kind's name.
+    pub fn as_str(self) -> &'static str {
+        Self::ALL.iter().find(|(_, k)| *k == self).map_or("custom", |(n, _)| n)
+    }
 }
 
 /// One explicit success check.

@@ -66,6 +66,10 @@ impl Runner for TimingRunner {
     fn end_leftovers(&self, groups: &[ProcessGroup]) {
         self.inner.end_leftovers(groups);
     }
+
+    async fn command(&self, command: &str, workspace: &Path, timeout: Duration) -> Execution {
+        self.inner.command(command, workspace, timeout).await
+    }
 }
 
 fn write_pipeline(root: &Path, stages: usize) -> Result<(), CliError> {
@@ -132,6 +136,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         stopper: &NeverStop,
         changes: &changes,
         patterns: &loopwright_engine::patterns::Library::builtin(),
+        settings: &Default::default(),
     };
     let state = engine.start(RunId::generate(jiff::Timestamp::now(), random_u64()), started).await?;
     let engine_wall = t.elapsed();

@@ -187,6 +187,62 @@ pub fn line(r: &EventRecord) -> String {
             format!("run cancelled by {by}{}", stage.as_ref().map(|s| format!(" at stage {s}")).unwrap_or_default())
         }
         Event::RunFinished { status } => format!("run {}", status.as_str()),
+        Event::Generated { stage, attempt, duration_ms, files, failure, .. } => format!(
+            "{stage}: attempt {attempt} GENERATE+EXECUTE in {}: {}{}",
+            duration(*duration_ms),
+            if files.is_empty() { "no file changed".to_owned() } else { files.described().join(", ") },
+            failure.as_ref().map(|f| format!("; failed: {}", f.summary)).unwrap_or_default()
+        ),
+        Event::Validated { stage, attempt, gates, violations, .. } => format!(
+            "{stage}: attempt {attempt} VALIDATE {} gate(s): {}",
+            gates.len(),
+            if violations.is_empty() {
+                "passed".to_owned()
+            } else {
+                violations.iter().map(|v| v.message.clone()).collect::<Vec<_>>().join("; ")
+            }
+        ),
+        Event::Evaluated { stage, attempt, checks, failure } => format!(
+            "{stage}: attempt {attempt} EVALUATE {}{}",
+            checks
+                .iter()
+                .map(|c| format!("{} {}", c.name, if c.passed { "passed" } else { "failed" }))
+                .collect::<Vec<_>>()
+                .join(", "),
+            failure
+                .as_ref()
+                .map(|f| format!(
+                    "; pattern {} ({:.2}, strategy {})",
+                    f.pattern.as_deref().unwrap_or("none"),
+                    f.confidence,
+                    f.strategy
+                ))
+                .unwrap_or_default()
+        ),
+        Event::RegressionGate { stage, reason, baseline, .. } => format!(
+            "{stage}: regression detection {} ({reason}){}",
+            if baseline.is_some() { "on" } else { "off" },
+            baseline.as_ref().map(|b| format!(", baseline of {} file(s) from `{}`", b.results.len(), b.command)).unwrap_or_default()
+        ),
+        Event::RegressionChecked { stage, attempt, dependents, regressions, .. } => format!(
+            "{stage}: attempt {attempt} regression check of {} dependent(s): {}",
+            dependents.len(),
+            if regressions.is_empty() {
+                "passed".to_owned()
+            } else {
+                regressions.iter().map(|r| format!("{} +{} failure(s)", r.file, r.new_failures)).collect::<Vec<_>>().join(", ")
+            }
+        ),
+        Event::Analyzed { stage, attempt, analysis } => {
+            format!("{stage}: attempt {attempt} ANALYZE -> {}: {}", analysis.next.as_str(), analysis.reason)
+        }
+        Event::FixApplied { stage, attempt, fix } => format!("{stage}: attempt {attempt} FIX {}", fix.applied),
+        Event::LoopEscalated { stage, attempt, reason } => {
+            format!("{stage}: attempt {attempt} ESCALATE (waits for `respond`): {reason}")
+        }
+        Event::DeadLettered { stage, attempt, reason, detail } => {
+            format!("{stage}: attempt {attempt} DEAD LETTER ({reason}): {detail}")
+        }
     };
     format!("{:>4}  {at}  {what}", r.seq)
 }

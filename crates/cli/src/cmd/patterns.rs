@@ -29,15 +29,34 @@ pub enum Command {
     List,
 }
 
+/// The workspace's `failure-patterns.yml`, if it has one.
+fn project_file(ws: &Workspace) -> Result<Option<PatternFile>, CliError> {
+    let path = ws.root.join(".loopwright/failure-patterns.yml");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(PatternFile::parse(&SourceFile::new(ws.shown(&path), text)).map_err(CliError::Invalid)?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(CliError::usage(format!("cannot read {}: {e}", path.display()))),
+    }
+}
+
 /// The workspace's effective library.
 pub fn library(ws: &Workspace) -> Result<Library, CliError> {
     let path = ws.root.join(".loopwright/failure-patterns.yml");
-    let project = match std::fs::read_to_string(&path) {
-        Ok(text) => Some(PatternFile::parse(&SourceFile::new(ws.shown(&path), text)).map_err(CliError::Invalid)?),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+    Library::new(project_file(ws)?).map_err(|e| CliError::usage(format!("{}: {e}", ws.shown(&path))))
+}
+
+/// The closed loop's settings: `verification-gates.yml` and the `strategies` section of
+/// `failure-patterns.yml`.
+pub fn closed_loop_settings(ws: &Workspace) -> Result<loopwright_engine::closed_loop::Settings, CliError> {
+    let path = ws.root.join(".loopwright/verification-gates.yml");
+    let regression = match std::fs::read_to_string(&path) {
+        Ok(text) => loopwright_engine::closed_loop::regression::Settings::parse(&text)
+            .map_err(|e| CliError::usage(format!("{}: {e}", ws.shown(&path))))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
         Err(e) => return Err(CliError::usage(format!("cannot read {}: {e}", path.display()))),
     };
-    Library::new(project).map_err(|e| CliError::usage(format!("{}: {e}", ws.shown(&path))))
+    let strategies = project_file(ws)?.and_then(|f| f.strategies);
+    Ok(loopwright_engine::closed_loop::Settings { regression, ..Default::default() }.with_strategies(strategies.as_ref()))
 }
 
 /// `loopwright patterns`.

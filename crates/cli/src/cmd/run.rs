@@ -216,6 +216,7 @@ pub struct Ports {
     runner: ProcessRunner,
     changes: FsChanges,
     patterns: loopwright_engine::patterns::Library,
+    settings: loopwright_engine::closed_loop::Settings,
 }
 
 impl Ports {
@@ -225,6 +226,7 @@ impl Ports {
             runner: ProcessRunner::new(ws.runs_dir()),
             changes: FsChanges::new(ws.root.clone(), ws.runs_dir()),
             patterns: super::patterns::library(ws)?,
+            settings: super::patterns::closed_loop_settings(ws)?,
         })
     }
 
@@ -245,6 +247,7 @@ impl Ports {
             stopper,
             changes: &self.changes,
             patterns: &self.patterns,
+            settings: &self.settings,
         }
     }
 }

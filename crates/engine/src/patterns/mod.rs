@@ -54,7 +54,13 @@ pub struct Classification {
     pub strategy: String,
     /// The signals of that pattern that matched.
     pub signals: Vec<String>,
+    /// The lines where they matched (at most [`MAX_DECISIVE_LINES`]), for feedback prompts.
+    #[serde(skip)]
+    pub lines: Vec<String>,
 }
+
+/// Decisive lines kept by `classify`.
+pub const MAX_DECISIVE_LINES: usize = 8;
 
 /// A pattern library ready to classify logs. The one-pass matcher is built on first use, so a
 /// run whose stages all succeed never pays for it.
@@ -209,6 +215,8 @@ impl Library {
         let set = self.set();
         let text = strip_ansi(output);
         let mut best = vec![0.0f64; self.owners.len()];
+        // Lines with matches and their signals, for the winner's decisive lines.
+        let mut hits: Vec<(&str, Vec<usize>)> = Vec::new();
         for line in text.lines() {
             let line = truncate(line, MAX_LINE);
             if !set.is_match(line) {
@@ -217,8 +225,12 @@ impl Library {
             let lower = line.to_ascii_lowercase();
             // A signal on a warning line says less about why the command failed.
             let weight = if lower.contains("warning") && !lower.contains("error") { 0.3 } else { 1.0 };
-            for i in set.matches(line) {
+            let matched: Vec<usize> = set.matches(line).into_iter().collect();
+            for &i in &matched {
                 best[i] = best[i].max(self.owners[i].1 * weight);
+            }
+            if hits.len() < 256 {
+                hits.push((line, matched));
             }
         }
         let mut miss = vec![1.0f64; self.patterns.len()];
@@ -241,12 +253,19 @@ impl Library {
                     .filter(|(i, s)| **s > 0.0 && self.owners[*i].0 == p)
                     .map(|(i, _)| self.owners[i].2.clone())
                     .collect(),
+                lines: hits
+                    .iter()
+                    .filter(|(_, m)| m.iter().any(|i| self.owners[*i].0 == p))
+                    .map(|(l, _)| truncate(l.trim(), 300).to_owned())
+                    .take(MAX_DECISIVE_LINES)
+                    .collect(),
             },
             other => Classification {
                 matched_pattern: None,
                 confidence: other.map_or(0.0, |(_, c)| (c * 1000.0).round() / 1000.0),
                 strategy: "analyze_then_fix".into(),
                 signals: Vec::new(),
+                lines: Vec::new(),
             },
         }
     }
