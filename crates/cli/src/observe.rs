@@ -112,7 +112,9 @@ impl Observer for Progress {
                 } else {
                     format!("  → {}", outputs.keys().cloned().collect::<Vec<_>>().join(", "))
                 };
-                self.line(&format!("✓ {stage}  {}{outs}", duration(*duration_ms)));
+                let total =
+                    state.stage(stage.as_str()).filter(|s| s.closed.is_some()).map_or(*duration_ms, |s| s.duration_ms);
+                self.line(&format!("✓ {stage}  {}{outs}", duration(total)));
             }
             Event::AttemptFailed { stage, duration_ms, error, attempt } => {
                 self.stop_spinner();
@@ -221,16 +223,27 @@ impl Observer for Progress {
             Event::SnapshotFailed { stage, reason, .. } => self.line(&format!("  {stage}: warning: {reason}")),
             Event::Generated { stage, attempt, duration_ms, files, failure, .. } => {
                 self.stop_spinner();
-                let changed = if files.is_empty() { "no file changed".to_owned() } else { files.described().join(", ") };
+                let changed =
+                    if files.is_empty() { "no file changed".to_owned() } else { files.described().join(", ") };
                 match failure {
-                    Some(f) => self.line(&format!("✗ {stage} attempt {attempt}: {} ({})", f.summary, duration(*duration_ms))),
-                    None => self.line(&format!("  {stage} attempt {attempt} generated in {}: {changed}", duration(*duration_ms))),
+                    Some(f) => {
+                        self.line(&format!("✗ {stage} attempt {attempt}: {} ({})", f.summary, duration(*duration_ms)))
+                    }
+                    None => self.line(&format!(
+                        "  {stage} attempt {attempt} generated in {}: {changed}",
+                        duration(*duration_ms)
+                    )),
                 }
             }
             Event::Evaluated { stage, checks, failure, .. } => {
                 for c in checks {
                     let mark = if c.passed { "✓" } else { "✗" };
-                    self.line(&format!("  {mark} {stage} check {} `{}` ({})", c.name, c.command, duration(c.duration_ms)));
+                    self.line(&format!(
+                        "  {mark} {stage} check {} `{}` ({})",
+                        c.name,
+                        c.command,
+                        duration(c.duration_ms)
+                    ));
                 }
                 if checks.is_empty() {
                     self.line(&format!("  {stage}: no checks to run (no `checks:` and no test or lint command found)"));
@@ -249,7 +262,22 @@ impl Observer for Progress {
             Event::Analyzed { stage, analysis, .. } => {
                 self.line(&format!("  {stage}: ANALYZE → {}: {}", analysis.next.as_str(), analysis.reason))
             }
-            Event::FixApplied { stage, fix, .. } => self.line(&format!("  {stage}: FIX {}", fix.applied)),
+            Event::FixApplied { stage, fix, attempt } => {
+                self.line(&format!("  {stage}: FIX {}", fix.applied));
+                if let Some(context) = &fix.context {
+                    let lines: Vec<&str> = context.lines().filter(|l| !l.trim().is_empty()).collect();
+                    for l in lines.iter().take(4) {
+                        self.line(&format!("    │ {l}"));
+                    }
+                    if lines.len() > 4 {
+                        self.line(&format!("    │ … ({} more lines)", lines.len() - 4));
+                    }
+                }
+                self.line(&format!(
+                    "  {stage}: feeding the failure back into attempt {} (<retry_context>)",
+                    attempt + 1
+                ));
+            }
             Event::LoopEscalated { stage, reason, .. } => {
                 self.stop_spinner();
                 if let (Some(started), Some(lp)) =
@@ -314,7 +342,8 @@ impl Projector {
     /// dead letters aggregated, and a pattern-learning candidate when one is due.
     fn dead_letter(&mut self, record: &EventRecord, state: &RunState, stage: &loopwright_spec::StageId, reason: &str) {
         use loopwright_engine::closed_loop::context::{DeadLetter, DeadLetterSummary};
-        let (Some(started), Some(lp)) = (state.started.as_ref(), state.stage(stage.as_str()).and_then(|s| s.closed.as_deref()))
+        let (Some(started), Some(lp)) =
+            (state.started.as_ref(), state.stage(stage.as_str()).and_then(|s| s.closed.as_deref()))
         else {
             return;
         };
@@ -338,7 +367,8 @@ impl Projector {
             .last()
             .and_then(|i| i.failure.as_ref())
             .and_then(|f| {
-                let changes = loopwright_runners::FsChanges::new(started.workspace.clone().into(), self.runs_dir.clone());
+                let changes =
+                    loopwright_runners::FsChanges::new(started.workspace.clone().into(), self.runs_dir.clone());
                 loopwright_engine::closed_loop::strategies::locations(&f.output, &changes).into_iter().next()
             })
             .map(|(f, _)| f);
@@ -358,7 +388,10 @@ impl Projector {
         for (name, text) in files {
             let result = std::fs::create_dir_all(&dir).and_then(|()| write_atomic(&dir.join(&name), &text));
             if let Err(e) = result {
-                eprintln!("loopwright: warning: cannot write {}: {e} (the journal has everything)", dir.join(name).display());
+                eprintln!(
+                    "loopwright: warning: cannot write {}: {e} (the journal has everything)",
+                    dir.join(name).display()
+                );
             }
         }
     }
@@ -419,19 +452,22 @@ impl Projector {
                     "attempts": st.map_or(0, |s| s.attempts), "reason": "feedback_iterations_exhausted"})],
             ),
             Event::Analyzed { attempt, analysis, .. } => {
-                let f = st.and_then(|s| s.closed.as_deref()).and_then(|l| l.iterations.iter().find(|i| i.attempt == *attempt)).and_then(|i| i.failure.as_ref());
+                let f = st
+                    .and_then(|s| s.closed.as_deref())
+                    .and_then(|l| l.iterations.iter().find(|i| i.attempt == *attempt))
+                    .and_then(|i| i.failure.as_ref());
                 let Some(f) = f else { return };
                 let mut lines = vec![
                     format!("attempt={attempt} status=failed type={} pattern={}", f.failure_type, f.key()),
                     format!("error={}", q(&f.summary.chars().take(200).collect::<String>())),
                 ];
-                let mut json = vec![serde_json::json!({"timestamp": ts, "event": "attempt", "task_id": key, "attempt": attempt,
+                let mut json = vec![
+                    serde_json::json!({"timestamp": ts, "event": "attempt", "task_id": key, "attempt": attempt,
                     "status": "failed", "failure_type": f.failure_type, "pattern": f.pattern, "error": f.summary,
-                    "duration_ms": st.and_then(|s| s.closed.as_deref()).and_then(|l| l.iterations.iter().find(|i| i.attempt == *attempt)).map_or(0, |i| i.duration_ms)})];
+                    "duration_ms": st.and_then(|s| s.closed.as_deref()).and_then(|l| l.iterations.iter().find(|i| i.attempt == *attempt)).map_or(0, |i| i.duration_ms)}),
+                ];
                 match analysis.next {
-                    loopwright_engine::closed_loop::NextAction::Fix => {
-                        lines.push(format!("suggested_fix={}", q(&format!("strategy {}", analysis.strategy.as_deref().unwrap_or("-")))));
-                    }
+                    loopwright_engine::closed_loop::NextAction::Fix => {}
                     loopwright_engine::closed_loop::NextAction::Escalate => {
                         lines.push(format!("escalating reason={}", q(&analysis.reason)));
                         json.push(serde_json::json!({"timestamp": ts, "event": "escalated", "task_id": key,
@@ -447,13 +483,18 @@ impl Projector {
                     format!("injecting_feedback attempt={}", attempt + 1),
                 ];
                 let feedback = fix.context.as_deref().map_or(0, |c| c.lines().count());
-                (lines, vec![serde_json::json!({"timestamp": ts, "event": "feedback_injected", "task_id": key,
-                    "attempt": attempt + 1, "strategy": fix.strategy, "feedback_lines": feedback})])
+                (
+                    lines,
+                    vec![serde_json::json!({"timestamp": ts, "event": "feedback_injected", "task_id": key,
+                    "attempt": attempt + 1, "strategy": fix.strategy, "feedback_lines": feedback})],
+                )
             }
             Event::DeadLettered { reason, .. } => (
                 vec![format!("resolved status=dead_letter reason={}", q(reason))],
-                vec![serde_json::json!({"timestamp": ts, "event": "resolved", "task_id": key, "resolution": "dead_letter",
-                    "total_attempts": st.map_or(0, |s| s.attempts), "total_duration_ms": st.map_or(0, |s| s.duration_ms)})],
+                vec![
+                    serde_json::json!({"timestamp": ts, "event": "resolved", "task_id": key, "resolution": "dead_letter",
+                    "total_attempts": st.map_or(0, |s| s.attempts), "total_duration_ms": st.map_or(0, |s| s.duration_ms)}),
+                ],
             ),
             Event::StageSkipped { reason: loopwright_engine::SkipReason::EscalationSkip, .. } => (
                 vec!["resolved status=skipped".to_owned()],

@@ -298,7 +298,11 @@ fn loop_step(state: &RunState, stage: &Stage, now: jiff::Timestamp) -> Step {
         return Step::Evaluate { stage: id, attempt: it.attempt };
     }
     let Some(analysis) = &it.analysis else {
-        return Step::Record(Event::Analyzed { stage: id, attempt: it.attempt, analysis: closed_loop::analyze(stage, lp) });
+        return Step::Record(Event::Analyzed {
+            stage: id,
+            attempt: it.attempt,
+            analysis: closed_loop::analyze(stage, lp),
+        });
     };
     match analysis.next {
         NextAction::Fix => match (&it.fix, it.fix_at) {
@@ -316,7 +320,9 @@ fn loop_step(state: &RunState, stage: &Stage, now: jiff::Timestamp) -> Step {
         },
         NextAction::Escalate => match (&lp.escalation, &lp.answer) {
             (_, Some(Answer::Retry | Answer::Fix { .. })) => Step::Execute { stage: id, attempt: st.attempts + 1 },
-            (_, Some(Answer::Skip)) => Step::Record(Event::StageSkipped { stage: id, reason: SkipReason::EscalationSkip }),
+            (_, Some(Answer::Skip)) => {
+                Step::Record(Event::StageSkipped { stage: id, reason: SkipReason::EscalationSkip })
+            }
             (None, None) => {
                 Step::Record(Event::LoopEscalated { stage: id, attempt: it.attempt, reason: analysis.reason.clone() })
             }

@@ -184,8 +184,13 @@ fn loop_attempts_markdown(state: &RunState, stage: &StageState, lp: &crate::clos
         };
         let _ = writeln!(md, "    result: {}", q(&result));
         let f = it.failure.as_ref();
-        let _ = writeln!(md, "    error: {}", f.and_then(|f| f.lines.first()).map_or_else(|| "null".to_owned(), |l| q(l)));
-        let _ = writeln!(md, "    pattern_matched: {}", f.and_then(|f| f.pattern.as_deref()).map_or_else(|| "null".to_owned(), q));
+        let _ =
+            writeln!(md, "    error: {}", f.and_then(|f| f.lines.first()).map_or_else(|| "null".to_owned(), |l| q(l)));
+        let _ = writeln!(
+            md,
+            "    pattern_matched: {}",
+            f.and_then(|f| f.pattern.as_deref()).map_or_else(|| "null".to_owned(), q)
+        );
         let _ = writeln!(md, "    confidence: {}", f.map_or(0.0, |f| f.confidence));
         let strategy = it.analysis.as_ref().and_then(|a| a.strategy.as_deref());
         let _ = writeln!(md, "    strategy_used: {}", strategy.map_or_else(|| "null".to_owned(), q));

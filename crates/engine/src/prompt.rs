@@ -126,7 +126,11 @@ fn retry_block(stage: &Stage, state: &RunState) -> Option<String> {
                 files: Vec::new(),
                 suggested_fix: None,
                 context: None,
-                pattern: if is_last { last_error.and_then(|e| e.pattern.clone()).map(|p| (p, 1.0, None)) } else { None },
+                pattern: if is_last {
+                    last_error.and_then(|e| e.pattern.clone()).map(|p| (p, 1.0, None))
+                } else {
+                    None
+                },
             }
         })
         .collect();

@@ -199,7 +199,11 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
         if looped {
             // GENERATE + EXECUTE ended: what the agent changed, and its failure if it failed.
-            let files = if snapshot_taken { self.changes.changed(&state.run_id, &snapshot).unwrap_or_default() } else { Default::default() };
+            let files = if snapshot_taken {
+                self.changes.changed(&state.run_id, &snapshot).unwrap_or_default()
+            } else {
+                Default::default()
+            };
             let (outputs, failure) = match judge(&stage.outputs, &execution) {
                 Ok(outputs) => (outputs, None),
                 Err(error) => {
@@ -264,7 +268,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let baseline = match (enabled, command) {
             (true, Some(command)) => {
                 self.flush(state).await?;
-                let workspace = state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
+                let workspace =
+                    state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
                 let run = self.runner.command(&command, &workspace, stage.timeout).await;
                 let output = format!("{}\n{}", run.stdout, run.stderr);
                 let results = closed_loop::regression::parse_results(&output, self.changes);
@@ -272,7 +277,11 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             }
             _ => None,
         };
-        let reason = if enabled && baseline.is_none() { format!("{reason}, but the project has no test command") } else { reason };
+        let reason = if enabled && baseline.is_none() {
+            format!("{reason}, but the project has no test command")
+        } else {
+            reason
+        };
         self.record(state, Event::RegressionGate { stage: stage_id, complexity, reason, baseline }).await
     }
 
@@ -311,7 +320,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             });
             let failed = failure.is_some();
             let gates = closed_loop::checks::GATES.iter().map(|g| (*g).to_owned()).collect();
-            self.record(state, Event::Validated { stage: stage_id.clone(), attempt, gates, violations, failure }).await?;
+            self.record(state, Event::Validated { stage: stage_id.clone(), attempt, gates, violations, failure })
+                .await?;
             if failed {
                 return Ok(());
             }
@@ -346,19 +356,22 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 });
                 if !passed {
                     let how = match (&run.outcome, expected_ok) {
-                        (crate::ports::ExecOutcome::Exited(0), false) => format!(
-                            "did not print the expected `{}`",
-                            check.expected.as_deref().unwrap_or_default()
-                        ),
+                        (crate::ports::ExecOutcome::Exited(0), false) => {
+                            format!("did not print the expected `{}`", check.expected.as_deref().unwrap_or_default())
+                        }
                         (crate::ports::ExecOutcome::Exited(c), _) => format!("returned exit code {c}"),
                         (crate::ports::ExecOutcome::TimedOut, _) => "ran past the stage's timeout".to_owned(),
                         (crate::ports::ExecOutcome::Signaled(s), _) => format!("was killed by signal {s}"),
                         (crate::ports::ExecOutcome::SpawnFailed(why), _) => format!("could not start: {why}"),
                     };
-                    let failure_type =
-                        if run.outcome == crate::ports::ExecOutcome::TimedOut { "timeout" } else { "verification_failed" };
+                    let failure_type = if run.outcome == crate::ports::ExecOutcome::TimedOut {
+                        "timeout"
+                    } else {
+                        "verification_failed"
+                    };
                     let summary = format!("check `{}` (`{}`) {how}", check.name, check.command);
-                    failure = Some(Box::new(Failure::classify(self.patterns, &check.name, failure_type, summary, &output)));
+                    failure =
+                        Some(Box::new(Failure::classify(self.patterns, &check.name, failure_type, summary, &output)));
                     break;
                 }
             }
@@ -432,7 +445,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let lp = st.closed.as_ref().expect("a looping stage has a loop");
         let it = lp.iterations.last().expect("a looping stage has generated").clone();
         let failure = it.failure.clone().expect("FIX follows a failure");
-        let strategy = it.analysis.as_ref().and_then(|a| a.strategy.clone()).unwrap_or_else(|| "analyze_then_fix".into());
+        let strategy =
+            it.analysis.as_ref().and_then(|a| a.strategy.clone()).unwrap_or_else(|| "analyze_then_fix".into());
         let backoffs = u32::try_from(
             lp.iterations.iter().filter_map(|i| i.fix.as_ref()).filter(|f| f.strategy == "retry_with_backoff").count(),
         )
@@ -442,13 +456,15 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let ws: &dyn crate::ports::Changes = self.changes;
         let fix = match strategy.as_str() {
             "auto_fix" => {
-                let fix_command = failure.pattern.as_deref().and_then(|p| self.patterns.get(p)).and_then(|p| p.fix_command.clone());
+                let fix_command =
+                    failure.pattern.as_deref().and_then(|p| self.patterns.get(p)).and_then(|p| p.fix_command.clone());
                 match closed_loop::strategies::fixer_command(&failure, fix_command.as_deref(), ws) {
                     Some(command) => {
                         let run = self.runner.command(&command, &workspace, stage.timeout).await;
                         let fixed = run.outcome == crate::ports::ExecOutcome::Exited(0);
                         // Re-run the check that failed, to see whether the fixer resolved it.
-                        let check = it.checks.as_ref().and_then(|c| c.iter().find(|c| !c.passed)).map(|c| c.command.clone());
+                        let check =
+                            it.checks.as_ref().and_then(|c| c.iter().find(|c| !c.passed)).map(|c| c.command.clone());
                         let resolved = match (fixed, check) {
                             (true, Some(check)) => {
                                 self.runner.command(&check, &workspace, stage.timeout).await.outcome
@@ -486,7 +502,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             "retry_with_backoff" => {
                 let delay = closed_loop::strategies::backoff_delay(self.settings.backoff_initial, backoffs + 1);
                 let wait_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-                let applied = format!("retry_with_backoff: waiting {:.1}s before generating again", delay.as_secs_f64());
+                let applied =
+                    format!("retry_with_backoff: waiting {:.1}s before generating again", delay.as_secs_f64());
                 FixResult { strategy, applied, context: None, resolved: false, wait_ms }
             }
             _ => {
@@ -498,7 +515,13 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
     }
 
     /// Commits what changed since snapshot `name` for a stage, and journals the commit.
-    async fn commit(&mut self, state: &mut RunState, stage_id: &StageId, attempt: u32, name: &str) -> Result<(), StoreError> {
+    async fn commit(
+        &mut self,
+        state: &mut RunState,
+        stage_id: &StageId,
+        attempt: u32,
+        name: &str,
+    ) -> Result<(), StoreError> {
         let task = state.started.as_ref().map(|s| s.task_id.clone()).expect("a started run");
         let event = match self.changes.commit(&state.run_id, name, &task, stage_id) {
             Ok(Some((commit, files))) => Some(Event::ChangesCommitted { stage: stage_id.clone(), commit, files }),

@@ -74,7 +74,12 @@ impl Runner for ScriptedRunner {
     }
     async fn command(&self, command: &str, _: &std::path::Path, _: Duration) -> Execution {
         let why = format!("the scripted runner runs no commands ({command})");
-        Execution { outcome: ExecOutcome::SpawnFailed(why), stdout: String::new(), stderr: String::new(), duration: Duration::ZERO }
+        Execution {
+            outcome: ExecOutcome::SpawnFailed(why),
+            stdout: String::new(),
+            stderr: String::new(),
+            duration: Duration::ZERO,
+        }
     }
 }
 

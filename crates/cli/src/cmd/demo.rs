@@ -30,7 +30,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     }
     eprintln!("loopwright demo: a tiny project whose test fails, in {}", root.display());
     eprintln!(
-        "  pipeline: diagnose (agent, plan mode) -> security_review (only if 'ciso' in always_include) -> fix (agent) -> verify (shell: the real test)\n"
+        "  pipeline: diagnose (agent, plan mode) -> security_review (only if 'ciso' in always_include)\n            -> fix (agent, closed loop: checked by the real test, failures fed back) -> verify (shell)\n"
     );
     let demo_global = Global { dir: Some(root.clone()), json: global.json };
     let args = super::run::Args {

@@ -222,7 +222,10 @@ pub fn line(r: &EventRecord) -> String {
         Event::RegressionGate { stage, reason, baseline, .. } => format!(
             "{stage}: regression detection {} ({reason}){}",
             if baseline.is_some() { "on" } else { "off" },
-            baseline.as_ref().map(|b| format!(", baseline of {} file(s) from `{}`", b.results.len(), b.command)).unwrap_or_default()
+            baseline
+                .as_ref()
+                .map(|b| format!(", baseline of {} file(s) from `{}`", b.results.len(), b.command))
+                .unwrap_or_default()
         ),
         Event::RegressionChecked { stage, attempt, dependents, regressions, .. } => format!(
             "{stage}: attempt {attempt} regression check of {} dependent(s): {}",
@@ -230,7 +233,11 @@ pub fn line(r: &EventRecord) -> String {
             if regressions.is_empty() {
                 "passed".to_owned()
             } else {
-                regressions.iter().map(|r| format!("{} +{} failure(s)", r.file, r.new_failures)).collect::<Vec<_>>().join(", ")
+                regressions
+                    .iter()
+                    .map(|r| format!("{} +{} failure(s)", r.file, r.new_failures))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         ),
         Event::Analyzed { stage, attempt, analysis } => {

@@ -56,7 +56,8 @@ pub fn closed_loop_settings(ws: &Workspace) -> Result<loopwright_engine::closed_
         Err(e) => return Err(CliError::usage(format!("cannot read {}: {e}", path.display()))),
     };
     let strategies = project_file(ws)?.and_then(|f| f.strategies);
-    Ok(loopwright_engine::closed_loop::Settings { regression, ..Default::default() }.with_strategies(strategies.as_ref()))
+    Ok(loopwright_engine::closed_loop::Settings { regression, ..Default::default() }
+        .with_strategies(strategies.as_ref()))
 }
 
 /// `loopwright patterns`.

@@ -60,14 +60,28 @@ fn the_demo_fixes_the_bundled_project() {
         vec![
             st("diagnose", "success", 1, None),
             st("security_review", "skipped", 0, Some("condition_false")),
-            st("fix", "success", 1, None),
+            st("fix", "success", 2, None),
             st("verify", "success", 1, None),
         ]
     );
-    assert_eq!(result["artifacts"]["verification_results"], "ok   add 2 3\nok   mul 4 5");
+    // The loop: the first attempt broke sub(), the test said so, the second used the feedback.
+    assert_eq!(
+        result["stages_executed"][2]["closed_loop"],
+        serde_json::json!({"status": "success", "attempts": 2, "failure_pattern": null, "escalation_reason": null})
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("attempt=1 pattern=test-failure strategy=analyze_then_fix result=failed"), "{stderr}");
+    assert!(stderr.contains("    │ FAIL sub 7 4: got 11, expected 3\n"), "{stderr}");
+    let run = result["run_id"].as_str().expect("run id");
+    let prompt = std::fs::read_to_string(target.join(format!(".loopwright/state/runs/{run}/prompts/fix-2.md")))
+        .expect("second prompt");
+    let context = prompt.find("<retry_context attempt=\"2\" max_attempts=\"3\">").expect("retry context");
+    assert!(context < prompt.find("# Task").expect("task"), "the retry context comes before the task");
+    assert!(prompt.contains("FAIL sub 7 4: got 11, expected 3"), "{prompt}");
+    assert_eq!(result["artifacts"]["verification_results"], "ok   add 2 3\nok   sub 7 4\nok   mul 4 5");
     assert_eq!(result["artifacts"]["affected_files"], "src/calc.sh");
     let calc = std::fs::read_to_string(target.join("src/calc.sh")).expect("calc");
-    assert!(calc.contains("echo $(( $1 + $2 ))"), "{calc}");
+    assert!(calc.contains("add() {\n  echo $(( $1 + $2 ))\n}\n\nsub() {\n  echo $(( $1 - $2 ))"), "{calc}");
     // The bundled original still has the bug.
     let original = std::fs::read_to_string(examples().join("demo/src/calc.sh")).expect("original");
     assert!(original.contains("echo $(( $1 - $2 ))"));

@@ -24,7 +24,11 @@ pub fn checks_for(own: &[Check], task_type: Option<&str>, ws: &dyn Changes) -> V
         return out;
     }
     if let Some(test) = project.test_command() {
-        out.push(check(if task_type == Some("security") { "security_tests_pass" } else { "tests_pass" }, CheckKind::Test, test));
+        out.push(check(
+            if task_type == Some("security") { "security_tests_pass" } else { "tests_pass" },
+            CheckKind::Test,
+            test,
+        ));
     }
     if let Some(lint) = project.lint_command() {
         out.push(check("lint_clean", CheckKind::Lint, lint));
@@ -107,8 +111,12 @@ impl Project {
             Some("go test -v ./...".into())
         } else if self.python && self.npm_scripts.is_empty() {
             Some(
-                if self.has("pytest") { "python3 -m pytest -v -p no:cacheprovider" } else { "python3 -m unittest discover -v" }
-                    .into(),
+                if self.has("pytest") {
+                    "python3 -m pytest -v -p no:cacheprovider"
+                } else {
+                    "python3 -m unittest discover -v"
+                }
+                .into(),
             )
         } else {
             self.test_command()
@@ -137,7 +145,8 @@ impl Project {
             return Some(if format || !self.has("cargo-clippy") {
                 "cargo fmt".into()
             } else {
-                "cargo clippy --fix --allow-dirty --allow-staged --allow-no-vcs --all-targets --quiet && cargo fmt".into()
+                "cargo clippy --fix --allow-dirty --allow-staged --allow-no-vcs --all-targets --quiet && cargo fmt"
+                    .into()
             });
         }
         if !self.npm_scripts.is_empty() {
@@ -145,7 +154,10 @@ impl Project {
                 return Some(format!("npm run {s} --silent"));
             }
             if self.has("npx") {
-                return Some(if format { "npx --no-install prettier --write ." } else { "npx --no-install eslint --fix ." }.into());
+                return Some(
+                    if format { "npx --no-install prettier --write ." } else { "npx --no-install eslint --fix ." }
+                        .into(),
+                );
             }
         }
         if self.go && self.has("go") {
@@ -198,7 +210,11 @@ pub fn validate(files: &FileChanges, mode: Mode, ws: &dyn Changes) -> Vec<Violat
             _ => None,
         };
         if let Some(problem) = problem {
-            out.push(Violation { gate: "syntax".into(), file: Some(path.clone()), message: format!("{path}: {problem}") });
+            out.push(Violation {
+                gate: "syntax".into(),
+                file: Some(path.clone()),
+                message: format!("{path}: {problem}"),
+            });
         }
     }
     out

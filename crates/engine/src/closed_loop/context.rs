@@ -93,7 +93,11 @@ pub fn retry_context(attempt: u32, max: u32, user_fix: Option<&str>, failures: &
         }
         if !f.files.is_empty() {
             let list: Vec<String> = f.files.iter().map(|x| format!("- {x}")).collect();
-            let _ = writeln!(p, "      <files_affected>\n{}\n      </files_affected>", indent(&list.join("\n"), "        "));
+            let _ = writeln!(
+                p,
+                "      <files_affected>\n{}\n      </files_affected>",
+                indent(&list.join("\n"), "        ")
+            );
         }
         if let Some(fix) = &f.suggested_fix {
             let _ = writeln!(p, "      <suggested_fix>\n{}\n      </suggested_fix>", indent(fix, "        "));
@@ -110,7 +114,11 @@ pub fn retry_context(attempt: u32, max: u32, user_fix: Option<&str>, failures: &
     p.push_str("  </previous_failures>\n\n");
     let learnings = learnings(failures);
     if !learnings.is_empty() {
-        let _ = writeln!(p, "  <accumulated_learnings>\n{}\n  </accumulated_learnings>\n", indent(&learnings.join("\n"), "    "));
+        let _ = writeln!(
+            p,
+            "  <accumulated_learnings>\n{}\n  </accumulated_learnings>\n",
+            indent(&learnings.join("\n"), "    ")
+        );
     }
     let _ = writeln!(
         p,
@@ -125,7 +133,10 @@ fn learnings(failures: &[PriorFailure]) -> Vec<String> {
     for f in failures {
         if let Some((pattern, confidence, strategy)) = &f.pattern {
             let line = match strategy {
-                Some(s) => format!("- attempt {} failed as {pattern} (confidence {confidence:.2}); strategy {s} was applied", f.attempt),
+                Some(s) => format!(
+                    "- attempt {} failed as {pattern} (confidence {confidence:.2}); strategy {s} was applied",
+                    f.attempt
+                ),
                 None => format!("- attempt {} failed as {pattern} (confidence {confidence:.2})", f.attempt),
             };
             out.push(line);
@@ -135,7 +146,9 @@ fn learnings(failures: &[PriorFailure]) -> Vec<String> {
     for f in failures {
         if let Some((p, _, _)) = &f.pattern {
             if seen.contains(&p.as_str()) {
-                out.push(format!("- {p} happened more than once: the approach of the earlier attempts does not work, change it"));
+                out.push(format!(
+                    "- {p} happened more than once: the approach of the earlier attempts does not work, change it"
+                ));
                 break;
             }
             seen.push(p);
@@ -145,7 +158,14 @@ fn learnings(failures: &[PriorFailure]) -> Vec<String> {
 }
 
 /// Seed 001's escalation message for a closed-loop stage.
-pub fn escalation_message(run: &str, task: &str, task_id: &str, stage: &str, state: &LoopState, reason: &str) -> String {
+pub fn escalation_message(
+    run: &str,
+    task: &str,
+    task_id: &str,
+    stage: &str,
+    state: &LoopState,
+    reason: &str,
+) -> String {
     let window = &state.iterations[state.base.min(state.iterations.len())..];
     let budget = state.iterations.last().and_then(|i| i.analysis.as_ref()).map_or(window.len() as u32, |a| a.budget);
     let mut m = String::new();
@@ -185,7 +205,9 @@ pub fn escalation_message(run: &str, task: &str, task_id: &str, stage: &str, sta
 
 /// The attempt table of the escalation message and dead letters.
 pub fn history_table(state: &LoopState) -> String {
-    let mut m = String::from("| Attempt | Timestamp | Failure Type | Pattern | Strategy | Error |\n|---|---|---|---|---|---|\n");
+    let mut m = String::from(
+        "| Attempt | Timestamp | Failure Type | Pattern | Strategy | Error |\n|---|---|---|---|---|---|\n",
+    );
     for it in &state.iterations {
         let Some(f) = &it.failure else { continue };
         let _ = writeln!(
@@ -206,15 +228,27 @@ pub fn history_table(state: &LoopState) -> String {
 pub fn suggested_steps(failure: Option<&Failure>) -> Vec<String> {
     let pattern = failure.and_then(|f| f.pattern.as_deref()).unwrap_or("");
     let first = match pattern {
-        "permission-error" => "Check the ownership and permissions of the files the error names; loopwright does not change them",
+        "permission-error" => {
+            "Check the ownership and permissions of the files the error names; loopwright does not change them"
+        }
         "disk-full" => "Free disk space (build caches, logs), then retry",
         "merge-conflict" => "Resolve the conflict markers by hand and commit",
         "git-error" => "Inspect `git status` and the repository state; fix it by hand before retrying",
-        "type-error" | "undefined-name" => "Read the definitions of the types and names the error mentions; the change may break a contract",
-        "import-not-found" | "dependency-conflict" | "command-not-found" => "Install or declare the missing dependency or tool, or fix the import path",
-        "test-failure" | "regression-detected" => "Run the failing test alone and compare what it expects with what the code does",
-        "lint-error" | "format-error" => "Run the project's fixer (formatter / linter --fix) and review what it cannot fix",
-        "timeout" | "network-error" | "rate-limit" => "Check the service or resource the stage waits on; retry when it is available",
+        "type-error" | "undefined-name" => {
+            "Read the definitions of the types and names the error mentions; the change may break a contract"
+        }
+        "import-not-found" | "dependency-conflict" | "command-not-found" => {
+            "Install or declare the missing dependency or tool, or fix the import path"
+        }
+        "test-failure" | "regression-detected" => {
+            "Run the failing test alone and compare what it expects with what the code does"
+        }
+        "lint-error" | "format-error" => {
+            "Run the project's fixer (formatter / linter --fix) and review what it cannot fix"
+        }
+        "timeout" | "network-error" | "rate-limit" => {
+            "Check the service or resource the stage waits on; retry when it is available"
+        }
         _ => "Read the last error above and reproduce it by hand",
     };
     vec![
@@ -297,7 +331,8 @@ pub fn error_signature(failure: &Failure, files: &FileChanges, located: Option<&
         .captures(&line)
         .map(|c| c[1].to_ascii_lowercase());
     let error_type = code.unwrap_or_else(|| {
-        const STOP: [&str; 12] = ["error", "the", "and", "for", "with", "from", "that", "this", "not", "was", "file", "line"];
+        const STOP: [&str; 12] =
+            ["error", "the", "and", "for", "with", "from", "that", "this", "not", "was", "file", "line"];
         let words: Vec<String> = line
             .split(|c: char| !c.is_ascii_alphabetic())
             .filter(|w| w.len() >= 3)
@@ -369,7 +404,8 @@ impl DeadLetter<'_> {
             }
             format!("{:08x}", h as u32)
         };
-        let signal = regex::Regex::new(r"\d+").expect("valid").replace_all(&regex::escape(&me.error_line), r"\d+").into_owned();
+        let signal =
+            regex::Regex::new(r"\d+").expect("valid").replace_all(&regex::escape(&me.error_line), r"\d+").into_owned();
         let mut text = String::new();
         let _ = writeln!(
             text,
@@ -378,7 +414,11 @@ impl DeadLetter<'_> {
             similar.len(),
             self.blocked_at
         );
-        let _ = writeln!(text, "## Candidate Pattern\n\n{} dead letters share this error and no pattern matched it with confidence >= 0.5.\nReview the proposal, then add it to `.loopwright/failure-patterns.yml`:\n", similar.len() + 1);
+        let _ = writeln!(
+            text,
+            "## Candidate Pattern\n\n{} dead letters share this error and no pattern matched it with confidence >= 0.5.\nReview the proposal, then add it to `.loopwright/failure-patterns.yml`:\n",
+            similar.len() + 1
+        );
         let _ = writeln!(
             text,
             "```yaml\npatterns:\n  - id: learned-{hash}\n    description: \"{}\"\n    strategy: analyze_then_fix\n    signals:\n      - {{regex: '{}', strength: 0.8}}\n```\n",
@@ -428,7 +468,11 @@ impl DeadLetter<'_> {
         for it in &state.iterations {
             let Some(f) = &it.failure else { continue };
             let _ = writeln!(m, "### Attempt {} ({})", it.attempt, it.at.strftime("%H:%M:%S"));
-            let action = if it.files.is_empty() { "Changed no file".to_owned() } else { format!("Changed {}", it.files.described().join(", ")) };
+            let action = if it.files.is_empty() {
+                "Changed no file".to_owned()
+            } else {
+                format!("Changed {}", it.files.described().join(", "))
+            };
             let _ = writeln!(m, "- **Action:** {action}");
             let _ = writeln!(m, "- **Error:** {}", f.lines.first().map_or(f.summary.as_str(), String::as_str));
             let same = if previous == Some(f.key()) { " (same)" } else { "" };
@@ -446,13 +490,24 @@ impl DeadLetter<'_> {
         }
         m.push('\n');
         if !similar.is_empty() {
-            let _ = writeln!(m, "## Smart Suggestions\n\nBased on {} similar failure{}:\n", similar.len(), if similar.len() == 1 { "" } else { "s" });
+            let _ = writeln!(
+                m,
+                "## Smart Suggestions\n\nBased on {} similar failure{}:\n",
+                similar.len(),
+                if similar.len() == 1 { "" } else { "s" }
+            );
             let _ = writeln!(m, "1. **Most likely root cause:** {}", root_cause(me.as_ref(), &similar));
             let _ = writeln!(m, "2. **Specific area to investigate:** {}", investigation_target(me.as_ref(), &similar));
             let _ = writeln!(m, "3. **Alternative approach:** {}\n", alternative(&state.strategies(), &similar));
             let _ = writeln!(m, "### Similar Failures\n");
             for s in &similar {
-                let _ = writeln!(m, "- {}: {} ({})", s.task_id, s.error_line, s.blocked_at.get(..10).unwrap_or(&s.blocked_at));
+                let _ = writeln!(
+                    m,
+                    "- {}: {} ({})",
+                    s.task_id,
+                    s.error_line,
+                    s.blocked_at.get(..10).unwrap_or(&s.blocked_at)
+                );
             }
             let _ = writeln!(
                 m,
@@ -488,7 +543,11 @@ impl DeadLetter<'_> {
             let _ = writeln!(m, "- Strategies already tried: {}", tried.join(", "));
         }
         let _ = writeln!(m, "- Patterns seen: {}", state.patterns().join(", "));
-        let _ = writeln!(m, "- Start again with `loopwright run` once the cause is fixed; finished stages of task {} are not repeated", self.task_id);
+        let _ = writeln!(
+            m,
+            "- Start again with `loopwright run` once the cause is fixed; finished stages of task {} are not repeated",
+            self.task_id
+        );
         m
     }
 }
@@ -499,8 +558,12 @@ fn root_cause(me: Option<&DeadLetterSummary>, _similar: &[&DeadLetterSummary]) -
     match (me.final_pattern.as_str(), ext) {
         ("type-error", _) => "Type system constraints: the types involved do not fit the intended change".into(),
         ("import-not-found", "py") => "Python path/module resolution".into(),
-        ("import-not-found" | "dependency-conflict", _) => "The dependency setup of the project (manifest or install)".into(),
-        ("test-failure" | "regression-detected", _) => "Test environment or fixture issue, or an expectation the code cannot meet".into(),
+        ("import-not-found" | "dependency-conflict", _) => {
+            "The dependency setup of the project (manifest or install)".into()
+        }
+        ("test-failure" | "regression-detected", _) => {
+            "Test environment or fixture issue, or an expectation the code cannot meet".into()
+        }
         ("syntax-error", _) => "The generated code is repeatedly malformed in the same place".into(),
         (p, _) => format!("A recurring {p} with the error \"{}\"", me.error_line),
     }
@@ -513,15 +576,19 @@ fn investigation_target(me: Option<&DeadLetterSummary>, similar: &[&DeadLetterSu
             *counts.entry(f.as_str()).or_default() += 1;
         }
     }
-    counts
-        .into_iter()
-        .max_by_key(|(f, n)| (*n, std::cmp::Reverse(*f)))
-        .map_or_else(|| "the files named in the error".to_owned(), |(f, n)| format!("`{f}` (touched by {n} of the failures)"))
+    counts.into_iter().max_by_key(|(f, n)| (*n, std::cmp::Reverse(*f))).map_or_else(
+        || "the files named in the error".to_owned(),
+        |(f, n)| format!("`{f}` (touched by {n} of the failures)"),
+    )
 }
 
 fn alternative(tried_here: &[String], similar: &[&DeadLetterSummary]) -> String {
     let all = ["auto_fix", "context_expand", "analyze_then_fix", "dependency_check", "retry_with_backoff"];
-    let tried: Vec<&str> = tried_here.iter().map(String::as_str).chain(similar.iter().flat_map(|s| s.strategies.iter().map(String::as_str))).collect();
+    let tried: Vec<&str> = tried_here
+        .iter()
+        .map(String::as_str)
+        .chain(similar.iter().flat_map(|s| s.strategies.iter().map(String::as_str)))
+        .collect();
     match all.iter().find(|s| !tried.contains(s)) {
         Some(s) => format!("`{s}` has not been tried on this error; or split the task into smaller steps"),
         None => "every strategy was tried: split the task into smaller steps, or change the approach by hand".into(),
@@ -553,11 +620,15 @@ pub fn log_lines(event: &crate::event::Event, state: &crate::state::RunState) ->
             complexity.as_deref().unwrap_or("none")
         )],
         Event::RegressionChecked { regressions, dependents, .. } => {
-            let c = state.started.as_ref().and_then(|s| s.vars.get("complexity").cloned()).unwrap_or_else(|| "none".into());
+            let c =
+                state.started.as_ref().and_then(|s| s.vars.get("complexity").cloned()).unwrap_or_else(|| "none".into());
             if regressions.is_empty() {
                 vec![format!("{t} regression_check=passed dependents={} complexity={c}", dependents.len())]
             } else {
-                vec![format!("{t} regressions_detected={}", regressions.len()), format!("{t} regression_check=failed complexity={c}")]
+                vec![
+                    format!("{t} regressions_detected={}", regressions.len()),
+                    format!("{t} regression_check=failed complexity={c}"),
+                ]
             }
         }
         Event::Analyzed { attempt, analysis, .. } => {

@@ -66,6 +66,15 @@ impl Settings {
     }
 }
 
+/// Lines that say what failed, whatever the tool: `FAIL x`, `FAILED tests/…`, `error[E…]`,
+/// `AssertionError`, `panicked at`, `expected … got …`.
+static FAILURE_LINE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r"^(?:FAIL|FAILED|ERROR)\b|^--- FAIL|\berror(?:\[\w+\])?:|Error:|panicked at|AssertionError|assert(?:ion)? failed|\bexpected\b.*\b(?:got|but|found|received)\b|\bgot\b.*\bexpected\b",
+    )
+    .expect("valid failure-line regex")
+});
+
 /// True when a stage runs through the closed loop.
 pub fn is_closed_loop(stage: &loopwright_spec::Stage) -> bool {
     stage.skill.as_deref() == Some(SKILL)
@@ -211,9 +220,18 @@ impl Failure {
     pub fn classify(library: &Library, source: &str, failure_type: &str, summary: String, full: &str) -> Self {
         let c: Classification = library.classify(full);
         let pattern = c.matched_pattern.as_deref().and_then(|id| library.get(id));
-        let mut lines = c.lines.clone();
+        // The lines that decided the pattern, with the lines that say what failed (a test's
+        // name, an assertion), in output order; else the output's last lines.
+        let text = crate::patterns::strip_ansi(full);
+        let mut lines: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| c.lines.iter().any(|d| d == l) || FAILURE_LINE.is_match(l))
+            .take(crate::patterns::MAX_DECISIVE_LINES)
+            .map(|l| l.chars().take(300).collect())
+            .collect();
         if lines.is_empty() {
-            let all: Vec<&str> = full.lines().filter(|l| !l.trim().is_empty()).collect();
+            let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
             lines = all[all.len().saturating_sub(8)..].iter().map(|l| (*l).to_owned()).collect();
         }
         Failure {
@@ -449,13 +467,7 @@ impl LoopState {
 /// The retry budget for a failure: the stage's `closed_loop.max_retries`, else the pattern's
 /// `max_auto_retries`, else 3 (seed 000).
 pub fn budget(stage: &loopwright_spec::Stage, failure: &Failure) -> u32 {
-    stage
-        .closed_loop
-        .as_ref()
-        .and_then(|c| c.max_retries)
-        .or(failure.max_auto_retries)
-        .unwrap_or(DEFAULT_BUDGET)
-        .max(1)
+    stage.closed_loop.as_ref().and_then(|c| c.max_retries).or(failure.max_auto_retries).unwrap_or(DEFAULT_BUDGET).max(1)
 }
 
 /// ANALYZE (seed 000): given the loop with its last iteration failed and classified, decide
@@ -496,11 +508,7 @@ pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState) -> Analysis {
         return decision(
             NextAction::Escalate,
             None,
-            format!(
-                "{} is not retryable: it needs a human (pattern strategy `{}`)",
-                failure.key(),
-                failure.strategy
-            ),
+            format!("{} is not retryable: it needs a human (pattern strategy `{}`)", failure.key(), failure.strategy),
         );
     }
     if used >= budget {
@@ -678,7 +686,11 @@ mod tests {
     fn a_different_error_of_the_same_pattern_may_use_the_same_strategy() {
         let state = LoopState {
             iterations: vec![
-                iteration(1, failure(Some("test-failure"), "analyze_then_fix", "alpha beta gamma"), Some("analyze_then_fix")),
+                iteration(
+                    1,
+                    failure(Some("test-failure"), "analyze_then_fix", "alpha beta gamma"),
+                    Some("analyze_then_fix"),
+                ),
                 iteration(2, failure(Some("test-failure"), "analyze_then_fix", "delta epsilon zeta"), None),
             ],
             ..LoopState::default()

@@ -74,13 +74,16 @@ impl Settings {
     }
 }
 
-static PY_IMPORT: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?m)^\s*(?:from\s+(\.*[\w.]*)\s+import\s+([\w, ]+)|import\s+([\w., ]+))").expect("valid"));
+static PY_IMPORT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^\s*(?:from\s+(\.*[\w.]*)\s+import\s+([\w, ]+)|import\s+([\w., ]+))").expect("valid")
+});
 static JS_IMPORT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r#"(?:from\s+|require\(\s*|import\s*\(\s*|import\s+)['"](\.{1,2}/[^'"]+)['"]"#).expect("valid")
 });
-static RS_MOD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?m)^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;").expect("valid"));
-static RS_USE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b(crate|super|self|\w+)::((?:\w+::)*\w+)").expect("valid"));
+static RS_MOD: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;").expect("valid"));
+static RS_USE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\b(crate|super|self|\w+)::((?:\w+::)*\w+)").expect("valid"));
 static GO_IMPORT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r#""([\w.\-/]+)""#).expect("valid"));
 
 fn parent(path: &str) -> &str {
@@ -109,7 +112,8 @@ pub fn import_graph(ws: &dyn Changes) -> BTreeMap<String, BTreeSet<String>> {
         .read("Cargo.toml")
         .and_then(|t| toml::from_str::<serde_json::Value>(&t).ok())
         .and_then(|v| v.pointer("/package/name").and_then(|n| n.as_str()).map(|n| n.replace('-', "_")));
-    let go_module = ws.read("go.mod").and_then(|t| t.lines().find_map(|l| l.strip_prefix("module ").map(|m| m.trim().to_owned())));
+    let go_module =
+        ws.read("go.mod").and_then(|t| t.lines().find_map(|l| l.strip_prefix("module ").map(|m| m.trim().to_owned())));
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files.iter().filter(|f| super::strategies::is_source(f)).take(5000) {
         let Some(text) = ws.read(file) else { continue };
@@ -139,7 +143,11 @@ pub fn import_graph(ws: &dyn Changes) -> BTreeMap<String, BTreeSet<String>> {
                     }
                     for m in modules.into_iter().filter(|m| !m.is_empty()) {
                         for root in ["", "src/", dir] {
-                            let base = if root.is_empty() || root.ends_with('/') { format!("{root}{m}") } else { format!("{root}/{m}") };
+                            let base = if root.is_empty() || root.ends_with('/') {
+                                format!("{root}{m}")
+                            } else {
+                                format!("{root}/{m}")
+                            };
                             for cand in [format!("{base}.py"), format!("{base}/__init__.py")] {
                                 if has(&cand) && cand != *file {
                                     deps.insert(cand);
@@ -169,7 +177,8 @@ pub fn import_graph(ws: &dyn Changes) -> BTreeMap<String, BTreeSet<String>> {
                     join(dir, name.trim_end_matches(".rs"))
                 };
                 for c in RS_MOD.captures_iter(&text) {
-                    for cand in [join(&mod_dir, &format!("{}.rs", &c[1])), join(&mod_dir, &format!("{}/mod.rs", &c[1]))] {
+                    for cand in [join(&mod_dir, &format!("{}.rs", &c[1])), join(&mod_dir, &format!("{}/mod.rs", &c[1]))]
+                    {
                         if has(&cand) {
                             deps.insert(cand);
                         }
@@ -238,7 +247,9 @@ pub fn dependents(ws: &dyn Changes, changed: &[&str], depth: usize, exclude: &[S
     for _ in 0..depth.max(1) {
         let next: BTreeSet<String> = graph
             .iter()
-            .filter(|(f, deps)| !found.contains(*f) && !changed.contains(&f.as_str()) && deps.iter().any(|d| frontier.contains(d)))
+            .filter(|(f, deps)| {
+                !found.contains(*f) && !changed.contains(&f.as_str()) && deps.iter().any(|d| frontier.contains(d))
+            })
             .map(|(f, _)| f.clone())
             .collect();
         if next.is_empty() {
@@ -252,11 +263,13 @@ pub fn dependents(ws: &dyn Changes, changed: &[&str], depth: usize, exclude: &[S
 
 static PYTEST: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^([\w./-]+\.py)::(\S+)\s+(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)").expect("valid"));
-static UNITTEST: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^(\w+) \(([\w.]+)\)(?:\s*\n?.*?)? \.\.\. (ok|FAIL|ERROR|skipped|expected failure)").expect("valid"));
+static UNITTEST: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(\w+) \(([\w.]+)\)(?:\s*\n?.*?)? \.\.\. (ok|FAIL|ERROR|skipped|expected failure)").expect("valid")
+});
 static CARGO_SECTION: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^\s*Running (?:unittests )?(\S+\.rs)").expect("valid"));
-static CARGO_TEST: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^test (\S+) \.\.\. (ok|FAILED|ignored)").expect("valid"));
+static CARGO_TEST: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^test (\S+) \.\.\. (ok|FAILED|ignored)").expect("valid"));
 static GO_TEST: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^\s*--- (PASS|FAIL): (\S+)").expect("valid"));
 static GO_PKG: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^(?:ok|FAIL)\s+(\S+)\s").expect("valid"));
 
@@ -275,7 +288,8 @@ pub fn parse_results(output: &str, ws: &dyn Changes) -> BTreeMap<String, TestCou
         }
     };
     let mut section: Option<String> = None;
-    let go_module = ws.read("go.mod").and_then(|t| t.lines().find_map(|l| l.strip_prefix("module ").map(|m| m.trim().to_owned())));
+    let go_module =
+        ws.read("go.mod").and_then(|t| t.lines().find_map(|l| l.strip_prefix("module ").map(|m| m.trim().to_owned())));
     let mut go_pending: Vec<(String, bool)> = Vec::new();
     for line in output.lines() {
         if let Some(c) = PYTEST.captures(line) {
@@ -322,7 +336,10 @@ pub fn parse_results(output: &str, ws: &dyn Changes) -> BTreeMap<String, TestCou
             go_pending.push((c[2].to_owned(), &c[1] == "PASS"));
         } else if let Some(c) = GO_PKG.captures(line) {
             let pkg = c[1].to_owned();
-            let dir = go_module.as_deref().and_then(|m| pkg.strip_prefix(m)).map_or(pkg.clone(), |d| d.trim_start_matches('/').to_owned());
+            let dir = go_module
+                .as_deref()
+                .and_then(|m| pkg.strip_prefix(m))
+                .map_or(pkg.clone(), |d| d.trim_start_matches('/').to_owned());
             let file = files
                 .iter()
                 .find(|f| f.ends_with("_test.go") && parent(f) == dir)

@@ -170,7 +170,10 @@ pub fn analyze_then_fix(failure: &Failure, ws: &dyn Changes) -> (String, Option<
     }
     body.push_str(&around);
     if body.trim().is_empty() {
-        return ("analyze_then_fix: no location or expectation found in the error; the error itself is fed back".into(), None);
+        return (
+            "analyze_then_fix: no location or expectation found in the error; the error itself is fed back".into(),
+            None,
+        );
     }
     let applied = match files.as_slice() {
         [] => "analyze_then_fix: extracted what was expected against what happened".to_owned(),
@@ -202,10 +205,7 @@ static MODULE: LazyLock<Vec<Regex>> = LazyLock::new(|| {
 /// declares it (missing, or declared — then a version or path conflict is likely).
 pub fn dependency_check(failure: &Failure, ws: &dyn Changes) -> (String, Option<String>) {
     let Some(module) = MODULE.iter().find_map(|re| re.captures(&failure.output)).and_then(|c| c.get(1)) else {
-        return (
-            "dependency_check: no module name found in the error; the error itself is fed back".into(),
-            None,
-        );
+        return ("dependency_check: no module name found in the error; the error itself is fed back".into(), None);
     };
     let module = module.as_str();
     let top = module.split(['.', '/']).next().unwrap_or(module);
@@ -249,8 +249,12 @@ fn declared_line<'a>(text: &'a str, names: &[&str]) -> Option<&'a str> {
         let t = l.trim_start().to_ascii_lowercase();
         names.iter().any(|n| {
             let n = n.to_ascii_lowercase();
-            let at_start = t.trim_start_matches(['"', '\'']).strip_prefix(n.as_str()).or_else(|| t.strip_prefix(&format!("require {n}")));
-            let quoted = t.split(['"', '\'']).any(|part| part.strip_prefix(n.as_str()).is_some_and(|r| !r.starts_with(ident)));
+            let at_start = t
+                .trim_start_matches(['"', '\''])
+                .strip_prefix(n.as_str())
+                .or_else(|| t.strip_prefix(&format!("require {n}")));
+            let quoted =
+                t.split(['"', '\'']).any(|part| part.strip_prefix(n.as_str()).is_some_and(|r| !r.starts_with(ident)));
             at_start.is_some_and(|r| !r.starts_with(ident)) || quoted
         })
     })

@@ -26,10 +26,29 @@ case "$LOOPWRIGHT_STAGE_ID" in
       echo "no affected file in the prompt" >&2
       exit 1
     fi
-    before=$(grep -n 'echo \$(( \$1 - \$2 ))' "$file")
-    sed 's/echo \$(( \$1 - \$2 ))/echo $(( $1 + $2 ))/' "$file" > "$file.new" && mv "$file.new" "$file"
-    echo "## code_changes"
-    echo "$file: ${before:-no change needed} -> $(grep -n 'echo \$(( \$1 + \$2 ))' "$file")"
+    if grep -q '<retry_context' "$LOOPWRIGHT_PROMPT_FILE"; then
+      # A retry: loopwright fed the failed checks back. Repair exactly the functions whose
+      # tests the feedback names (`FAIL sub 7 4: got 11, expected 3`).
+      fixed=""
+      for fn in $(sed -n 's/^ *FAIL \([a-z]*\) .*/\1/p' "$LOOPWRIGHT_PROMPT_FILE" | sort -u); do
+        case "$fn" in
+          add) op='+' ;;
+          sub) op='-' ;;
+          mul) op='*' ;;
+          *) continue ;;
+        esac
+        sed "/^$fn() {/{n;s/.*/  echo \$(( \$1 $op \$2 ))/;}" "$file" > "$file.new" && mv "$file.new" "$file"
+        fixed="$fixed $fn()"
+      done
+      echo "## code_changes"
+      echo "$file: following the feedback, repaired${fixed:- nothing}"
+    else
+      # First attempt: swap the operator the diagnosis blames, everywhere in the file. Too
+      # broad, as agents sometimes are: it also breaks sub(), and the check will say so.
+      sed 's/\$1 - \$2/$1 + $2/g' "$file" > "$file.new" && mv "$file.new" "$file"
+      echo "## code_changes"
+      echo "$file: replaced '\$1 - \$2' with '\$1 + \$2'"
+    fi
     ;;
   *)
     echo "## security_review"
