@@ -66,6 +66,9 @@ enum Command {
     Agents(cmd::agents::Args),
     /// Classify an error output against the failure-pattern library, or list the library.
     Patterns(cmd::patterns::Args),
+    /// The tasks the closed loop gave up on: list them, or show one.
+    #[command(name = "dead-letters")]
+    DeadLetters(cmd::dead_letters::Args),
     /// Retry summary and failure metrics over recent runs (seed 001 / seed 000).
     Stats(cmd::stats::Args),
     /// Print the JSON Schema of pipeline files.
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
             Command::Logs(args) => cmd::logs::run(&global, args).await,
             Command::Agents(args) => cmd::agents::run(&global, args),
             Command::Patterns(args) => cmd::patterns::run(&global, args),
+            Command::DeadLetters(args) => cmd::dead_letters::run(&global, args),
             Command::Stats(args) => cmd::stats::run(&global, args).await,
             Command::Schema => {
                 print!("{}", loopwright_spec::schema::pipeline_schema_json());

@@ -280,19 +280,10 @@ impl Observer for Progress {
             }
             Event::LoopEscalated { stage, reason, .. } => {
                 self.stop_spinner();
-                if let (Some(started), Some(lp)) =
-                    (state.started.as_ref(), state.stage(stage.as_str()).and_then(|s| s.closed.as_deref()))
-                {
-                    let message = loopwright_engine::closed_loop::context::escalation_message(
-                        state.run_id.as_str(),
-                        &started.task,
-                        started.task_id.as_str(),
-                        stage.as_str(),
-                        lp,
-                        reason,
-                    );
-                    self.line(&message);
-                }
+                self.line(&format!(
+                    "⏸ {stage}: escalated — {reason}\n  the escalation report follows the result; answer with `loopwright respond {} retry|fix TEXT|skip|abort`",
+                    state.run_id
+                ));
             }
             Event::DeadLettered { stage, detail, .. } => {
                 self.stop_spinner();

@@ -105,6 +105,12 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
         } else if let Some(e) = s.last_error.as_ref().filter(|_| s.status != StageStatus::Success) {
             note = e.message.clone();
         }
+        if let Some(lp) = s.closed.as_deref() {
+            let pattern =
+                lp.last_pattern().filter(|_| !lp.succeeded).map(|p| format!(", last pattern {p}")).unwrap_or_default();
+            let loop_note = format!("closed loop {}{pattern}", lp.status());
+            note = if note.is_empty() { loop_note } else { format!("{loop_note}: {note}") };
+        }
         out.push_str(&format!(
             "  {mark} {:<24} {:<10} {:<11} {:>8}  {note}\n",
             s.id.as_str(),
@@ -155,7 +161,18 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
         }
     }
     if let Some(w) = &result.waiting {
-        if w.kind == "escalation" {
+        let looped = state.stage(&w.stage).and_then(|s| s.closed.as_deref()).filter(|l| l.escalation.is_some());
+        if let (Some(lp), Some(started)) = (looped, state.started.as_ref()) {
+            out.push('\n');
+            out.push_str(&loopwright_engine::closed_loop::context::escalation_message(
+                &result.run_id,
+                &started.task,
+                started.task_id.as_str(),
+                &w.stage,
+                lp,
+                lp.escalation.as_deref().unwrap_or_default(),
+            ));
+        } else if w.kind == "escalation" {
             out.push_str(&format!(
                 "waiting for a human: review `{}` still has blocking feedback; answer with `loopwright respond {} retry|fix TEXT|skip|abort`\n",
                 w.stage, result.run_id

@@ -184,8 +184,7 @@ fn loop_attempts_markdown(state: &RunState, stage: &StageState, lp: &crate::clos
         };
         let _ = writeln!(md, "    result: {}", q(&result));
         let f = it.failure.as_ref();
-        let _ =
-            writeln!(md, "    error: {}", f.and_then(|f| f.lines.first()).map_or_else(|| "null".to_owned(), |l| q(l)));
+        let _ = writeln!(md, "    error: {}", f.map_or_else(|| "null".to_owned(), |f| q(f.headline())));
         let _ = writeln!(
             md,
             "    pattern_matched: {}",

@@ -2,6 +2,7 @@
 
 pub mod agents;
 pub mod bench;
+pub mod dead_letters;
 pub mod demo;
 pub mod init;
 pub mod logs;

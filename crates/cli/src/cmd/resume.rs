@@ -253,6 +253,30 @@ pub async fn respond(global: &Global, args: RespondArgs) -> Result<u8, CliError>
             state.status.as_str()
         )));
     };
+    if answer == Answer::Skip {
+        // Seed 001 "Skip Handling": say which later stages read what the skipped one produced.
+        let produced: Vec<String> = pipeline.stage(stage.as_str()).map(|s| s.outputs.clone()).unwrap_or_default();
+        let dependents: Vec<String> = pipeline
+            .stages
+            .iter()
+            .skip_while(|s| s.id != stage)
+            .skip(1)
+            .filter(|s| s.inputs.iter().any(|i| produced.contains(i)))
+            .map(|s| s.id.to_string())
+            .collect();
+        let attempts = state.stage(stage.as_str()).map_or(0, |s| s.attempts);
+        eprintln!("[SKIPPED] stage `{stage}`\n  Reason: user escalation after {attempts} failed attempt(s)");
+        if dependents.is_empty() {
+            eprintln!("  Impact: no later stage reads its outputs");
+        } else {
+            eprintln!(
+                "  Impact: warning: {} read{} its outputs ({}) and may fail",
+                dependents.join(", "),
+                if dependents.len() == 1 { "s" } else { "" },
+                produced.join(", ")
+            );
+        }
+    }
     let by = args.by.unwrap_or_else(os_user);
     continue_run(
         global,

@@ -320,7 +320,7 @@ impl DeadLetterSummary {
 
 /// The `error_signature` of seed 000: `{pattern}:{extension}:{error_type}`.
 pub fn error_signature(failure: &Failure, files: &FileChanges, located: Option<&str>) -> (String, String) {
-    let line = failure.lines.first().map(|l| l.trim().to_owned()).unwrap_or_else(|| failure.summary.clone());
+    let line = failure.headline().to_owned();
     let ext = located
         .or_else(|| files.paths().first().copied())
         .and_then(|p| p.rsplit_once('.').map(|(_, e)| e.to_owned()))
@@ -474,7 +474,7 @@ impl DeadLetter<'_> {
                 format!("Changed {}", it.files.described().join(", "))
             };
             let _ = writeln!(m, "- **Action:** {action}");
-            let _ = writeln!(m, "- **Error:** {}", f.lines.first().map_or(f.summary.as_str(), String::as_str));
+            let _ = writeln!(m, "- **Error:** {}", f.headline());
             let same = if previous == Some(f.key()) { " (same)" } else { "" };
             let _ = writeln!(m, "- **Pattern:** {}{same}", f.key());
             let strategy = it.analysis.as_ref().and_then(|a| a.strategy.clone()).unwrap_or_else(|| "exhausted".into());
@@ -517,14 +517,13 @@ impl DeadLetter<'_> {
                 me.as_ref().and_then(|s| s.error_signature.split(':').nth(1)).unwrap_or("?"),
                 me.as_ref().map_or(String::new(), |s| format!(" with the error \"{}\"", s.error_line))
             );
-            if similar.len() >= 3 && !me.as_ref().is_some_and(|s| s.confident) {
-                if let Some((file, _)) = self.learning_candidate() {
-                    let _ = writeln!(
-                        m,
-                        "## Pattern Learning Candidate\n\nThis failure matches {} others with no confident pattern match.\nA candidate pattern has been proposed for review.\nSee: .loopwright/state/dead-letters/{file}\n",
-                        similar.len()
-                    );
-                }
+            // learning_candidate is due only with >= 3 similar failures and no confident pattern.
+            if let Some((file, _)) = self.learning_candidate() {
+                let _ = writeln!(
+                    m,
+                    "## Pattern Learning Candidate\n\nThis failure matches {} others with no confident pattern match.\nA candidate pattern has been proposed for review.\nSee: .loopwright/state/dead-letters/{file}\n",
+                    similar.len()
+                );
             }
         }
         let _ = writeln!(m, "## Suggested Manual Steps\n");
@@ -534,9 +533,7 @@ impl DeadLetter<'_> {
         let _ = writeln!(m, "\n## Context for Retry\n\nWhen retrying, consider:");
         if let Some(f) = last {
             let _ = writeln!(m, "- The last failure: {}", f.summary);
-            if let Some(l) = f.lines.first() {
-                let _ = writeln!(m, "- Its decisive line: `{}`", l.trim());
-            }
+            let _ = writeln!(m, "- Its decisive line: `{}`", f.headline());
         }
         let tried = state.strategies();
         if !tried.is_empty() {

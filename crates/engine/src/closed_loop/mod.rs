@@ -75,6 +75,14 @@ static FAILURE_LINE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::ne
     .expect("valid failure-line regex")
 });
 
+/// An error line that names the error itself.
+static HEADLINE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r"^(?:E\s+)?[A-Za-z_.]*(?:Error|Exception)\b:?|error(?:\[\w+\])?:|error TS\d+|panicked at|^FAIL\b|^--- FAIL",
+    )
+    .expect("valid headline regex")
+});
+
 /// True when a stage runs through the closed loop.
 pub fn is_closed_loop(stage: &loopwright_spec::Stage) -> bool {
     stage.skill.as_deref() == Some(SKILL)
@@ -248,6 +256,17 @@ impl Failure {
             max_auto_retries: pattern.map(|p| p.max_auto_retries),
             retryable: pattern.is_none_or(|p| p.retryable),
         }
+    }
+
+    /// The line that best names the error: an exception or compiler error line when there is
+    /// one (`ZeroDivisionError: division by zero`, `error[E0308]: …`), else the first decisive
+    /// line, else the summary.
+    pub fn headline(&self) -> &str {
+        self.lines
+            .iter()
+            .find(|l| HEADLINE.is_match(l))
+            .or_else(|| self.lines.iter().find(|l| !l.starts_with("Traceback")))
+            .map_or(self.summary.as_str(), |l| l.trim())
     }
 
     /// The pattern id, or `unclassified`.

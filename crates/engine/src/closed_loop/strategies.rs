@@ -75,10 +75,21 @@ fn excerpt(text: &str, line: usize, around: usize) -> String {
     out
 }
 
-/// The code around the places named by the error (at most three files), capped.
+/// The code around the places named by the error (at most `max_files` files); when the error
+/// names files without lines (a regression report), their beginning.
 fn around_locations(failure: &Failure, ws: &dyn Changes, max_files: usize) -> (String, Vec<String>) {
     let mut body = String::new();
     let mut shown = Vec::new();
+    if locations(&failure.output, ws).is_empty() {
+        for file in ws.files().into_iter().filter(|f| is_source(f) && failure.output.contains(f.as_str())) {
+            if shown.len() == max_files {
+                break;
+            }
+            let Some(text) = ws.read(&file) else { continue };
+            let _ = writeln!(body, "--- {file} ---\n{}", excerpt(&text, 1, 2 * AROUND));
+            shown.push(file);
+        }
+    }
     for (file, line) in locations(&failure.output, ws) {
         if shown.contains(&file) {
             continue;

@@ -1,0 +1,370 @@
+//! The closed loop (seed 000 / seed 001) through the binary, on small real projects with
+//! scripted agents (`runner: command`).
+
+use serde_json::json;
+
+use crate::support::Ws;
+
+/// An agent file running `sh .loopwright/agents/NAME.sh`.
+fn agent(ws: &Ws, name: &str, script: &str) {
+    ws.write(
+        &format!(".loopwright/agents/{name}.md"),
+        &format!("---\nname: {name}\nrunner: command\ncommand: [\"sh\", \".loopwright/agents/{name}.sh\"]\n---\nYou fix code.\n"),
+    );
+    ws.write(&format!(".loopwright/agents/{name}.sh"), script);
+}
+
+/// A one-stage pipeline whose stage runs the closed loop with `extra` (YAML lines, indented 4).
+fn pipeline(ws: &Ws, agent: &str, mode: &str, extra: &str) {
+    ws.write(
+        ".loopwright/pipelines/loop.yml",
+        &format!(
+            "name: loop\ndescription: closed loop\nversion: 1\nstages:\n  - id: implement\n    description: Make the checks pass\n    agent: {agent}\n    mode: {mode}\n    skill: closed-loop-execution\n{extra}"
+        ),
+    );
+}
+
+fn closed_loop(result: &serde_json::Value) -> serde_json::Value {
+    result["stages_executed"][0]["closed_loop"].clone()
+}
+
+#[test]
+fn same_error_escalates_and_respond_fix_reaches_the_next_prompt_on_a_rust_project() {
+    let ws = Ws::empty();
+    ws.write("Cargo.toml", "[package]\nname = \"mini\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n");
+    ws.write(
+        "src/lib.rs",
+        "/// Subtracts, never below zero.\npub fn sub(a: u32, b: u32) -> u32 {\n    a - b\n}\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    fn sub_saturates() {\n        assert_eq!(sub(2, 5), 0);\n    }\n}\n",
+    );
+    // Until a human says how, the agent only adds a comment: the same failure every time.
+    agent(
+        &ws,
+        "dev",
+        r#"prompt=$(cat)
+if printf '%s' "$prompt" | grep -q 'User provided fix: use saturating_sub'; then
+  sed 's/a - b/a.saturating_sub(b)/' src/lib.rs > src/lib.rs.new && mv src/lib.rs.new src/lib.rs
+  echo "applied the user's fix"
+else
+  echo "// attempt $LOOPWRIGHT_ATTEMPT looked at this" >> src/lib.rs
+  echo "tried something"
+fi
+"#,
+    );
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    closed_loop:\n      max_retries: 6\n    checks:\n      - name: tests_pass\n        type: test\n        command: cargo test --quiet --offline\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task", "make sub saturate", "--task-id", "task-sub"]);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(result["status"], "waiting");
+    assert_eq!(result["waiting"], json!({"kind": "escalation", "stage": "implement"}));
+    assert_eq!(
+        closed_loop(&result),
+        json!({
+            "status": "escalated",
+            "attempts": 3,
+            "failure_pattern": "test-failure",
+            "escalation_reason": "Same test-failure pattern with analyze_then_fix strategy failed twice. No alternate strategies available."
+        })
+    );
+    // Attempt 1 used the pattern's strategy, attempt 2 the alternative, attempt 3 had none left.
+    assert!(
+        stderr.contains("attempt=1 pattern=test-failure strategy=analyze_then_fix result=failed next=fix"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("attempt=2 pattern=test-failure strategy=context_expand result=failed next=fix"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("attempt=3 pattern=test-failure strategy=- result=failed next=escalate"), "{stderr}");
+    let run = result["run_id"].as_str().expect("run id").to_owned();
+    // context_expand put the code around the failing line into attempt 3's prompt.
+    let prompt3 = ws.read(&format!(".loopwright/state/runs/{run}/prompts/implement-3.md"));
+    assert!(prompt3.contains("<expanded_context strategy=\"context_expand\">"), "{prompt3}");
+    assert!(prompt3.contains(">    3 |     a - b"), "{prompt3}");
+    assert!(prompt3.contains("This is retry attempt 3 of 6."), "{prompt3}");
+
+    // `status` shows seed 001's escalation message.
+    let (code, shown, _) = ws.run(&["status", &run]);
+    assert_eq!(code, 3);
+    for part in [
+        "## Task Escalation Required",
+        "**Attempts:** 3 of 6",
+        "| Attempt | Timestamp | Failure Type | Pattern | Strategy | Error |",
+        "### Last Error Details",
+        "- `src/lib.rs (modified)`",
+        "**Your options:**",
+    ] {
+        assert!(shown.contains(part), "missing {part:?} in:\n{shown}");
+    }
+
+    // The human's instruction reaches the next prompt as <user_intervention>, and works.
+    let (code, result, stderr) = ws.json(&["respond", &run, "fix", "use", "saturating_sub"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        closed_loop(&result),
+        json!({"status": "success", "attempts": 4, "failure_pattern": null,
+               "escalation_reason": "Same test-failure pattern with analyze_then_fix strategy failed twice. No alternate strategies available."})
+    );
+    let prompt4 = ws.read(&format!(".loopwright/state/runs/{run}/prompts/implement-4.md"));
+    assert!(
+        prompt4.contains("<retry_context attempt=\"4\" max_attempts=\"9\">\n  <user_intervention>\n    <instruction priority=\"high\">\n      User provided fix: use saturating_sub\n"),
+        "{prompt4}"
+    );
+    assert!(ws.read("src/lib.rs").contains("a.saturating_sub(b)"));
+    let log = ws.read(".loopwright/state/logs/retry.log");
+    assert!(log.contains("[task-sub:implement] user_response=\"fix\" by=tester"), "{log}");
+    assert!(log.contains("[task-sub:implement] resolved status=success"), "{log}");
+}
+
+#[test]
+fn an_exhausted_budget_writes_a_dead_letter_and_similar_failures_are_aggregated() {
+    let ws = Ws::empty();
+    ws.write("stats.py", "def mean(xs):\n    return sum(xs) / len(xs)\n");
+    ws.write(
+        "tests/test_stats.py",
+        "import unittest\n\nfrom stats import mean\n\n\nclass TestMean(unittest.TestCase):\n    def test_empty(self):\n        self.assertEqual(mean([]), 0)\n\n\nif __name__ == '__main__':\n    unittest.main()\n",
+    );
+    agent(&ws, "dev", "cat > /dev/null\necho \"# attempt $LOOPWRIGHT_ATTEMPT\" >> stats.py\necho done\n");
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    closed_loop:\n      max_retries: 2\n    checks:\n      - name: tests_pass\n        type: test\n        command: python3 -m unittest discover -s tests -v\n",
+    );
+    let (code, result, stderr) =
+        ws.json(&["run", "loop", "--task", "mean of nothing is 0", "--task-id", "task-mean-1"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(result["failed_stage"], "implement");
+    assert_eq!(
+        closed_loop(&result),
+        json!({"status": "failed", "attempts": 2, "failure_pattern": "test-failure", "escalation_reason": null})
+    );
+    assert!(
+        stderr.contains("[closed-loop] task=task-mean-1:implement dead_letter reason=retry_budget_exhausted"),
+        "{stderr}"
+    );
+    let letter = ws.read(".loopwright/state/dead-letters/task-mean-1.md");
+    for part in [
+        "category: dead-letter\ntask_id: task-mean-1\n",
+        "original_task: \"mean of nothing is 0\"\ntotal_attempts: 2\nfinal_pattern: test-failure\n",
+        "blocked_reason: retry_budget_exhausted\n",
+        "similar_failures: 0\nerror_signature: \"test-failure:py:zerodivisionerror_division_zero\"\n",
+        "## Error Chain\n\n### Attempt 1 (",
+        "- **Pattern:** test-failure (same)\n",
+        "## Files Modified\n\n- stats.py (modified)\n",
+        "## Suggested Manual Steps\n",
+        "## Context for Retry\n",
+    ] {
+        assert!(letter.contains(part), "missing {part:?} in:\n{letter}");
+    }
+    // The same failure in another task: the second dead letter says so and suggests.
+    ws.write("stats.py", "def mean(xs):\n    return sum(xs) / len(xs)\n");
+    let (code, _, _) = ws.json(&["run", "loop", "--task", "mean again", "--task-id", "task-mean-2"]);
+    assert_eq!(code, 1);
+    let second = ws.read(".loopwright/state/dead-letters/task-mean-2.md");
+    assert!(second.contains("similar_failures: 1\n"), "{second}");
+    assert!(second.contains("## Smart Suggestions\n\nBased on 1 similar failure:\n"), "{second}");
+    assert!(second.contains("### Similar Failures\n\n- task-mean-1: "), "{second}");
+    assert!(
+        second.contains("2. **Specific area to investigate:** `stats.py` (touched by 2 of the failures)"),
+        "{second}"
+    );
+    let (code, list, _) = ws.json(&["dead-letters", "list"]);
+    assert_eq!(code, 0);
+    let tasks: Vec<&str> = list.as_array().expect("list").iter().map(|l| l["task_id"].as_str().expect("id")).collect();
+    assert_eq!(tasks, vec!["task-mean-2", "task-mean-1"]);
+    assert_eq!(list[0]["similar_failures"], 1);
+    let (code, shown, _) = ws.run(&["dead-letters", "show", "task-mean-1"]);
+    assert_eq!((code, shown), (0, letter));
+}
+
+#[test]
+fn unclassified_failures_seen_four_times_propose_a_candidate_pattern() {
+    let ws = Ws::empty();
+    agent(&ws, "dev", "cat > /dev/null\necho ok\n");
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    closed_loop:\n      max_retries: 1\n    checks:\n      - name: widget\n        type: custom\n        command: echo 'widget frobnication incomplete for slot 7'; exit 1\n",
+    );
+    for n in 1..=4 {
+        let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", &format!("task-w{n}")]);
+        assert_eq!(code, 1, "{stderr}");
+        assert_eq!(closed_loop(&result)["failure_pattern"], serde_json::Value::Null);
+    }
+    let fourth = ws.read(".loopwright/state/dead-letters/task-w4.md");
+    assert!(fourth.contains("similar_failures: 3\n"), "{fourth}");
+    assert!(fourth.contains("## Pattern Learning Candidate\n\nThis failure matches 3 others"), "{fourth}");
+    let candidates: Vec<String> = std::fs::read_dir(ws.path().join(".loopwright/state/dead-letters"))
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("candidate-pattern-"))
+        .collect();
+    assert_eq!(candidates.len(), 1, "{candidates:?}");
+    let candidate = ws.read(&format!(".loopwright/state/dead-letters/{}", candidates[0]));
+    assert!(
+        candidate.contains("- {regex: 'widget frobnication incomplete for slot \\d+', strength: 0.8}"),
+        "{candidate}"
+    );
+}
+
+#[test]
+fn a_permission_failure_escalates_at_once_and_skip_goes_on() {
+    let ws = Ws::empty();
+    agent(
+        &ws,
+        "dev",
+        "cat > /dev/null\nmkdir -p scripts\nprintf '#!/bin/sh\\necho checked\\n' > scripts/check.sh\necho wrote the check\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/loop.yml",
+        "name: loop\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    description: Write the check script\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    outputs: [notes]\n    checks:\n      - name: script_runs\n        type: command\n        command: ./scripts/check.sh\n  - id: report\n    description: Report\n    agent: shell\n    mode: plan\n    inputs: [notes]\n    run: echo reported\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", "task-perm"]);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(
+        closed_loop(&result),
+        json!({"status": "escalated", "attempts": 1, "failure_pattern": "permission-error",
+               "escalation_reason": "permission-error is not retryable: it needs a human (pattern strategy `escalate`)"})
+    );
+    let run = result["run_id"].as_str().expect("run id").to_owned();
+    let (code, result, stderr) = ws.json(&["respond", &run, "skip"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("[SKIPPED] stage `implement`\n  Reason: user escalation after 1 failed attempt(s)\n  Impact: warning: report reads its outputs (notes) and may fail\n"), "{stderr}");
+    assert_eq!(result["stages_executed"][0]["status"], "skipped");
+    assert_eq!(result["stages_executed"][0]["reason"], "escalation_skip");
+    assert_eq!(closed_loop(&result)["status"], "escalated");
+}
+
+#[test]
+fn a_plan_mode_stage_that_writes_is_restored_and_escalated_and_validation_routes_through_analyze() {
+    let ws = Ws::empty();
+    ws.write("notes.txt", "original\n");
+    agent(&ws, "planner", "cat > /dev/null\necho changed > notes.txt\necho planned\n");
+    pipeline(&ws, "planner", "plan", "    checks:\n      - name: ok\n        type: command\n        command: 'true'\n");
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", "task-plan"]);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(ws.read("notes.txt"), "original\n", "the plan-mode write was undone");
+    assert!(
+        closed_loop(&result)["escalation_reason"]
+            .as_str()
+            .expect("reason")
+            .contains("a security violation is never retried automatically"),
+        "{result}"
+    );
+
+    // VALIDATE: a changed JSON file that does not parse fails before the checks run, goes
+    // through ANALYZE, and the next GENERATE writes a valid one.
+    let ws = Ws::empty();
+    agent(
+        &ws,
+        "dev",
+        "cat > /dev/null\nif [ \"$LOOPWRIGHT_ATTEMPT\" = 1 ]; then echo '{\"port\": 80,' > config.json; else echo '{\"port\": 80}' > config.json; fi\necho wrote\n",
+    );
+    pipeline(&ws, "dev", "agent", "    checks:\n      - name: ok\n        type: command\n        command: 'true'\n");
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", "task-cfg"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(closed_loop(&result)["attempts"], 2);
+    assert!(stderr.contains("validation=failed gates=3 violations=1"), "{stderr}");
+    let (_, logs, _) = ws.run(&["logs", "latest"]);
+    assert!(
+        logs.contains("implement: attempt 1 VALIDATE 3 gate(s): config.json: invalid JSON: EOF while parsing"),
+        "{logs}"
+    );
+    assert!(logs.contains("implement: attempt 1 ANALYZE -> fix"), "{logs}");
+    assert!(!logs.contains("attempt 1 EVALUATE"), "checks do not run after a failed validation:\n{logs}");
+}
+
+#[test]
+fn a_regression_in_a_dependent_file_is_caught_and_fed_back() {
+    let ws = Ws::empty();
+    ws.write("calc/__init__.py", "");
+    ws.write("calc/core.py", "def fmt(x):\n    return f\"{x:.2f}\"\n");
+    ws.write("calc/report.py", "from calc.core import fmt\n\n\ndef total(xs):\n    return fmt(sum(xs))\n");
+    ws.write(
+        "tests/test_core.py",
+        "import unittest\n\nfrom calc.core import fmt\n\n\nclass TestFmt(unittest.TestCase):\n    def test_fmt(self):\n        self.assertEqual(fmt(1.25), \"1.25\")\n",
+    );
+    ws.write(
+        "tests/test_report.py",
+        "import unittest\n\nfrom calc.report import total\n\n\nclass TestReport(unittest.TestCase):\n    def test_total(self):\n        self.assertEqual(total([1, 2]), \"3.00\")\n",
+    );
+    ws.write("tests/__init__.py", "");
+    // Attempt 1 changes fmt() for its own test and breaks report.total(); after the regression
+    // report, attempt 2 keeps the old behaviour as the default.
+    agent(
+        &ws,
+        "dev",
+        r#"prompt=$(cat)
+if printf '%s' "$prompt" | grep -q 'new test failures'; then
+  printf 'def fmt(x, digits=2):\n    return f"{x:.{digits}f}"\n' > calc/core.py
+  sed 's/fmt(1.25), "1.2"/fmt(1.25, 1), "1.2"/' tests/test_core.py > t && mv t tests/test_core.py
+else
+  printf 'def fmt(x):\n    return f"{x:.1f}"\n' > calc/core.py
+  sed 's/"1.25"/"1.2"/' tests/test_core.py > t && mv t tests/test_core.py
+fi
+echo changed fmt
+"#,
+    );
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    checks:\n      - name: core_tests\n        type: test\n        command: python3 -m unittest tests.test_core\n",
+    );
+    ws.write(
+        ".loopwright/verification-gates.yml",
+        "version: 1\nregression_detection:\n  enabled_for_complexity: [medium, high]\n  search_depth: 2\n  test_command: python3 -m unittest discover -v\n",
+    );
+    let (code, result, stderr) = ws.json(&[
+        "run",
+        "loop",
+        "--task",
+        "fmt with one decimal",
+        "--task-id",
+        "task-fmt",
+        "--var",
+        "complexity=medium",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(closed_loop(&result)["attempts"], 2);
+    assert!(stderr.contains("regression_check=enabled complexity=medium"), "{stderr}");
+    assert!(stderr.contains("regressions_detected=1"), "{stderr}");
+    assert!(stderr.contains("attempt=1 pattern=regression-detected strategy=context_expand result=failed"), "{stderr}");
+    assert!(stderr.contains("regression_check=passed"), "{stderr}");
+    let run = result["run_id"].as_str().expect("run id").to_owned();
+    let prompt = ws.read(&format!(".loopwright/state/runs/{run}/prompts/implement-2.md"));
+    assert!(prompt.contains("tests/test_report.py: 1 new failure(s): test_total"), "{prompt}");
+    // context_expand read the dependent file that broke.
+    assert!(prompt.contains("--- tests/test_report.py ---\n"), "{prompt}");
+    assert!(prompt.contains("self.assertEqual(total([1, 2]), \"3.00\")"), "{prompt}");
+    let (_, logs, _) = ws.run(&["logs", &run]);
+    assert!(
+        logs.contains("implement: attempt 1 regression check of 2 dependent(s): tests/test_report.py +1 failure(s)"),
+        "{logs}"
+    );
+    assert!(ws.read("calc/core.py").contains("digits=2"));
+
+    // Low complexity skips regression detection: the same breaking change passes.
+    let ws2 = Ws::empty();
+    for f in [
+        "calc/__init__.py",
+        "calc/core.py",
+        "calc/report.py",
+        "tests/test_core.py",
+        "tests/test_report.py",
+        "tests/__init__.py",
+    ] {
+        ws2.write(f, "");
+    }
+    agent(&ws2, "dev", "cat > /dev/null\necho nothing\n");
+    pipeline(&ws2, "dev", "agent", "    checks:\n      - name: ok\n        type: command\n        command: 'true'\n");
+    let (code, _, stderr) = ws2.json(&["run", "loop", "--var", "complexity=low"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("regression_check=skipped complexity=low"), "{stderr}");
+}
