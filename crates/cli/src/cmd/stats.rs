@@ -50,6 +50,10 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let mut stage_runs = Vec::new();
     let mut escalations = 0usize;
     let mut skipped = 0usize;
+    let mut dead_letters = 0usize;
+    // Seed 000's VALIDATE and regression metrics.
+    let (mut validations, mut validation_catches) = (0usize, BTreeMap::<String, usize>::new());
+    let (mut regression_runs, mut regression_skipped, mut regressions_found) = (0usize, 0usize, 0usize);
     for summary in store.runs(args.runs).await? {
         let events = store.events(&summary.run_id).await?;
         let state = RunState::replay(summary.run_id.clone(), &events);
@@ -67,15 +71,45 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
                         .or_default()
                         .push(pattern.unwrap_or_else(|| "unclassified".into()));
                 }
-                Event::FeedbackChecked { action: FeedbackAction::Escalate, .. } => escalations += 1,
+                Event::Generated { stage, failure: Some(f), .. }
+                | Event::Validated { stage, failure: Some(f), .. }
+                | Event::Evaluated { stage, failure: Some(f), .. }
+                | Event::RegressionChecked { stage, failure: Some(f), .. } => {
+                    patterns.entry(stage.to_string()).or_default().push(f.key().to_owned());
+                }
+                _ => {}
+            }
+            match &record.event {
+                Event::Validated { violations, .. } => {
+                    validations += 1;
+                    for v in violations {
+                        *validation_catches.entry(v.gate.clone()).or_default() += 1;
+                    }
+                }
+                Event::RegressionGate { baseline, .. } => {
+                    if baseline.is_none() {
+                        regression_skipped += 1;
+                    }
+                }
+                Event::RegressionChecked { regressions, .. } => {
+                    regression_runs += 1;
+                    regressions_found += usize::from(!regressions.is_empty());
+                }
+                Event::DeadLettered { .. } => dead_letters += 1,
+                Event::FeedbackChecked { action: FeedbackAction::Escalate, .. } | Event::LoopEscalated { .. } => {
+                    escalations += 1
+                }
                 Event::EscalationAnswered { answer: Answer::Skip, .. } => skipped += 1,
                 _ => {}
             }
         }
         for s in state.stages.iter().filter(|s| s.attempts > 0) {
-            let result = match s.status {
-                StageStatus::Success if s.attempts > 1 => "success (retry worked)".to_owned(),
-                other => other.as_str().to_owned(),
+            let result = match (s.status, s.closed.as_deref()) {
+                (StageStatus::Success, _) if s.attempts > 1 => "success (retry worked)".to_owned(),
+                (_, Some(l)) if l.dead_letter.is_some() => "dead_letter".to_owned(),
+                (StageStatus::Skipped, Some(l)) if l.escalation_reason.is_some() => "skipped (escalated)".to_owned(),
+                (_, Some(l)) if l.escalation.is_some() => "escalated".to_owned(),
+                (other, _) => other.as_str().to_owned(),
             };
             stage_runs.push(StageRun {
                 run_id: summary.run_id.to_string(),
@@ -118,7 +152,13 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         let out = json!({
             "stages_run": total, "first_attempt_success": first, "retried": retried.len(),
             "retry_success": retry_success, "escalations": escalations, "skipped": skipped,
-            "escalation_rate": escalations as f64 / total.max(1) as f64, "dead_letter_rate": 0.0,
+            "escalation_rate": escalations as f64 / total.max(1) as f64,
+            "dead_letters": dead_letters, "dead_letter_rate": dead_letters as f64 / total.max(1) as f64,
+            "pre_validation_runs": validations,
+            "pre_validation_catch_rate": validation_catches.values().sum::<usize>() as f64 / validations.max(1) as f64,
+            "most_common_pre_validation_catches": validation_catches,
+            "regression_checks_run": regression_runs, "regression_checks_skipped": regression_skipped,
+            "regressions_detected": regressions_found,
             "by_pattern": aggregated, "stages": stage_runs,
         });
         println!("{}", serde_json::to_string_pretty(&out).map_err(|e| CliError::Internal(e.into()))?);
@@ -132,6 +172,16 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     println!("| Retry success | {retry_success} |");
     println!("| Escalations | {escalations} |");
     println!("| Skipped | {skipped} |");
+    println!("| Dead letters | {dead_letters} ({}) |", pct(dead_letters, total));
+    if validations > 0 {
+        let caught: usize = validation_catches.values().sum();
+        println!("| Pre-validation catches | {caught} of {validations} ({}) |", pct(caught, validations));
+    }
+    if regression_runs + regression_skipped > 0 {
+        println!(
+            "| Regression checks | {regression_runs} run, {regression_skipped} skipped, {regressions_found} found regressions |"
+        );
+    }
     if !retried.is_empty() || stage_runs.iter().any(|s| !s.result.starts_with("success")) {
         println!(
             "\n### Retry Details\n\n| Run | Stage | Attempts | Result | Failures |\n|-----|-------|----------|--------|----------|"

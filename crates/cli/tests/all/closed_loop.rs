@@ -179,6 +179,19 @@ fn an_exhausted_budget_writes_a_dead_letter_and_similar_failures_are_aggregated(
     assert_eq!(list[0]["similar_failures"], 1);
     let (code, shown, _) = ws.run(&["dead-letters", "show", "task-mean-1"]);
     assert_eq!((code, shown), (0, letter));
+    // Seed 000's aggregated metrics.
+    let (code, stats, _) = ws.json(&["stats"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        (&stats["dead_letters"], &stats["dead_letter_rate"], &stats["pre_validation_runs"]),
+        (&json!(2), &json!(1.0), &json!(4))
+    );
+    assert_eq!(
+        stats["by_pattern"]["test-failure"],
+        json!({"occurrences": 4, "success_rate": 0.0, "avg_attempts": 2.0})
+    );
+    let (_, summary, _) = ws.run(&["stats"]);
+    assert!(summary.contains("| Dead letters | 2 (100%) |"), "{summary}");
 }
 
 #[test]
