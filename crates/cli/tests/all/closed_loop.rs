@@ -381,3 +381,46 @@ echo changed fmt
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("regression_check=skipped complexity=low"), "{stderr}");
 }
+
+#[test]
+fn auto_fix_runs_the_projects_formatter_and_dependency_check_reads_the_manifest() {
+    // A Rust project whose formatting check fails: auto_fix runs `cargo fmt`, the failed check
+    // passes afterwards, and the next attempt succeeds.
+    let ws = Ws::empty();
+    ws.write("Cargo.toml", "[package]\nname = \"fmtme\"\nversion = \"0.1.0\"\nedition = \"2021\"\n");
+    ws.write("src/lib.rs", "pub fn add(a:u32,b:u32)->u32{a+b}\n");
+    agent(&ws, "dev", "cat > /dev/null\necho looked\n");
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    checks:\n      - name: fmt_clean\n        type: lint\n        command: cargo fmt --check\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", "task-fmt"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(closed_loop(&result)["attempts"], 2);
+    assert!(stderr.contains("attempt=1 pattern=format-error strategy=auto_fix result=failed"), "{stderr}");
+    assert!(stderr.contains("FIX auto_fix: ran `cargo fmt` (exit 0); the failed check passes afterwards"), "{stderr}");
+    assert_eq!(ws.read("src/lib.rs"), "pub fn add(a: u32, b: u32) -> u32 {\n    a + b\n}\n");
+
+    // A Python import of a module the project does not declare.
+    let ws = Ws::empty();
+    ws.write("requirements.txt", "requests>=2\n");
+    ws.write("app.py", "import yamlish\n");
+    agent(&ws, "dev", "cat > /dev/null\necho looked\n");
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    closed_loop:\n      max_retries: 2\n    checks:\n      - name: imports\n        type: build\n        command: python3 app.py\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", "task-dep"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(closed_loop(&result)["failure_pattern"], "import-not-found");
+    let run = result["run_id"].as_str().expect("run id");
+    let prompt = ws.read(&format!(".loopwright/state/runs/{run}/prompts/implement-2.md"));
+    assert!(
+        prompt.contains("`yamlish` is missing from requirements.txt: add it as a dependency (or fix the import if the name is wrong)"),
+        "{prompt}"
+    );
+}
