@@ -193,9 +193,25 @@ pub trait Runner {
     /// Ends processes of a stage of a run that the journal may not name (started just before a
     /// crash, before their group was journaled), found by their `LOOPWRIGHT_*` environment.
     fn end_strays(&self, _run: &RunId, _stage: &StageId) {}
-    /// Runs a check or fixer command through `sh -c` in `workspace`, in its own process group,
-    /// ended at `timeout`; stdout and stderr are captured.
-    async fn command(&self, command: &str, workspace: &std::path::Path, timeout: Duration) -> Execution;
+    /// Runs a closed-loop check or fixer command through `sh -c` in the workspace, in its own
+    /// process group (marked with the run and stage, so `end_strays` finds it after a crash),
+    /// ended at the timeout; stdout and stderr are captured.
+    async fn command(&self, request: &CommandRequest<'_>) -> Execution;
+}
+
+/// A check or fixer command of the closed loop.
+#[derive(Debug, Clone, Copy)]
+pub struct CommandRequest<'a> {
+    /// The run.
+    pub run: &'a RunId,
+    /// The stage.
+    pub stage: &'a StageId,
+    /// The shell command.
+    pub command: &'a str,
+    /// Working directory.
+    pub workspace: &'a std::path::Path,
+    /// Time limit.
+    pub timeout: Duration,
 }
 
 /// The workspace's files as stages change them: snapshots before attempts (to undo a stage's

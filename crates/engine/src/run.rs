@@ -268,9 +268,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let baseline = match (enabled, command) {
             (true, Some(command)) => {
                 self.flush(state).await?;
-                let workspace =
-                    state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
-                let run = self.runner.command(&command, &workspace, stage.timeout).await;
+                self.runner.end_strays(&state.run_id, &stage_id);
+                let run = self.shell(state, &stage_id, &command, stage.timeout).await;
                 let output = format!("{}\n{}", run.stdout, run.stderr);
                 let results = closed_loop::regression::parse_results(&output, self.changes);
                 Some(closed_loop::Baseline { command, results })
@@ -296,8 +295,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let first_snapshot = st.snapshots.first().map(|(_, n)| n.clone());
         let all_files = lp.files();
         let gate = lp.regression_gate.clone().flatten();
-        let workspace = state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
         self.flush(state).await?;
+        // A crash may have left this stage's commands running: end them before running again.
+        self.runner.end_strays(&state.run_id, &stage_id);
         if it.validation.is_none() {
             let violations = closed_loop::checks::validate(&it.files, stage.mode, self.changes);
             let plan = violations.iter().any(|v| v.gate == "plan_mode");
@@ -332,7 +332,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             let mut results = Vec::new();
             let mut failure = None;
             for check in checks {
-                let run = self.runner.command(&check.command, &workspace, stage.timeout).await;
+                let run = self.shell(state, &stage_id, &check.command, stage.timeout).await;
                 let output = match (run.stdout.trim().is_empty(), run.stderr.trim().is_empty()) {
                     (false, false) => format!("{}\n{}", run.stdout.trim_end(), run.stderr.trim_end()),
                     (true, _) => run.stderr.clone(),
@@ -392,7 +392,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             );
             let mut regressions = Vec::new();
             if !dependents.is_empty() {
-                let run = self.runner.command(&baseline.command, &workspace, stage.timeout).await;
+                let run = self.shell(state, &stage_id, &baseline.command, stage.timeout).await;
                 let current =
                     closed_loop::regression::parse_results(&format!("{}\n{}", run.stdout, run.stderr), self.changes);
                 regressions = closed_loop::regression::compare(&baseline.results, &current, &dependents);
@@ -451,8 +451,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             lp.iterations.iter().filter_map(|i| i.fix.as_ref()).filter(|f| f.strategy == "retry_with_backoff").count(),
         )
         .unwrap_or(u32::MAX);
-        let workspace = state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
         self.flush(state).await?;
+        // A crash may have left this stage's commands running: end them before running again.
+        self.runner.end_strays(&state.run_id, &stage_id);
         let ws: &dyn crate::ports::Changes = self.changes;
         let fix = match strategy.as_str() {
             "auto_fix" => {
@@ -460,14 +461,14 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     failure.pattern.as_deref().and_then(|p| self.patterns.get(p)).and_then(|p| p.fix_command.clone());
                 match closed_loop::strategies::fixer_command(&failure, fix_command.as_deref(), ws) {
                     Some(command) => {
-                        let run = self.runner.command(&command, &workspace, stage.timeout).await;
+                        let run = self.shell(state, &stage_id, &command, stage.timeout).await;
                         let fixed = run.outcome == crate::ports::ExecOutcome::Exited(0);
                         // Re-run the check that failed, to see whether the fixer resolved it.
                         let check =
                             it.checks.as_ref().and_then(|c| c.iter().find(|c| !c.passed)).map(|c| c.command.clone());
                         let resolved = match (fixed, check) {
                             (true, Some(check)) => {
-                                self.runner.command(&check, &workspace, stage.timeout).await.outcome
+                                self.shell(state, &stage_id, &check, stage.timeout).await.outcome
                                     == crate::ports::ExecOutcome::Exited(0)
                             }
                             _ => false,
@@ -512,6 +513,14 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             }
         };
         self.record(state, Event::FixApplied { stage: stage_id, attempt, fix }).await
+    }
+
+    /// Runs a check or fixer command of a stage in the workspace.
+    async fn shell(&self, state: &RunState, stage: &StageId, command: &str, timeout: std::time::Duration) -> Execution {
+        let workspace = state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
+        let request =
+            crate::ports::CommandRequest { run: &state.run_id, stage, command, workspace: &workspace, timeout };
+        self.runner.command(&request).await
     }
 
     /// Commits what changed since snapshot `name` for a stage, and journals the commit.

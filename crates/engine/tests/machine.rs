@@ -72,8 +72,8 @@ impl Runner for ScriptedRunner {
     fn end_leftovers(&self, groups: &[ProcessGroup]) {
         self.ended.borrow_mut().extend_from_slice(groups);
     }
-    async fn command(&self, command: &str, _: &std::path::Path, _: Duration) -> Execution {
-        let why = format!("the scripted runner runs no commands ({command})");
+    async fn command(&self, request: &loopwright_engine::ports::CommandRequest<'_>) -> Execution {
+        let why = format!("the scripted runner runs no commands ({})", request.command);
         Execution {
             outcome: ExecOutcome::SpawnFailed(why),
             stdout: String::new(),

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use loopwright_engine::closed_loop::FileChanges;
 use loopwright_engine::event::RestoreCounts;
-use loopwright_engine::ports::{Changes, ExecOutcome, Execution, Notice, ProcessGroup, Runner, StageRequest};
+use loopwright_engine::ports::{
+    Changes, CommandRequest, ExecOutcome, Execution, Notice, ProcessGroup, Runner, StageRequest,
+};
 use loopwright_engine::{RunId, TaskId};
 use loopwright_spec::RunnerKind;
 use loopwright_spec::StageId;
@@ -184,15 +186,20 @@ impl Runner for ProcessRunner {
         }
     }
 
-    async fn command(&self, command: &str, workspace: &std::path::Path, timeout: Duration) -> Execution {
+    async fn command(&self, request: &CommandRequest<'_>) -> Execution {
         let started = Instant::now();
-        let argv = vec!["sh".to_owned(), "-c".to_owned(), command.to_owned()];
+        let argv = vec!["sh".to_owned(), "-c".to_owned(), request.command.to_owned()];
+        let env = [
+            ("LOOPWRIGHT_RUN_ID".to_owned(), request.run.to_string()),
+            ("LOOPWRIGHT_STAGE_ID".to_owned(), request.stage.to_string()),
+            ("LOOPWRIGHT_CHECK".to_owned(), "1".to_owned()),
+        ];
         let spawn = Spawn {
             argv: &argv,
             stdin: None,
-            env: &[],
-            cwd: workspace,
-            deadline: started + timeout,
+            env: &env,
+            cwd: request.workspace,
+            deadline: started + request.timeout,
             grace: self.kill_grace,
             output_cap: self.output_cap,
         };

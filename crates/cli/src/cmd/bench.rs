@@ -67,8 +67,8 @@ impl Runner for TimingRunner {
         self.inner.end_leftovers(groups);
     }
 
-    async fn command(&self, command: &str, workspace: &Path, timeout: Duration) -> Execution {
-        self.inner.command(command, workspace, timeout).await
+    async fn command(&self, request: &loopwright_engine::ports::CommandRequest<'_>) -> Execution {
+        self.inner.command(request).await
     }
 }
 

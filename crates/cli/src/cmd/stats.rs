@@ -86,11 +86,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
                         *validation_catches.entry(v.gate.clone()).or_default() += 1;
                     }
                 }
-                Event::RegressionGate { baseline, .. } => {
-                    if baseline.is_none() {
-                        regression_skipped += 1;
-                    }
-                }
+                Event::RegressionGate { baseline: None, .. } => regression_skipped += 1,
                 Event::RegressionChecked { regressions, .. } => {
                     regression_runs += 1;
                     regressions_found += usize::from(!regressions.is_empty());

@@ -210,3 +210,42 @@ fn cancel_a_waiting_run() {
     assert_eq!(result["status"], "cancelled");
     assert_eq!(stages(&result).last(), Some(&st("implement", "cancelled", 0, None)));
 }
+
+#[test]
+fn kill_9_during_a_closed_loop_check_then_resume_checks_again_without_regenerating() {
+    let ws = Ws::empty();
+    let out = tempfile::tempdir().expect("tempdir");
+    let o = out.path().display();
+    let token = format!(
+        "lw-loop-{}-{}",
+        std::process::id(),
+        ws.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    );
+    ws.write(
+        ".loopwright/agents/dev.md",
+        &format!("---\nrunner: command\ncommand: [\"sh\", \"-c\", \"cat > /dev/null; echo x >> {o}/agent.runs; echo done\"]\n---\n"),
+    );
+    ws.write(
+        ".loopwright/pipelines/slow.yml",
+        &format!(
+            "name: slow\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    description: d\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    checks:\n      - name: slow_check\n        type: test\n        command: \"echo x >> {o}/check.runs; touch {o}/check.running; if [ -f {o}/check.slow ]; then sleep 60; fi # {token}\"\n"
+        ),
+    );
+    std::fs::write(out.path().join("check.slow"), "").expect("write");
+    let mut child = spawn_run(&ws);
+    wait_for(&out.path().join("check.running"));
+    std::thread::sleep(Duration::from_millis(300));
+    let orphans = processes_with(&token);
+    assert!(!orphans.is_empty(), "the check runs");
+    signal(child.id(), "-KILL");
+    wait_exit(&mut child);
+    assert!(!processes_with(&token).is_empty(), "the check outlives loopwright until the run resumes");
+    // The orphan sleeps on; resume ends it and runs the check again, fast this time.
+    std::fs::remove_file(out.path().join("check.slow")).expect("rm");
+    let (code, result, stderr) = ws.json(&["resume", "latest", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(result["status"], "success");
+    let lines = |f: &str| std::fs::read_to_string(out.path().join(f)).map(|t| t.lines().count()).unwrap_or(0);
+    assert_eq!((lines("agent.runs"), lines("check.runs")), (1, 2), "GENERATE is not repeated; EVALUATE is");
+    assert_eq!(processes_with(&token), Vec::<u32>::new());
+}
