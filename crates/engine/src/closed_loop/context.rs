@@ -645,3 +645,88 @@ pub fn log_lines(event: &crate::event::Event, state: &crate::state::RunState) ->
         _ => Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_context_has_the_seed_001_shape() {
+        let failures = vec![PriorFailure {
+            attempt: 1,
+            failure_type: "verification_failed".into(),
+            timestamp: "2026-01-26T14:30:00Z".parse().expect("ts"),
+            summary: "check `tests_pass` (`npm test`) returned exit code 1".into(),
+            details: "FAIL tests/PlannerId.test.ts\n- InvalidPlannerIdError not thrown for empty string".into(),
+            files: vec!["src/domain/PlannerId.ts (modified)".into()],
+            suggested_fix: Some("analyze_then_fix: located the failure in src/domain/PlannerId.ts".into()),
+            context: None,
+            pattern: Some(("test-failure".into(), 0.95, Some("analyze_then_fix".into()))),
+        }];
+        assert_eq!(
+            retry_context(2, 3, Some("check for whitespace with .trim()"), &failures),
+            r#"<retry_context attempt="2" max_attempts="3">
+  <user_intervention>
+    <instruction priority="high">
+      User provided fix: check for whitespace with .trim()
+    </instruction>
+    <context>
+      This instruction comes from the user after automated recovery failed.
+      Treat this as authoritative guidance.
+    </context>
+  </user_intervention>
+
+  <previous_failures>
+    <failure attempt="1">
+      <type>verification_failed</type>
+      <timestamp>2026-01-26T14:30:00Z</timestamp>
+      <error_summary>
+        check `tests_pass` (`npm test`) returned exit code 1
+      </error_summary>
+      <error_details>
+        FAIL tests/PlannerId.test.ts
+        - InvalidPlannerIdError not thrown for empty string
+      </error_details>
+      <files_affected>
+        - src/domain/PlannerId.ts (modified)
+      </files_affected>
+      <suggested_fix>
+        analyze_then_fix: located the failure in src/domain/PlannerId.ts
+      </suggested_fix>
+    </failure>
+  </previous_failures>
+
+  <accumulated_learnings>
+    - attempt 1 failed as test-failure (confidence 0.95); strategy analyze_then_fix was applied
+  </accumulated_learnings>
+
+  <instruction>
+    This is retry attempt 2 of 3.
+    Review the previous failure(s) above.
+    Address the specific issues before re-executing.
+    If you believe the task is impossible, report status: blocked.
+  </instruction>
+</retry_context>
+"#
+        );
+    }
+
+    #[test]
+    fn dead_letters_are_similar_by_pattern_extension_and_error() {
+        let s = |sig: &str, line: &str| DeadLetterSummary {
+            task_id: "t".into(),
+            error_signature: sig.into(),
+            final_pattern: sig.split(':').next().unwrap_or_default().into(),
+            error_line: line.into(),
+            blocked_at: String::new(),
+            strategies: vec![],
+            files: vec![],
+            confident: true,
+        };
+        let a = s("type-error:ts:ts2322", "error TS2322: Type 'string' is not assignable to type 'number'.");
+        assert!(a.similar_to(&s("type-error:ts:ts2322", "error TS2322: something else")));
+        assert!(!a.similar_to(&s("type-error:py:ts2322", "error TS2322: x")), "another extension");
+        assert!(!a.similar_to(&s("lint-error:ts:ts2322", "error TS2322: x")), "another pattern");
+        assert!(a.similar_to(&s("type-error:ts:other", "error TS2322: Type 'string' is not assignable to type 'numbe!")));
+    }
+}
