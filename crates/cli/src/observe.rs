@@ -570,6 +570,10 @@ impl Observer for Projector {
                 self.write(state, "metrics.md", &metrics_markdown(state));
             }
             Event::DeadLettered { stage, reason, .. } => self.dead_letter(record, state, stage, reason),
+            Event::RegressionGate { stage, baseline: Some(baseline), .. } => {
+                let md = loopwright_engine::projection::baseline_markdown(state, stage.as_str(), baseline, record.at);
+                self.write(state, &format!("baseline-{stage}.md"), &md);
+            }
             Event::RunStarted(_)
             | Event::StageFailed { .. }
             | Event::ApprovalRequested { .. }

@@ -259,6 +259,13 @@ pub enum Event {
         /// Files it changed.
         #[serde(default)]
         files: FileChanges,
+        /// What it printed (the last 2000 characters; the whole output is in the run's
+        /// `outputs/` folder).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        output: String,
+        /// Its exit code, when it exited.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
         /// Its failure, when the agent itself failed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failure: Option<Box<Failure>>,

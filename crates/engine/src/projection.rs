@@ -105,6 +105,63 @@ pub fn metrics_markdown(state: &RunState) -> String {
     for s in &state.stages {
         let _ = writeln!(md, "| {} | {} | {} | {} |", s.id, s.status.as_str(), s.attempts, s.duration_ms);
     }
+    for s in &state.stages {
+        if let Some(lp) = s.closed.as_deref() {
+            md.push_str(&loop_metrics(s, lp));
+        }
+    }
+    md
+}
+
+/// Seed 000's per-execution closed-loop metrics of a stage, as a YAML block.
+fn loop_metrics(stage: &StageState, lp: &crate::closed_loop::LoopState) -> String {
+    let list = |v: Vec<String>| format!("[{}]", v.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "));
+    let validations: Vec<&(Vec<String>, Vec<crate::closed_loop::Violation>)> =
+        lp.iterations.iter().filter_map(|i| i.validation.as_ref()).collect();
+    let passed = validations.iter().filter(|(_, v)| v.is_empty()).count();
+    let catches: Vec<String> = validations.iter().flat_map(|(_, v)| v.iter().map(|x| x.gate.clone())).collect();
+    let regression_runs = lp.iterations.iter().filter(|i| i.regression.is_some()).count();
+    let detected = lp.iterations.iter().filter(|i| i.regression.as_ref().is_some_and(|(_, r)| !r.is_empty())).count();
+    let auto_fixed = lp
+        .iterations
+        .windows(2)
+        .filter(|w| w[0].regression.as_ref().is_some_and(|(_, r)| !r.is_empty()) && w[1].failure.is_none())
+        .count();
+    let mut md = format!("\n## Closed loop: {}\n\n```yaml\nper_execution:\n", stage.id);
+    let _ = writeln!(md, "  total_attempts: {}", lp.iterations.len());
+    let _ = writeln!(
+        md,
+        "  time_to_success_ms: {}",
+        if lp.succeeded { stage.duration_ms.to_string() } else { "null".into() }
+    );
+    let _ = writeln!(md, "  patterns_encountered: {}", list(lp.patterns()));
+    let _ = writeln!(md, "  strategies_used: {}", list(lp.strategies()));
+    let _ = writeln!(md, "  files_modified: {}", list(lp.files().paths().iter().map(|p| (*p).to_owned()).collect()));
+    let _ = writeln!(md, "  final_status: {}", lp.status());
+    let _ = writeln!(md, "  pre_validation_runs: {}", validations.len());
+    let rate = if validations.is_empty() { 0.0 } else { passed as f64 / validations.len() as f64 };
+    let _ = writeln!(md, "  pre_validation_pass_rate: {rate:.2}");
+    let _ = writeln!(md, "  pre_validation_catches: {}", list(catches));
+    let skipped = usize::from(matches!(lp.regression_gate, Some(None)));
+    let _ = writeln!(md, "  regression_checks_run: {regression_runs}");
+    let _ = writeln!(md, "  regression_checks_skipped: {skipped}");
+    let _ = writeln!(md, "  regressions_detected: {detected}");
+    let _ = writeln!(md, "  regressions_auto_fixed: {auto_fixed}");
+    md.push_str("per_attempt:\n");
+    for it in &lp.iterations {
+        let (gates, violations) = it.validation.as_ref().map_or((0, 0), |(g, v)| (g.len(), v.len()));
+        let _ = writeln!(
+            md,
+            "  - {{attempt_number: {}, duration_ms: {}, pattern_matched: {}, strategy_used: {}, success: {}, validation_passed: {}, validation_gates_run: {gates}, validation_violations: {violations}}}",
+            it.attempt,
+            it.duration_ms + it.checks.as_deref().unwrap_or_default().iter().map(|c| c.duration_ms).sum::<u64>(),
+            it.failure.as_ref().and_then(|f| f.pattern.as_deref()).map_or_else(|| "null".to_owned(), q),
+            it.analysis.as_ref().and_then(|a| a.strategy.as_deref()).map_or_else(|| "null".to_owned(), q),
+            it.failure.is_none() && lp.succeeded,
+            violations == 0 && it.validation.is_some()
+        );
+    }
+    md.push_str("```\n");
     md
 }
 
@@ -222,5 +279,34 @@ fn loop_attempts_markdown(state: &RunState, stage: &StageState, lp: &crate::clos
         }
     }
     md.push_str("```\n");
+    md
+}
+
+/// `baseline-STAGE.md`: seed 000's regression baseline, per test file.
+pub fn baseline_markdown(
+    state: &RunState,
+    stage: &str,
+    baseline: &crate::closed_loop::Baseline,
+    at: jiff::Timestamp,
+) -> String {
+    let task_id = state.started.as_ref().map(|s| s.task_id.to_string()).unwrap_or_default();
+    let mut md = String::from("---\n");
+    let _ = writeln!(md, "entity_name: {}", q(&format!("session.current.baseline.{task_id}.{stage}")));
+    md.push_str("namespace: session.current\ncategory: regression-baseline\n");
+    let _ = writeln!(md, "task_id: {}", q(&task_id));
+    let _ = writeln!(md, "stage_id: {stage}");
+    let _ = writeln!(md, "command: {}", q(&baseline.command));
+    md.push_str("baseline_results:\n");
+    for (file, c) in &baseline.results {
+        let _ = writeln!(
+            md,
+            "  - {{file: {}, test_count: {}, pass_count: {}, fail_count: {}}}",
+            q(file),
+            c.pass + c.fail,
+            c.pass,
+            c.fail
+        );
+    }
+    let _ = writeln!(md, "captured_at: {at}\n---");
     md
 }

@@ -217,7 +217,14 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     (Default::default(), Some(Box::new(f)))
                 }
             };
-            let event = Event::Generated { stage: stage_id, attempt, duration_ms, outputs, files, failure };
+            let exit_code = match execution.outcome {
+                crate::ports::ExecOutcome::Exited(c) => Some(c),
+                _ => None,
+            };
+            let printed = format!("{}{}", execution.stdout, execution.stderr);
+            let output = closed_loop::tail_chars(&printed, closed_loop::OUTPUT_CHARS);
+            let event =
+                Event::Generated { stage: stage_id, attempt, duration_ms, outputs, files, output, exit_code, failure };
             return self.record(state, event).await;
         }
         let succeeded = match judge(&stage.outputs, &execution) {

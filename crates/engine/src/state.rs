@@ -517,7 +517,7 @@ impl RunState {
                 self.failed_stage = Some(stage.clone());
             }
             Event::RunFinished { .. } => {}
-            Event::Generated { stage, attempt, duration_ms, outputs, files, failure } => {
+            Event::Generated { stage, attempt, duration_ms, outputs, files, failure, .. } => {
                 let at = record.at;
                 let s = self.stage_mut(stage);
                 s.status = StageStatus::Looping;

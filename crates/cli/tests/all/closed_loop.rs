@@ -270,6 +270,16 @@ fn a_plan_mode_stage_that_writes_is_restored_and_escalated_and_validation_routes
             .contains("a security violation is never retried automatically"),
         "{result}"
     );
+    // `abort` stops the run and keeps its state.
+    let run = result["run_id"].as_str().expect("run id").to_owned();
+    let (code, result, stderr) = ws.json(&["respond", &run, "abort"]);
+    assert_eq!(code, 4, "{stderr}");
+    assert_eq!(
+        (&result["status"], &result["stages_executed"][0]["status"]),
+        (&json!("cancelled"), &json!("cancelled"))
+    );
+    assert_eq!(closed_loop(&result)["status"], "escalated");
+    assert_eq!(result["rollback_performed"], false);
 
     // VALIDATE: a changed JSON file that does not parse fails before the checks run, goes
     // through ANALYZE, and the next GENERATE writes a valid one.
@@ -362,6 +372,18 @@ echo changed fmt
         "{logs}"
     );
     assert!(ws.read("calc/core.py").contains("digits=2"));
+    let baseline = ws.read(&format!(".loopwright/state/runs/{run}/baseline-implement.md"));
+    assert!(
+        baseline.contains("baseline_results:\n  - {file: \"tests/test_core.py\", test_count: 1, pass_count: 1, fail_count: 0}\n  - {file: \"tests/test_report.py\", test_count: 1, pass_count: 1, fail_count: 0}\n"),
+        "{baseline}"
+    );
+    let metrics = ws.read(&format!(".loopwright/state/runs/{run}/metrics.md"));
+    assert!(
+        metrics
+            .contains("  patterns_encountered: [\"regression-detected\"]\n  strategies_used: [\"context_expand\"]\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("  regression_checks_run: 2\n  regression_checks_skipped: 0\n  regressions_detected: 1\n  regressions_auto_fixed: 1\n"), "{metrics}");
 
     // Low complexity skips regression detection: the same breaking change passes.
     let ws2 = Ws::empty();
@@ -423,4 +445,30 @@ fn auto_fix_runs_the_projects_formatter_and_dependency_check_reads_the_manifest(
         prompt.contains("`yamlish` is missing from requirements.txt: add it as a dependency (or fix the import if the name is wrong)"),
         "{prompt}"
     );
+}
+
+#[test]
+fn a_network_failure_waits_with_backoff_and_regenerates() {
+    let ws = Ws::empty();
+    agent(&ws, "dev", "cat > /dev/null\necho ok\n");
+    // The first check cannot connect; the second can.
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    checks:\n      - name: fetch\n        type: command\n        command: sh fetch.sh\n",
+    );
+    ws.write(
+        "fetch.sh",
+        "if [ -f .tried ]; then echo fetched; else touch .tried; echo 'curl: (7) Failed to connect to 127.0.0.1 port 9 after 0 ms: Connection refused' >&2; exit 7; fi\n",
+    );
+    ws.write(
+        ".loopwright/failure-patterns.yml",
+        "strategies:\n  retry_with_backoff:\n    initial_delay_seconds: 0.2\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "loop"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(closed_loop(&result)["attempts"], 2);
+    assert!(stderr.contains("attempt=1 pattern=network-error strategy=retry_with_backoff result=failed"), "{stderr}");
+    assert!(stderr.contains("FIX retry_with_backoff: waiting 0.2s before generating again"), "{stderr}");
 }

@@ -727,6 +727,8 @@ mod tests {
         assert!(a.similar_to(&s("type-error:ts:ts2322", "error TS2322: something else")));
         assert!(!a.similar_to(&s("type-error:py:ts2322", "error TS2322: x")), "another extension");
         assert!(!a.similar_to(&s("lint-error:ts:ts2322", "error TS2322: x")), "another pattern");
-        assert!(a.similar_to(&s("type-error:ts:other", "error TS2322: Type 'string' is not assignable to type 'numbe!")));
+        assert!(
+            a.similar_to(&s("type-error:ts:other", "error TS2322: Type 'string' is not assignable to type 'numbe!"))
+        );
     }
 }
