@@ -245,6 +245,69 @@ if have go; then
   cd "$work"
 fi
 
+# ---- Java: JUnit 4 (Debian package junit4) ----
+junit="${JUNIT_JAR:-/usr/share/java/junit4.jar}:${HAMCREST_JAR:-/usr/share/java/hamcrest-core.jar}"
+if have javac && have java && [ -f "${junit%%:*}" ]; then
+  mkdir junit && cd junit
+  printf 'public class Calc { public static int add(int a, int b) { return a - b; } }\n' > Calc.java
+  printf 'import org.junit.Test;\nimport static org.junit.Assert.assertEquals;\npublic class CalcTest {\n  @Test public void adds() { assertEquals(5, Calc.add(2, 3)); }\n}\n' > CalcTest.java
+  javac -cp "$junit:." Calc.java CalcTest.java
+  case_ test-failure junit4-assertion java -cp "$junit:." org.junit.runner.JUnitCore CalcTest
+  printf 'public class Calc { public static int add(int a, int b) { return a + b; } }\n' > Calc.java
+  javac -cp "$junit:." Calc.java
+  case_ none junit4-pass java -cp "$junit:." org.junit.runner.JUnitCore CalcTest
+  printf 'import org.apache.commons.lang3.StringUtils;\npublic class Dep { }\n' > Dep.java
+  case_ import-not-found javac-package-does-not-exist javac Dep.java
+  cd "$work"
+fi
+
+# ---- C / C++ with clang ----
+if have clang; then
+  mkdir clang && cd clang
+  printf 'int main(void) {\n  int x = "five";\n  return x;\n}\n' > t.c
+  case_ type-error clang-incompatible-pointer clang -Werror=int-conversion -c t.c
+  printf 'int main(void) {\n  return undefined_thing;\n}\n' > u.c
+  case_ undefined-name clang-undeclared-identifier clang -c u.c
+  printf '#include "missing_header.h"\nint main(void) { return 0; }\n' > m.c
+  case_ import-not-found clang-file-not-found clang -c m.c
+  printf 'int main(void) {\n  return 0\n}\n' > s.c
+  case_ syntax-error clang-expected-semicolon clang -c s.c
+  printf 'int helper(void);\nint main(void) { return helper(); }\n' > l.c
+  case_ build-error clang-undefined-reference clang l.c -o l
+  printf '#include <stdio.h>\nint main(void) { int unused; printf("ok\\n"); return 0; }\n' > w.c
+  case_ none clang-warning-only clang -Wall w.c -o w
+  cd "$work"
+fi
+
+# ---- jest / vitest (npm packages in $NPM_TOOLS/node_modules/.bin) ----
+if [ -x "$tools/jest" ]; then
+  mkdir jest && cd jest
+  printf '{"name": "j", "version": "1.0.0"}\n' > package.json
+  printf 'const add = (a, b) => a - b;\nmodule.exports = { add };\n' > calc.js
+  printf 'const { add } = require("./calc");\ntest("adds", () => { expect(add(2, 3)).toBe(5); });\n' > calc.test.js
+  case_ test-failure jest-expect-tobe "$tools/jest" --ci --colors=false
+  printf 'const add = (a, b) => a + b;\nmodule.exports = { add };\n' > calc.js
+  case_ none jest-pass "$tools/jest" --ci --colors=false
+  cd "$work"
+fi
+if [ -x "$tools/vitest" ]; then
+  mkdir vitest && cd vitest
+  printf '{"name": "v", "version": "1.0.0", "type": "module"}\n' > package.json
+  ln -s "${NPM_TOOLS}/node_modules" node_modules
+  printf 'export const add = (a, b) => a - b;\n' > calc.js
+  printf 'import { test, expect } from "vitest";\nimport { add } from "./calc.js";\ntest("adds", () => { expect(add(2, 3)).toBe(5); });\n' > calc.test.js
+  case_ test-failure vitest-expected "$tools/vitest" run --color=false
+  cd "$work"
+fi
+
+# ---- npm peer-dependency conflict (needs the npm registry) ----
+if have npm; then
+  mkdir npmconf && cd npmconf
+  printf '{"name": "c", "version": "1.0.0", "dependencies": {"react": "18.2.0", "react-dom": "17.0.2"}}\n' > package.json
+  case_ dependency-conflict npm-eresolve npm install --no-audit --no-fund --ignore-scripts --dry-run
+  cd "$work"
+fi
+
 # ---- Real errors mixed with warnings ----
 if have cargo; then
   cargo new -q rsm && cd rsm
