@@ -254,28 +254,7 @@ pub async fn respond(global: &Global, args: RespondArgs) -> Result<u8, CliError>
         )));
     };
     if answer == Answer::Skip {
-        // Seed 001 "Skip Handling": say which later stages read what the skipped one produced.
-        let produced: Vec<String> = pipeline.stage(stage.as_str()).map(|s| s.outputs.clone()).unwrap_or_default();
-        let dependents: Vec<String> = pipeline
-            .stages
-            .iter()
-            .skip_while(|s| s.id != stage)
-            .skip(1)
-            .filter(|s| s.inputs.iter().any(|i| produced.contains(i)))
-            .map(|s| s.id.to_string())
-            .collect();
-        let attempts = state.stage(stage.as_str()).map_or(0, |s| s.attempts);
-        eprintln!("[SKIPPED] stage `{stage}`\n  Reason: user escalation after {attempts} failed attempt(s)");
-        if dependents.is_empty() {
-            eprintln!("  Impact: no later stage reads its outputs");
-        } else {
-            eprintln!(
-                "  Impact: warning: {} read{} its outputs ({}) and may fail",
-                dependents.join(", "),
-                if dependents.len() == 1 { "s" } else { "" },
-                produced.join(", ")
-            );
-        }
+        warn_skip(&pipeline, &state, &stage);
     }
     let by = args.by.unwrap_or_else(os_user);
     continue_run(
@@ -288,4 +267,34 @@ pub async fn respond(global: &Global, args: RespondArgs) -> Result<u8, CliError>
         args.quiet,
     )
     .await
+}
+
+/// Seed 001 "Skip Handling": says which later stages read what the skipped stage produced.
+pub fn warn_skip(
+    pipeline: &loopwright_spec::Pipeline,
+    state: &loopwright_engine::RunState,
+    stage: &loopwright_spec::StageId,
+) {
+    // Seed 001 "Skip Handling": say which later stages read what the skipped one produced.
+    let produced: Vec<String> = pipeline.stage(stage.as_str()).map(|s| s.outputs.clone()).unwrap_or_default();
+    let dependents: Vec<String> = pipeline
+        .stages
+        .iter()
+        .skip_while(|s| &s.id != stage)
+        .skip(1)
+        .filter(|s| s.inputs.iter().any(|i| produced.contains(i)))
+        .map(|s| s.id.to_string())
+        .collect();
+    let attempts = state.stage(stage.as_str()).map_or(0, |s| s.attempts);
+    eprintln!("[SKIPPED] stage `{stage}`\n  Reason: user escalation after {attempts} failed attempt(s)");
+    if dependents.is_empty() {
+        eprintln!("  Impact: no later stage reads its outputs");
+    } else {
+        eprintln!(
+            "  Impact: warning: {} read{} its outputs ({}) and may fail",
+            dependents.join(", "),
+            if dependents.len() == 1 { "s" } else { "" },
+            produced.join(", ")
+        );
+    }
 }

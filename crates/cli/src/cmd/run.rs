@@ -264,46 +264,86 @@ pub type CliEngine<'a> = Engine<'a, SqliteStore, ProcessRunner, SystemClock, Cli
 /// After the engine stops: ask at an approval gate when a person is at the terminal,
 /// otherwise report the result and return the exit code.
 pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunState) -> Result<u8, CliError> {
-    while let Some(stage) = state.waiting_for_approval().map(|s| s.id.clone()) {
-        let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
-        if !interactive {
-            break;
-        }
-        let prompt = approval_prompt(engine.pipeline, &stage, &state);
-        let answer = tokio::task::spawn_blocking(move || ask_approval(&prompt));
-        let granted = tokio::select! {
-            answer = answer => answer.unwrap_or(false),
-            _ = loopwright_engine::Stopper::stopped(engine.stopper) => {
-                eprintln!("\nloopwright: run {} still waits for approval of `{stage}`", state.run_id);
-                report(global, &state)?;
-                return Ok(130);
+    loop {
+        while let Some(stage) = state.waiting_for_approval().map(|s| s.id.clone()) {
+            let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
+            if !interactive {
+                break;
             }
+            let prompt = approval_prompt(engine.pipeline, &stage, &state);
+            let answer = tokio::task::spawn_blocking(move || ask_approval(&prompt));
+            let granted = tokio::select! {
+                answer = answer => answer.unwrap_or(false),
+                _ = loopwright_engine::Stopper::stopped(engine.stopper) => {
+                    eprintln!("\nloopwright: run {} still waits for approval of `{stage}`", state.run_id);
+                    report(global, &state)?;
+                    return Ok(130);
+                }
+            };
+            // Someone may have answered or cancelled from another terminal meanwhile.
+            let events = engine.store.events(&state.run_id).await?;
+            if events.last().map(|e| e.seq) != Some(state.last_seq) {
+                state = RunState::replay(state.run_id.clone(), &events);
+                continue;
+            }
+            let by = os_user();
+            let event = if granted {
+                Event::ApprovalGranted { stage, by, comment: None }
+            } else {
+                // Seed 004's cancellation flow: offer to roll back what earlier stages changed.
+                // The stages the state machine would roll back, in pipeline order.
+                let undoable: Vec<String> =
+                    loopwright_engine::decide::rollback_candidates(engine.pipeline, &state, None)
+                        .iter()
+                        .rev()
+                        .map(ToString::to_string)
+                        .collect();
+                let rollback = !undoable.is_empty()
+                    && ask_yes_no(&format!(
+                        "Roll back the completed stage(s) {} as the pipeline says? [y/N] ",
+                        undoable.join(", ")
+                    ));
+                Event::ApprovalRejected { stage, by, comment: None, rollback }
+            };
+            engine.record(&mut state, event).await?;
+            state = engine.drive(state).await?;
+        }
+        // A closed-loop escalation, with a person at the terminal: ask (seed 001's options).
+        let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
+        let Some((stage, message)) = state.waiting_for_escalation().filter(|_| interactive).and_then(|s| {
+            let lp = s.closed.as_deref()?;
+            let started = state.started.as_ref()?;
+            let reason = lp.escalation.as_deref()?;
+            let message = loopwright_engine::closed_loop::context::escalation_message(
+                state.run_id.as_str(),
+                &started.task,
+                started.task_id.as_str(),
+                s.id.as_str(),
+                lp,
+                reason,
+            );
+            Some((s.id.clone(), message))
+        }) else {
+            break;
         };
-        // Someone may have answered or cancelled from another terminal meanwhile.
+        let answer = tokio::task::spawn_blocking(move || ask_escalation(&message));
+        let answer = tokio::select! {
+            answer = answer => answer.ok().flatten(),
+            _ = loopwright_engine::Stopper::stopped(engine.stopper) => None,
+        };
+        let Some(answer) = answer else {
+            eprintln!("\nloopwright: run {} still waits on the escalation of `{stage}`", state.run_id);
+            break;
+        };
         let events = engine.store.events(&state.run_id).await?;
         if events.last().map(|e| e.seq) != Some(state.last_seq) {
             state = RunState::replay(state.run_id.clone(), &events);
             continue;
         }
-        let by = os_user();
-        let event = if granted {
-            Event::ApprovalGranted { stage, by, comment: None }
-        } else {
-            // Seed 004's cancellation flow: offer to roll back what earlier stages changed.
-            // The stages the state machine would roll back, in pipeline order.
-            let undoable: Vec<String> = loopwright_engine::decide::rollback_candidates(engine.pipeline, &state, None)
-                .iter()
-                .rev()
-                .map(ToString::to_string)
-                .collect();
-            let rollback = !undoable.is_empty()
-                && ask_yes_no(&format!(
-                    "Roll back the completed stage(s) {} as the pipeline says? [y/N] ",
-                    undoable.join(", ")
-                ));
-            Event::ApprovalRejected { stage, by, comment: None, rollback }
-        };
-        engine.record(&mut state, event).await?;
+        if answer == loopwright_engine::event::Answer::Skip {
+            super::resume::warn_skip(engine.pipeline, &state, &stage);
+        }
+        engine.record(&mut state, Event::EscalationAnswered { stage, answer, by: os_user() }).await?;
         state = engine.drive(state).await?;
     }
     // Manual rollback steps: on a terminal, wait for the person to confirm they are done.
@@ -377,6 +417,31 @@ fn approval_prompt(pipeline: &Pipeline, stage: &StageId, state: &RunState) -> St
     text.push_str(&if s.outputs.is_empty() { "(none)".to_owned() } else { s.outputs.join(", ") });
     text.push_str("\nType `proceed` to continue or `abort` to cancel pipeline.\n---\n");
     text
+}
+
+/// Shows an escalation and reads answers until one is understood; `None` at end of input.
+fn ask_escalation(message: &str) -> Option<loopwright_engine::event::Answer> {
+    use loopwright_engine::event::Answer;
+    eprintln!("{message}");
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("retry | skip | abort | fix <instruction> > ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        match stdin.lock().read_line(&mut line) {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+        let line = line.trim();
+        let (word, rest) = line.split_once([' ', ':']).unwrap_or((line, ""));
+        match (word.to_lowercase().as_str(), rest.trim()) {
+            ("retry", _) => return Some(Answer::Retry),
+            ("skip", _) => return Some(Answer::Skip),
+            ("abort", _) => return Some(Answer::Abort),
+            ("fix", text) if !text.is_empty() => return Some(Answer::Fix { text: text.to_owned() }),
+            _ => eprintln!("Answer `retry`, `skip`, `abort`, or `fix` followed by the instruction."),
+        }
+    }
 }
 
 /// Shows the prompt and reads answers until one is understood.
