@@ -114,7 +114,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                 return Step::Execute { stage: stage.id.clone(), attempt: st.map_or(1, |s| s.attempts.max(1)) };
             }
             StageStatus::AttemptFailed => return after_failure(pipeline, state, stage),
-            StageStatus::Looping => return loop_step(state, stage, now),
+            StageStatus::Looping => return loop_step(pipeline, state, stage, now),
             StageStatus::RetryWaiting => {
                 let s = st.expect("a waiting stage has state");
                 return match s.retry_at {
@@ -289,7 +289,7 @@ fn feedback_step(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Option
 }
 
 /// The closed loop after GENERATE (seed 000): evaluate, analyze, fix, escalate or give up.
-fn loop_step(state: &RunState, stage: &Stage, now: jiff::Timestamp) -> Step {
+fn loop_step(pipeline: &Pipeline, state: &RunState, stage: &Stage, now: jiff::Timestamp) -> Step {
     let st = state.stage(stage.id.as_str()).expect("a looping stage has state");
     let lp = st.closed.as_ref().expect("a looping stage has a loop");
     let it = lp.iterations.last().expect("a looping stage has generated");
@@ -328,6 +328,27 @@ fn loop_step(state: &RunState, stage: &Stage, now: jiff::Timestamp) -> Step {
             }
             (Some(_), None) | (_, Some(Answer::Abort)) => Step::Done(RunStatus::Waiting),
         },
+        // The loop gave up; a stage `retry:` runs the whole loop again first (seed 000: "the
+        // pipeline executor may then retry the whole stage"), each pass with a fresh budget.
+        NextAction::DeadLetter
+            if lp.dead_letter.is_none()
+                && stage.retry.as_ref().is_some_and(|r| lp.passes + 1 < r.max_attempts)
+                && state.retries_used < pipeline.max_retries =>
+        {
+            let policy = stage.retry.as_ref().expect("checked");
+            let delay = policy.delay(lp.passes + 1);
+            Step::Record(Event::RetryScheduled {
+                stage: id,
+                attempt: st.attempts + 1,
+                delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                reason: format!(
+                    "the closed loop gave up ({}); stage retry {} of {}",
+                    analysis.reason,
+                    lp.passes + 2,
+                    policy.max_attempts
+                ),
+            })
+        }
         NextAction::DeadLetter if lp.dead_letter.is_none() => Step::Record(Event::DeadLettered {
             stage: id,
             attempt: it.attempt,

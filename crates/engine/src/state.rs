@@ -505,6 +505,11 @@ impl RunState {
                     a.retry_reason = Some(reason.clone());
                 }
                 s.status = StageStatus::RetryWaiting;
+                if let Some(lp) = s.closed.as_mut() {
+                    // A new pass of the closed loop, with a fresh budget.
+                    lp.base = lp.iterations.len();
+                    lp.passes += 1;
+                }
                 s.retry_at = at
                     .checked_add(jiff::SignedDuration::from_millis(i64::try_from(*delay_ms).unwrap_or(i64::MAX)))
                     .ok();

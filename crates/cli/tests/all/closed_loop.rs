@@ -520,3 +520,26 @@ fn on_a_terminal_an_escalation_is_answered_in_place() {
     let (_, result, _) = ws.json(&["status", "latest"]);
     assert_eq!(closed_loop(&result)["status"], "success");
 }
+
+#[test]
+fn a_stage_retry_runs_the_whole_loop_again_before_the_dead_letter() {
+    let ws = Ws::empty();
+    agent(&ws, "dev", "cat > /dev/null\necho \"pass attempt $LOOPWRIGHT_ATTEMPT\"\n");
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    closed_loop:\n      max_retries: 2\n    retry:\n      max_attempts: 2\n      backoff: fixed\n      initial_delay_seconds: 1\n    checks:\n      - name: never\n        type: command\n        command: echo 'gadget calibration drifted'; exit 1\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", "task-passes"]);
+    assert_eq!(code, 1, "{stderr}");
+    // Two passes of two attempts each, then the dead letter.
+    assert_eq!(closed_loop(&result)["attempts"], 4);
+    assert_eq!(result["stages_executed"][0]["attempts"], 4);
+    assert!(stderr.contains("↻ Retry"), "{stderr}");
+    let letter = ws.read(".loopwright/state/dead-letters/task-passes.md");
+    assert!(letter.contains("total_attempts: 4\n"), "{letter}");
+    let run = result["run_id"].as_str().expect("run id");
+    let prompt = ws.read(&format!(".loopwright/state/runs/{run}/prompts/implement-4.md"));
+    assert!(prompt.contains("This is retry attempt 4 of 4."), "{prompt}");
+}

@@ -49,6 +49,8 @@ pub struct Project {
     pub go: bool,
     /// A Makefile with a `test:` target.
     pub make_test: bool,
+    /// biome.json(c): Biome lints and formats.
+    pub biome: bool,
     /// Programs found on PATH.
     pub programs: Vec<String>,
 }
@@ -78,6 +80,7 @@ impl Project {
             npm_scripts,
             go: top("go.mod"),
             make_test: ws.read("Makefile").is_some_and(|m| m.lines().any(|l| l.starts_with("test:"))),
+            biome: top("biome.json") || top("biome.jsonc"),
             programs,
         }
     }

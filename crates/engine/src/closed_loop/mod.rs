@@ -428,6 +428,8 @@ pub struct LoopState {
     pub regression_gate: Option<Option<Baseline>>,
     /// The loop succeeded.
     pub succeeded: bool,
+    /// Whole-loop passes the stage's `retry:` started after the first gave up.
+    pub passes: u32,
 }
 
 impl LoopState {
