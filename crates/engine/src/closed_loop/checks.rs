@@ -157,10 +157,14 @@ impl Project {
                 return Some(format!("npm run {s} --silent"));
             }
             if self.has("npx") {
-                return Some(
-                    if format { "npx --no-install prettier --write ." } else { "npx --no-install eslint --fix ." }
-                        .into(),
-                );
+                let fixer = if self.biome {
+                    "npx --no-install biome check --write ."
+                } else if format {
+                    "npx --no-install prettier --write ."
+                } else {
+                    "npx --no-install eslint --fix ."
+                };
+                return Some(fixer.into());
             }
         }
         if self.go && self.has("go") {
