@@ -137,3 +137,84 @@ fn new_failures_against_the_baseline_make_the_seed_report() {
         "## Regression Detected\n\n1 dependent file has new test failures after your changes:\n\n| File | Baseline | Current | New Failures |\n|------|----------|---------|--------------|\n| a.py | 2/2 pass | 1/2 pass | 1 |\n\n### Affected Tests\n\n**a.py:**\n- `t2` - was passing, now failing\n\n### Suggested Investigation\n1. Read the dependent file to understand its usage of modified code\n2. Check if API contract changed (function signature, return type)\n3. Update dependent code or add backwards compatibility\n"
     );
 }
+
+/// A workspace with some programs on PATH.
+struct WithPrograms(Files, &'static [&'static str]);
+
+impl Changes for WithPrograms {
+    fn snapshot(&self, r: &RunId, n: &str) -> Result<(String, usize), String> {
+        self.0.snapshot(r, n)
+    }
+    fn restore(&self, r: &RunId, n: &str) -> Result<loopwright_engine::event::RestoreCounts, String> {
+        self.0.restore(r, n)
+    }
+    fn commit(&self, r: &RunId, n: &str, t: &TaskId, s: &StageId) -> Result<Option<(String, usize)>, String> {
+        self.0.commit(r, n, t, s)
+    }
+    fn revert(&self, t: &TaskId, s: &StageId) -> Result<usize, String> {
+        self.0.revert(t, s)
+    }
+    fn read(&self, path: &str) -> Option<String> {
+        self.0.read(path)
+    }
+    fn files(&self) -> Vec<String> {
+        self.0.files()
+    }
+    fn has_program(&self, name: &str) -> bool {
+        self.1.contains(&name)
+    }
+}
+
+#[test]
+fn default_checks_and_fixers_come_from_the_project() {
+    use loopwright_engine::closed_loop::checks::{Project, checks_for};
+    let commands = |ws: &dyn Changes, task_type: Option<&str>| -> Vec<(String, String)> {
+        checks_for(&[], task_type, ws).into_iter().map(|c| (c.name, c.command)).collect()
+    };
+    let rust =
+        WithPrograms(Files(BTreeMap::from([("Cargo.toml", "[package]\n"), ("src/lib.rs", "")])), &["cargo-clippy"]);
+    assert_eq!(
+        commands(&rust, Some("bug_fix")),
+        vec![
+            ("tests_pass".to_owned(), "cargo test --quiet".to_owned()),
+            ("lint_clean".to_owned(), "cargo clippy --quiet --all-targets -- -D warnings".to_owned())
+        ]
+    );
+    assert_eq!(commands(&rust, Some("config_change")), vec![]);
+    assert_eq!(Project::detect(&rust).fixer(Some("format-error")).as_deref(), Some("cargo fmt"));
+    let python = WithPrograms(Files(BTreeMap::from([("pyproject.toml", ""), ("app.py", "")])), &["ruff"]);
+    assert_eq!(
+        commands(&python, None),
+        vec![
+            ("tests_pass".to_owned(), "python3 -m unittest discover -v".to_owned()),
+            ("lint_clean".to_owned(), "ruff check .".to_owned())
+        ]
+    );
+    assert_eq!(Project::detect(&python).fixer(Some("lint-error")).as_deref(), Some("ruff check --fix ."));
+    let node = WithPrograms(
+        Files(BTreeMap::from([
+            ("package.json", "{\"scripts\": {\"test\": \"jest\", \"lint\": \"eslint .\"}}"),
+            ("biome.json", "{}"),
+        ])),
+        &["npx"],
+    );
+    assert_eq!(
+        commands(&node, Some("feature")),
+        vec![
+            ("tests_pass".to_owned(), "npm test --silent".to_owned()),
+            ("lint_clean".to_owned(), "npm run lint --silent".to_owned())
+        ]
+    );
+    assert_eq!(
+        Project::detect(&node).fixer(Some("lint-error")).as_deref(),
+        Some("npx --no-install biome check --write .")
+    );
+    let go = WithPrograms(Files(BTreeMap::from([("go.mod", "module m\n")])), &["go"]);
+    assert_eq!(
+        commands(&go, None),
+        vec![
+            ("tests_pass".to_owned(), "go test ./...".to_owned()),
+            ("lint_clean".to_owned(), "go vet ./...".to_owned())
+        ]
+    );
+}
