@@ -142,8 +142,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         }
         self.defer(state, Event::AttemptStarted { stage: stage_id.clone(), attempt });
         let looped = closed_loop::is_closed_loop(stage);
+        // Plan mode is enforced, not trusted (SPEC §5): its attempts are snapshotted too.
         let tracks_changes = self.changes.enabled()
             && (looped
+                || stage.mode == Mode::Plan
                 || stage.mode == Mode::Agent
                 || stage.rollback.as_ref().is_some_and(|r| r.strategy == RollbackStrategy::FileRestore));
         let mut snapshot = format!("{stage_id}-{attempt}");
@@ -226,6 +228,27 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             let event =
                 Event::Generated { stage: stage_id, attempt, duration_ms, outputs, files, output, exit_code, failure };
             return self.record(state, event).await;
+        }
+        if stage.mode == Mode::Plan && snapshot_taken {
+            let files = self.changes.changed(&state.run_id, &snapshot).unwrap_or_default();
+            if !files.is_empty() {
+                // A read-only stage wrote: put everything back and fail it for good.
+                self.flush(state).await?;
+                if let Ok(report) = self.changes.restore(&state.run_id, &snapshot) {
+                    self.record(state, Event::SnapshotRestored { stage: stage_id.clone(), attempt, report }).await?;
+                }
+                let error = StageError {
+                    kind: FailureKind::SecurityViolation,
+                    message: format!(
+                        "plan-mode stage changed files: {} (plan mode is read-only; the files were restored)",
+                        files.described().join(", ")
+                    ),
+                    exit_code: None,
+                    output_tail: output_tail(&execution.stdout),
+                    pattern: None,
+                };
+                return self.record(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error }).await;
+            }
         }
         let succeeded = match judge(&stage.outputs, &execution) {
             Ok(outputs) => {

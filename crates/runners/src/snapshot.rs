@@ -14,8 +14,25 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// Folders never snapshotted (version control, build output, loopwright's own files).
-pub const EXCLUDED_DIRS: [&str; 7] = [".git", ".loopwright", "target", "node_modules", ".venv", "__pycache__", ".hg"];
+/// Folders never snapshotted (version control, build output, dependencies, tool caches,
+/// loopwright's own files).
+pub const EXCLUDED_DIRS: [&str; 14] = [
+    ".git",
+    ".loopwright",
+    "target",
+    "node_modules",
+    ".venv",
+    "__pycache__",
+    ".hg",
+    // Tool caches a read-only run of tests or linters writes.
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".tox",
+    ".nox",
+    ".gradle",
+    ".turbo",
+];
 
 /// The most a snapshot copies (bytes); a larger workspace is not snapshotted.
 pub const MAX_COPY_BYTES: u64 = 512 * 1024 * 1024;

@@ -3,6 +3,7 @@
 mod bad_input;
 mod closed_loop;
 mod durability;
+mod enforcement;
 mod feedback;
 mod init_demo;
 mod rollback;
