@@ -6,6 +6,7 @@
 
 pub mod git;
 pub mod process;
+pub mod secrets;
 pub mod snapshot;
 
 use std::path::PathBuf;
@@ -34,12 +35,19 @@ pub struct ProcessRunner {
     pub kill_grace: Duration,
     /// Bytes of each output stream kept.
     pub output_cap: usize,
+    /// Secret values kept out of outputs and prompt files.
+    pub redactor: secrets::Redactor,
 }
 
 impl ProcessRunner {
     /// A runner writing prompt files under `runs_dir`.
     pub fn new(runs_dir: PathBuf) -> Self {
-        Self { runs_dir, kill_grace: Duration::from_secs(2), output_cap: 8 * 1024 * 1024 }
+        Self {
+            runs_dir,
+            kill_grace: Duration::from_secs(2),
+            output_cap: 8 * 1024 * 1024,
+            redactor: secrets::Redactor::from_env(&[]),
+        }
     }
 
     fn env(request: &StageRequest, prompt_file: &std::path::Path) -> Vec<(String, String)> {
@@ -78,9 +86,10 @@ impl ProcessRunner {
             Some(_) => dir.join(format!("{}-{}.md", request.stage, request.attempt)),
             None => dir.join("shell.md"),
         };
-        if std::fs::write(&path, &request.prompt).is_err() {
+        let prompt = self.redactor.redact(&request.prompt);
+        if std::fs::write(&path, prompt.as_bytes()).is_err() {
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            std::fs::write(&path, &request.prompt).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            std::fs::write(&path, prompt.as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         }
         Ok(path)
     }
@@ -131,11 +140,12 @@ impl Runner for ProcessRunner {
             Err(why) => return done(ExecOutcome::SpawnFailed(why), String::new(), String::new()),
         };
         let env = Self::env(request, &prompt_file);
+        let prompt_text = self.redactor.redact(&request.prompt);
         // Each command of the stage, with what it gets on stdin.
         let commands: Vec<(Vec<String>, Option<&str>)> = match &request.agent {
             None => request.commands.iter().map(|c| (shell_argv(c), None)).collect(),
             Some(agent) => match agent.runner {
-                RunnerKind::Command | RunnerKind::Shell => vec![(agent.command.clone(), Some(request.prompt.as_str()))],
+                RunnerKind::Command | RunnerKind::Shell => vec![(agent.command.clone(), Some(prompt_text.as_ref()))],
                 other => {
                     let why = format!(
                         "agent `{}` uses `runner: {other}`, which this build cannot run yet; use `runner: command` with `command: [...]`",
@@ -172,6 +182,9 @@ impl Runner for ProcessRunner {
                 break;
             }
         }
+        // Secrets a process printed go no further.
+        self.redactor.scrub(&mut stdout);
+        self.redactor.scrub(&mut stderr);
         self.keep_output(request, &stdout, &stderr);
         done(outcome, stdout, stderr)
     }
@@ -206,8 +219,8 @@ impl Runner for ProcessRunner {
         let result = process::run(spawn, |_, _| {}).await;
         Execution {
             outcome: exec_outcome(result.end),
-            stdout: result.stdout,
-            stderr: result.stderr,
+            stdout: self.redactor.redact(&result.stdout).into_owned(),
+            stderr: self.redactor.redact(&result.stderr).into_owned(),
             duration: started.elapsed(),
         }
     }

@@ -186,6 +186,13 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             );
         }
     }
+    // A secret passed on the command line is not journaled.
+    let redactor = loopwright_runners::secrets::Redactor::from_env(&[]);
+    let task = redactor.redact(&task).into_owned();
+    let clean = |m: BTreeMap<String, String>| -> BTreeMap<String, String> {
+        m.into_iter().map(|(k, v)| (k, redactor.redact(&v).into_owned())).collect()
+    };
+    let (vars, inputs) = (clean(vars), clean(inputs));
     let started = RunStarted {
         pipeline: pipeline.name.clone(),
         pipeline_path: ws.shown(&path),

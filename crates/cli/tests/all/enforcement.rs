@@ -39,3 +39,56 @@ fn a_plan_mode_stage_that_changes_files_is_restored_and_fails_without_retry() {
     let (code, result, stderr) = ws.json(&["run", "p"]);
     assert_eq!((code, &result["status"]), (0, &json!("success")), "{stderr}");
 }
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn an_api_key_in_the_environment_appears_in_no_state_file() {
+    const KEY: &str = "sk-loopwright-test-SECRET-4242";
+    let ws = Ws::empty();
+    // An agent that leaks its key everywhere it can: output, stderr, a declared output, and a
+    // failing first attempt; a closed-loop check that prints it too.
+    ws.write(
+        ".loopwright/agents/leaky.md",
+        "---\nrunner: command\ncommand: [\"sh\", \".loopwright/agents/leaky.sh\"]\n---\nYou leak.\n",
+    );
+    ws.write(
+        ".loopwright/agents/leaky.sh",
+        "cat > /dev/null\necho \"using $OPENAI_API_KEY\" >&2\nif [ \"$LOOPWRIGHT_ATTEMPT\" = 1 ]; then echo \"failed with $OPENAI_API_KEY\"; exit 1; fi\necho \"## notes\"\necho \"the key is $OPENAI_API_KEY\"\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: first\n    description: d\n    agent: leaky\n    mode: agent\n    outputs: [notes]\n    retry: {max_attempts: 2, backoff: fixed, initial_delay_seconds: 1}\n  - id: second\n    description: d\n    agent: leaky\n    mode: agent\n    inputs: [notes]\n    skill: closed-loop-execution\n    closed_loop: {max_retries: 2}\n    checks:\n      - {name: leak, type: command, command: 'echo \"check sees $OPENAI_API_KEY\"; exit 1'}\n",
+    );
+    let out = ws
+        .cmd()
+        .env("OPENAI_API_KEY", KEY)
+        .args(["run", "p", "--task", &format!("do not print {KEY}"), "--input", &format!("extra={KEY}"), "--json"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(result["artifacts"]["notes"], "the key is [REDACTED:OPENAI_API_KEY]");
+    let files = files_under(&ws.path().join(".loopwright/state"));
+    assert!(files.iter().any(|f| f.ends_with("state.db")) && files.len() > 10, "{files:?}");
+    for file in files {
+        let bytes = std::fs::read(&file).expect("read");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains(KEY), "{} holds the key", file.display());
+    }
+    // The -wal file is checkpointed into state.db or still beside it; both were scanned.
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(KEY));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(KEY), "the progress lines print no key either");
+}
