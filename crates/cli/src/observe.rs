@@ -292,7 +292,10 @@ impl Observer for Progress {
                     "✗ {stage}: {detail}\n  dead letter: .loopwright/state/dead-letters/{task}.md (`loopwright dead-letters show {task}`)"
                 ));
             }
-            Event::Validated { .. } | Event::RegressionGate { .. } | Event::RegressionChecked { .. } => {}
+            Event::Validated { .. }
+            | Event::RegressionGate { .. }
+            | Event::RegressionChecked { .. }
+            | Event::UsageRecorded { .. } => {}
             Event::SnapshotRestored { stage, report, .. } => self.line(&format!(
                 "  {stage}: undid the interrupted attempt's changes ({} restored, {} recreated, {} removed)",
                 report.restored, report.recreated, report.removed

@@ -147,6 +147,24 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
     if let Some(f) = &result.failed_stage {
         out.push_str(&format!("failed stage: {f}\n"));
     }
+    let spend = state.spend();
+    if spend.invocations > 0 || spend.active_ms > 0 {
+        let budget = state.started.as_ref().map(|s| s.budget).unwrap_or_default();
+        let of = |limit: Option<String>| limit.map(|l| format!(" of {l}")).unwrap_or_default();
+        out.push_str(&format!(
+            "spend: {} tokens{}{}, ${:.4}{}, {} agent invocation{}{}, {} active{}\n",
+            spend.tokens,
+            if spend.estimated { " (counted by loopwright)" } else { "" },
+            of(budget.tokens.map(|t| t.to_string())),
+            spend.cost_usd,
+            of(budget.cost_usd.map(|c| format!("${c:.2}"))),
+            spend.invocations,
+            if spend.invocations == 1 { "" } else { "s" },
+            of(budget.invocations.map(|i| i.to_string())),
+            duration(spend.active_ms),
+            of(budget.wall_ms.map(duration)),
+        ));
+    }
     if let Some(r) = &state.rollback {
         out.push_str(&format!(
             "rollback{}: {}\n",

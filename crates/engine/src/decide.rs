@@ -119,7 +119,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                 let s = st.expect("a waiting stage has state");
                 return match s.retry_at {
                     Some(until) if until > now => Step::Wait { stage: stage.id.clone(), until },
-                    _ => Step::Execute { stage: stage.id.clone(), attempt: s.attempts + 1 },
+                    _ => new_attempt(pipeline, state, stage, s.attempts + 1),
                 };
             }
             StageStatus::Pending => {
@@ -174,7 +174,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                 {
                     return Step::Baseline { stage: stage.id.clone() };
                 }
-                return Step::Execute { stage: stage.id.clone(), attempt: st.map_or(0, |s| s.attempts) + 1 };
+                return new_attempt(pipeline, state, stage, st.map_or(0, |s| s.attempts) + 1);
             }
         }
     }
@@ -288,6 +288,54 @@ fn feedback_step(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Option
     }
 }
 
+/// A new attempt of a stage, unless a budget forbids it: then the stage fails for good, before
+/// anything of the attempt happens (nothing is half-applied).
+fn new_attempt(pipeline: &Pipeline, state: &RunState, stage: &Stage, attempt: u32) -> Step {
+    match budget_exceeded(pipeline, state, stage) {
+        None => Step::Execute { stage: stage.id.clone(), attempt },
+        Some(message) => Step::Record(Event::StageFailed {
+            stage: stage.id.clone(),
+            error: StageError {
+                kind: FailureKind::BudgetExceeded,
+                message,
+                exit_code: None,
+                output_tail: String::new(),
+                pattern: None,
+            },
+        }),
+    }
+}
+
+/// The first budget already spent: the stage's, then the run's.
+pub fn budget_exceeded(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Option<String> {
+    use loopwright_spec::pipeline::Budget;
+    let check = |scope: String, b: &Budget, s: crate::state::Spend| -> Option<String> {
+        let est = if s.estimated { " (counted by loopwright)" } else { "" };
+        if let Some(max) = b.tokens.filter(|m| s.tokens >= *m) {
+            return Some(format!("{scope} token budget exhausted: {} of {max} tokens used{est}", s.tokens));
+        }
+        if let Some(max) = b.cost_usd.filter(|m| s.cost_usd >= *m) {
+            return Some(format!("{scope} cost budget exhausted: ${:.4} of ${max:.2} spent", s.cost_usd));
+        }
+        if let Some(max) = b.wall_ms.filter(|m| s.active_ms >= *m) {
+            return Some(format!(
+                "{scope} time budget exhausted: {:.1}s of {:.1}s spent in attempts",
+                s.active_ms as f64 / 1000.0,
+                max as f64 / 1000.0
+            ));
+        }
+        if let Some(max) = b.invocations.filter(|m| s.invocations >= *m) {
+            return Some(format!(
+                "{scope} invocation budget exhausted: {} of {max} agent invocations made",
+                s.invocations
+            ));
+        }
+        None
+    };
+    check(format!("stage `{}`", stage.id), &stage.budget, state.stage_spend(stage.id.as_str()))
+        .or_else(|| check("run".to_owned(), &pipeline.budget, state.spend()))
+}
+
 /// The closed loop after GENERATE (seed 000): evaluate, analyze, fix, escalate or give up.
 fn loop_step(pipeline: &Pipeline, state: &RunState, stage: &Stage, now: jiff::Timestamp) -> Step {
     let st = state.stage(stage.id.as_str()).expect("a looping stage has state");
@@ -313,13 +361,13 @@ fn loop_step(pipeline: &Pipeline, state: &RunState, stage: &Stage, now: jiff::Ti
                 if until > now {
                     Step::Wait { stage: id, until }
                 } else {
-                    Step::Execute { stage: id, attempt: st.attempts + 1 }
+                    new_attempt(pipeline, state, stage, st.attempts + 1)
                 }
             }
             _ => Step::Fix { stage: id, attempt: it.attempt },
         },
         NextAction::Escalate => match (&lp.escalation, &lp.answer) {
-            (_, Some(Answer::Retry | Answer::Fix { .. })) => Step::Execute { stage: id, attempt: st.attempts + 1 },
+            (_, Some(Answer::Retry | Answer::Fix { .. })) => new_attempt(pipeline, state, stage, st.attempts + 1),
             (_, Some(Answer::Skip)) => {
                 Step::Record(Event::StageSkipped { stage: id, reason: SkipReason::EscalationSkip })
             }

@@ -364,6 +364,15 @@ pub enum Event {
         /// In a sentence.
         detail: String,
     },
+    /// What an agent attempt used: tokens (as the agent reported them, else counted) and cost.
+    UsageRecorded {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// The usage.
+        usage: Usage,
+    },
     /// The run ended (or paused) with this status.
     RunFinished {
         /// Final status.
@@ -401,7 +410,8 @@ impl Event {
             | Event::Analyzed { stage, .. }
             | Event::FixApplied { stage, .. }
             | Event::LoopEscalated { stage, .. }
-            | Event::DeadLettered { stage, .. } => Some(stage),
+            | Event::DeadLettered { stage, .. }
+            | Event::UsageRecorded { stage, .. } => Some(stage),
             Event::RunInterrupted { stage, .. } | Event::RunCancelled { stage, .. } => stage.as_ref(),
             Event::RunStarted(_)
             | Event::RunFinished { .. }
@@ -450,6 +460,7 @@ impl Event {
             Event::FixApplied { .. } => "fix_applied",
             Event::LoopEscalated { .. } => "loop_escalated",
             Event::DeadLettered { .. } => "dead_lettered",
+            Event::UsageRecorded { .. } => "usage_recorded",
         }
     }
 
@@ -503,6 +514,12 @@ pub struct RunStarted {
     /// The process driving the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<Owner>,
+    /// Prices per model when the run started (config.toml `[prices]`), for its budget.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, loopwright_spec::config::Price>,
+    /// The pipeline's run budget when the run started (shown with the spend).
+    #[serde(default, skip_serializing_if = "loopwright_spec::pipeline::Budget::is_unlimited")]
+    pub budget: loopwright_spec::pipeline::Budget,
 }
 
 /// The loopwright process driving a run: its pid and start time (clock ticks since boot),
@@ -572,6 +589,24 @@ pub enum FeedbackAction {
     Escalate,
     /// A human accepted the review as it is.
     Accepted,
+}
+
+/// Tokens and cost of one agent attempt.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Answer tokens.
+    pub output_tokens: u64,
+    /// Counted by loopwright (o200k) because the agent reported none.
+    #[serde(default)]
+    pub estimated: bool,
+    /// The model, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Cost in US dollars, when the model has a price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// A human's answer to an escalation (seed 001).
@@ -654,6 +689,8 @@ pub enum FailureKind {
     SecurityViolation,
     /// The stage's condition could not be evaluated.
     ConditionError,
+    /// A budget (tokens, cost, time, invocations) ran out.
+    BudgetExceeded,
 }
 
 impl FailureKind {
@@ -680,6 +717,7 @@ impl FailureKind {
             FailureKind::UserAbort => "user_abort",
             FailureKind::SecurityViolation => "security_violation",
             FailureKind::ConditionError => "condition_error",
+            FailureKind::BudgetExceeded => "budget_exceeded",
         }
     }
 }

@@ -173,7 +173,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             agent: self.pipeline.agent_of(stage).cloned(),
             commands: stage.run.clone(),
             prompt: build_prompt(self.pipeline, stage, state),
-            timeout: stage.timeout,
+            timeout: capped_timeout(self.pipeline, state, stage),
             workspace: started.workspace.clone().into(),
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -199,6 +199,25 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             Ended::Stopped(stop) => return self.stop(state, stop).await,
         };
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
+        if let Some(agent) = &request.agent {
+            // Agents run through `runner: command` report no usage: count it (o200k).
+            let (input_tokens, output_tokens) = (
+                crate::prompt::count_tokens(&request.prompt) as u64,
+                crate::prompt::count_tokens(&execution.stdout) as u64,
+            );
+            let prices = state.started.as_ref().map(|s| &s.prices);
+            let cost_usd = agent.model.as_ref().and_then(|m| prices.and_then(|p| p.get(m))).map(|p| {
+                (input_tokens as f64 * p.input_per_mtok + output_tokens as f64 * p.output_per_mtok) / 1_000_000.0
+            });
+            let usage = crate::event::Usage {
+                input_tokens,
+                output_tokens,
+                estimated: true,
+                model: agent.model.clone(),
+                cost_usd,
+            };
+            self.defer(state, Event::UsageRecorded { stage: stage_id.clone(), attempt, usage });
+        }
         if looped {
             // GENERATE + EXECUTE ended: what the agent changed, and its failure if it failed.
             let files = if snapshot_taken {
@@ -669,6 +688,21 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             }
         }
     }
+}
+
+/// The stage's timeout, shortened to what is left of its and the run's time budgets.
+fn capped_timeout(pipeline: &Pipeline, state: &RunState, stage: &loopwright_spec::Stage) -> std::time::Duration {
+    let left =
+        |budget: Option<u64>, spent: u64| budget.map(|b| std::time::Duration::from_millis(b.saturating_sub(spent)));
+    [
+        Some(stage.timeout),
+        left(stage.budget.wall_ms, state.stage_spend(stage.id.as_str()).active_ms),
+        left(pipeline.budget.wall_ms, state.spend().active_ms),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .unwrap_or(stage.timeout)
 }
 
 /// Turns an execution into the stage's outputs, or the error it failed with.

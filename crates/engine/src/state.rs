@@ -115,6 +115,23 @@ pub struct StageState {
     pub pass_base: u32,
     /// The closed loop of a `skill: closed-loop-execution` stage.
     pub closed: Option<Box<crate::closed_loop::LoopState>>,
+    /// What its agent attempts used.
+    pub spend: Spend,
+}
+
+/// Tokens, cost, agent invocations and active time spent (of a stage, or summed for a run).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Spend {
+    /// Tokens in and out.
+    pub tokens: u64,
+    /// US dollars, for models with a price.
+    pub cost_usd: f64,
+    /// Agent attempts.
+    pub invocations: u32,
+    /// Some token counts are loopwright's estimates.
+    pub estimated: bool,
+    /// Time in attempts and checks.
+    pub active_ms: u64,
 }
 
 /// One attempt of a stage, for the retry log.
@@ -189,6 +206,7 @@ impl StageState {
             commits: Vec::new(),
             rollback: None,
             closed: None,
+            spend: Spend::default(),
         }
     }
 
@@ -591,6 +609,13 @@ impl RunState {
                 lp.escalation = Some(reason.clone());
                 lp.escalation_reason = Some(reason.clone());
             }
+            Event::UsageRecorded { stage, usage, .. } => {
+                let spend = &mut self.stage_mut(stage).spend;
+                spend.tokens += usage.input_tokens + usage.output_tokens;
+                spend.cost_usd += usage.cost_usd.unwrap_or(0.0);
+                spend.invocations += 1;
+                spend.estimated |= usage.estimated;
+            }
             Event::DeadLettered { stage, reason, .. } => {
                 self.stage_mut(stage).closed_mut().dead_letter = Some(reason.clone());
             }
@@ -656,6 +681,23 @@ impl RunState {
         self.stages.iter().find(|s| {
             (s.feedback == Some(crate::event::FeedbackAction::Escalate) && s.escalation_answer.is_none())
                 || s.closed.as_ref().is_some_and(|l| l.escalation.is_some())
+        })
+    }
+
+    /// What a stage has spent (active time included).
+    pub fn stage_spend(&self, id: &str) -> Spend {
+        self.stage(id).map_or_else(Spend::default, |s| Spend { active_ms: s.duration_ms, ..s.spend })
+    }
+
+    /// What the run has spent so far.
+    pub fn spend(&self) -> Spend {
+        self.stages.iter().fold(Spend::default(), |mut total, s| {
+            total.tokens += s.spend.tokens;
+            total.cost_usd += s.spend.cost_usd;
+            total.invocations += s.spend.invocations;
+            total.estimated |= s.spend.estimated;
+            total.active_ms += s.duration_ms;
+            total
         })
     }
 

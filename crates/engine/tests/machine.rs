@@ -132,6 +132,8 @@ fn started() -> RunStarted {
         prior_outputs: BTreeMap::new(),
         workspace: "/tmp".into(),
         owner: None,
+        prices: Default::default(),
+        budget: Default::default(),
     }
 }
 
@@ -199,14 +201,17 @@ async fn failed_attempts_are_retried_with_exponential_backoff() {
             "run_started",
             "attempt_started fix",
             "process_started fix",
+            "usage_recorded fix",
             "fix#1 failed execution_error",
             "fix#2 retry in 5000ms",
             "attempt_started fix",
             "process_started fix",
+            "usage_recorded fix",
             "fix#2 failed timeout",
             "fix#3 retry in 10000ms",
             "attempt_started fix",
             "process_started fix",
+            "usage_recorded fix",
             "fix#3 ok",
             "run success",
         ]

@@ -9,8 +9,8 @@ use crate::agent::Agent;
 use crate::condition::{Condition, Scope};
 use crate::diag::{Diagnostic, Diagnostics, Position, SourceFile, closest, yaml_error};
 use crate::pipeline::{
-    AgentRef, Backoff, Check, CheckKind, ClosedLoop, Complexity, FeedbackLoop, Mode, Pipeline, RetryPolicy, Rollback,
-    RollbackStrategy, Stage, StageId,
+    AgentRef, Backoff, Budget, Check, CheckKind, ClosedLoop, Complexity, FeedbackLoop, Mode, Pipeline, RetryPolicy,
+    Rollback, RollbackStrategy, Stage, StageId,
 };
 use crate::raw::{RawPipeline, RawRun, RawStage};
 
@@ -193,7 +193,8 @@ impl Compiler<'_> {
             }
             Some(list) => self.stages(&list.value, &vars, &initial_inputs, cx),
         };
-        Some(Pipeline::new(
+        let budget = raw.budget.as_ref().map_or(Some(Budget::default()), |b| self.budget(b, None));
+        let mut pipeline = Pipeline::new(
             name?,
             description?,
             version?,
@@ -203,7 +204,9 @@ impl Compiler<'_> {
             stages,
             cx.agents.clone(),
             self.source.clone(),
-        ))
+        );
+        pipeline.budget = budget?;
+        Some(pipeline)
     }
 
     fn stages(
@@ -386,6 +389,7 @@ impl Compiler<'_> {
         let closed_loop = rs.closed_loop.as_ref().and_then(|c| self.closed_loop(c, stage));
         let feedback_loop =
             rs.feedback_loop.as_ref().and_then(|f| self.feedback_loop(f, stage, mode, &outputs, earlier, modes));
+        let budget = rs.budget.as_ref().map_or(Some(Budget::default()), |b| self.budget(b, stage));
 
         Some(Stage {
             id: id?,
@@ -413,7 +417,47 @@ impl Compiler<'_> {
             checks: checks?,
             closed_loop,
             feedback_loop,
+            budget: budget?,
         })
+    }
+
+    /// A `budget:` mapping: every limit positive.
+    fn budget(&mut self, raw: &Spanned<crate::raw::RawBudget>, stage: Option<&str>) -> Option<Budget> {
+        let r = &raw.value;
+        let mut ok = true;
+        let mut whole = |this: &mut Self, v: &Option<Spanned<i64>>, field: &str| -> Option<u64> {
+            let v = v.as_ref()?;
+            if v.value <= 0 {
+                this.error(
+                    Some(&v.referenced),
+                    stage,
+                    &format!("budget.{field}"),
+                    format!("`{field}` is {}, expected a positive number", v.value),
+                );
+                ok = false;
+                return None;
+            }
+            u64::try_from(v.value).ok()
+        };
+        let tokens = whole(self, &r.tokens, "tokens");
+        let invocations = whole(self, &r.invocations, "invocations").map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+        let mut fraction = |this: &mut Self, v: &Option<Spanned<f64>>, field: &str| -> Option<f64> {
+            let v = v.as_ref()?;
+            if !(v.value.is_finite() && v.value > 0.0) {
+                this.error(
+                    Some(&v.referenced),
+                    stage,
+                    &format!("budget.{field}"),
+                    format!("`{field}` is {}, expected a positive number", v.value),
+                );
+                ok = false;
+                return None;
+            }
+            Some(v.value)
+        };
+        let cost_usd = fraction(self, &r.cost_usd, "cost_usd");
+        let wall_ms = fraction(self, &r.wall_minutes, "wall_minutes").map(|m| (m * 60_000.0).round() as u64);
+        ok.then_some(Budget { tokens, cost_usd, wall_ms, invocations })
     }
 
     fn agent_ref(

@@ -13,6 +13,18 @@ pub struct Config {
     pub defaults: Defaults,
     /// Where and how the journal is kept.
     pub store: StoreConfig,
+    /// Prices per model (for `budget.cost_usd` and the spend `status` shows).
+    pub prices: std::collections::BTreeMap<String, Price>,
+}
+
+/// `[prices."MODEL"]`: US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Per million input (prompt) tokens.
+    pub input_per_mtok: f64,
+    /// Per million output tokens.
+    pub output_per_mtok: f64,
 }
 
 /// `[defaults]`.

@@ -94,6 +94,8 @@ pub struct Pipeline {
     pub initial_inputs: Vec<String>,
     /// The stages, in order.
     pub stages: Vec<Stage>,
+    /// Limits of a whole run.
+    pub budget: Budget,
     /// The agents the stages name, by name.
     pub agents: BTreeMap<String, Agent>,
     /// The file the pipeline was read from.
@@ -127,7 +129,19 @@ impl Pipeline {
         source: SourceFile,
     ) -> Self {
         let index = stages.iter().enumerate().map(|(i, s)| (s.id.to_string(), i)).collect();
-        Self { name, description, version, max_retries, vars, initial_inputs, stages, agents, source, index }
+        Self {
+            name,
+            description,
+            version,
+            max_retries,
+            vars,
+            initial_inputs,
+            stages,
+            budget: Budget::default(),
+            agents,
+            source,
+            index,
+        }
     }
 
     /// The agent a stage runs with, unless it is a shell stage.
@@ -198,6 +212,8 @@ pub struct Stage {
     pub closed_loop: Option<ClosedLoop>,
     /// Feedback loop to an earlier stage.
     pub feedback_loop: Option<FeedbackLoop>,
+    /// Limits of this stage.
+    pub budget: Budget,
 }
 
 /// Backoff between retries (seed 004).
@@ -344,6 +360,30 @@ pub struct ClosedLoop {
     pub complexity: Option<Complexity>,
     /// Regression detection on or off (default by complexity).
     pub regression: Option<bool>,
+}
+
+/// Spending limits (of a run or of a stage); `None` is no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Budget {
+    /// Tokens in and out of agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Cost in US dollars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Active time (attempts and checks), in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_ms: Option<u64>,
+    /// Agent invocations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocations: Option<u32>,
+}
+
+impl Budget {
+    /// True when no limit is set.
+    pub fn is_unlimited(&self) -> bool {
+        *self == Budget::default()
+    }
 }
 
 /// Feedback loop from a review stage to an earlier implementation stage.

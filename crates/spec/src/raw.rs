@@ -33,9 +33,30 @@ pub struct RawPipeline {
     /// `task_description` and `context`), usable in the `inputs` of any stage.
     #[schemars(with = "Option<Vec<String>>")]
     pub initial_inputs: Option<Vec<Spanned<String>>>,
+    /// Limits of the whole run: tokens, cost, active time, agent invocations.
+    #[schemars(with = "Option<RawBudget>")]
+    pub budget: Option<Spanned<RawBudget>>,
     /// The stages, run in order.
     #[schemars(with = "Vec<RawStage>")]
     pub stages: Option<Spanned<Vec<Spanned<RawStage>>>>,
+}
+
+/// Spending limits; reaching one fails the run cleanly before the next attempt starts.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawBudget {
+    /// Tokens in and out of agents (as the agent reports them, else counted with o200k).
+    #[schemars(with = "Option<u64>")]
+    pub tokens: Option<Spanned<i64>>,
+    /// Cost in US dollars, from the `[prices]` table of config.toml.
+    #[schemars(with = "Option<f64>")]
+    pub cost_usd: Option<Spanned<f64>>,
+    /// Time spent running attempts and checks, in minutes (fractions allowed).
+    #[schemars(with = "Option<f64>")]
+    pub wall_minutes: Option<Spanned<f64>>,
+    /// Agent invocations (attempts of stages that run an agent).
+    #[schemars(with = "Option<u32>")]
+    pub invocations: Option<Spanned<i64>>,
 }
 
 /// One stage of a pipeline.
@@ -89,6 +110,9 @@ pub struct RawStage {
     /// Send blocking review feedback back to an earlier implementation stage.
     #[schemars(with = "Option<RawFeedbackLoop>")]
     pub feedback_loop: Option<Spanned<RawFeedbackLoop>>,
+    /// Limits of this stage: tokens, cost, active time, agent invocations.
+    #[schemars(with = "Option<RawBudget>")]
+    pub budget: Option<Spanned<RawBudget>>,
 }
 
 /// Execution mode of a stage.

@@ -33,6 +33,8 @@ fn started(task: &str) -> Event {
         prior_outputs: BTreeMap::new(),
         workspace: "/w".into(),
         owner: None,
+        prices: Default::default(),
+        budget: Default::default(),
     }))
 }
 

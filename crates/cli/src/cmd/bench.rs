@@ -125,6 +125,8 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         prior_outputs: Default::default(),
         workspace: ws.root.display().to_string(),
         owner: Some(super::run::this_process()),
+        prices: Default::default(),
+        budget: Default::default(),
     };
     let t = Instant::now();
     let mut engine = Engine {

@@ -247,6 +247,13 @@ pub fn line(r: &EventRecord) -> String {
         Event::LoopEscalated { stage, attempt, reason } => {
             format!("{stage}: attempt {attempt} ESCALATE (waits for `respond`): {reason}")
         }
+        Event::UsageRecorded { stage, attempt, usage } => format!(
+            "{stage}: attempt {attempt} used {} tokens in, {} out{}{}",
+            usage.input_tokens,
+            usage.output_tokens,
+            if usage.estimated { " (counted by loopwright)" } else { "" },
+            usage.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default()
+        ),
         Event::DeadLettered { stage, attempt, reason, detail } => {
             format!("{stage}: attempt {attempt} DEAD LETTER ({reason}): {detail}")
         }

@@ -207,6 +207,8 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         prior_outputs,
         workspace: ws.root.display().to_string(),
         owner: Some(this_process()),
+        prices: ws.config.prices.clone(),
+        budget: pipeline.budget,
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
     let ports = Ports::new(&ws)?;

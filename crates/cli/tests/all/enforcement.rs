@@ -92,3 +92,52 @@ fn an_api_key_in_the_environment_appears_in_no_state_file() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains(KEY));
     assert!(!String::from_utf8_lossy(&out.stderr).contains(KEY), "the progress lines print no key either");
 }
+
+#[test]
+fn budgets_stop_the_run_before_the_attempt_that_would_exceed_them() {
+    // Invocations (run) and cost (stage, from config.toml prices).
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "[prices.\"test-model\"]\ninput_per_mtok = 1000.0\noutput_per_mtok = 2000.0\n");
+    ws.write(".loopwright/agents/dev.md", "---\nrunner: command\nmodel: test-model\ncommand: [\"sh\", \"-c\", \"cat > /dev/null; echo done with the work\"]\n---\nYou work.\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nbudget: {invocations: 2}\nstages:\n  - {id: one, description: d, agent: dev, mode: agent}\n  - {id: two, description: d, agent: dev, mode: agent}\n  - {id: three, description: d, agent: dev, mode: agent}\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "p"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        stages(&result),
+        vec![st("one", "success", 1, None), st("two", "success", 1, None), st("three", "failed", 0, None)]
+    );
+    let (_, status, _) = ws.run(&["status", "latest"]);
+    assert!(status.contains("run invocation budget exhausted: 2 of 2 agent invocations made"), "{status}");
+    assert!(status.contains("2 agent invocations of 2"), "{status}");
+    let (_, logs, _) = ws.run(&["logs", "latest"]);
+    assert!(logs.contains("one: attempt 1 used"), "{logs}");
+    assert!(logs.contains("(counted by loopwright), $"), "{logs}");
+
+    ws.write(
+        ".loopwright/pipelines/c.yml",
+        "name: c\ndescription: d\nversion: 1\nstages:\n  - id: one\n    description: d\n    agent: dev\n    mode: agent\n    outputs: [never, nope]\n    retry: {max_attempts: 3, backoff: fixed, initial_delay_seconds: 1}\n    budget: {cost_usd: 0.01}\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "c"]);
+    assert_eq!(code, 1, "{stderr}");
+    // The first attempt (a partial failure: no `## never`) spent more than a cent.
+    assert_eq!(stages(&result), vec![st("one", "failed", 1, None)]);
+    let (_, status, _) = ws.run(&["status", "latest"]);
+    assert!(status.contains("stage `one` cost budget exhausted: $0."), "{status}");
+
+    // Time: the attempt is cut at what is left of the run's time budget.
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/pipelines/t.yml",
+        "name: t\ndescription: d\nversion: 1\nbudget: {wall_minutes: 0.02}\nstages:\n  - id: slow\n    description: d\n    agent: shell\n    mode: agent\n    run: sleep 30\n    retry: {max_attempts: 3, backoff: fixed, initial_delay_seconds: 1}\n",
+    );
+    let started = std::time::Instant::now();
+    let (code, result, stderr) = ws.json(&["run", "t"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "the sleep was cut short");
+    assert_eq!(stages(&result), vec![st("slow", "failed", 1, None)]);
+    let (_, status, _) = ws.run(&["status", "latest"]);
+    assert!(status.contains("run time budget exhausted"), "{status}");
+}
