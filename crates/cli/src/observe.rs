@@ -297,7 +297,7 @@ impl Observer for Progress {
             | Event::RegressionChecked { .. }
             | Event::UsageRecorded { .. } => {}
             Event::SnapshotRestored { stage, report, .. } => self.line(&format!(
-                "  {stage}: undid the interrupted attempt's changes ({} restored, {} recreated, {} removed)",
+                "  {stage}: undid the attempt's changes ({} restored, {} recreated, {} removed)",
                 report.restored, report.recreated, report.removed
             )),
         }

@@ -158,7 +158,7 @@ pub enum ExecOutcome {
 }
 
 /// What one attempt's execution gave.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Execution {
     /// How it ended.
     pub outcome: ExecOutcome,
@@ -168,6 +168,8 @@ pub struct Execution {
     pub stderr: String,
     /// Wall time.
     pub duration: Duration,
+    /// Tokens the agent reported using (presets with machine-readable output, HTTP runners).
+    pub usage: Option<crate::event::Usage>,
 }
 
 impl Execution {

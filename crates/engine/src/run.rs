@@ -200,22 +200,21 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         };
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
         if let Some(agent) = &request.agent {
-            // Agents run through `runner: command` report no usage: count it (o200k).
-            let (input_tokens, output_tokens) = (
-                crate::prompt::count_tokens(&request.prompt) as u64,
-                crate::prompt::count_tokens(&execution.stdout) as u64,
-            );
-            let prices = state.started.as_ref().map(|s| &s.prices);
-            let cost_usd = agent.model.as_ref().and_then(|m| prices.and_then(|p| p.get(m))).map(|p| {
-                (input_tokens as f64 * p.input_per_mtok + output_tokens as f64 * p.output_per_mtok) / 1_000_000.0
-            });
-            let usage = crate::event::Usage {
-                input_tokens,
-                output_tokens,
+            // The agent's own report, else a count (o200k) of what it was told and answered.
+            let mut usage = execution.usage.clone().unwrap_or_else(|| crate::event::Usage {
+                input_tokens: crate::prompt::count_tokens(&request.prompt) as u64,
+                output_tokens: crate::prompt::count_tokens(&execution.stdout) as u64,
                 estimated: true,
                 model: agent.model.clone(),
-                cost_usd,
-            };
+                cost_usd: None,
+            });
+            if usage.cost_usd.is_none() {
+                let prices = state.started.as_ref().map(|s| &s.prices);
+                usage.cost_usd = agent.model.as_ref().and_then(|m| prices.and_then(|p| p.get(m))).map(|p| {
+                    (usage.input_tokens as f64 * p.input_per_mtok + usage.output_tokens as f64 * p.output_per_mtok)
+                        / 1_000_000.0
+                });
+            }
             self.defer(state, Event::UsageRecorded { stage: stage_id.clone(), attempt, usage });
         }
         if looped {

@@ -67,7 +67,13 @@ impl Runner for ScriptedRunner {
         let group = ProcessGroup { pgid: 100 + request.attempt as i32, start_time: None };
         let _ = notices.send(Notice::ProcessStarted { group, command: "x".into() });
         let (outcome, stdout) = self.script.borrow_mut().pop_front().unwrap_or((ExecOutcome::Exited(0), ""));
-        Execution { outcome, stdout: stdout.into(), stderr: String::new(), duration: Duration::from_millis(10) }
+        Execution {
+            outcome,
+            stdout: stdout.into(),
+            stderr: String::new(),
+            duration: Duration::from_millis(10),
+            usage: None,
+        }
     }
     fn end_leftovers(&self, groups: &[ProcessGroup]) {
         self.ended.borrow_mut().extend_from_slice(groups);
@@ -79,6 +85,7 @@ impl Runner for ScriptedRunner {
             stdout: String::new(),
             stderr: String::new(),
             duration: Duration::ZERO,
+            usage: None,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! process in its own process group.
 
 pub mod git;
+pub mod presets;
 pub mod process;
 pub mod secrets;
 pub mod snapshot;
@@ -134,18 +135,28 @@ impl Runner for ProcessRunner {
     async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution {
         let started = Instant::now();
         let deadline = started + request.timeout;
-        let done = |outcome, stdout, stderr| Execution { outcome, stdout, stderr, duration: started.elapsed() };
+        let done =
+            |outcome, stdout, stderr| Execution { outcome, stdout, stderr, duration: started.elapsed(), usage: None };
         let prompt_file = match self.write_prompt(request) {
             Ok(p) => p,
             Err(why) => return done(ExecOutcome::SpawnFailed(why), String::new(), String::new()),
         };
-        let env = Self::env(request, &prompt_file);
+        let mut env = Self::env(request, &prompt_file);
         let prompt_text = self.redactor.redact(&request.prompt);
+        let preset = request.agent.as_ref().and_then(|a| presets::invocation(a, request.mode));
         // Each command of the stage, with what it gets on stdin.
         let commands: Vec<(Vec<String>, Option<&str>)> = match &request.agent {
             None => request.commands.iter().map(|c| (shell_argv(c), None)).collect(),
             Some(agent) => match agent.runner {
                 RunnerKind::Command | RunnerKind::Shell => vec![(agent.command.clone(), Some(prompt_text.as_ref()))],
+                _ if preset.is_some() => {
+                    let p = preset.clone().expect("checked");
+                    env.extend(p.env);
+                    let file = prompt_file.display().to_string();
+                    let argv =
+                        p.argv.into_iter().map(|a| if a == presets::PROMPT_FILE { file.clone() } else { a }).collect();
+                    vec![(argv, p.stdin.then_some(prompt_text.as_ref()))]
+                }
                 other => {
                     let why = format!(
                         "agent `{}` uses `runner: {other}`, which this build cannot run yet; use `runner: command` with `command: [...]`",
@@ -186,7 +197,14 @@ impl Runner for ProcessRunner {
         self.redactor.scrub(&mut stdout);
         self.redactor.scrub(&mut stderr);
         self.keep_output(request, &stdout, &stderr);
-        done(outcome, stdout, stderr)
+        // A preset's machine-readable output gives the answer (the stage's output) and usage.
+        let mut usage = None;
+        if let (Some(agent), Some(_)) = (&request.agent, &preset) {
+            let parsed = presets::parse(agent.runner, agent.model.as_deref(), &stdout);
+            stdout = parsed.text;
+            usage = parsed.usage;
+        }
+        Execution { usage, ..done(outcome, stdout, stderr) }
     }
 
     fn end_strays(&self, run: &RunId, stage: &StageId) {
@@ -221,6 +239,7 @@ impl Runner for ProcessRunner {
             outcome: exec_outcome(result.end),
             stdout: self.redactor.redact(&result.stdout).into_owned(),
             stderr: self.redactor.redact(&result.stderr).into_owned(),
+            usage: None,
             duration: started.elapsed(),
         }
     }

@@ -78,10 +78,20 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
                     "name": agent.name, "runner": agent.runner.as_str(), "mode": mode.as_str(),
                     "url": agent.base_url, "model": agent.model
                 }),
-                other => {
-                    return Err(CliError::usage(format!(
-                        "agent `{name}` uses `runner: {other}`; this build runs `runner: command` agents and shell stages only"
-                    )));
+                _ => {
+                    let inv =
+                        loopwright_runners::presets::invocation(agent, mode).expect("every other runner is a preset");
+                    let mut v = json!({"name": agent.name, "runner": agent.runner.as_str(), "mode": mode.as_str(), "argv": inv.argv});
+                    if !inv.env.is_empty() {
+                        v["env"] = inv
+                            .env
+                            .iter()
+                            .map(|(k, val)| (k.clone(), json!(val)))
+                            .collect::<serde_json::Map<_, _>>()
+                            .into();
+                    }
+                    v["prompt"] = json!(if inv.stdin { "stdin" } else { "file" });
+                    v
                 }
             };
             if global.json {

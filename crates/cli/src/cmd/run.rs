@@ -118,22 +118,43 @@ fn stage_arg(pipeline: &Pipeline, name: &str, flag: &str) -> Result<StageId, Cli
     }
 }
 
-/// Refuses, before anything runs, a pipeline whose stages use a runner this build cannot run.
+/// Refuses, before anything runs, a pipeline whose stages use a runner this build cannot run
+/// (the HTTP runners), or a coding-agent CLI that is not installed.
 fn check_runners(pipeline: &Pipeline, start_from: Option<&StageId>) -> Result<(), CliError> {
+    use loopwright_spec::{Mode, RunnerKind};
     let start = start_from.and_then(|s| pipeline.index_of(s.as_str())).unwrap_or(0);
-    let unsupported: Vec<String> = pipeline.stages[start..]
-        .iter()
-        .filter_map(|s| pipeline.agent_of(s).map(|a| (s, a)))
-        .filter(|(_, a)| !matches!(a.runner, loopwright_spec::RunnerKind::Command | loopwright_spec::RunnerKind::Shell))
-        .map(|(s, a)| format!("stage `{}` uses agent `{}` ({}, `runner: {}`)", s.id, a.name, a.file, a.runner))
-        .collect();
-    if unsupported.is_empty() {
+    let mut problems: Vec<String> = Vec::new();
+    for (s, a) in pipeline.stages[start..].iter().filter_map(|s| pipeline.agent_of(s).map(|a| (s, a))) {
+        match a.runner {
+            RunnerKind::Command | RunnerKind::Shell => {}
+            RunnerKind::Openai | RunnerKind::Anthropic => problems.push(format!(
+                "stage `{}` uses agent `{}` ({}) with `runner: {}`, an HTTP runner this build cannot run yet; use a coding-agent CLI preset or `runner: command`",
+                s.id, a.name, a.file, a.runner
+            )),
+            preset => {
+                let argv = loopwright_runners::presets::invocation(a, Mode::Agent).map(|i| i.argv).unwrap_or_default();
+                let program = argv.first().cloned().unwrap_or_default();
+                if !loopwright_runners::process::resolve(&program).is_absolute() {
+                    let install = match preset {
+                        RunnerKind::Claude => "npm install -g @anthropic-ai/claude-code",
+                        RunnerKind::Codex => "npm install -g @openai/codex",
+                        RunnerKind::Gemini => "npm install -g @google/gemini-cli",
+                        RunnerKind::Opencode => "npm install -g opencode-ai",
+                        RunnerKind::Aider => "python3 -m pip install aider-chat",
+                        _ => "see https://block.github.io/goose/ for goose",
+                    };
+                    problems.push(format!(
+                        "stage `{}` uses agent `{}` ({}, `runner: {}`), but `{program}` is not on PATH (install it: {install})",
+                        s.id, a.name, a.file, a.runner
+                    ));
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
         return Ok(());
     }
-    Err(CliError::usage(format!(
-        "this build runs shell stages and `runner: command` agents only; {}. Set `runner: command` with `command: [...]` in those agent files",
-        unsupported.join("; ")
-    )))
+    Err(CliError::usage(problems.join("\n")))
 }
 
 /// Random bits for ids, without a dependency: std's per-process hasher keys are random.

@@ -109,12 +109,22 @@ fn a_bad_config_file_names_its_line() {
 #[test]
 fn an_agent_this_build_cannot_run_is_refused_before_anything_runs() {
     let ws = Ws::seed();
+    // A Claude Code sub-agent file runs with the `claude` preset: without `claude` installed,
+    // the run is refused with how to install it.
     ws.write(".claude/agents/reviewer.md", "---\nname: reviewer\ndescription: Reviews\nmodel: sonnet\n---\nReview.\n");
-    ws.write(".loopwright/pipelines/r.yml", "name: r\ndescription: d\nversion: 1\nstages:\n  - id: review\n    agent: reviewer\n    mode: plan\n    description: d\n");
-    let stderr = fails(&ws, &["run", "r"]);
+    ws.write(
+        ".loopwright/agents/api.md",
+        "---\nrunner: openai\nmodel: gpt-4o\nbase_url: http://127.0.0.1:9/v1\n---\nx\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/r.yml",
+        "name: r\ndescription: d\nversion: 1\nstages:\n  - id: review\n    agent: reviewer\n    mode: plan\n    description: d\n  - id: fix\n    agent: api\n    mode: agent\n    description: d\n",
+    );
+    let out = ws.cmd().env("PATH", "/usr/bin:/bin").args(["run", "r"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
-        stderr,
-        "loopwright: error: this build runs shell stages and `runner: command` agents only; stage `review` uses agent `reviewer` (.claude/agents/reviewer.md, `runner: claude`). Set `runner: command` with `command: [...]` in those agent files\n"
+        String::from_utf8_lossy(&out.stderr),
+        "loopwright: error: stage `review` uses agent `reviewer` (.claude/agents/reviewer.md, `runner: claude`), but `claude` is not on PATH (install it: npm install -g @anthropic-ai/claude-code)\nstage `fix` uses agent `api` (.loopwright/agents/api.md) with `runner: openai`, an HTTP runner this build cannot run yet; use a coding-agent CLI preset or `runner: command`\n"
     );
     assert!(!ws.has_store());
 }

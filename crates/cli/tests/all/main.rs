@@ -6,6 +6,7 @@ mod durability;
 mod enforcement;
 mod feedback;
 mod init_demo;
+mod presets;
 mod rollback;
 mod run;
 mod support;

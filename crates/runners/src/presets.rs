@@ -1,0 +1,295 @@
+//! Presets for the coding-agent CLIs: how each is run headless, how loopwright's modes map
+//! onto its own permission model, how it gets the prompt, and how its machine-readable output
+//! gives the final answer and the token usage.
+//!
+//! The flags come from each tool's documentation (headless / non-interactive mode pages,
+//! checked 2026-11):
+//!
+//! | runner | headless | plan mode | agent mode | prompt | output |
+//! |---|---|---|---|---|---|
+//! | claude | `-p` | `--permission-mode plan` | `--permission-mode acceptEdits` | stdin | `--output-format json` |
+//! | codex | `exec` | `--sandbox read-only` | `--sandbox workspace-write` | stdin (`-`) | `--json` (JSONL events) |
+//! | gemini | non-TTY stdin | `--approval-mode plan` | `--approval-mode auto_edit` | stdin | `--output-format json` |
+//! | aider | `--message-file` | `--chat-mode ask` | (edits, `--yes-always`) | the prompt file | text |
+//! | opencode | `run` | `--agent plan` | `--agent build` | stdin | `--format json` (JSONL events) |
+//! | goose | `run --no-session` | `GOOSE_MODE=chat` | `GOOSE_MODE=auto` | `--instructions` the prompt file | text |
+//!
+//! loopwright commits agent-mode changes itself, so aider's own commits are turned off.
+
+use loopwright_engine::event::Usage;
+use loopwright_spec::{Agent, Mode, RunnerKind};
+use serde_json::Value;
+
+/// How a preset agent is run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// Program and arguments; `{prompt_file}` stands for the attempt's prompt file.
+    pub argv: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// The prompt is written to stdin.
+    pub stdin: bool,
+}
+
+/// The placeholder for the prompt file in an argv.
+pub const PROMPT_FILE: &str = "{prompt_file}";
+
+/// The invocation of a preset agent in a mode, or `None` for runners that are not presets.
+pub fn invocation(agent: &Agent, mode: Mode) -> Option<Invocation> {
+    let plan = mode == Mode::Plan;
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<String>>();
+    let model = |flag: &str| agent.model.as_ref().map(|m| vec![flag.to_owned(), m.clone()]).unwrap_or_default();
+    let (mut argv, env, stdin) = match agent.runner {
+        RunnerKind::Claude => {
+            let mut a = s(&["claude", "-p", "--output-format", "json", "--permission-mode"]);
+            a.push(if plan { "plan" } else { "acceptEdits" }.to_owned());
+            a.extend(model("--model"));
+            (a, vec![], true)
+        }
+        RunnerKind::Codex => {
+            let mut a = s(&["codex", "exec", "--json", "--skip-git-repo-check", "--sandbox"]);
+            a.push(if plan { "read-only" } else { "workspace-write" }.to_owned());
+            a.extend(model("--model"));
+            a.push("-".to_owned());
+            (a, vec![], true)
+        }
+        RunnerKind::Gemini => {
+            let mut a = s(&["gemini", "--output-format", "json", "--approval-mode"]);
+            a.push(if plan { "plan" } else { "auto_edit" }.to_owned());
+            a.extend(model("--model"));
+            (a, vec![], true)
+        }
+        RunnerKind::Aider => {
+            let mut a =
+                s(&["aider", "--message-file", PROMPT_FILE, "--yes-always", "--no-auto-commits", "--no-pretty"]);
+            a.push("--no-stream".to_owned());
+            if plan {
+                a.extend(s(&["--chat-mode", "ask"]));
+            }
+            a.extend(model("--model"));
+            (a, vec![], false)
+        }
+        RunnerKind::Opencode => {
+            let mut a = s(&["opencode", "run", "--format", "json", "--agent"]);
+            a.push(if plan { "plan" } else { "build" }.to_owned());
+            a.extend(model("--model"));
+            (a, vec![], true)
+        }
+        RunnerKind::Goose => {
+            let a = s(&["goose", "run", "--no-session", "--quiet", "--instructions", PROMPT_FILE]);
+            let mut env = vec![("GOOSE_MODE".to_owned(), if plan { "chat" } else { "auto" }.to_owned())];
+            if let Some(m) = &agent.model {
+                env.push(("GOOSE_MODEL".to_owned(), m.clone()));
+            }
+            (a, env, false)
+        }
+        RunnerKind::Command | RunnerKind::Shell | RunnerKind::Openai | RunnerKind::Anthropic => return None,
+    };
+    // An agent file may still name the program to run (a wrapper, a pinned path).
+    if let Some(program) = agent.command.first() {
+        argv[0] = program.clone();
+    }
+    Some(Invocation { argv, env, stdin })
+}
+
+/// What a preset printed, read: the final answer and the usage it reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parsed {
+    /// The final answer (what `## key` outputs are read from).
+    pub text: String,
+    /// Tokens (and cost) as the tool reported them.
+    pub usage: Option<Usage>,
+}
+
+/// Reads a preset's output; text that is not the expected JSON is kept as it is.
+pub fn parse(runner: RunnerKind, model: Option<&str>, stdout: &str) -> Parsed {
+    let raw = || Parsed { text: stdout.to_owned(), usage: None };
+    let usage = |input: Option<u64>, output: Option<u64>, cost: Option<f64>| {
+        (input.is_some() || output.is_some()).then(|| Usage {
+            input_tokens: input.unwrap_or(0),
+            output_tokens: output.unwrap_or(0),
+            estimated: false,
+            model: model.map(str::to_owned),
+            cost_usd: cost,
+        })
+    };
+    let n = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_u64);
+    match runner {
+        RunnerKind::Claude => {
+            // `--output-format json`: one object; the last line in case anything precedes it.
+            let Some(v) = last_json_object(stdout) else { return raw() };
+            let input = ["/usage/input_tokens", "/usage/cache_creation_input_tokens", "/usage/cache_read_input_tokens"]
+                .iter()
+                .filter_map(|p| n(&v, p))
+                .reduce(|a, b| a + b);
+            Parsed {
+                text: v.get("result").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                usage: usage(input, n(&v, "/usage/output_tokens"), v.get("total_cost_usd").and_then(Value::as_f64)),
+            }
+        }
+        RunnerKind::Gemini => {
+            let Some(v) = last_json_object(stdout) else { return raw() };
+            // stats.models.{name}.tokens.{prompt,candidates}, summed over models.
+            let (mut input, mut output) = (None::<u64>, None::<u64>);
+            if let Some(models) = v.pointer("/stats/models").and_then(Value::as_object) {
+                for m in models.values() {
+                    if let Some(p) = n(m, "/tokens/prompt") {
+                        input = Some(input.unwrap_or(0) + p);
+                    }
+                    if let Some(c) = n(m, "/tokens/candidates") {
+                        output = Some(output.unwrap_or(0) + c);
+                    }
+                }
+            }
+            Parsed {
+                text: v.get("response").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                usage: usage(input, output, None),
+            }
+        }
+        RunnerKind::Codex | RunnerKind::Opencode => {
+            // JSONL events: the agent's messages, and usage on turn completion.
+            let mut text = None::<String>;
+            let (mut input, mut output) = (None::<u64>, None::<u64>);
+            let mut any = false;
+            for v in stdout.lines().filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok()) {
+                any = true;
+                let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
+                let message = match kind {
+                    // codex: {"type":"item.completed","item":{"type":"agent_message","text":…}}
+                    "item.completed" if v.pointer("/item/type").and_then(Value::as_str) == Some("agent_message") => {
+                        v.pointer("/item/text").and_then(Value::as_str)
+                    }
+                    // opencode: {"type":"text","part":{"text":…}}
+                    "text" => v.pointer("/part/text").and_then(Value::as_str),
+                    _ => None,
+                };
+                if let Some(m) = message {
+                    text = Some(match (text.take(), runner) {
+                        (Some(t), RunnerKind::Opencode) => format!("{t}{m}"),
+                        _ => m.to_owned(),
+                    });
+                }
+                for (i, o) in [
+                    (n(&v, "/usage/input_tokens"), n(&v, "/usage/output_tokens")),
+                    (n(&v, "/part/tokens/input"), n(&v, "/part/tokens/output")),
+                ] {
+                    if let Some(i) = i {
+                        input = Some(input.unwrap_or(0) + i);
+                    }
+                    if let Some(o) = o {
+                        output = Some(output.unwrap_or(0) + o);
+                    }
+                }
+            }
+            if !any {
+                return raw();
+            }
+            Parsed { text: text.unwrap_or_default(), usage: usage(input, output, None) }
+        }
+        _ => raw(),
+    }
+}
+
+/// The last line of the text that is a JSON object (or the whole text, if it is one).
+fn last_json_object(text: &str) -> Option<Value> {
+    serde_json::from_str::<Value>(text.trim()).ok().filter(Value::is_object).or_else(|| {
+        text.lines().rev().find_map(|l| serde_json::from_str::<Value>(l.trim()).ok().filter(Value::is_object))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(runner: RunnerKind, model: Option<&str>) -> Agent {
+        let src = loopwright_spec::SourceFile::new(
+            "a.md",
+            format!(
+                "---\nrunner: {}\n{}---\n",
+                runner.as_str(),
+                model.map(|m| format!("model: {m}\n")).unwrap_or_default()
+            ),
+        );
+        loopwright_spec::parse_agent(&src, "a", RunnerKind::Command).expect("agent")
+    }
+
+    #[test]
+    fn claude_json_gives_the_result_and_usage() {
+        let out = r###"{"type":"result","subtype":"success","result":"## plan\nDo it.","total_cost_usd":0.012,"usage":{"input_tokens":100,"cache_read_input_tokens":20,"output_tokens":30}}"###;
+        assert_eq!(
+            parse(RunnerKind::Claude, Some("sonnet"), out),
+            Parsed {
+                text: "## plan\nDo it.".into(),
+                usage: Some(Usage {
+                    input_tokens: 120,
+                    output_tokens: 30,
+                    estimated: false,
+                    model: Some("sonnet".into()),
+                    cost_usd: Some(0.012)
+                })
+            }
+        );
+    }
+
+    #[test]
+    fn codex_events_give_the_last_message_and_usage() {
+        let out = "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"item.completed\",\"item\":{\"id\":\"1\",\"type\":\"reasoning\",\"text\":\"hm\"}}\n{\"type\":\"item.completed\",\"item\":{\"id\":\"2\",\"type\":\"agent_message\",\"text\":\"done\"}}\n{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":50,\"cached_input_tokens\":10,\"output_tokens\":5}}\n";
+        let p = parse(RunnerKind::Codex, None, out);
+        assert_eq!(p.text, "done");
+        assert_eq!(p.usage.map(|u| (u.input_tokens, u.output_tokens)), Some((50, 5)));
+    }
+
+    #[test]
+    fn gemini_json_and_plain_text_fallback() {
+        let out = r#"{"response":"ok","stats":{"models":{"gemini-2.5-pro":{"tokens":{"prompt":7,"candidates":3,"total":10}}}}}"#;
+        let p = parse(RunnerKind::Gemini, None, out);
+        assert_eq!((p.text.as_str(), p.usage.map(|u| (u.input_tokens, u.output_tokens))), ("ok", Some((7, 3))));
+        assert_eq!(parse(RunnerKind::Claude, None, "not json").text, "not json");
+    }
+
+    #[test]
+    fn modes_map_onto_each_tools_permissions() {
+        let argv = |r, m| invocation(&agent(r, Some("m1")), m).expect("preset").argv.join(" ");
+        assert_eq!(
+            argv(RunnerKind::Claude, Mode::Plan),
+            "claude -p --output-format json --permission-mode plan --model m1"
+        );
+        assert_eq!(
+            argv(RunnerKind::Claude, Mode::Agent),
+            "claude -p --output-format json --permission-mode acceptEdits --model m1"
+        );
+        assert_eq!(
+            argv(RunnerKind::Codex, Mode::Plan),
+            "codex exec --json --skip-git-repo-check --sandbox read-only --model m1 -"
+        );
+        assert_eq!(
+            argv(RunnerKind::Codex, Mode::Agent),
+            "codex exec --json --skip-git-repo-check --sandbox workspace-write --model m1 -"
+        );
+        assert_eq!(argv(RunnerKind::Gemini, Mode::Plan), "gemini --output-format json --approval-mode plan --model m1");
+        assert_eq!(
+            argv(RunnerKind::Gemini, Mode::Agent),
+            "gemini --output-format json --approval-mode auto_edit --model m1"
+        );
+        assert_eq!(
+            argv(RunnerKind::Aider, Mode::Plan),
+            "aider --message-file {prompt_file} --yes-always --no-auto-commits --no-pretty --no-stream --chat-mode ask --model m1"
+        );
+        assert_eq!(
+            argv(RunnerKind::Aider, Mode::Agent),
+            "aider --message-file {prompt_file} --yes-always --no-auto-commits --no-pretty --no-stream --model m1"
+        );
+        assert_eq!(argv(RunnerKind::Opencode, Mode::Plan), "opencode run --format json --agent plan --model m1");
+        assert_eq!(argv(RunnerKind::Opencode, Mode::Agent), "opencode run --format json --agent build --model m1");
+        let goose = invocation(&agent(RunnerKind::Goose, None), Mode::Plan).expect("preset");
+        assert_eq!(goose.argv.join(" "), "goose run --no-session --quiet --instructions {prompt_file}");
+        assert_eq!(goose.env, vec![("GOOSE_MODE".to_owned(), "chat".to_owned())]);
+        let command = loopwright_spec::parse_agent(
+            &loopwright_spec::SourceFile::new("c.md", "---\ncommand: [my-agent]\n---\n"),
+            "c",
+            RunnerKind::Command,
+        )
+        .expect("agent");
+        assert!(invocation(&command, Mode::Plan).is_none());
+    }
+}
