@@ -607,6 +607,13 @@ pub struct Usage {
     /// Cost in US dollars, when the model has a price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// Time spent waiting out the API's rate limits (not a failure).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub quota_wait_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A human's answer to an escalation (seed 001).

@@ -201,13 +201,17 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
         if let Some(agent) = &request.agent {
             // The agent's own report, else a count (o200k) of what it was told and answered.
-            let mut usage = execution.usage.clone().unwrap_or_else(|| crate::event::Usage {
-                input_tokens: crate::prompt::count_tokens(&request.prompt) as u64,
-                output_tokens: crate::prompt::count_tokens(&execution.stdout) as u64,
-                estimated: true,
-                model: agent.model.clone(),
-                cost_usd: None,
-            });
+            let mut usage = match &execution.usage {
+                Some(reported) if !reported.estimated => reported.clone(),
+                other => crate::event::Usage {
+                    input_tokens: crate::prompt::count_tokens(&request.prompt) as u64,
+                    output_tokens: crate::prompt::count_tokens(&execution.stdout) as u64,
+                    estimated: true,
+                    model: agent.model.clone(),
+                    cost_usd: None,
+                    quota_wait_ms: other.as_ref().map_or(0, |u| u.quota_wait_ms),
+                },
+            };
             if usage.cost_usd.is_none() {
                 let prices = state.started.as_ref().map(|s| &s.prices);
                 usage.cost_usd = agent.model.as_ref().and_then(|m| prices.and_then(|p| p.get(m))).map(|p| {

@@ -4,7 +4,9 @@
 //! `runner: command` (the prompt on stdin and in `LOOPWRIGHT_PROMPT_FILE`, SPEC §5), each
 //! process in its own process group.
 
+pub mod edits;
 pub mod git;
+pub mod http;
 pub mod presets;
 pub mod process;
 pub mod secrets;
@@ -144,6 +146,16 @@ impl Runner for ProcessRunner {
         let mut env = Self::env(request, &prompt_file);
         let prompt_text = self.redactor.redact(&request.prompt);
         let preset = request.agent.as_ref().and_then(|a| presets::invocation(a, request.mode));
+        if let Some(agent) =
+            request.agent.as_ref().filter(|a| matches!(a.runner, RunnerKind::Openai | RunnerKind::Anthropic))
+        {
+            let answer = http::run(agent, &prompt_text, request.mode, &request.workspace, deadline).await;
+            let (mut stdout, mut stderr) = (answer.text, answer.error);
+            self.redactor.scrub(&mut stdout);
+            self.redactor.scrub(&mut stderr);
+            self.keep_output(request, &stdout, &stderr);
+            return Execution { usage: answer.usage, ..done(answer.outcome, stdout, stderr) };
+        }
         // Each command of the stage, with what it gets on stdin.
         let commands: Vec<(Vec<String>, Option<&str>)> = match &request.agent {
             None => request.commands.iter().map(|c| (shell_argv(c), None)).collect(),

@@ -111,6 +111,7 @@ pub fn parse(runner: RunnerKind, model: Option<&str>, stdout: &str) -> Parsed {
             estimated: false,
             model: model.map(str::to_owned),
             cost_usd: cost,
+            quota_wait_ms: 0,
         })
     };
     let n = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_u64);
@@ -225,7 +226,8 @@ mod tests {
                     output_tokens: 30,
                     estimated: false,
                     model: Some("sonnet".into()),
-                    cost_usd: Some(0.012)
+                    cost_usd: Some(0.012),
+                    quota_wait_ms: 0
                 })
             }
         );

@@ -248,11 +248,16 @@ pub fn line(r: &EventRecord) -> String {
             format!("{stage}: attempt {attempt} ESCALATE (waits for `respond`): {reason}")
         }
         Event::UsageRecorded { stage, attempt, usage } => format!(
-            "{stage}: attempt {attempt} used {} tokens in, {} out{}{}",
+            "{stage}: attempt {attempt} used {} tokens in, {} out{}{}{}",
             usage.input_tokens,
             usage.output_tokens,
             if usage.estimated { " (counted by loopwright)" } else { "" },
-            usage.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default()
+            usage.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default(),
+            if usage.quota_wait_ms > 0 {
+                format!(", waited {} for the API's rate limit", duration(usage.quota_wait_ms))
+            } else {
+                String::new()
+            }
         ),
         Event::DeadLettered { stage, attempt, reason, detail } => {
             format!("{stage}: attempt {attempt} DEAD LETTER ({reason}): {detail}")

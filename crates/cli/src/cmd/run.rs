@@ -118,19 +118,15 @@ fn stage_arg(pipeline: &Pipeline, name: &str, flag: &str) -> Result<StageId, Cli
     }
 }
 
-/// Refuses, before anything runs, a pipeline whose stages use a runner this build cannot run
-/// (the HTTP runners), or a coding-agent CLI that is not installed.
+/// Refuses, before anything runs, a pipeline whose stages use a coding-agent CLI that is not
+/// installed.
 fn check_runners(pipeline: &Pipeline, start_from: Option<&StageId>) -> Result<(), CliError> {
     use loopwright_spec::{Mode, RunnerKind};
     let start = start_from.and_then(|s| pipeline.index_of(s.as_str())).unwrap_or(0);
     let mut problems: Vec<String> = Vec::new();
     for (s, a) in pipeline.stages[start..].iter().filter_map(|s| pipeline.agent_of(s).map(|a| (s, a))) {
         match a.runner {
-            RunnerKind::Command | RunnerKind::Shell => {}
-            RunnerKind::Openai | RunnerKind::Anthropic => problems.push(format!(
-                "stage `{}` uses agent `{}` ({}) with `runner: {}`, an HTTP runner this build cannot run yet; use a coding-agent CLI preset or `runner: command`",
-                s.id, a.name, a.file, a.runner
-            )),
+            RunnerKind::Command | RunnerKind::Shell | RunnerKind::Openai | RunnerKind::Anthropic => {}
             preset => {
                 let argv = loopwright_runners::presets::invocation(a, Mode::Agent).map(|i| i.argv).unwrap_or_default();
                 let program = argv.first().cloned().unwrap_or_default();

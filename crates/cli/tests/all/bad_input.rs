@@ -107,10 +107,10 @@ fn a_bad_config_file_names_its_line() {
 }
 
 #[test]
-fn an_agent_this_build_cannot_run_is_refused_before_anything_runs() {
+fn an_agent_cli_that_is_not_installed_is_refused_before_anything_runs() {
     let ws = Ws::seed();
     // A Claude Code sub-agent file runs with the `claude` preset: without `claude` installed,
-    // the run is refused with how to install it.
+    // the run is refused with how to install it (the HTTP agent needs nothing installed).
     ws.write(".claude/agents/reviewer.md", "---\nname: reviewer\ndescription: Reviews\nmodel: sonnet\n---\nReview.\n");
     ws.write(
         ".loopwright/agents/api.md",
@@ -124,7 +124,7 @@ fn an_agent_this_build_cannot_run_is_refused_before_anything_runs() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "loopwright: error: stage `review` uses agent `reviewer` (.claude/agents/reviewer.md, `runner: claude`), but `claude` is not on PATH (install it: npm install -g @anthropic-ai/claude-code)\nstage `fix` uses agent `api` (.loopwright/agents/api.md) with `runner: openai`, an HTTP runner this build cannot run yet; use a coding-agent CLI preset or `runner: command`\n"
+        "loopwright: error: stage `review` uses agent `reviewer` (.claude/agents/reviewer.md, `runner: claude`), but `claude` is not on PATH (install it: npm install -g @anthropic-ai/claude-code)\n"
     );
     assert!(!ws.has_store());
 }

@@ -5,6 +5,7 @@ mod closed_loop;
 mod durability;
 mod enforcement;
 mod feedback;
+mod http;
 mod init_demo;
 mod presets;
 mod rollback;

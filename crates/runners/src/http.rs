@@ -1,0 +1,306 @@
+//! HTTP runners: `runner: openai` (Chat Completions, any OpenAI-compatible server) and
+//! `runner: anthropic` (the Messages API), streaming.
+//!
+//! The API key comes from the environment only (the variable named by `api_key_env`, else
+//! `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`); it goes into a request header and nowhere else.
+//! A 429, 503 or 529 is a wait, not a failed attempt: `Retry-After` is honoured (capped), and
+//! the time spent waiting is recorded as the usage's `quota_wait_ms`. A 401 or 403 is a
+//! configuration error (not retried). In agent mode the answer's edits (see [`edits`]) are
+//! applied to the workspace.
+
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use loopwright_engine::event::Usage;
+use loopwright_engine::ports::ExecOutcome;
+use loopwright_spec::{Agent, Mode, RunnerKind};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::edits;
+
+/// Longest wait for a rate limit before trying again.
+pub const MAX_QUOTA_WAIT: Duration = Duration::from_secs(60);
+/// Rate-limited tries before the attempt fails.
+pub const MAX_QUOTA_TRIES: u32 = 6;
+/// Answer length when the agent sets no `max_tokens` (Anthropic requires one).
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// What an HTTP attempt gave.
+#[derive(Debug)]
+pub struct Answer {
+    /// How it ended.
+    pub outcome: ExecOutcome,
+    /// The model's answer.
+    pub text: String,
+    /// What went wrong, for humans.
+    pub error: String,
+    /// Tokens used and time waited for quota.
+    pub usage: Option<Usage>,
+}
+
+/// The environment variable holding an agent's key.
+pub fn key_var(agent: &Agent) -> String {
+    agent.api_key_env.clone().unwrap_or_else(|| {
+        if agent.runner == RunnerKind::Anthropic { "ANTHROPIC_API_KEY" } else { "OPENAI_API_KEY" }.to_owned()
+    })
+}
+
+/// The URL requests go to.
+pub fn url(agent: &Agent) -> String {
+    let base = agent.base_url.as_deref().map(|b| b.trim_end_matches('/').to_owned());
+    match agent.runner {
+        RunnerKind::Anthropic => {
+            let base = base.unwrap_or_else(|| "https://api.anthropic.com".to_owned());
+            if base.ends_with("/v1") { format!("{base}/messages") } else { format!("{base}/v1/messages") }
+        }
+        _ => format!("{}/chat/completions", base.unwrap_or_else(|| "https://api.openai.com/v1".to_owned())),
+    }
+}
+
+/// Runs one attempt against the agent's API until `deadline`.
+pub async fn run(agent: &Agent, prompt: &str, mode: Mode, workspace: &std::path::Path, deadline: Instant) -> Answer {
+    let fail = |outcome, error: String| Answer { outcome, text: String::new(), error, usage: None };
+    let prompt = match mode {
+        Mode::Agent => format!("{prompt}\n\n{}", edits::INSTRUCTIONS),
+        Mode::Plan => prompt.to_owned(),
+    };
+    let answer = match tokio::time::timeout_at(deadline, ask(agent, &prompt, deadline)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            return fail(ExecOutcome::TimedOut, format!("no complete answer from {} before the timeout", url(agent)));
+        }
+    };
+    let mut answer = match answer {
+        Ok(a) => a,
+        Err((outcome, error)) => return fail(outcome, error),
+    };
+    if mode == Mode::Agent {
+        match edits::apply(&answer.text, workspace) {
+            Ok(report) if !report.is_empty() => answer.error = report.join("\n"),
+            Ok(_) => {}
+            Err(why) => {
+                answer.outcome = ExecOutcome::Exited(1);
+                answer.error = format!("the answer's edits could not be applied: {why}");
+            }
+        }
+    }
+    answer
+}
+
+/// Sends the request (waiting out rate limits) and reads the streamed answer.
+async fn ask(agent: &Agent, prompt: &str, deadline: Instant) -> Result<Answer, (ExecOutcome, String)> {
+    let url = url(agent);
+    let var = key_var(agent);
+    let key = std::env::var(&var).ok().filter(|k| !k.is_empty());
+    let model = agent.model.clone().unwrap_or_default();
+    let body = match agent.runner {
+        RunnerKind::Anthropic => {
+            let mut b = json!({
+                "model": model,
+                "max_tokens": agent.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+                "messages": [{"role": "user", "content": prompt}],
+                "stream": true,
+            });
+            if let Some(t) = agent.temperature {
+                b["temperature"] = json!(t);
+            }
+            b
+        }
+        _ => {
+            let mut b = json!({
+                "model": model,
+                "messages": [{"role": "user", "content": prompt}],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            });
+            if let Some(m) = agent.max_tokens {
+                b["max_tokens"] = json!(m);
+            }
+            if let Some(t) = agent.temperature {
+                b["temperature"] = json!(t);
+            }
+            b
+        }
+    };
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| (ExecOutcome::SpawnFailed(format!("cannot make an HTTP client: {e}")), String::new()))?;
+    let mut quota_wait = Duration::ZERO;
+    let mut tries = 0;
+    let response = loop {
+        let mut req = client.post(&url).header("content-type", "application/json").body(body.to_string());
+        req = match (agent.runner, &key) {
+            (RunnerKind::Anthropic, Some(k)) => req.header("x-api-key", k).header("anthropic-version", "2023-06-01"),
+            (RunnerKind::Anthropic, None) => req.header("anthropic-version", "2023-06-01"),
+            (_, Some(k)) => req.bearer_auth(k),
+            (_, None) => req,
+        };
+        let response = req.send().await.map_err(|e| {
+            (ExecOutcome::Exited(1), format!("cannot reach {url}: {}", without_url_secrets(&e.to_string())))
+        })?;
+        let status = response.status().as_u16();
+        match status {
+            200..=299 => break response,
+            401 | 403 => {
+                let detail = response.text().await.unwrap_or_default();
+                let hint = if key.is_some() {
+                    format!("the key in ${var} was refused")
+                } else {
+                    format!("${var} is not set (the API key is read from the environment only)")
+                };
+                return Err((
+                    ExecOutcome::SpawnFailed(format!(
+                        "{url} answered {status}: {hint}; fix the agent's configuration ({})",
+                        first_line(&detail)
+                    )),
+                    detail,
+                ));
+            }
+            429 | 503 | 529 if tries + 1 < MAX_QUOTA_TRIES => {
+                let wait = response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .map_or_else(|| Duration::from_secs(1 << tries.min(5)), Duration::from_secs_f64)
+                    .min(MAX_QUOTA_WAIT);
+                if Instant::now() + wait >= deadline {
+                    return Err((
+                        ExecOutcome::TimedOut,
+                        format!("{url} kept answering {status} (rate limited) until the timeout"),
+                    ));
+                }
+                tokio::time::sleep(wait).await;
+                quota_wait += wait;
+                tries += 1;
+            }
+            _ => {
+                let detail = response.text().await.unwrap_or_default();
+                return Err((ExecOutcome::Exited(1), format!("{url} answered {status}: {}", first_line(&detail))));
+            }
+        }
+    };
+    let _ = deadline;
+    let streamed = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let (text, mut usage) = if streamed {
+        read_stream(agent.runner, response)
+            .await
+            .map_err(|e| (ExecOutcome::Exited(1), format!("malformed stream from {url}: {e}")))?
+    } else {
+        let body = response
+            .text()
+            .await
+            .map_err(|e| (ExecOutcome::Exited(1), format!("cannot read the answer of {url}: {e}")))?;
+        read_whole(agent.runner, &body)
+            .ok_or_else(|| (ExecOutcome::Exited(1), format!("malformed response from {url}: {}", first_line(&body))))?
+    };
+    if let Some(u) = usage.as_mut() {
+        u.model = agent.model.clone();
+        u.quota_wait_ms = u64::try_from(quota_wait.as_millis()).unwrap_or(u64::MAX);
+    } else if !quota_wait.is_zero() {
+        usage = Some(Usage {
+            quota_wait_ms: u64::try_from(quota_wait.as_millis()).unwrap_or(u64::MAX),
+            estimated: true,
+            ..Usage::default()
+        });
+    }
+    Ok(Answer { outcome: ExecOutcome::Exited(0), text, error: String::new(), usage })
+}
+
+/// Reads a server-sent-event stream: the answer's text and the usage.
+async fn read_stream(runner: RunnerKind, response: reqwest::Response) -> Result<(String, Option<Usage>), String> {
+    let mut events = response.bytes_stream().eventsource();
+    let mut text = String::new();
+    let (mut input, mut output) = (None::<u64>, None::<u64>);
+    let mut complete = false;
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|e| e.to_string())?;
+        if event.data.trim() == "[DONE]" {
+            complete = true;
+            break;
+        }
+        let v: Value = serde_json::from_str(&event.data)
+            .map_err(|e| format!("an event is not JSON ({e}): {}", first_line(&event.data)))?;
+        match runner {
+            RunnerKind::Anthropic => match v.get("type").and_then(Value::as_str).unwrap_or(&event.event) {
+                "message_start" => input = v.pointer("/message/usage/input_tokens").and_then(Value::as_u64).or(input),
+                "content_block_delta" => {
+                    text.push_str(v.pointer("/delta/text").and_then(Value::as_str).unwrap_or_default())
+                }
+                "message_delta" => output = v.pointer("/usage/output_tokens").and_then(Value::as_u64).or(output),
+                "message_stop" => {
+                    complete = true;
+                    break;
+                }
+                "error" => {
+                    return Err(v.pointer("/error/message").and_then(Value::as_str).unwrap_or("error event").to_owned());
+                }
+                _ => {}
+            },
+            _ => {
+                if let Some(delta) = v.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+                    text.push_str(delta);
+                }
+                if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+                    input = u.get("prompt_tokens").and_then(Value::as_u64).or(input);
+                    output = u.get("completion_tokens").and_then(Value::as_u64).or(output);
+                }
+            }
+        }
+    }
+    if !complete {
+        return Err("the stream ended before the answer was complete".to_owned());
+    }
+    let usage = (input.is_some() || output.is_some()).then(|| Usage {
+        input_tokens: input.unwrap_or(0),
+        output_tokens: output.unwrap_or(0),
+        ..Usage::default()
+    });
+    Ok((text, usage))
+}
+
+/// Reads a non-streamed answer (a server that ignored `stream: true`).
+fn read_whole(runner: RunnerKind, body: &str) -> Option<(String, Option<Usage>)> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    let n = |p: &str| v.pointer(p).and_then(Value::as_u64);
+    let (text, input, output) = match runner {
+        RunnerKind::Anthropic => (
+            v.get("content")?
+                .as_array()?
+                .iter()
+                .filter_map(|c| c.get("text").and_then(Value::as_str))
+                .collect::<String>(),
+            n("/usage/input_tokens"),
+            n("/usage/output_tokens"),
+        ),
+        _ => (
+            v.pointer("/choices/0/message/content")?.as_str()?.to_owned(),
+            n("/usage/prompt_tokens"),
+            n("/usage/completion_tokens"),
+        ),
+    };
+    let usage = (input.is_some() || output.is_some()).then(|| Usage {
+        input_tokens: input.unwrap_or(0),
+        output_tokens: output.unwrap_or(0),
+        ..Usage::default()
+    });
+    Some((text, usage))
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().find(|l| !l.trim().is_empty()).unwrap_or("(empty body)").chars().take(300).collect()
+}
+
+/// Error texts of the HTTP client name the URL; a URL never carries the key here, but user
+/// info in a base URL would: drop it.
+fn without_url_secrets(text: &str) -> String {
+    regex::Regex::new(r"//[^/@\s]+@").map_or_else(|_| text.to_owned(), |re| re.replace_all(text, "//").into_owned())
+}
