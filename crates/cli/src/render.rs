@@ -190,6 +190,14 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
                 lp,
                 lp.escalation.as_deref().unwrap_or_default(),
             ));
+        } else if let Some(files) = &state.merge_conflict {
+            let branch = state.started.as_ref().and_then(|s| s.worktree.as_ref()).map_or("?", |w| w.branch.as_str());
+            out.push_str(&format!(
+                "waiting for a human (merge-conflict): {branch} conflicts with the workspace in {}; the worktree is kept.\nResolve it (e.g. `git merge {branch}` in the workspace), then `loopwright respond {} retry`, or `loopwright respond {} skip` to leave it unmerged\n",
+                files.join(", "),
+                result.run_id,
+                result.run_id
+            ));
         } else if w.kind == "escalation" {
             out.push_str(&format!(
                 "waiting for a human: review `{}` still has blocking feedback; answer with `loopwright respond {} retry|fix TEXT|skip|abort`\n",

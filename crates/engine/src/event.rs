@@ -373,6 +373,24 @@ pub enum Event {
         /// The usage.
         usage: Usage,
     },
+    /// The worktree's branch was merged back into the workspace's branch.
+    WorktreeMerged {
+        /// The branch.
+        branch: String,
+        /// `fast_forward`, `merge_commit` or `up_to_date`.
+        how: String,
+        /// The workspace's commit afterwards.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        commit: Option<String>,
+    },
+    /// Merging the worktree's branch back conflicts: a `merge-conflict` escalation; the
+    /// worktree is kept.
+    WorktreeConflict {
+        /// The branch.
+        branch: String,
+        /// The conflicting files.
+        files: Vec<String>,
+    },
     /// The run ended (or paused) with this status.
     RunFinished {
         /// Final status.
@@ -418,7 +436,9 @@ impl Event {
             | Event::RunResumed { .. }
             | Event::CancelRequested { .. }
             | Event::RollbackStarted { .. }
-            | Event::RollbackFinished { .. } => None,
+            | Event::RollbackFinished { .. }
+            | Event::WorktreeMerged { .. }
+            | Event::WorktreeConflict { .. } => None,
         }
     }
 
@@ -461,6 +481,8 @@ impl Event {
             Event::LoopEscalated { .. } => "loop_escalated",
             Event::DeadLettered { .. } => "dead_lettered",
             Event::UsageRecorded { .. } => "usage_recorded",
+            Event::WorktreeMerged { .. } => "worktree_merged",
+            Event::WorktreeConflict { .. } => "worktree_conflict",
         }
     }
 
@@ -471,9 +493,9 @@ impl Event {
             Event::RunInterrupted { .. } => Some(RunStatus::Interrupted),
             Event::RunCancelled { .. } => Some(RunStatus::Cancelled),
             Event::ApprovalRequested { .. } => Some(RunStatus::Waiting),
-            Event::FeedbackChecked { action: FeedbackAction::Escalate, .. } | Event::LoopEscalated { .. } => {
-                Some(RunStatus::Waiting)
-            }
+            Event::FeedbackChecked { action: FeedbackAction::Escalate, .. }
+            | Event::LoopEscalated { .. }
+            | Event::WorktreeConflict { .. } => Some(RunStatus::Waiting),
             Event::EscalationAnswered { answer: Answer::Abort, .. } => Some(RunStatus::Cancelled),
             Event::EscalationAnswered { .. } => Some(RunStatus::Running),
             Event::ApprovalRejected { .. } => Some(RunStatus::Cancelled),
@@ -517,9 +539,23 @@ pub struct RunStarted {
     /// Prices per model when the run started (config.toml `[prices]`), for its budget.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, loopwright_spec::config::Price>,
+    /// The git worktree the run works in (`run --worktree`), merged back when it succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<Worktree>,
     /// The pipeline's run budget when the run started (shown with the spend).
     #[serde(default, skip_serializing_if = "loopwright_spec::pipeline::Budget::is_unlimited")]
     pub budget: loopwright_spec::pipeline::Budget,
+}
+
+/// A run's own git worktree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Worktree {
+    /// The repository it belongs to (the workspace).
+    pub repo: String,
+    /// Where it is checked out.
+    pub path: String,
+    /// Its branch (`loopwright/TASK`).
+    pub branch: String,
 }
 
 /// The loopwright process driving a run: its pid and start time (clock ticks since boot),

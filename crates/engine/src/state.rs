@@ -273,6 +273,12 @@ pub struct RunState {
     pub rollback: Option<RollbackState>,
     /// A cancellation asked for rollback of completed stages.
     pub rollback_requested: bool,
+    /// The worktree's branch was merged back.
+    pub worktree_merged: bool,
+    /// Files conflicting when the worktree's branch was merged back, while that waits.
+    pub merge_conflict: Option<Vec<String>>,
+    /// The answer to the merge-conflict escalation, until the merge is tried again.
+    pub merge_answer: Option<crate::event::Answer>,
     /// Events applied but not yet journaled (they have no effect outside until they are):
     /// the engine commits them in one transaction before its next outside effect.
     pub(crate) unflushed: Vec<(Event, jiff::Timestamp)>,
@@ -301,6 +307,9 @@ impl RunState {
             scan_hint: std::cell::Cell::new(0),
             rollback: None,
             rollback_requested: false,
+            worktree_merged: false,
+            merge_conflict: None,
+            merge_answer: None,
             unflushed: Vec::new(),
         }
     }
@@ -429,6 +438,10 @@ impl RunState {
                 }
             }
             Event::EscalationAnswered { stage, answer, .. } => {
+                if self.merge_conflict.take().is_some() {
+                    self.merge_answer = Some(answer.clone());
+                    return;
+                }
                 let s = self.stage_mut(stage);
                 s.escalation_answer = Some(answer.clone());
                 if *answer == crate::event::Answer::Abort {
@@ -609,6 +622,14 @@ impl RunState {
                 lp.escalation = Some(reason.clone());
                 lp.escalation_reason = Some(reason.clone());
             }
+            Event::WorktreeMerged { .. } => {
+                self.worktree_merged = true;
+                self.merge_conflict = None;
+            }
+            Event::WorktreeConflict { files, .. } => {
+                self.merge_conflict = Some(files.clone());
+                self.merge_answer = None;
+            }
             Event::UsageRecorded { stage, usage, .. } => {
                 let spend = &mut self.stage_mut(stage).spend;
                 spend.tokens += usage.input_tokens + usage.output_tokens;
@@ -677,6 +698,9 @@ impl RunState {
     pub fn waiting_for_escalation(&self) -> Option<&StageState> {
         if self.status != RunStatus::Waiting {
             return None;
+        }
+        if self.merge_conflict.is_some() {
+            return self.stages.last();
         }
         self.stages.iter().find(|s| {
             (s.feedback == Some(crate::event::FeedbackAction::Escalate) && s.escalation_answer.is_none())

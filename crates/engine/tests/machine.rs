@@ -141,6 +141,7 @@ fn started() -> RunStarted {
         owner: None,
         prices: Default::default(),
         budget: Default::default(),
+        worktree: None,
     }
 }
 

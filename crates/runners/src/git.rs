@@ -145,3 +145,80 @@ pub fn revert_stage(root: &Path, task: &str, stage: &str) -> Result<usize, Strin
     commit_with(root, &message, &trailers, &["--allow-empty"], &[])?;
     Ok(commits.len())
 }
+
+/// Creates a worktree at `path` on a new branch `branch` from the current commit.
+pub fn worktree_add(root: &Path, path: &Path, branch: &str) -> Result<(), String> {
+    let shown = path.display().to_string();
+    with_lock_retries(|| git(root, &["worktree", "add", "--quiet", "-b", branch, &shown, "HEAD"]).map(drop))
+}
+
+/// Runs a git operation again while another git process holds one of the repository's locks
+/// (two runs finishing at once), for up to ~10 s.
+pub fn with_lock_retries<T>(mut op: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+    let mut tries = 0;
+    loop {
+        match op() {
+            Err(e) if e.contains(".lock") && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Removes a worktree (its branch stays).
+pub fn worktree_remove(root: &Path, path: &Path) -> Result<(), String> {
+    let shown = path.display().to_string();
+    git(root, &["worktree", "remove", "--force", &shown]).map(drop)
+}
+
+/// How a branch was merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merge {
+    /// The current branch moved to it.
+    FastForward(String),
+    /// A merge commit joins them.
+    Commit(String),
+    /// Nothing to merge.
+    UpToDate,
+    /// They conflict in these files; the merge was aborted and nothing changed.
+    Conflict(Vec<String>),
+}
+
+/// Merges `branch` into the current branch of `root`: fast-forward when possible, else a
+/// merge commit; on a conflict the merge is aborted, leaving `root` as it was.
+pub fn merge(root: &Path, branch: &str) -> Result<Merge, String> {
+    let before = git(root, &["rev-parse", "HEAD"])?.trim().to_owned();
+    let ahead = git(root, &["rev-list", "--count", &format!("HEAD..{branch}")])?.trim().parse::<u32>().unwrap_or(0);
+    if ahead == 0 {
+        return Ok(Merge::UpToDate);
+    }
+    if git(root, &["merge", "--ff-only", "--quiet", branch]).is_ok() {
+        return Ok(Merge::FastForward(git(root, &["rev-parse", "HEAD"])?.trim().to_owned()));
+    }
+    let id = identity(root);
+    let mut args: Vec<&str> = id.iter().map(String::as_str).collect();
+    let message = format!("Merge {branch} (loopwright)");
+    args.extend(["merge", "--no-ff", "--no-edit", "--quiet", "-m", message.as_str(), branch]);
+    match git(root, &args) {
+        Ok(_) => Ok(Merge::Commit(git(root, &["rev-parse", "HEAD"])?.trim().to_owned())),
+        Err(e) => {
+            let files: Vec<String> = git(root, &["diff", "--name-only", "--diff-filter=U"])
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            let _ = git(root, &["merge", "--abort"]);
+            if files.is_empty() {
+                // Not a conflict (a lock held by another git, a dirty work tree): say why.
+                return Err(e);
+            }
+            let after = git(root, &["rev-parse", "HEAD"])?.trim().to_owned();
+            if after != before {
+                return Err(format!("the aborted merge of {branch} left HEAD at {after} instead of {before}"));
+            }
+            Ok(Merge::Conflict(files))
+        }
+    }
+}

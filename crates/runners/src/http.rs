@@ -241,7 +241,11 @@ async fn read_stream(runner: RunnerKind, response: reqwest::Response) -> Result<
                     break;
                 }
                 "error" => {
-                    return Err(v.pointer("/error/message").and_then(Value::as_str).unwrap_or("error event").to_owned());
+                    return Err(v
+                        .pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("error event")
+                        .to_owned());
                 }
                 _ => {}
             },

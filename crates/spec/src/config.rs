@@ -35,11 +35,13 @@ pub struct Defaults {
     pub runner: String,
     /// Stage timeout when a stage sets none.
     pub timeout_minutes: f64,
+    /// Run every task in a git worktree of its own (as `run --worktree`).
+    pub worktree: bool,
 }
 
 impl Default for Defaults {
     fn default() -> Self {
-        Self { runner: "claude".to_owned(), timeout_minutes: crate::compile::DEFAULT_TIMEOUT_MINUTES }
+        Self { runner: "claude".to_owned(), timeout_minutes: crate::compile::DEFAULT_TIMEOUT_MINUTES, worktree: false }
     }
 }
 

@@ -69,7 +69,19 @@ impl SqliteStore {
         // Checkpoints are the only fsyncs in WAL mode with synchronous=NORMAL: let the WAL grow
         // to ~16 MB before one, so a long run pays for a few rather than one every ~300 events.
         conn.pragma_update(None, "wal_autocheckpoint", 4000).map_err(open_err)?;
-        migrations().to_latest(&mut conn).map_err(|source| Error::Migrate { path: shown.clone(), source })?;
+        // Two processes opening a new store at once both see version 0; the one that loses the
+        // race fails on the tables the other created, and finds the store migrated next time.
+        let mut tries = 0;
+        loop {
+            match migrations().to_latest(&mut conn) {
+                Ok(()) => break,
+                Err(_) if tries < 20 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(source) => return Err(Error::Migrate { path: shown, source }),
+            }
+        }
         Ok(Self { conn: Mutex::new(conn) })
     }
 

@@ -35,6 +35,7 @@ fn started(task: &str) -> Event {
         owner: None,
         prices: Default::default(),
         budget: Default::default(),
+        worktree: None,
     }))
 }
 

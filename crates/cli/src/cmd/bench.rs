@@ -127,6 +127,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         owner: Some(super::run::this_process()),
         prices: Default::default(),
         budget: Default::default(),
+        worktree: None,
     };
     let t = Instant::now();
     let mut engine = Engine {

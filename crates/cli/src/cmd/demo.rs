@@ -43,6 +43,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         skip: vec![],
         yes: false,
         quiet: false,
+        worktree: false,
     };
     let code = super::run::run(&demo_global, args).await?;
     eprintln!(

@@ -247,6 +247,16 @@ pub fn line(r: &EventRecord) -> String {
         Event::LoopEscalated { stage, attempt, reason } => {
             format!("{stage}: attempt {attempt} ESCALATE (waits for `respond`): {reason}")
         }
+        Event::WorktreeMerged { branch, how, commit } => format!(
+            "worktree branch {branch} merged back ({how}{})",
+            commit.as_ref().map(|c| format!(", now at {}", c.get(..12).unwrap_or(c))).unwrap_or_default()
+        ),
+        Event::WorktreeConflict { branch, files } => {
+            format!(
+                "worktree branch {branch} conflicts with the workspace in {}: waits for `respond`",
+                files.join(", ")
+            )
+        }
         Event::UsageRecorded { stage, attempt, usage } => format!(
             "{stage}: attempt {attempt} used {} tokens in, {} out{}{}{}",
             usage.input_tokens,

@@ -47,6 +47,10 @@ pub struct Args {
     /// Print no progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Work in a git worktree of its own on branch `loopwright/TASK`, merged back when the run
+    /// succeeds (also `worktree = true` under `[defaults]` in config.toml).
+    #[arg(long)]
+    pub worktree: bool,
 }
 
 fn split_kv<'a>(text: &'a str, flag: &str) -> Result<(&'a str, &'a str), CliError> {
@@ -210,6 +214,9 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         m.into_iter().map(|(k, v)| (k, redactor.redact(&v).into_owned())).collect()
     };
     let (vars, inputs) = (clean(vars), clean(inputs));
+    let worktree =
+        if args.worktree || ws.config.defaults.worktree { Some(create_worktree(&ws, &task_id)?) } else { None };
+    let root = worktree.as_ref().map_or_else(|| ws.root.clone(), |w| std::path::PathBuf::from(&w.path));
     let started = RunStarted {
         pipeline: pipeline.name.clone(),
         pipeline_path: ws.shown(&path),
@@ -222,13 +229,14 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         skip,
         auto_approve: args.yes,
         prior_outputs,
-        workspace: ws.root.display().to_string(),
+        workspace: root.display().to_string(),
         owner: Some(this_process()),
         prices: ws.config.prices.clone(),
+        worktree,
         budget: pipeline.budget,
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
-    let ports = Ports::new(&ws)?;
+    let ports = Ports::new(&ws, &root)?;
     let stopper = CliStopper::new(&store, run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
     let mut engine = ports.engine(&pipeline, &store, &stopper, &mut observers);
@@ -246,11 +254,11 @@ pub struct Ports {
 }
 
 impl Ports {
-    /// The ports for a workspace.
-    pub fn new(ws: &Workspace) -> Result<Self, CliError> {
+    /// The ports for a workspace whose stages work in `root` (the workspace, or the run's worktree).
+    pub fn new(ws: &Workspace, root: &std::path::Path) -> Result<Self, CliError> {
         Ok(Self {
             runner: ProcessRunner::new(ws.runs_dir()),
-            changes: FsChanges::new(ws.root.clone(), ws.runs_dir()),
+            changes: FsChanges::new(root.to_path_buf(), ws.runs_dir()),
             patterns: super::patterns::library(ws)?,
             settings: super::patterns::closed_loop_settings(ws)?,
         })
@@ -276,6 +284,67 @@ impl Ports {
             settings: &self.settings,
         }
     }
+}
+
+/// Creates the run's worktree: `.loopwright/state/worktrees/TASK` on branch `loopwright/TASK`.
+fn create_worktree(ws: &Workspace, task: &TaskId) -> Result<loopwright_engine::event::Worktree, CliError> {
+    use loopwright_runners::git;
+    if !git::is_repo(&ws.root) {
+        return Err(CliError::usage(format!(
+            "--worktree needs a git repository, and {} is not the top of one",
+            ws.root.display()
+        )));
+    }
+    let branch = format!("loopwright/{task}");
+    let path = ws.state_dir().join("worktrees").join(task.as_str());
+    std::fs::create_dir_all(ws.state_dir().join("worktrees"))
+        .map_err(|e| CliError::usage(format!("cannot create {}: {e}", ws.state_dir().display())))?;
+    git::worktree_add(&ws.root, &path, &branch).map_err(|e| {
+        CliError::usage(format!("cannot create the worktree of task {task} on branch {branch}: {e} (is a run of this task in progress? resume it instead)"))
+    })?;
+    Ok(loopwright_engine::event::Worktree {
+        repo: ws.root.display().to_string(),
+        path: path.display().to_string(),
+        branch,
+    })
+}
+
+/// After a worktree run succeeded: merge its branch back (fast-forward or a merge commit) and
+/// remove the worktree; a conflict waits for `respond` (a `merge-conflict` escalation), the
+/// worktree kept.
+async fn merge_worktree(engine: &mut CliEngine<'_>, state: &mut RunState) -> Result<(), CliError> {
+    use loopwright_runners::git;
+    let Some(wt) = state.started.as_ref().and_then(|s| s.worktree.clone()) else { return Ok(()) };
+    if state.status != RunStatus::Success || state.worktree_merged {
+        return Ok(());
+    }
+    if state.merge_answer == Some(loopwright_engine::event::Answer::Skip) {
+        eprintln!("loopwright: branch {} was left unmerged (worktree {})", wt.branch, wt.path);
+        return Ok(());
+    }
+    let repo = std::path::Path::new(&wt.repo);
+    let merged = git::with_lock_retries(|| git::merge(repo, &wt.branch))
+        .map_err(|e| CliError::usage(format!("cannot merge {} back: {e}", wt.branch)))?;
+    let event = match merged {
+        git::Merge::Conflict(files) => Event::WorktreeConflict { branch: wt.branch.clone(), files },
+        merged => {
+            let (how, commit) = match merged {
+                git::Merge::FastForward(c) => ("fast_forward", Some(c)),
+                git::Merge::Commit(c) => ("merge_commit", Some(c)),
+                _ => ("up_to_date", None),
+            };
+            Event::WorktreeMerged { branch: wt.branch.clone(), how: how.to_owned(), commit }
+        }
+    };
+    let merged = matches!(event, Event::WorktreeMerged { .. });
+    engine.record(state, event).await?;
+    if merged {
+        if let Err(e) = git::worktree_remove(repo, std::path::Path::new(&wt.path)) {
+            eprintln!("loopwright: warning: the worktree {} was merged but not removed: {e}", wt.path);
+        }
+        let _ = git::git(repo, &["branch", "-d", &wt.branch]);
+    }
+    Ok(())
 }
 
 /// This process, as the owner of a run.
@@ -372,6 +441,7 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
         engine.record(&mut state, Event::EscalationAnswered { stage, answer, by: os_user() }).await?;
         state = engine.drive(state).await?;
     }
+    merge_worktree(engine, &mut state).await?;
     // Manual rollback steps: on a terminal, wait for the person to confirm they are done.
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
     if interactive {

@@ -12,3 +12,4 @@ mod rollback;
 mod run;
 mod support;
 mod validate;
+mod worktree;

@@ -1,0 +1,114 @@
+//! `run --worktree`: each run in its own git worktree on branch `loopwright/TASK`, merged back
+//! when it succeeds; a conflict waits for a human with the worktree kept.
+
+use std::process::Stdio;
+
+use serde_json::json;
+
+use crate::support::Ws;
+
+fn git(ws: &Ws, args: &[&str]) -> String {
+    let out = std::process::Command::new("git").args(args).current_dir(ws.path()).output().expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn repo(pipeline: &str) -> Ws {
+    let ws = Ws::empty();
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.write("shared.txt", "base\n");
+    ws.write(".loopwright/pipelines/w.yml", pipeline);
+    git(&ws, &["init", "--quiet", "-b", "main"]);
+    git(&ws, &["config", "user.name", "Test"]);
+    git(&ws, &["config", "user.email", "test@example.com"]);
+    git(&ws, &["add", "-A"]);
+    git(&ws, &["commit", "--quiet", "-m", "initial"]);
+    ws
+}
+
+fn spawn(ws: &Ws, task: &str) -> std::process::Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .current_dir(ws.path())
+        .env("NO_COLOR", "1")
+        .args(["run", "w", "--worktree", "--task-id", task, "--json", "--quiet"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+fn wait(child: std::process::Child) -> (i32, serde_json::Value, String) {
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn two_concurrent_runs_work_apart_and_both_merge_back() {
+    // Each run writes its own file in its worktree, slowly enough to overlap.
+    let ws = repo(
+        "name: w\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: echo \"by $LOOPWRIGHT_TASK_ID\" > \"out-$LOOPWRIGHT_TASK_ID.txt\"; sleep 1; test ! -e out-other.txt\n",
+    );
+    let (a, b) = (spawn(&ws, "task-a"), spawn(&ws, "task-b"));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // While they run, the workspace itself is untouched.
+    assert!(!ws.path().join("out-task-a.txt").exists() && !ws.path().join("out-task-b.txt").exists());
+    let (ca, ra, ea) = wait(a);
+    let (cb, rb, eb) = wait(b);
+    assert_eq!((ca, cb), (0, 0), "{ea}\n{eb}");
+    assert_eq!((&ra["status"], &rb["status"]), (&json!("success"), &json!("success")));
+    assert_eq!(ws.read("out-task-a.txt"), "by task-a\n");
+    assert_eq!(ws.read("out-task-b.txt"), "by task-b\n");
+    // One fast-forward, one merge commit; worktrees removed, branches deleted.
+    let (_, logs_a, _) = ws.run(&["logs", ra["run_id"].as_str().expect("id")]);
+    let (_, logs_b, _) = ws.run(&["logs", rb["run_id"].as_str().expect("id")]);
+    let hows: Vec<bool> = [&logs_a, &logs_b].iter().map(|l| l.contains("(fast_forward")).collect();
+    assert!(hows.contains(&true) && hows.contains(&false), "{logs_a}\n{logs_b}");
+    assert!(logs_a.contains("merged back") && logs_b.contains("merged back"));
+    assert_eq!(git(&ws, &["worktree", "list"]).lines().count(), 1);
+    assert_eq!(git(&ws, &["branch", "--list", "loopwright/*"]), "");
+    let log = git(&ws, &["log", "--format=%s%n%b", "--all"]);
+    assert!(log.contains("Loopwright-Task: task-a") && log.contains("Loopwright-Task: task-b"), "{log}");
+    assert_eq!(git(&ws, &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn a_merge_conflict_waits_with_the_worktree_kept() {
+    let ws = repo(
+        "name: w\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: echo \"$LOOPWRIGHT_TASK_ID\" > shared.txt; sleep 2\n",
+    );
+    let child = spawn(&ws, "task-two");
+    // While the run works in its worktree, someone changes the same line on main.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    ws.write("shared.txt", "edited by hand\n");
+    git(&ws, &["commit", "--quiet", "-am", "by hand"]);
+    let (code, result, stderr) = wait(child);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(result["status"], "waiting");
+    assert_eq!(result["waiting"], json!({"kind": "escalation", "stage": "work"}));
+    let kept = ws.path().join(".loopwright/state/worktrees/task-two");
+    assert_eq!(std::fs::read_to_string(kept.join("shared.txt")).expect("kept"), "task-two\n");
+    assert_eq!(ws.read("shared.txt"), "edited by hand\n", "the aborted merge left the workspace alone");
+    assert_eq!(git(&ws, &["status", "--porcelain"]), "");
+    let run = result["run_id"].as_str().expect("id").to_owned();
+    let (_, status, _) = ws.run(&["status", &run]);
+    assert!(
+        status.contains(
+            "waiting for a human (merge-conflict): loopwright/task-two conflicts with the workspace in shared.txt"
+        ),
+        "{status}"
+    );
+    // Leave it unmerged.
+    let (code, done, stderr) = ws.json(&["respond", &run, "skip", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(done["status"], "success");
+    assert!(stderr.contains("branch loopwright/task-two was left unmerged"), "{stderr}");
+    assert_eq!(
+        git(&ws, &["branch", "--list", "--format=%(refname:short)", "loopwright/task-two"]),
+        "loopwright/task-two\n"
+    );
+    assert!(kept.join("shared.txt").exists(), "the worktree is kept for the human");
+}
