@@ -24,6 +24,10 @@ use crate::edits;
 pub const MAX_QUOTA_WAIT: Duration = Duration::from_secs(60);
 /// Rate-limited tries before the attempt fails.
 pub const MAX_QUOTA_TRIES: u32 = 6;
+/// Model of `runner: openai` agents that name none.
+pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4o";
+/// Model of `runner: anthropic` agents that name none.
+pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 /// Answer length when the agent sets no `max_tokens` (Anthropic requires one).
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
@@ -59,13 +63,18 @@ pub fn url(agent: &Agent) -> String {
     }
 }
 
-/// Runs one attempt against the agent's API until `deadline`.
-pub async fn run(agent: &Agent, prompt: &str, mode: Mode, workspace: &std::path::Path, deadline: Instant) -> Answer {
-    let fail = |outcome, error: String| Answer { outcome, text: String::new(), error, usage: None };
-    let prompt = match mode {
+/// The prompt an HTTP agent is sent: in agent mode, with how to write file edits.
+pub fn full_prompt(prompt: &str, mode: Mode) -> String {
+    match mode {
         Mode::Agent => format!("{prompt}\n\n{}", edits::INSTRUCTIONS),
         Mode::Plan => prompt.to_owned(),
-    };
+    }
+}
+
+/// Runs one attempt against the agent's API until `deadline`; `prompt` is the full prompt
+/// ([`full_prompt`]).
+pub async fn run(agent: &Agent, prompt: &str, mode: Mode, workspace: &std::path::Path, deadline: Instant) -> Answer {
+    let fail = |outcome, error: String| Answer { outcome, text: String::new(), error, usage: None };
     let answer = match tokio::time::timeout_at(deadline, ask(agent, &prompt, deadline)).await {
         Ok(answer) => answer,
         Err(_) => {
@@ -94,7 +103,9 @@ async fn ask(agent: &Agent, prompt: &str, deadline: Instant) -> Result<Answer, (
     let url = url(agent);
     let var = key_var(agent);
     let key = std::env::var(&var).ok().filter(|k| !k.is_empty());
-    let model = agent.model.clone().unwrap_or_default();
+    let model = agent.model.clone().unwrap_or_else(|| {
+        if agent.runner == RunnerKind::Anthropic { DEFAULT_ANTHROPIC_MODEL } else { DEFAULT_OPENAI_MODEL }.to_owned()
+    });
     let body = match agent.runner {
         RunnerKind::Anthropic => {
             let mut b = json!({

@@ -149,7 +149,10 @@ impl Runner for ProcessRunner {
         if let Some(agent) =
             request.agent.as_ref().filter(|a| matches!(a.runner, RunnerKind::Openai | RunnerKind::Anthropic))
         {
-            let answer = http::run(agent, &prompt_text, request.mode, &request.workspace, deadline).await;
+            // The prompt file holds exactly what the model is sent.
+            let full = http::full_prompt(&prompt_text, request.mode);
+            let _ = std::fs::write(&prompt_file, &full);
+            let answer = http::run(agent, &full, request.mode, &request.workspace, deadline).await;
             let (mut stdout, mut stderr) = (answer.text, answer.error);
             self.redactor.scrub(&mut stdout);
             self.redactor.scrub(&mut stderr);

@@ -74,10 +74,21 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
                 RunnerKind::Command | RunnerKind::Shell => {
                     json!({"name": agent.name, "runner": agent.runner.as_str(), "mode": mode.as_str(), "argv": agent.command})
                 }
-                RunnerKind::Openai | RunnerKind::Anthropic => json!({
-                    "name": agent.name, "runner": agent.runner.as_str(), "mode": mode.as_str(),
-                    "url": agent.base_url, "model": agent.model
-                }),
+                RunnerKind::Openai | RunnerKind::Anthropic => {
+                    use loopwright_runners::http;
+                    let model = agent.model.clone().unwrap_or_else(|| {
+                        if agent.runner == RunnerKind::Anthropic {
+                            http::DEFAULT_ANTHROPIC_MODEL
+                        } else {
+                            http::DEFAULT_OPENAI_MODEL
+                        }
+                        .to_owned()
+                    });
+                    json!({
+                        "name": agent.name, "runner": agent.runner.as_str(), "mode": mode.as_str(),
+                        "url": http::url(agent), "model": model, "api_key_env": http::key_var(agent)
+                    })
+                }
                 _ => {
                     let inv =
                         loopwright_runners::presets::invocation(agent, mode).expect("every other runner is a preset");

@@ -144,6 +144,12 @@ fn openai_streams_the_answer_and_its_usage() {
     );
     let (_, logs, _) = ws.run(&["logs", "latest"]);
     assert!(logs.contains("ask: attempt 1 used 12 tokens in, 5 out\n"), "{logs}");
+    let (_, shown, _) = ws.json(&["agents", "show", "model", "--mode", "plan"]);
+    assert_eq!(
+        shown,
+        json!({"name": "model", "runner": "openai", "mode": "plan", "model": "test-model", "api_key_env": "LW_TEST_KEY",
+               "url": format!("http://127.0.0.1:{}/v1/chat/completions", server.port)})
+    );
 }
 
 #[test]
