@@ -75,7 +75,7 @@ pub fn full_prompt(prompt: &str, mode: Mode) -> String {
 /// ([`full_prompt`]).
 pub async fn run(agent: &Agent, prompt: &str, mode: Mode, workspace: &std::path::Path, deadline: Instant) -> Answer {
     let fail = |outcome, error: String| Answer { outcome, text: String::new(), error, usage: None };
-    let answer = match tokio::time::timeout_at(deadline, ask(agent, &prompt, deadline)).await {
+    let answer = match tokio::time::timeout_at(deadline, ask(agent, prompt, deadline)).await {
         Ok(answer) => answer,
         Err(_) => {
             return fail(ExecOutcome::TimedOut, format!("no complete answer from {} before the timeout", url(agent)));
