@@ -194,7 +194,8 @@ pub fn merge(root: &Path, branch: &str) -> Result<Merge, String> {
     if ahead == 0 {
         return Ok(Merge::UpToDate);
     }
-    if git(root, &["merge", "--ff-only", "--quiet", branch]).is_ok() {
+    if git(root, &["merge-base", "--is-ancestor", "HEAD", branch]).is_ok() {
+        git(root, &["merge", "--ff-only", "--quiet", branch])?;
         return Ok(Merge::FastForward(git(root, &["rev-parse", "HEAD"])?.trim().to_owned()));
     }
     let id = identity(root);

@@ -54,7 +54,27 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path` and migrates it to the current schema.
+    /// Several processes may open a new store at once (concurrent runs): switching it to WAL
+    /// can then report it locked without waiting, so that is tried again for a while.
     pub fn open(path: &Path, synchronous: Synchronous) -> Result<Self, Error> {
+        let mut tries = 0;
+        loop {
+            match Self::open_once(path, synchronous) {
+                Err(Error::Open { source, .. })
+                    if tries < 50
+                        && source.sqlite_error_code().is_some_and(|c| {
+                            matches!(c, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                        }) =>
+                {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(path: &Path, synchronous: Synchronous) -> Result<Self, Error> {
         let shown = path.display().to_string();
         let open_err = |source| Error::Open { path: shown.clone(), source };
         let mut conn = Connection::open(path).map_err(open_err)?;

@@ -323,6 +323,15 @@ async fn merge_worktree(engine: &mut CliEngine<'_>, state: &mut RunState) -> Res
         return Ok(());
     }
     let repo = std::path::Path::new(&wt.repo);
+    // One merge into the workspace at a time: runs finishing together take turns.
+    let lock_path = std::path::Path::new(&wt.path).parent().map(|d| d.join(".merge.lock")).unwrap_or_default();
+    let _turn = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .ok()
+        .and_then(|f| nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).ok());
     let merged = git::with_lock_retries(|| git::merge(repo, &wt.branch))
         .map_err(|e| CliError::usage(format!("cannot merge {} back: {e}", wt.branch)))?;
     let event = match merged {

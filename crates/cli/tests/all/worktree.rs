@@ -48,10 +48,13 @@ fn wait(child: std::process::Child) -> (i32, serde_json::Value, String) {
 
 #[test]
 fn two_concurrent_runs_work_apart_and_both_merge_back() {
-    // Each run writes its own file in its worktree, slowly enough to overlap.
-    let ws = repo(
-        "name: w\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: echo \"by $LOOPWRIGHT_TASK_ID\" > \"out-$LOOPWRIGHT_TASK_ID.txt\"; sleep 1; test ! -e out-other.txt\n",
-    );
+    // Each run writes its own file in its worktree once both runs are running (markers outside
+    // the repository), and checks it sees no file of the other run.
+    let meet = tempfile::tempdir().expect("tempdir");
+    let m = meet.path().display();
+    let ws = repo(&format!(
+        "name: w\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: touch {m}/$LOOPWRIGHT_TASK_ID; for i in $(seq 100); do [ -e {m}/task-a ] && [ -e {m}/task-b ] && break; sleep 0.1; done; echo \"by $LOOPWRIGHT_TASK_ID\" > \"out-$LOOPWRIGHT_TASK_ID.txt\"; sleep 0.5; ls out-*.txt | grep -qv \"out-$LOOPWRIGHT_TASK_ID.txt\" && exit 1; exit 0\n"
+    ));
     let (a, b) = (spawn(&ws, "task-a"), spawn(&ws, "task-b"));
     std::thread::sleep(std::time::Duration::from_millis(500));
     // While they run, the workspace itself is untouched.
