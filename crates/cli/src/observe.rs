@@ -292,7 +292,9 @@ impl Observer for Progress {
                     "✗ {stage}: {detail}\n  dead letter: .loopwright/state/dead-letters/{task}.md (`loopwright dead-letters show {task}`)"
                 ));
             }
-            Event::WorktreeMerged { branch, how, .. } => self.line(&format!("⎇ merged {branch} back ({how}); worktree removed")),
+            Event::WorktreeMerged { branch, how, .. } => {
+                self.line(&format!("⎇ merged {branch} back ({}); worktree removed", how.as_str()))
+            }
             Event::WorktreeConflict { branch, files } => self.line(&format!(
                 "⏸ merge-conflict: {branch} conflicts with the workspace in {}; the worktree is kept. Resolve it (e.g. `git merge {branch}` in the workspace), then `loopwright respond {} retry`, or `respond {} skip` to leave it unmerged",
                 files.join(", "),

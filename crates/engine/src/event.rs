@@ -377,8 +377,8 @@ pub enum Event {
     WorktreeMerged {
         /// The branch.
         branch: String,
-        /// `fast_forward`, `merge_commit` or `up_to_date`.
-        how: String,
+        /// How.
+        how: MergeHow,
         /// The workspace's commit afterwards.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         commit: Option<String>,
@@ -545,6 +545,29 @@ pub struct RunStarted {
     /// The pipeline's run budget when the run started (shown with the spend).
     #[serde(default, skip_serializing_if = "loopwright_spec::pipeline::Budget::is_unlimited")]
     pub budget: loopwright_spec::pipeline::Budget,
+}
+
+/// How a worktree's branch went back into the workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeHow {
+    /// The workspace's branch moved to it.
+    FastForward,
+    /// A merge commit joins them.
+    MergeCommit,
+    /// It had nothing new.
+    UpToDate,
+}
+
+impl MergeHow {
+    /// As written in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MergeHow::FastForward => "fast_forward",
+            MergeHow::MergeCommit => "merge_commit",
+            MergeHow::UpToDate => "up_to_date",
+        }
+    }
 }
 
 /// A run's own git worktree.

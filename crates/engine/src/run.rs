@@ -5,7 +5,7 @@ use loopwright_spec::outputs::extract;
 use loopwright_spec::{Pipeline, StageId};
 use tokio::sync::mpsc;
 
-use crate::closed_loop::{self, CheckResult, Failure, FixResult};
+use crate::closed_loop::{self, CheckResult, Failure, FailureType, FixResult};
 use crate::decide::{Step, next_step};
 use crate::event::RollbackStatus;
 use crate::event::{Event, EventRecord, FailureKind, RunStarted, StageError};
@@ -232,8 +232,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 Ok(outputs) => (outputs, None),
                 Err(error) => {
                     let failure_type = match error.kind {
-                        FailureKind::Timeout => "timeout",
-                        _ => "execution_error",
+                        FailureKind::Timeout => FailureType::Timeout,
+                        _ => FailureType::ExecutionError,
                     };
                     let full = format!("{}\n{}", execution.stderr, execution.stdout_tail());
                     let summary = format!("the agent {}", error.message);
@@ -367,7 +367,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     if violations.len() == 1 { "" } else { "s" },
                     violations.iter().map(|v| v.gate.as_str()).collect::<Vec<_>>().join(", ")
                 );
-                let kind = if plan { "security_violation" } else { "validation_failed" };
+                let kind = if plan { FailureType::SecurityViolation } else { FailureType::ValidationFailed };
                 Box::new(Failure::classify(self.patterns, "pre_validation", kind, summary, &text.join("\n")))
             });
             let failed = failure.is_some();
@@ -417,9 +417,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                         (crate::ports::ExecOutcome::SpawnFailed(why), _) => format!("could not start: {why}"),
                     };
                     let failure_type = if run.outcome == crate::ports::ExecOutcome::TimedOut {
-                        "timeout"
+                        FailureType::Timeout
                     } else {
-                        "verification_failed"
+                        FailureType::VerificationFailed
                     };
                     let summary = format!("check `{}` (`{}`) {how}", check.name, check.command);
                     failure =
@@ -457,7 +457,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     if regressions.len() == 1 { "" } else { "s" },
                     regressions.iter().map(|r| r.file.as_str()).collect::<Vec<_>>().join(", ")
                 );
-                let mut f = Failure::classify(self.patterns, "regression_check", "regression", summary, &report);
+                let mut f =
+                    Failure::classify(self.patterns, "regression_check", FailureType::Regression, summary, &report);
                 if let Some(p) = self.patterns.get("regression-detected") {
                     f.pattern = Some(p.id.clone());
                     f.confidence = 1.0;

@@ -227,16 +227,14 @@ impl StageState {
         }
         if let Some(a) = self.attempt_log.iter_mut().rev().find(|a| a.attempt == attempt) {
             a.status = "failed";
-            a.error = Some(f.failure_type.clone());
+            a.error = Some(f.failure_type.as_str().to_owned());
             a.message = Some(f.summary.clone());
         }
         self.last_error = Some(StageError {
-            kind: if f.failure_type == "security_violation" {
-                crate::event::FailureKind::SecurityViolation
-            } else if f.failure_type == "timeout" {
-                crate::event::FailureKind::Timeout
-            } else {
-                crate::event::FailureKind::ExecutionError
+            kind: match f.failure_type {
+                crate::closed_loop::FailureType::SecurityViolation => crate::event::FailureKind::SecurityViolation,
+                crate::closed_loop::FailureType::Timeout => crate::event::FailureKind::Timeout,
+                _ => crate::event::FailureKind::ExecutionError,
             },
             message: f.summary.clone(),
             exit_code: None,

@@ -248,7 +248,8 @@ pub fn line(r: &EventRecord) -> String {
             format!("{stage}: attempt {attempt} ESCALATE (waits for `respond`): {reason}")
         }
         Event::WorktreeMerged { branch, how, commit } => format!(
-            "worktree branch {branch} merged back ({how}{})",
+            "worktree branch {branch} merged back ({}{})",
+            how.as_str(),
             commit.as_ref().map(|c| format!(", now at {}", c.get(..12).unwrap_or(c))).unwrap_or_default()
         ),
         Event::WorktreeConflict { branch, files } => {

@@ -337,12 +337,13 @@ async fn merge_worktree(engine: &mut CliEngine<'_>, state: &mut RunState) -> Res
     let event = match merged {
         git::Merge::Conflict(files) => Event::WorktreeConflict { branch: wt.branch.clone(), files },
         merged => {
+            use loopwright_engine::event::MergeHow;
             let (how, commit) = match merged {
-                git::Merge::FastForward(c) => ("fast_forward", Some(c)),
-                git::Merge::Commit(c) => ("merge_commit", Some(c)),
-                _ => ("up_to_date", None),
+                git::Merge::FastForward(c) => (MergeHow::FastForward, Some(c)),
+                git::Merge::Commit(c) => (MergeHow::MergeCommit, Some(c)),
+                _ => (MergeHow::UpToDate, None),
             };
-            Event::WorktreeMerged { branch: wt.branch.clone(), how: how.to_owned(), commit }
+            Event::WorktreeMerged { branch: wt.branch.clone(), how, commit }
         }
     };
     let merged = matches!(event, Event::WorktreeMerged { .. });

@@ -43,7 +43,7 @@ pub fn loop_failures(state: &LoopState) -> Vec<PriorFailure> {
             let f = it.failure.as_ref()?;
             Some(PriorFailure {
                 attempt: it.attempt,
-                failure_type: f.failure_type.clone(),
+                failure_type: f.failure_type.as_str().to_owned(),
                 timestamp: it.at,
                 summary: f.summary.clone(),
                 details: details(f),

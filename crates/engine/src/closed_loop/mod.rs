@@ -187,14 +187,51 @@ pub struct Violation {
     pub message: String,
 }
 
+/// The kind of a closed-loop failure (seed 001 failure types, plus VALIDATE's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureType {
+    /// The agent itself failed (non-zero exit, missing outputs).
+    ExecutionError,
+    /// A check failed.
+    VerificationFailed,
+    /// A VALIDATE gate failed.
+    ValidationFailed,
+    /// The agent or a check ran out of time.
+    Timeout,
+    /// A plan-mode stage changed files: never retried automatically.
+    SecurityViolation,
+    /// Dependents' tests regressed.
+    Regression,
+}
+
+impl FailureType {
+    /// As written in prompts and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureType::ExecutionError => "execution_error",
+            FailureType::VerificationFailed => "verification_failed",
+            FailureType::ValidationFailed => "validation_failed",
+            FailureType::Timeout => "timeout",
+            FailureType::SecurityViolation => "security_violation",
+            FailureType::Regression => "regression",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A classified failure of one iteration: where it came from and what pattern it matched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
     /// `generate`, `pre_validation`, `regression_check`, or the name of the failed check.
     pub source: String,
-    /// `execution_error`, `verification_failed`, `validation_failed`, `timeout`,
-    /// `security_violation` or `regression` (seed 001 failure types).
-    pub failure_type: String,
+    /// What kind of failure.
+    pub failure_type: FailureType,
     /// One line: what failed and how.
     pub summary: String,
     /// The failure's output, the last [`OUTPUT_CHARS`] characters.
@@ -225,7 +262,7 @@ pub struct Failure {
 impl Failure {
     /// Classifies `output` against the library. `full` is the whole output (classified);
     /// the journal keeps its tail.
-    pub fn classify(library: &Library, source: &str, failure_type: &str, summary: String, full: &str) -> Self {
+    pub fn classify(library: &Library, source: &str, failure_type: FailureType, summary: String, full: &str) -> Self {
         let c: Classification = library.classify(full);
         let pattern = c.matched_pattern.as_deref().and_then(|id| library.get(id));
         // The lines that decided the pattern, with the lines that say what failed (a test's
@@ -244,7 +281,7 @@ impl Failure {
         }
         Failure {
             source: source.to_owned(),
-            failure_type: failure_type.to_owned(),
+            failure_type,
             summary,
             output: tail_chars(full, OUTPUT_CHARS),
             lines,
@@ -518,7 +555,7 @@ pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState) -> Analysis {
         next,
         reason,
     };
-    if failure.failure_type == "security_violation" {
+    if failure.failure_type == FailureType::SecurityViolation {
         return decision(
             NextAction::Escalate,
             None,
@@ -623,7 +660,7 @@ mod tests {
     fn failure(pattern: Option<&str>, strategy: &str, output: &str) -> Failure {
         Failure {
             source: "tests_pass".into(),
-            failure_type: "verification_failed".into(),
+            failure_type: FailureType::VerificationFailed,
             summary: "tests failed".into(),
             output: output.into(),
             lines: vec![],
