@@ -151,13 +151,17 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
     if spend.invocations > 0 || spend.active_ms > 0 {
         let budget = state.started.as_ref().map(|s| s.budget).unwrap_or_default();
         let of = |limit: Option<String>| limit.map(|l| format!(" of {l}")).unwrap_or_default();
+        // Cost is shown when a model has a price (config.toml [prices]) or a cost budget is set.
+        let cost = if spend.cost_usd > 0.0 || budget.cost_usd.is_some() {
+            format!(", ${:.4}{}", spend.cost_usd, of(budget.cost_usd.map(|c| format!("${c:.2}"))))
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "spend: {} tokens{}{}, ${:.4}{}, {} agent invocation{}{}, {} active{}\n",
+            "spend: {} tokens{}{}{cost}, {} agent invocation{}{}, {} active{}\n",
             spend.tokens,
             if spend.estimated { " (counted by loopwright)" } else { "" },
             of(budget.tokens.map(|t| t.to_string())),
-            spend.cost_usd,
-            of(budget.cost_usd.map(|c| format!("${c:.2}"))),
             spend.invocations,
             if spend.invocations == 1 { "" } else { "s" },
             of(budget.invocations.map(|i| i.to_string())),
