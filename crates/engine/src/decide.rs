@@ -309,6 +309,10 @@ fn new_attempt(pipeline: &Pipeline, state: &RunState, stage: &Stage, attempt: u3
 /// The first budget already spent: the stage's, then the run's.
 pub fn budget_exceeded(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Option<String> {
     use loopwright_spec::pipeline::Budget;
+    if stage.budget.is_unlimited() && pipeline.budget.is_unlimited() {
+        // Nothing to add up (summing the run's spend is linear in its stages).
+        return None;
+    }
     let check = |scope: String, b: &Budget, s: crate::state::Spend| -> Option<String> {
         let est = if s.estimated { " (counted by loopwright)" } else { "" };
         if let Some(max) = b.tokens.filter(|m| s.tokens >= *m) {

@@ -696,6 +696,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
 
 /// The stage's timeout, shortened to what is left of its and the run's time budgets.
 fn capped_timeout(pipeline: &Pipeline, state: &RunState, stage: &loopwright_spec::Stage) -> std::time::Duration {
+    if stage.budget.wall_ms.is_none() && pipeline.budget.wall_ms.is_none() {
+        return stage.timeout;
+    }
     let left =
         |budget: Option<u64>, spent: u64| budget.map(|b| std::time::Duration::from_millis(b.saturating_sub(spent)));
     [
