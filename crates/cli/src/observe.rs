@@ -352,19 +352,12 @@ impl Projector {
         };
         let dir = dead_letters_dir(&self.runs_dir);
         let task = started.task_id.to_string();
-        let others: Vec<DeadLetterSummary> = std::fs::read_dir(&dir)
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .filter(|e| {
-                        let name = e.file_name().to_string_lossy().into_owned();
-                        name.ends_with(".md") && !name.starts_with("candidate-pattern-") && name != format!("{task}.md")
-                    })
-                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-                    .filter_map(|t| DeadLetterSummary::parse(&t))
-                    .collect()
-            })
-            .unwrap_or_default();
+        // Earlier dead letters of other tasks (this task's own is being rewritten).
+        let others: Vec<DeadLetterSummary> = crate::cmd::dead_letters::read_all(&dir)
+            .into_iter()
+            .map(|(s, _)| s)
+            .filter(|s| s.task_id != task)
+            .collect();
         let located = lp
             .iterations
             .last()

@@ -18,9 +18,6 @@ use crate::state::RunState;
 use loopwright_spec::Mode;
 use loopwright_spec::pipeline::RollbackStrategy;
 
-/// Characters of a failed stage's output kept in its error.
-const OUTPUT_TAIL_CHARS: usize = 2000;
-
 /// Runs a pipeline against the ports.
 pub struct Engine<'a, S, R, C, X, W> {
     /// The validated pipeline.
@@ -246,7 +243,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 _ => None,
             };
             let printed = format!("{}{}", execution.stdout, execution.stderr);
-            let output = closed_loop::tail_chars(&printed, closed_loop::OUTPUT_CHARS);
+            let output = output_tail(&printed);
             let event =
                 Event::Generated { stage: stage_id, attempt, duration_ms, outputs, files, output, exit_code, failure };
             return self.record(state, event).await;
@@ -403,7 +400,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     command: check.command.clone(),
                     passed,
                     exit_code,
-                    output: closed_loop::tail_chars(&output, closed_loop::OUTPUT_CHARS),
+                    output: output_tail(&output),
                     duration_ms: u64::try_from(run.duration.as_millis()).unwrap_or(u64::MAX),
                 });
                 if !passed {
@@ -768,14 +765,8 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
     }
 }
 
-/// The end of an output, at most [`OUTPUT_TAIL_CHARS`] characters, cut at a line start.
+/// The end of an output (kept in errors and the journal), at most
+/// [`closed_loop::OUTPUT_CHARS`] characters, cut at a line start.
 pub fn output_tail(text: &str) -> String {
-    let text = text.trim_end();
-    let count = text.chars().count();
-    if count <= OUTPUT_TAIL_CHARS {
-        return text.to_owned();
-    }
-    let start = text.char_indices().nth(count - OUTPUT_TAIL_CHARS).map_or(0, |(i, _)| i);
-    let cut = text[start..].find('\n').map_or(start, |n| start + n + 1);
-    text[cut..].to_owned()
+    closed_loop::tail_chars(text, closed_loop::OUTPUT_CHARS)
 }

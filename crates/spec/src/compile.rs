@@ -425,39 +425,40 @@ impl Compiler<'_> {
     fn budget(&mut self, raw: &Spanned<crate::raw::RawBudget>, stage: Option<&str>) -> Option<Budget> {
         let r = &raw.value;
         let mut ok = true;
-        let mut whole = |this: &mut Self, v: &Option<Spanned<i64>>, field: &str| -> Option<u64> {
-            let v = v.as_ref()?;
-            if v.value <= 0 {
-                this.error(
-                    Some(&v.referenced),
-                    stage,
-                    &format!("budget.{field}"),
-                    format!("`{field}` is {}, expected a positive number", v.value),
-                );
-                ok = false;
-                return None;
-            }
-            u64::try_from(v.value).ok()
-        };
-        let tokens = whole(self, &r.tokens, "tokens");
-        let invocations = whole(self, &r.invocations, "invocations").map(|n| u32::try_from(n).unwrap_or(u32::MAX));
-        let mut fraction = |this: &mut Self, v: &Option<Spanned<f64>>, field: &str| -> Option<f64> {
-            let v = v.as_ref()?;
-            if !(v.value.is_finite() && v.value > 0.0) {
-                this.error(
-                    Some(&v.referenced),
-                    stage,
-                    &format!("budget.{field}"),
-                    format!("`{field}` is {}, expected a positive number", v.value),
-                );
-                ok = false;
-                return None;
-            }
-            Some(v.value)
-        };
-        let cost_usd = fraction(self, &r.cost_usd, "cost_usd");
-        let wall_ms = fraction(self, &r.wall_minutes, "wall_minutes").map(|m| (m * 60_000.0).round() as u64);
+        let whole = |v: i64| v > 0;
+        let fraction = |v: f64| v.is_finite() && v > 0.0;
+        let tokens = self.positive(&r.tokens, stage, "tokens", whole, &mut ok).and_then(|n| u64::try_from(n).ok());
+        let invocations = self
+            .positive(&r.invocations, stage, "invocations", whole, &mut ok)
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+        let cost_usd = self.positive(&r.cost_usd, stage, "cost_usd", fraction, &mut ok);
+        let wall_ms = self
+            .positive(&r.wall_minutes, stage, "wall_minutes", fraction, &mut ok)
+            .map(|m| (m * 60_000.0).round() as u64);
         ok.then_some(Budget { tokens, cost_usd, wall_ms, invocations })
+    }
+
+    /// One limit of a `budget:`: its value when `valid`, else an error (and `ok` cleared).
+    fn positive<T: Copy + std::fmt::Display>(
+        &mut self,
+        value: &Option<Spanned<T>>,
+        stage: Option<&str>,
+        field: &str,
+        valid: impl Fn(T) -> bool,
+        ok: &mut bool,
+    ) -> Option<T> {
+        let v = value.as_ref()?;
+        if valid(v.value) {
+            return Some(v.value);
+        }
+        self.error(
+            Some(&v.referenced),
+            stage,
+            &format!("budget.{field}"),
+            format!("`{field}` is {}, expected a positive number", v.value),
+        );
+        *ok = false;
+        None
     }
 
     fn agent_ref(

@@ -32,43 +32,22 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let dir = ws.state_dir().join("dead-letters");
     match args.command.unwrap_or(Command::List) {
         Command::List => {
-            let mut letters: Vec<(DeadLetterSummary, String)> = std::fs::read_dir(&dir)
-                .map(|entries| {
-                    entries
-                        .flatten()
-                        .filter(|e| {
-                            let name = e.file_name().to_string_lossy().into_owned();
-                            name.ends_with(".md") && !name.starts_with("candidate-pattern-")
-                        })
-                        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-                        .filter_map(|t| {
-                            let summary = DeadLetterSummary::parse(&t)?;
-                            Some((summary, t))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let mut letters = read_all(&dir);
             letters.sort_by(|a, b| b.0.blocked_at.cmp(&a.0.blocked_at));
-            let field = |text: &str, key: &str| {
-                text.lines()
-                    .take_while(|l| *l != "---" || text.starts_with(l))
-                    .find_map(|l| l.strip_prefix(&format!("{key}: ")).map(str::to_owned))
-                    .unwrap_or_default()
-            };
             if global.json {
                 let list: Vec<serde_json::Value> = letters
                     .iter()
-                    .map(|(s, t)| {
+                    .map(|(s, _)| {
                         serde_json::json!({
                             "task_id": s.task_id,
-                            "stage": field(t, "stage"),
-                            "run_id": field(t, "run_id"),
+                            "stage": s.stage,
+                            "run_id": s.run_id,
                             "final_pattern": s.final_pattern,
-                            "total_attempts": field(t, "total_attempts").parse::<u64>().unwrap_or(0),
+                            "total_attempts": s.total_attempts,
                             "blocked_at": s.blocked_at,
-                            "blocked_reason": field(t, "blocked_reason"),
+                            "blocked_reason": s.blocked_reason,
                             "error_signature": s.error_signature,
-                            "similar_failures": field(t, "similar_failures").parse::<u64>().unwrap_or(0),
+                            "similar_failures": s.similar_failures,
                         })
                     })
                     .collect();
@@ -83,15 +62,15 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
                 "{:<40} {:<14} {:<20} {:>8}  {:<20}  similar",
                 "task", "stage", "final pattern", "attempts", "blocked at"
             );
-            for (s, t) in &letters {
+            for (s, _) in &letters {
                 println!(
                     "{:<40} {:<14} {:<20} {:>8}  {:<20}  {}",
                     s.task_id,
-                    field(t, "stage"),
+                    s.stage,
                     s.final_pattern,
-                    field(t, "total_attempts"),
+                    s.total_attempts,
                     s.blocked_at.get(..19).unwrap_or(&s.blocked_at),
-                    field(t, "similar_failures")
+                    s.similar_failures
                 );
             }
             Ok(0)
@@ -125,4 +104,18 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
     }
+}
+
+/// Every dead letter in `dir` (not the candidate patterns), read, with its text.
+pub fn read_all(dir: &std::path::Path) -> Vec<(DeadLetterSummary, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.ends_with(".md") && !name.starts_with("candidate-pattern-")
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| DeadLetterSummary::parse(&t).map(|s| (s, t)))
+        .collect()
 }

@@ -529,43 +529,50 @@ fn approval_prompt(pipeline: &Pipeline, stage: &StageId, state: &RunState) -> St
 fn ask_escalation(message: &str) -> Option<loopwright_engine::event::Answer> {
     use loopwright_engine::event::Answer;
     eprintln!("{message}");
+    ask_until(
+        "retry | skip | abort | fix <instruction> > ",
+        "Answer `retry`, `skip`, `abort`, or `fix` followed by the instruction.",
+        |line| {
+            let (word, rest) = line.split_once([' ', ':']).unwrap_or((line, ""));
+            match (word.to_lowercase().as_str(), rest.trim()) {
+                ("retry", _) => Some(Answer::Retry),
+                ("skip", _) => Some(Answer::Skip),
+                ("abort", _) => Some(Answer::Abort),
+                ("fix", text) if !text.is_empty() => Some(Answer::Fix { text: text.to_owned() }),
+                _ => None,
+            }
+        },
+    )
+}
+
+/// Shows the prompt and reads answers until one is understood.
+fn ask_approval(text: &str) -> bool {
+    eprint!("{text}");
+    ask_until("> ", "Type `proceed` to continue or `abort` to cancel pipeline.", |line| {
+        match line.to_lowercase().as_str() {
+            "proceed" | "yes" | "continue" => Some(true),
+            "abort" | "cancel" | "no" => Some(false),
+            _ => None,
+        }
+    })
+    .unwrap_or(false)
+}
+
+/// Reads lines from the terminal until `understood` accepts one (saying `help` after each it
+/// does not); `None` at the end of input.
+fn ask_until<T>(prompt: &str, help: &str, understood: impl Fn(&str) -> Option<T>) -> Option<T> {
     let stdin = std::io::stdin();
     loop {
-        eprint!("retry | skip | abort | fix <instruction> > ");
+        eprint!("{prompt}");
         let _ = std::io::stderr().flush();
         let mut line = String::new();
         match stdin.lock().read_line(&mut line) {
             Ok(0) | Err(_) => return None,
             Ok(_) => {}
         }
-        let line = line.trim();
-        let (word, rest) = line.split_once([' ', ':']).unwrap_or((line, ""));
-        match (word.to_lowercase().as_str(), rest.trim()) {
-            ("retry", _) => return Some(Answer::Retry),
-            ("skip", _) => return Some(Answer::Skip),
-            ("abort", _) => return Some(Answer::Abort),
-            ("fix", text) if !text.is_empty() => return Some(Answer::Fix { text: text.to_owned() }),
-            _ => eprintln!("Answer `retry`, `skip`, `abort`, or `fix` followed by the instruction."),
-        }
-    }
-}
-
-/// Shows the prompt and reads answers until one is understood.
-fn ask_approval(text: &str) -> bool {
-    eprint!("{text}");
-    let stdin = std::io::stdin();
-    loop {
-        eprint!("> ");
-        let _ = std::io::stderr().flush();
-        let mut line = String::new();
-        match stdin.lock().read_line(&mut line) {
-            Ok(0) | Err(_) => return false,
-            Ok(_) => {}
-        }
-        match line.trim().to_lowercase().as_str() {
-            "proceed" | "yes" | "continue" => return true,
-            "abort" | "cancel" | "no" => return false,
-            _ => eprintln!("Type `proceed` to continue or `abort` to cancel pipeline."),
+        match understood(line.trim()) {
+            Some(answer) => return Some(answer),
+            None => eprintln!("{help}"),
         }
     }
 }

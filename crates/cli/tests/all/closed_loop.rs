@@ -475,11 +475,6 @@ fn a_network_failure_waits_with_backoff_and_regenerates() {
 
 #[test]
 fn on_a_terminal_an_escalation_is_answered_in_place() {
-    // `script` gives loopwright a terminal; what we write to it is what a person would type.
-    if std::process::Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: `script` (util-linux) is not installed, so no terminal can be simulated");
-        return;
-    }
     let ws = Ws::empty();
     agent(
         &ws,
@@ -493,26 +488,8 @@ fn on_a_terminal_an_escalation_is_answered_in_place() {
         "    checks:\n      - name: ok_exists\n        type: command\n        command: sh check.sh\n",
     );
     ws.write("check.sh", "test -f ok || { echo 'cannot open ok: Permission denied'; exit 1; }\n");
-    let binary = assert_cmd::cargo::cargo_bin!("loopwright");
-    let mut child = std::process::Command::new("script")
-        .args(["-qec", &format!("{} run loop --task-id task-tty", binary.display()), "/dev/null"])
-        .current_dir(ws.path())
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("script");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let answers = std::thread::spawn(move || {
-        use std::io::Write;
-        std::thread::sleep(std::time::Duration::from_secs(2));
-        stdin.write_all(b"maybe\nfix touch ok\n").expect("type");
-        std::thread::sleep(std::time::Duration::from_secs(3));
-    });
-    let out = child.wait_with_output().expect("wait");
-    answers.join().expect("answers");
-    let shown = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    // What is typed on the terminal: an answer it does not understand, then a fix.
+    let Some((_, shown)) = ws.on_terminal("run loop --task-id task-tty", "maybe\nfix touch ok\n") else { return };
     assert!(shown.contains("## Task Escalation Required"), "{shown}");
     assert!(shown.contains("Answer `retry`, `skip`, `abort`, or `fix` followed by the instruction."), "{shown}");
     assert!(shown.contains("status: success"), "{shown}");

@@ -1,27 +1,19 @@
 //! Rollback on real workspaces: agent-mode commits with trailers and git_revert on a real git
 //! repository, file_restore byte for byte, memory_cleanup, manual, and reject --rollback.
 
-use std::process::Command;
-
 use pretty_assertions::assert_eq;
 
 use crate::support::{Ws, st, stages};
 
 fn git(ws: &Ws, args: &[&str]) -> String {
-    let out = Command::new("git").args(args).current_dir(ws.path()).output().expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    ws.git(args)
 }
 
 fn git_ws() -> Ws {
     let ws = Ws::empty();
-    git(&ws, &["init", "--quiet", "-b", "main"]);
-    git(&ws, &["config", "user.name", "Test"]);
-    git(&ws, &["config", "user.email", "test@example.com"]);
     ws.write(".gitignore", ".loopwright/state/\n");
     ws.write("app.txt", "version 1\n");
-    git(&ws, &["add", "-A"]);
-    git(&ws, &["commit", "--quiet", "-m", "initial"]);
+    ws.init_git();
     ws
 }
 
@@ -198,27 +190,8 @@ stages:
     assert_eq!(ws.read("app.txt"), "version 1\n");
 }
 
-/// Runs `loopwright ARGS` on a pseudo-terminal (util-linux `script`) with `input` typed in.
 fn on_terminal(ws: &Ws, args: &str, input: &str) -> Option<(i32, String)> {
-    use std::io::Write;
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: `script` (util-linux) is not installed, so no terminal can be simulated");
-        return None;
-    }
-    let exe = assert_cmd::cargo::cargo_bin!("loopwright").display().to_string();
-    let mut child = Command::new("script")
-        .args(["-qec", &format!("{exe} {args}"), "/dev/null"])
-        .current_dir(ws.path())
-        .env("USER", "tester")
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("script");
-    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("type");
-    let out = child.wait_with_output().expect("wait");
-    Some((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")))
+    ws.on_terminal(args, input)
 }
 
 #[test]

@@ -79,6 +79,46 @@ impl Ws {
         (code, value, stderr)
     }
 
+    /// Runs git in the workspace; panics with git's message when it fails.
+    pub fn git(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("git").args(args).current_dir(self.path()).output().expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Makes the workspace a git repository on `main` with everything in it committed.
+    pub fn init_git(&self) {
+        self.git(&["init", "--quiet", "-b", "main"]);
+        self.git(&["config", "user.name", "Test"]);
+        self.git(&["config", "user.email", "test@example.com"]);
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "--quiet", "-m", "initial"]);
+    }
+
+    /// Runs `loopwright ARGS` on a pseudo-terminal (util-linux `script`) with `input` typed in;
+    /// `None` (with a note) where `script` is not installed.
+    pub fn on_terminal(&self, args: &str, input: &str) -> Option<(i32, String)> {
+        use std::io::Write;
+        if std::process::Command::new("script").arg("--version").output().is_err() {
+            eprintln!("skipped: `script` (util-linux) is not installed, so no terminal can be simulated");
+            return None;
+        }
+        let exe = assert_cmd::cargo::cargo_bin!("loopwright").display().to_string();
+        let mut child = std::process::Command::new("script")
+            .args(["-qec", &format!("{exe} {args}"), "/dev/null"])
+            .current_dir(self.path())
+            .env("USER", "tester")
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("script");
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("type");
+        let out = child.wait_with_output().expect("wait");
+        Some((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")))
+    }
+
     /// True when the journal exists.
     pub fn has_store(&self) -> bool {
         self.path().join(".loopwright/state/state.db").exists()

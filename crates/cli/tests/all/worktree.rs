@@ -8,9 +8,7 @@ use serde_json::json;
 use crate::support::Ws;
 
 fn git(ws: &Ws, args: &[&str]) -> String {
-    let out = std::process::Command::new("git").args(args).current_dir(ws.path()).output().expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    ws.git(args)
 }
 
 fn repo(pipeline: &str) -> Ws {
@@ -18,11 +16,7 @@ fn repo(pipeline: &str) -> Ws {
     ws.write(".gitignore", ".loopwright/state/\n");
     ws.write("shared.txt", "base\n");
     ws.write(".loopwright/pipelines/w.yml", pipeline);
-    git(&ws, &["init", "--quiet", "-b", "main"]);
-    git(&ws, &["config", "user.name", "Test"]);
-    git(&ws, &["config", "user.email", "test@example.com"]);
-    git(&ws, &["add", "-A"]);
-    git(&ws, &["commit", "--quiet", "-m", "initial"]);
+    ws.init_git();
     ws
 }
 

@@ -260,7 +260,7 @@ pub fn suggested_steps(failure: Option<&Failure>) -> Vec<String> {
 }
 
 /// A dead letter already written, as another dead letter's similar-failure search sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DeadLetterSummary {
     /// Its task.
     pub task_id: String,
@@ -278,6 +278,16 @@ pub struct DeadLetterSummary {
     pub files: Vec<String>,
     /// The pattern matched with confidence >= 0.5.
     pub confident: bool,
+    /// The stage that gave up.
+    pub stage: String,
+    /// Its run.
+    pub run_id: String,
+    /// Attempts made.
+    pub total_attempts: u64,
+    /// `retry_budget_exhausted` or `unrecoverable_error`.
+    pub blocked_reason: String,
+    /// Similar earlier dead letters, as the file counted them.
+    pub similar_failures: u64,
 }
 
 impl DeadLetterSummary {
@@ -302,6 +312,11 @@ impl DeadLetterSummary {
             strategies: list("strategies_exhausted"),
             files: list("files_modified"),
             confident: value.get("confidence").and_then(serde_json::Value::as_f64).is_some_and(|c| c >= 0.5),
+            stage: s("stage"),
+            run_id: s("run_id"),
+            total_attempts: value.get("total_attempts").and_then(serde_json::Value::as_u64).unwrap_or(0),
+            blocked_reason: s("blocked_reason"),
+            similar_failures: value.get("similar_failures").and_then(serde_json::Value::as_u64).unwrap_or(0),
         })
     }
 
@@ -381,6 +396,11 @@ impl DeadLetter<'_> {
             strategies: self.state.strategies(),
             files: self.state.files().paths().iter().map(|p| (*p).to_owned()).collect(),
             confident: f.pattern.is_some() && f.confidence >= 0.5,
+            stage: self.stage.to_owned(),
+            run_id: self.run.to_owned(),
+            total_attempts: self.state.iterations.len() as u64,
+            blocked_reason: self.reason.to_owned(),
+            similar_failures: 0,
         })
     }
 
@@ -722,6 +742,7 @@ mod tests {
             strategies: vec![],
             files: vec![],
             confident: true,
+            ..DeadLetterSummary::default()
         };
         let a = s("type-error:ts:ts2322", "error TS2322: Type 'string' is not assignable to type 'number'.");
         assert!(a.similar_to(&s("type-error:ts:ts2322", "error TS2322: something else")));

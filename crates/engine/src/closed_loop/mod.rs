@@ -641,7 +641,7 @@ pub fn token_overlap(a: &str, b: &str) -> f64 {
     a.intersection(&b).count() as f64 / larger as f64
 }
 
-/// The last `max` characters of a text, cut at a line start when one is near.
+/// The last `max` characters of a text, cut at a line start.
 pub fn tail_chars(text: &str, max: usize) -> String {
     let text = text.trim_end();
     let count = text.chars().count();
@@ -649,7 +649,7 @@ pub fn tail_chars(text: &str, max: usize) -> String {
         return text.to_owned();
     }
     let start = text.char_indices().nth(count - max).map_or(0, |(i, _)| i);
-    let cut = text[start..].find('\n').filter(|n| *n < 200).map_or(start, |n| start + n + 1);
+    let cut = text[start..].find('\n').map_or(start, |n| start + n + 1);
     text[cut..].to_owned()
 }
 
