@@ -12,7 +12,7 @@ pub mod process;
 pub mod secrets;
 pub mod snapshot;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use loopwright_engine::closed_loop::FileChanges;
@@ -90,12 +90,26 @@ impl ProcessRunner {
             None => dir.join("shell.md"),
         };
         let prompt = self.redactor.redact(&request.prompt);
-        if std::fs::write(&path, prompt.as_bytes()).is_err() {
+        if overwrite(&path, prompt.as_bytes()).is_err() {
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            std::fs::write(&path, prompt.as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            overwrite(&path, prompt.as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         }
         Ok(path)
     }
+}
+
+/// Writes `bytes` as the whole content of `path`, over what it held. Unlike `fs::write` it does
+/// not truncate the file to nothing first: on ext4 that frees the file's block (a synchronous
+/// discard on a disk mounted with `discard`) and makes `close` flush the data, which together
+/// cost more than a shell stage's whole process.
+fn overwrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+    file.write_all(bytes)?;
+    if file.metadata()?.len() != bytes.len() as u64 {
+        file.set_len(bytes.len() as u64)?;
+    }
+    Ok(())
 }
 
 /// Words that only a shell understands: a command starting with one runs through `sh`.
@@ -387,5 +401,20 @@ impl Changes for FsChanges {
             return Err("the workspace is not a git repository, so there are no commits to revert".to_owned());
         }
         git::revert_stage(&self.workspace, task.as_str(), stage.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overwrite;
+
+    #[test]
+    fn overwrite_leaves_exactly_the_new_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shell.md");
+        for text in ["a longer first prompt\n", "short\n", "", "grown again, longer than the first one\n", "x"] {
+            overwrite(&path, text.as_bytes()).unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        }
     }
 }
