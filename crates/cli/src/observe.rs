@@ -56,9 +56,14 @@ impl Progress {
         if self.quiet {
             return;
         }
+        // One write per line (`eprintln!` makes two on unbuffered stderr).
+        let print = || {
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
+        };
         match &self.spinner {
-            Some(bar) => bar.suspend(|| eprintln!("{text}")),
-            None => eprintln!("{text}"),
+            Some(bar) => bar.suspend(print),
+            None => print(),
         }
     }
 

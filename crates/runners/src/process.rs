@@ -225,7 +225,19 @@ pub fn groups_with_env(vars: &[(&str, &str)]) -> Vec<i32> {
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), on Linux.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    use std::io::Read;
+    // One read of a stack buffer: the line is well under 1 KB (`read_to_string` would stat the
+    // file and read it in growing pieces, for every stage).
+    let mut buf = [0u8; 2048];
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read(&mut buf[len..]).ok()? {
+            0 => break,
+            n => len += n,
+        }
+    }
+    let stat = std::str::from_utf8(&buf[..len]).ok()?;
     // The command name (field 2) is in parentheses and may contain spaces: count from the ')'.
     let after = &stat[stat.rfind(')')? + 1..];
     after.split_whitespace().nth(19)?.parse().ok()

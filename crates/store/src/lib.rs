@@ -14,7 +14,7 @@ use loopwright_engine::ports::RunSummary;
 use loopwright_engine::{Event, EventRecord, Outputs, RunId, RunStatus, Store, StoreError, TaskId};
 use loopwright_spec::StageId;
 use loopwright_spec::config::Synchronous;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use rusqlite_migration::{M, Migrations};
 
 /// The schema's migrations, oldest first.
@@ -123,31 +123,56 @@ impl SqliteStore {
     }
 
     /// Appends events in one transaction: all of them are durable, or none.
+    ///
+    /// This is the hot path of every run (a transaction or two per stage), so the transaction
+    /// statements are prepared once and cached rather than parsed each time (as rusqlite's
+    /// `Transaction` would), and the run's last sequence number is read once per transaction.
     fn append_sync(&self, run: &RunId, events: &[(Event, jiff::Timestamp)]) -> Result<Vec<EventRecord>, StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(backend)?;
-        let mut records = Vec::with_capacity(events.len());
-        for (event, at) in events {
-            records.push(Self::append_in(&tx, run, event, *at)?);
+        let conn = self.conn();
+        conn.prepare_cached("BEGIN IMMEDIATE").and_then(|mut stmt| stmt.execute([])).map_err(backend)?;
+        let mut cursor = None;
+        let appended: Result<Vec<EventRecord>, StoreError> =
+            events.iter().map(|(event, at)| Self::append_in(&conn, &mut cursor, run, event, *at)).collect();
+        let ended = match &appended {
+            Ok(_) => conn.prepare_cached("COMMIT").and_then(|mut stmt| stmt.execute([])).map_err(backend),
+            Err(_) => Ok(0),
+        };
+        if (appended.is_err() || ended.is_err()) && !conn.is_autocommit() {
+            // Nothing of a failed append stays: the journal has all of the events or none.
+            let _ = conn.execute_batch("ROLLBACK");
         }
-        tx.commit().map_err(backend)?;
-        Ok(records)
+        ended?;
+        appended
     }
 
+    /// Writes one event inside the open transaction. `cursor` carries the run's task id and
+    /// last sequence number from one event of the transaction to the next.
     fn append_in(
-        tx: &rusqlite::Transaction<'_>,
+        conn: &Connection,
+        cursor: &mut Option<(String, i64)>,
         run: &RunId,
         event: &Event,
         at: jiff::Timestamp,
     ) -> Result<EventRecord, StoreError> {
-        let known: Option<String> = tx
-            .prepare_cached("SELECT task_id FROM runs WHERE run_id = ?1")
-            .and_then(|mut stmt| stmt.query_row([run.as_str()], |r| r.get(0)).optional())
-            .map_err(backend)?;
+        if cursor.is_none() && !matches!(event, Event::RunStarted(_)) {
+            *cursor = conn
+                .prepare_cached(
+                    "SELECT task_id, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE run_id = ?1",
+                )
+                .and_then(|mut stmt| stmt.query_row([run.as_str()], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+                .map_err(backend)?;
+        }
         let at_text = at.to_string();
-        let (seq, task_id): (i64, String) = match (known, event) {
+        let (seq, task_id): (i64, String) = match (cursor.take(), event) {
             (None, Event::RunStarted(started)) => {
-                tx.prepare_cached(
+                let exists = conn
+                    .prepare_cached("SELECT 1 FROM runs WHERE run_id = ?1")
+                    .and_then(|mut stmt| stmt.exists([run.as_str()]))
+                    .map_err(backend)?;
+                if exists {
+                    return Err(StoreError::Backend(format!("run `{run}` already exists")));
+                }
+                conn.prepare_cached(
                     "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0)",
                 )
                 .and_then(|mut stmt| {
@@ -164,32 +189,22 @@ impl SqliteStore {
             }
             (None, _) => return Err(StoreError::RunNotFound(run.clone())),
             (Some(_), Event::RunStarted(_)) => return Err(StoreError::Backend(format!("run `{run}` already exists"))),
-            (Some(task), _) => {
-                // The next sequence number comes from the journal itself (primary key lookup),
-                // so an ordinary event writes only its own row.
-                let last: i64 = tx
-                    .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1")
-                    .and_then(|mut stmt| stmt.query_row([run.as_str()], |r| r.get(0)))
-                    .map_err(backend)?;
-                (last + 1, task)
-            }
+            // The next sequence number comes from the journal itself (primary key lookup), so
+            // an ordinary event writes only its own row.
+            (Some((task, last)), _) => (last + 1, task),
         };
+        *cursor = Some((task_id.clone(), seq));
         let seq_out = u64::try_from(seq).map_err(backend)?;
         let payload = serde_json::to_string(event).map_err(backend)?;
-        tx.prepare_cached("INSERT INTO events (run_id, seq, at, kind, stage, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    run.as_str(),
-                    seq,
-                    at_text,
-                    event.kind(),
-                    event.stage().map(StageId::as_str),
-                    payload
-                ])
-            })
-            .map_err(backend)?;
+        conn.prepare_cached(
+            "INSERT INTO events (run_id, seq, at, kind, stage, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![run.as_str(), seq, at_text, event.kind(), event.stage().map(StageId::as_str), payload])
+        })
+        .map_err(backend)?;
         if let Some(status) = event.run_status() {
-            tx.prepare_cached("UPDATE runs SET last_seq = ?2, updated_at = ?3, status = ?4 WHERE run_id = ?1")
+            conn.prepare_cached("UPDATE runs SET last_seq = ?2, updated_at = ?3, status = ?4 WHERE run_id = ?1")
                 .and_then(|mut stmt| stmt.execute(params![run.as_str(), seq, at_text, status.as_str()]))
                 .map_err(backend)?;
         }
@@ -200,12 +215,12 @@ impl SqliteStore {
             ..
         } = event
         {
-            tx.prepare_cached("DELETE FROM artifacts WHERE run_id = ?1 AND stage = ?2")
+            conn.prepare_cached("DELETE FROM artifacts WHERE run_id = ?1 AND stage = ?2")
                 .and_then(|mut stmt| stmt.execute(params![run.as_str(), stage.as_str()]))
                 .map_err(backend)?;
         }
         if let Event::AttemptSucceeded { stage, outputs, .. } = event {
-            let mut insert = tx
+            let mut insert = conn
                 .prepare_cached("INSERT OR REPLACE INTO artifacts (run_id, task_id, stage, key, value, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
                 .map_err(backend)?;
             for (key, value) in outputs {

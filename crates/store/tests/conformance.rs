@@ -97,6 +97,14 @@ async fn several_events_append_in_one_transaction(store: &impl Store) {
         .await;
     assert!(bad.is_err());
     assert_eq!(store.events(&run).await.expect("events").len(), 2);
+    // The store is usable after the failed batch, and numbering goes on from the journal.
+    let more: Vec<_> =
+        ["c", "d", "e"].iter().map(|s| (Event::AttemptStarted { stage: stage(s), attempt: 1 }, at)).collect();
+    let records = store.append_all(&run, &more).await.expect("append_all after a failed one");
+    assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
+    let stored = store.events(&run).await.expect("events");
+    assert_eq!(stored.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+    assert_eq!(stored[4].event, Event::AttemptStarted { stage: stage("e"), attempt: 1 });
 }
 
 async fn unknown_runs_are_reported(store: &impl Store) {
