@@ -75,6 +75,7 @@ pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32, Option<u64>)) -> P
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    let before = boot_ticks();
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -82,8 +83,16 @@ pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32, Option<u64>)) -> P
         }
         Err(e) => return failed(format!("cannot start `{program}`: {e}")),
     };
+    let after = boot_ticks();
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
-    on_start(pgid, child.id().and_then(start_time));
+    // The kernel stamps a process's start time while creating it, between these two readings
+    // of its clock: when both fall in the same tick, that tick is the start time, and /proc
+    // need not be read (a read that waits for the new process's exec to finish).
+    let started = match (before, after) {
+        (Some(b), Some(a)) if a == b => Some(b),
+        _ => child.id().and_then(start_time),
+    };
+    on_start(pgid, started);
 
     // Feed stdin, read both outputs and wait for the exit, all in this task.
     let stdin_text = spawn.stdin.map(str::to_owned);
@@ -223,6 +232,19 @@ pub fn groups_with_env(vars: &[(&str, &str)]) -> Vec<i32> {
     groups
 }
 
+/// Now, in the clock and unit of `/proc/PID/stat`'s start time: ticks (`CLK_TCK`, 100 on
+/// Linux) of `CLOCK_BOOTTIME`.
+fn boot_ticks() -> Option<u64> {
+    static NS_PER_TICK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ns_per_tick = *NS_PER_TICK.get_or_init(|| {
+        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100);
+        1_000_000_000 / u64::try_from(ticks).ok().filter(|t| *t > 0).unwrap_or(100)
+    });
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;
+    let ns = u64::try_from(now.tv_sec()).ok()? * 1_000_000_000 + u64::try_from(now.tv_nsec()).ok()?;
+    Some(ns / ns_per_tick)
+}
+
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), on Linux.
 pub fn start_time(pid: u32) -> Option<u64> {
     use std::io::Read;
@@ -260,14 +282,18 @@ pub fn same_process_alive(pid: u32, start: Option<u64>) -> bool {
 /// Reads a pipe to its end, keeping at most the last `cap` bytes.
 async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> String {
     let Some(mut pipe) = pipe else { return String::new() };
+    // Read straight into what is kept (it grows as output comes): most stages print little,
+    // and a process that prints nothing costs no buffer at all.
     let mut kept: Vec<u8> = Vec::new();
     let mut dropped = 0usize;
-    let mut buf = vec![0u8; 8 * 1024];
     loop {
-        match pipe.read(&mut buf).await {
+        if !kept.is_empty() && kept.capacity() - kept.len() < 1024 {
+            // Room for the next read (the vector doubles as the output grows).
+            kept.reserve(4096);
+        }
+        match pipe.read_buf(&mut kept).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => {
-                kept.extend_from_slice(&buf[..n]);
+            Ok(_) => {
                 if kept.len() > cap {
                     let excess = kept.len() - cap;
                     kept.drain(..excess);

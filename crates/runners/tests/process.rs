@@ -194,3 +194,32 @@ fn strays_are_found_by_their_environment_and_ended() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn the_start_time_told_at_spawn_is_the_one_in_proc() {
+    // The start time is taken from the clock around the spawn when it can be; it must be the
+    // value /proc gives, or a later pid-reuse check would take our process for another.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let argv = vec!["sleep".to_owned(), "0.05".to_owned()];
+    for _ in 0..20 {
+        let seen = std::cell::RefCell::new(None);
+        let spawn = loopwright_runners::process::Spawn {
+            argv: &argv,
+            stdin: None,
+            env: &[],
+            cwd: dir.path(),
+            deadline: tokio::time::Instant::now() + Duration::from_secs(10),
+            grace: Duration::from_millis(100),
+            output_cap: 1024,
+        };
+        let result = loopwright_runners::process::run(spawn, |pgid, start| {
+            let from_proc = loopwright_runners::process::start_time(u32::try_from(pgid).expect("pid"));
+            *seen.borrow_mut() = Some((start, from_proc));
+        })
+        .await;
+        assert_eq!(result.end, loopwright_runners::process::ProcessEnd::Exited(0));
+        let (told, from_proc) = seen.into_inner().expect("on_start was called");
+        assert!(from_proc.is_some(), "/proc has the start time of a live process");
+        assert_eq!(told, from_proc);
+    }
+}
