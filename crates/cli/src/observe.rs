@@ -402,9 +402,12 @@ impl Projector {
     /// how a stage that failed at least once ended.
     fn retry_log(&mut self, record: &EventRecord, state: &RunState) {
         let Some(stage) = record.event.stage() else { return };
-        let task = state.started.as_ref().map(|s| s.task_id.to_string()).unwrap_or_default();
-        let key = format!("{task}:{stage}");
-        let ts = record.at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        // Formatted only for the few events that are logged (this runs for every event).
+        let key = std::cell::LazyCell::new(|| {
+            let task = state.started.as_ref().map(|s| s.task_id.to_string()).unwrap_or_default();
+            format!("{task}:{stage}")
+        });
+        let ts = std::cell::LazyCell::new(|| record.at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
         let st = state.stage(stage.as_str());
         let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
         let (lines, json): (Vec<String>, Vec<serde_json::Value>) = match &record.event {
@@ -413,13 +416,13 @@ impl Projector {
                     format!("attempt={attempt} status=failed type={}", error.kind.as_str()),
                     format!("error={}", q(&error.message)),
                 ],
-                vec![serde_json::json!({"timestamp": ts, "event": "attempt", "task_id": key, "attempt": attempt,
+                vec![serde_json::json!({"timestamp": *ts, "event": "attempt", "task_id": *key, "attempt": attempt,
                     "status": "failed", "failure_type": error.kind.as_str(), "error": error.message, "duration_ms": duration_ms})],
             ),
             Event::RetryScheduled { attempt, delay_ms, reason, .. } => (
                 vec![format!("retrying attempt={attempt} delay_ms={delay_ms} reason={}", q(reason))],
                 vec![
-                    serde_json::json!({"timestamp": ts, "event": "retry_scheduled", "task_id": key, "attempt": attempt,
+                    serde_json::json!({"timestamp": *ts, "event": "retry_scheduled", "task_id": *key, "attempt": attempt,
                     "delay_ms": delay_ms, "reason": reason}),
                 ],
             ),
@@ -428,17 +431,19 @@ impl Projector {
                 (
                     vec![format!("attempt={attempt} status=success"), "resolved status=success".to_owned()],
                     vec![
-                        serde_json::json!({"timestamp": ts, "event": "attempt", "task_id": key, "attempt": attempt,
+                        serde_json::json!({"timestamp": *ts, "event": "attempt", "task_id": *key, "attempt": attempt,
                             "status": "success", "duration_ms": duration_ms}),
-                        serde_json::json!({"timestamp": ts, "event": "resolved", "task_id": key, "resolution": "success",
+                        serde_json::json!({"timestamp": *ts, "event": "resolved", "task_id": *key, "resolution": "success",
                             "total_attempts": st.map_or(1, |s| s.attempts), "total_duration_ms": total}),
                     ],
                 )
             }
             Event::StageFailed { error, .. } => (
                 vec![format!("resolved status=failed reason={}", q(&error.message))],
-                vec![serde_json::json!({"timestamp": ts, "event": "resolved", "task_id": key, "resolution": "failed",
-                    "total_attempts": st.map_or(0, |s| s.attempts), "total_duration_ms": st.map_or(0, |s| s.duration_ms)})],
+                vec![
+                    serde_json::json!({"timestamp": *ts, "event": "resolved", "task_id": *key, "resolution": "failed",
+                    "total_attempts": st.map_or(0, |s| s.attempts), "total_duration_ms": st.map_or(0, |s| s.duration_ms)}),
+                ],
             ),
             Event::FeedbackChecked {
                 action: loopwright_engine::event::FeedbackAction::Escalate,
@@ -449,7 +454,7 @@ impl Projector {
                 vec![format!(
                     "escalating reason=\"{blocking} blocking review item(s) after {iteration} feedback iteration(s)\""
                 )],
-                vec![serde_json::json!({"timestamp": ts, "event": "escalated", "task_id": key,
+                vec![serde_json::json!({"timestamp": *ts, "event": "escalated", "task_id": *key,
                     "attempts": st.map_or(0, |s| s.attempts), "reason": "feedback_iterations_exhausted"})],
             ),
             Event::Analyzed { attempt, analysis, .. } => {
@@ -463,7 +468,7 @@ impl Projector {
                     format!("error={}", q(&f.summary.chars().take(200).collect::<String>())),
                 ];
                 let mut json = vec![
-                    serde_json::json!({"timestamp": ts, "event": "attempt", "task_id": key, "attempt": attempt,
+                    serde_json::json!({"timestamp": *ts, "event": "attempt", "task_id": *key, "attempt": attempt,
                     "status": "failed", "failure_type": f.failure_type, "pattern": f.pattern, "error": f.summary,
                     "duration_ms": st.and_then(|s| s.closed.as_deref()).and_then(|l| l.iterations.iter().find(|i| i.attempt == *attempt)).map_or(0, |i| i.duration_ms)}),
                 ];
@@ -471,7 +476,7 @@ impl Projector {
                     loopwright_engine::closed_loop::NextAction::Fix => {}
                     loopwright_engine::closed_loop::NextAction::Escalate => {
                         lines.push(format!("escalating reason={}", q(&analysis.reason)));
-                        json.push(serde_json::json!({"timestamp": ts, "event": "escalated", "task_id": key,
+                        json.push(serde_json::json!({"timestamp": *ts, "event": "escalated", "task_id": *key,
                             "attempts": st.map_or(0, |s| s.attempts), "reason": analysis.reason}));
                     }
                     loopwright_engine::closed_loop::NextAction::DeadLetter => {}
@@ -486,21 +491,23 @@ impl Projector {
                 let feedback = fix.context.as_deref().map_or(0, |c| c.lines().count());
                 (
                     lines,
-                    vec![serde_json::json!({"timestamp": ts, "event": "feedback_injected", "task_id": key,
+                    vec![serde_json::json!({"timestamp": *ts, "event": "feedback_injected", "task_id": *key,
                     "attempt": attempt + 1, "strategy": fix.strategy, "feedback_lines": feedback})],
                 )
             }
             Event::DeadLettered { reason, .. } => (
                 vec![format!("resolved status=dead_letter reason={}", q(reason))],
                 vec![
-                    serde_json::json!({"timestamp": ts, "event": "resolved", "task_id": key, "resolution": "dead_letter",
+                    serde_json::json!({"timestamp": *ts, "event": "resolved", "task_id": *key, "resolution": "dead_letter",
                     "total_attempts": st.map_or(0, |s| s.attempts), "total_duration_ms": st.map_or(0, |s| s.duration_ms)}),
                 ],
             ),
             Event::StageSkipped { reason: loopwright_engine::SkipReason::EscalationSkip, .. } => (
                 vec!["resolved status=skipped".to_owned()],
-                vec![serde_json::json!({"timestamp": ts, "event": "resolved", "task_id": key, "resolution": "skipped",
-                    "total_attempts": st.map_or(0, |s| s.attempts), "total_duration_ms": st.map_or(0, |s| s.duration_ms)})],
+                vec![
+                    serde_json::json!({"timestamp": *ts, "event": "resolved", "task_id": *key, "resolution": "skipped",
+                    "total_attempts": st.map_or(0, |s| s.attempts), "total_duration_ms": st.map_or(0, |s| s.duration_ms)}),
+                ],
             ),
             Event::EscalationAnswered { answer, by, .. } => {
                 let answer = serde_json::to_value(answer).unwrap_or_default();
@@ -508,14 +515,14 @@ impl Projector {
                 (
                     vec![format!("user_response={} by={by}", q(&name))],
                     vec![
-                        serde_json::json!({"timestamp": ts, "event": "user_response", "task_id": key, "response": answer, "by": by}),
+                        serde_json::json!({"timestamp": *ts, "event": "user_response", "task_id": *key, "response": answer, "by": by}),
                     ],
                 )
             }
             _ => return,
         };
         let dir = self.runs_dir.parent().map_or_else(|| self.runs_dir.join("logs"), |p| p.join("logs"));
-        let text: String = lines.iter().map(|l| format!("[{ts}] [RETRY] [{key}] {l}\n")).collect();
+        let text: String = lines.iter().map(|l| format!("[{}] [RETRY] [{}] {l}\n", *ts, *key)).collect();
         let jsonl: String = json.iter().map(|j| format!("{j}\n")).collect();
         let append = |name: &str, text: &str| -> std::io::Result<()> {
             use std::io::Write;
