@@ -1,6 +1,7 @@
 //! Integration tests of the `loopwright` binary on temporary workspaces.
 
 mod bad_input;
+mod bench;
 mod closed_loop;
 mod durability;
 mod enforcement;
