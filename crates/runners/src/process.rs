@@ -293,14 +293,20 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> String
         }
         match pipe.read_buf(&mut kept).await {
             Ok(0) | Err(_) => break,
-            Ok(_) => {
-                if kept.len() > cap {
-                    let excess = kept.len() - cap;
-                    kept.drain(..excess);
-                    dropped += excess;
-                }
+            // The front is dropped only once twice the cap has built up, so each byte of a
+            // long output is moved at most once (dropping on every read moved the whole cap).
+            Ok(_) if kept.len() >= cap.saturating_mul(2) => {
+                let excess = kept.len() - cap;
+                kept.drain(..excess);
+                dropped += excess;
             }
+            Ok(_) => {}
         }
+    }
+    if kept.len() > cap {
+        let excess = kept.len() - cap;
+        kept.drain(..excess);
+        dropped += excess;
     }
     let text = String::from_utf8_lossy(&kept).into_owned();
     if dropped > 0 { format!("[... {dropped} bytes of earlier output omitted ...]\n{text}") } else { text }

@@ -145,6 +145,7 @@ async fn output_is_capped_keeping_the_end() {
         &execution.stdout[..80]
     );
     assert!(execution.stdout.ends_with("9999\n10000\n"));
+    assert_eq!(execution.stdout.len() - "[... 47894 bytes of earlier output omitted ...]\n".len(), 1000);
 }
 
 #[test]
