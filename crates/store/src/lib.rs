@@ -129,6 +129,10 @@ impl SqliteStore {
     /// `Transaction` would), and the run's last sequence number is read once per transaction.
     fn append_sync(&self, run: &RunId, events: &[(Event, jiff::Timestamp)]) -> Result<Vec<EventRecord>, StoreError> {
         let conn = self.conn();
+        if !conn.is_autocommit() {
+            // An append that panicked midway left its transaction open: none of it stays.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
         conn.prepare_cached("BEGIN IMMEDIATE").and_then(|mut stmt| stmt.execute([])).map_err(backend)?;
         let mut cursor = None;
         let appended: Result<Vec<EventRecord>, StoreError> =
