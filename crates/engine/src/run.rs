@@ -284,8 +284,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             }
         };
         if succeeded && snapshot_taken && stage.mode == Mode::Agent {
-            // A commit changes the repository: the attempt's end is journaled first (by
-            // `commit`). Everything changed since the stage's first attempt is committed.
+            // Everything changed since the stage's first attempt is committed, and the attempt's
+            // end is journaled with the commit (by `commit`). Should loopwright die between the
+            // two, the attempt is redone on resume (its changes undone first); journaling the end
+            // first would instead leave a stage that succeeded with its changes never committed.
             let first = state.stage(stage_id.as_str()).and_then(|s| s.snapshots.first()).map(|(_, n)| n.clone());
             self.commit(state, &stage_id, attempt, &first.unwrap_or(snapshot)).await?;
         }
