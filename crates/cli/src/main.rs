@@ -75,7 +75,8 @@ enum Command {
     Schema,
     /// Run the bundled example end to end in a temporary workspace.
     Demo(cmd::demo::Args),
-    /// Measure engine overhead, throughput against a shell loop, and peak memory.
+    /// Measure engine overhead, throughput against a shell loop, peak memory and the pattern
+    /// matcher (figures in docs/benchmarks.md).
     Bench(cmd::bench::Args),
 }
 

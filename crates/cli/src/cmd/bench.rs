@@ -29,7 +29,8 @@ pub struct Args {
     /// Stages in the benchmark pipeline (and spawns in the shell loop).
     #[arg(long, default_value_t = 1000)]
     pub stages: usize,
-    /// Rounds of (shell loop, `loopwright run`), alternated; medians are reported.
+    /// Rounds of (shell loop, `loopwright run`), alternated; the medians and the fastest round of
+    /// each are reported.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
 }
