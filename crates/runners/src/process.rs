@@ -233,13 +233,15 @@ pub fn groups_with_env(vars: &[(&str, &str)]) -> Vec<i32> {
 }
 
 /// Now, in the clock and unit of `/proc/PID/stat`'s start time: ticks (`CLK_TCK`, 100 on
-/// Linux) of `CLOCK_BOOTTIME`.
+/// Linux) of `CLOCK_BOOTTIME`. `None` where a tick is not a whole number of nanoseconds (the
+/// kernel then rounds differently, and /proc is the only source).
 fn boot_ticks() -> Option<u64> {
-    static NS_PER_TICK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let ns_per_tick = *NS_PER_TICK.get_or_init(|| {
-        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100);
-        1_000_000_000 / u64::try_from(ticks).ok().filter(|t| *t > 0).unwrap_or(100)
-    });
+    static NS_PER_TICK: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let ns_per_tick = (*NS_PER_TICK.get_or_init(|| {
+        let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten()?;
+        let ticks = u64::try_from(ticks).ok().filter(|t| *t > 0 && 1_000_000_000 % *t == 0)?;
+        Some(1_000_000_000 / ticks)
+    }))?;
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;
     let ns = u64::try_from(now.tv_sec()).ok()? * 1_000_000_000 + u64::try_from(now.tv_nsec()).ok()?;
     Some(ns / ns_per_tick)
