@@ -31,6 +31,7 @@ fn bench_reports_every_figure_and_cleans_up() {
         "shell_loop_ms",
         "loopwright_run_ms",
         "engine_in_process_ms",
+        "engine_cpu_per_stage_ms",
         "ratio_to_shell_loop",
         "cpu_time_ratio_to_shell_loop",
         "peak_rss_mb",
