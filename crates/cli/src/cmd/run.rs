@@ -5,6 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use loopwright_engine::result::PipelineResult;
 use loopwright_engine::{Engine, Event, Owner, RunId, RunStarted, RunState, RunStatus, Store, SystemClock, TaskId};
+use loopwright_runners::secrets::Redactor;
 use loopwright_runners::{FsChanges, ProcessRunner};
 use loopwright_spec::condition::BUILTIN_VARIABLES;
 use loopwright_spec::{Pipeline, StageId};
@@ -177,7 +178,10 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let start_from = args.start_from.as_deref().map(|s| stage_arg(&pipeline, s, "--start-from")).transpose()?;
     let skip = args.skip.iter().map(|s| stage_arg(&pipeline, s, "--skip")).collect::<Result<Vec<_>, _>>()?;
     check_runners(&pipeline, start_from.as_ref())?;
+    // A secret passed on the command line is not journaled, nor made part of the task's id.
+    let redactor = redactor(&pipeline);
     let task = args.task.clone().or_else(|| inputs.get("task_description").cloned()).unwrap_or_default();
+    let task = redactor.redact(&task).into_owned();
     if !task.is_empty() {
         inputs.entry("task_description".into()).or_insert_with(|| task.clone());
     }
@@ -207,9 +211,6 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             );
         }
     }
-    // A secret passed on the command line is not journaled.
-    let redactor = loopwright_runners::secrets::Redactor::from_env(&[]);
-    let task = redactor.redact(&task).into_owned();
     let clean = |m: BTreeMap<String, String>| -> BTreeMap<String, String> {
         m.into_iter().map(|(k, v)| (k, redactor.redact(&v).into_owned())).collect()
     };
@@ -236,7 +237,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         budget: pipeline.budget,
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
-    let ports = Ports::new(&ws, &root)?;
+    let ports = Ports::new(&ws, &root, redactor)?;
     let stopper = CliStopper::new(&store, run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
     let mut engine = ports.engine(&pipeline, &store, &stopper, &mut observers);
@@ -254,10 +255,11 @@ pub struct Ports {
 }
 
 impl Ports {
-    /// The ports for a workspace whose stages work in `root` (the workspace, or the run's worktree).
-    pub fn new(ws: &Workspace, root: &std::path::Path) -> Result<Self, CliError> {
+    /// The ports for a workspace whose stages work in `root` (the workspace, or the run's
+    /// worktree), keeping the secrets `redactor` knows out of what they record.
+    pub fn new(ws: &Workspace, root: &std::path::Path, redactor: Redactor) -> Result<Self, CliError> {
         Ok(Self {
-            runner: ProcessRunner::new(ws.runs_dir()),
+            runner: ProcessRunner { redactor, ..ProcessRunner::new(ws.runs_dir()) },
             changes: FsChanges::new(root.to_path_buf(), ws.runs_dir()),
             patterns: super::patterns::library(ws)?,
             settings: super::patterns::closed_loop_settings(ws)?,
@@ -284,6 +286,13 @@ impl Ports {
             settings: &self.settings,
         }
     }
+}
+
+/// The secrets of a run: secret-looking environment variables, and the variables the
+/// pipeline's agents take their API keys from (`api_key_env`), whatever their names.
+pub fn redactor(pipeline: &Pipeline) -> Redactor {
+    let keys: Vec<String> = pipeline.agents.values().filter_map(|a| a.api_key_env.clone()).collect();
+    Redactor::from_env(&keys)
 }
 
 /// Creates the run's worktree: `.loopwright/state/worktrees/TASK` on branch `loopwright/TASK`.

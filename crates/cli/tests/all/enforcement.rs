@@ -81,6 +81,9 @@ fn an_api_key_in_the_environment_appears_in_no_state_file() {
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(result["artifacts"]["notes"], "the key is [REDACTED:OPENAI_API_KEY]");
+    // Nor is any part of the key in the task's id (made from the task's words).
+    let task_id = result["task_id"].as_str().expect("task id");
+    assert!(task_id.ends_with("-do-not-print-redacted-openai"), "{task_id}");
     let files = files_under(&ws.path().join(".loopwright/state"));
     assert!(files.iter().any(|f| f.ends_with("state.db")) && files.len() > 10, "{files:?}");
     for file in files {

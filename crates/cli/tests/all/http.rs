@@ -153,6 +153,16 @@ fn openai_streams_the_answer_and_its_usage() {
 }
 
 #[test]
+fn a_key_named_by_api_key_env_is_redacted_whatever_its_name() {
+    // `LW_TEST_KEY` does not look like a secret's name; the agent says it holds its key.
+    let server = Server::start(vec![openai_answer("## summary\nthe key is sk-test-key-123456", 4, 2)]);
+    let ws = ws_with("openai", server.port, "plan", "");
+    let (code, result, stderr) = run(&ws);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(result["artifacts"]["summary"], "the key is [REDACTED:LW_TEST_KEY]");
+}
+
+#[test]
 fn anthropic_streams_messages_events() {
     let server = Server::start(vec![sse(
         &[
