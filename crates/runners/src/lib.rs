@@ -83,13 +83,12 @@ impl ProcessRunner {
     /// file per attempt (`prompts/STAGE-ATTEMPT.md`, kept as the record of what it was told);
     /// for a shell stage, the run's `prompts/shell.md`, rewritten for each (stages run one at a
     /// time), which spares a new file per stage.
-    fn write_prompt(&self, request: &StageRequest) -> Result<PathBuf, String> {
+    fn write_prompt(&self, request: &StageRequest, prompt: &str) -> Result<PathBuf, String> {
         let dir = self.runs_dir.join(request.run_id.as_str()).join("prompts");
         let path = match request.agent {
             Some(_) => dir.join(format!("{}-{}.md", request.stage, request.attempt)),
             None => dir.join("shell.md"),
         };
-        let prompt = self.redactor.redact(&request.prompt);
         if overwrite(&path, prompt.as_bytes()).is_err() {
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             overwrite(&path, prompt.as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -153,26 +152,25 @@ impl Runner for ProcessRunner {
         let deadline = started + request.timeout;
         let done =
             |outcome, stdout, stderr| Execution { outcome, stdout, stderr, duration: started.elapsed(), usage: None };
-        let prompt_file = match self.write_prompt(request) {
+        let prompt_text = self.redactor.redact(&request.prompt);
+        let http_agent =
+            request.agent.as_ref().filter(|a| matches!(a.runner, RunnerKind::Openai | RunnerKind::Anthropic));
+        // The prompt file holds exactly what the agent is told (for a model, with the edit rules).
+        let full = http_agent.map(|_| http::full_prompt(&prompt_text, request.mode));
+        let prompt_file = match self.write_prompt(request, full.as_deref().unwrap_or(&prompt_text)) {
             Ok(p) => p,
             Err(why) => return done(ExecOutcome::SpawnFailed(why), String::new(), String::new()),
         };
-        let mut env = Self::env(request, &prompt_file);
-        let prompt_text = self.redactor.redact(&request.prompt);
-        let preset = request.agent.as_ref().and_then(|a| presets::invocation(a, request.mode));
-        if let Some(agent) =
-            request.agent.as_ref().filter(|a| matches!(a.runner, RunnerKind::Openai | RunnerKind::Anthropic))
-        {
-            // The prompt file holds exactly what the model is sent.
-            let full = http::full_prompt(&prompt_text, request.mode);
-            let _ = std::fs::write(&prompt_file, &full);
-            let answer = http::run(agent, &full, request.mode, &request.workspace, deadline).await;
+        if let (Some(agent), Some(full)) = (http_agent, &full) {
+            let answer = http::run(agent, full, request.mode, &request.workspace, deadline).await;
             let (mut stdout, mut stderr) = (answer.text, answer.error);
             self.redactor.scrub(&mut stdout);
             self.redactor.scrub(&mut stderr);
             self.keep_output(request, &stdout, &stderr);
             return Execution { usage: answer.usage, ..done(answer.outcome, stdout, stderr) };
         }
+        let mut env = Self::env(request, &prompt_file);
+        let preset = request.agent.as_ref().and_then(|a| presets::invocation(a, request.mode));
         // Each command of the stage, with what it gets on stdin.
         let commands: Vec<(Vec<String>, Option<&str>)> = match &request.agent {
             None => request.commands.iter().map(|c| (shell_argv(c), None)).collect(),

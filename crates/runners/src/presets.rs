@@ -92,6 +92,26 @@ pub fn invocation(agent: &Agent, mode: Mode) -> Option<Invocation> {
     Some(Invocation { argv, env, stdin })
 }
 
+/// How to install a preset's CLI, for the error that says it is missing.
+pub fn install_hint(runner: RunnerKind) -> Option<&'static str> {
+    Some(match runner {
+        RunnerKind::Claude => "npm install -g @anthropic-ai/claude-code",
+        RunnerKind::Codex => "npm install -g @openai/codex",
+        RunnerKind::Gemini => "npm install -g @google/gemini-cli",
+        RunnerKind::Opencode => "npm install -g opencode-ai",
+        RunnerKind::Aider => "python3 -m pip install aider-chat",
+        RunnerKind::Goose => "see https://block.github.io/goose/ for goose",
+        RunnerKind::Command | RunnerKind::Shell | RunnerKind::Openai | RunnerKind::Anthropic => return None,
+    })
+}
+
+/// Adds a reported count to a total that stays `None` until something is reported.
+fn add(total: &mut Option<u64>, count: Option<u64>) {
+    if let Some(c) = count {
+        *total = Some(total.unwrap_or(0) + c);
+    }
+}
+
 /// What a preset printed, read: the final answer and the usage it reported.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Parsed {
@@ -134,12 +154,8 @@ pub fn parse(runner: RunnerKind, model: Option<&str>, stdout: &str) -> Parsed {
             let (mut input, mut output) = (None::<u64>, None::<u64>);
             if let Some(models) = v.pointer("/stats/models").and_then(Value::as_object) {
                 for m in models.values() {
-                    if let Some(p) = n(m, "/tokens/prompt") {
-                        input = Some(input.unwrap_or(0) + p);
-                    }
-                    if let Some(c) = n(m, "/tokens/candidates") {
-                        output = Some(output.unwrap_or(0) + c);
-                    }
+                    add(&mut input, n(m, "/tokens/prompt"));
+                    add(&mut output, n(m, "/tokens/candidates"));
                 }
             }
             Parsed {
@@ -174,12 +190,8 @@ pub fn parse(runner: RunnerKind, model: Option<&str>, stdout: &str) -> Parsed {
                     (n(&v, "/usage/input_tokens"), n(&v, "/usage/output_tokens")),
                     (n(&v, "/part/tokens/input"), n(&v, "/part/tokens/output")),
                 ] {
-                    if let Some(i) = i {
-                        input = Some(input.unwrap_or(0) + i);
-                    }
-                    if let Some(o) = o {
-                        output = Some(output.unwrap_or(0) + o);
-                    }
+                    add(&mut input, i);
+                    add(&mut output, o);
                 }
             }
             if !any {

@@ -281,6 +281,13 @@ pub fn same_process_alive(pid: u32, start: Option<u64>) -> bool {
     }
 }
 
+/// Drops all but the last `cap` bytes; returns how many went.
+fn keep_last(kept: &mut Vec<u8>, cap: usize) -> usize {
+    let excess = kept.len().saturating_sub(cap);
+    kept.drain(..excess);
+    excess
+}
+
 /// Reads a pipe to its end, keeping at most the last `cap` bytes.
 async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> String {
     let Some(mut pipe) = pipe else { return String::new() };
@@ -297,19 +304,11 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> String
             Ok(0) | Err(_) => break,
             // The front is dropped only once twice the cap has built up, so each byte of a
             // long output is moved at most once (dropping on every read moved the whole cap).
-            Ok(_) if kept.len() >= cap.saturating_mul(2) => {
-                let excess = kept.len() - cap;
-                kept.drain(..excess);
-                dropped += excess;
-            }
+            Ok(_) if kept.len() >= cap.saturating_mul(2) => dropped += keep_last(&mut kept, cap),
             Ok(_) => {}
         }
     }
-    if kept.len() > cap {
-        let excess = kept.len() - cap;
-        kept.drain(..excess);
-        dropped += excess;
-    }
+    dropped += keep_last(&mut kept, cap);
     let text = String::from_utf8_lossy(&kept).into_owned();
     if dropped > 0 { format!("[... {dropped} bytes of earlier output omitted ...]\n{text}") } else { text }
 }

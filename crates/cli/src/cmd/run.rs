@@ -126,30 +126,19 @@ fn stage_arg(pipeline: &Pipeline, name: &str, flag: &str) -> Result<StageId, Cli
 /// Refuses, before anything runs, a pipeline whose stages use a coding-agent CLI that is not
 /// installed.
 fn check_runners(pipeline: &Pipeline, start_from: Option<&StageId>) -> Result<(), CliError> {
-    use loopwright_spec::{Mode, RunnerKind};
+    use loopwright_runners::presets;
+    use loopwright_spec::Mode;
     let start = start_from.and_then(|s| pipeline.index_of(s.as_str())).unwrap_or(0);
     let mut problems: Vec<String> = Vec::new();
     for (s, a) in pipeline.stages[start..].iter().filter_map(|s| pipeline.agent_of(s).map(|a| (s, a))) {
-        match a.runner {
-            RunnerKind::Command | RunnerKind::Shell | RunnerKind::Openai | RunnerKind::Anthropic => {}
-            preset => {
-                let argv = loopwright_runners::presets::invocation(a, Mode::Agent).map(|i| i.argv).unwrap_or_default();
-                let program = argv.first().cloned().unwrap_or_default();
-                if !loopwright_runners::process::resolve(&program).is_absolute() {
-                    let install = match preset {
-                        RunnerKind::Claude => "npm install -g @anthropic-ai/claude-code",
-                        RunnerKind::Codex => "npm install -g @openai/codex",
-                        RunnerKind::Gemini => "npm install -g @google/gemini-cli",
-                        RunnerKind::Opencode => "npm install -g opencode-ai",
-                        RunnerKind::Aider => "python3 -m pip install aider-chat",
-                        _ => "see https://block.github.io/goose/ for goose",
-                    };
-                    problems.push(format!(
-                        "stage `{}` uses agent `{}` ({}, `runner: {}`), but `{program}` is not on PATH (install it: {install})",
-                        s.id, a.name, a.file, a.runner
-                    ));
-                }
-            }
+        let Some(install) = presets::install_hint(a.runner) else { continue };
+        let argv = presets::invocation(a, Mode::Agent).map(|i| i.argv).unwrap_or_default();
+        let program = argv.first().cloned().unwrap_or_default();
+        if !loopwright_runners::process::resolve(&program).is_absolute() {
+            problems.push(format!(
+                "stage `{}` uses agent `{}` ({}, `runner: {}`), but `{program}` is not on PATH (install it: {install})",
+                s.id, a.name, a.file, a.runner
+            ));
         }
     }
     if problems.is_empty() {
