@@ -25,7 +25,7 @@
 //! can be, so an answer is applied whole or not at all.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path};
+use std::path::Path;
 
 /// What the model is told about changing files.
 pub const INSTRUCTIONS: &str = "# How to change files\nYou cannot run commands or touch files yourself. To change a file, write an edit block in your answer, for each change:\n\nFILE: relative/path/to/file\n<<<<<<< SEARCH\nthe exact existing lines to replace (enough to be unique)\n=======\nthe new lines\n>>>>>>> REPLACE\n\nTo create a file or replace all of it:\n\nFILE: relative/path/to/file\n<<<<<<< WHOLE\nthe whole content\n>>>>>>> WHOLE\n\nPaths are relative to the workspace root. Edits are applied in order, all or none.";
@@ -99,14 +99,7 @@ fn join(lines: &[&str]) -> String {
 
 /// A path inside the workspace, or why not.
 fn checked(path: &str) -> Result<&Path, String> {
-    let p = Path::new(path);
-    if path.is_empty()
-        || p.is_absolute()
-        || p.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!("`{path}` is not a path inside the workspace"));
-    }
-    Ok(p)
+    crate::workspace_relative(path).ok_or_else(|| format!("`{path}` is not a path inside the workspace"))
 }
 
 /// Applies an answer's edits to the workspace: all of them, or none (and why). Returns one

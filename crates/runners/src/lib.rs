@@ -111,6 +111,15 @@ fn overwrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `path` as a relative path that stays inside the workspace (no root, no `..`), if it is one.
+pub(crate) fn workspace_relative(path: &str) -> Option<&Path> {
+    let p = Path::new(path);
+    let inside = !path.is_empty()
+        && !p.is_absolute()
+        && p.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+    inside.then_some(p)
+}
+
 /// Words that only a shell understands: a command starting with one runs through `sh`.
 const SHELL_ONLY: &[&str] = &[
     "cd", "exit", "export", ".", ":", "eval", "exec", "set", "unset", "shift", "trap", "return", "break", "continue",
@@ -370,10 +379,7 @@ impl Changes for FsChanges {
     }
 
     fn read(&self, path: &str) -> Option<String> {
-        let rel = std::path::Path::new(path);
-        if rel.is_absolute() || rel.components().any(|c| c == std::path::Component::ParentDir) {
-            return None;
-        }
+        let rel = workspace_relative(path)?;
         let bytes = std::fs::read(self.workspace.join(rel)).ok()?;
         // Text files only, and not huge ones.
         (bytes.len() <= 4 * 1024 * 1024).then(|| String::from_utf8(bytes).ok()).flatten()
