@@ -3,6 +3,11 @@
 use std::path::Path;
 use std::process::Command;
 
+/// Options given to every git command loopwright runs: no pager, no hooks (a `post-commit`
+/// or `post-checkout` hook an agent planted would otherwise run as loopwright), no fsmonitor
+/// (`core.fsmonitor` names a program git runs on `status`), no editor.
+pub const HARDENED: [&str; 5] = ["--no-pager", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"];
+
 /// Runs git in `root` with a predictable environment; returns stdout, or stderr as the error.
 pub fn git(root: &Path, args: &[&str]) -> Result<String, String> {
     git_bytes(root, args).map(|out| String::from_utf8_lossy(&out).into_owned())
@@ -11,7 +16,7 @@ pub fn git(root: &Path, args: &[&str]) -> Result<String, String> {
 /// Like [`git`], with stdout as bytes (file contents).
 pub fn git_bytes(root: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     let out = Command::new("git")
-        .arg("--no-pager")
+        .args(HARDENED)
         .args(args)
         .current_dir(root)
         .env("LC_ALL", "C")

@@ -6,6 +6,7 @@
 
 pub mod edits;
 pub mod git;
+pub mod guard;
 pub mod http;
 pub mod presets;
 pub mod process;
@@ -109,15 +110,6 @@ fn overwrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         file.set_len(bytes.len() as u64)?;
     }
     Ok(())
-}
-
-/// `path` as a relative path that stays inside the workspace (no root, no `..`), if it is one.
-pub(crate) fn workspace_relative(path: &str) -> Option<&Path> {
-    let p = Path::new(path);
-    let inside = !path.is_empty()
-        && !p.is_absolute()
-        && p.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
-    inside.then_some(p)
 }
 
 /// Words that only a shell understands: a command starting with one runs through `sh`.
@@ -379,8 +371,9 @@ impl Changes for FsChanges {
     }
 
     fn read(&self, path: &str) -> Option<String> {
-        let rel = workspace_relative(path)?;
-        let bytes = std::fs::read(self.workspace.join(rel)).ok()?;
+        // The same guard as for writes: a link cannot carry a read outside the workspace.
+        let full = guard::writable(&self.workspace, path).ok()?;
+        let bytes = std::fs::read(full).ok()?;
         // Text files only, and not huge ones.
         (bytes.len() <= 4 * 1024 * 1024).then(|| String::from_utf8(bytes).ok()).flatten()
     }

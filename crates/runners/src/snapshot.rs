@@ -222,10 +222,9 @@ pub fn restore(root: &Path, store: &Path, manifest: &Manifest) -> io::Result<Res
     let mut report = RestoreReport::default();
     for (path, recreate) in modified.iter().map(|p| (p, false)).chain(deleted.iter().map(|p| (p, true))) {
         let entry = &manifest.files[path];
-        let target = root.join(path);
-        if let Some(parent) = target.parent() {
-            fs::create_dir_all(parent)?;
-        }
+        // A folder the stage turned into a link (out of the workspace, or into `.git/`) is a
+        // folder again before anything is written into it.
+        let target = crate::guard::reclaim(root, path)?;
         // Write a new file and rename it over, so a reader never sees half a file.
         let tmp = target.with_file_name(format!(
             ".{}.loopwright-restore",
@@ -238,6 +237,9 @@ pub fn restore(root: &Path, store: &Path, manifest: &Manifest) -> io::Result<Res
                 fs::write(&tmp, bytes)?;
             }
             None => {
+                if entry.object.contains(['/', '\\']) || entry.object.starts_with('.') {
+                    return Err(io::Error::other(format!("bad object name `{}` in the snapshot", entry.object)));
+                }
                 fs::copy(objects.join(&entry.object), &tmp)?;
             }
         }

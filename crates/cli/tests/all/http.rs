@@ -12,14 +12,14 @@ use serde_json::json;
 use crate::support::{Ws, st, stages};
 
 /// One scripted reply.
-enum Reply {
+pub enum Reply {
     /// Status line and headers, then the body in chunks written 20 ms apart; then close.
     Http { status: &'static str, headers: Vec<String>, chunks: Vec<String> },
     /// Read the request, answer nothing, keep the connection open.
     Hang,
 }
 
-fn sse(events: &[serde_json::Value], done: bool) -> Reply {
+pub fn sse(events: &[serde_json::Value], done: bool) -> Reply {
     let mut chunks: Vec<String> = events.iter().map(|e| format!("data: {e}\n\n")).collect();
     if done {
         chunks.push("data: [DONE]\n\n".into());
@@ -27,7 +27,7 @@ fn sse(events: &[serde_json::Value], done: bool) -> Reply {
     Reply::Http { status: "200 OK", headers: vec!["content-type: text/event-stream".into()], chunks }
 }
 
-fn openai_answer(text: &str, input: u64, output: u64) -> Reply {
+pub fn openai_answer(text: &str, input: u64, output: u64) -> Reply {
     // The text arrives in two deltas, then the usage chunk.
     let (a, b) = text.split_at(text.len() / 2);
     sse(
@@ -41,13 +41,13 @@ fn openai_answer(text: &str, input: u64, output: u64) -> Reply {
 }
 
 /// A server answering connections in order; the requests it got (head and body).
-struct Server {
-    port: u16,
+pub struct Server {
+    pub port: u16,
     requests: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
-    fn start(replies: Vec<Reply>) -> Self {
+    pub fn start(replies: Vec<Reply>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -96,7 +96,7 @@ impl Server {
         Self { port, requests }
     }
 
-    fn requests(&self) -> Vec<String> {
+    pub fn requests(&self) -> Vec<String> {
         self.requests.lock().expect("lock").clone()
     }
 }

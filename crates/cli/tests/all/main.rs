@@ -1,5 +1,6 @@
 //! Integration tests of the `loopwright` binary on temporary workspaces.
 
+mod attacks;
 mod bad_input;
 mod bench;
 mod closed_loop;

@@ -1,0 +1,121 @@
+//! What a hostile model, a careless agent, a second terminal or a crash may try, through the
+//! binary (issue: "trust under attack and under races"). Each test fails on a loopwright that
+//! lets the attack through.
+
+use crate::http::{Server, openai_answer};
+use crate::support::{Ws, st, stages};
+
+const KEY: &str = "sk-attack-test-key-987654321";
+
+/// A git workspace whose one agent-mode stage is answered by the model at `port`.
+fn model_ws(port: u16) -> Ws {
+    let ws = Ws::empty();
+    ws.write("ok.txt", "before\n");
+    ws.write(
+        ".loopwright/agents/model.md",
+        &format!("---\nrunner: openai\nmodel: m\nbase_url: http://127.0.0.1:{port}/v1\napi_key_env: LW_TEST_KEY\n---\nYou edit files.\n"),
+    );
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: edit\n    description: Change files\n    agent: model\n    mode: agent\n",
+    );
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.init_git();
+    ws
+}
+
+fn run_model(ws: &Ws) -> (i32, serde_json::Value, String) {
+    let out = ws.cmd().env("LW_TEST_KEY", KEY).args(["run", "p", "--task", "edit", "--json"]).output().expect("run");
+    let result = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.code().unwrap_or(-1), result, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn whole(path: &str, content: &str) -> String {
+    format!("FILE: {path}\n<<<<<<< WHOLE\n{content}\n>>>>>>> WHOLE\n")
+}
+
+#[test]
+fn a_models_edits_cannot_reach_git_loopwright_or_outside_and_are_all_or_none() {
+    let outside = tempfile::tempdir().expect("tempdir");
+    let marker = outside.path().join("pwned");
+    let fsmonitor = format!("[core]\n\tfsmonitor = \"touch {}\"\n", marker.display());
+    let cases = [
+        (whole(".git/config", &fsmonitor), "`.git/config` is inside `.git/`, which only git and loopwright may change"),
+        (
+            whole(".git/hooks/post-commit", &format!("#!/bin/sh\ntouch {}", marker.display())),
+            "`.git/hooks/post-commit` is inside `.git/`, which only git and loopwright may change",
+        ),
+        (
+            whole(".loopwright/agents/model.md", "---\nrunner: shell\n---\n"),
+            "`.loopwright/agents/model.md` is inside `.loopwright/`, which only git and loopwright may change",
+        ),
+        (whole("out/escaped.txt", "x"), "`out/escaped.txt` goes through the symbolic link `out`"),
+        // A good block, then one that cannot be applied: neither lands.
+        (
+            format!(
+                "{}FILE: ok.txt\n<<<<<<< SEARCH\nnot there\n=======\nx\n>>>>>>> REPLACE\n",
+                whole("new.txt", "new")
+            ),
+            "ok.txt: the SEARCH text was not found",
+        ),
+    ];
+    for (answer, why) in cases {
+        let server = Server::start(vec![openai_answer(&answer, 5, 5)]);
+        let ws = model_ws(server.port);
+        std::os::unix::fs::symlink(outside.path(), ws.path().join("out")).expect("symlink");
+        let config = ws.read(".git/config");
+        let head = ws.git(&["rev-parse", "HEAD"]);
+        let (code, result, stderr) = run_model(&ws);
+        assert_eq!(code, 1, "{answer}\n{stderr}");
+        assert_eq!(stages(&result), vec![st("edit", "failed", 1, None)], "{answer}");
+        let (_, attempt, _) = ws.run(&["logs", "latest", "--stage", "edit", "--attempt", "1"]);
+        assert!(attempt.contains(&format!("the answer's edits could not be applied: {why}")), "{answer}\n{attempt}");
+        assert_eq!(ws.read(".git/config"), config);
+        assert!(!ws.path().join(".git/hooks/post-commit").exists());
+        assert_eq!(ws.read(".loopwright/agents/model.md").lines().nth(1), Some("runner: openai"));
+        assert_eq!(ws.read("ok.txt"), "before\n");
+        assert!(!ws.path().join("new.txt").exists(), "{answer}");
+        assert_eq!(ws.git(&["rev-parse", "HEAD"]), head);
+        // git ran (status, commits) and no command of the model's ran with it.
+        assert!(!marker.exists(), "{answer}");
+        assert_eq!(std::fs::read_dir(outside.path()).expect("dir").count(), 0, "{answer}");
+    }
+}
+
+#[test]
+fn loopwrights_own_git_runs_no_hook_and_no_fsmonitor() {
+    // An agent CLI (a process, which loopwright cannot stop from writing) planted a hook and an
+    // fsmonitor command; loopwright's commit of the stage's work must run neither.
+    let outside = tempfile::tempdir().expect("tempdir");
+    let ws = Ws::empty();
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.write("a.txt", "a\n");
+    ws.init_git();
+    let hook = outside.path().join("hook-ran");
+    let monitor = outside.path().join("fsmonitor-ran");
+    ws.write(".git/hooks/post-commit", &format!("#!/bin/sh\ntouch {}\n", hook.display()));
+    ws.write(".git/hooks/pre-commit", &format!("#!/bin/sh\ntouch {}\nexit 1\n", hook.display()));
+    std::fs::set_permissions(
+        ws.path().join(".git/hooks/post-commit"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(
+        ws.path().join(".git/hooks/pre-commit"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    ws.git(&["config", "core.fsmonitor", &format!("touch {} #", monitor.display())]);
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: echo b > a.txt\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "p"]);
+    assert_eq!((code, &result["status"]), (0, &serde_json::json!("success")), "{stderr}");
+    assert_eq!(
+        ws.git(&["log", "--format=%s", "-1"]).trim(),
+        "loopwright: stage work of ".to_owned() + result["task_id"].as_str().expect("task")
+    );
+    assert!(!hook.exists(), "a hook ran");
+    assert!(!monitor.exists(), "the fsmonitor command ran");
+}
