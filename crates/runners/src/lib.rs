@@ -98,6 +98,20 @@ impl ProcessRunner {
     }
 }
 
+impl ProcessRunner {
+    /// An execution with every text it carries redacted (what the process printed, and the
+    /// reason it could not start, which for an HTTP runner quotes the server's answer): the
+    /// one way out of the runner, so no secret reaches the journal, a file or the terminal.
+    fn scrubbed(&self, mut execution: Execution) -> Execution {
+        self.redactor.scrub(&mut execution.stdout);
+        self.redactor.scrub(&mut execution.stderr);
+        if let ExecOutcome::SpawnFailed(why) = &mut execution.outcome {
+            self.redactor.scrub(why);
+        }
+        execution
+    }
+}
+
 /// Writes `bytes` as the whole content of `path`, over what it held. Unlike `fs::write` it does
 /// not truncate the file to nothing first: on ext4 that frees the file's block (a synchronous
 /// discard on a disk mounted with `discard`) and makes `close` flush the data, which together
@@ -164,11 +178,10 @@ impl Runner for ProcessRunner {
         };
         if let (Some(agent), Some(full)) = (http_agent, &full) {
             let answer = http::run(agent, full, request.mode, &request.workspace, deadline).await;
-            let (mut stdout, mut stderr) = (answer.text, answer.error);
-            self.redactor.scrub(&mut stdout);
-            self.redactor.scrub(&mut stderr);
-            self.keep_output(request, &stdout, &stderr);
-            return Execution { usage: answer.usage, ..done(answer.outcome, stdout, stderr) };
+            let execution =
+                self.scrubbed(Execution { usage: answer.usage, ..done(answer.outcome, answer.text, answer.error) });
+            self.keep_output(request, &execution.stdout, &execution.stderr);
+            return execution;
         }
         let mut env = Self::env(request, &prompt_file);
         let preset = request.agent.as_ref().and_then(|a| presets::invocation(a, request.mode));
@@ -222,8 +235,7 @@ impl Runner for ProcessRunner {
             }
         }
         // Secrets a process printed go no further.
-        self.redactor.scrub(&mut stdout);
-        self.redactor.scrub(&mut stderr);
+        let Execution { outcome, mut stdout, stderr, .. } = self.scrubbed(done(outcome, stdout, stderr));
         self.keep_output(request, &stdout, &stderr);
         // A preset's machine-readable output gives the answer (the stage's output) and usage.
         let mut usage = None;
@@ -263,13 +275,13 @@ impl Runner for ProcessRunner {
             output_cap: self.output_cap,
         };
         let result = process::run(spawn, |_, _| {}).await;
-        Execution {
+        self.scrubbed(Execution {
             outcome: exec_outcome(result.end),
-            stdout: self.redactor.redact(&result.stdout).into_owned(),
-            stderr: self.redactor.redact(&result.stderr).into_owned(),
+            stdout: result.stdout,
+            stderr: result.stderr,
             usage: None,
             duration: started.elapsed(),
-        }
+        })
     }
 
     fn end_leftovers(&self, process_groups: &[ProcessGroup]) {
@@ -300,13 +312,20 @@ pub struct FsChanges {
     git: bool,
     /// The last snapshot taken: (run, name, manifest).
     last: std::cell::RefCell<Option<(RunId, String, snapshot::Manifest)>>,
+    /// Secrets kept out of the file texts the closed loop's strategies read.
+    redactor: secrets::Redactor,
 }
 
 impl FsChanges {
     /// Tracks changes of `workspace`, keeping snapshots under `runs_dir/RUN/snapshots/`.
     pub fn new(workspace: PathBuf, runs_dir: PathBuf) -> Self {
         let git = git::is_repo(&workspace);
-        Self { workspace, runs_dir, git, last: std::cell::RefCell::new(None) }
+        Self { workspace, runs_dir, git, last: std::cell::RefCell::new(None), redactor: secrets::Redactor::default() }
+    }
+
+    /// Redacts the secrets `redactor` knows from the files it reads for the closed loop.
+    pub fn with_redactor(self, redactor: secrets::Redactor) -> Self {
+        Self { redactor, ..self }
     }
 
     fn store(&self, run: &RunId) -> PathBuf {
@@ -375,7 +394,8 @@ impl Changes for FsChanges {
         let full = guard::writable(&self.workspace, path).ok()?;
         let bytes = std::fs::read(full).ok()?;
         // Text files only, and not huge ones.
-        (bytes.len() <= 4 * 1024 * 1024).then(|| String::from_utf8(bytes).ok()).flatten()
+        let text = (bytes.len() <= 4 * 1024 * 1024).then(|| String::from_utf8(bytes).ok()).flatten()?;
+        Some(self.redactor.redact(&text).into_owned())
     }
 
     fn files(&self) -> Vec<String> {

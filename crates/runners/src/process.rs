@@ -310,5 +310,5 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> String
     }
     dropped += keep_last(&mut kept, cap);
     let text = String::from_utf8_lossy(&kept).into_owned();
-    if dropped > 0 { format!("[... {dropped} bytes of earlier output omitted ...]\n{text}") } else { text }
+    if dropped > 0 { format!("[... {dropped}{}{text}", crate::secrets::CUT_MARKER_END) } else { text }
 }

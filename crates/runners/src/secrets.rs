@@ -22,35 +22,99 @@ pub fn is_secret_name(name: &str) -> bool {
 /// Replaces known secret values in text.
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
-    /// (value, name), longest value first.
+    /// (text to find, replacement), longest text first: each secret's value, its JSON-escaped
+    /// form, and the stable middle of its base64 encodings (standard and URL-safe, at each of
+    /// the three alignments it can have inside a longer encoded text).
+    patterns: Vec<(String, String)>,
+    /// (value, name) of each secret, for a value cut at the output cap.
     secrets: Vec<(String, String)>,
 }
+
+/// The line the output cap puts before what it kept (see `process::read_capped`).
+pub const CUT_MARKER_END: &str = " bytes of earlier output omitted ...]\n";
+
+/// Shortest end of a secret that is redacted where the output cap cut the text.
+const MIN_CUT: usize = 3;
 
 impl Redactor {
     /// The secrets of this process's environment, plus the variables named in `extra` (an
     /// agent's `api_key_env`).
     pub fn from_env(extra: &[String]) -> Self {
-        let mut secrets: Vec<(String, String)> = std::env::vars()
-            .filter(|(k, v)| (is_secret_name(k) || extra.contains(k)) && v.len() >= MIN_LEN)
-            .map(|(k, v)| (v, k))
-            .collect();
-        secrets.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.1.cmp(&b.1)));
-        secrets.dedup_by(|a, b| a.0 == b.0);
-        Self { secrets }
+        let vars = std::env::vars().filter(|(k, _)| is_secret_name(k) || extra.contains(k));
+        Self::new(vars)
     }
 
-    /// The text with every secret value replaced by `[REDACTED:NAME]`.
+    /// A redactor of the given (name, value) pairs; values shorter than 8 characters are left
+    /// alone (they would redact ordinary words).
+    pub fn new(vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+        let mut secrets: Vec<(String, String)> =
+            vars.into_iter().filter(|(_, v)| v.len() >= MIN_LEN).map(|(k, v)| (v, k)).collect();
+        secrets.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.1.cmp(&b.1)));
+        secrets.dedup_by(|a, b| a.0 == b.0);
+        let mut patterns = Vec::new();
+        for (value, name) in &secrets {
+            patterns.push((value.clone(), format!("[REDACTED:{name}]")));
+            let escaped = serde_json::to_string(value).unwrap_or_default();
+            let escaped = escaped.trim_matches('"');
+            if escaped != value {
+                patterns.push((escaped.to_owned(), format!("[REDACTED:{name}]")));
+            }
+            // In base64 each 3 bytes become 4 characters, so the secret's bytes encode the same
+            // way wherever they start modulo 3; the characters that mix in a neighbour's bits
+            // (at most two at each end) are left out.
+            for shift in 0..3usize {
+                let mut bytes = vec![0u8; shift];
+                bytes.extend_from_slice(value.as_bytes());
+                let first = (8 * shift).div_ceil(6);
+                let end = 8 * (shift + value.len()) / 6;
+                for engine in [&STANDARD, &URL_SAFE] {
+                    let encoded = engine.encode(&bytes);
+                    if let Some(core) = encoded.get(first..end) {
+                        patterns.push((core.to_owned(), format!("[REDACTED:{name}:base64]")));
+                    }
+                }
+            }
+        }
+        patterns.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.1.cmp(&b.1)));
+        patterns.dedup_by(|a, b| a.0 == b.0);
+        Self { patterns, secrets }
+    }
+
+    /// The text with every secret value (or its encoded form) replaced by
+    /// `[REDACTED:NAME]`; where the output cap cut a secret, the part of it that was kept is
+    /// replaced too.
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        if !self.secrets.iter().any(|(v, _)| text.contains(v.as_str())) {
+        let cut = text.find(CUT_MARKER_END).map(|i| i + CUT_MARKER_END.len());
+        let partial = cut.and_then(|at| self.partial_at(&text[at..]).map(|(len, name)| (at, len, name)));
+        if partial.is_none() && !self.patterns.iter().any(|(v, _)| text.contains(v.as_str())) {
             return Cow::Borrowed(text);
         }
         let mut out = text.to_owned();
-        for (value, name) in &self.secrets {
+        if let Some((at, len, name)) = partial {
+            out.replace_range(at..at + len, &format!("[REDACTED:{name}]"));
+        }
+        for (value, replacement) in &self.patterns {
             if out.contains(value.as_str()) {
-                out = out.replace(value.as_str(), &format!("[REDACTED:{name}]"));
+                out = out.replace(value.as_str(), replacement);
             }
         }
         Cow::Owned(out)
+    }
+
+    /// The longest end of a secret that `text` starts with (at least [`MIN_CUT`] bytes), and
+    /// the secret's name.
+    fn partial_at(&self, text: &str) -> Option<(usize, &str)> {
+        self.secrets
+            .iter()
+            .filter_map(|(value, name)| {
+                (MIN_CUT..value.len())
+                    .rev()
+                    .find(|&n| value.is_char_boundary(value.len() - n) && text.starts_with(&value[value.len() - n..]))
+                    .map(|n| (n, name.as_str()))
+            })
+            .max_by_key(|(n, _)| *n)
     }
 
     /// Redacts in place.
@@ -58,6 +122,11 @@ impl Redactor {
         if let Cow::Owned(clean) = self.redact(text) {
             *text = clean;
         }
+    }
+
+    /// True when there is nothing to redact.
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
     }
 }
 
@@ -69,16 +138,39 @@ mod tests {
     fn secret_names_and_redaction() {
         assert!(is_secret_name("OPENAI_API_KEY") && is_secret_name("GITHUB_TOKEN") && is_secret_name("DB_PASSWORD"));
         assert!(!is_secret_name("PATH") && !is_secret_name("HOME") && !is_secret_name("TOKENIZERS_PARALLELISM"));
-        let r = Redactor {
-            secrets: vec![
-                ("sk-abc-123456789".into(), "OPENAI_API_KEY".into()),
-                ("ghp_zzzzzzzz".into(), "GH_TOKEN".into()),
-            ],
-        };
+        let r = Redactor::new([
+            ("OPENAI_API_KEY".to_owned(), "sk-abc-123456789".to_owned()),
+            ("GH_TOKEN".to_owned(), "ghp_zzzzzzzz".to_owned()),
+            ("SHORT_TOKEN".to_owned(), "abc".to_owned()),
+        ]);
         assert_eq!(
-            r.redact("key=sk-abc-123456789 and ghp_zzzzzzzz"),
-            "key=[REDACTED:OPENAI_API_KEY] and [REDACTED:GH_TOKEN]"
+            r.redact("key=sk-abc-123456789 and ghp_zzzzzzzz, abc"),
+            "key=[REDACTED:OPENAI_API_KEY] and [REDACTED:GH_TOKEN], abc"
         );
         assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn encoded_quoted_and_cut_secrets_are_redacted() {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+        let key = "sk-live-\"quoted\"-0123456789?>";
+        let r = Redactor::new([("MY_API_KEY".to_owned(), key.to_owned())]);
+        // Base64 of the key alone, and inside a longer text at each alignment.
+        for prefix in ["", "u:", "us:", "use:"] {
+            for encoded in [STANDARD.encode(format!("{prefix}{key}")), URL_SAFE.encode(format!("{prefix}{key}\n"))] {
+                let clean = r.redact(&encoded).into_owned();
+                assert!(clean.contains("[REDACTED:MY_API_KEY:base64]"), "{prefix:?}: {encoded} -> {clean}");
+                // What is left: the prefix's characters, and at most two mixed ones at each end.
+                let rest = clean.replace("[REDACTED:MY_API_KEY:base64]", "");
+                assert!(rest.trim_end_matches('=').len() <= prefix.len() * 4 / 3 + 4, "{prefix:?}: {clean}");
+            }
+        }
+        // As it appears inside JSON.
+        let json = serde_json::json!({"error": format!("bad key {key}")}).to_string();
+        assert_eq!(r.redact(&json), r#"{"error":"bad key [REDACTED:MY_API_KEY]"}"#);
+        // The output cap kept only the key's end.
+        let cut = format!("[... 1000{CUT_MARKER_END}{}\nmore", &key[10..]);
+        assert_eq!(r.redact(&cut), format!("[... 1000{CUT_MARKER_END}[REDACTED:MY_API_KEY]\nmore"));
     }
 }

@@ -43,9 +43,15 @@ pub enum Error {
     },
 }
 
+/// Rewrites an event's JSON before it is stored: `Some(clean)` when it changed something.
+pub type Scrubber = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// The SQLite store.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// Redacts secrets from every event before it is written (a last line of defence: the
+    /// runners redact what they return, and this catches what reaches the journal otherwise).
+    scrub: std::sync::OnceLock<Scrubber>,
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -102,7 +108,7 @@ impl SqliteStore {
                 Err(source) => return Err(Error::Migrate { path: shown, source }),
             }
         }
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self { conn: Mutex::new(conn), scrub: std::sync::OnceLock::new() })
     }
 
     /// An in-memory store (tests).
@@ -110,11 +116,16 @@ impl SqliteStore {
         let mut conn =
             Connection::open_in_memory().map_err(|source| Error::Open { path: ":memory:".into(), source })?;
         migrations().to_latest(&mut conn).map_err(|source| Error::Migrate { path: ":memory:".into(), source })?;
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self { conn: Mutex::new(conn), scrub: std::sync::OnceLock::new() })
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Redacts every event stored from now on with `scrub` (once; a second call is ignored).
+    pub fn set_scrubber(&self, scrub: Scrubber) {
+        let _ = self.scrub.set(scrub);
     }
 
     /// The schema version (number of migrations applied).
@@ -136,7 +147,7 @@ impl SqliteStore {
         conn.prepare_cached("BEGIN IMMEDIATE").and_then(|mut stmt| stmt.execute([])).map_err(backend)?;
         let mut cursor = None;
         let appended: Result<Vec<EventRecord>, StoreError> =
-            events.iter().map(|(event, at)| Self::append_in(&conn, &mut cursor, run, event, *at)).collect();
+            events.iter().map(|(event, at)| self.append_in(&conn, &mut cursor, run, event, *at)).collect();
         let ended = match &appended {
             Ok(_) => conn.prepare_cached("COMMIT").and_then(|mut stmt| stmt.execute([])).map_err(backend),
             Err(_) => Ok(0),
@@ -152,6 +163,7 @@ impl SqliteStore {
     /// Writes one event inside the open transaction. `cursor` carries the run's task id and
     /// last sequence number from one event of the transaction to the next.
     fn append_in(
+        &self,
         conn: &Connection,
         cursor: &mut Option<(String, i64)>,
         run: &RunId,
@@ -199,7 +211,13 @@ impl SqliteStore {
         };
         *cursor = Some((task_id.clone(), seq));
         let seq_out = u64::try_from(seq).map_err(backend)?;
-        let payload = serde_json::to_string(event).map_err(backend)?;
+        let mut payload = serde_json::to_string(event).map_err(backend)?;
+        let mut stored = None;
+        if let Some(clean) = self.scrub.get().and_then(|scrub| scrub(&payload)) {
+            let event: Event = serde_json::from_str(&clean)
+                .map_err(|e| StoreError::Backend(format!("redacting event {seq} of run {run} broke it: {e}")))?;
+            (payload, stored) = (clean, Some(event));
+        }
         conn.prepare_cached(
             "INSERT INTO events (run_id, seq, at, kind, stage, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )
@@ -231,7 +249,7 @@ impl SqliteStore {
                 insert.execute(params![run.as_str(), task_id, stage.as_str(), key, value, seq]).map_err(backend)?;
             }
         }
-        Ok(EventRecord { seq: seq_out, at, event: event.clone() })
+        Ok(EventRecord { seq: seq_out, at, event: stored.unwrap_or_else(|| event.clone()) })
     }
 
     fn events_sync(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {

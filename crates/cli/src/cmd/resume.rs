@@ -127,7 +127,7 @@ async fn continue_run(
     quiet: bool,
 ) -> Result<u8, CliError> {
     let root = state.started.as_ref().map_or_else(|| ws.root.clone(), |s| std::path::PathBuf::from(&s.workspace));
-    let ports = super::run::Ports::new(ws, &root, super::run::redactor(pipeline))?;
+    let ports = super::run::Ports::new(ws, &root, super::run::redactor(pipeline), store)?;
     let stopper =
         CliStopper::new(store, state.run_id.clone(), state.last_seq).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(quiet), files: Projector::new(ws.runs_dir()) };

@@ -226,7 +226,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         budget: pipeline.budget,
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
-    let ports = Ports::new(&ws, &root, redactor)?;
+    let ports = Ports::new(&ws, &root, redactor, &store)?;
     let stopper = CliStopper::new(&store, run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
     let mut engine = ports.engine(&pipeline, &store, &stopper, &mut observers);
@@ -245,11 +245,24 @@ pub struct Ports {
 
 impl Ports {
     /// The ports for a workspace whose stages work in `root` (the workspace, or the run's
-    /// worktree), keeping the secrets `redactor` knows out of what they record.
-    pub fn new(ws: &Workspace, root: &std::path::Path, redactor: Redactor) -> Result<Self, CliError> {
+    /// worktree), keeping the secrets `redactor` knows out of what they record and out of
+    /// `store`'s journal.
+    pub fn new(
+        ws: &Workspace,
+        root: &std::path::Path,
+        redactor: Redactor,
+        store: &SqliteStore,
+    ) -> Result<Self, CliError> {
+        if !redactor.is_empty() {
+            let journal = redactor.clone();
+            store.set_scrubber(Box::new(move |text| match journal.redact(text) {
+                std::borrow::Cow::Owned(clean) => Some(clean),
+                std::borrow::Cow::Borrowed(_) => None,
+            }));
+        }
         Ok(Self {
+            changes: FsChanges::new(root.to_path_buf(), ws.runs_dir()).with_redactor(redactor.clone()),
             runner: ProcessRunner { redactor, ..ProcessRunner::new(ws.runs_dir()) },
-            changes: FsChanges::new(root.to_path_buf(), ws.runs_dir()),
             patterns: super::patterns::library(ws)?,
             settings: super::patterns::closed_loop_settings(ws)?,
         })

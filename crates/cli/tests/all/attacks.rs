@@ -119,3 +119,73 @@ fn loopwrights_own_git_runs_no_hook_and_no_fsmonitor() {
     assert!(!hook.exists(), "a hook ran");
     assert!(!monitor.exists(), "the fsmonitor command ran");
 }
+
+/// Every regular file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The state files (the journal included) and the terminal texts that hold `needle`.
+fn leaks(ws: &Ws, terminal: &[&str], needle: &str) -> Vec<String> {
+    let mut found: Vec<String> = files_under(&ws.path().join(".loopwright/state"))
+        .into_iter()
+        .filter(|f| String::from_utf8_lossy(&std::fs::read(f).expect("read")).contains(needle))
+        .map(|f| f.display().to_string())
+        .collect();
+    found.extend(terminal.iter().filter(|t| t.contains(needle)).map(|t| format!("terminal: {t}")));
+    found
+}
+
+#[test]
+fn a_key_echoed_by_a_refusal_encoded_or_cut_by_the_output_cap_is_stored_nowhere() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(format!("user:{KEY}"));
+    let body = format!(
+        "{{\"error\": {{\"message\": \"Incorrect API key provided: {KEY}. Basic {b64}\"}}}}\nyour key: {KEY}\n"
+    );
+    let server = Server::start(vec![crate::http::Reply::Http {
+        status: "401 Unauthorized",
+        headers: vec!["content-type: application/json".into()],
+        chunks: vec![body],
+    }]);
+    let ws = model_ws(server.port);
+    let (code, result, stderr) = run_model(&ws);
+    assert_eq!(code, 1, "{stderr}");
+    let (_, logs, logs_err) = ws.run(&["logs", "latest", "--stage", "edit", "--attempt", "1"]);
+    assert!(logs.contains("Incorrect API key provided: [REDACTED:LW_TEST_KEY]"), "{logs}");
+    let (_, status, _) = ws.run(&["status", "latest"]);
+    let terminal = [stderr.as_str(), &result.to_string(), &logs, &logs_err, &status];
+    for needle in [KEY, &KEY[8..], &b64[4..24]] {
+        assert_eq!(leaks(&ws, &terminal, needle), Vec::<String>::new(), "{needle}");
+    }
+
+    // A stage printing the key over and over, past the 8 MB output cap: where the cap cuts,
+    // the part of the key it keeps is redacted too.
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: loud\n    description: d\n    agent: shell\n    mode: plan\n    run: python3 -c 'import os,sys; k=os.environ[\"ATTACK_API_KEY\"]; sys.stdout.write(k*(9*1024*1024//len(k)+7)); sys.stdout.flush()'\n",
+    );
+    let out = ws.cmd().env("ATTACK_API_KEY", KEY).args(["run", "p", "--json"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let kept = std::fs::read_to_string(
+        files_under(&ws.path().join(".loopwright/state/runs"))
+            .into_iter()
+            .find(|f| f.extension().is_some_and(|e| e == "out"))
+            .expect("the output file"),
+    )
+    .expect("read");
+    assert!(kept.contains(" bytes of earlier output omitted ...]\n[REDACTED:ATTACK_API_KEY]"), "{}", &kept[..200]);
+    for needle in [KEY, &KEY[KEY.len() - 6..]] {
+        assert_eq!(leaks(&ws, &[&String::from_utf8_lossy(&out.stdout)], needle), Vec::<String>::new(), "{needle}");
+    }
+}
