@@ -6,6 +6,7 @@
 mod cmd;
 mod error;
 mod examples;
+mod lock;
 mod observe;
 mod render;
 mod stop;

@@ -17,9 +17,38 @@ pub enum StoreError {
     /// No run has this id.
     #[error("no run `{0}` in the store")]
     RunNotFound(RunId),
-    /// The backend failed (I/O, locking, corruption).
+    /// A run with this id exists already.
+    #[error("run `{0}` already exists")]
+    Exists(RunId),
+    /// Another writer appended to the run after the caller read it (compare-and-append): the
+    /// caller's decision was made on a journal that is no longer the latest.
+    #[error("run `{run}` moved on while this answer was made: its journal ended at event {expected}, now at {found}")]
+    Conflict {
+        /// The run.
+        run: RunId,
+        /// The last event the caller had read.
+        expected: u64,
+        /// The last event in the journal.
+        found: u64,
+    },
+    /// The store is locked by another process for longer than it waits.
+    #[error("the store is busy (another process holds it): {0}")]
+    Busy(String),
+    /// What the store holds cannot be read back (a damaged file, an event this version does
+    /// not know).
+    #[error("the store is damaged: {0}")]
+    Corrupt(String),
+    /// Any other failure of the backend (I/O, a full disk).
     #[error("store: {0}")]
     Backend(String),
+}
+
+impl StoreError {
+    /// True when trying again later may succeed (the lock was held, or the journal moved on
+    /// and the caller can read it again and decide anew).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Busy(_) | StoreError::Conflict { .. })
+    }
 }
 
 /// One line of the runs table.
@@ -52,6 +81,19 @@ pub trait Store {
         run: &RunId,
         events: &[(Event, jiff::Timestamp)],
     ) -> Result<Vec<EventRecord>, StoreError>;
+    /// Compare-and-append: appends the events in one transaction only if the run's journal
+    /// still ends at event `expected_last` (the last one the caller read), else fails with
+    /// [`StoreError::Conflict`] and appends nothing. Every state change that follows a read of
+    /// the journal (an answer, a cancel, a resume) goes through it, so of two processes that
+    /// read the same journal and decide at once, one succeeds and the other is told.
+    async fn append_after(
+        &self,
+        run: &RunId,
+        expected_last: u64,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError>;
+    /// A run's events after event `after`, oldest first (empty when there are none).
+    async fn events_since(&self, run: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError>;
     /// A run's whole journal, oldest first.
     async fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError>;
     /// The most recent runs, newest first.

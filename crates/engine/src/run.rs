@@ -91,6 +91,24 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         self.flush(state).await
     }
 
+    /// Journals `events` together, only if the run's journal still ends where `state` read
+    /// it (compare-and-append), then tells the observer. An answer, a resume or a cancel made
+    /// on a journal that another process has moved on since fails with
+    /// [`StoreError::Conflict`], and nothing is recorded.
+    pub async fn record_after(&mut self, state: &mut RunState, events: Vec<Event>) -> Result<(), StoreError> {
+        debug_assert!(state.unflushed.is_empty(), "a compare-and-append comes before anything is deferred");
+        let at = self.clock.now();
+        let batch: Vec<(Event, jiff::Timestamp)> = events.into_iter().map(|e| (e, at)).collect();
+        let records = self.store.append_after(&state.run_id, state.last_seq, &batch).await?;
+        for record in &records {
+            state.apply(record);
+        }
+        for record in &records {
+            self.observer.on_event(record, state, self.pipeline);
+        }
+        Ok(())
+    }
+
     /// Applies an event that has no effect outside loopwright, and keeps it to be journaled
     /// before the next outside effect (a process started or ended, files restored, a commit, a
     /// wait, the end of `drive`). Nothing is reported before it is journaled.

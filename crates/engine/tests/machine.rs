@@ -39,8 +39,23 @@ impl Store for MemoryStore {
         }
         Ok(out)
     }
+    async fn append_after(
+        &self,
+        run: &RunId,
+        expected_last: u64,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let found = self.events.borrow().len() as u64;
+        if found != expected_last {
+            return Err(StoreError::Conflict { run: run.clone(), expected: expected_last, found });
+        }
+        self.append_all(run, events).await
+    }
     async fn events(&self, _: &RunId) -> Result<Vec<EventRecord>, StoreError> {
         Ok(self.events.borrow().clone())
+    }
+    async fn events_since(&self, _: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError> {
+        Ok(self.events.borrow().iter().filter(|r| r.seq > after).cloned().collect())
     }
     async fn runs(&self, _: usize) -> Result<Vec<RunSummary>, StoreError> {
         Ok(vec![])

@@ -201,9 +201,37 @@ pub fn signal_group(pgid: i32, signal: Signal) {
     }
 }
 
-/// True while any process of the group is alive.
+/// True while any process of the group is alive. A zombie (exited, not yet reaped: under an
+/// init that does not reap orphans, it stays one) is not alive: it runs nothing and cannot
+/// race anyone.
 pub fn group_alive(pgid: i32) -> bool {
-    pgid > 1 && killpg(Pid::from_raw(pgid), None).is_ok()
+    if pgid <= 1 || killpg(Pid::from_raw(pgid), None).is_err() {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else { return true };
+    let mut any_proc = false;
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        any_proc = true;
+        if let Some((state, group)) = state_and_group(pid)
+            && group == pgid
+            && state != 'Z'
+        {
+            return true;
+        }
+    }
+    // No /proc to look in: trust the signal check.
+    !any_proc
+}
+
+/// A process's state letter (`R`, `S`, `Z`, …) and process group, from `/proc/PID/stat`.
+fn state_and_group(pid: u32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces: count from the ')'.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let group = fields.nth(1)?.parse().ok()?;
+    Some((state, group))
 }
 
 /// The process groups of live processes whose environment has all of `vars` (Linux /proc;
@@ -272,6 +300,9 @@ pub fn start_time(pid: u32) -> Option<u64> {
 pub fn same_process_alive(pid: u32, start: Option<u64>) -> bool {
     let Ok(raw) = i32::try_from(pid) else { return false };
     if nix::sys::signal::kill(Pid::from_raw(raw), None).is_err() {
+        return false;
+    }
+    if state_and_group(pid).is_some_and(|(state, _)| state == 'Z') {
         return false;
     }
     match (start, start_time(pid)) {

@@ -92,9 +92,25 @@ fn key_of(meta: &fs::Metadata) -> StatKey {
     }
 }
 
-/// Every regular file under `root` (relative paths, `/`-separated), skipping excluded folders
-/// and symbolic links.
+/// The files this process's standard output and error are redirected to (`loopwright run p
+/// 2> run.log`), as (device, inode): they change while a stage runs, but not because of it,
+/// and are never a stage's change.
+fn own_output_files() -> &'static [(u64, u64)] {
+    static FILES: std::sync::OnceLock<Vec<(u64, u64)>> = std::sync::OnceLock::new();
+    FILES.get_or_init(|| {
+        ["/proc/self/fd/1", "/proc/self/fd/2"]
+            .iter()
+            .filter_map(|fd| fs::metadata(fd).ok())
+            .filter(fs::Metadata::is_file)
+            .map(|m| (m.dev(), m.ino()))
+            .collect()
+    })
+}
+
+/// Every regular file under `root` (relative paths, `/`-separated), skipping excluded folders,
+/// symbolic links and the files loopwright's own output goes to.
 pub fn walk(root: &Path) -> io::Result<BTreeMap<String, fs::Metadata>> {
+    let own = own_output_files();
     let mut files = BTreeMap::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
@@ -109,7 +125,10 @@ pub fn walk(root: &Path) -> io::Result<BTreeMap<String, fs::Metadata>> {
                     stack.push(child);
                 }
             } else if ty.is_file() {
-                files.insert(child.to_string_lossy().into_owned(), entry.metadata()?);
+                let meta = entry.metadata()?;
+                if !own.contains(&(meta.dev(), meta.ino())) {
+                    files.insert(child.to_string_lossy().into_owned(), meta);
+                }
             }
         }
     }

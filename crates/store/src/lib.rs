@@ -54,8 +54,20 @@ pub struct SqliteStore {
     scrub: std::sync::OnceLock<Scrubber>,
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
+/// A SQLite failure as a store error: a lock held too long is `Busy`, a damaged file
+/// `Corrupt`, anything else `Backend`.
+fn backend(e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode::{DatabaseBusy, DatabaseCorrupt, DatabaseLocked, NotADatabase};
+    match e.sqlite_error_code() {
+        Some(DatabaseBusy | DatabaseLocked) => StoreError::Busy(e.to_string()),
+        Some(DatabaseCorrupt | NotADatabase) => StoreError::Corrupt(e.to_string()),
+        _ => StoreError::Backend(e.to_string()),
+    }
+}
+
+/// A value read back from the journal that does not decode.
+fn corrupt(run: &RunId, seq: i64, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("event {seq} of run {run}: {e}"))
 }
 
 impl SqliteStore {
@@ -138,7 +150,12 @@ impl SqliteStore {
     /// This is the hot path of every run (a transaction or two per stage), so the transaction
     /// statements are prepared once and cached rather than parsed each time (as rusqlite's
     /// `Transaction` would), and the run's last sequence number is read once per transaction.
-    fn append_sync(&self, run: &RunId, events: &[(Event, jiff::Timestamp)]) -> Result<Vec<EventRecord>, StoreError> {
+    fn append_sync(
+        &self,
+        run: &RunId,
+        expected: Option<u64>,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
         let conn = self.conn();
         if !conn.is_autocommit() {
             // An append that panicked midway left its transaction open: none of it stays.
@@ -146,8 +163,10 @@ impl SqliteStore {
         }
         conn.prepare_cached("BEGIN IMMEDIATE").and_then(|mut stmt| stmt.execute([])).map_err(backend)?;
         let mut cursor = None;
-        let appended: Result<Vec<EventRecord>, StoreError> =
-            events.iter().map(|(event, at)| self.append_in(&conn, &mut cursor, run, event, *at)).collect();
+        let appended: Result<Vec<EventRecord>, StoreError> = Self::check_last(&conn, &mut cursor, run, expected)
+            .and_then(|()| {
+                events.iter().map(|(event, at)| self.append_in(&conn, &mut cursor, run, event, *at)).collect()
+            });
         let ended = match &appended {
             Ok(_) => conn.prepare_cached("COMMIT").and_then(|mut stmt| stmt.execute([])).map_err(backend),
             Err(_) => Ok(0),
@@ -158,6 +177,33 @@ impl SqliteStore {
         }
         ended?;
         appended
+    }
+
+    /// Inside the open transaction: fails with `Conflict` unless the run's journal ends at
+    /// `expected` (when one is given), and leaves the run's cursor for the appends that follow.
+    fn check_last(
+        conn: &Connection,
+        cursor: &mut Option<(String, i64)>,
+        run: &RunId,
+        expected: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let Some(expected) = expected else { return Ok(()) };
+        *cursor = Self::cursor(conn, run)?;
+        let Some((_, last)) = cursor else { return Err(StoreError::RunNotFound(run.clone())) };
+        let found = u64::try_from(*last).map_err(|e| corrupt(run, *last, e))?;
+        if found != expected {
+            return Err(StoreError::Conflict { run: run.clone(), expected, found });
+        }
+        Ok(())
+    }
+
+    /// The run's task id and last sequence number, if the run exists.
+    fn cursor(conn: &Connection, run: &RunId) -> Result<Option<(String, i64)>, StoreError> {
+        conn.prepare_cached(
+            "SELECT task_id, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE run_id = ?1",
+        )
+        .and_then(|mut stmt| stmt.query_row([run.as_str()], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+        .map_err(backend)
     }
 
     /// Writes one event inside the open transaction. `cursor` carries the run's task id and
@@ -171,12 +217,7 @@ impl SqliteStore {
         at: jiff::Timestamp,
     ) -> Result<EventRecord, StoreError> {
         if cursor.is_none() && !matches!(event, Event::RunStarted(_)) {
-            *cursor = conn
-                .prepare_cached(
-                    "SELECT task_id, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs WHERE run_id = ?1",
-                )
-                .and_then(|mut stmt| stmt.query_row([run.as_str()], |r| Ok((r.get(0)?, r.get(1)?))).optional())
-                .map_err(backend)?;
+            *cursor = Self::cursor(conn, run)?;
         }
         let at_text = at.to_string();
         let (seq, task_id): (i64, String) = match (cursor.take(), event) {
@@ -186,7 +227,7 @@ impl SqliteStore {
                     .and_then(|mut stmt| stmt.exists([run.as_str()]))
                     .map_err(backend)?;
                 if exists {
-                    return Err(StoreError::Backend(format!("run `{run}` already exists")));
+                    return Err(StoreError::Exists(run.clone()));
                 }
                 conn.prepare_cached(
                     "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0)",
@@ -204,14 +245,14 @@ impl SqliteStore {
                 (1, started.task_id.to_string())
             }
             (None, _) => return Err(StoreError::RunNotFound(run.clone())),
-            (Some(_), Event::RunStarted(_)) => return Err(StoreError::Backend(format!("run `{run}` already exists"))),
+            (Some(_), Event::RunStarted(_)) => return Err(StoreError::Exists(run.clone())),
             // The next sequence number comes from the journal itself (primary key lookup), so
             // an ordinary event writes only its own row.
             (Some((task, last)), _) => (last + 1, task),
         };
         *cursor = Some((task_id.clone(), seq));
-        let seq_out = u64::try_from(seq).map_err(backend)?;
-        let mut payload = serde_json::to_string(event).map_err(backend)?;
+        let seq_out = u64::try_from(seq).map_err(|e| corrupt(run, seq, e))?;
+        let mut payload = serde_json::to_string(event).map_err(|e| StoreError::Backend(e.to_string()))?;
         let mut stored = None;
         if let Some(clean) = self.scrub.get().and_then(|scrub| scrub(&payload)) {
             let event: Event = serde_json::from_str(&clean)
@@ -252,28 +293,25 @@ impl SqliteStore {
         Ok(EventRecord { seq: seq_out, at, event: stored.unwrap_or_else(|| event.clone()) })
     }
 
-    fn events_sync(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {
+    fn events_sync(&self, run: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare_cached("SELECT seq, at, payload FROM events WHERE run_id = ?1 ORDER BY seq")
+            .prepare_cached("SELECT seq, at, payload FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq")
             .map_err(backend)?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
         let rows = stmt
-            .query_map([run.as_str()], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))
+            .query_map(params![run.as_str(), after], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+            })
             .map_err(backend)?;
         let mut records = Vec::new();
         for row in rows {
             let (seq, at, payload) = row.map_err(backend)?;
             records.push(EventRecord {
-                seq: u64::try_from(seq).map_err(backend)?,
-                at: at
-                    .parse()
-                    .map_err(|e| StoreError::Backend(format!("event {seq} of run {run}: bad time `{at}`: {e}")))?,
-                event: serde_json::from_str(&payload)
-                    .map_err(|e| StoreError::Backend(format!("event {seq} of run {run}: {e}")))?,
+                seq: u64::try_from(seq).map_err(|e| corrupt(run, seq, e))?,
+                at: at.parse().map_err(|e| corrupt(run, seq, format!("bad time `{at}`: {e}")))?,
+                event: serde_json::from_str(&payload).map_err(|e| corrupt(run, seq, e))?,
             });
-        }
-        if records.is_empty() {
-            return Err(StoreError::RunNotFound(run.clone()));
         }
         Ok(records)
     }
@@ -302,15 +340,14 @@ impl SqliteStore {
         let mut out = Vec::new();
         for row in rows {
             let (run_id, pipeline, task_id, status, created_at, updated_at) = row.map_err(backend)?;
+            let bad = |what: String| StoreError::Corrupt(format!("run {run_id}: {what}"));
             out.push(RunSummary {
-                status: RunStatus::parse(&status)
-                    .ok_or_else(|| StoreError::Backend(format!("run {run_id}: unknown status `{status}`")))?,
-                run_id: RunId::new(run_id),
+                status: RunStatus::parse(&status).ok_or_else(|| bad(format!("unknown status `{status}`")))?,
                 pipeline,
-                task_id: TaskId::parse(&task_id)
-                    .ok_or_else(|| StoreError::Backend(format!("bad task id `{task_id}`")))?,
-                created_at: created_at.parse().map_err(backend)?,
-                updated_at: updated_at.parse().map_err(backend)?,
+                task_id: TaskId::parse(&task_id).ok_or_else(|| bad(format!("bad task id `{task_id}`")))?,
+                created_at: created_at.parse().map_err(|e| bad(format!("{e}")))?,
+                updated_at: updated_at.parse().map_err(|e| bad(format!("{e}")))?,
+                run_id: RunId::new(run_id.clone()),
             });
         }
         Ok(out)
@@ -362,7 +399,7 @@ impl SqliteStore {
         match payload.map(|p| serde_json::from_str::<Event>(&p)) {
             Some(Ok(Event::CancelRequested { by, rollback })) => Ok(Some((by, rollback))),
             Some(Ok(_)) | None => Ok(None),
-            Some(Err(e)) => Err(backend(e)),
+            Some(Err(e)) => Err(StoreError::Corrupt(format!("a cancel request of run {run}: {e}"))),
         }
     }
 }
@@ -373,7 +410,7 @@ impl Store for SqliteStore {
     }
 
     async fn append(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
-        let mut records = self.append_sync(run, &[(event.clone(), at)])?;
+        let mut records = self.append_sync(run, None, &[(event.clone(), at)])?;
         records.pop().ok_or_else(|| StoreError::Backend("no event appended".into()))
     }
 
@@ -382,11 +419,28 @@ impl Store for SqliteStore {
         run: &RunId,
         events: &[(Event, jiff::Timestamp)],
     ) -> Result<Vec<EventRecord>, StoreError> {
-        self.append_sync(run, events)
+        self.append_sync(run, None, events)
+    }
+
+    async fn append_after(
+        &self,
+        run: &RunId,
+        expected_last: u64,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        self.append_sync(run, Some(expected_last), events)
     }
 
     async fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {
-        self.events_sync(run)
+        let records = self.events_sync(run, 0)?;
+        if records.is_empty() {
+            return Err(StoreError::RunNotFound(run.clone()));
+        }
+        Ok(records)
+    }
+
+    async fn events_since(&self, run: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError> {
+        self.events_sync(run, after)
     }
 
     async fn runs(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {

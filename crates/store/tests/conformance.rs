@@ -118,7 +118,10 @@ async fn unknown_runs_are_reported(store: &impl Store) {
 async fn a_run_cannot_start_twice(store: &impl Store) {
     let run = RunId::new("twice");
     store.append(&run, &started("task-2"), t("2026-01-01T00:00:00Z")).await.expect("first");
-    assert!(store.append(&run, &started("task-2"), t("2026-01-01T00:00:01Z")).await.is_err());
+    assert!(matches!(
+        store.append(&run, &started("task-2"), t("2026-01-01T00:00:01Z")).await,
+        Err(StoreError::Exists(r)) if r == run
+    ));
     assert_eq!(store.events(&run).await.expect("events").len(), 1);
 }
 
@@ -173,6 +176,33 @@ async fn cancel_requests_are_seen_after_a_point(store: &impl Store) {
     assert_eq!(store.cancel_requested(&run, 2).await.expect("query"), None);
 }
 
+async fn compare_and_append_refuses_a_stale_reader(store: &impl Store) {
+    let run = RunId::new("cas");
+    let at = t("2026-05-01T00:00:00Z");
+    store.append(&run, &started("task-8"), at).await.expect("start");
+    let answer = |by: &str| Event::ApprovalGranted { stage: stage("gate"), by: by.into(), comment: None };
+    // Two readers saw the journal end at event 1; the first to append wins.
+    let won = store.append_after(&run, 1, &[(answer("alice"), at), (answer("alice-2"), at)]).await.expect("first");
+    assert_eq!(won.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2, 3]);
+    match store.append_after(&run, 1, &[(answer("bob"), at)]).await {
+        Err(StoreError::Conflict { run: r, expected: 1, found: 3 }) => assert_eq!(r, run),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(StoreError::Conflict { run: run.clone(), expected: 1, found: 3 }.is_retryable());
+    let journal = store.events(&run).await.expect("events");
+    assert_eq!(journal.iter().map(|r| r.event.clone()).collect::<Vec<_>>()[1..], [answer("alice"), answer("alice-2")]);
+    // A reader that is up to date appends.
+    assert_eq!(store.append_after(&run, 3, &[(answer("carol"), at)]).await.expect("append")[0].seq, 4);
+    assert!(matches!(
+        store.append_after(&RunId::new("nope"), 0, &[(answer("x"), at)]).await,
+        Err(StoreError::RunNotFound(_))
+    ));
+    // What came after a point.
+    let since = store.events_since(&run, 2).await.expect("since");
+    assert_eq!(since.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![3, 4]);
+    assert_eq!(store.events_since(&run, 4).await.expect("since"), vec![]);
+}
+
 async fn conformance(store: &impl Store) {
     journal_keeps_order_and_content(store).await;
     unknown_runs_are_reported(store).await;
@@ -181,6 +211,7 @@ async fn conformance(store: &impl Store) {
     task_outputs_come_from_the_latest_run(store).await;
     cancel_requests_are_seen_after_a_point(store).await;
     several_events_append_in_one_transaction(store).await;
+    compare_and_append_refuses_a_stale_reader(store).await;
 }
 
 #[tokio::test]
@@ -199,10 +230,49 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     }
     let reopened = SqliteStore::open(&path, Synchronous::Normal).expect("reopen");
     assert_eq!(reopened.events(&RunId::new("r1")).await.expect("events").len(), 6);
-    assert_eq!(reopened.runs(10).await.expect("runs").len(), 10);
+    assert_eq!(reopened.runs(20).await.expect("runs").len(), 11);
     let mode: String = rusqlite::Connection::open(&path)
         .expect("open")
         .pragma_query_value(None, "journal_mode", |r| r.get(0))
         .expect("pragma");
     assert_eq!(mode, "wal");
+}
+
+#[test]
+fn two_processes_answering_at_once_give_one_success() {
+    // Two connections to one file (two loopwright processes), released together many times:
+    // every time exactly one compare-and-append lands.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let at = t("2026-06-01T00:00:00Z");
+    for i in 0..25 {
+        let run = RunId::new(format!("race-{i}"));
+        rt.block_on(async {
+            let store = SqliteStore::open(&path, Synchronous::Normal).expect("open");
+            store.append(&run, &started("task-9"), at).await.expect("start");
+        });
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let handles: Vec<_> = ["alice", "bob"]
+            .into_iter()
+            .map(|by| {
+                let (path, run, barrier) = (path.clone(), run.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let store = SqliteStore::open(&path, Synchronous::Normal).expect("open");
+                    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+                    let event = Event::ApprovalGranted { stage: stage("gate"), by: by.into(), comment: None };
+                    barrier.wait();
+                    rt.block_on(store.append_after(&run, 1, &[(event, at)]))
+                })
+            })
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("thread")).collect();
+        let wins = results.iter().filter(|r| r.is_ok()).count();
+        let conflicts =
+            results.iter().filter(|r| matches!(r, Err(StoreError::Conflict { expected: 1, found: 2, .. }))).count();
+        assert_eq!((wins, conflicts), (1, 1), "try {i}: {results:?}");
+        let events =
+            rt.block_on(SqliteStore::open(&path, Synchronous::Normal).expect("open").events(&run)).expect("events");
+        assert_eq!(events.len(), 2, "try {i}");
+    }
 }

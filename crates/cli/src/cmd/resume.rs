@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use loopwright_engine::{Event, RunId, RunState, RunStatus, Runner, Store};
+use loopwright_engine::{Event, EventRecord, RunId, RunState, RunStatus, Runner, Store, StoreError};
 use loopwright_runners::ProcessRunner;
 use loopwright_spec::Pipeline;
 use loopwright_store::SqliteStore;
@@ -127,20 +127,69 @@ async fn continue_run(
     quiet: bool,
 ) -> Result<u8, CliError> {
     let root = state.started.as_ref().map_or_else(|| ws.root.clone(), |s| std::path::PathBuf::from(&s.workspace));
+    let _live = crate::lock::live_run(ws, &root, &state.run_id)?;
     let ports = super::run::Ports::new(ws, &root, super::run::redactor(pipeline), store)?;
     let stopper =
         CliStopper::new(store, state.run_id.clone(), state.last_seq).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(quiet), files: Projector::new(ws.runs_dir()) };
     let mut engine = ports.engine(pipeline, store, &stopper, &mut observers);
     let mut state = state;
-    if let Some(event) = answer {
-        engine.record(&mut state, event).await?;
+    // The answer and the claim of the run are one compare-and-append on the journal as it was
+    // read: of two processes answering (or resuming) at once, one goes on and the other is told.
+    let read = state.last_seq;
+    let mut claim: Vec<Event> = answer.into_iter().collect();
+    let mut after = state.clone();
+    for event in &claim {
+        after.apply(&EventRecord { seq: after.last_seq + 1, at: jiff::Timestamp::now(), event: event.clone() });
     }
-    if resumable(state.status) {
-        engine.record(&mut state, Event::RunResumed { owner: this_process() }).await?;
+    if resumable(after.status) {
+        claim.push(Event::RunResumed { owner: this_process() });
+    }
+    if !claim.is_empty()
+        && let Err(e) = engine.record_after(&mut state, claim).await
+    {
+        return Err(moved_on(store, &state.run_id, read, e).await);
     }
     let state = engine.drive(state).await?;
     finish(global, &mut engine, state).await
+}
+
+/// The error for a change refused because another process changed the run first: what that
+/// process did, and who it was.
+pub async fn moved_on(store: &SqliteStore, run: &RunId, read: u64, error: StoreError) -> CliError {
+    if !matches!(error, StoreError::Conflict { .. }) {
+        return error.into();
+    }
+    let since = store.events_since(run, read).await.unwrap_or_default();
+    let done = since.iter().find_map(|r| {
+        let what = match &r.event {
+            Event::ApprovalGranted { stage, by, .. } => {
+                format!("the approval of stage `{stage}` was already granted by {by}")
+            }
+            Event::ApprovalRejected { stage, by, .. } => {
+                format!("the approval of stage `{stage}` was already rejected by {by}")
+            }
+            Event::EscalationAnswered { stage, answer, by } => {
+                let answer = serde_json::to_value(answer)
+                    .ok()
+                    .and_then(|v| v["answer"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                format!("the escalation of stage `{stage}` was already answered (`{answer}`) by {by}")
+            }
+            Event::RunResumed { owner } => format!("it was already taken up by process {}", owner.pid),
+            Event::CancelRequested { by, .. } | Event::RunCancelled { by, .. } => {
+                format!("it was already cancelled by {by}")
+            }
+            _ => return None,
+        };
+        Some(format!("{what} at {}", r.at))
+    });
+    let done =
+        done.or_else(|| since.first().map(|r| format!("its journal moved on (event {}: {})", r.seq, r.event.kind())));
+    CliError::usage(format!(
+        "run {run}: {}; nothing was done here (see `loopwright status {run}`)",
+        done.unwrap_or_else(|| "its journal moved on".to_owned())
+    ))
 }
 
 /// `loopwright resume RUN`.
@@ -195,7 +244,19 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
     }
     let by = args.by.unwrap_or_else(os_user);
     if state.status == RunStatus::Running && owner_alive(&state) {
-        store.append(&run, &Event::CancelRequested { by, rollback: args.rollback }, jiff::Timestamp::now()).await?;
+        let request = Event::CancelRequested { by: by.clone(), rollback: args.rollback };
+        if let Err(e) = store.append_after(&run, state.last_seq, &[(request, jiff::Timestamp::now())]).await {
+            // The owner recorded something meanwhile (it is running): decide again on the new
+            // journal.
+            if !matches!(e, StoreError::Conflict { .. }) {
+                return Err(e.into());
+            }
+            return Box::pin(cancel(
+                global,
+                CancelArgs { run: run.to_string(), by: Some(by), rollback: args.rollback },
+            ))
+            .await;
+        }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -224,8 +285,10 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
             let (pipeline, state) = load_run(&ws, &store, &run).await?;
             return continue_run(global, &ws, &store, &pipeline, state, Some(event), true).await;
         }
-        let record = store.append(&run, &event, jiff::Timestamp::now()).await?;
-        state.apply(&record);
+        match store.append_after(&run, state.last_seq, &[(event, jiff::Timestamp::now())]).await {
+            Ok(records) => records.iter().for_each(|r| state.apply(r)),
+            Err(e) => return Err(moved_on(&store, &run, state.last_seq, e).await),
+        }
     }
     report(global, &state)
 }

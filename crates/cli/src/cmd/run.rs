@@ -226,6 +226,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         budget: pipeline.budget,
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
+    let _live = crate::lock::live_run(&ws, &root, &run_id)?;
     let ports = Ports::new(&ws, &root, redactor, &store)?;
     let stopper = CliStopper::new(&store, run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
@@ -310,8 +311,14 @@ fn create_worktree(ws: &Workspace, task: &TaskId) -> Result<loopwright_engine::e
     let path = ws.state_dir().join("worktrees").join(task.as_str());
     std::fs::create_dir_all(ws.state_dir().join("worktrees"))
         .map_err(|e| CliError::usage(format!("cannot create {}: {e}", ws.state_dir().display())))?;
+    let _turn = crate::lock::git_turn(ws)?;
     git::worktree_add(&ws.root, &path, &branch).map_err(|e| {
-        CliError::usage(format!("cannot create the worktree of task {task} on branch {branch}: {e} (is a run of this task in progress? resume it instead)"))
+        let hint = if e.contains("already exists") {
+            " (a run of this task has it: resume that run, or give this one another --task-id)"
+        } else {
+            ""
+        };
+        CliError::usage(format!("cannot create the worktree of task {task} on branch {branch}: {e}{hint}"))
     })?;
     Ok(loopwright_engine::event::Worktree {
         repo: ws.root.display().to_string(),
@@ -334,15 +341,10 @@ async fn merge_worktree(engine: &mut CliEngine<'_>, state: &mut RunState) -> Res
         return Ok(());
     }
     let repo = std::path::Path::new(&wt.repo);
-    // One merge into the workspace at a time: runs finishing together take turns.
-    let lock_path = std::path::Path::new(&wt.path).parent().map(|d| d.join(".merge.lock")).unwrap_or_default();
-    let _turn = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .ok()
-        .and_then(|f| nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).ok());
+    // One git operation on the repository's shared state at a time: runs finishing (or
+    // starting) together take turns.
+    let ws = Workspace { root: repo.to_path_buf(), config: Default::default() };
+    let _turn = crate::lock::git_turn(&ws)?;
     let merged = git::with_lock_retries(|| git::merge(repo, &wt.branch))
         .map_err(|e| CliError::usage(format!("cannot merge {} back: {e}", wt.branch)))?;
     let event = match merged {
@@ -396,12 +398,6 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
                     return Ok(130);
                 }
             };
-            // Someone may have answered or cancelled from another terminal meanwhile.
-            let events = engine.store.events(&state.run_id).await?;
-            if events.last().map(|e| e.seq) != Some(state.last_seq) {
-                state = RunState::replay(state.run_id.clone(), &events);
-                continue;
-            }
             let by = os_user();
             let event = if granted {
                 Event::ApprovalGranted { stage, by, comment: None }
@@ -421,7 +417,11 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
                     ));
                 Event::ApprovalRejected { stage, by, comment: None, rollback }
             };
-            engine.record(&mut state, event).await?;
+            // Someone may have answered or cancelled from another terminal meanwhile: then
+            // this answer is not recorded, and the run is looked at again.
+            if !answered(engine, &mut state, event).await? {
+                continue;
+            }
             state = engine.drive(state).await?;
         }
         // A closed-loop escalation, with a person at the terminal: ask (seed 001's options).
@@ -451,15 +451,12 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
             eprintln!("\nloopwright: run {} still waits on the escalation of `{stage}`", state.run_id);
             break;
         };
-        let events = engine.store.events(&state.run_id).await?;
-        if events.last().map(|e| e.seq) != Some(state.last_seq) {
-            state = RunState::replay(state.run_id.clone(), &events);
-            continue;
-        }
         if answer == loopwright_engine::event::Answer::Skip {
             super::resume::warn_skip(engine.pipeline, &state, &stage);
         }
-        engine.record(&mut state, Event::EscalationAnswered { stage, answer, by: os_user() }).await?;
+        if !answered(engine, &mut state, Event::EscalationAnswered { stage, answer, by: os_user() }).await? {
+            continue;
+        }
         state = engine.drive(state).await?;
     }
     merge_worktree(engine, &mut state).await?;
@@ -479,6 +476,20 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
         }
     }
     report(global, &state)
+}
+
+/// Records an answer given at this terminal, unless another process changed the run since it
+/// was read (then the state is read again and `false` returned, nothing recorded).
+async fn answered(engine: &mut CliEngine<'_>, state: &mut RunState, event: Event) -> Result<bool, CliError> {
+    match engine.record_after(state, vec![event]).await {
+        Ok(()) => Ok(true),
+        Err(loopwright_engine::StoreError::Conflict { .. }) => {
+            eprintln!("loopwright: the run changed in another process meanwhile; looking at it again");
+            *state = RunState::replay(state.run_id.clone(), &engine.store.events(&state.run_id).await?);
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Asks a yes/no question on the terminal; anything but `y`/`yes` is no.

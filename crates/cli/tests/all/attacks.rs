@@ -189,3 +189,189 @@ fn a_key_echoed_by_a_refusal_encoded_or_cut_by_the_output_cap_is_stored_nowhere(
         assert_eq!(leaks(&ws, &[&String::from_utf8_lossy(&out.stdout)], needle), Vec::<String>::new(), "{needle}");
     }
 }
+
+/// Starts `loopwright ARGS` in `ws` without waiting.
+fn spawn(ws: &Ws, args: &[&str]) -> std::process::Child {
+    let exe = assert_cmd::cargo::cargo_bin!("loopwright");
+    std::process::Command::new(exe)
+        .args(args)
+        .current_dir(ws.path())
+        .env("NO_COLOR", "1")
+        .env("USER", "tester")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn loopwright")
+}
+
+fn finish(child: std::process::Child) -> (i32, String, String) {
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn lines(path: &std::path::Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
+
+#[test]
+fn two_approvals_at_once_run_the_rest_once() {
+    let counters = tempfile::tempdir().expect("tempdir");
+    let ws = Ws::empty();
+    for i in 0..20 {
+        let counter = counters.path().join(format!("after-{i}"));
+        ws.write(
+            ".loopwright/pipelines/p.yml",
+            &format!("name: p\ndescription: d\nversion: 1\nstages:\n  - id: gate\n    description: d\n    agent: shell\n    mode: plan\n    requires_approval: true\n    run: echo gate\n  - id: after\n    description: d\n    agent: shell\n    mode: plan\n    run: echo x >> {}\n", counter.display()),
+        );
+        let (code, result, stderr) = ws.json(&["run", "p"]);
+        assert_eq!(code, 3, "{stderr}");
+        let run = result["run_id"].as_str().expect("run id").to_owned();
+        let (a, b) = (spawn(&ws, &["approve", &run, "--by", "alice"]), spawn(&ws, &["approve", &run, "--by", "bob"]));
+        let mut outcomes = [finish(a), finish(b)];
+        outcomes.sort_by_key(|o| o.0);
+        assert_eq!((outcomes[0].0, outcomes[1].0), (0, 2), "try {i}: {outcomes:?}");
+        // Refused by the journal (the other answer landed first) or by the working tree's lock
+        // (the other process is driving the run on).
+        let told = outcomes[1].2.contains(&format!("run {run}: the approval of stage `gate` was already granted by "))
+            || outcomes[1].2.contains(&format!("run {run} is being driven by process "));
+        assert!(told, "try {i}: {}", outcomes[1].2);
+        assert_eq!(lines(&counter), 1, "try {i}: the stage after the gate ran once");
+        let (_, status, _) = ws.json(&["status", &run]);
+        assert_eq!(stages(&status), vec![st("gate", "success", 1, None), st("after", "success", 1, None)]);
+    }
+}
+
+#[test]
+fn two_resumes_at_once_run_the_rest_once() {
+    let counters = tempfile::tempdir().expect("tempdir");
+    let ws = Ws::empty();
+    for i in 0..20 {
+        let (slow, after, mark) = (
+            counters.path().join(format!("slow-{i}")),
+            counters.path().join(format!("after-{i}")),
+            counters.path().join(format!("mark-{i}")),
+        );
+        ws.write(
+            ".loopwright/pipelines/p.yml",
+            &format!(
+                "name: p\ndescription: d\nversion: 1\nstages:\n  - id: slow\n    description: d\n    agent: shell\n    mode: plan\n    run: echo x >> {slow}; [ -f {mark} ] || {{ touch {mark}; sleep 30; }}\n  - id: after\n    description: d\n    agent: shell\n    mode: plan\n    run: echo x >> {after}\n",
+                slow = slow.display(),
+                mark = mark.display(),
+                after = after.display()
+            ),
+        );
+        let first = spawn(&ws, &["run", "p", "--json"]);
+        let waited = std::time::Instant::now();
+        while !mark.exists() {
+            assert!(waited.elapsed() < std::time::Duration::from_secs(20), "the stage never started");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.id() as i32), nix::sys::signal::Signal::SIGINT)
+            .expect("SIGINT");
+        let (code, stdout, stderr) = finish(first);
+        assert_eq!(code, 130, "{stderr}");
+        let result: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+        let run = result["run_id"].as_str().expect("run id").to_owned();
+        let (a, b) = (spawn(&ws, &["resume", &run]), spawn(&ws, &["resume", &run]));
+        let mut outcomes = [finish(a), finish(b)];
+        outcomes.sort_by_key(|o| o.0);
+        assert_eq!(outcomes[0].0, 0, "try {i}: {outcomes:?}");
+        let refused = &outcomes[1];
+        let told = refused.2.contains("was already taken up by process")
+            || refused.2.contains(&format!("run {run} is being driven by process"))
+            || refused.2.contains("already ended (success); nothing to resume");
+        assert!(told, "try {i}: {refused:?}");
+        assert_eq!(
+            (lines(&slow), lines(&after)),
+            (2, 1),
+            "try {i}: the interrupted stage ran again once, the next once"
+        );
+    }
+}
+
+#[test]
+fn a_second_run_in_one_working_tree_is_refused_and_damages_nothing() {
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: echo $LOOPWRIGHT_RUN_ID > out-$LOOPWRIGHT_RUN_ID.txt; sleep 0.3\n  - id: review\n    description: d\n    agent: shell\n    mode: plan\n    run: sleep 0.2; ls\n",
+    );
+    for i in 0..20 {
+        let (a, b) = (spawn(&ws, &["run", "p", "--json"]), spawn(&ws, &["run", "p", "--json"]));
+        let mut outcomes = [finish(a), finish(b)];
+        outcomes.sort_by_key(|o| o.0);
+        assert_eq!((outcomes[0].0, outcomes[1].0), (0, 2), "try {i}: {outcomes:?}");
+        assert!(
+            outcomes[1].2.contains(") is live in ") && outcomes[1].2.contains("`--worktree`"),
+            "try {i}: {}",
+            outcomes[1].2
+        );
+        let result: serde_json::Value = serde_json::from_str(&outcomes[0].1).expect("json");
+        let run = result["run_id"].as_str().expect("run");
+        assert_eq!(ws.read(&format!("out-{run}.txt")), format!("{run}\n"), "try {i}: the run's own file stays");
+    }
+    // Every run that started succeeded: none saw another's files as its own.
+    let (_, runs, _) = ws.json(&["status"]);
+    let statuses: Vec<&str> =
+        runs.as_array().expect("rows").iter().map(|r| r["status"].as_str().expect("status")).collect();
+    assert_eq!(statuses, vec!["success"; 20]);
+}
+
+#[test]
+fn loopwrights_own_redirected_output_is_not_a_change_of_the_workspace() {
+    let ws = Ws::empty();
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: echo b > a.txt\n  - id: review\n    description: d\n    agent: shell\n    mode: plan\n    run: ls\n",
+    );
+    ws.init_git();
+    let log = std::fs::File::create(ws.path().join("run.log")).expect("log");
+    let out = std::fs::File::create(ws.path().join("run.json")).expect("out");
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(["run", "p", "--json"])
+        .current_dir(ws.path())
+        .stdout(out)
+        .stderr(log)
+        .status()
+        .expect("run");
+    assert_eq!(status.code(), Some(0), "{}", ws.read("run.log"));
+    assert_eq!(
+        ws.git(&["ls-files"]),
+        ".gitignore\n.loopwright/pipelines/p.yml\na.txt\n",
+        "run.log and run.json were not committed"
+    );
+    assert!(ws.read("run.log").contains("▶ review"));
+}
+
+#[test]
+fn runs_in_worktrees_start_and_merge_together() {
+    let ws = Ws::empty();
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: echo $LOOPWRIGHT_TASK_ID > $LOOPWRIGHT_TASK_ID.txt\n",
+    );
+    ws.init_git();
+    for round in 0..2 {
+        let children: Vec<_> = (0..6)
+            .map(|i| spawn(&ws, &["run", "p", "--worktree", "--task-id", &format!("t{round}-{i}"), "--json"]))
+            .collect();
+        for (i, child) in children.into_iter().enumerate() {
+            let (code, _, stderr) = finish(child);
+            assert_eq!(code, 0, "round {round}, run {i}: {stderr}");
+        }
+    }
+    let files = ws.git(&["ls-files"]);
+    for round in 0..2 {
+        for i in 0..6 {
+            assert!(files.contains(&format!("t{round}-{i}.txt\n")), "{files}");
+        }
+    }
+    assert_eq!(ws.git(&["worktree", "list"]).lines().count(), 1, "every worktree was removed");
+}

@@ -1,0 +1,95 @@
+//! Locks between loopwright processes on one machine (`flock`, so a crashed holder releases
+//! its lock with its last breath):
+//!
+//! - **one live run per working tree**: two runs in one workspace would each see the other's
+//!   files as their own stage's changes (a false `security_violation`, a restore that deletes
+//!   the other's work, the other's files in a commit). A run in its own worktree (`--worktree`)
+//!   has a working tree, and so a lock, of its own;
+//! - **one git operation on the repository's shared state at a time**: creating and removing
+//!   worktrees and merging branches back, which race on `.git/config`, `.git/worktrees/` and
+//!   the branch refs when runs start or end together.
+
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use loopwright_engine::RunId;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::error::CliError;
+use crate::workspace::Workspace;
+
+/// A lock held until dropped (or the process ends).
+#[derive(Debug)]
+pub struct Held {
+    _lock: Flock<File>,
+}
+
+fn open(path: &Path) -> Result<File, CliError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| CliError::usage(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| CliError::usage(format!("cannot open the lock {}: {e}", path.display())))
+}
+
+/// The lock file of the working tree `root`: the workspace's own, or its worktree's.
+fn live_path(ws: &Workspace, root: &Path) -> PathBuf {
+    if root == ws.root {
+        ws.state_dir().join("live.lock")
+    } else {
+        let name = root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        ws.state_dir().join("worktrees").join(format!("{name}.live.lock"))
+    }
+}
+
+/// Takes the working tree `root` for `run`, or says which run holds it.
+pub fn live_run(ws: &Workspace, root: &Path, run: &RunId) -> Result<Held, CliError> {
+    let path = live_path(ws, root);
+    let file = open(&path)?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => {
+            let mut f: &File = &lock;
+            let _ = f.set_len(0).and_then(|()| f.rewind()).and_then(|()| writeln!(f, "{run} {}", std::process::id()));
+            Ok(Held { _lock: lock })
+        }
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+            // The holder writes who it is just after it locks: give it a moment.
+            let mut holder = String::new();
+            for _ in 0..10 {
+                holder.clear();
+                let _ = file.rewind().and_then(|()| file.read_to_string(&mut holder));
+                if !holder.trim().is_empty() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let mut words = holder.split_whitespace();
+            let (other, pid) = (words.next().unwrap_or("?"), words.next().unwrap_or("?"));
+            if other == run.as_str() {
+                return Err(CliError::usage(format!(
+                    "run {run} is being driven by process {pid} (it was just answered or resumed there); nothing was done here"
+                )));
+            }
+            Err(CliError::usage(format!(
+                "another run ({other}, process {pid}) is live in {}; two runs in one working tree would take each other's changes for their own. Wait for it to end, or start this one with `--worktree` to give it a git worktree of its own",
+                root.display()
+            )))
+        }
+        Err((_, e)) => Err(CliError::usage(format!("cannot lock {}: {e}", path.display()))),
+    }
+}
+
+/// Waits for the repository's git lock (worktrees and merges take turns).
+pub fn git_turn(ws: &Workspace) -> Result<Held, CliError> {
+    let path = ws.state_dir().join("git.lock");
+    let file = open(&path)?;
+    Flock::lock(file, FlockArg::LockExclusive)
+        .map(|lock| Held { _lock: lock })
+        .map_err(|(_, e)| CliError::usage(format!("cannot lock {}: {e}", path.display())))
+}
