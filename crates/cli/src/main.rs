@@ -6,6 +6,7 @@
 mod cmd;
 mod error;
 mod examples;
+mod input;
 mod lock;
 mod observe;
 mod render;
@@ -81,7 +82,28 @@ enum Command {
     Bench(cmd::bench::Args),
 }
 
+/// Ends the process quietly when its output is a pipe whose reader has gone (`loopwright logs
+/// RUN --json | head -1`), with 141 as a shell reports a process ended by SIGPIPE. Rust ignores
+/// SIGPIPE, so `println!` panics on `EPIPE` instead; restoring the signal's default needs
+/// `unsafe`, which this crate forbids, so the panic is caught here instead.
+fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to std") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_broken_pipe();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,

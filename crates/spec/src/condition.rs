@@ -15,14 +15,167 @@ pub const BUILTIN_VARIABLES: [&str; 5] = ["complexity", "task_type", "tags", "al
 /// Instructions a single evaluation may run.
 const FUEL: u64 = 10_000;
 
+/// The longest condition accepted (characters). The documents' conditions are under 100; a
+/// bound on the source bounds what a condition can build, since an expression has no loops.
+pub const MAX_SOURCE: usize = 500;
+
+/// The filters a condition may use: each gives a value no larger than its input (a count, a
+/// case change, a subset, a number). Those that build larger values (`replace`, `join`,
+/// `split`, `batch`, `indent`, `format`, `list`, `tojson`, …) are not available, and neither
+/// are functions (`range`, `dict`, …), nor `*` (which repeats strings and lists).
+const FILTERS: [&str; 27] = [
+    "lower",
+    "upper",
+    "title",
+    "capitalize",
+    "length",
+    "count",
+    "reverse",
+    "trim",
+    "default",
+    "d",
+    "round",
+    "abs",
+    "int",
+    "float",
+    "first",
+    "last",
+    "min",
+    "max",
+    "sort",
+    "bool",
+    "unique",
+    "select",
+    "reject",
+    "sum",
+    "items",
+    "dictsort",
+    "attr",
+];
+
 fn environment() -> &'static Environment<'static> {
     static ENV: OnceLock<Environment<'static>> = OnceLock::new();
     ENV.get_or_init(|| {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_fuel(Some(FUEL));
+        for name in [
+            "replace",
+            "join",
+            "split",
+            "lines",
+            "escape",
+            "e",
+            "safe",
+            "indent",
+            "format",
+            "tojson",
+            "urlencode",
+            "pprint",
+            "batch",
+            "slice",
+            "map",
+            "groupby",
+            "chain",
+            "zip",
+            "list",
+            "string",
+            "center",
+            "truncate",
+            "wordwrap",
+            "wordcount",
+            "striptags",
+            "filesizeformat",
+            "dictsort_by",
+        ] {
+            env.remove_filter(name);
+        }
+        let globals: Vec<String> = env.globals().map(|(name, _)| name.to_owned()).collect();
+        for name in globals {
+            env.remove_global(&name);
+        }
         env
     })
+}
+
+/// What a condition may not do, found in its syntax tree before it ever runs: call a
+/// function, use a filter outside [`FILTERS`], or multiply.
+fn limits(expr: &minijinja::machinery::ast::Expr<'_>, problems: &mut Vec<ConditionProblem>) {
+    use minijinja::machinery::ast::{BinOpKind, CallArg, Expr};
+    let span = |s: minijinja::machinery::Span| Some(s.start_offset as usize..s.end_offset as usize);
+    let args = |list: &[CallArg<'_>], problems: &mut Vec<ConditionProblem>| {
+        for a in list {
+            match a {
+                CallArg::Pos(e) | CallArg::Kwarg(_, e) | CallArg::PosSplat(e) | CallArg::KwargSplat(e) => {
+                    limits(e, problems)
+                }
+            }
+        }
+    };
+    match expr {
+        Expr::Var(_) | Expr::Const(_) => {}
+        Expr::Slice(s) => {
+            limits(&s.expr, problems);
+            for e in [&s.start, &s.stop, &s.step].into_iter().flatten() {
+                limits(e, problems);
+            }
+        }
+        Expr::UnaryOp(u) => limits(&u.expr, problems),
+        Expr::BinOp(b) => {
+            if matches!(b.op, BinOpKind::Mul | BinOpKind::Pow) {
+                problems.push(ConditionProblem {
+                    message: "conditions cannot multiply (`*` and `**` repeat strings and lists without bound)".into(),
+                    range: span(b.span()),
+                    help: Some("compare values instead, e.g. `stage_outputs.review.risks_identified > 2`".into()),
+                });
+            }
+            limits(&b.left, problems);
+            limits(&b.right, problems);
+        }
+        Expr::Compare(c) => {
+            limits(&c.expr, problems);
+            for op in &c.ops {
+                limits(&op.expr, problems);
+            }
+        }
+        Expr::IfExpr(i) => {
+            limits(&i.test_expr, problems);
+            limits(&i.true_expr, problems);
+            if let Some(e) = &i.false_expr {
+                limits(e, problems);
+            }
+        }
+        Expr::Filter(f) => {
+            if !FILTERS.contains(&f.name) {
+                problems.push(ConditionProblem {
+                    message: format!("conditions cannot use the filter `{}`", f.name),
+                    range: span(f.span()),
+                    help: Some(format!("filters a condition may use: {}", FILTERS.join(", "))),
+                });
+            }
+            if let Some(e) = &f.expr {
+                limits(e, problems);
+            }
+            args(&f.args, problems);
+        }
+        Expr::Test(t) => {
+            limits(&t.expr, problems);
+            args(&t.args, problems);
+        }
+        Expr::GetAttr(g) => limits(&g.expr, problems),
+        Expr::GetItem(g) => {
+            limits(&g.expr, problems);
+            limits(&g.subscript_expr, problems);
+        }
+        Expr::Call(c) => problems.push(ConditionProblem {
+            message: "conditions cannot call functions".into(),
+            range: span(c.span()),
+            help: Some("a condition compares variables and stage outputs; see `loopwright schema`".into()),
+        }),
+        Expr::List(l) => l.items.iter().for_each(|e| limits(e, problems)),
+        Expr::Tuple(t) => t.items.iter().for_each(|e| limits(e, problems)),
+        Expr::Map(m) => m.keys.iter().chain(&m.values).for_each(|e| limits(e, problems)),
+    }
 }
 
 /// A stage output a condition reads: `stage_outputs.<stage>[.<key>]`.
@@ -71,6 +224,21 @@ pub struct Scope<'a> {
 impl Condition {
     /// Parses `source` and checks every name it uses against `scope`.
     pub fn check(source: &str, scope: &Scope<'_>) -> Result<Self, Vec<ConditionProblem>> {
+        let length = source.chars().count();
+        if length > MAX_SOURCE {
+            return Err(vec![ConditionProblem {
+                message: format!("condition is {length} characters long; at most {MAX_SOURCE} are accepted"),
+                range: None,
+                help: Some("split the decision: compute it in an earlier stage's output and compare that".into()),
+            }]);
+        }
+        if let Ok(ast) = minijinja::machinery::parse_expr(source) {
+            let mut problems = Vec::new();
+            limits(&ast, &mut problems);
+            if !problems.is_empty() {
+                return Err(problems);
+            }
+        }
         let expr = environment().compile_expression(source).map_err(|e| {
             vec![ConditionProblem {
                 message: format!("condition does not parse: {}", e.detail().unwrap_or("syntax error")),
@@ -252,9 +420,22 @@ mod tests {
     }
 
     #[test]
-    fn runaway_expression_runs_out_of_fuel() {
-        let c = ctx();
-        let cond = scope_check("range(100000000) | list | length > 0").expect("parses");
-        assert!(cond.evaluate(&c).is_err());
+    fn what_could_build_without_bound_is_refused_before_it_runs() {
+        let messages =
+            |src: &str| -> Vec<String> { scope_check(src).expect_err(src).into_iter().map(|p| p.message).collect() };
+        assert_eq!(messages("range(100000000) | length > 0"), vec!["conditions cannot call functions"]);
+        assert_eq!(
+            messages("('a' * 100000000) | length > 0"),
+            vec!["conditions cannot multiply (`*` and `**` repeat strings and lists without bound)"]
+        );
+        let bomb = format!("'a'{} | length > 0", " | replace('a', 'aaaaaaaaaa')".repeat(10));
+        assert_eq!(messages(&bomb), vec!["conditions cannot use the filter `replace`"; 10]);
+        let chain = vec!["complexity == 'high'"; 30_000].join(" or ");
+        assert_eq!(
+            messages(&chain),
+            vec![format!("condition is {} characters long; at most 500 are accepted", chain.len())]
+        );
+        // What conditions are for still works, filters included.
+        assert!(eval("tags | length > 0 and (complexity | upper) == 'HIGH'", &ctx()));
     }
 }

@@ -1,7 +1,5 @@
 //! `loopwright patterns test|list`: the failure-pattern library (SPEC §6).
 
-use std::io::Read;
-
 use loopwright_engine::patterns::Library;
 use loopwright_spec::SourceFile;
 use loopwright_spec::patterns::PatternFile;
@@ -20,7 +18,8 @@ pub struct Args {
 /// `patterns` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Classify one error output (a file, or `-`/nothing for standard input).
+    /// Classify one error output (a regular file of at most 16 MiB, or `-`/nothing for standard
+    /// input).
     Test {
         /// The file holding the output.
         file: Option<String>,
@@ -66,17 +65,10 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let lib = library(&ws)?;
     match args.command {
         Command::Test { file } => {
+            use crate::input::{MAX_PATTERN_TEXT_BYTES, read_file, read_stdin};
             let text = match file.as_deref() {
-                None | Some("-") => {
-                    let mut s = String::new();
-                    std::io::stdin()
-                        .read_to_string(&mut s)
-                        .map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;
-                    s
-                }
-                Some(path) => std::fs::read(path)
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    .map_err(|e| CliError::usage(format!("cannot read {path}: {e}")))?,
+                None | Some("-") => read_stdin(MAX_PATTERN_TEXT_BYTES, "patterns test")?,
+                Some(path) => read_file(path, MAX_PATTERN_TEXT_BYTES, "patterns test")?,
             };
             let c = lib.classify(&text);
             if global.json {

@@ -127,6 +127,7 @@ async fn continue_run(
     quiet: bool,
 ) -> Result<u8, CliError> {
     let root = state.started.as_ref().map_or_else(|| ws.root.clone(), |s| std::path::PathBuf::from(&s.workspace));
+    same_workspace(ws, &state)?;
     let _live = crate::lock::live_run(ws, &root, &state.run_id)?;
     let ports = super::run::Ports::new(ws, &root, super::run::redactor(pipeline), store)?;
     let stopper =
@@ -152,6 +153,24 @@ async fn continue_run(
     }
     let state = engine.drive(state).await?;
     finish(global, &mut engine, state).await
+}
+
+/// Refuses to continue a run from a workspace other than the one it was started in (a copy,
+/// or the same files moved): its snapshots, commits and processes belong to that one, and
+/// resuming here would restore and commit files in the other.
+fn same_workspace(ws: &Workspace, state: &RunState) -> Result<(), CliError> {
+    let Some(started) = state.started.as_ref() else { return Ok(()) };
+    let recorded = started.worktree.as_ref().map_or(started.workspace.as_str(), |w| w.repo.as_str());
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    if canonical(Path::new(recorded)) == canonical(&ws.root) {
+        return Ok(());
+    }
+    let run = &state.run_id;
+    Err(CliError::usage(format!(
+        "run {run} was started in {recorded}, but this workspace is {}: a run belongs to the workspace it was started in (its snapshots, commits and processes are there). Continue it there (`loopwright -C {recorded} {run_cmd}`), or move this workspace back to {recorded}; a copy's journal keeps the run's history, but new work in the copy starts a new run",
+        ws.root.display(),
+        run_cmd = format_args!("resume {run}"),
+    )))
 }
 
 /// The error for a change refused because another process changed the run first: what that

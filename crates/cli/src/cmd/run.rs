@@ -33,7 +33,8 @@ pub struct Args {
     /// (comma list), or a variable the pipeline declares under `vars:`.
     #[arg(long = "var", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
-    /// An initial input: KEY=VALUE, KEY=@FILE (the file's text), or @FILE (key: the file's stem).
+    /// An initial input: KEY=VALUE, KEY=@FILE (the text of a regular file of at most 4 MiB), or
+    /// @FILE (key: the file's stem).
     #[arg(long = "input", value_name = "KEY=VALUE|@FILE")]
     pub inputs: Vec<String>,
     /// Start at this stage; earlier stages' outputs come from earlier runs of the same task.
@@ -81,8 +82,9 @@ fn parse_inputs(raw: &[String]) -> Result<BTreeMap<String, String>, CliError> {
             return Err(CliError::usage(format!("--input `{item}`: the key `{key}` must match ^[a-z][a-z0-9_]*$")));
         }
         let value = match value.strip_prefix('@') {
-            Some(file) => std::fs::read_to_string(file)
-                .map_err(|e| CliError::usage(format!("--input {key}=@{file}: cannot read {file}: {e}")))?,
+            Some(file) => {
+                crate::input::read_file(file, crate::input::MAX_INPUT_BYTES, &format!("--input {key}=@{file}"))?
+            }
             None => value,
         };
         inputs.insert(key, value);
@@ -602,6 +604,13 @@ fn ask_until<T>(prompt: &str, help: &str, understood: impl Fn(&str) -> Option<T>
 /// True when the run is in a state `resume` can continue.
 pub fn resumable(status: RunStatus) -> bool {
     matches!(status, RunStatus::Running | RunStatus::Interrupted)
+}
+
+/// The status to show for a run: `interrupted` for one recorded as running whose owner is no
+/// longer alive (loopwright was killed; `resume` continues it).
+pub fn shown_status(state: &RunState) -> RunStatus {
+    let owner_gone = state.owner.is_some_and(|o| !loopwright_runners::process::same_process_alive(o.pid, o.start_time));
+    if state.status == RunStatus::Running && owner_gone { RunStatus::Interrupted } else { state.status }
 }
 
 /// True while the process that owns a run is alive.

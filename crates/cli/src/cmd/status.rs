@@ -23,7 +23,12 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let ws = Workspace::locate(global.dir.as_deref())?;
     let store = open_existing_store(&ws)?;
     let Some(run) = args.run else {
-        let runs = store.runs(args.limit).await?;
+        let mut runs = store.runs(args.limit).await?;
+        // A run recorded as running whose owner is gone was interrupted by a crash.
+        for r in runs.iter_mut().filter(|r| r.status == loopwright_engine::RunStatus::Running) {
+            let state = loopwright_engine::RunState::replay(r.run_id.clone(), &store.events(&r.run_id).await?);
+            r.status = super::run::shown_status(&state);
+        }
         if global.json {
             println!("{}", serde_json::to_string_pretty(&runs).map_err(|e| CliError::Internal(e.into()))?);
             return Ok(0);
@@ -46,6 +51,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         return Ok(0);
     };
     let run = resolve_run(&store, &run).await?;
-    let (_, state) = load_run(&ws, &store, &run).await?;
+    let (_, mut state) = load_run(&ws, &store, &run).await?;
+    state.status = super::run::shown_status(&state);
     report(global, &state)
 }

@@ -375,3 +375,121 @@ fn runs_in_worktrees_start_and_merge_together() {
     }
     assert_eq!(ws.git(&["worktree", "list"]).lines().count(), 1, "every worktree was removed");
 }
+
+fn one_stage(ws: &Ws, extra: &str, run: &str) {
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        &format!("name: p\ndescription: d\nversion: 1\ninitial_inputs: [k]\nstages:\n  - id: s\n    description: d\n    agent: shell\n    mode: plan\n    inputs: [k]\n{extra}    run: {run}\n"),
+    );
+}
+
+#[test]
+fn unbounded_inputs_are_refused_with_a_clear_error() {
+    let ws = Ws::empty();
+    one_stage(&ws, "", "echo hi");
+    let (code, _, stderr) = ws.run(&["run", "p", "--input", "k=@/dev/zero"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(
+        stderr,
+        "loopwright: error: --input k=@/dev/zero: /dev/zero is not a regular file (a device, FIFO or folder); give a file, or pipe the text in with `-` where that is accepted\n"
+    );
+    ws.write("big.txt", &"x".repeat(4 * 1024 * 1024 + 1));
+    let (code, _, stderr) = ws.run(&["run", "p", "--input", "k=@big.txt"]);
+    assert_eq!(
+        (code, stderr.as_str()),
+        (2, "loopwright: error: --input k=@big.txt: big.txt is larger than the 4 MiB accepted\n")
+    );
+    assert!(!ws.has_store(), "nothing ran");
+    let (code, _, stderr) = ws.run(&["patterns", "test", "/dev/zero"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("patterns test: /dev/zero is not a regular file"), "{stderr}");
+
+    // A condition that would allocate without bound is a validation error, located.
+    for (condition, message) in [
+        (
+            "(('a' ~ 'a') | replace('a', 'aaaaaaaaaa') | replace('a', 'aaaaaaaaaa') | length) > 0",
+            "conditions cannot use the filter `replace`",
+        ),
+        ("('a' * 100000000) | length > 0", "conditions cannot multiply"),
+        ("range(100000) | length > 0", "conditions cannot call functions"),
+    ] {
+        one_stage(&ws, &format!("    condition: \"{condition}\"\n"), "echo hi");
+        let (code, _, stderr) = ws.run(&["validate", "p"]);
+        assert_eq!(code, 2, "{condition}: {stderr}");
+        assert!(stderr.contains(message) && stderr.contains("p.yml:"), "{condition}: {stderr}");
+    }
+    let long = vec!["complexity == 'high'"; 3000].join(" or ");
+    one_stage(&ws, &format!("    condition: \"{long}\"\n"), "echo hi");
+    let (code, _, stderr) = ws.run(&["validate", "p"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!("condition is {} characters long; at most 500 are accepted", long.len())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_output_quietly() {
+    let ws = Ws::empty();
+    one_stage(&ws, "", "seq 1 5000");
+    let (code, _, stderr) = ws.run(&["run", "p", "--input", "k=v"]);
+    assert_eq!(code, 0, "{stderr}");
+    let exe = assert_cmd::cargo::cargo_bin!("loopwright").display().to_string();
+    for args in ["logs latest --json", "logs latest --stage s", "status latest --json"] {
+        let out = std::process::Command::new("bash")
+            .args([
+                "-c",
+                &format!("set -o pipefail; RUST_BACKTRACE=1 {exe} {args} | head -c 1 >/dev/null; echo \"exit=$?\" >&2"),
+            ])
+            .current_dir(ws.path())
+            .output()
+            .expect("sh");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.ends_with("exit=141\n") || stderr.ends_with("exit=0\n"), "{args}: {stderr}");
+        assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{args}: {stderr}");
+    }
+}
+
+#[test]
+fn a_crashed_run_shows_interrupted_and_a_moved_workspace_is_not_resumed() {
+    let ws = Ws::empty();
+    let outside = tempfile::tempdir().expect("tempdir");
+    let mark = outside.path().join("started");
+    one_stage(&ws, "", &format!("if [ -f {m} ]; then echo again; else touch {m}; sleep 30; fi", m = mark.display()));
+    let child = spawn(&ws, &["run", "p", "--input", "k=v", "--json"]);
+    let waited = std::time::Instant::now();
+    while !mark.exists() {
+        assert!(waited.elapsed() < std::time::Duration::from_secs(20), "the stage never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL)
+        .expect("kill");
+    let _ = finish(child);
+    let (_, result, _) = ws.json(&["status", "latest"]);
+    assert_eq!(result["status"], "interrupted");
+    let (_, table, _) = ws.json(&["status"]);
+    assert_eq!(table[0]["status"], "interrupted");
+    // The same journal in another place: a copy of the workspace.
+    let copy = tempfile::tempdir().expect("tempdir");
+    let status = std::process::Command::new("cp")
+        .args(["-a", &format!("{}/.", ws.path().display()), &copy.path().display().to_string()])
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    let run = result["run_id"].as_str().expect("run");
+    let out = ws.cmd().current_dir(copy.path()).args(["resume", run]).output().expect("resume");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "run {run} was started in {}, but this workspace is {}",
+            ws.path().display(),
+            copy.path().display()
+        )),
+        "{stderr}"
+    );
+    // The original resumes (and ends the orphaned `sleep` first).
+    let (code, _, stderr) = ws.run(&["resume", run]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("✓ s"), "{stderr}");
+}
