@@ -226,6 +226,7 @@ impl Observer for Progress {
             | Event::SnapshotTaken { .. }
             | Event::ChangesCommitted { .. } => {}
             Event::SnapshotFailed { stage, reason, .. } => self.line(&format!("  {stage}: warning: {reason}")),
+            Event::RepositoryRepaired { stage, detail } => self.line(&format!("  {stage}: {detail}")),
             Event::Generated { stage, attempt, duration_ms, files, failure, .. } => {
                 self.stop_spinner();
                 let changed =

@@ -148,6 +148,14 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// loopwright repaired what a crash left in the repository before using it (a stale
+    /// `.git/index.lock` that no live process held, which would fail every commit).
+    RepositoryRepaired {
+        /// The stage about to commit or roll back.
+        stage: StageId,
+        /// What was done.
+        detail: String,
+    },
     /// An interrupted attempt's partial file changes were undone before it was run again.
     SnapshotRestored {
         /// The stage.
@@ -416,6 +424,7 @@ impl Event {
             | Event::FeedbackChecked { stage, .. }
             | Event::SnapshotTaken { stage, .. }
             | Event::SnapshotFailed { stage, .. }
+            | Event::RepositoryRepaired { stage, .. }
             | Event::SnapshotRestored { stage, .. }
             | Event::ChangesCommitted { stage, .. }
             | Event::StageRolledBack { stage, .. }
@@ -460,6 +469,7 @@ impl Event {
             Event::FeedbackChecked { .. } => "feedback_checked",
             Event::SnapshotTaken { .. } => "snapshot_taken",
             Event::SnapshotFailed { .. } => "snapshot_failed",
+            Event::RepositoryRepaired { .. } => "repository_repaired",
             Event::SnapshotRestored { .. } => "snapshot_restored",
             Event::ChangesCommitted { .. } => "changes_committed",
             Event::RollbackStarted { .. } => "rollback_started",

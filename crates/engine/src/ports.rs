@@ -279,8 +279,21 @@ pub trait Changes {
         task: &TaskId,
         stage: &StageId,
     ) -> Result<Option<(String, usize)>, String>;
-    /// Reverts the commits of a stage of a task, newest first; returns how many.
+    /// Reverts the commits of a stage of a task, newest first; returns how many. Commits a
+    /// revert made before (a crash after its commit, before its journal entry) are not
+    /// reverted again: the count is the same and nothing new is committed.
     fn revert(&self, task: &TaskId, stage: &StageId) -> Result<usize, String>;
+    /// The repository's commit of a stage of this run that a crash left unjournaled: the
+    /// current commit, when its trailers name the run and the stage, and how many files it
+    /// changed.
+    fn committed(&self, _run: &RunId, _stage: &StageId) -> Option<(String, usize)> {
+        None
+    }
+    /// Repairs what a crash left in the repository (a stale `index.lock` no live process
+    /// holds) before a commit or a revert; says what was done.
+    fn repair(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// The files that differ now from snapshot `name`.
     fn changed(&self, _run: &RunId, _name: &str) -> Result<crate::closed_loop::FileChanges, String> {
         Ok(crate::closed_loop::FileChanges::default())

@@ -287,27 +287,38 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 return self.record(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error }).await;
             }
         }
-        let succeeded = match judge(&stage.outputs, &execution) {
+        match judge(&stage.outputs, &execution) {
             Ok(outputs) => {
-                self.defer(state, Event::AttemptSucceeded { stage: stage_id.clone(), attempt, duration_ms, outputs });
-                true
+                if snapshot_taken && stage.mode == Mode::Agent {
+                    // Everything changed since the stage's first attempt is committed before the
+                    // attempt's end is journaled (with the commit). Should loopwright die between
+                    // the two, the attempt is redone on resume and the commit it made is adopted;
+                    // journaling the end first would leave a stage that succeeded with its
+                    // changes never committed.
+                    let first =
+                        state.stage(stage_id.as_str()).and_then(|s| s.snapshots.first()).map(|(_, n)| n.clone());
+                    let committed = match self.commit(state, &stage_id, &first.unwrap_or(snapshot)).await? {
+                        Ok(event) => event,
+                        Err(error) => {
+                            let event = Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error };
+                            return self.record(state, event).await;
+                        }
+                    };
+                    self.defer(state, Event::AttemptSucceeded { stage: stage_id, attempt, duration_ms, outputs });
+                    if let Some(event) = committed {
+                        self.defer(state, event);
+                    }
+                    return self.flush(state).await;
+                }
+                self.defer(state, Event::AttemptSucceeded { stage: stage_id, attempt, duration_ms, outputs });
             }
             Err(mut error) => {
                 if error.exit_code.is_some() || error.kind == FailureKind::Timeout {
                     let c = self.patterns.classify(&format!("{}\n{}", error.output_tail, execution.stdout_tail()));
                     error.pattern = c.matched_pattern;
                 }
-                self.defer(state, Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms, error });
-                false
+                self.defer(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error });
             }
-        };
-        if succeeded && snapshot_taken && stage.mode == Mode::Agent {
-            // Everything changed since the stage's first attempt is committed, and the attempt's
-            // end is journaled with the commit (by `commit`). Should loopwright die between the
-            // two, the attempt is redone on resume (its changes undone first); journaling the end
-            // first would instead leave a stage that succeeded with its changes never committed.
-            let first = state.stage(stage_id.as_str()).and_then(|s| s.snapshots.first()).map(|(_, n)| n.clone());
-            self.commit(state, &stage_id, attempt, &first.unwrap_or(snapshot)).await?;
         }
         Ok(())
     }
@@ -497,15 +508,28 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 return Ok(());
             }
         }
-        // SUCCESS: the agent's outputs become the stage's; its changes are committed.
-        let event = Event::AttemptSucceeded { stage: stage_id.clone(), attempt, duration_ms: 0, outputs: it.outputs };
-        self.record(state, event).await?;
+        // SUCCESS: the agent's changes are committed, then its outputs become the stage's (the
+        // commit first, as for any agent-mode stage: a crash between the two re-evaluates and
+        // adopts the commit instead of losing it or folding it into the next stage's).
+        let mut committed = None;
         if stage.mode == Mode::Agent
             && let Some(first) = first_snapshot
         {
-            self.commit(state, &stage_id, attempt, &first).await?;
+            match self.commit(state, &stage_id, &first).await? {
+                Ok(event) => committed = event,
+                Err(error) => {
+                    return self
+                        .record(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms: 0, error })
+                        .await;
+                }
+            }
         }
-        Ok(())
+        let event = Event::AttemptSucceeded { stage: stage_id.clone(), attempt, duration_ms: 0, outputs: it.outputs };
+        self.defer(state, event);
+        if let Some(event) = committed {
+            self.defer(state, event);
+        }
+        self.flush(state).await
     }
 
     /// Closed loop, FIX: runs the strategy ANALYZE chose for an attempt's failure.
@@ -593,28 +617,42 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         self.runner.command(&request).await
     }
 
-    /// Commits what changed since snapshot `name` for a stage, and journals the commit.
+    /// Commits what changed since snapshot `name` for a stage. Returns the `changes_committed`
+    /// event to journal with the attempt's end (none when nothing changed), or the error that
+    /// fails the attempt (retryable: a commit that fails is not a warning, the work would be
+    /// lost). A commit of this run and stage that a crash left unjournaled is adopted.
     async fn commit(
         &mut self,
         state: &mut RunState,
         stage_id: &StageId,
-        attempt: u32,
         name: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Result<Option<Event>, StageError>, StoreError> {
+        self.repair(state, stage_id).await?;
         let task = state.started.as_ref().map(|s| s.task_id.clone()).expect("a started run");
-        let event = match self.changes.commit(&state.run_id, name, &task, stage_id) {
-            Ok(Some((commit, files))) => Some(Event::ChangesCommitted { stage: stage_id.clone(), commit, files }),
-            Ok(None) => None,
-            Err(e) => Some(Event::SnapshotFailed {
-                stage: stage_id.clone(),
-                attempt,
-                reason: format!("the stage's changes could not be committed: {e}"),
+        let known = |sha: &str| state.stage(stage_id.as_str()).is_some_and(|s| s.commits.iter().any(|c| c == sha));
+        Ok(match self.changes.commit(&state.run_id, name, &task, stage_id) {
+            Ok(Some((commit, files))) => Ok(Some(Event::ChangesCommitted { stage: stage_id.clone(), commit, files })),
+            Ok(None) => Ok(self
+                .changes
+                .committed(&state.run_id, stage_id)
+                .filter(|(sha, _)| !known(sha))
+                .map(|(commit, files)| Event::ChangesCommitted { stage: stage_id.clone(), commit, files })),
+            Err(e) => Err(StageError {
+                kind: FailureKind::ExecutionError,
+                message: format!("the stage's changes could not be committed: {e}"),
+                exit_code: None,
+                output_tail: String::new(),
+                pattern: None,
             }),
-        };
-        match event {
-            Some(event) => self.record(state, event).await,
-            None => Ok(()),
+        })
+    }
+
+    /// Repairs what a crash left in the repository, journaling each repair.
+    async fn repair(&mut self, state: &mut RunState, stage: &StageId) -> Result<(), StoreError> {
+        for detail in self.changes.repair() {
+            self.record(state, Event::RepositoryRepaired { stage: stage.clone(), detail }).await?;
         }
+        Ok(())
     }
 
     /// Rolls back stages, most recent first, each by its strategy.
@@ -631,6 +669,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let task = state.started.as_ref().map(|s| s.task_id.clone()).expect("a started run");
         for id in stages {
             let Some(rollback) = self.pipeline.stage(id.as_str()).and_then(|s| s.rollback.clone()) else { continue };
+            if rollback.strategy == RollbackStrategy::GitRevert {
+                self.repair(state, &id).await?;
+            }
             let st = state.stage(id.as_str());
             let (status, detail) = match rollback.strategy {
                 RollbackStrategy::GitRevert => match self.changes.revert(&task, &id) {
@@ -702,10 +743,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     start_time: group.start_time,
                     command,
                 };
-                // Journaled with the attempt's end (or the next outside effect): should
-                // loopwright die before, `end_strays` finds the process by its environment.
-                self.defer(state, event);
-                Ok(())
+                // Journaled at once, while the process runs (SPEC §1): after a crash, `resume`
+                // ends the group it names even when its processes cleared their environment
+                // (`exec env -i …`), which `end_strays` could not recognise them by.
+                self.record(state, event).await
             }
         }
     }

@@ -462,7 +462,7 @@ impl RunState {
             Event::SnapshotTaken { stage, attempt, snapshot, .. } => {
                 self.stage_mut(stage).snapshots.push((*attempt, snapshot.clone()));
             }
-            Event::SnapshotFailed { .. } | Event::SnapshotRestored { .. } => {}
+            Event::SnapshotFailed { .. } | Event::SnapshotRestored { .. } | Event::RepositoryRepaired { .. } => {}
             Event::ChangesCommitted { stage, commit, .. } => self.stage_mut(stage).commits.push(commit.clone()),
             Event::RollbackStarted { trigger, stages } => {
                 self.rollback = Some(RollbackState {

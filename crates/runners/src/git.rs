@@ -73,7 +73,7 @@ fn commit_with(
 /// Commits the changes of `paths` (and only them) with the loopwright trailers; returns the new
 /// commit, or `None` when none of them is something git tracks or may track (ignored files and
 /// files created then deleted are left out).
-pub fn commit(root: &Path, paths: &[String], task: &str, stage: &str) -> Result<Option<String>, String> {
+pub fn commit(root: &Path, paths: &[String], run: &str, task: &str, stage: &str) -> Result<Option<String>, String> {
     let (present, gone): (Vec<&String>, Vec<&String>) = paths.iter().partition(|p| root.join(p).exists());
     let list = |args: &[&str], of: &[&String]| -> Result<Vec<String>, String> {
         if of.is_empty() {
@@ -103,9 +103,71 @@ pub fn commit(root: &Path, paths: &[String], task: &str, stage: &str) -> Result<
         git(root, &args)?;
     }
     let staged: Vec<String> = add.into_iter().chain(removed).collect();
-    let trailers = [format!("Loopwright-Task: {task}"), format!("Loopwright-Stage: {stage}")];
+    // The files may hold what the last commit has (a stage redone after a crash that followed
+    // its commit): then there is nothing to commit.
+    let mut diff = vec!["diff", "--cached", "--quiet", "--"];
+    diff.extend(staged.iter().map(String::as_str));
+    if git(root, &diff).is_ok() {
+        return Ok(None);
+    }
+    let trailers =
+        [format!("Loopwright-Task: {task}"), format!("Loopwright-Stage: {stage}"), format!("Loopwright-Run: {run}")];
     commit_with(root, &format!("loopwright: stage {stage} of {task}"), &trailers, &["--"], &staged)?;
     Ok(Some(git(root, &["rev-parse", "HEAD"])?.trim().to_owned()))
+}
+
+/// The current commit and how many files it changed, when its trailers name this run and
+/// stage (a commit loopwright made, then died before journaling).
+pub fn head_commit_of(root: &Path, run: &str, stage: &str) -> Option<(String, usize)> {
+    let head = git(
+        root,
+        &[
+            "log",
+            "-1",
+            "--format=%H%x1f%(trailers:key=Loopwright-Run,valueonly)%x1f%(trailers:key=Loopwright-Stage,valueonly)",
+        ],
+    )
+    .ok()?;
+    let mut f = head.trim().split('\x1f');
+    let (sha, r, s) = (f.next()?, f.next()?, f.next()?);
+    if r.trim() != run || s.trim() != stage {
+        return None;
+    }
+    let files = git(root, &["show", "--name-only", "--format=", sha]).ok()?.lines().filter(|l| !l.is_empty()).count();
+    Some((sha.to_owned(), files))
+}
+
+/// Removes the repository's `index.lock` when no live process has it open: a git killed in
+/// the middle of a commit (with loopwright, by a crash) leaves it, and every later commit then
+/// fails. Returns the lock's path when one was removed.
+pub fn clear_stale_index_lock(root: &Path) -> Option<String> {
+    let rel = git(root, &["rev-parse", "--git-path", "index.lock"]).ok()?;
+    let lock = root.join(rel.trim());
+    if !lock.exists() {
+        return None;
+    }
+    let lock = lock.canonicalize().ok()?;
+    if held_open(&lock) {
+        return None;
+    }
+    std::fs::remove_file(&lock).ok()?;
+    Some(lock.display().to_string())
+}
+
+/// True when some process has `path` open (a scan of `/proc/*/fd`, as `fuser` does); true too
+/// when `/proc` cannot be read, so nothing is removed on a guess.
+fn held_open(path: &Path) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return true };
+    for p in procs.flatten() {
+        if !p.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
+        if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path)) {
+            return true;
+        }
+    }
+    false
 }
 
 /// The commits of a stage of a task, newest first.
@@ -134,6 +196,25 @@ pub fn revert_stage(root: &Path, task: &str, stage: &str) -> Result<usize, Strin
     let commits = stage_commits(root, task, stage)?;
     if commits.is_empty() {
         return Ok(0);
+    }
+    // A revert of these commits made before (loopwright died after committing it, before
+    // journaling it) is not made again: its trailers say it was.
+    let newest = &commits[0];
+    let reverts = git(
+        root,
+        &[
+            "log",
+            "-z",
+            &format!("{newest}..HEAD"),
+            "--format=%H%x1f%(trailers:key=Loopwright-Task,valueonly)%x1f%(trailers:key=Loopwright-Reverted-Stage,valueonly)",
+        ],
+    )?;
+    let already = reverts.split('\0').any(|rec| {
+        let mut f = rec.trim_start_matches('\n').split('\x1f');
+        f.next().is_some() && f.next().is_some_and(|t| t.trim() == task) && f.next().is_some_and(|s| s.trim() == stage)
+    });
+    if already {
+        return Ok(commits.len());
     }
     let mut args = vec!["revert", "--no-commit"];
     args.extend(commits.iter().map(String::as_str));

@@ -379,7 +379,7 @@ impl Changes for FsChanges {
         let (modified, deleted, created) = snapshot::changes(&self.workspace, &manifest).map_err(|e| e.to_string())?;
         let paths: Vec<String> = modified.into_iter().chain(deleted).chain(created).collect();
         let n = paths.len();
-        Ok(git::commit(&self.workspace, &paths, task.as_str(), stage.as_str())?.map(|sha| (sha, n)))
+        Ok(git::commit(&self.workspace, &paths, run.as_str(), task.as_str(), stage.as_str())?.map(|sha| (sha, n)))
     }
 
     fn changed(&self, run: &RunId, name: &str) -> Result<FileChanges, String> {
@@ -411,6 +411,22 @@ impl Changes for FsChanges {
 
     fn has_program(&self, name: &str) -> bool {
         process::resolve(name).is_absolute()
+    }
+
+    fn committed(&self, run: &RunId, stage: &StageId) -> Option<(String, usize)> {
+        if !self.git {
+            return None;
+        }
+        git::head_commit_of(&self.workspace, run.as_str(), stage.as_str())
+    }
+
+    fn repair(&self) -> Vec<String> {
+        if !self.git {
+            return Vec::new();
+        }
+        git::clear_stale_index_lock(&self.workspace)
+            .map(|lock| vec![format!("removed {lock}, left by a git process that no longer runs")])
+            .unwrap_or_default()
     }
 
     fn revert(&self, task: &TaskId, stage: &StageId) -> Result<usize, String> {

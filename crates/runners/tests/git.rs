@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use loopwright_runners::git::{commit, revert_stage, stage_commits};
+use loopwright_runners::git::{clear_stale_index_lock, commit, head_commit_of, revert_stage, stage_commits};
 use pretty_assertions::assert_eq;
 
 fn sh(root: &Path, args: &[&str]) -> String {
@@ -41,17 +41,40 @@ fn only_real_changes_are_committed_and_reverted() {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-    let sha = commit(root, &paths, "task-1", "implement").expect("commit").expect("a commit");
+    let sha = commit(root, &paths, "run-1", "task-1", "implement").expect("commit").expect("a commit");
+    assert_eq!(head_commit_of(root, "run-1", "implement"), Some((sha.clone(), 3)));
+    assert_eq!(head_commit_of(root, "run-2", "implement"), None);
+    assert_eq!(head_commit_of(root, "run-1", "verify"), None);
     assert_eq!(stage_commits(root, "task-1", "implement").expect("log"), vec![sha.clone()]);
     let files = sh(root, &["show", "--name-status", "--format=", &sha]);
     assert_eq!(files, "D\tdoomed.txt\nA\tnew[1].txt\nM\ttracked.txt\n");
     let trailers = sh(root, &["log", "-1", "--format=%(trailers)", &sha]);
-    assert_eq!(trailers, "Loopwright-Task: task-1\nLoopwright-Stage: implement\n\n");
+    assert_eq!(trailers, "Loopwright-Task: task-1\nLoopwright-Stage: implement\nLoopwright-Run: run-1\n\n");
 
     assert_eq!(revert_stage(root, "task-1", "implement").expect("revert"), 1);
+    // Asked again (a crash after the revert's commit, before its journal entry), nothing new
+    // is committed.
+    let head = sh(root, &["rev-parse", "HEAD"]);
+    assert_eq!(revert_stage(root, "task-1", "implement").expect("revert"), 1);
+    assert_eq!(sh(root, &["rev-parse", "HEAD"]), head);
     assert_eq!(std::fs::read_to_string(root.join("tracked.txt")).expect("read"), "one\n");
     assert_eq!(std::fs::read_to_string(root.join("doomed.txt")).expect("read"), "bye\n");
     assert!(!root.join("new[1].txt").exists());
     // Nothing to commit: no commit.
-    assert_eq!(commit(root, &["scratch.tmp".to_owned()], "task-1", "verify").expect("commit"), None);
+    assert_eq!(commit(root, &["scratch.tmp".to_owned()], "run-1", "task-1", "verify").expect("commit"), None);
+}
+
+#[test]
+fn a_stale_index_lock_is_removed_and_a_held_one_is_not() {
+    let dir = repo();
+    let root = dir.path();
+    let lock = root.join(".git/index.lock");
+    std::fs::write(&lock, "").expect("lock");
+    let held = std::fs::File::open(&lock).expect("hold it");
+    assert_eq!(clear_stale_index_lock(root), None, "a lock a live process has open stays");
+    drop(held);
+    let shown = lock.canonicalize().expect("path").display().to_string();
+    assert_eq!(clear_stale_index_lock(root), Some(shown));
+    assert!(!lock.exists());
+    assert_eq!(clear_stale_index_lock(root), None);
 }

@@ -165,6 +165,7 @@ pub fn line(r: &EventRecord) -> String {
             format!("{stage}: attempt {attempt}: snapshot {snapshot} of {files} file(s)")
         }
         Event::SnapshotFailed { stage, attempt, reason } => format!("{stage}: attempt {attempt}: {reason}"),
+        Event::RepositoryRepaired { stage, detail } => format!("{stage}: {detail}"),
         Event::SnapshotRestored { stage, attempt, report } => format!(
             "{stage}: attempt {attempt}: partial changes undone ({} restored, {} recreated, {} removed)",
             report.restored, report.recreated, report.removed

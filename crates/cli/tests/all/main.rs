@@ -4,6 +4,7 @@ mod attacks;
 mod bad_input;
 mod bench;
 mod closed_loop;
+mod crashes;
 mod durability;
 mod enforcement;
 mod feedback;
