@@ -603,7 +603,7 @@ pub struct Owner {
 }
 
 /// What a restore put back.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestoreCounts {
     /// Modified files restored.
     pub restored: usize,
@@ -611,6 +611,10 @@ pub struct RestoreCounts {
     pub recreated: usize,
     /// Created files removed.
     pub removed: usize,
+    /// Changes that could not be undone (files recorded by their stat only, folders compared
+    /// by fingerprint).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unrestorable: Vec<String>,
 }
 
 /// The outcome of a rollback (of one stage, or overall).

@@ -265,9 +265,10 @@ pub trait Changes {
     fn enabled(&self) -> bool {
         true
     }
-    /// Records the workspace's files under `name`; returns the name the snapshot has (the
-    /// previous snapshot's when nothing changed since) and how many files it holds.
-    fn snapshot(&self, run: &RunId, name: &str) -> Result<(String, usize), String>;
+    /// Records the workspace under `name`, as much of it as `watch` says; returns the name the
+    /// snapshot has (the previous snapshot's when nothing changed since) and how many files it
+    /// holds.
+    fn snapshot(&self, run: &RunId, name: &str, watch: Watch) -> Result<(String, usize), String>;
     /// Puts the files back as snapshot `name` found them.
     fn restore(&self, run: &RunId, name: &str) -> Result<crate::event::RestoreCounts, String>;
     /// Commits what changed since snapshot `name` (git workspaces) with the trailers
@@ -316,6 +317,18 @@ pub trait Changes {
     }
 }
 
+/// How much of the workspace a snapshot watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// The workspace's files: what an agent-mode stage changes is committed, or undone.
+    Files,
+    /// Everything a plan-mode (read-only) stage must leave alone: the files, and git's and
+    /// loopwright's own (config, hooks, refs, the index; pipelines, agents), and the build and
+    /// dependency folders by fingerprint. A plan-mode stage that cannot be watched so does not
+    /// run.
+    ReadOnly,
+}
+
 /// No snapshots and no commits (tests, and workspaces where changes are not tracked).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoChanges;
@@ -324,7 +337,7 @@ impl Changes for NoChanges {
     fn enabled(&self) -> bool {
         false
     }
-    fn snapshot(&self, _: &RunId, _: &str) -> Result<(String, usize), String> {
+    fn snapshot(&self, _: &RunId, _: &str, _: Watch) -> Result<(String, usize), String> {
         Err("snapshots are off".into())
     }
     fn restore(&self, _: &RunId, _: &str) -> Result<crate::event::RestoreCounts, String> {

@@ -12,6 +12,7 @@ use crate::event::{Event, EventRecord, FailureKind, RunStarted, StageError};
 use crate::ids::RunId;
 use crate::ports::{
     Changes, Clock, ExecOutcome, Execution, Notice, Observer, Runner, StageRequest, Stop, Stopper, Store, StoreError,
+    Watch,
 };
 use crate::prompt::build_prompt;
 use crate::state::RunState;
@@ -165,12 +166,28 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 || stage.rollback.as_ref().is_some_and(|r| r.strategy == RollbackStrategy::FileRestore));
         let mut snapshot = format!("{stage_id}-{attempt}");
         let mut snapshot_taken = false;
+        let watch = if stage.mode == Mode::Plan { Watch::ReadOnly } else { Watch::Files };
         if tracks_changes {
-            let event = match self.changes.snapshot(&state.run_id, &snapshot) {
+            let event = match self.changes.snapshot(&state.run_id, &snapshot, watch) {
                 Ok((name, files)) => {
                     snapshot_taken = true;
                     snapshot = name;
                     Event::SnapshotTaken { stage: stage_id.clone(), attempt, snapshot: snapshot.clone(), files }
+                }
+                Err(reason) if stage.mode == Mode::Plan => {
+                    // Plan mode fails closed: a read-only stage that cannot be watched does not run.
+                    let error = StageError {
+                        kind: FailureKind::ValidationError,
+                        message: format!(
+                            "plan mode cannot be enforced, so the stage was not run: {reason}. Free disk space or fix the permissions of the workspace and .loopwright/state, then `loopwright resume` (or run it with `mode: agent` if it may change files)"
+                        ),
+                        exit_code: None,
+                        output_tail: String::new(),
+                        pattern: None,
+                    };
+                    return self
+                        .record(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms: 0, error })
+                        .await;
                 }
                 Err(reason) => Event::SnapshotFailed { stage: stage_id.clone(), attempt, reason },
             };
@@ -271,13 +288,20 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             if !files.is_empty() {
                 // A read-only stage wrote: put everything back and fail it for good.
                 self.flush(state).await?;
+                let mut kept = Vec::new();
                 if let Ok(report) = self.changes.restore(&state.run_id, &snapshot) {
+                    kept = report.unrestorable.clone();
                     self.record(state, Event::SnapshotRestored { stage: stage_id.clone(), attempt, report }).await?;
                 }
+                let restored = if kept.is_empty() {
+                    "the files were restored".to_owned()
+                } else {
+                    format!("the files were restored, except what cannot be: {}", kept.join(", "))
+                };
                 let error = StageError {
                     kind: FailureKind::SecurityViolation,
                     message: format!(
-                        "plan-mode stage changed files: {} (plan mode is read-only; the files were restored)",
+                        "plan-mode stage changed files: {} (plan mode is read-only; {restored})",
                         files.described().join(", ")
                     ),
                     exit_code: None,

@@ -14,7 +14,7 @@ use pretty_assertions::assert_eq;
 struct Files(BTreeMap<&'static str, &'static str>);
 
 impl Changes for Files {
-    fn snapshot(&self, _: &RunId, _: &str) -> Result<(String, usize), String> {
+    fn snapshot(&self, _: &RunId, _: &str, _: loopwright_engine::ports::Watch) -> Result<(String, usize), String> {
         Err("none".into())
     }
     fn restore(&self, _: &RunId, _: &str) -> Result<loopwright_engine::event::RestoreCounts, String> {
@@ -142,8 +142,8 @@ fn new_failures_against_the_baseline_make_the_seed_report() {
 struct WithPrograms(Files, &'static [&'static str]);
 
 impl Changes for WithPrograms {
-    fn snapshot(&self, r: &RunId, n: &str) -> Result<(String, usize), String> {
-        self.0.snapshot(r, n)
+    fn snapshot(&self, r: &RunId, n: &str, w: loopwright_engine::ports::Watch) -> Result<(String, usize), String> {
+        self.0.snapshot(r, n, w)
     }
     fn restore(&self, r: &RunId, n: &str) -> Result<loopwright_engine::event::RestoreCounts, String> {
         self.0.restore(r, n)

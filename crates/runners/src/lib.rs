@@ -19,7 +19,7 @@ use std::time::Duration;
 use loopwright_engine::closed_loop::FileChanges;
 use loopwright_engine::event::RestoreCounts;
 use loopwright_engine::ports::{
-    Changes, CommandRequest, ExecOutcome, Execution, Notice, ProcessGroup, Runner, StageRequest,
+    Changes, CommandRequest, ExecOutcome, Execution, Notice, ProcessGroup, Runner, StageRequest, Watch,
 };
 use loopwright_engine::{RunId, TaskId};
 use loopwright_spec::RunnerKind;
@@ -334,20 +334,24 @@ impl FsChanges {
 }
 
 impl Changes for FsChanges {
-    fn snapshot(&self, run: &RunId, name: &str) -> Result<(String, usize), String> {
+    fn snapshot(&self, run: &RunId, name: &str, watch: Watch) -> Result<(String, usize), String> {
         let store = self.store(run);
         let mut last = self.last.borrow_mut();
         let previous = last.as_ref().filter(|(r, _, _)| r == run);
-        // Nothing changed since the previous snapshot: it serves again, and nothing is written.
+        let scope = match watch {
+            Watch::Files => snapshot::Scope::Files,
+            Watch::ReadOnly => snapshot::Scope::PlanMode,
+        };
+        // Nothing changed since the previous snapshot, which watched as much: it serves again,
+        // and nothing is written.
         if let Some((_, prev_name, prev)) = previous
-            && let Ok(([], [], [])) = snapshot::changes(&self.workspace, prev)
-                .as_ref()
-                .map(|(m, d, c)| (m.as_slice(), d.as_slice(), c.as_slice()))
+            && (scope == snapshot::Scope::Files || !prev.control_dirs.is_empty())
+            && snapshot::changes(&self.workspace, prev).is_ok_and(|d| d.is_empty())
         {
             return Ok((prev_name.clone(), prev.files.len()));
         }
         let base = if self.git { snapshot::git_base(&self.workspace) } else { None };
-        let manifest = snapshot::take(&self.workspace, &store, name, previous.map(|(_, _, m)| m), base.as_ref())
+        let manifest = snapshot::take(&self.workspace, &store, name, previous.map(|(_, _, m)| m), base.as_ref(), scope)
             .map_err(|e| format!("cannot snapshot the workspace: {e}"))?;
         let files = manifest.files.len();
         *last = Some((run.clone(), name.to_owned(), manifest));
@@ -361,7 +365,12 @@ impl Changes for FsChanges {
             .map_err(|e| format!("cannot restore snapshot {name}: {e}"))?;
         // The workspace is now as the snapshot was.
         self.last.replace(None);
-        Ok(RestoreCounts { restored: report.restored, recreated: report.recreated, removed: report.removed })
+        Ok(RestoreCounts {
+            restored: report.restored,
+            recreated: report.recreated,
+            removed: report.removed,
+            unrestorable: report.unrestorable,
+        })
     }
 
     fn commit(
@@ -376,8 +385,8 @@ impl Changes for FsChanges {
         }
         let manifest =
             snapshot::load(&self.store(run), name).map_err(|e| format!("cannot read snapshot {name}: {e}"))?;
-        let (modified, deleted, created) = snapshot::changes(&self.workspace, &manifest).map_err(|e| e.to_string())?;
-        let paths: Vec<String> = modified.into_iter().chain(deleted).chain(created).collect();
+        let diff = snapshot::changes(&self.workspace, &manifest).map_err(|e| e.to_string())?;
+        let paths: Vec<String> = diff.modified.into_iter().chain(diff.deleted).chain(diff.created).collect();
         let n = paths.len();
         Ok(git::commit(&self.workspace, &paths, run.as_str(), task.as_str(), stage.as_str())?.map(|sha| (sha, n)))
     }
@@ -385,7 +394,31 @@ impl Changes for FsChanges {
     fn changed(&self, run: &RunId, name: &str) -> Result<FileChanges, String> {
         let manifest =
             snapshot::load(&self.store(run), name).map_err(|e| format!("cannot read snapshot {name}: {e}"))?;
-        let (modified, deleted, created) = snapshot::changes(&self.workspace, &manifest).map_err(|e| e.to_string())?;
+        let diff = snapshot::changes(&self.workspace, &manifest).map_err(|e| e.to_string())?;
+        // Git's and loopwright's files are named as a person sees them: inside the workspace,
+        // relative to it.
+        let root = self.workspace.canonicalize().unwrap_or_else(|_| self.workspace.clone());
+        let shown = |paths: Vec<String>| -> Vec<String> {
+            paths
+                .into_iter()
+                .map(|p| {
+                    Path::new(&p)
+                        .strip_prefix(&root)
+                        .or_else(|_| Path::new(&p).strip_prefix(&self.workspace))
+                        .map_or(p.clone(), |r| r.display().to_string())
+                })
+                .collect()
+        };
+        let mut modified = diff.modified;
+        modified.extend(shown(diff.control_modified));
+        modified.extend(diff.dirs);
+        if diff.index {
+            modified.push("the git index (staged content)".to_owned());
+        }
+        let mut created = diff.created;
+        created.extend(shown(diff.control_created));
+        let mut deleted = diff.deleted;
+        deleted.extend(shown(diff.control_deleted));
         Ok(FileChanges { modified, created, deleted })
     }
 
@@ -399,7 +432,9 @@ impl Changes for FsChanges {
     }
 
     fn files(&self) -> Vec<String> {
-        snapshot::walk(&self.workspace).map(|f| f.into_keys().collect()).unwrap_or_default()
+        snapshot::walk(&self.workspace)
+            .map(|f| f.into_iter().filter(|(_, found)| found.link.is_none()).map(|(p, _)| p).collect())
+            .unwrap_or_default()
     }
 
     fn escapes(&self, path: &str) -> bool {

@@ -34,8 +34,27 @@ pub const EXCLUDED_DIRS: [&str; 14] = [
     ".turbo",
 ];
 
-/// The most a snapshot copies (bytes); a larger workspace is not snapshotted.
+/// The most a snapshot copies (bytes). Past it, the files that would need copying are
+/// recorded by their stat only: changes to them are still seen (plan mode stays enforced),
+/// but cannot be undone.
 pub const MAX_COPY_BYTES: u64 = 512 * 1024 * 1024;
+
+/// Folders that plan mode compares by a fingerprint of every entry's stat (they are not
+/// copied: build output and dependencies are large). A plan-mode stage that changes one fails;
+/// what it changed there is reported, not undone. Tool caches (`.pytest_cache`, …) are not
+/// compared: read-only runs of tests and linters write them.
+pub const FINGERPRINTED_DIRS: [&str; 4] = ["target", "node_modules", ".venv", ".hg"];
+
+/// What a snapshot watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The workspace's files (an agent-mode stage: what it changed is committed or undone).
+    Files,
+    /// Everything a read-only stage must leave alone: the files, and also git's own files
+    /// (config, hooks, refs, HEAD, the index's staged content), loopwright's (pipelines,
+    /// agents, config, patterns), and the fingerprints of [`FINGERPRINTED_DIRS`].
+    PlanMode,
+}
 
 /// What identifies a file's content without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +65,10 @@ pub struct StatKey {
     pub mtime_ns: i128,
     /// Inode number.
     pub ino: u64,
+    /// Status-change time, nanoseconds since the epoch: any write or `chmod` moves it, and
+    /// unlike the modification time no process can set it back.
+    #[serde(default)]
+    pub ctime_ns: i128,
 }
 
 /// One file in a manifest.
@@ -55,8 +78,12 @@ pub struct Entry {
     pub key: StatKey,
     /// Permission bits.
     pub mode: u32,
-    /// The copy's name under `objects/`.
+    /// The copy's name under `objects/`, `git:COMMIT` for a file git gives back, or empty for
+    /// a file recorded by its stat only (a symbolic link, or past [`MAX_COPY_BYTES`]).
     pub object: String,
+    /// Where a symbolic link points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
 }
 
 /// A snapshot's manifest: relative path -> entry.
@@ -64,10 +91,23 @@ pub struct Entry {
 pub struct Manifest {
     /// The files.
     pub files: BTreeMap<String, Entry>,
+    /// Plan mode: git's and loopwright's own files, by absolute path.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub control: BTreeMap<String, Entry>,
+    /// Plan mode: the folders whose control files were walked (absolute), to see new files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub control_dirs: Vec<String>,
+    /// Plan mode: the index's staged content (a hash of `git ls-files -s`), and its copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<(u64, String)>,
+    /// Plan mode: fingerprints of the folders in [`FINGERPRINTED_DIRS`] (relative path ->
+    /// fingerprint).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fingerprints: BTreeMap<String, u64>,
 }
 
 /// What a restore did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestoreReport {
     /// Files whose content was put back.
     pub restored: usize,
@@ -75,6 +115,8 @@ pub struct RestoreReport {
     pub recreated: usize,
     /// Files that had been created and were removed.
     pub removed: usize,
+    /// Changes that could not be undone (recorded by stat or fingerprint only).
+    pub unrestorable: Vec<String>,
 }
 
 impl RestoreReport {
@@ -84,11 +126,59 @@ impl RestoreReport {
     }
 }
 
+/// What differs from a snapshot now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diff {
+    /// Workspace files changed in place (content, mode or link target).
+    pub modified: Vec<String>,
+    /// Workspace files removed.
+    pub deleted: Vec<String>,
+    /// Workspace files new.
+    pub created: Vec<String>,
+    /// Control files (absolute paths) changed in place.
+    pub control_modified: Vec<String>,
+    /// Control files removed.
+    pub control_deleted: Vec<String>,
+    /// Control files new.
+    pub control_created: Vec<String>,
+    /// The index's staged content changed.
+    pub index: bool,
+    /// Fingerprinted folders that changed.
+    pub dirs: Vec<String>,
+}
+
+impl Diff {
+    /// True when nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self == &Diff::default()
+    }
+}
+
+fn nanos(secs: i64, nsec: i64) -> i128 {
+    i128::from(secs) * 1_000_000_000 + i128::from(nsec)
+}
+
 fn key_of(meta: &fs::Metadata) -> StatKey {
     StatKey {
         size: meta.len(),
-        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        mtime_ns: nanos(meta.mtime(), meta.mtime_nsec()),
         ino: meta.ino(),
+        ctime_ns: nanos(meta.ctime(), meta.ctime_nsec()),
+    }
+}
+
+/// A file found by [`walk`].
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// Its metadata (of the link itself, for a link).
+    pub meta: fs::Metadata,
+    /// Where it points, when it is a symbolic link.
+    pub link: Option<String>,
+}
+
+impl Found {
+    fn same(&self, entry: &Entry) -> bool {
+        key_of(&self.meta) == entry.key && self.meta.permissions().mode() == entry.mode && self.link == entry.link
     }
 }
 
@@ -107,9 +197,14 @@ fn own_output_files() -> &'static [(u64, u64)] {
     })
 }
 
-/// Every regular file under `root` (relative paths, `/`-separated), skipping excluded folders,
-/// symbolic links and the files loopwright's own output goes to.
-pub fn walk(root: &Path) -> io::Result<BTreeMap<String, fs::Metadata>> {
+/// Every regular file and symbolic link under `root` (relative paths, `/`-separated; links
+/// are not followed), skipping excluded folders and the files loopwright's own output goes to.
+pub fn walk(root: &Path) -> io::Result<BTreeMap<String, Found>> {
+    walk_noting(root, &mut Vec::new())
+}
+
+/// [`walk`], noting the fingerprinted folders it passed by.
+fn walk_noting(root: &Path, skipped: &mut Vec<String>) -> io::Result<BTreeMap<String, Found>> {
     let own = own_output_files();
     let mut files = BTreeMap::new();
     let mut stack = vec![PathBuf::new()];
@@ -123,16 +218,116 @@ pub fn walk(root: &Path) -> io::Result<BTreeMap<String, fs::Metadata>> {
             if ty.is_dir() {
                 if !EXCLUDED_DIRS.iter().any(|x| name == *x) {
                     stack.push(child);
+                } else if FINGERPRINTED_DIRS.iter().any(|x| name == *x) {
+                    skipped.push(child.to_string_lossy().into_owned());
                 }
             } else if ty.is_file() {
                 let meta = entry.metadata()?;
                 if !own.contains(&(meta.dev(), meta.ino())) {
-                    files.insert(child.to_string_lossy().into_owned(), meta);
+                    files.insert(child.to_string_lossy().into_owned(), Found { meta, link: None });
                 }
+            } else if ty.is_symlink() {
+                let meta = fs::symlink_metadata(entry.path())?;
+                let link = fs::read_link(entry.path())?.to_string_lossy().into_owned();
+                files.insert(child.to_string_lossy().into_owned(), Found { meta, link: Some(link) });
             }
         }
     }
     Ok(files)
+}
+
+/// A fingerprint of every entry's stat under `dir` (not following links): 64-bit FNV-1a, so
+/// it is the same across builds of loopwright (a run resumed by a newer one compares alike).
+fn fingerprint(dir: &Path) -> io::Result<u64> {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let mut entries: Vec<fs::DirEntry> = fs::read_dir(&d)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(fs::DirEntry::file_name);
+        for entry in entries {
+            let meta = fs::symlink_metadata(entry.path())?;
+            let key = key_of(&meta);
+            feed(entry.path().as_os_str().as_encoded_bytes());
+            feed(&key.size.to_le_bytes());
+            feed(&key.mtime_ns.to_le_bytes());
+            feed(&key.ctime_ns.to_le_bytes());
+            feed(&key.ino.to_le_bytes());
+            feed(&meta.permissions().mode().to_le_bytes());
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Ok(hash)
+}
+
+/// The folders whose files a plan-mode stage may not change besides the workspace's: the git
+/// directory (and the common one of a worktree) and `.loopwright/` (its state excepted).
+fn control_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for arg in ["--absolute-git-dir", "--git-common-dir"] {
+        if let Ok(dir) = crate::git::git(root, &["rev-parse", arg]) {
+            let dir = root.join(dir.trim());
+            if let Ok(dir) = dir.canonicalize()
+                && !dirs.contains(&dir)
+            {
+                dirs.push(dir);
+            }
+        }
+    }
+    if root.join(".loopwright").is_dir() {
+        dirs.push(root.join(".loopwright"));
+    }
+    dirs
+}
+
+/// Control files under `dir`: everything but what git and loopwright change themselves while a
+/// stage only reads (objects, logs, the index — compared by its staged content instead —,
+/// locks, loopwright's state), or what other runs change meanwhile (their worktrees and
+/// `loopwright/*` branches).
+fn control_files(dir: &Path, into: &mut BTreeMap<String, Found>) -> io::Result<()> {
+    const SKIP: [&str; 10] =
+        ["objects", "logs", "index", "state", "lfs", "FETCH_HEAD", "ORIG_HEAD", "worktrees", "modules", "loopwright"];
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name_str = name.to_string_lossy();
+            if SKIP.contains(&name_str.as_ref()) || name_str.ends_with(".lock") {
+                continue;
+            }
+            let ty = entry.file_type()?;
+            if ty.is_dir() {
+                stack.push(entry.path());
+            } else {
+                let meta = fs::symlink_metadata(entry.path())?;
+                let link = ty
+                    .is_symlink()
+                    .then(|| fs::read_link(entry.path()).map(|l| l.to_string_lossy().into_owned()))
+                    .transpose()?;
+                into.insert(entry.path().to_string_lossy().into_owned(), Found { meta, link });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The staged content of the index (`git ls-files -s`), hashed; `None` outside git.
+fn index_hash(root: &Path) -> Option<u64> {
+    let staged = crate::git::git_bytes(root, &["ls-files", "-s", "-z"]).ok()?;
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in staged {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    Some(hash)
 }
 
 /// Where unchanged tracked files of a git work tree can be read back from, so a snapshot need
@@ -174,38 +369,84 @@ pub fn take(
     name: &str,
     previous: Option<&Manifest>,
     git: Option<&GitBase>,
+    scope: Scope,
 ) -> io::Result<Manifest> {
     let objects = store.join("objects");
     fs::create_dir_all(&objects)?;
-    let files = walk(root)?;
+    let mut skipped = Vec::new();
+    let files = walk_noting(root, &mut skipped)?;
     let in_git = |p: &str| git.is_some_and(|g| g.clean.contains(p));
-    let to_copy: u64 = files
+    let reusable =
+        |p: &str, f: &Found| previous.and_then(|prev| prev.files.get(p)).filter(|e| f.same(e) && !e.object.is_empty());
+    // What must be copied, smallest first, within the budget; past it, files are recorded by
+    // their stat only (their changes are still seen, but cannot be undone).
+    let mut wanted: Vec<(&String, u64)> = files
         .iter()
-        .filter(|(p, m)| previous.and_then(|prev| prev.files.get(*p)).is_none_or(|e| e.key != key_of(m)))
-        .filter(|(p, _)| !in_git(p))
-        .map(|(_, m)| m.len())
-        .sum();
-    if to_copy > MAX_COPY_BYTES {
-        return Err(io::Error::other(format!(
-            "the workspace has {} MB to copy, more than the {} MB a snapshot takes",
-            to_copy / (1024 * 1024),
-            MAX_COPY_BYTES / (1024 * 1024)
-        )));
-    }
+        .filter(|(p, f)| f.link.is_none() && reusable(p, f).is_none() && !in_git(p))
+        .map(|(p, f)| (p, f.meta.len()))
+        .collect();
+    wanted.sort_by_key(|(_, size)| *size);
+    let mut budget = MAX_COPY_BYTES;
+    let copied: BTreeSet<&String> = wanted
+        .into_iter()
+        .take_while(|(_, size)| budget.checked_sub(*size).inspect(|left| budget = *left).is_some())
+        .map(|(p, _)| p)
+        .collect();
     let mut manifest = Manifest::default();
-    for (i, (path, meta)) in files.iter().enumerate() {
-        let key = key_of(meta);
-        let reused = previous.and_then(|prev| prev.files.get(path)).filter(|e| e.key == key);
-        let object = match (reused, git) {
-            (Some(e), _) => e.object.clone(),
-            (None, Some(g)) if g.clean.contains(path) => format!("git:{}", g.commit),
-            (None, _) => {
+    for (i, (path, found)) in files.iter().enumerate() {
+        let object = match (found.link.is_some(), reusable(path, found), git) {
+            (true, _, _) => String::new(),
+            (false, Some(e), _) => e.object.clone(),
+            (false, None, Some(g)) if g.clean.contains(path) => format!("git:{}", g.commit),
+            (false, None, _) if !copied.contains(path) => String::new(),
+            (false, None, _) => {
                 let object = format!("{name}-{i}");
                 fs::copy(root.join(path), objects.join(&object))?;
                 object
             }
         };
-        manifest.files.insert(path.clone(), Entry { key, mode: meta.permissions().mode(), object });
+        let entry =
+            Entry { key: key_of(&found.meta), mode: found.meta.permissions().mode(), object, link: found.link.clone() };
+        manifest.files.insert(path.clone(), entry);
+    }
+    if scope == Scope::PlanMode {
+        let dirs = control_dirs(root);
+        let mut control = BTreeMap::new();
+        for dir in &dirs {
+            control_files(dir, &mut control)?;
+        }
+        for (i, (path, found)) in control.iter().enumerate() {
+            let object = match previous.and_then(|p| p.control.get(path)).filter(|e| found.same(e)) {
+                Some(e) => e.object.clone(),
+                None if found.link.is_some() => String::new(),
+                None => {
+                    let object = format!("{name}-c{i}");
+                    fs::copy(path, objects.join(&object))?;
+                    object
+                }
+            };
+            let entry = Entry {
+                key: key_of(&found.meta),
+                mode: found.meta.permissions().mode(),
+                object,
+                link: found.link.clone(),
+            };
+            manifest.control.insert(path.clone(), entry);
+        }
+        manifest.control_dirs = dirs.iter().map(|d| d.to_string_lossy().into_owned()).collect();
+        if let Some(hash) = index_hash(root) {
+            let index = crate::git::git(root, &["rev-parse", "--git-path", "index"]).map_err(io::Error::other)?;
+            let object = format!("{name}-index");
+            match fs::copy(root.join(index.trim()), objects.join(&object)) {
+                Ok(_) => manifest.index = Some((hash, object)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => manifest.index = Some((hash, String::new())),
+                Err(e) => return Err(e),
+            }
+        }
+        for dir in skipped {
+            let print = fingerprint(&root.join(&dir))?;
+            manifest.fingerprints.insert(dir, print);
+        }
     }
     let text = serde_json::to_string(&manifest).map_err(io::Error::other)?;
     fs::write(store.join(format!("{name}.json")), text)?;
@@ -218,53 +459,96 @@ pub fn load(store: &Path, name: &str) -> io::Result<Manifest> {
     serde_json::from_str(&text).map_err(io::Error::other)
 }
 
-/// The files that differ from the snapshot now: (modified, deleted, created).
-pub fn changes(root: &Path, manifest: &Manifest) -> io::Result<(Vec<String>, Vec<String>, Vec<String>)> {
-    let now = walk(root)?;
+/// The (modified, deleted, created) entries of `now` against `then`.
+fn compare(then: &BTreeMap<String, Entry>, now: &BTreeMap<String, Found>) -> (Vec<String>, Vec<String>, Vec<String>) {
     let mut modified = Vec::new();
     let mut deleted = Vec::new();
-    for (path, entry) in &manifest.files {
+    for (path, entry) in then {
         match now.get(path) {
-            Some(meta) if key_of(meta) == entry.key => {}
+            Some(found) if found.same(entry) => {}
             Some(_) => modified.push(path.clone()),
             None => deleted.push(path.clone()),
         }
     }
-    let created = now.keys().filter(|p| !manifest.files.contains_key(*p)).cloned().collect();
-    Ok((modified, deleted, created))
+    let created = now.keys().filter(|p| !then.contains_key(*p)).cloned().collect();
+    (modified, deleted, created)
 }
 
-/// Puts the workspace's files back as the snapshot found them.
+/// What differs from the snapshot now.
+pub fn changes(root: &Path, manifest: &Manifest) -> io::Result<Diff> {
+    let mut skipped = Vec::new();
+    let now = walk_noting(root, &mut skipped)?;
+    let (modified, deleted, created) = compare(&manifest.files, &now);
+    let mut diff = Diff { modified, deleted, created, ..Diff::default() };
+    if !manifest.control_dirs.is_empty() {
+        let mut control = BTreeMap::new();
+        for dir in &manifest.control_dirs {
+            if Path::new(dir).is_dir() {
+                control_files(Path::new(dir), &mut control)?;
+            }
+        }
+        (diff.control_modified, diff.control_deleted, diff.control_created) = compare(&manifest.control, &control);
+        diff.index = manifest.index.as_ref().is_some_and(|(hash, _)| index_hash(root) != Some(*hash));
+        for dir in skipped.iter().filter(|d| !manifest.fingerprints.contains_key(*d)) {
+            diff.dirs.push(format!("{dir}/ (created)"));
+        }
+        for (dir, print) in &manifest.fingerprints {
+            match fingerprint(&root.join(dir)) {
+                Ok(now) if now == *print => {}
+                Ok(_) => diff.dirs.push(format!("{dir}/")),
+                Err(_) => diff.dirs.push(format!("{dir}/ (deleted)")),
+            }
+        }
+    }
+    Ok(diff)
+}
+
+/// Writes an entry's content (or link) at `target`: a new file renamed over the old, so a
+/// reader never sees half a file.
+fn put_back(root: &Path, objects: &Path, target: &Path, path: &str, entry: &Entry) -> io::Result<bool> {
+    if let Some(link) = &entry.link {
+        let _ = fs::remove_file(target);
+        std::os::unix::fs::symlink(link, target)?;
+        return Ok(true);
+    }
+    let tmp = target.with_file_name(format!(
+        ".{}.loopwright-restore",
+        target.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+    ));
+    match entry.object.strip_prefix("git:") {
+        Some(commit) => {
+            let bytes =
+                crate::git::git_bytes(root, &["show", &format!("{commit}:{path}")]).map_err(io::Error::other)?;
+            fs::write(&tmp, bytes)?;
+        }
+        None if entry.object.is_empty() => return Ok(false),
+        None => {
+            if entry.object.contains(['/', '\\']) || entry.object.starts_with('.') {
+                return Err(io::Error::other(format!("bad object name `{}` in the snapshot", entry.object)));
+            }
+            fs::copy(objects.join(&entry.object), &tmp)?;
+        }
+    }
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(entry.mode))?;
+    fs::rename(&tmp, target)?;
+    Ok(true)
+}
+
+/// Puts the workspace's files back as the snapshot found them (and, for a plan-mode snapshot,
+/// git's and loopwright's files and the index). What was recorded by stat or fingerprint only
+/// cannot be put back: the report lists it.
 pub fn restore(root: &Path, store: &Path, manifest: &Manifest) -> io::Result<RestoreReport> {
-    let (modified, deleted, created) = changes(root, manifest)?;
+    let diff = changes(root, manifest)?;
     let objects = store.join("objects");
     let mut report = RestoreReport::default();
-    for (path, recreate) in modified.iter().map(|p| (p, false)).chain(deleted.iter().map(|p| (p, true))) {
+    for (path, recreate) in diff.modified.iter().map(|p| (p, false)).chain(diff.deleted.iter().map(|p| (p, true))) {
         let entry = &manifest.files[path];
         // A folder the stage turned into a link (out of the workspace, or into `.git/`) is a
         // folder again before anything is written into it.
         let target = crate::guard::reclaim(root, path)?;
-        // Write a new file and rename it over, so a reader never sees half a file.
-        let tmp = target.with_file_name(format!(
-            ".{}.loopwright-restore",
-            target.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
-        ));
-        match entry.object.strip_prefix("git:") {
-            Some(commit) => {
-                let bytes =
-                    crate::git::git_bytes(root, &["show", &format!("{commit}:{path}")]).map_err(io::Error::other)?;
-                fs::write(&tmp, bytes)?;
-            }
-            None => {
-                if entry.object.contains(['/', '\\']) || entry.object.starts_with('.') {
-                    return Err(io::Error::other(format!("bad object name `{}` in the snapshot", entry.object)));
-                }
-                fs::copy(objects.join(&entry.object), &tmp)?;
-            }
-        }
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(entry.mode))?;
-        fs::rename(&tmp, &target)?;
-        if recreate {
+        if !put_back(root, &objects, &target, path, entry)? {
+            report.unrestorable.push(format!("{path} (recorded by its stat only)"));
+        } else if recreate {
             report.recreated += 1;
         } else {
             report.restored += 1;
@@ -275,7 +559,7 @@ pub fn restore(root: &Path, store: &Path, manifest: &Manifest) -> io::Result<Res
         .keys()
         .flat_map(|p| Path::new(p).ancestors().skip(1).map(Path::to_path_buf).collect::<Vec<_>>())
         .collect();
-    for path in &created {
+    for path in &diff.created {
         fs::remove_file(root.join(path))?;
         report.removed += 1;
         // Remove folders the stage created, once empty.
@@ -285,5 +569,37 @@ pub fn restore(root: &Path, store: &Path, manifest: &Manifest) -> io::Result<Res
             }
         }
     }
+    // Git's and loopwright's own files, by the absolute paths loopwright recorded.
+    for (path, recreate) in
+        diff.control_modified.iter().map(|p| (p, false)).chain(diff.control_deleted.iter().map(|p| (p, true)))
+    {
+        let target = Path::new(path);
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        if fs::symlink_metadata(target).is_ok_and(|m| m.is_dir()) {
+            fs::remove_dir_all(target)?;
+        }
+        put_back(root, &objects, target, path, &manifest.control[path])?;
+        if recreate {
+            report.recreated += 1;
+        } else {
+            report.restored += 1;
+        }
+    }
+    for path in &diff.control_created {
+        fs::remove_file(path)?;
+        report.removed += 1;
+    }
+    if diff.index
+        && let Some((_, object)) = manifest.index.as_ref().filter(|(_, o)| !o.is_empty())
+    {
+        let index = crate::git::git(root, &["rev-parse", "--git-path", "index"]).map_err(io::Error::other)?;
+        let tmp = root.join(format!("{}.loopwright-restore", index.trim()));
+        fs::copy(objects.join(object), &tmp)?;
+        fs::rename(&tmp, root.join(index.trim()))?;
+        report.restored += 1;
+    }
+    report.unrestorable.extend(diff.dirs.iter().map(|d| format!("{d} (compared by fingerprint only)")));
     Ok(report)
 }

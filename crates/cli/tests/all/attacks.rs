@@ -493,3 +493,97 @@ fn a_crashed_run_shows_interrupted_and_a_moved_workspace_is_not_resumed() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("✓ s"), "{stderr}");
 }
+
+#[test]
+fn plan_mode_sees_and_undoes_every_hole() {
+    let outside = tempfile::tempdir().expect("tempdir");
+    let x = outside.path().join("ran");
+    // (what the read-only stage does, what the violation names, what must hold afterwards)
+    type Check = Box<dyn Fn(&Ws)>;
+    let cases: Vec<(String, &str, Check)> = vec![
+        (
+            format!("printf '#!/bin/sh\\ntouch {}\\n' > .git/hooks/post-commit; chmod +x .git/hooks/post-commit", x.display()),
+            ".git/hooks/post-commit (created)",
+            Box::new(|ws: &Ws| assert!(!ws.path().join(".git/hooks/post-commit").exists())),
+        ),
+        (
+            format!("git config core.fsmonitor 'touch {}'", x.display()),
+            ".git/config (modified)",
+            Box::new(|ws: &Ws| assert!(!ws.read(".git/config").contains("fsmonitor"))),
+        ),
+        (
+            "mkdir -p .loopwright/agents; echo '---' > .loopwright/agents/evil.md; echo '# x' >> .loopwright/pipelines/p.yml".into(),
+            ".loopwright/agents/evil.md (created)",
+            Box::new(|ws: &Ws| {
+                assert!(!ws.path().join(".loopwright/agents/evil.md").exists());
+                assert!(!ws.read(".loopwright/pipelines/p.yml").ends_with("# x\n"));
+            }),
+        ),
+        ("git rm --cached --quiet a.txt".into(), "the git index (staged content) (modified)", Box::new(|ws: &Ws| assert_eq!(ws.git(&["status", "--porcelain"]), ""))),
+        (
+            "chmod +x a.txt".into(),
+            "a.txt (modified)",
+            Box::new(|ws: &Ws| {
+                let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(ws.path().join("a.txt")).expect("meta").permissions());
+                assert_eq!(mode & 0o111, 0);
+            }),
+        ),
+        (
+            // Same size, the modification time put back: only the change time tells.
+            "python3 -c \"import os; s=os.stat('a.txt'); open('a.txt','w').write('evil\\n'); os.utime('a.txt', ns=(s.st_atime_ns, s.st_mtime_ns))\"".into(),
+            "a.txt (modified)",
+            Box::new(|ws: &Ws| assert_eq!(ws.read("a.txt"), "good\n")),
+        ),
+        (
+            "ln -s /etc/passwd link".into(),
+            "link (created)",
+            Box::new(|ws: &Ws| assert!(std::fs::symlink_metadata(ws.path().join("link")).is_err())),
+        ),
+        (
+            "echo 'module.exports = 1' > node_modules/.bin/jest".into(),
+            "node_modules/ (modified)",
+            Box::new(|_: &Ws| {}),
+        ),
+        ("echo x > target/debug/app".into(), "target/ (modified)", Box::new(|_: &Ws| {})),
+    ];
+    for (script, named, holds) in cases {
+        let ws = Ws::empty();
+        ws.write(".gitignore", ".loopwright/state/\nnode_modules/\ntarget/\n");
+        ws.write("a.txt", "good\n");
+        ws.write("node_modules/.bin/tool", "x\n");
+        ws.write("target/debug/app", "binary\n");
+        ws.write(
+            ".loopwright/pipelines/p.yml",
+            &format!("name: p\ndescription: d\nversion: 1\nstages:\n  - id: review\n    description: d\n    agent: shell\n    mode: plan\n    run: {}\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: echo more >> b.txt\n", serde_json::to_string(&script).expect("quote")),
+        );
+        ws.init_git();
+        let (code, _, stderr) = ws.json(&["run", "p"]);
+        assert_eq!(code, 1, "{script}: {stderr}");
+        let (_, status, _) = ws.run(&["status", "latest"]);
+        assert!(status.contains("plan-mode stage changed files: ") && status.contains(named), "{script}:\n{status}");
+        if named.ends_with("/ (modified)") {
+            assert!(status.contains("compared by fingerprint only"), "{script}:\n{status}");
+        }
+        holds(&ws);
+        // Nothing a planted hook or fsmonitor would run has run (a later commit would).
+        assert!(!x.exists(), "{script}");
+    }
+}
+
+#[test]
+fn a_workspace_past_the_copy_budget_is_still_watched() {
+    let ws = Ws::empty();
+    ws.write("small.txt", "keep\n");
+    // 600 MB, sparse: past the 512 MB a snapshot copies.
+    let big = std::fs::File::create(ws.path().join("big.bin")).expect("big");
+    big.set_len(600 * 1024 * 1024).expect("truncate");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: review\n    description: d\n    agent: shell\n    mode: plan\n    run: echo changed > small.txt\n",
+    );
+    let (code, _, stderr) = ws.json(&["run", "p"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(ws.read("small.txt"), "keep\n", "the small file was copied within the budget and restored");
+    let (_, status, _) = ws.run(&["status", "latest"]);
+    assert!(status.contains("plan-mode stage changed files: small.txt (modified)"), "{status}");
+}

@@ -140,8 +140,9 @@ fn kill_9_in_the_middle_of_a_stage_then_resume_finishes_without_repeating_work()
     // loopwright is gone; its stage lives on in its own process group until the run resumes.
     let left = processes_with(token);
     assert!(!left.is_empty() && left.iter().all(|p| orphans.contains(p)), "{left:?} of {orphans:?}");
+    // Its owner is gone: the run shows interrupted (the journal still says running).
     let (_, status, _) = ws.json(&["status", "latest"]);
-    assert_eq!(status["status"], "running");
+    assert_eq!(status["status"], "interrupted");
 
     std::fs::remove_file(slow.file("two.slow")).expect("rm");
     let (code, result, stderr) = ws.json(&["resume", "latest", "--quiet"]);
