@@ -3,6 +3,7 @@
 mod attacks;
 mod bad_input;
 mod bench;
+mod chaos;
 mod closed_loop;
 mod crashes;
 mod durability;
