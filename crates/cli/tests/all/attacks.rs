@@ -3,7 +3,7 @@
 //! lets the attack through.
 
 use crate::http::{Server, openai_answer};
-use crate::support::{Ws, st, stages};
+use crate::support::{Ws, files_under, st, stages};
 
 const KEY: &str = "sk-attack-test-key-987654321";
 
@@ -118,20 +118,6 @@ fn loopwrights_own_git_runs_no_hook_and_no_fsmonitor() {
     );
     assert!(!hook.exists(), "a hook ran");
     assert!(!monitor.exists(), "the fsmonitor command ran");
-}
-
-/// Every regular file under `dir`, recursively.
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("dir").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(files_under(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
 
 /// The state files (the journal included) and the terminal texts that hold `needle`.

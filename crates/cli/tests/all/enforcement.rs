@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::support::{Ws, st, stages};
+use crate::support::{Ws, files_under, st, stages};
 
 #[test]
 fn a_plan_mode_stage_that_changes_files_is_restored_and_fails_without_retry() {
@@ -38,20 +38,6 @@ fn a_plan_mode_stage_that_changes_files_is_restored_and_fails_without_retry() {
     );
     let (code, result, stderr) = ws.json(&["run", "p"]);
     assert_eq!((code, &result["status"]), (0, &json!("success")), "{stderr}");
-}
-
-/// Every file under `dir`, recursively.
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("dir").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(files_under(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
 
 #[test]

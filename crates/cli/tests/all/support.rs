@@ -146,3 +146,17 @@ pub fn stages(result: &Value) -> Vec<(String, String, u64, Option<String>)> {
 pub fn st(id: &str, status: &str, attempts: u64, reason: Option<&str>) -> (String, String, u64, Option<String>) {
     (id.to_owned(), status.to_owned(), attempts, reason.map(str::to_owned))
 }
+
+/// Every regular file under `dir`, recursively.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
