@@ -392,3 +392,64 @@ async fn approval_gates_wait_unless_approved_up_front() {
     assert_eq!(state.status, RunStatus::Success);
     assert_eq!(state.stage("implement").and_then(|s| s.approval.as_ref()).map(|a| a.by.clone()), Some("--yes".into()));
 }
+
+/// A workspace that cannot be snapshotted (a full disk, say).
+struct Unwatchable;
+
+impl loopwright_engine::ports::Changes for Unwatchable {
+    fn snapshot(&self, _: &RunId, _: &str, _: loopwright_engine::ports::Watch) -> Result<(String, usize), String> {
+        Err("cannot snapshot the workspace: No space left on device".into())
+    }
+    fn restore(&self, _: &RunId, _: &str) -> Result<loopwright_engine::event::RestoreCounts, String> {
+        Err("no snapshot".into())
+    }
+    fn commit(&self, _: &RunId, _: &str, _: &TaskId, _: &StageId) -> Result<Option<(String, usize)>, String> {
+        Ok(None)
+    }
+    fn revert(&self, _: &TaskId, _: &StageId) -> Result<usize, String> {
+        Ok(0)
+    }
+}
+
+#[tokio::test]
+async fn a_plan_mode_stage_that_cannot_be_watched_does_not_run() {
+    let p =
+        pipeline("  - id: review\n    agent: a\n    mode: plan\n    description: x\n    retry: {max_attempts: 3}\n");
+    let runner = ScriptedRunner::default();
+    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let mut observer = loopwright_engine::ports::NoObserver;
+    let mut engine = Engine {
+        pipeline: &p,
+        store: &store,
+        runner: &runner,
+        clock: &clock,
+        observer: observer.as_dyn(),
+        stopper: &NeverStop,
+        changes: &Unwatchable,
+        patterns: &Library::builtin(),
+        settings: &Default::default(),
+    };
+    let state = engine.start(RunId::new("r"), started()).await.expect("run");
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(runner.calls.borrow().len(), 0, "nothing was run");
+    assert_eq!(
+        kinds(&store),
+        vec![
+            "run_started",
+            "attempt_started review",
+            "review#1 failed validation_error",
+            "stage_failed review",
+            "run failed"
+        ]
+    );
+    let message = store.events.borrow().iter().find_map(|r| match &r.event {
+        Event::AttemptFailed { error, .. } => Some(error.message.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        message.as_deref(),
+        Some(
+            "plan mode cannot be enforced, so the stage was not run: cannot snapshot the workspace: No space left on device. Free disk space or fix the permissions of the workspace and .loopwright/state, then `loopwright resume` (or run it with `mode: agent` if it may change files)"
+        )
+    );
+}
