@@ -85,9 +85,9 @@ pub fn live_run(ws: &Workspace, root: &Path, run: &RunId) -> Result<Held, CliErr
     }
 }
 
-/// Waits for the repository's git lock (worktrees and merges take turns).
-pub fn git_turn(ws: &Workspace) -> Result<Held, CliError> {
-    let path = ws.state_dir().join("git.lock");
+/// Waits for the git lock of the repository at `root` (worktrees and merges take turns).
+pub fn git_turn(root: &Path) -> Result<Held, CliError> {
+    let path = Workspace::state_dir_of(root).join("git.lock");
     let file = open(&path)?;
     Flock::lock(file, FlockArg::LockExclusive)
         .map(|lock| Held { _lock: lock })

@@ -49,7 +49,12 @@ impl Workspace {
 
     /// `.loopwright/state/`.
     pub fn state_dir(&self) -> PathBuf {
-        self.root.join(".loopwright/state")
+        Self::state_dir_of(&self.root)
+    }
+
+    /// `.loopwright/state/` of the workspace at `root`.
+    pub fn state_dir_of(root: &Path) -> PathBuf {
+        root.join(".loopwright/state")
     }
 
     /// `.loopwright/state/runs/`.

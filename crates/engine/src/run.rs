@@ -313,28 +313,12 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         }
         match judge(&stage.outputs, &execution) {
             Ok(outputs) => {
-                if snapshot_taken && stage.mode == Mode::Agent {
-                    // Everything changed since the stage's first attempt is committed before the
-                    // attempt's end is journaled (with the commit). Should loopwright die between
-                    // the two, the attempt is redone on resume and the commit it made is adopted;
-                    // journaling the end first would leave a stage that succeeded with its
-                    // changes never committed.
-                    let first =
-                        state.stage(stage_id.as_str()).and_then(|s| s.snapshots.first()).map(|(_, n)| n.clone());
-                    let committed = match self.commit(state, &stage_id, &first.unwrap_or(snapshot)).await? {
-                        Ok(event) => event,
-                        Err(error) => {
-                            let event = Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error };
-                            return self.record(state, event).await;
-                        }
-                    };
-                    self.defer(state, Event::AttemptSucceeded { stage: stage_id, attempt, duration_ms, outputs });
-                    if let Some(event) = committed {
-                        self.defer(state, event);
-                    }
-                    return self.flush(state).await;
-                }
-                self.defer(state, Event::AttemptSucceeded { stage: stage_id, attempt, duration_ms, outputs });
+                // An agent-mode stage commits everything changed since its first attempt.
+                let commit_from = (snapshot_taken && stage.mode == Mode::Agent).then(|| {
+                    let first = state.stage(stage_id.as_str()).and_then(|s| s.snapshots.first());
+                    first.map_or(snapshot, |(_, n)| n.clone())
+                });
+                return self.succeed(state, stage_id, attempt, duration_ms, outputs, commit_from).await;
             }
             Err(mut error) => {
                 if error.exit_code.is_some() || error.kind == FailureKind::Timeout {
@@ -532,28 +516,40 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 return Ok(());
             }
         }
-        // SUCCESS: the agent's changes are committed, then its outputs become the stage's (the
-        // commit first, as for any agent-mode stage: a crash between the two re-evaluates and
-        // adopts the commit instead of losing it or folding it into the next stage's).
-        let mut committed = None;
-        if stage.mode == Mode::Agent
-            && let Some(first) = first_snapshot
-        {
-            match self.commit(state, &stage_id, &first).await? {
-                Ok(event) => committed = event,
-                Err(error) => {
-                    return self
-                        .record(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms: 0, error })
-                        .await;
+        // SUCCESS: the agent's changes are committed, then its outputs become the stage's.
+        let commit_from = first_snapshot.filter(|_| stage.mode == Mode::Agent);
+        self.succeed(state, stage_id, attempt, 0, it.outputs, commit_from).await?;
+        self.flush(state).await
+    }
+
+    /// Ends a successful attempt. With `commit_from` (an agent-mode stage), what changed since
+    /// that snapshot is committed **before** the attempt's end is journaled, together with the
+    /// commit: should loopwright die between the two, the attempt is redone (or, in the closed
+    /// loop, evaluated again) on resume and the commit it made is adopted, never lost nor folded
+    /// into the next stage's. A commit that fails fails the attempt instead (retryable).
+    async fn succeed(
+        &mut self,
+        state: &mut RunState,
+        stage: StageId,
+        attempt: u32,
+        duration_ms: u64,
+        outputs: crate::event::Outputs,
+        commit_from: Option<String>,
+    ) -> Result<(), StoreError> {
+        let Some(name) = commit_from else {
+            self.defer(state, Event::AttemptSucceeded { stage, attempt, duration_ms, outputs });
+            return Ok(());
+        };
+        match self.commit(state, &stage, &name).await? {
+            Err(error) => self.record(state, Event::AttemptFailed { stage, attempt, duration_ms, error }).await,
+            Ok(committed) => {
+                self.defer(state, Event::AttemptSucceeded { stage, attempt, duration_ms, outputs });
+                if let Some(event) = committed {
+                    self.defer(state, event);
                 }
+                self.flush(state).await
             }
         }
-        let event = Event::AttemptSucceeded { stage: stage_id.clone(), attempt, duration_ms: 0, outputs: it.outputs };
-        self.defer(state, event);
-        if let Some(event) = committed {
-            self.defer(state, event);
-        }
-        self.flush(state).await
     }
 
     /// Closed loop, FIX: runs the strategy ANALYZE chose for an attempt's failure.
@@ -643,8 +639,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
 
     /// Commits what changed since snapshot `name` for a stage. Returns the `changes_committed`
     /// event to journal with the attempt's end (none when nothing changed), or the error that
-    /// fails the attempt (retryable: a commit that fails is not a warning, the work would be
-    /// lost). A commit of this run and stage that a crash left unjournaled is adopted.
+    /// fails the attempt. A commit of this run and stage that a crash left unjournaled is
+    /// adopted.
     async fn commit(
         &mut self,
         state: &mut RunState,

@@ -189,6 +189,17 @@ async fn run(
     store: &MemoryStore,
     started: RunStarted,
 ) -> RunState {
+    run_with(pipeline, runner, clock, store, started, &NoChanges).await
+}
+
+async fn run_with(
+    pipeline: &Pipeline,
+    runner: &ScriptedRunner,
+    clock: &FakeClock,
+    store: &MemoryStore,
+    started: RunStarted,
+    changes: &impl loopwright_engine::ports::Changes,
+) -> RunState {
     let mut observer = loopwright_engine::ports::NoObserver;
     let mut engine = Engine {
         pipeline,
@@ -197,7 +208,7 @@ async fn run(
         clock,
         observer: observer.as_dyn(),
         stopper: &NeverStop,
-        changes: &NoChanges,
+        changes,
         patterns: &Library::builtin(),
         settings: &Default::default(),
     };
@@ -417,19 +428,7 @@ async fn a_plan_mode_stage_that_cannot_be_watched_does_not_run() {
         pipeline("  - id: review\n    agent: a\n    mode: plan\n    description: x\n    retry: {max_attempts: 3}\n");
     let runner = ScriptedRunner::default();
     let (clock, store) = (FakeClock::new(), MemoryStore::default());
-    let mut observer = loopwright_engine::ports::NoObserver;
-    let mut engine = Engine {
-        pipeline: &p,
-        store: &store,
-        runner: &runner,
-        clock: &clock,
-        observer: observer.as_dyn(),
-        stopper: &NeverStop,
-        changes: &Unwatchable,
-        patterns: &Library::builtin(),
-        settings: &Default::default(),
-    };
-    let state = engine.start(RunId::new("r"), started()).await.expect("run");
+    let state = run_with(&p, &runner, &clock, &store, started(), &Unwatchable).await;
     assert_eq!(state.status, RunStatus::Failed);
     assert_eq!(runner.calls.borrow().len(), 0, "nothing was run");
     assert_eq!(

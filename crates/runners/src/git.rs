@@ -119,22 +119,31 @@ pub fn commit(root: &Path, paths: &[String], run: &str, task: &str, stage: &str)
 /// The current commit and how many files it changed, when its trailers name this run and
 /// stage (a commit loopwright made, then died before journaling).
 pub fn head_commit_of(root: &Path, run: &str, stage: &str) -> Option<(String, usize)> {
-    let head = git(
-        root,
-        &[
-            "log",
-            "-1",
-            "--format=%H%x1f%(trailers:key=Loopwright-Run,valueonly)%x1f%(trailers:key=Loopwright-Stage,valueonly)",
-        ],
-    )
-    .ok()?;
-    let mut f = head.trim().split('\x1f');
-    let (sha, r, s) = (f.next()?, f.next()?, f.next()?);
-    if r.trim() != run || s.trim() != stage {
+    let head = log_trailers(root, &["-1"], ["Loopwright-Run", "Loopwright-Stage"]).ok()?.into_iter().next()?;
+    let (sha, [r, s]) = head;
+    if r != run || s != stage {
         return None;
     }
-    let files = git(root, &["show", "--name-only", "--format=", sha]).ok()?.lines().filter(|l| !l.is_empty()).count();
-    Some((sha.to_owned(), files))
+    let files = git(root, &["show", "--name-only", "--format=", &sha]).ok()?.lines().filter(|l| !l.is_empty()).count();
+    Some((sha, files))
+}
+
+/// The commits `git log ARGS` lists, newest first, each with the values of two trailers
+/// (empty when a commit has none).
+fn log_trailers(root: &Path, args: &[&str], keys: [&str; 2]) -> Result<Vec<(String, [String; 2])>, String> {
+    let format =
+        format!("--format=%H%x1f%(trailers:key={},valueonly)%x1f%(trailers:key={},valueonly)", keys[0], keys[1]);
+    let mut all = vec!["log", "-z", format.as_str()];
+    all.extend(args);
+    let log = git(root, &all)?;
+    Ok(log
+        .split('\0')
+        .filter_map(|rec| {
+            let mut f = rec.trim_start_matches('\n').split('\x1f');
+            let (sha, a, b) = (f.next()?, f.next()?, f.next()?);
+            Some((sha.to_owned(), [a.trim().to_owned(), b.trim().to_owned()]))
+        })
+        .collect())
 }
 
 /// Removes the repository's `index.lock` when no live process has it open: a git killed in
@@ -157,37 +166,17 @@ pub fn clear_stale_index_lock(root: &Path) -> Option<String> {
 /// True when some process has `path` open (a scan of `/proc/*/fd`, as `fuser` does); true too
 /// when `/proc` cannot be read, so nothing is removed on a guess.
 fn held_open(path: &Path) -> bool {
-    let Ok(procs) = std::fs::read_dir("/proc") else { return true };
-    for p in procs.flatten() {
-        if !p.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
-        if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path)) {
-            return true;
-        }
-    }
-    false
+    let Some(mut pids) = crate::process::pids() else { return true };
+    pids.any(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .is_ok_and(|fds| fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == path)))
+    })
 }
 
 /// The commits of a stage of a task, newest first.
 pub fn stage_commits(root: &Path, task: &str, stage: &str) -> Result<Vec<String>, String> {
-    let log = git(
-        root,
-        &[
-            "log",
-            "-z",
-            "--format=%H%x1f%(trailers:key=Loopwright-Task,valueonly)%x1f%(trailers:key=Loopwright-Stage,valueonly)",
-        ],
-    )?;
-    Ok(log
-        .split('\0')
-        .filter_map(|rec| {
-            let mut f = rec.trim_start_matches('\n').split('\x1f');
-            let (sha, t, s) = (f.next()?, f.next()?, f.next()?);
-            (t.trim() == task && s.trim() == stage).then(|| sha.to_owned())
-        })
-        .collect())
+    let log = log_trailers(root, &[], ["Loopwright-Task", "Loopwright-Stage"])?;
+    Ok(log.into_iter().filter(|(_, [t, s])| t == task && s == stage).map(|(sha, _)| sha).collect())
 }
 
 /// Reverts a stage's commits, newest first, in one revert commit; on a conflict the revert is
@@ -199,20 +188,9 @@ pub fn revert_stage(root: &Path, task: &str, stage: &str) -> Result<usize, Strin
     }
     // A revert of these commits made before (loopwright died after committing it, before
     // journaling it) is not made again: its trailers say it was.
-    let newest = &commits[0];
-    let reverts = git(
-        root,
-        &[
-            "log",
-            "-z",
-            &format!("{newest}..HEAD"),
-            "--format=%H%x1f%(trailers:key=Loopwright-Task,valueonly)%x1f%(trailers:key=Loopwright-Reverted-Stage,valueonly)",
-        ],
-    )?;
-    let already = reverts.split('\0').any(|rec| {
-        let mut f = rec.trim_start_matches('\n').split('\x1f');
-        f.next().is_some() && f.next().is_some_and(|t| t.trim() == task) && f.next().is_some_and(|s| s.trim() == stage)
-    });
+    let since = format!("{}..HEAD", commits[0]);
+    let reverts = log_trailers(root, &[since.as_str()], ["Loopwright-Task", "Loopwright-Reverted-Stage"])?;
+    let already = reverts.iter().any(|(_, [t, s])| t == task && s == stage);
     if already {
         return Ok(commits.len());
     }

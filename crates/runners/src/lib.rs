@@ -96,9 +96,7 @@ impl ProcessRunner {
         }
         Ok(path)
     }
-}
 
-impl ProcessRunner {
     /// An execution with every text it carries redacted (what the process printed, and the
     /// reason it could not start, which for an HTTP runner quotes the server's answer): the
     /// one way out of the runner, so no secret reaches the journal, a file or the terminal.

@@ -208,20 +208,15 @@ pub fn group_alive(pgid: i32) -> bool {
     if pgid <= 1 || killpg(Pid::from_raw(pgid), None).is_err() {
         return false;
     }
-    let Ok(entries) = std::fs::read_dir("/proc") else { return true };
-    let mut any_proc = false;
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        any_proc = true;
-        if let Some((state, group)) = state_and_group(pid)
-            && group == pgid
-            && state != 'Z'
-        {
-            return true;
-        }
-    }
     // No /proc to look in: trust the signal check.
-    !any_proc
+    let Some(mut pids) = pids() else { return true };
+    pids.any(|pid| state_and_group(pid).is_some_and(|(state, group)| group == pgid && state != 'Z'))
+}
+
+/// The ids of the processes in `/proc`, or `None` when it cannot be read.
+pub fn pids() -> Option<impl Iterator<Item = u32>> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    Some(entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok())))
 }
 
 /// A process's state letter (`R`, `S`, `Z`, …) and process group, from `/proc/PID/stat`.
@@ -238,22 +233,15 @@ fn state_and_group(pid: u32) -> Option<(char, i32)> {
 /// processes of other users, whose environment cannot be read, are never matched).
 pub fn groups_with_env(vars: &[(&str, &str)]) -> Vec<i32> {
     let wanted: Vec<Vec<u8>> = vars.iter().map(|(k, v)| format!("{k}={v}").into_bytes()).collect();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let Some(pids) = pids() else { return Vec::new() };
     let mut groups = Vec::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        if pid == std::process::id() {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+    for pid in pids.filter(|pid| *pid != std::process::id()) {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
         let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
         if !wanted.iter().all(|w| vars.contains(&w.as_slice())) {
             continue;
         }
-        let pgid = std::fs::read_to_string(entry.path().join("stat")).ok().and_then(|stat| {
-            stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().nth(2).and_then(|g| g.parse::<i32>().ok()))
-        });
-        if let Some(pgid) = pgid.filter(|g| *g > 1 && !groups.contains(g)) {
+        if let Some((_, pgid)) = state_and_group(pid).filter(|(_, g)| *g > 1 && !groups.contains(g)) {
             groups.push(pgid);
         }
     }

@@ -177,6 +177,11 @@ pub struct Found {
 }
 
 impl Found {
+    /// Its manifest entry, with its content kept as `object`.
+    fn entry(&self, object: String) -> Entry {
+        Entry { key: key_of(&self.meta), mode: self.meta.permissions().mode(), object, link: self.link.clone() }
+    }
+
     fn same(&self, entry: &Entry) -> bool {
         key_of(&self.meta) == entry.key && self.meta.permissions().mode() == entry.mode && self.link == entry.link
     }
@@ -236,16 +241,11 @@ fn walk_noting(root: &Path, skipped: &mut Vec<String>) -> io::Result<BTreeMap<St
     Ok(files)
 }
 
-/// A fingerprint of every entry's stat under `dir` (not following links): 64-bit FNV-1a, so
-/// it is the same across builds of loopwright (a run resumed by a newer one compares alike).
+/// A fingerprint of every entry's stat under `dir` (not following links), the same across
+/// builds of loopwright (a run resumed by a newer one compares alike).
 fn fingerprint(dir: &Path) -> io::Result<u64> {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |bytes: &[u8]| {
-        for b in bytes {
-            hash ^= u64::from(*b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
+    let mut hash = Fnv::default();
+    let mut feed = |bytes: &[u8]| hash.feed(bytes);
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let mut entries: Vec<fs::DirEntry> = fs::read_dir(&d)?.collect::<Result<_, _>>()?;
@@ -264,7 +264,26 @@ fn fingerprint(dir: &Path) -> io::Result<u64> {
             }
         }
     }
-    Ok(hash)
+    Ok(hash.0)
+}
+
+/// 64-bit FNV-1a: stable across builds of loopwright (std's hasher is not), and enough to
+/// tell "changed" from "unchanged".
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn feed(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 /// The folders whose files a plan-mode stage may not change besides the workspace's: the git
@@ -322,12 +341,9 @@ fn control_files(dir: &Path, into: &mut BTreeMap<String, Found>) -> io::Result<(
 /// The staged content of the index (`git ls-files -s`), hashed; `None` outside git.
 fn index_hash(root: &Path) -> Option<u64> {
     let staged = crate::git::git_bytes(root, &["ls-files", "-s", "-z"]).ok()?;
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in staged {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    Some(hash)
+    let mut hash = Fnv::default();
+    hash.feed(&staged);
+    Some(hash.0)
 }
 
 /// Where unchanged tracked files of a git work tree can be read back from, so a snapshot need
@@ -405,8 +421,7 @@ pub fn take(
                 object
             }
         };
-        let entry =
-            Entry { key: key_of(&found.meta), mode: found.meta.permissions().mode(), object, link: found.link.clone() };
+        let entry = found.entry(object);
         manifest.files.insert(path.clone(), entry);
     }
     if scope == Scope::PlanMode {
@@ -425,12 +440,7 @@ pub fn take(
                     object
                 }
             };
-            let entry = Entry {
-                key: key_of(&found.meta),
-                mode: found.meta.permissions().mode(),
-                object,
-                link: found.link.clone(),
-            };
+            let entry = found.entry(object);
             manifest.control.insert(path.clone(), entry);
         }
         manifest.control_dirs = dirs.iter().map(|d| d.to_string_lossy().into_owned()).collect();

@@ -313,7 +313,7 @@ fn create_worktree(ws: &Workspace, task: &TaskId) -> Result<loopwright_engine::e
     let path = ws.state_dir().join("worktrees").join(task.as_str());
     std::fs::create_dir_all(ws.state_dir().join("worktrees"))
         .map_err(|e| CliError::usage(format!("cannot create {}: {e}", ws.state_dir().display())))?;
-    let _turn = crate::lock::git_turn(ws)?;
+    let _turn = crate::lock::git_turn(&ws.root)?;
     git::worktree_add(&ws.root, &path, &branch).map_err(|e| {
         let hint = if e.contains("already exists") {
             " (a run of this task has it: resume that run, or give this one another --task-id)"
@@ -345,8 +345,7 @@ async fn merge_worktree(engine: &mut CliEngine<'_>, state: &mut RunState) -> Res
     let repo = std::path::Path::new(&wt.repo);
     // One git operation on the repository's shared state at a time: runs finishing (or
     // starting) together take turns.
-    let ws = Workspace { root: repo.to_path_buf(), config: Default::default() };
-    let _turn = crate::lock::git_turn(&ws)?;
+    let _turn = crate::lock::git_turn(repo)?;
     let merged = git::with_lock_retries(|| git::merge(repo, &wt.branch))
         .map_err(|e| CliError::usage(format!("cannot merge {} back: {e}", wt.branch)))?;
     let event = match merged {
@@ -609,7 +608,7 @@ pub fn resumable(status: RunStatus) -> bool {
 /// The status to show for a run: `interrupted` for one recorded as running whose owner is no
 /// longer alive (loopwright was killed; `resume` continues it).
 pub fn shown_status(state: &RunState) -> RunStatus {
-    let owner_gone = state.owner.is_some_and(|o| !loopwright_runners::process::same_process_alive(o.pid, o.start_time));
+    let owner_gone = state.owner.is_some() && !owner_alive(state);
     if state.status == RunStatus::Running && owner_gone { RunStatus::Interrupted } else { state.status }
 }
 

@@ -3,7 +3,7 @@
 //! lets the attack through.
 
 use crate::http::{Server, openai_answer};
-use crate::support::{Ws, files_under, st, stages};
+use crate::support::{Ws, files_under, finish, spawn, st, stages, wait_for};
 
 const KEY: &str = "sk-attack-test-key-987654321";
 
@@ -176,30 +176,6 @@ fn a_key_echoed_by_a_refusal_encoded_or_cut_by_the_output_cap_is_stored_nowhere(
     }
 }
 
-/// Starts `loopwright ARGS` in `ws` without waiting.
-fn spawn(ws: &Ws, args: &[&str]) -> std::process::Child {
-    let exe = assert_cmd::cargo::cargo_bin!("loopwright");
-    std::process::Command::new(exe)
-        .args(args)
-        .current_dir(ws.path())
-        .env("NO_COLOR", "1")
-        .env("USER", "tester")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn loopwright")
-}
-
-fn finish(child: std::process::Child) -> (i32, String, String) {
-    let out = child.wait_with_output().expect("wait");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn lines(path: &std::path::Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
 }
@@ -252,11 +228,7 @@ fn two_resumes_at_once_run_the_rest_once() {
             ),
         );
         let first = spawn(&ws, &["run", "p", "--json"]);
-        let waited = std::time::Instant::now();
-        while !mark.exists() {
-            assert!(waited.elapsed() < std::time::Duration::from_secs(20), "the stage never started");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_for(&mark);
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.id() as i32), nix::sys::signal::Signal::SIGINT)
             .expect("SIGINT");
         let (code, stdout, stderr) = finish(first);
@@ -443,11 +415,7 @@ fn a_crashed_run_shows_interrupted_and_a_moved_workspace_is_not_resumed() {
     let mark = outside.path().join("started");
     one_stage(&ws, "", &format!("if [ -f {m} ]; then echo again; else touch {m}; sleep 30; fi", m = mark.display()));
     let child = spawn(&ws, &["run", "p", "--input", "k=v", "--json"]);
-    let waited = std::time::Instant::now();
-    while !mark.exists() {
-        assert!(waited.elapsed() < std::time::Duration::from_secs(20), "the stage never started");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_for(&mark);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL)
         .expect("kill");
     let _ = finish(child);

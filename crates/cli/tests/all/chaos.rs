@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{Ws, stages};
+use crate::support::{Ws, processes_with, spawn, stages};
 
 fn pipeline(out: &Path, token: &str) -> String {
     let o = out.display();
@@ -69,33 +69,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0 % n
     }
-}
-
-fn spawn(ws: &Ws, args: &[&str]) -> std::process::Child {
-    std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
-        .args(args)
-        .current_dir(ws.path())
-        .env("USER", "tester")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn")
-}
-
-/// Pids of live (not zombie) processes whose command line holds `token`.
-fn processes_with(token: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
-            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')));
-        if !zombie && String::from_utf8_lossy(&cmdline).contains(token) {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 /// The journal as (kind, stage) pairs.

@@ -5,9 +5,9 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::support::Ws;
+use crate::support::{Ws, wait_for};
 
 /// A folder with a `git` that runs the real one, then, the first time its arguments include
 /// `$LW_PAUSE_ON`, touches `$LW_PAUSED` and sleeps (the moment a test kills loopwright).
@@ -28,14 +28,6 @@ fn git_wrapper() -> tempfile::TempDir {
 
 fn path_with(dir: &Path) -> String {
     format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default())
-}
-
-fn wait_for(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !path.exists() {
-        assert!(Instant::now() < deadline, "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Runs `loopwright ARGS` in its own process group, with the wrapper first on PATH; when
@@ -79,9 +71,10 @@ fn subjects(ws: &Ws) -> Vec<String> {
     ws.git(&["log", "--format=%s"]).lines().map(str::to_owned).collect()
 }
 
-fn latest_run(ws: &Ws) -> String {
+/// The latest run and its task.
+fn latest(ws: &Ws) -> (String, String) {
     let (_, result, _) = ws.json(&["status", "latest"]);
-    result["run_id"].as_str().expect("run").to_owned()
+    (result["run_id"].as_str().expect("run").to_owned(), result["task_id"].as_str().expect("task").to_owned())
 }
 
 const CLOSED_LOOP: &str = "name: p\ndescription: d\nversion: 1\nstages:\n  - id: fix\n    description: d\n    agent: shell\n    mode: agent\n    skill: closed-loop-execution\n    run: echo right > calc.txt\n    checks:\n      - {name: right, type: test, command: grep -q right calc.txt}\n  - id: after\n    description: d\n    agent: shell\n    mode: agent\n    run: echo done > after.txt\n";
@@ -93,21 +86,17 @@ fn a_kill_inside_the_closed_loops_commit_loses_and_repeats_nothing() {
     let clean = git_ws(CLOSED_LOOP);
     let (code, stderr) = run_until(&clean, wrapper.path(), &["run", "p"], None);
     assert_eq!(code, 0, "{stderr}");
-    let task_of = |ws: &Ws| {
-        let (_, r, _) = ws.json(&["status", "latest"]);
-        r["task_id"].as_str().expect("task").to_owned()
-    };
-    let clean_subjects: Vec<String> = subjects(&clean).iter().map(|s| s.replace(&task_of(&clean), "TASK")).collect();
+    let clean_task = latest(&clean).1;
+    let clean_subjects: Vec<String> = subjects(&clean).iter().map(|s| s.replace(&clean_task, "TASK")).collect();
 
     let ws = git_ws(CLOSED_LOOP);
     let (code, _) = run_until(&ws, wrapper.path(), &["run", "p"], Some("commit"));
     assert_eq!(code, -1, "killed");
     // The commit was made; its success was not journaled yet.
     assert_eq!(subjects(&ws).len(), 2);
-    let run = latest_run(&ws);
+    let (run, task) = latest(&ws);
     let (code, stderr) = run_until(&ws, wrapper.path(), &["resume", &run], None);
     assert_eq!(code, 0, "{stderr}");
-    let task = task_of(&ws);
     assert_eq!(subjects(&ws).iter().map(|s| s.replace(&task, "TASK")).collect::<Vec<_>>(), clean_subjects);
     assert_eq!(ws.git(&["status", "--porcelain"]), "", "everything committed");
     let (_, logs, _) = ws.run(&["logs", &run]);
@@ -122,13 +111,9 @@ fn a_kill_inside_an_agent_stages_commit_is_redone_without_a_second_commit() {
     let ws = git_ws(pipeline);
     let (code, _) = run_until(&ws, wrapper.path(), &["run", "p"], Some("commit"));
     assert_eq!(code, -1);
-    let run = latest_run(&ws);
+    let (run, task) = latest(&ws);
     let (code, stderr) = run_until(&ws, wrapper.path(), &["resume", &run], None);
     assert_eq!(code, 0, "{stderr}");
-    let task = {
-        let (_, r, _) = ws.json(&["status", &run]);
-        r["task_id"].as_str().expect("task").to_owned()
-    };
     assert_eq!(
         subjects(&ws),
         vec![
@@ -149,7 +134,7 @@ fn a_kill_inside_a_rollbacks_revert_commit_makes_no_second_revert() {
     // The revert's commit is the one made with --allow-empty.
     let (code, _) = run_until(&ws, wrapper.path(), &["run", "p"], Some("--allow-empty"));
     assert_eq!(code, -1);
-    let run = latest_run(&ws);
+    let (run, _) = latest(&ws);
     let (code, stderr) = run_until(&ws, wrapper.path(), &["resume", &run], None);
     assert_eq!(code, 1, "the run failed and rolled back: {stderr}");
     let reverts = subjects(&ws).iter().filter(|s| s.starts_with("loopwright: revert stage work")).count();
@@ -211,7 +196,7 @@ fn a_stage_leader_that_clears_its_environment_is_ended_on_resume() {
             .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
     };
     assert!(alive(pid), "the orphan outlived loopwright");
-    let run = latest_run(&ws);
+    let (run, _) = latest(&ws);
     let (code, _, stderr) = ws.run(&["resume", &run]);
     assert_eq!(code, 0, "{stderr}");
     assert!(!alive(pid), "the orphan with a cleared environment was ended before the stage ran again");

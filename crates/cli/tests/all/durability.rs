@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use pretty_assertions::assert_eq;
 use serde_json::Value;
 
-use crate::support::{Ws, st, stages};
+use crate::support::{Ws, processes_with, st, stages, wait_for};
 
 /// Counters and the `slow` switch live outside the workspace (in `out`), so undoing a stage's
 /// partial changes does not undo them; `partial.txt` in the workspace is what stage two changes
@@ -75,33 +75,11 @@ fn spawn_run(ws: &Ws) -> Child {
         .expect("spawn loopwright")
 }
 
-fn wait_for(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !path.exists() {
-        assert!(Instant::now() < deadline, "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn counts(slow: &Slow) -> Vec<usize> {
     ["one.starts", "one.dones", "two.starts", "two.dones", "three.starts", "three.dones"]
         .iter()
         .map(|f| std::fs::read_to_string(slow.file(f)).map(|t| t.lines().count()).unwrap_or(0))
         .collect()
-}
-
-/// Pids of live (non-zombie) processes whose command line contains `token`.
-fn processes_with(token: &str) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let zombie = std::fs::read_to_string(entry.path().join("stat")).map(|s| s.contains(") Z ")).unwrap_or(true);
-        if !zombie && String::from_utf8_lossy(&cmdline).contains(token) {
-            pids.push(pid);
-        }
-    }
-    pids
 }
 
 fn signal(pid: u32, sig: &str) {

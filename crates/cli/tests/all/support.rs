@@ -160,3 +160,50 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// Starts `loopwright ARGS` in `ws` without waiting (stdout and stderr piped).
+pub fn spawn(ws: &Ws, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(args)
+        .current_dir(ws.path())
+        .env("NO_COLOR", "1")
+        .env("USER", "tester")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn loopwright")
+}
+
+/// Waits for a child of [`spawn`]: (exit code, stdout, stderr).
+pub fn finish(child: std::process::Child) -> (i32, String, String) {
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Waits (up to 30 s) until `path` exists.
+pub fn wait_for(path: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Pids of live (not zombie) processes whose command line contains `token`.
+pub fn processes_with(token: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let zombie = std::fs::read_to_string(entry.path().join("stat")).map(|s| s.contains(") Z ")).unwrap_or(true);
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(token) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
