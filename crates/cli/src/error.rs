@@ -1,46 +1,14 @@
-//! The binary's errors and how they map to exit codes (SPEC §1).
+//! The binary's errors are the application layer's; here is how they map to exit codes
+//! (SPEC §1).
 
-use loopwright_spec::Diagnostics;
+pub use loopwright_app::Error as CliError;
 
-/// Why a command could not do its work.
-#[derive(Debug)]
-pub enum CliError {
-    /// Bad arguments or input: exit 2, nothing was run.
-    Usage(String),
-    /// Invalid files: exit 2, every problem listed.
-    Invalid(Diagnostics),
-    /// Something failed while working (the store, the file system): exit 1.
-    Internal(anyhow::Error),
-}
-
-impl CliError {
-    /// A usage error.
-    pub fn usage(message: impl Into<String>) -> Self {
-        CliError::Usage(message.into())
-    }
-
-    /// The exit code.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            CliError::Usage(_) | CliError::Invalid(_) => 2,
-            CliError::Internal(_) => 1,
-        }
-    }
-}
-
-impl From<anyhow::Error> for CliError {
-    fn from(e: anyhow::Error) -> Self {
-        CliError::Internal(e)
-    }
-}
-
-impl From<loopwright_engine::StoreError> for CliError {
-    fn from(e: loopwright_engine::StoreError) -> Self {
-        match e {
-            loopwright_engine::StoreError::RunNotFound(id) => {
-                CliError::Usage(format!("no run `{id}` in this workspace (see `loopwright status` for recent runs)"))
-            }
-            other => CliError::Internal(other.into()),
-        }
+/// The exit code of a command that failed: 2 when nothing was done (bad arguments or input,
+/// invalid files, something not found, a conflict with the run's state), 1 when something
+/// failed while working.
+pub fn exit_code(error: &CliError) -> u8 {
+    match error {
+        CliError::Usage(_) | CliError::Invalid(_) | CliError::NotFound(_) | CliError::Conflict(_) => 2,
+        CliError::Internal(_) => 1,
     }
 }

@@ -7,11 +7,13 @@ mod cmd;
 mod error;
 mod examples;
 mod input;
-mod lock;
 mod observe;
 mod render;
 mod stop;
-mod workspace;
+mod workspace {
+    //! The workspace, from the application layer.
+    pub use loopwright_app::workspace::*;
+}
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -141,11 +143,10 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             match &err {
-                CliError::Usage(message) => eprintln!("loopwright: error: {message}"),
                 CliError::Invalid(diags) => eprint!("{}", render::diagnostics(diags, render::stderr_color())),
-                CliError::Internal(e) => eprintln!("loopwright: error: {e:#}"),
+                other => eprintln!("loopwright: error: {other}"),
             }
-            ExitCode::from(err.exit_code())
+            ExitCode::from(error::exit_code(&err))
         }
     }
 }

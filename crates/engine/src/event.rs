@@ -228,6 +228,9 @@ pub enum Event {
         /// The signal (`SIGINT`, `SIGTERM`).
         signal: String,
     },
+    /// The daemon accepted the run but has no free slot (or its working tree is busy): it waits
+    /// in line, in the order runs were queued, until the daemon takes it up (`run_resumed`).
+    RunQueued {},
     /// A loopwright process took the run up again (after an interruption or a crash).
     RunResumed {
         /// The process now driving the run.
@@ -443,6 +446,7 @@ impl Event {
             Event::RunStarted(_)
             | Event::RunFinished { .. }
             | Event::RunResumed { .. }
+            | Event::RunQueued { .. }
             | Event::CancelRequested { .. }
             | Event::RollbackStarted { .. }
             | Event::RollbackFinished { .. }
@@ -477,6 +481,7 @@ impl Event {
             Event::RollbackFinished { .. } => "rollback_finished",
             Event::EscalationAnswered { .. } => "escalation_answered",
             Event::RunInterrupted { .. } => "run_interrupted",
+            Event::RunQueued { .. } => "run_queued",
             Event::RunResumed { .. } => "run_resumed",
             Event::CancelRequested { .. } => "cancel_requested",
             Event::RunCancelled { .. } => "run_cancelled",
@@ -501,6 +506,7 @@ impl Event {
         match self {
             Event::RunStarted(_) | Event::ApprovalGranted { .. } | Event::RunResumed { .. } => Some(RunStatus::Running),
             Event::RunInterrupted { .. } => Some(RunStatus::Interrupted),
+            Event::RunQueued { .. } => Some(RunStatus::Queued),
             Event::RunCancelled { .. } => Some(RunStatus::Cancelled),
             Event::ApprovalRequested { .. } => Some(RunStatus::Waiting),
             Event::FeedbackChecked { action: FeedbackAction::Escalate, .. }
@@ -600,6 +606,10 @@ pub struct Owner {
     /// Start time in clock ticks since boot (`/proc/PID/stat` field 22).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<u64>,
+    /// The process is a daemon (`loopwright serve`): after a crash, the next daemon of the
+    /// workspace takes the run up again (SPEC §9 "Recovery").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub daemon: bool,
 }
 
 /// What a restore put back.
@@ -836,6 +846,8 @@ pub enum RunStatus {
     Waiting,
     /// loopwright was stopped; `resume` continues it.
     Interrupted,
+    /// The daemon accepted it and will start it when a slot is free (SPEC §9).
+    Queued,
 }
 
 impl RunStatus {
@@ -848,6 +860,7 @@ impl RunStatus {
             RunStatus::Cancelled => "cancelled",
             RunStatus::Waiting => "waiting",
             RunStatus::Interrupted => "interrupted",
+            RunStatus::Queued => "queued",
         }
     }
 
@@ -860,6 +873,7 @@ impl RunStatus {
             RunStatus::Cancelled,
             RunStatus::Waiting,
             RunStatus::Interrupted,
+            RunStatus::Queued,
         ]
         .into_iter()
         .find(|x| x.as_str() == s)
@@ -877,7 +891,7 @@ impl RunStatus {
             RunStatus::Failed => 1,
             RunStatus::Waiting => 3,
             RunStatus::Cancelled => 4,
-            RunStatus::Interrupted | RunStatus::Running => 130,
+            RunStatus::Interrupted | RunStatus::Running | RunStatus::Queued => 130,
         }
     }
 }

@@ -22,6 +22,16 @@ impl RunId {
         Self(id.into())
     }
 
+    /// An id from outside (a command line, a URL), if it could name a run: letters, digits,
+    /// `-`, `_` and `.`, at most 100, not starting with a dot (it names files under `runs/`).
+    pub fn parse(id: &str) -> Option<Self> {
+        let ok = !id.is_empty()
+            && id.len() <= 100
+            && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && !id.starts_with('.');
+        ok.then(|| Self(id.to_owned()))
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -458,7 +458,7 @@ impl RunState {
                     }
                 }
             }
-            Event::RunInterrupted { .. } | Event::CancelRequested { .. } => {}
+            Event::RunInterrupted { .. } | Event::RunQueued { .. } | Event::CancelRequested { .. } => {}
             Event::SnapshotTaken { stage, attempt, snapshot, .. } => {
                 self.stage_mut(stage).snapshots.push((*attempt, snapshot.clone()));
             }

@@ -1,8 +1,5 @@
 //! `loopwright agents`: the agents found, and how one would be run.
 
-use loopwright_spec::{Mode, RunnerKind};
-use serde_json::json;
-
 use super::Global;
 use crate::error::CliError;
 use crate::render;
@@ -31,7 +28,7 @@ pub enum Show {
 /// `loopwright agents`.
 pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let ws = Workspace::locate(global.dir.as_deref())?;
-    let (agents, diags) = ws.agents();
+    let (agents, diags) = loopwright_app::ops::agents::list(&ws);
     if !diags.is_empty() {
         eprint!("{}", render::diagnostics(&diags, render::stderr_color()));
     }
@@ -60,51 +57,7 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             Ok(if diags.is_empty() { 0 } else { 2 })
         }
         Some(Show::Show { name, mode }) => {
-            let agent = agents.get(&name).ok_or_else(|| {
-                CliError::usage(format!(
-                    "no agent `{name}`; found: {}",
-                    agents.keys().cloned().collect::<Vec<_>>().join(", ")
-                ))
-            })?;
-            let mode = Mode::parse(&mode).unwrap_or(Mode::Agent);
-            if !agent.allows(mode) {
-                return Err(CliError::usage(format!("agent `{name}` may not run in {mode} mode")));
-            }
-            let value = match agent.runner {
-                RunnerKind::Command | RunnerKind::Shell => {
-                    json!({"name": agent.name, "runner": agent.runner.as_str(), "mode": mode.as_str(), "argv": agent.command})
-                }
-                RunnerKind::Openai | RunnerKind::Anthropic => {
-                    use loopwright_runners::http;
-                    let model = agent.model.clone().unwrap_or_else(|| {
-                        if agent.runner == RunnerKind::Anthropic {
-                            http::DEFAULT_ANTHROPIC_MODEL
-                        } else {
-                            http::DEFAULT_OPENAI_MODEL
-                        }
-                        .to_owned()
-                    });
-                    json!({
-                        "name": agent.name, "runner": agent.runner.as_str(), "mode": mode.as_str(),
-                        "url": http::url(agent), "model": model, "api_key_env": http::key_var(agent)
-                    })
-                }
-                _ => {
-                    let inv =
-                        loopwright_runners::presets::invocation(agent, mode).expect("every other runner is a preset");
-                    let mut v = json!({"name": agent.name, "runner": agent.runner.as_str(), "mode": mode.as_str(), "argv": inv.argv});
-                    if !inv.env.is_empty() {
-                        v["env"] = inv
-                            .env
-                            .iter()
-                            .map(|(k, val)| (k.clone(), json!(val)))
-                            .collect::<serde_json::Map<_, _>>()
-                            .into();
-                    }
-                    v["prompt"] = json!(if inv.stdin { "stdin" } else { "file" });
-                    v
-                }
-            };
+            let value = loopwright_app::ops::agents::show(&ws, &name, &mode)?;
             if global.json {
                 println!("{}", serde_json::to_string_pretty(&value).map_err(|e| CliError::Internal(e.into()))?);
             } else {

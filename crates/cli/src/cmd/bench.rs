@@ -18,10 +18,10 @@ use serde_json::json;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Global;
-use super::run::random_u64;
 use crate::error::CliError;
-use crate::observe::Projector;
 use crate::workspace::Workspace;
+use loopwright_app::files::Projector;
+use loopwright_app::ops::start::random_u64;
 
 /// Arguments of `bench`.
 #[derive(Debug, clap::Args)]
@@ -130,7 +130,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         auto_approve: false,
         prior_outputs: Default::default(),
         workspace: ws.root.display().to_string(),
-        owner: Some(super::run::this_process()),
+        owner: Some(loopwright_app::ownership::this_process(false)),
         prices: Default::default(),
         budget: Default::default(),
         worktree: None,

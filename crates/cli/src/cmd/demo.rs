@@ -1,9 +1,9 @@
 //! `loopwright demo`: the bundled example, end to end, in a temporary workspace.
 
 use super::Global;
-use super::run::random_u64;
 use crate::error::CliError;
 use crate::examples::DEMO;
+use loopwright_app::ops::start::random_u64;
 
 /// Arguments of `demo`.
 #[derive(Debug, clap::Args)]

@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use loopwright_engine::{Event, EventRecord, RunState, Store};
 
-use super::resume::resolve_run;
 use super::{Global, open_existing_store};
 use crate::error::CliError;
 use crate::render::duration;
 use crate::workspace::Workspace;
+use loopwright_app::ops::read::resolve_run;
 
 /// Arguments of `logs`.
 #[derive(Debug, clap::Args)]
@@ -159,7 +159,10 @@ pub fn line(r: &EventRecord) -> String {
             "run interrupted by {signal}{}; `loopwright resume` continues it",
             stage.as_ref().map(|s| format!(" during stage {s}")).unwrap_or_default()
         ),
-        Event::RunResumed { owner } => format!("run resumed by process {}", owner.pid),
+        Event::RunResumed { owner } => {
+            format!("run resumed by {} {}", if owner.daemon { "the daemon, process" } else { "process" }, owner.pid)
+        }
+        Event::RunQueued {} => "run queued by the daemon (waits for a free slot)".to_owned(),
         Event::CancelRequested { by, .. } => format!("cancel requested by {by}"),
         Event::SnapshotTaken { stage, attempt, snapshot, files } => {
             format!("{stage}: attempt {attempt}: snapshot {snapshot} of {files} file(s)")
@@ -300,7 +303,8 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             printed = r.seq;
         }
         let state = RunState::replay(run.clone(), &events);
-        let live = state.status == loopwright_engine::RunStatus::Running && super::run::owner_alive(&state);
+        let live =
+            state.status == loopwright_engine::RunStatus::Running && loopwright_app::ownership::owner_alive(&state);
         if !args.follow || !live {
             return Ok(0);
         }

@@ -3,13 +3,14 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 
+use loopwright_app::assemble::RunEngine;
+use loopwright_app::ops::answer;
+use loopwright_app::ops::start::{StartRequest, prepare};
+use loopwright_app::ownership::this_process;
+use loopwright_app::session::Session;
 use loopwright_engine::result::PipelineResult;
-use loopwright_engine::{Engine, Event, Owner, RunId, RunStarted, RunState, RunStatus, Store, SystemClock, TaskId};
-use loopwright_runners::secrets::Redactor;
-use loopwright_runners::{FsChanges, ProcessRunner};
-use loopwright_spec::condition::BUILTIN_VARIABLES;
+use loopwright_engine::{Event, RunState, Store};
 use loopwright_spec::{Pipeline, StageId};
-use loopwright_store::SqliteStore;
 
 use super::{Global, open_store};
 use crate::error::CliError;
@@ -92,293 +93,45 @@ fn parse_inputs(raw: &[String]) -> Result<BTreeMap<String, String>, CliError> {
     Ok(inputs)
 }
 
-fn parse_vars(raw: &[String], pipeline: &Pipeline) -> Result<BTreeMap<String, String>, CliError> {
-    let mut vars = BTreeMap::new();
-    for item in raw {
-        let (key, value) = split_kv(item, "--var")?;
-        let settable =
-            BUILTIN_VARIABLES.iter().any(|b| *b == key && *b != "stage_outputs") || pipeline.vars.contains_key(key);
-        if !settable {
-            let declared: Vec<&str> = pipeline.vars.keys().map(String::as_str).collect();
-            return Err(CliError::usage(format!(
-                "--var {key}: unknown variable `{key}`; known: complexity, task_type, tags, always_include{}{}",
-                if declared.is_empty() { "" } else { ", " },
-                declared.join(", ")
-            )));
-        }
-        if key == "complexity" && !value.is_empty() && !["low", "medium", "high"].contains(&value) {
-            return Err(CliError::usage(format!("--var complexity={value}: expected low, medium or high")));
-        }
-        vars.insert(key.to_owned(), value.to_owned());
-    }
-    Ok(vars)
-}
-
-fn stage_arg(pipeline: &Pipeline, name: &str, flag: &str) -> Result<StageId, CliError> {
-    match pipeline.stage(name) {
-        Some(s) => Ok(s.id.clone()),
-        None => Err(CliError::usage(format!(
-            "{flag} {name}: pipeline `{}` has no stage `{name}`; its stages: {}",
-            pipeline.name,
-            pipeline.stages.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(", ")
-        ))),
-    }
-}
-
-/// Refuses, before anything runs, a pipeline whose stages use a coding-agent CLI that is not
-/// installed.
-fn check_runners(pipeline: &Pipeline, start_from: Option<&StageId>) -> Result<(), CliError> {
-    use loopwright_runners::presets;
-    use loopwright_spec::Mode;
-    let start = start_from.and_then(|s| pipeline.index_of(s.as_str())).unwrap_or(0);
-    let mut problems: Vec<String> = Vec::new();
-    for (s, a) in pipeline.stages[start..].iter().filter_map(|s| pipeline.agent_of(s).map(|a| (s, a))) {
-        let Some(install) = presets::install_hint(a.runner) else { continue };
-        let argv = presets::invocation(a, Mode::Agent).map(|i| i.argv).unwrap_or_default();
-        let program = argv.first().cloned().unwrap_or_default();
-        if !loopwright_runners::process::resolve(&program).is_absolute() {
-            problems.push(format!(
-                "stage `{}` uses agent `{}` ({}, `runner: {}`), but `{program}` is not on PATH (install it: {install})",
-                s.id, a.name, a.file, a.runner
-            ));
-        }
-    }
-    if problems.is_empty() {
-        return Ok(());
-    }
-    Err(CliError::usage(problems.join("\n")))
-}
-
-/// Random bits for ids, without a dependency: std's per-process hasher keys are random.
-pub fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-    h.write_u32(std::process::id());
-    h.finish()
+fn parse_vars(raw: &[String]) -> Result<BTreeMap<String, String>, CliError> {
+    raw.iter().map(|item| split_kv(item, "--var").map(|(k, v)| (k.to_owned(), v.to_owned()))).collect()
 }
 
 /// `loopwright run`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let ws = Workspace::locate(global.dir.as_deref())?;
-    let mut inputs = parse_inputs(&args.inputs)?;
-    let path = ws.find_pipeline(&args.pipeline)?;
-    let input_keys: Vec<String> = inputs.keys().cloned().collect();
-    let pipeline = ws.load_pipeline(&path, &input_keys)?;
-    let vars = parse_vars(&args.vars, &pipeline)?;
-    let start_from = args.start_from.as_deref().map(|s| stage_arg(&pipeline, s, "--start-from")).transpose()?;
-    let skip = args.skip.iter().map(|s| stage_arg(&pipeline, s, "--skip")).collect::<Result<Vec<_>, _>>()?;
-    check_runners(&pipeline, start_from.as_ref())?;
-    // A secret passed on the command line is not journaled, nor made part of the task's id.
-    let redactor = redactor(&pipeline);
-    let task = args.task.clone().or_else(|| inputs.get("task_description").cloned()).unwrap_or_default();
-    let task = redactor.redact(&task).into_owned();
-    if !task.is_empty() {
-        inputs.entry("task_description".into()).or_insert_with(|| task.clone());
-    }
-    let task_id = match &args.task_id {
-        Some(id) => TaskId::parse(id).ok_or_else(|| {
-            CliError::usage(format!("--task-id `{id}`: use letters, digits, `-`, `_` and `.` (at most 100)"))
-        })?,
-        None => TaskId::generate(&task, random_u64()),
-    };
-
-    let store = open_store(&ws)?;
-    let mut prior_outputs = BTreeMap::new();
-    if let Some(from) = &start_from {
-        let index = pipeline.index_of(from.as_str()).unwrap_or(0);
-        let earlier: Vec<&StageId> = pipeline.stages[..index].iter().map(|s| &s.id).collect();
-        prior_outputs = store.task_outputs(&task_id).await?.into_iter().filter(|(k, _)| earlier.contains(&k)).collect();
-        let missing: Vec<&str> = pipeline.stages[..index]
-            .iter()
-            .filter(|s| !s.outputs.is_empty() && !prior_outputs.contains_key(&s.id))
-            .map(|s| s.id.as_str())
-            .collect();
-        if !missing.is_empty() && !args.quiet {
-            eprintln!(
-                "loopwright: note: no earlier outputs of {} for task {task_id}{}",
-                missing.join(", "),
-                if args.task_id.is_none() { " (pass --task-id to reuse a task's artifacts)" } else { "" }
-            );
-        }
-    }
-    let clean = |m: BTreeMap<String, String>| -> BTreeMap<String, String> {
-        m.into_iter().map(|(k, v)| (k, redactor.redact(&v).into_owned())).collect()
-    };
-    let (vars, inputs) = (clean(vars), clean(inputs));
-    let worktree =
-        if args.worktree || ws.config.defaults.worktree { Some(create_worktree(&ws, &task_id)?) } else { None };
-    let root = worktree.as_ref().map_or_else(|| ws.root.clone(), |w| std::path::PathBuf::from(&w.path));
-    let started = RunStarted {
-        pipeline: pipeline.name.clone(),
-        pipeline_path: ws.shown(&path),
-        pipeline_source: pipeline.source.text.to_string(),
-        task_id,
-        task,
+    let inputs = parse_inputs(&args.inputs)?;
+    let vars = parse_vars(&args.vars)?;
+    let request = StartRequest {
+        pipeline: args.pipeline,
+        name_only: false,
+        task: args.task,
+        task_id: args.task_id,
         vars,
         inputs,
-        start_from,
-        skip,
-        auto_approve: args.yes,
-        prior_outputs,
-        workspace: root.display().to_string(),
-        owner: Some(this_process()),
-        prices: ws.config.prices.clone(),
-        worktree,
-        budget: pipeline.budget,
+        start_from: args.start_from,
+        skip: args.skip,
+        approve_all: args.yes,
+        worktree: args.worktree,
     };
-    let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
-    let _live = crate::lock::live_run(&ws, &root, &run_id)?;
-    let ports = Ports::new(&ws, &root, redactor, &store)?;
-    let stopper = CliStopper::new(&store, run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
+    let prepared = prepare(&ws, request, this_process(false)).await?;
+    let store = open_store(&ws)?;
+    if !args.quiet {
+        for note in &prepared.notes {
+            eprintln!("loopwright: {note}");
+        }
+    }
+    let pipeline = prepared.pipeline;
+    let session = Session::start(&ws, &store, &pipeline, &prepared.root, &prepared.run_id)?;
+    let stopper = CliStopper::new(&store, prepared.run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
     let mut observers = Observers { progress: Progress::new(args.quiet), files: Projector::new(ws.runs_dir()) };
-    let mut engine = ports.engine(&pipeline, &store, &stopper, &mut observers);
-    let state = engine.start(run_id, started).await?;
+    let mut engine = session.engine(&pipeline, &store, &stopper, &mut observers);
+    let state = engine.start(prepared.run_id, prepared.started).await?;
     finish(global, &mut engine, state).await
 }
 
-/// What the binary runs stages with, besides the store: processes, snapshots and commits, and
-/// the workspace's failure patterns.
-pub struct Ports {
-    runner: ProcessRunner,
-    changes: FsChanges,
-    patterns: loopwright_engine::patterns::Library,
-    settings: loopwright_engine::closed_loop::Settings,
-}
-
-impl Ports {
-    /// The ports for a workspace whose stages work in `root` (the workspace, or the run's
-    /// worktree), keeping the secrets `redactor` knows out of what they record and out of
-    /// `store`'s journal.
-    pub fn new(
-        ws: &Workspace,
-        root: &std::path::Path,
-        redactor: Redactor,
-        store: &SqliteStore,
-    ) -> Result<Self, CliError> {
-        if !redactor.is_empty() {
-            let journal = redactor.clone();
-            store.set_scrubber(Box::new(move |text| match journal.redact(text) {
-                std::borrow::Cow::Owned(clean) => Some(clean),
-                std::borrow::Cow::Borrowed(_) => None,
-            }));
-        }
-        Ok(Self {
-            changes: FsChanges::new(root.to_path_buf(), ws.runs_dir()).with_redactor(redactor.clone()),
-            runner: ProcessRunner { redactor, ..ProcessRunner::new(ws.runs_dir()) },
-            patterns: super::patterns::library(ws)?,
-            settings: super::patterns::closed_loop_settings(ws)?,
-        })
-    }
-
-    /// An engine for a pipeline over these ports.
-    pub fn engine<'a>(
-        &'a self,
-        pipeline: &'a Pipeline,
-        store: &'a SqliteStore,
-        stopper: &'a CliStopper<'a>,
-        observer: &'a mut Observers,
-    ) -> CliEngine<'a> {
-        Engine {
-            pipeline,
-            store,
-            runner: &self.runner,
-            clock: &SystemClock,
-            observer,
-            stopper,
-            changes: &self.changes,
-            patterns: &self.patterns,
-            settings: &self.settings,
-        }
-    }
-}
-
-/// The secrets of a run: secret-looking environment variables, and the variables the
-/// pipeline's agents take their API keys from (`api_key_env`), whatever their names.
-pub fn redactor(pipeline: &Pipeline) -> Redactor {
-    let keys: Vec<String> = pipeline.agents.values().filter_map(|a| a.api_key_env.clone()).collect();
-    Redactor::from_env(&keys)
-}
-
-/// Creates the run's worktree: `.loopwright/state/worktrees/TASK` on branch `loopwright/TASK`.
-fn create_worktree(ws: &Workspace, task: &TaskId) -> Result<loopwright_engine::event::Worktree, CliError> {
-    use loopwright_runners::git;
-    if !git::is_repo(&ws.root) {
-        return Err(CliError::usage(format!(
-            "--worktree needs a git repository, and {} is not the top of one",
-            ws.root.display()
-        )));
-    }
-    let branch = format!("loopwright/{task}");
-    let path = ws.state_dir().join("worktrees").join(task.as_str());
-    std::fs::create_dir_all(ws.state_dir().join("worktrees"))
-        .map_err(|e| CliError::usage(format!("cannot create {}: {e}", ws.state_dir().display())))?;
-    let _turn = crate::lock::git_turn(&ws.root)?;
-    git::worktree_add(&ws.root, &path, &branch).map_err(|e| {
-        let hint = if e.contains("already exists") {
-            " (a run of this task has it: resume that run, or give this one another --task-id)"
-        } else {
-            ""
-        };
-        CliError::usage(format!("cannot create the worktree of task {task} on branch {branch}: {e}{hint}"))
-    })?;
-    Ok(loopwright_engine::event::Worktree {
-        repo: ws.root.display().to_string(),
-        path: path.display().to_string(),
-        branch,
-    })
-}
-
-/// After a worktree run succeeded: merge its branch back (fast-forward or a merge commit) and
-/// remove the worktree; a conflict waits for `respond` (a `merge-conflict` escalation), the
-/// worktree kept.
-async fn merge_worktree(engine: &mut CliEngine<'_>, state: &mut RunState) -> Result<(), CliError> {
-    use loopwright_runners::git;
-    let Some(wt) = state.started.as_ref().and_then(|s| s.worktree.clone()) else { return Ok(()) };
-    if state.status != RunStatus::Success || state.worktree_merged {
-        return Ok(());
-    }
-    if state.merge_answer == Some(loopwright_engine::event::Answer::Skip) {
-        eprintln!("loopwright: branch {} was left unmerged (worktree {})", wt.branch, wt.path);
-        return Ok(());
-    }
-    let repo = std::path::Path::new(&wt.repo);
-    // One git operation on the repository's shared state at a time: runs finishing (or
-    // starting) together take turns.
-    let _turn = crate::lock::git_turn(repo)?;
-    let merged = git::with_lock_retries(|| git::merge(repo, &wt.branch))
-        .map_err(|e| CliError::usage(format!("cannot merge {} back: {e}", wt.branch)))?;
-    let event = match merged {
-        git::Merge::Conflict(files) => Event::WorktreeConflict { branch: wt.branch.clone(), files },
-        merged => {
-            use loopwright_engine::event::MergeHow;
-            let (how, commit) = match merged {
-                git::Merge::FastForward(c) => (MergeHow::FastForward, Some(c)),
-                git::Merge::Commit(c) => (MergeHow::MergeCommit, Some(c)),
-                _ => (MergeHow::UpToDate, None),
-            };
-            Event::WorktreeMerged { branch: wt.branch.clone(), how, commit }
-        }
-    };
-    let merged = matches!(event, Event::WorktreeMerged { .. });
-    engine.record(state, event).await?;
-    if merged {
-        if let Err(e) = git::worktree_remove(repo, std::path::Path::new(&wt.path)) {
-            eprintln!("loopwright: warning: the worktree {} was merged but not removed: {e}", wt.path);
-        }
-        let _ = git::git(repo, &["branch", "-d", &wt.branch]);
-    }
-    Ok(())
-}
-
-/// This process, as the owner of a run.
-pub fn this_process() -> Owner {
-    let pid = std::process::id();
-    Owner { pid, start_time: loopwright_runners::process::start_time(pid) }
-}
-
-/// The engine as the binary assembles it.
-pub type CliEngine<'a> = Engine<'a, SqliteStore, ProcessRunner, SystemClock, CliStopper<'a>, FsChanges>;
+/// The engine as the binary drives it.
+pub type CliEngine<'a> = RunEngine<'a, CliStopper<'a>>;
 
 /// After the engine stops: ask at an approval gate when a person is at the terminal,
 /// otherwise report the result and return the exit code.
@@ -453,14 +206,16 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
             break;
         };
         if answer == loopwright_engine::event::Answer::Skip {
-            super::resume::warn_skip(engine.pipeline, &state, &stage);
+            eprint!("{}", answer::skip_impact(engine.pipeline, &state, &stage));
         }
         if !answered(engine, &mut state, Event::EscalationAnswered { stage, answer, by: os_user() }).await? {
             continue;
         }
         state = engine.drive(state).await?;
     }
-    merge_worktree(engine, &mut state).await?;
+    for note in loopwright_app::worktree::merge_back(engine, &mut state).await? {
+        eprintln!("loopwright: {note}");
+    }
     // Manual rollback steps: on a terminal, wait for the person to confirm they are done.
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
     if interactive {
@@ -598,23 +353,4 @@ fn ask_until<T>(prompt: &str, help: &str, understood: impl Fn(&str) -> Option<T>
             None => eprintln!("{help}"),
         }
     }
-}
-
-/// True when the run is in a state `resume` can continue.
-pub fn resumable(status: RunStatus) -> bool {
-    matches!(status, RunStatus::Running | RunStatus::Interrupted)
-}
-
-/// The status to show for a run: `interrupted` for one recorded as running whose owner is no
-/// longer alive (loopwright was killed; `resume` continues it).
-pub fn shown_status(state: &RunState) -> RunStatus {
-    let owner_gone = state.owner.is_some() && !owner_alive(state);
-    if state.status == RunStatus::Running && owner_gone { RunStatus::Interrupted } else { state.status }
-}
-
-/// True while the process that owns a run is alive.
-pub fn owner_alive(state: &RunState) -> bool {
-    state.owner.is_some_and(|o| {
-        o.pid != std::process::id() && loopwright_runners::process::same_process_alive(o.pid, o.start_time)
-    })
 }

@@ -1,8 +1,7 @@
 //! `loopwright status`: one run's result, or a table of recent runs.
 
-use loopwright_engine::Store;
+use loopwright_app::ops::read::{self, ListFilter, resolve_run};
 
-use super::resume::{load_run, resolve_run};
 use super::run::report;
 use super::{Global, open_existing_store};
 use crate::error::CliError;
@@ -23,12 +22,8 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let ws = Workspace::locate(global.dir.as_deref())?;
     let store = open_existing_store(&ws)?;
     let Some(run) = args.run else {
-        let mut runs = store.runs(args.limit).await?;
         // A run recorded as running whose owner is gone was interrupted by a crash.
-        for r in runs.iter_mut().filter(|r| r.status == loopwright_engine::RunStatus::Running) {
-            let state = loopwright_engine::RunState::replay(r.run_id.clone(), &store.events(&r.run_id).await?);
-            r.status = super::run::shown_status(&state);
-        }
+        let runs = read::list(&store, &ListFilter { limit: args.limit, ..ListFilter::default() }).await?;
         if global.json {
             println!("{}", serde_json::to_string_pretty(&runs).map_err(|e| CliError::Internal(e.into()))?);
             return Ok(0);
@@ -51,7 +46,6 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         return Ok(0);
     };
     let run = resolve_run(&store, &run).await?;
-    let (_, mut state) = load_run(&ws, &store, &run).await?;
-    state.status = super::run::shown_status(&state);
+    let state = read::state(&store, &run).await?;
     report(global, &state)
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use loopwright_spec::{Agent, CompileContext, Config, Diagnostics, Pipeline, SourceFile};
 
-use crate::error::CliError;
+use crate::error::Error;
 
 /// Folders agents are read from, in order of precedence (an earlier one wins a name clash).
 pub const AGENT_DIRS: [&str; 3] = [".loopwright/agents", ".claude/agents", ".cursor/agents"];
@@ -24,25 +24,25 @@ pub struct Workspace {
 impl Workspace {
     /// The workspace at `dir` (`-C`), else the nearest ancestor of the current directory
     /// holding `.loopwright/`, else the current directory.
-    pub fn locate(dir: Option<&Path>) -> Result<Self, CliError> {
+    pub fn locate(dir: Option<&Path>) -> Result<Self, Error> {
         let root = match dir {
             Some(d) => {
                 if !d.is_dir() {
-                    return Err(CliError::usage(format!("-C {}: no such directory", d.display())));
+                    return Err(Error::usage(format!("-C {}: no such directory", d.display())));
                 }
-                d.canonicalize().map_err(|e| CliError::usage(format!("-C {}: {e}", d.display())))?
+                d.canonicalize().map_err(|e| Error::usage(format!("-C {}: {e}", d.display())))?
             }
             None => {
                 let cwd = std::env::current_dir()
-                    .map_err(|e| CliError::usage(format!("cannot read the current directory: {e}")))?;
+                    .map_err(|e| Error::usage(format!("cannot read the current directory: {e}")))?;
                 cwd.ancestors().find(|a| a.join(".loopwright").is_dir()).map_or(cwd.clone(), Path::to_path_buf)
             }
         };
         let config_path = root.join(".loopwright/config.toml");
         let config = match std::fs::read_to_string(&config_path) {
-            Ok(text) => Config::parse(&SourceFile::new(".loopwright/config.toml", text)).map_err(CliError::Invalid)?,
+            Ok(text) => Config::parse(&SourceFile::new(".loopwright/config.toml", text)).map_err(Error::Invalid)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Config::default(),
-            Err(e) => return Err(CliError::usage(format!("cannot read {}: {e}", config_path.display()))),
+            Err(e) => return Err(Error::usage(format!("cannot read {}: {e}", config_path.display()))),
         };
         Ok(Self { root, config })
     }
@@ -106,7 +106,7 @@ impl Workspace {
 
     /// Finds a pipeline by name (`.loopwright/pipelines/NAME.yml`, then
     /// `configurations/pipelines/NAME.yml`) or by path.
-    pub fn find_pipeline(&self, name: &str) -> Result<PathBuf, CliError> {
+    pub fn find_pipeline(&self, name: &str) -> Result<PathBuf, Error> {
         let as_path = Path::new(name);
         let is_path = name.ends_with(".yml") || name.ends_with(".yaml") || name.contains('/');
         if is_path {
@@ -122,7 +122,7 @@ impl Workspace {
             if in_root.is_file() {
                 return Ok(in_root);
             }
-            return Err(CliError::usage(format!("Pipeline '{name}' not found: no file {}", p.display())));
+            return Err(Error::not_found(format!("Pipeline '{name}' not found: no file {}", p.display())));
         }
         for dir in PIPELINE_DIRS {
             for ext in ["yml", "yaml"] {
@@ -137,7 +137,7 @@ impl Workspace {
             .iter()
             .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .collect();
-        Err(CliError::usage(format!(
+        Err(Error::not_found(format!(
             "Pipeline '{name}' not found in {} (looked for {name}.yml in {}){}",
             self.root.display(),
             PIPELINE_DIRS.join(" and "),
@@ -149,15 +149,31 @@ impl Workspace {
         )))
     }
 
+    /// Finds a pipeline by name only (a request from the network names no paths): letters,
+    /// digits, `-`, `_` and `.`, not starting with a dot.
+    pub fn find_pipeline_named(&self, name: &str) -> Result<PathBuf, Error> {
+        let plain = !name.is_empty()
+            && name.len() <= 100
+            && !name.starts_with('.')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !plain || name.ends_with(".yml") || name.ends_with(".yaml") {
+            return Err(Error::usage(format!(
+                "`{name}` is not a pipeline name: use the name of a file in {} (letters, digits, `-`, `_`, `.`; no path)",
+                PIPELINE_DIRS.join(" or ")
+            )));
+        }
+        self.find_pipeline(name)
+    }
+
     /// Reads and compiles a pipeline file; `extra_inputs` are `--input` keys.
-    pub fn load_pipeline(&self, path: &Path, extra_inputs: &[String]) -> Result<Pipeline, CliError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
+    pub fn load_pipeline(&self, path: &Path, extra_inputs: &[String]) -> Result<Pipeline, Error> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::usage(format!("cannot read {}: {e}", path.display())))?;
         self.compile_text(path, text, extra_inputs)
     }
 
     /// Compiles a pipeline's text (a file's, or a run's snapshot of it).
-    pub fn compile_text(&self, path: &Path, text: String, extra_inputs: &[String]) -> Result<Pipeline, CliError> {
+    pub fn compile_text(&self, path: &Path, text: String, extra_inputs: &[String]) -> Result<Pipeline, Error> {
         let (agents, agent_diags) = self.agents();
         let source = SourceFile::new(self.shown(path), text);
         let cx = CompileContext {
@@ -170,7 +186,7 @@ impl Workspace {
             Err(mut diags) => {
                 // Broken agent files explain "agent not found" errors: show them too.
                 diags.extend(agent_diags);
-                Err(CliError::Invalid(diags))
+                Err(Error::Invalid(diags))
             }
         }
     }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use loopwright_engine::RunId;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::error::CliError;
+use crate::error::Error;
 use crate::workspace::Workspace;
 
 /// A lock held until dropped (or the process ends).
@@ -25,9 +25,9 @@ pub struct Held {
     _lock: Flock<File>,
 }
 
-fn open(path: &Path) -> Result<File, CliError> {
+fn open(path: &Path) -> Result<File, Error> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::usage(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::usage(format!("cannot create {}: {e}", dir.display())))?;
     }
     std::fs::OpenOptions::new()
         .read(true)
@@ -35,7 +35,7 @@ fn open(path: &Path) -> Result<File, CliError> {
         .create(true)
         .truncate(false)
         .open(path)
-        .map_err(|e| CliError::usage(format!("cannot open the lock {}: {e}", path.display())))
+        .map_err(|e| Error::usage(format!("cannot open the lock {}: {e}", path.display())))
 }
 
 /// The lock file of the working tree `root`: the workspace's own, or its worktree's.
@@ -49,14 +49,38 @@ fn live_path(ws: &Workspace, root: &Path) -> PathBuf {
 }
 
 /// Takes the working tree `root` for `run`, or says which run holds it.
-pub fn live_run(ws: &Workspace, root: &Path, run: &RunId) -> Result<Held, CliError> {
+pub fn live_run(ws: &Workspace, root: &Path, run: &RunId) -> Result<Held, Error> {
+    match try_live_run(ws, root, run)? {
+        Ok(held) => Ok(held),
+        Err(Holder { run: other, pid }) if other == run.as_str() => Err(Error::conflict(format!(
+            "run {run} is being driven by process {pid} (it was just answered or resumed there); nothing was done here"
+        ))),
+        Err(Holder { run: other, pid }) => Err(Error::conflict(format!(
+            "another run ({other}, process {pid}) is live in {}; two runs in one working tree would take each other's changes for their own. Wait for it to end, or start this one with `--worktree` to give it a git worktree of its own",
+            root.display()
+        ))),
+    }
+}
+
+/// Who holds a working tree: the run and the process, as the holder wrote them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The run (`?` when the holder had not written it yet).
+    pub run: String,
+    /// The process id.
+    pub pid: String,
+}
+
+/// Takes the working tree `root` for `run`; `Ok(Err(holder))` when another holds it (the
+/// daemon keeps such a run queued until the tree is free).
+pub fn try_live_run(ws: &Workspace, root: &Path, run: &RunId) -> Result<Result<Held, Holder>, Error> {
     let path = live_path(ws, root);
     let file = open(&path)?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(lock) => {
             let mut f: &File = &lock;
             let _ = f.set_len(0).and_then(|()| f.rewind()).and_then(|()| writeln!(f, "{run} {}", std::process::id()));
-            Ok(Held { _lock: lock })
+            Ok(Ok(Held { _lock: lock }))
         }
         Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
             // The holder writes who it is just after it locks: give it a moment.
@@ -71,25 +95,17 @@ pub fn live_run(ws: &Workspace, root: &Path, run: &RunId) -> Result<Held, CliErr
             }
             let mut words = holder.split_whitespace();
             let (other, pid) = (words.next().unwrap_or("?"), words.next().unwrap_or("?"));
-            if other == run.as_str() {
-                return Err(CliError::usage(format!(
-                    "run {run} is being driven by process {pid} (it was just answered or resumed there); nothing was done here"
-                )));
-            }
-            Err(CliError::usage(format!(
-                "another run ({other}, process {pid}) is live in {}; two runs in one working tree would take each other's changes for their own. Wait for it to end, or start this one with `--worktree` to give it a git worktree of its own",
-                root.display()
-            )))
+            Ok(Err(Holder { run: other.to_owned(), pid: pid.to_owned() }))
         }
-        Err((_, e)) => Err(CliError::usage(format!("cannot lock {}: {e}", path.display()))),
+        Err((_, e)) => Err(Error::usage(format!("cannot lock {}: {e}", path.display()))),
     }
 }
 
 /// Waits for the git lock of the repository at `root` (worktrees and merges take turns).
-pub fn git_turn(root: &Path) -> Result<Held, CliError> {
+pub fn git_turn(root: &Path) -> Result<Held, Error> {
     let path = Workspace::state_dir_of(root).join("git.lock");
     let file = open(&path)?;
     Flock::lock(file, FlockArg::LockExclusive)
         .map(|lock| Held { _lock: lock })
-        .map_err(|(_, e)| CliError::usage(format!("cannot lock {}: {e}", path.display())))
+        .map_err(|(_, e)| Error::usage(format!("cannot lock {}: {e}", path.display())))
 }

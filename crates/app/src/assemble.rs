@@ -1,0 +1,139 @@
+//! Assembling what a run needs from the workspace: the store, the ports the engine drives
+//! (processes, snapshots and commits, the failure patterns, the closed loop's settings), and
+//! the redactor that keeps secrets out of all of them.
+
+use std::path::Path;
+
+use loopwright_engine::patterns::Library;
+use loopwright_engine::{Engine, Observer, Stopper, SystemClock};
+use loopwright_runners::secrets::Redactor;
+use loopwright_runners::{FsChanges, ProcessRunner};
+use loopwright_spec::patterns::PatternFile;
+use loopwright_spec::{Pipeline, SourceFile};
+use loopwright_store::SqliteStore;
+
+use crate::error::Error;
+use crate::workspace::Workspace;
+
+/// Opens the workspace's store, creating the state directory. A state directory that cannot
+/// be written is a usage error: nothing has been run.
+pub fn open_store(ws: &Workspace) -> Result<SqliteStore, Error> {
+    let state = ws.state_dir();
+    std::fs::create_dir_all(ws.runs_dir())
+        .map_err(|e| Error::usage(format!("cannot create the state directory {}: {e}", state.display())))?;
+    let probe = state.join(".write-test");
+    std::fs::write(&probe, b"")
+        .map_err(|e| Error::usage(format!("the state directory {} is not writable: {e}", state.display())))?;
+    let _ = std::fs::remove_file(&probe);
+    if let Some(parent) = ws.db_path().parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| Error::usage(format!("cannot create {}: {e}", parent.display())))?;
+    }
+    SqliteStore::open(&ws.db_path(), ws.config.store.synchronous).map_err(|e| Error::usage(e.to_string()))
+}
+
+/// Opens an existing store for reading; no store means no runs.
+pub fn open_existing_store(ws: &Workspace) -> Result<SqliteStore, Error> {
+    if !ws.db_path().is_file() {
+        return Err(Error::not_found(format!("no runs yet in {} (no {})", ws.root.display(), ws.shown(&ws.db_path()))));
+    }
+    SqliteStore::open(&ws.db_path(), ws.config.store.synchronous).map_err(|e| Error::usage(e.to_string()))
+}
+
+/// The workspace's `failure-patterns.yml`, if it has one.
+fn project_patterns(ws: &Workspace) -> Result<Option<PatternFile>, Error> {
+    let path = ws.root.join(".loopwright/failure-patterns.yml");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(PatternFile::parse(&SourceFile::new(ws.shown(&path), text)).map_err(Error::Invalid)?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::usage(format!("cannot read {}: {e}", path.display()))),
+    }
+}
+
+/// The workspace's effective failure-pattern library: the built-ins with the project's file
+/// merged over them.
+pub fn library(ws: &Workspace) -> Result<Library, Error> {
+    let path = ws.root.join(".loopwright/failure-patterns.yml");
+    Library::new(project_patterns(ws)?).map_err(|e| Error::usage(format!("{}: {e}", ws.shown(&path))))
+}
+
+/// The closed loop's settings: `verification-gates.yml` and the `strategies` section of
+/// `failure-patterns.yml`.
+pub fn closed_loop_settings(ws: &Workspace) -> Result<loopwright_engine::closed_loop::Settings, Error> {
+    let path = ws.root.join(".loopwright/verification-gates.yml");
+    let regression = match std::fs::read_to_string(&path) {
+        Ok(text) => loopwright_engine::closed_loop::regression::Settings::parse(&text)
+            .map_err(|e| Error::usage(format!("{}: {e}", ws.shown(&path))))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+        Err(e) => return Err(Error::usage(format!("cannot read {}: {e}", path.display()))),
+    };
+    let strategies = project_patterns(ws)?.and_then(|f| f.strategies);
+    Ok(loopwright_engine::closed_loop::Settings { regression, ..Default::default() }
+        .with_strategies(strategies.as_ref()))
+}
+
+/// The secrets of a run: secret-looking environment variables, and the variables the
+/// pipeline's agents take their API keys from (`api_key_env`), whatever their names.
+pub fn redactor(pipeline: &Pipeline) -> Redactor {
+    let keys: Vec<String> = pipeline.agents.values().filter_map(|a| a.api_key_env.clone()).collect();
+    Redactor::from_env(&keys)
+}
+
+/// What a run's stages are run with, besides the store: processes, snapshots and commits,
+/// and the workspace's failure patterns.
+pub struct Ports {
+    runner: ProcessRunner,
+    changes: FsChanges,
+    patterns: Library,
+    settings: loopwright_engine::closed_loop::Settings,
+}
+
+/// The engine as loopwright assembles it, with the stopper of its front-end.
+pub type RunEngine<'a, X> = Engine<'a, SqliteStore, ProcessRunner, SystemClock, X, FsChanges>;
+
+impl Ports {
+    /// The ports for a workspace whose stages work in `root` (the workspace, or the run's
+    /// worktree), keeping the secrets `redactor` knows out of what they record and out of
+    /// `store`'s journal.
+    pub fn new(ws: &Workspace, root: &Path, redactor: Redactor, store: &SqliteStore) -> Result<Self, Error> {
+        if !redactor.is_empty() {
+            let journal = redactor.clone();
+            store.set_scrubber(Box::new(move |text| match journal.redact(text) {
+                std::borrow::Cow::Owned(clean) => Some(clean),
+                std::borrow::Cow::Borrowed(_) => None,
+            }));
+        }
+        Ok(Self {
+            changes: FsChanges::new(root.to_path_buf(), ws.runs_dir()).with_redactor(redactor.clone()),
+            runner: ProcessRunner { redactor, ..ProcessRunner::new(ws.runs_dir()) },
+            patterns: library(ws)?,
+            settings: closed_loop_settings(ws)?,
+        })
+    }
+
+    /// The runner (to end a crashed run's leftover processes).
+    pub fn runner(&self) -> &ProcessRunner {
+        &self.runner
+    }
+
+    /// An engine for a pipeline over these ports.
+    pub fn engine<'a, X: Stopper>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        store: &'a SqliteStore,
+        stopper: &'a X,
+        observer: &'a mut dyn Observer,
+    ) -> RunEngine<'a, X> {
+        Engine {
+            pipeline,
+            store,
+            runner: &self.runner,
+            clock: &SystemClock,
+            observer,
+            stopper,
+            changes: &self.changes,
+            patterns: &self.patterns,
+            settings: &self.settings,
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Answers a person gives a run — approve or reject a gate, respond to an escalation — and
+//! the claim that goes with them: the answer and `run_resumed` are one compare-and-append on
+//! the journal as it was read, so of two answering at once exactly one goes on.
+
+use loopwright_engine::event::Answer;
+use loopwright_engine::{Event, EventRecord, Owner, RunId, RunState, Stopper, Store, StoreError};
+use loopwright_spec::{Pipeline, StageId};
+use loopwright_store::SqliteStore;
+
+use crate::assemble::RunEngine;
+use crate::error::Error;
+use crate::ownership::{owner_alive, resumable};
+
+/// `approve`/`reject`: the answer to the approval gate the run waits at.
+pub fn approval(
+    state: &RunState,
+    granted: bool,
+    by: String,
+    comment: Option<String>,
+    rollback: bool,
+) -> Result<Event, Error> {
+    let Some(stage) = state.waiting_for_approval().map(|s| s.id.clone()) else {
+        return Err(Error::conflict(format!(
+            "run {} is not waiting for an approval (its status is {})",
+            state.run_id,
+            crate::ownership::shown_status(state).as_str()
+        )));
+    };
+    Ok(if granted {
+        Event::ApprovalGranted { stage, by, comment }
+    } else {
+        Event::ApprovalRejected { stage, by, comment, rollback }
+    })
+}
+
+/// Parses an answer to an escalation: `retry`, `skip`, `abort`, or `fix` with its text.
+pub fn parse_answer(word: &str, text: Option<&str>) -> Result<Answer, Error> {
+    let text = text.map(str::trim).unwrap_or_default();
+    match word {
+        "retry" => Ok(Answer::Retry),
+        "skip" => Ok(Answer::Skip),
+        "abort" => Ok(Answer::Abort),
+        "fix" if text.is_empty() => {
+            Err(Error::usage("`fix` needs the instruction: `loopwright respond RUN fix \"use the v2 API\"`"))
+        }
+        "fix" => Ok(Answer::Fix { text: text.to_owned() }),
+        other => {
+            Err(Error::usage(format!("`{other}` is not an answer: retry, skip, abort, or fix with the instruction")))
+        }
+    }
+}
+
+/// `respond`: the answer to the escalation the run waits on.
+pub fn escalation(state: &RunState, answer: Answer, by: String) -> Result<(StageId, Event), Error> {
+    let Some(stage) = state.waiting_for_escalation().map(|s| s.id.clone()) else {
+        return Err(Error::conflict(format!(
+            "run {} is not waiting on an escalation (its status is {})",
+            state.run_id,
+            crate::ownership::shown_status(state).as_str()
+        )));
+    };
+    Ok((stage.clone(), Event::EscalationAnswered { stage, answer, by }))
+}
+
+/// Seed 001 "Skip Handling": the stages after `stage` that read what it produced, and what
+/// that is — said when a person skips a stage.
+pub fn skip_impact(pipeline: &Pipeline, state: &RunState, stage: &StageId) -> String {
+    let produced: Vec<String> = pipeline.stage(stage.as_str()).map(|s| s.outputs.clone()).unwrap_or_default();
+    let dependents: Vec<String> = pipeline
+        .stages
+        .iter()
+        .skip_while(|s| &s.id != stage)
+        .skip(1)
+        .filter(|s| s.inputs.iter().any(|i| produced.contains(i)))
+        .map(|s| s.id.to_string())
+        .collect();
+    let attempts = state.stage(stage.as_str()).map_or(0, |s| s.attempts);
+    let mut text = format!("[SKIPPED] stage `{stage}`\n  Reason: user escalation after {attempts} failed attempt(s)\n");
+    if dependents.is_empty() {
+        text.push_str("  Impact: no later stage reads its outputs\n");
+    } else {
+        text.push_str(&format!(
+            "  Impact: warning: {} read{} its outputs ({}) and may fail\n",
+            dependents.join(", "),
+            if dependents.len() == 1 { "s" } else { "" },
+            produced.join(", ")
+        ));
+    }
+    text
+}
+
+/// True when the answer should be left to the run's owner: a live daemon owns it and acts on
+/// answers it finds in the journal (SPEC §9 "Ownership").
+pub fn owner_acts(state: &RunState) -> bool {
+    state.owner.is_some_and(|o| o.daemon) && owner_alive(state)
+}
+
+/// Records an answer for the live owner to act on (compare-and-append: nothing is recorded
+/// when the run changed since it was read).
+pub async fn record_for_owner(store: &SqliteStore, state: &mut RunState, answer: Event) -> Result<(), Error> {
+    let read = state.last_seq;
+    match store.append_after(&state.run_id, read, &[(answer, jiff::Timestamp::now())]).await {
+        Ok(records) => {
+            records.iter().for_each(|r| state.apply(r));
+            Ok(())
+        }
+        Err(e) => Err(moved_on(store, &state.run_id, read, e).await),
+    }
+}
+
+/// Claims the run for `owner` with the answer (if any) and `run_resumed`, in one
+/// compare-and-append on the journal as `state` read it.
+pub async fn claim<X: Stopper>(
+    engine: &mut RunEngine<'_, X>,
+    state: &mut RunState,
+    answer: Option<Event>,
+    owner: Owner,
+) -> Result<(), Error> {
+    let read = state.last_seq;
+    let mut claim: Vec<Event> = answer.into_iter().collect();
+    let mut after = state.clone();
+    for event in &claim {
+        after.apply(&EventRecord { seq: after.last_seq + 1, at: jiff::Timestamp::now(), event: event.clone() });
+    }
+    if resumable(after.status) {
+        claim.push(Event::RunResumed { owner });
+    }
+    if claim.is_empty() {
+        return Ok(());
+    }
+    match engine.record_after(state, claim).await {
+        Ok(()) => Ok(()),
+        Err(e) => Err(moved_on(engine.store, &state.run_id, read, e).await),
+    }
+}
+
+/// The error for a change refused because another process changed the run first: what that
+/// process did, and who it was.
+pub async fn moved_on(store: &SqliteStore, run: &RunId, read: u64, error: StoreError) -> Error {
+    if !matches!(error, StoreError::Conflict { .. }) {
+        return error.into();
+    }
+    let since = store.events_since(run, read).await.unwrap_or_default();
+    let done = since.iter().find_map(|r| {
+        let what = match &r.event {
+            Event::ApprovalGranted { stage, by, .. } => {
+                format!("the approval of stage `{stage}` was already granted by {by}")
+            }
+            Event::ApprovalRejected { stage, by, .. } => {
+                format!("the approval of stage `{stage}` was already rejected by {by}")
+            }
+            Event::EscalationAnswered { stage, answer, by } => {
+                let answer = serde_json::to_value(answer)
+                    .ok()
+                    .and_then(|v| v["answer"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                format!("the escalation of stage `{stage}` was already answered (`{answer}`) by {by}")
+            }
+            Event::RunResumed { owner } => format!("it was already taken up by process {}", owner.pid),
+            Event::CancelRequested { by, .. } | Event::RunCancelled { by, .. } => {
+                format!("it was already cancelled by {by}")
+            }
+            _ => return None,
+        };
+        Some(format!("{what} at {}", r.at))
+    });
+    let done =
+        done.or_else(|| since.first().map(|r| format!("its journal moved on (event {}: {})", r.seq, r.event.kind())));
+    Error::conflict(format!(
+        "run {run}: {}; nothing was done here (see `loopwright status {run}`)",
+        done.unwrap_or_else(|| "its journal moved on".to_owned())
+    ))
+}

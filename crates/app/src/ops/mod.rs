@@ -1,0 +1,13 @@
+//! One module per operation a user can perform. Each returns a typed outcome or an
+//! [`Error`](crate::Error); the CLI renders it for a terminal, the daemon as JSON.
+
+pub mod agents;
+pub mod answer;
+pub mod cancel;
+pub mod dead_letters;
+pub mod patterns;
+pub mod read;
+pub mod resume;
+pub mod start;
+pub mod stats;
+pub mod validate;

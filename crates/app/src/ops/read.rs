@@ -1,0 +1,199 @@
+//! Reading runs back: one run's state and result, the recent runs, the journal, a stage's
+//! attempts.
+
+use std::path::Path;
+
+use loopwright_engine::ports::RunSummary;
+use loopwright_engine::result::PipelineResult;
+use loopwright_engine::{EventRecord, RunId, RunState, RunStatus, Store};
+use loopwright_spec::Pipeline;
+use loopwright_store::SqliteStore;
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::ownership::shown_status;
+use crate::workspace::Workspace;
+
+/// Resolves `latest` or parses a run id.
+pub async fn resolve_run(store: &SqliteStore, run: &str) -> Result<RunId, Error> {
+    if run == "latest" {
+        return store
+            .runs(1)
+            .await?
+            .into_iter()
+            .next()
+            .map(|r| r.run_id)
+            .ok_or_else(|| Error::not_found("no runs yet in this workspace"));
+    }
+    RunId::parse(run).ok_or_else(|| {
+        Error::not_found(format!("no run `{run}` in this workspace (see `loopwright status` for recent runs)"))
+    })
+}
+
+/// A run's state from its journal, and its pipeline as it was when the run started.
+pub async fn load_run(ws: &Workspace, store: &SqliteStore, run: &RunId) -> Result<(Pipeline, RunState), Error> {
+    let events = store.events(run).await?;
+    let state = RunState::replay(run.clone(), &events);
+    let started = state
+        .started
+        .as_ref()
+        .ok_or_else(|| Error::not_found(format!("no run `{run}` in this workspace (see `loopwright status`)")))?;
+    let inputs: Vec<String> = started.inputs.keys().cloned().collect();
+    let pipeline = ws.compile_text(Path::new(&started.pipeline_path), started.pipeline_source.clone(), &inputs)?;
+    Ok((pipeline, state))
+}
+
+/// A run's state from its journal, with the status shown to people (`interrupted` when its
+/// owner died).
+pub async fn state(store: &SqliteStore, run: &RunId) -> Result<RunState, Error> {
+    let mut state = RunState::replay(run.clone(), &store.events(run).await?);
+    if state.started.is_none() {
+        return Err(Error::not_found(format!("no run `{run}` in this workspace")));
+    }
+    state.status = shown_status(&state);
+    Ok(state)
+}
+
+/// `status RUN`: the §2 result of a run.
+pub async fn status(store: &SqliteStore, run: &RunId) -> Result<(PipelineResult, RunState), Error> {
+    let state = state(store, run).await?;
+    Ok((PipelineResult::from_state(&state), state))
+}
+
+/// Which runs `list` returns.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only runs in this status.
+    pub status: Option<RunStatus>,
+    /// Only runs of this pipeline.
+    pub pipeline: Option<String>,
+    /// At most this many (after filtering).
+    pub limit: usize,
+}
+
+/// `status` without a run: the recent runs, newest first, with the status shown to people.
+pub async fn list(store: &SqliteStore, filter: &ListFilter) -> Result<Vec<RunSummary>, Error> {
+    // Runs recorded as running are replayed to see whether their owner is still alive; the
+    // filter applies to the status shown.
+    let scan = if filter.status.is_some() || filter.pipeline.is_some() { 10_000 } else { filter.limit };
+    let mut runs = store.runs(scan).await?;
+    for r in runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
+        let state = RunState::replay(r.run_id.clone(), &store.events(&r.run_id).await?);
+        r.status = shown_status(&state);
+    }
+    runs.retain(|r| {
+        filter.status.is_none_or(|s| r.status == s) && filter.pipeline.as_ref().is_none_or(|p| &r.pipeline == p)
+    });
+    runs.truncate(filter.limit);
+    Ok(runs)
+}
+
+/// The journal of a run after `after` (0 for all of it).
+pub async fn events(store: &SqliteStore, run: &RunId, after: u64) -> Result<Vec<EventRecord>, Error> {
+    let events = store.events_since(run, after).await?;
+    if events.is_empty() && after == 0 {
+        return Err(Error::not_found(format!("no run `{run}` in this workspace")));
+    }
+    Ok(events)
+}
+
+/// One attempt of a stage, as the dashboard and the API show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Attempt {
+    /// 1-based.
+    pub number: u32,
+    /// `running`, `succeeded`, `failed`, or the closed loop's phase it ended in.
+    pub status: String,
+    /// When it started.
+    pub started_at: Option<jiff::Timestamp>,
+    /// When it ended.
+    pub ended_at: Option<jiff::Timestamp>,
+    /// How long it ran.
+    pub duration_ms: Option<u64>,
+    /// What the agent was told (agent stages keep their prompt per attempt).
+    pub prompt: Option<String>,
+    /// What it printed on stdout (capped as stored).
+    pub output: Option<String>,
+    /// What it printed on stderr.
+    pub stderr: Option<String>,
+    /// Why it failed.
+    pub error: Option<serde_json::Value>,
+    /// The `<retry_context>` block of its prompt, when it was a retry.
+    pub retry_context: Option<String>,
+    /// Tokens and cost.
+    pub usage: Option<serde_json::Value>,
+    /// The closed loop's phases of this attempt (generated, validated, evaluated, analyzed,
+    /// fix_applied, …), as journaled.
+    pub phases: Vec<serde_json::Value>,
+}
+
+/// A stage's attempts.
+pub async fn attempts(ws: &Workspace, store: &SqliteStore, run: &RunId, stage: &str) -> Result<Vec<Attempt>, Error> {
+    use loopwright_engine::Event;
+    let (pipeline, state) = load_run(ws, store, run).await?;
+    let events = store.events(run).await?;
+    if pipeline.stage(stage).is_none() {
+        return Err(Error::not_found(format!("run {run} has no stage `{stage}`")));
+    }
+    let Some(st) = state.stage(stage) else { return Ok(Vec::new()) };
+    let dir = ws.runs_dir().join(run.as_str());
+    let read = |name: String| std::fs::read_to_string(dir.join(name)).ok();
+    let mut out = Vec::new();
+    for number in 1..=st.attempts {
+        let mut a = Attempt {
+            number,
+            status: "running".into(),
+            started_at: None,
+            ended_at: None,
+            duration_ms: None,
+            prompt: read(format!("prompts/{stage}-{number}.md")),
+            output: read(format!("outputs/{stage}-{number}.out")),
+            stderr: read(format!("outputs/{stage}-{number}.err")),
+            error: None,
+            retry_context: None,
+            usage: None,
+            phases: Vec::new(),
+        };
+        a.retry_context = a.prompt.as_deref().and_then(retry_context);
+        for r in events.iter().filter(|r| r.event.stage().is_some_and(|s| s.as_str() == stage)) {
+            let value = || serde_json::to_value(&r.event).unwrap_or_default();
+            match &r.event {
+                Event::AttemptStarted { attempt, .. } if *attempt == number => a.started_at = Some(r.at),
+                Event::AttemptSucceeded { attempt, duration_ms, .. } if *attempt == number => {
+                    (a.status, a.ended_at, a.duration_ms) = ("succeeded".into(), Some(r.at), Some(*duration_ms));
+                }
+                Event::AttemptFailed { attempt, duration_ms, error, .. } if *attempt == number => {
+                    (a.status, a.ended_at, a.duration_ms) = ("failed".into(), Some(r.at), Some(*duration_ms));
+                    a.error = serde_json::to_value(error).ok();
+                }
+                Event::UsageRecorded { attempt, usage, .. } if *attempt == number => {
+                    a.usage = serde_json::to_value(usage).ok();
+                }
+                Event::Generated { attempt, .. }
+                | Event::Validated { attempt, .. }
+                | Event::Evaluated { attempt, .. }
+                | Event::RegressionChecked { attempt, .. }
+                | Event::Analyzed { attempt, .. }
+                | Event::FixApplied { attempt, .. }
+                | Event::LoopEscalated { attempt, .. }
+                | Event::DeadLettered { attempt, .. }
+                    if *attempt == number =>
+                {
+                    a.ended_at = Some(r.at);
+                    a.status = r.event.kind().to_owned();
+                    a.phases.push(value());
+                }
+                _ => {}
+            }
+        }
+        out.push(a);
+    }
+    Ok(out)
+}
+
+/// The `<retry_context>…</retry_context>` block of a prompt.
+fn retry_context(prompt: &str) -> Option<String> {
+    let start = prompt.find("<retry_context>")?;
+    let end = prompt[start..].find("</retry_context>")? + start + "</retry_context>".len();
+    Some(prompt[start..end].to_owned())
+}

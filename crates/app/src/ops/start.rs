@@ -1,0 +1,202 @@
+//! Starting a run: everything checked before anything runs (the pipeline, its variables and
+//! inputs, the stages named, the agents' programs), then the `run_started` event assembled.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use loopwright_engine::{Owner, RunId, RunStarted, Store, TaskId};
+use loopwright_spec::condition::BUILTIN_VARIABLES;
+use loopwright_spec::{Pipeline, StageId};
+
+use crate::error::Error;
+use crate::workspace::Workspace;
+
+/// What a run is started with.
+#[derive(Debug, Clone, Default)]
+pub struct StartRequest {
+    /// The pipeline: a name, or (from the command line only) a path to a `.yml` file.
+    pub pipeline: String,
+    /// Accept only a pipeline name, no path (requests from the network).
+    pub name_only: bool,
+    /// What the run should achieve.
+    pub task: Option<String>,
+    /// Reuse a task id.
+    pub task_id: Option<String>,
+    /// Task metadata and declared variables.
+    pub vars: BTreeMap<String, String>,
+    /// Initial inputs, by key (their text, already read).
+    pub inputs: BTreeMap<String, String>,
+    /// Start at this stage.
+    pub start_from: Option<String>,
+    /// Do not run these stages.
+    pub skip: Vec<String>,
+    /// Approve every gate up front.
+    pub approve_all: bool,
+    /// Work in a git worktree of its own.
+    pub worktree: bool,
+}
+
+/// A run ready to start: nothing is journaled yet (a worktree, when asked for, exists).
+#[derive(Debug)]
+pub struct Prepared {
+    /// Its id.
+    pub run_id: RunId,
+    /// Its pipeline, compiled.
+    pub pipeline: Pipeline,
+    /// The first event of its journal.
+    pub started: RunStarted,
+    /// The working tree its stages see: the workspace, or the run's worktree.
+    pub root: PathBuf,
+    /// Things the person should know (earlier outputs missing for `start_from`).
+    pub notes: Vec<String>,
+}
+
+/// Random bits for ids, without a dependency: std's per-process hasher keys are random.
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// Checks a start request and assembles the run: the pipeline found and compiled (with the
+/// request's input keys), variables and stage names checked, the agents' programs found, the
+/// task id, the earlier outputs `start_from` needs, secrets redacted, the worktree created.
+pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<Prepared, Error> {
+    for key in req.inputs.keys() {
+        if StageId::parse(key).is_none() {
+            return Err(Error::usage(format!("input `{key}`: the key must match ^[a-z][a-z0-9_]*$")));
+        }
+    }
+    let path = if req.name_only { ws.find_pipeline_named(&req.pipeline)? } else { ws.find_pipeline(&req.pipeline)? };
+    let input_keys: Vec<String> = req.inputs.keys().cloned().collect();
+    let pipeline = ws.load_pipeline(&path, &input_keys)?;
+    check_vars(&req.vars, &pipeline)?;
+    let start_from = req.start_from.as_deref().map(|s| stage_arg(&pipeline, s, "start from")).transpose()?;
+    let skip = req.skip.iter().map(|s| stage_arg(&pipeline, s, "skip")).collect::<Result<Vec<_>, _>>()?;
+    check_runners(&pipeline, start_from.as_ref())?;
+    // A secret passed in the request is not journaled, nor made part of the task's id.
+    let redactor = crate::assemble::redactor(&pipeline);
+    let mut inputs = req.inputs;
+    let task = req.task.clone().or_else(|| inputs.get("task_description").cloned()).unwrap_or_default();
+    let task = redactor.redact(&task).into_owned();
+    if !task.is_empty() {
+        inputs.entry("task_description".into()).or_insert_with(|| task.clone());
+    }
+    let task_id = match &req.task_id {
+        Some(id) => TaskId::parse(id).ok_or_else(|| {
+            Error::usage(format!("--task-id `{id}`: use letters, digits, `-`, `_` and `.` (at most 100)"))
+        })?,
+        None => TaskId::generate(&task, random_u64()),
+    };
+    let mut notes = Vec::new();
+    let mut prior_outputs = BTreeMap::new();
+    if let Some(from) = &start_from {
+        let index = pipeline.index_of(from.as_str()).unwrap_or(0);
+        let earlier: Vec<&StageId> = pipeline.stages[..index].iter().map(|s| &s.id).collect();
+        // Nothing is written before the request is known to be good: no store, no earlier outputs.
+        if ws.db_path().is_file() {
+            let store = crate::assemble::open_existing_store(ws)?;
+            prior_outputs =
+                store.task_outputs(&task_id).await?.into_iter().filter(|(k, _)| earlier.contains(&k)).collect();
+        }
+        let missing: Vec<&str> = pipeline.stages[..index]
+            .iter()
+            .filter(|s| !s.outputs.is_empty() && !prior_outputs.contains_key(&s.id))
+            .map(|s| s.id.as_str())
+            .collect();
+        if !missing.is_empty() {
+            notes.push(format!(
+                "note: no earlier outputs of {} for task {task_id}{}",
+                missing.join(", "),
+                if req.task_id.is_none() { " (pass --task-id to reuse a task's artifacts)" } else { "" }
+            ));
+        }
+    }
+    let clean = |m: BTreeMap<String, String>| -> BTreeMap<String, String> {
+        m.into_iter().map(|(k, v)| (k, redactor.redact(&v).into_owned())).collect()
+    };
+    let (vars, inputs) = (clean(req.vars), clean(inputs));
+    let worktree =
+        if req.worktree || ws.config.defaults.worktree { Some(crate::worktree::create(ws, &task_id)?) } else { None };
+    let root = worktree.as_ref().map_or_else(|| ws.root.clone(), |w| PathBuf::from(&w.path));
+    let started = RunStarted {
+        pipeline: pipeline.name.clone(),
+        pipeline_path: ws.shown(&path),
+        pipeline_source: pipeline.source.text.to_string(),
+        task_id,
+        task,
+        vars,
+        inputs,
+        start_from,
+        skip,
+        auto_approve: req.approve_all,
+        prior_outputs,
+        workspace: root.display().to_string(),
+        owner: Some(owner),
+        prices: ws.config.prices.clone(),
+        worktree,
+        budget: pipeline.budget,
+    };
+    let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
+    Ok(Prepared { run_id, pipeline, started, root, notes })
+}
+
+/// Checks the variables of a start request against the built-in ones and those the pipeline
+/// declares.
+fn check_vars(vars: &BTreeMap<String, String>, pipeline: &Pipeline) -> Result<(), Error> {
+    for (key, value) in vars {
+        let key = key.as_str();
+        let settable =
+            BUILTIN_VARIABLES.iter().any(|b| *b == key && *b != "stage_outputs") || pipeline.vars.contains_key(key);
+        if !settable {
+            let declared: Vec<&str> = pipeline.vars.keys().map(String::as_str).collect();
+            return Err(Error::usage(format!(
+                "--var {key}: unknown variable `{key}`; known: complexity, task_type, tags, always_include{}{}",
+                if declared.is_empty() { "" } else { ", " },
+                declared.join(", ")
+            )));
+        }
+        if key == "complexity" && !value.is_empty() && !["low", "medium", "high"].contains(&value.as_str()) {
+            return Err(Error::usage(format!("--var complexity={value}: expected low, medium or high")));
+        }
+    }
+    Ok(())
+}
+
+fn stage_arg(pipeline: &Pipeline, name: &str, what: &str) -> Result<StageId, Error> {
+    let flag = if what == "skip" { "--skip" } else { "--start-from" };
+    match pipeline.stage(name) {
+        Some(s) => Ok(s.id.clone()),
+        None => Err(Error::usage(format!(
+            "{flag} {name}: pipeline `{}` has no stage `{name}`; its stages: {}",
+            pipeline.name,
+            pipeline.stages.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Refuses, before anything runs, a pipeline whose stages use a coding-agent CLI that is not
+/// installed.
+fn check_runners(pipeline: &Pipeline, start_from: Option<&StageId>) -> Result<(), Error> {
+    use loopwright_runners::presets;
+    use loopwright_spec::Mode;
+    let start = start_from.and_then(|s| pipeline.index_of(s.as_str())).unwrap_or(0);
+    let mut problems: Vec<String> = Vec::new();
+    for (s, a) in pipeline.stages[start..].iter().filter_map(|s| pipeline.agent_of(s).map(|a| (s, a))) {
+        let Some(install) = presets::install_hint(a.runner) else { continue };
+        let argv = presets::invocation(a, Mode::Agent).map(|i| i.argv).unwrap_or_default();
+        let program = argv.first().cloned().unwrap_or_default();
+        if !loopwright_runners::process::resolve(&program).is_absolute() {
+            problems.push(format!(
+                "stage `{}` uses agent `{}` ({}, `runner: {}`), but `{program}` is not on PATH (install it: {install})",
+                s.id, a.name, a.file, a.runner
+            ));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(Error::usage(problems.join("\n")))
+}

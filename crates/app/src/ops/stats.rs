@@ -1,0 +1,208 @@
+//! `stats`: seed 001's Retry Summary and seed 000's aggregated metrics, from the journal.
+//! Failed attempts are classified with the workspace's failure-pattern library.
+
+use std::collections::BTreeMap;
+
+use loopwright_engine::event::{Answer, Event, FeedbackAction};
+use loopwright_engine::{RunState, StageStatus, Store};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::error::Error;
+use crate::workspace::Workspace;
+
+/// One stage of one run, as the summary counts it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageRun {
+    /// The run.
+    pub run_id: String,
+    /// The stage.
+    pub stage: String,
+    /// Its attempts.
+    pub attempts: u32,
+    /// How it ended (`success (retry worked)`, `dead_letter`, `escalated`, …).
+    pub result: String,
+    /// The failure pattern of each failed attempt.
+    pub patterns: Vec<String>,
+}
+
+/// One failure pattern's counts.
+#[derive(Debug, Default, Serialize)]
+pub struct PatternStats {
+    /// Failed attempts classified as it.
+    pub occurrences: usize,
+    /// Stage runs it occurred in.
+    pub stages: usize,
+    /// Of those, how many succeeded in the end.
+    pub succeeded: usize,
+    /// Their attempts.
+    pub total_attempts: u32,
+}
+
+/// The figures `stats` shows.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Every stage run counted, newest run first.
+    pub stage_runs: Vec<StageRun>,
+    /// Escalations to a human.
+    pub escalations: usize,
+    /// Stages skipped by a human's answer.
+    pub skipped: usize,
+    /// Dead letters.
+    pub dead_letters: usize,
+    /// VALIDATE phases run.
+    pub validations: usize,
+    /// Violations caught by VALIDATE, by gate.
+    pub validation_catches: BTreeMap<String, usize>,
+    /// Regression checks run.
+    pub regression_runs: usize,
+    /// Regression gates without a baseline.
+    pub regression_skipped: usize,
+    /// Regression checks that found regressions.
+    pub regressions_found: usize,
+    /// Counts by failure pattern.
+    pub by_pattern: BTreeMap<String, PatternStats>,
+}
+
+/// `stats` over the last `runs` runs.
+pub async fn stats(ws: &Workspace, runs: usize) -> Result<Stats, Error> {
+    let store = crate::assemble::open_existing_store(ws)?;
+    let lib = crate::assemble::library(ws)?;
+    let mut stage_runs = Vec::new();
+    let mut escalations = 0usize;
+    let mut skipped = 0usize;
+    let mut dead_letters = 0usize;
+    // Seed 000's VALIDATE and regression metrics.
+    let (mut validations, mut validation_catches) = (0usize, BTreeMap::<String, usize>::new());
+    let (mut regression_runs, mut regression_skipped, mut regressions_found) = (0usize, 0usize, 0usize);
+    for summary in store.runs(runs).await? {
+        let events = store.events(&summary.run_id).await?;
+        let state = RunState::replay(summary.run_id.clone(), &events);
+        let mut patterns: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for record in &events {
+            match &record.event {
+                Event::AttemptFailed { stage, error, .. } => {
+                    // The pattern journaled at the time, else a classification now.
+                    let pattern = error
+                        .pattern
+                        .clone()
+                        .or_else(|| lib.classify(&format!("{}\n{}", error.message, error.output_tail)).matched_pattern);
+                    patterns
+                        .entry(stage.to_string())
+                        .or_default()
+                        .push(pattern.unwrap_or_else(|| "unclassified".into()));
+                }
+                Event::Generated { stage, failure: Some(f), .. }
+                | Event::Validated { stage, failure: Some(f), .. }
+                | Event::Evaluated { stage, failure: Some(f), .. }
+                | Event::RegressionChecked { stage, failure: Some(f), .. } => {
+                    patterns.entry(stage.to_string()).or_default().push(f.key().to_owned());
+                }
+                _ => {}
+            }
+            match &record.event {
+                Event::Validated { violations, .. } => {
+                    validations += 1;
+                    for v in violations {
+                        *validation_catches.entry(v.gate.clone()).or_default() += 1;
+                    }
+                }
+                Event::RegressionGate { baseline: None, .. } => regression_skipped += 1,
+                Event::RegressionChecked { regressions, .. } => {
+                    regression_runs += 1;
+                    regressions_found += usize::from(!regressions.is_empty());
+                }
+                Event::DeadLettered { .. } => dead_letters += 1,
+                Event::FeedbackChecked { action: FeedbackAction::Escalate, .. } | Event::LoopEscalated { .. } => {
+                    escalations += 1
+                }
+                Event::EscalationAnswered { answer: Answer::Skip, .. } => skipped += 1,
+                _ => {}
+            }
+        }
+        for s in state.stages.iter().filter(|s| s.attempts > 0) {
+            let result = match (s.status, s.closed.as_deref()) {
+                (StageStatus::Success, _) if s.attempts > 1 => "success (retry worked)".to_owned(),
+                (_, Some(l)) if l.dead_letter.is_some() => "dead_letter".to_owned(),
+                (StageStatus::Skipped, Some(l)) if l.escalation_reason.is_some() => "skipped (escalated)".to_owned(),
+                (_, Some(l)) if l.escalation.is_some() => "escalated".to_owned(),
+                (other, _) => other.as_str().to_owned(),
+            };
+            stage_runs.push(StageRun {
+                run_id: summary.run_id.to_string(),
+                stage: s.id.to_string(),
+                attempts: s.attempts,
+                result,
+                patterns: patterns.remove(s.id.as_str()).unwrap_or_default(),
+            });
+        }
+    }
+    let mut by_pattern: BTreeMap<String, PatternStats> = BTreeMap::new();
+    for s in &stage_runs {
+        for p in &s.patterns {
+            by_pattern.entry(p.clone()).or_default().occurrences += 1;
+        }
+        let mut seen: Vec<&String> = s.patterns.iter().collect();
+        seen.dedup();
+        for p in seen {
+            let e = by_pattern.entry(p.clone()).or_default();
+            e.stages += 1;
+            e.total_attempts += s.attempts;
+            e.succeeded += usize::from(s.result.starts_with("success"));
+        }
+    }
+    Ok(Stats {
+        stage_runs,
+        escalations,
+        skipped,
+        dead_letters,
+        validations,
+        validation_catches,
+        regression_runs,
+        regression_skipped,
+        regressions_found,
+        by_pattern,
+    })
+}
+
+impl Stats {
+    /// Stage runs that succeeded at the first attempt.
+    pub fn first_attempt_success(&self) -> usize {
+        self.stage_runs.iter().filter(|s| s.attempts == 1 && s.result == "success").count()
+    }
+
+    /// Stage runs with more than one attempt.
+    pub fn retried(&self) -> Vec<&StageRun> {
+        self.stage_runs.iter().filter(|s| s.attempts > 1).collect()
+    }
+
+    /// `stats --json`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let total = self.stage_runs.len();
+        let retried = self.retried();
+        let retry_success = retried.iter().filter(|s| s.result.starts_with("success")).count();
+        let aggregated: BTreeMap<&String, serde_json::Value> = self
+            .by_pattern
+            .iter()
+            .map(|(p, s)| {
+                (
+                    p,
+                    json!({"occurrences": s.occurrences, "success_rate": s.succeeded as f64 / s.stages.max(1) as f64,
+                           "avg_attempts": f64::from(s.total_attempts) / s.stages.max(1) as f64}),
+                )
+            })
+            .collect();
+        json!({
+            "stages_run": total, "first_attempt_success": self.first_attempt_success(), "retried": retried.len(),
+            "retry_success": retry_success, "escalations": self.escalations, "skipped": self.skipped,
+            "escalation_rate": self.escalations as f64 / total.max(1) as f64,
+            "dead_letters": self.dead_letters, "dead_letter_rate": self.dead_letters as f64 / total.max(1) as f64,
+            "pre_validation_runs": self.validations,
+            "pre_validation_catch_rate": self.validation_catches.values().sum::<usize>() as f64 / self.validations.max(1) as f64,
+            "most_common_pre_validation_catches": self.validation_catches,
+            "regression_checks_run": self.regression_runs, "regression_checks_skipped": self.regression_skipped,
+            "regressions_detected": self.regressions_found,
+            "by_pattern": aggregated, "stages": self.stage_runs,
+        })
+    }
+}

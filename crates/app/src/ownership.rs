@@ -1,0 +1,37 @@
+//! Who drives a run (SPEC §9 "Ownership"): the `loopwright` process running it in the
+//! foreground, or the daemon. The owner is journaled (`run_started`, `run_resumed`) as a pid
+//! and its start time, which together name one process even after the pid is reused.
+
+use loopwright_engine::{Owner, RunState, RunStatus};
+
+/// This process, as the owner of a run; `daemon` for `loopwright serve`.
+pub fn this_process(daemon: bool) -> Owner {
+    let pid = std::process::id();
+    Owner { pid, start_time: loopwright_runners::process::start_time(pid), daemon }
+}
+
+/// True while the process that owns a run is alive, and is another process than this one.
+pub fn owner_alive(state: &RunState) -> bool {
+    state.owner.is_some_and(|o| {
+        o.pid != std::process::id() && loopwright_runners::process::same_process_alive(o.pid, o.start_time)
+    })
+}
+
+/// True when this process owns the run.
+pub fn owned_here(state: &RunState) -> bool {
+    state
+        .owner
+        .is_some_and(|o| o.pid == std::process::id() && o.start_time == loopwright_runners::process::start_time(o.pid))
+}
+
+/// True when a run in this status can be continued by `resume` (or taken up by a daemon).
+pub fn resumable(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Running | RunStatus::Interrupted | RunStatus::Queued)
+}
+
+/// The status to show for a run: `interrupted` for one recorded as running whose owner is no
+/// longer alive (loopwright was killed; `resume` continues it).
+pub fn shown_status(state: &RunState) -> RunStatus {
+    let owner_gone = state.owner.is_some() && !owner_alive(state) && !owned_here(state);
+    if state.status == RunStatus::Running && owner_gone { RunStatus::Interrupted } else { state.status }
+}

@@ -1,0 +1,86 @@
+//! A run being driven here: its working tree taken (one live run per tree), its ports
+//! assembled. The CLI drives one in the foreground, the daemon one per run on a thread of its
+//! own; both through [`Session::engine`].
+
+use std::path::{Path, PathBuf};
+
+use loopwright_engine::{Observer, RunId, RunState, Stopper};
+use loopwright_spec::Pipeline;
+use loopwright_store::SqliteStore;
+
+use crate::assemble::{Ports, RunEngine};
+use crate::error::Error;
+use crate::lock::Held;
+use crate::workspace::Workspace;
+
+/// A run's working tree, held, and its ports.
+pub struct Session {
+    ports: Ports,
+    /// The working tree its stages see.
+    pub root: PathBuf,
+    _live: Held,
+}
+
+impl Session {
+    /// Takes the working tree of an existing run (from its journal) after checking that this
+    /// is the workspace it was started in.
+    pub fn resume(ws: &Workspace, store: &SqliteStore, pipeline: &Pipeline, state: &RunState) -> Result<Self, Error> {
+        let root = state.started.as_ref().map_or_else(|| ws.root.clone(), |s| PathBuf::from(&s.workspace));
+        same_workspace(ws, state)?;
+        let live = crate::lock::live_run(ws, &root, &state.run_id)?;
+        Self::with(ws, store, pipeline, root, live)
+    }
+
+    /// Takes the working tree `root` for a new run.
+    pub fn start(
+        ws: &Workspace,
+        store: &SqliteStore,
+        pipeline: &Pipeline,
+        root: &Path,
+        run: &RunId,
+    ) -> Result<Self, Error> {
+        let live = crate::lock::live_run(ws, root, run)?;
+        Self::with(ws, store, pipeline, root.to_path_buf(), live)
+    }
+
+    /// A session over a working tree already held.
+    pub fn with(
+        ws: &Workspace,
+        store: &SqliteStore,
+        pipeline: &Pipeline,
+        root: PathBuf,
+        live: Held,
+    ) -> Result<Self, Error> {
+        let ports = Ports::new(ws, &root, crate::assemble::redactor(pipeline), store)?;
+        Ok(Self { ports, root, _live: live })
+    }
+
+    /// The engine for this run.
+    pub fn engine<'a, X: Stopper>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        store: &'a SqliteStore,
+        stopper: &'a X,
+        observer: &'a mut dyn Observer,
+    ) -> RunEngine<'a, X> {
+        self.ports.engine(pipeline, store, stopper, observer)
+    }
+}
+
+/// Refuses to continue a run from a workspace other than the one it was started in (a copy,
+/// or the same files moved): its snapshots, commits and processes belong to that one, and
+/// resuming here would restore and commit files in the other.
+pub fn same_workspace(ws: &Workspace, state: &RunState) -> Result<(), Error> {
+    let Some(started) = state.started.as_ref() else { return Ok(()) };
+    let recorded = started.worktree.as_ref().map_or(started.workspace.as_str(), |w| w.repo.as_str());
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    if canonical(Path::new(recorded)) == canonical(&ws.root) {
+        return Ok(());
+    }
+    let run = &state.run_id;
+    Err(Error::usage(format!(
+        "run {run} was started in {recorded}, but this workspace is {}: a run belongs to the workspace it was started in (its snapshots, commits and processes are there). Continue it there (`loopwright -C {recorded} {run_cmd}`), or move this workspace back to {recorded}; a copy's journal keeps the run's history, but new work in the copy starts a new run",
+        ws.root.display(),
+        run_cmd = format_args!("resume {run}"),
+    )))
+}
