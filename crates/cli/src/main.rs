@@ -75,6 +75,10 @@ enum Command {
     DeadLetters(cmd::dead_letters::Args),
     /// Retry summary and failure metrics over recent runs (seed 001 / seed 000).
     Stats(cmd::stats::Args),
+    /// Serve the workspace: REST API, live events and the dashboard (SPEC §9), until
+    /// SIGINT/SIGTERM. Runs it drives are then interrupted (resumable) and taken up again by
+    /// the next `serve`.
+    Serve(cmd::serve::Args),
     /// Print the JSON Schema of pipeline files.
     Schema,
     /// Run the bundled example end to end in a temporary workspace.
@@ -107,6 +111,11 @@ fn quiet_on_broken_pipe() {
 fn main() -> ExitCode {
     quiet_on_broken_pipe();
     let cli = Cli::parse();
+    let global = cmd::Global { dir: cli.dir, json: cli.json };
+    let cli = match cli.command {
+        Command::Serve(args) => return exit(cmd::serve::run(&global, args)),
+        command => Cli { dir: global.dir.clone(), json: global.json, command },
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -114,7 +123,6 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let global = cmd::Global { dir: cli.dir, json: cli.json };
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Init(args) => cmd::init::run(&global, args),
@@ -136,9 +144,15 @@ fn main() -> ExitCode {
                 Ok(0)
             }
             Command::Demo(args) => cmd::demo::run(&global, args).await,
+            Command::Serve(_) => unreachable!("`serve` runs on a runtime of its own, started above"),
             Command::Bench(args) => cmd::bench::run(&global, args).await,
         }
     });
+    exit(outcome)
+}
+
+/// The process's exit: the command's code, or its error reported on stderr (SPEC §1).
+fn exit(outcome: Result<u8, CliError>) -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(err) => {

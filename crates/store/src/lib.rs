@@ -19,7 +19,10 @@ use rusqlite_migration::{M, Migrations};
 
 /// The schema's migrations, oldest first.
 fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(include_str!("migrations/001_journal.sql"))])
+    Migrations::new(vec![
+        M::up(include_str!("migrations/001_journal.sql")),
+        M::up(include_str!("migrations/002_feed.sql")),
+    ])
 }
 
 /// A failure to open the store.
@@ -266,6 +269,9 @@ impl SqliteStore {
             stmt.execute(params![run.as_str(), seq, at_text, event.kind(), event.stage().map(StageId::as_str), payload])
         })
         .map_err(backend)?;
+        conn.prepare_cached("INSERT INTO feed (run_id, seq) VALUES (?1, ?2)")
+            .and_then(|mut stmt| stmt.execute(params![run.as_str(), seq]))
+            .map_err(backend)?;
         if let Some(status) = event.run_status() {
             conn.prepare_cached("UPDATE runs SET last_seq = ?2, updated_at = ?3, status = ?4 WHERE run_id = ?1")
                 .and_then(|mut stmt| stmt.execute(params![run.as_str(), seq, at_text, status.as_str()]))
@@ -293,6 +299,66 @@ impl SqliteStore {
         Ok(EventRecord { seq: seq_out, at, event: stored.unwrap_or_else(|| event.clone()) })
     }
 
+    /// Every run's events committed after feed position `after`, in commit order, at most
+    /// `limit`: `(position, run, event)`.
+    pub fn feed_since(&self, after: u64, limit: usize) -> Result<Vec<(u64, RunId, EventRecord)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT f.id, f.run_id, e.seq, e.at, e.payload FROM feed f
+                 JOIN events e ON e.run_id = f.run_id AND e.seq = f.seq
+                 WHERE f.id > ?1 ORDER BY f.id LIMIT ?2",
+            )
+            .map_err(backend)?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let rows = stmt
+            .query_map(params![after, i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .map_err(backend)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, run, seq, at, payload) = row.map_err(backend)?;
+            let run = RunId::new(run);
+            let record = EventRecord {
+                seq: u64::try_from(seq).map_err(|e| corrupt(&run, seq, e))?,
+                at: at.parse().map_err(|e| corrupt(&run, seq, format!("bad time `{at}`: {e}")))?,
+                event: serde_json::from_str(&payload).map_err(|e| corrupt(&run, seq, e))?,
+            };
+            out.push((u64::try_from(id).unwrap_or(0), run, record));
+        }
+        Ok(out)
+    }
+
+    /// The runs whose status is one of `statuses`, oldest first.
+    pub fn runs_in(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError> {
+        let wanted: Vec<String> = statuses.iter().map(|s| format!("'{}'", s.as_str())).collect();
+        let mut runs = self.runs_where(&format!("WHERE r.status IN ({})", wanted.join(", ")), usize::MAX)?;
+        runs.reverse();
+        Ok(runs)
+    }
+
+    /// The last feed position (0 for an empty journal).
+    pub fn feed_last(&self) -> Result<u64, StoreError> {
+        self.conn()
+            .query_row("SELECT COALESCE(MAX(id), 0) FROM feed", [], |r| r.get::<_, i64>(0))
+            .map(|v| u64::try_from(v).unwrap_or(0))
+            .map_err(backend)
+    }
+
+    /// SQLite's `data_version` of this connection: it changes when another connection (another
+    /// process, or another connection of this one) commits, so a watcher reads the journal only
+    /// when something was written.
+    pub fn data_version(&self) -> Result<i64, StoreError> {
+        self.conn().query_row("PRAGMA data_version", [], |r| r.get(0)).map_err(backend)
+    }
+
     fn events_sync(&self, run: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
@@ -317,13 +383,18 @@ impl SqliteStore {
     }
 
     fn runs_sync(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
+        self.runs_where("", limit)
+    }
+
+    /// Runs, newest first; `filter` is a `WHERE` clause over `runs r` made of constants only.
+    fn runs_where(&self, filter: &str, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at,
                         (SELECT e.at FROM events e WHERE e.run_id = r.run_id ORDER BY e.seq DESC LIMIT 1)
-                 FROM runs r ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1",
-            )
+                 FROM runs r {filter} ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1"
+            ))
             .map_err(backend)?;
         let rows = stmt
             .query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |r| {

@@ -117,6 +117,43 @@ pub async fn claim<X: Stopper>(
     owner: Owner,
 ) -> Result<(), Error> {
     let read = state.last_seq;
+    let claim = claim_events(state, answer, owner);
+    if claim.is_empty() {
+        return Ok(());
+    }
+    match engine.record_after(state, claim).await {
+        Ok(()) => Ok(()),
+        Err(e) => Err(moved_on(engine.store, &state.run_id, read, e).await),
+    }
+}
+
+/// Claims the run for `owner` with the answer (if any) and `run_resumed` (when the run goes on
+/// after the answer), in one compare-and-append on the journal as `state` read it, without
+/// driving it: the daemon answers the request, and a host drives the run.
+pub async fn claim_in_store(
+    store: &SqliteStore,
+    state: &mut RunState,
+    answer: Option<Event>,
+    owner: Owner,
+) -> Result<(), Error> {
+    let read = state.last_seq;
+    let claim = claim_events(state, answer, owner);
+    if claim.is_empty() {
+        return Ok(());
+    }
+    let at = jiff::Timestamp::now();
+    let batch: Vec<(Event, jiff::Timestamp)> = claim.into_iter().map(|e| (e, at)).collect();
+    match store.append_after(&state.run_id, read, &batch).await {
+        Ok(records) => {
+            records.iter().for_each(|r| state.apply(r));
+            Ok(())
+        }
+        Err(e) => Err(moved_on(store, &state.run_id, read, e).await),
+    }
+}
+
+/// The events that claim a run: the answer, then `run_resumed` when the run goes on after it.
+fn claim_events(state: &RunState, answer: Option<Event>, owner: Owner) -> Vec<Event> {
     let mut claim: Vec<Event> = answer.into_iter().collect();
     let mut after = state.clone();
     for event in &claim {
@@ -125,13 +162,7 @@ pub async fn claim<X: Stopper>(
     if resumable(after.status) {
         claim.push(Event::RunResumed { owner });
     }
-    if claim.is_empty() {
-        return Ok(());
-    }
-    match engine.record_after(state, claim).await {
-        Ok(()) => Ok(()),
-        Err(e) => Err(moved_on(engine.store, &state.run_id, read, e).await),
-    }
+    claim
 }
 
 /// The error for a change refused because another process changed the run first: what that

@@ -9,6 +9,7 @@ pub mod logs;
 pub mod patterns;
 pub mod resume;
 pub mod run;
+pub mod serve;
 pub mod stats;
 pub mod status;
 pub mod validate;

@@ -1,0 +1,231 @@
+//! Live events as Server-Sent Events: `id:` is the journal's sequence number (per run) or the
+//! feed position (every run), so `Last-Event-ID` resumes with no gap and no duplicate. A
+//! stream replays from the journal, then follows the journal watcher's broadcast; a client
+//! too slow for the broadcast falls back to reading the journal (its memory stays bounded).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as Sse, KeepAlive};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use loopwright_engine::{Event, EventRecord, RunId, Store};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::dto::EventsQuery;
+use super::error::{ApiError, ErrorBody};
+use crate::{FeedItem, Shared};
+
+/// The most events read from the journal at once when a stream catches up.
+const BATCH: usize = 500;
+
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"))
+}
+
+/// Where a stream resumes: `Last-Event-ID`, else `?after=`.
+fn resume_from(headers: &HeaderMap, after: Option<u64>) -> Result<u64, ApiError> {
+    match headers.get("last-event-id").map(|v| v.to_str().unwrap_or("").trim().to_owned()) {
+        Some(id) if !id.is_empty() => {
+            id.parse().map_err(|_| ApiError::invalid(format!("Last-Event-ID `{id}`: expected a sequence number")))
+        }
+        _ => Ok(after.unwrap_or(0)),
+    }
+}
+
+fn sse_of(record: &EventRecord, id: u64, run: Option<&RunId>) -> Sse {
+    let mut data = serde_json::to_value(record).unwrap_or_default();
+    if let (Some(run), Some(map)) = (run, data.as_object_mut()) {
+        map.insert("run_id".into(), run.as_str().into());
+    }
+    Sse::default().id(id.to_string()).event(record.event.kind()).data(data.to_string())
+}
+
+fn sse_response(shared: &Shared, stream: impl Stream<Item = Result<Sse, Infallible>> + Send + 'static) -> Response {
+    axum::response::Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(shared.heartbeat).text("heartbeat"))
+        .into_response()
+}
+
+/// A run's journal: JSON, or a live stream with `Accept: text/event-stream`.
+#[utoipa::path(get, path = "/api/runs/{run}/events", tag = "events",
+    params(("run" = String, Path, description = "The run id"), EventsQuery,
+           ("Last-Event-ID" = Option<String>, Header, description = "Resume a stream after this sequence number")),
+    responses((status = 200, description = "The events (a JSON array, or `text/event-stream`)",
+               content((Vec<Object> = "application/json"), (String = "text/event-stream"))),
+              (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn run_events(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let run = RunId::parse(&run).ok_or_else(|| ApiError::not_found(format!("no run `{run}` in this workspace")))?;
+    let after = resume_from(&headers, q.after)?;
+    if !wants_stream(&headers) {
+        if shared.store.events_since(&run, 0).await.map(|e| e.is_empty()).unwrap_or(true) {
+            return Err(ApiError::not_found(format!("no run `{run}` in this workspace")));
+        }
+        return Ok(axum::Json(shared.store.events_since(&run, after).await?).into_response());
+    }
+    // Subscribe before reading the journal: nothing committed in between is missed.
+    let rx = shared.feed.subscribe();
+    if shared.store.events_since(&run, 0).await?.is_empty() {
+        return Err(ApiError::not_found(format!("no run `{run}` in this workspace")));
+    }
+    let state = RunStream {
+        shutdown: shared.shutdown.clone(),
+        shared: Arc::clone(&shared),
+        run,
+        last: after,
+        rx,
+        pending: VecDeque::new(),
+        stale: true,
+        end: false,
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(state, RunStream::next);
+    Ok(sse_response(&shared, stream))
+}
+
+struct RunStream {
+    shared: Arc<Shared>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    run: RunId,
+    last: u64,
+    rx: tokio::sync::broadcast::Receiver<Arc<FeedItem>>,
+    pending: VecDeque<EventRecord>,
+    /// The journal may hold events not yet sent: read it before waiting.
+    stale: bool,
+    /// `run_finished` was sent: `end` comes next.
+    end: bool,
+    done: bool,
+}
+
+impl RunStream {
+    async fn next(mut self) -> Option<(Result<Sse, Infallible>, Self)> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(record) = self.pending.pop_front() {
+                if record.seq <= self.last {
+                    continue;
+                }
+                self.last = record.seq;
+                self.end = matches!(record.event, Event::RunFinished { .. });
+                let sse = sse_of(&record, record.seq, None);
+                return Some((Ok(sse), self));
+            }
+            if self.end {
+                self.done = true;
+                return Some((Ok(Sse::default().event("end").data("{}")), self));
+            }
+            if self.stale {
+                self.stale = false;
+                match self.shared.store.events_since(&self.run, self.last).await {
+                    Ok(records) => self.pending.extend(records.into_iter().take(BATCH)),
+                    Err(_) => return None,
+                }
+                self.stale = self.pending.len() == BATCH;
+                continue;
+            }
+            if *self.shutdown.borrow() {
+                return None;
+            }
+            let received = tokio::select! {
+                r = self.rx.recv() => r,
+                _ = self.shutdown.changed() => return None,
+            };
+            match received {
+                Ok(item) if item.run == self.run => {
+                    if item.record.seq == self.last + 1 {
+                        self.pending.push_back(item.record.clone());
+                    } else if item.record.seq > self.last + 1 {
+                        self.stale = true;
+                    }
+                }
+                Ok(_) => {}
+                Err(RecvError::Lagged(_)) => self.stale = true,
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// Every run's events, for the dashboard: each `data` carries `run_id`; `id:` is a feed
+/// position that `Last-Event-ID` resumes from.
+#[utoipa::path(get, path = "/api/events", tag = "events",
+    params(EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this feed position")),
+    responses((status = 200, description = "A `text/event-stream` of every run's events", content_type = "text/event-stream", body = String),
+              (status = 422, body = ErrorBody)))]
+pub async fn all_events(
+    State(shared): State<Arc<Shared>>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let after = resume_from(&headers, q.after)?;
+    let rx = shared.feed.subscribe();
+    let state = FeedStream {
+        shutdown: shared.shutdown.clone(),
+        shared: Arc::clone(&shared),
+        last: after,
+        rx,
+        pending: VecDeque::new(),
+        stale: true,
+    };
+    Ok(sse_response(&shared, futures_util::stream::unfold(state, FeedStream::next)))
+}
+
+struct FeedStream {
+    shared: Arc<Shared>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    last: u64,
+    rx: tokio::sync::broadcast::Receiver<Arc<FeedItem>>,
+    pending: VecDeque<Arc<FeedItem>>,
+    stale: bool,
+}
+
+impl FeedStream {
+    async fn next(mut self) -> Option<(Result<Sse, Infallible>, Self)> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                if item.id <= self.last {
+                    continue;
+                }
+                self.last = item.id;
+                let sse = sse_of(&item.record, item.id, Some(&item.run));
+                return Some((Ok(sse), self));
+            }
+            if self.stale {
+                let batch = match self.shared.store.feed_since(self.last, BATCH) {
+                    Ok(b) => b,
+                    Err(_) => return None,
+                };
+                self.stale = batch.len() == BATCH;
+                self.pending.extend(batch.into_iter().map(|(id, run, record)| Arc::new(FeedItem { id, run, record })));
+                continue;
+            }
+            if *self.shutdown.borrow() {
+                return None;
+            }
+            let received = tokio::select! {
+                r = self.rx.recv() => r,
+                _ = self.shutdown.changed() => return None,
+            };
+            match received {
+                Ok(item) if item.id == self.last + 1 => self.pending.push_back(item),
+                Ok(item) if item.id > self.last + 1 => self.stale = true,
+                Ok(_) => {}
+                Err(RecvError::Lagged(_)) => self.stale = true,
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}

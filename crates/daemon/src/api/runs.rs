@@ -1,0 +1,288 @@
+//! The handlers of `/api/`: each parses the request, calls one operation of the application
+//! layer and maps its outcome (errors through [`ApiError`]).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use loopwright_app::ops::{self, answer, read};
+use loopwright_app::ownership::this_process;
+use loopwright_engine::result::PipelineResult;
+use loopwright_engine::{Event, RunId, RunStatus, Store};
+
+use super::dto::{
+    Accepted, Approval, Cancel, Health, ListQuery, PatternTest, PipelineInfo, Respond, RunRow, StartRun, who,
+};
+use super::error::{ApiError, ErrorBody, Json, OptionalJson};
+use crate::Shared;
+use crate::host::Job;
+
+type ApiResult<T> = Result<T, ApiError>;
+
+fn run_id(run: &str) -> ApiResult<RunId> {
+    RunId::parse(run).ok_or_else(|| ApiError::not_found(format!("no run `{run}` in this workspace")))
+}
+
+fn json(value: impl serde::Serialize) -> Response {
+    axum::Json(value).into_response()
+}
+
+/// Liveness: no token needed.
+#[utoipa::path(get, path = "/api/health", tag = "daemon", security(()),
+    responses((status = 200, description = "The daemon serves", body = Health)))]
+pub async fn health() -> axum::Json<Health> {
+    axum::Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
+}
+
+/// The workspace's pipelines, validated.
+#[utoipa::path(get, path = "/api/pipelines", tag = "pipelines",
+    responses((status = 200, body = Vec<PipelineInfo>), (status = 401, body = ErrorBody)))]
+pub async fn pipelines(State(shared): State<Arc<Shared>>) -> ApiResult<axum::Json<Vec<PipelineInfo>>> {
+    let checked = ops::validate::pipelines(&shared.ws)?;
+    Ok(axum::Json(
+        checked
+            .into_iter()
+            .map(|c| PipelineInfo {
+                name: c.name,
+                description: c.description,
+                stages: c.stages,
+                valid: c.valid,
+                diagnostics: c.diagnostics.iter().filter_map(|d| serde_json::to_value(d).ok()).collect(),
+            })
+            .collect(),
+    ))
+}
+
+/// Starts a run: it is queued and started when a slot (and its working tree) is free.
+#[utoipa::path(post, path = "/api/runs", tag = "runs", request_body = StartRun,
+    responses((status = 202, body = Accepted), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+              (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub async fn start(State(shared): State<Arc<Shared>>, Json(body): Json<StartRun>) -> ApiResult<Response> {
+    let request = ops::start::StartRequest {
+        pipeline: body.pipeline,
+        name_only: true,
+        task: body.task,
+        task_id: body.task_id,
+        vars: body.vars,
+        inputs: body.inputs,
+        start_from: body.start_from,
+        skip: body.skip,
+        approve_all: body.approve_all,
+        worktree: body.worktree,
+    };
+    let prepared = ops::start::prepare(&shared.ws, request, this_process(true)).await?;
+    let at = jiff::Timestamp::now();
+    let batch = [(Event::RunStarted(Box::new(prepared.started)), at), (Event::RunQueued {}, at)];
+    shared.store.append_all(&prepared.run_id, &batch).await?;
+    shared.runs.wake.notify_one();
+    let accepted = Accepted { run_id: prepared.run_id.to_string(), status: RunStatus::Queued.as_str().into() };
+    Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response())
+}
+
+/// Recent runs, those waiting for a human first.
+#[utoipa::path(get, path = "/api/runs", tag = "runs", params(ListQuery),
+    responses((status = 200, body = Vec<RunRow>), (status = 422, body = ErrorBody)))]
+pub async fn list(State(shared): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> ApiResult<Response> {
+    let status = match q.status.as_deref().filter(|s| !s.is_empty()) {
+        Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "status `{s}`: expected running, success, failed, cancelled, waiting, interrupted or queued"
+            ))
+        })?),
+        None => None,
+    };
+    let limit = q.limit.unwrap_or(50).clamp(1, 1000) as usize;
+    let filter = read::ListFilter { status, pipeline: q.pipeline.filter(|p| !p.is_empty()), limit };
+    let mut runs = read::list(&shared.store, &filter).await?;
+    runs.sort_by_key(|r| r.status != RunStatus::Waiting);
+    Ok(json(runs))
+}
+
+/// One run: the same result as `status RUN --json`.
+#[utoipa::path(get, path = "/api/runs/{run}", tag = "runs", params(("run" = String, Path, description = "The run id")),
+    responses((status = 200, description = "The run's result (SPEC §2)", body = Object), (status = 404, body = ErrorBody)))]
+pub async fn get(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> ApiResult<Response> {
+    let run = run_id(&run)?;
+    let (result, _) = read::status(&shared.store, &run).await?;
+    Ok(json(result))
+}
+
+/// A stage's attempts: prompt, output, stderr, error, retry context, usage, the closed loop's
+/// phases.
+#[utoipa::path(get, path = "/api/runs/{run}/stages/{stage}/attempts", tag = "runs",
+    params(("run" = String, Path, description = "The run id"), ("stage" = String, Path, description = "The stage id")),
+    responses((status = 200, body = Vec<Object>), (status = 404, body = ErrorBody)))]
+pub async fn attempts(
+    State(shared): State<Arc<Shared>>,
+    Path((run, stage)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let run = run_id(&run)?;
+    Ok(json(read::attempts(&shared.ws, &shared.store, &run, &stage).await?))
+}
+
+/// The result of a run after an answer.
+async fn result_of(shared: &Shared, run: &RunId) -> ApiResult<PipelineResult> {
+    Ok(read::status(&shared.store, run).await?.0)
+}
+
+async fn approve_or_reject(shared: Arc<Shared>, run: String, body: Approval, granted: bool) -> ApiResult<Response> {
+    let run = run_id(&run)?;
+    let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
+    let rollback = body.rollback && !granted;
+    let event = answer::approval(&state, granted, who(body.by)?, body.comment, rollback)?;
+    answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
+    if rollback {
+        shared.runs.host(Job { run: run.clone(), claim: false });
+    }
+    shared.runs.wake.notify_one();
+    Ok(json(result_of(&shared, &run).await?))
+}
+
+/// Approves the gate the run waits at; the daemon continues the run.
+#[utoipa::path(post, path = "/api/runs/{run}/approve", tag = "answers", request_body(content = Approval, description = "Optional"),
+    params(("run" = String, Path, description = "The run id")),
+    responses((status = 200, description = "The run's result", body = Object), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn approve(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    OptionalJson(body): OptionalJson<Approval>,
+) -> ApiResult<Response> {
+    approve_or_reject(shared, run, body, true).await
+}
+
+/// Rejects the gate the run waits at: the run is cancelled (and rolled back with `rollback`).
+#[utoipa::path(post, path = "/api/runs/{run}/reject", tag = "answers", request_body(content = Approval, description = "Optional"),
+    params(("run" = String, Path, description = "The run id")),
+    responses((status = 200, description = "The run's result", body = Object), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn reject(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    OptionalJson(body): OptionalJson<Approval>,
+) -> ApiResult<Response> {
+    approve_or_reject(shared, run, body, false).await
+}
+
+/// Answers the escalation the run waits on.
+#[utoipa::path(post, path = "/api/runs/{run}/respond", tag = "answers", request_body = Respond,
+    params(("run" = String, Path, description = "The run id")),
+    responses((status = 200, description = "The run's result", body = Object), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn respond(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    Json(body): Json<Respond>,
+) -> ApiResult<Response> {
+    let run = run_id(&run)?;
+    let reply = answer::parse_answer(&body.answer, body.text.as_deref())?;
+    let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
+    let (_, event) = answer::escalation(&state, reply, who(body.by)?)?;
+    answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
+    shared.runs.wake.notify_one();
+    Ok(json(result_of(&shared, &run).await?))
+}
+
+/// Stops a run: its owner ends the stage in flight (a run driven here or by a CLI process), or
+/// it is cancelled at once (waiting, queued, interrupted).
+#[utoipa::path(post, path = "/api/runs/{run}/cancel", tag = "answers", request_body(content = Cancel, description = "Optional"),
+    params(("run" = String, Path, description = "The run id")),
+    responses((status = 202, body = Accepted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn cancel(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    OptionalJson(body): OptionalJson<Cancel>,
+) -> ApiResult<Response> {
+    use loopwright_app::ops::cancel::Cancelled;
+    let run = run_id(&run)?;
+    let by = who(body.by)?;
+    let runs = Arc::clone(&shared.runs);
+    let outcome =
+        ops::cancel::cancel(&shared.ws, &shared.store, &run, by, body.rollback, |r| runs.is_hosted(r)).await?;
+    let status = match outcome {
+        Cancelled::Requested(state) | Cancelled::Done(state) => state.status,
+        Cancelled::RollBack(event) => {
+            let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
+            answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
+            shared.runs.host(Job { run: run.clone(), claim: false });
+            state.status
+        }
+    };
+    shared.runs.wake.notify_one();
+    Ok((StatusCode::ACCEPTED, axum::Json(Accepted { run_id: run.to_string(), status: status.as_str().into() }))
+        .into_response())
+}
+
+/// Continues an interrupted run (or one a crashed process left running) in the daemon.
+#[utoipa::path(post, path = "/api/runs/{run}/resume", tag = "answers", params(("run" = String, Path, description = "The run id")),
+    responses((status = 202, body = Accepted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn resume(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> ApiResult<Response> {
+    use loopwright_app::ops::resume::Resumable;
+    let run = run_id(&run)?;
+    let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
+    if shared.runs.is_hosted(&run) {
+        return Err(ApiError::from(loopwright_app::Error::conflict(format!(
+            "run {run} is being driven by this daemon"
+        ))));
+    }
+    match ops::resume::check(&state)? {
+        Resumable::Yes => {}
+        Resumable::WaitsForApproval(stage) => {
+            return Err(loopwright_app::Error::conflict(format!(
+                "run {run} waits for approval of stage `{stage}`: approve or reject it"
+            ))
+            .into());
+        }
+        Resumable::Waits => {
+            return Err(
+                loopwright_app::Error::conflict(format!("run {run} waits on an escalation: respond to it")).into()
+            );
+        }
+        Resumable::Ended(status) => {
+            return Err(
+                loopwright_app::Error::conflict(format!("run {run} already ended ({})", status.as_str())).into()
+            );
+        }
+    }
+    loopwright_app::session::same_workspace(&shared.ws, &state)?;
+    answer::claim_in_store(&shared.store, &mut state, None, this_process(true)).await?;
+    shared.runs.wake.notify_one();
+    Ok((StatusCode::ACCEPTED, axum::Json(Accepted { run_id: run.to_string(), status: state.status.as_str().into() }))
+        .into_response())
+}
+
+/// The dead letters, as `dead-letters list --json`.
+#[utoipa::path(get, path = "/api/dead-letters", tag = "insight", responses((status = 200, body = Vec<Object>)))]
+pub async fn dead_letters(State(shared): State<Arc<Shared>>) -> Response {
+    json(ops::dead_letters::list(&shared.ws))
+}
+
+/// One dead letter, as `dead-letters show TASK --json`.
+#[utoipa::path(get, path = "/api/dead-letters/{task}", tag = "insight", params(("task" = String, Path, description = "The task id")),
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn dead_letter(State(shared): State<Arc<Shared>>, Path(task): Path<String>) -> ApiResult<Response> {
+    Ok(json(ops::dead_letters::show(&shared.ws, &task)?))
+}
+
+/// Retry and failure metrics, as `stats --json`.
+#[utoipa::path(get, path = "/api/stats", tag = "insight", responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+pub async fn stats(State(shared): State<Arc<Shared>>) -> ApiResult<Response> {
+    Ok(json(ops::stats::stats(&shared.ws, 100).await?.to_json()))
+}
+
+/// The agents found, as `agents --json`.
+#[utoipa::path(get, path = "/api/agents", tag = "insight", responses((status = 200, body = Vec<Object>)))]
+pub async fn agents(State(shared): State<Arc<Shared>>) -> Response {
+    let (agents, _) = ops::agents::list(&shared.ws);
+    json(agents.values().collect::<Vec<_>>())
+}
+
+/// Classifies an error output, as `patterns test --json`.
+#[utoipa::path(post, path = "/api/patterns/test", tag = "insight", request_body = PatternTest,
+    responses((status = 200, body = Object), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn patterns_test(State(shared): State<Arc<Shared>>, Json(body): Json<PatternTest>) -> ApiResult<Response> {
+    let _ = (body.command, body.exit_code);
+    Ok(json(ops::patterns::test(&shared.ws, &body.text)?))
+}

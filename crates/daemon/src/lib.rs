@@ -1,0 +1,233 @@
+//! `loopwright serve` (SPEC §9): one daemon per workspace serving the REST API under `/api/`,
+//! live events as Server-Sent Events, and the dashboard at `/`, over the application layer
+//! (`loopwright-app`) — the same operations the CLI performs.
+//!
+//! Modules: [`api`] (handlers, wire types, the error mapping, the access check, SSE),
+//! [`runs`] (the queue, the scheduler and recovery), [`host`] (one thread per run driven
+//! here), [`dashboard`] (the embedded pages). `serve` below wires them: the daemon's lock and
+//! `serve.json`, the token, the journal watcher that feeds live streams, graceful shutdown.
+
+pub mod api;
+pub mod dashboard;
+pub mod host;
+pub mod runs;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use loopwright_app::Error;
+use loopwright_app::workspace::Workspace;
+use loopwright_engine::{EventRecord, RunId};
+use loopwright_store::SqliteStore;
+use nix::fcntl::{Flock, FlockArg};
+use tokio::sync::{broadcast, watch};
+
+/// How `serve` is started.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where to listen (`127.0.0.1:7878`; port 0 picks a free one).
+    pub addr: SocketAddr,
+    /// At most this many runs execute at once.
+    pub max_runs: usize,
+    /// Allow a non-loopback address.
+    pub allow_remote: bool,
+    /// How often an idle event stream sends a heartbeat comment.
+    pub heartbeat: Duration,
+}
+
+/// One event of the journal as the watcher broadcasts it.
+#[derive(Debug)]
+pub struct FeedItem {
+    /// Its feed position (a cursor over every run).
+    pub id: u64,
+    /// Its run.
+    pub run: RunId,
+    /// The event.
+    pub record: EventRecord,
+}
+
+/// What every request handler shares.
+pub struct Shared {
+    /// The workspace served.
+    pub ws: Workspace,
+    /// The API's connection to the journal.
+    pub store: SqliteStore,
+    /// The bearer token.
+    pub token: String,
+    /// The address served.
+    pub addr: SocketAddr,
+    /// The runs driven here.
+    pub runs: Arc<runs::Runs>,
+    /// Every journaled event, as the watcher reads it.
+    pub feed: broadcast::Sender<Arc<FeedItem>>,
+    /// Heartbeat interval of event streams.
+    pub heartbeat: Duration,
+    /// True once the daemon is shutting down (event streams end).
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// What the daemon tells its caller once it serves.
+#[derive(Debug, Clone)]
+pub struct Started {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The dashboard's URL, carrying the token once.
+    pub url: String,
+}
+
+/// The daemon's lock: held while it serves, so a second daemon of the workspace is refused.
+fn take_lock(ws: &Workspace) -> Result<Flock<std::fs::File>, Error> {
+    let path = ws.state_dir().join("serve.lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::usage(format!("cannot open {}: {e}", path.display())))?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| {
+        let info = std::fs::read_to_string(ws.state_dir().join("serve.json")).unwrap_or_default();
+        let info: serde_json::Value = serde_json::from_str(&info).unwrap_or_default();
+        Error::conflict(format!(
+            "a daemon already serves {} (process {}, at http://{}); stop it first, or use its API",
+            ws.root.display(),
+            info["pid"].as_u64().map_or_else(|| "?".into(), |p| p.to_string()),
+            info["addr"].as_str().unwrap_or("?")
+        ))
+    })
+}
+
+/// The token: read from `serve.token`, or created (random, mode 0600) at the first start.
+fn token(ws: &Workspace) -> Result<String, Error> {
+    let path = ws.state_dir().join("serve.token");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let text = text.trim().to_owned();
+        if text.len() >= 32 && text.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Ok(text);
+        }
+    }
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map_err(|e| Error::Internal(anyhow::anyhow!("cannot read /dev/urandom for the token: {e}")))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = path.with_extension("token.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(token.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    written.map_err(|e| Error::usage(format!("cannot write {}: {e}", path.display())))?;
+    Ok(token)
+}
+
+/// Serves the workspace until SIGINT/SIGTERM; `ready` is told the address once it serves.
+pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)) -> Result<(), Error> {
+    if !options.addr.ip().is_loopback() && !options.allow_remote {
+        return Err(Error::usage(format!(
+            "--addr {}: not a loopback address; the API can start and stop agents, so serving it beyond this machine needs --allow-remote",
+            options.addr
+        )));
+    }
+    let _store_created = loopwright_app::assemble::open_store(&ws)?;
+    let _lock = take_lock(&ws)?;
+    let token = token(&ws)?;
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .map_err(|e| Error::usage(format!("cannot listen on {}: {e}", options.addr)))?;
+    let addr = listener.local_addr().map_err(|e| Error::Internal(e.into()))?;
+    let info = serde_json::json!({"pid": std::process::id(), "addr": addr.to_string(), "started_at": jiff::Timestamp::now().to_string()});
+    loopwright_app::workspace::write_atomic(&ws.state_dir().join("serve.json"), &info.to_string())
+        .map_err(|e| Error::usage(format!("cannot write serve.json: {e}")))?;
+
+    let (stop, shutdown) = watch::channel(false);
+    let runs = runs::Runs::new(ws.clone(), options.max_runs, shutdown.clone());
+    let (feed, _) = broadcast::channel(1024);
+    let open = || loopwright_app::assemble::open_existing_store(&ws);
+    let shared = Arc::new(Shared {
+        ws: ws.clone(),
+        store: open()?,
+        token: token.clone(),
+        addr,
+        runs: Arc::clone(&runs),
+        feed: feed.clone(),
+        heartbeat: options.heartbeat,
+        shutdown: shutdown.clone(),
+    });
+    let watcher = tokio::spawn(watch_journal(open()?, feed, Arc::clone(&runs), shutdown.clone()));
+    let scheduler = tokio::spawn(Arc::clone(&runs).run_scheduler(open()?));
+
+    let (api, doc) = api::router();
+    let doc = Arc::new(doc);
+    let app = api
+        .route("/openapi.json", axum::routing::get(move || async move { axum::Json((*doc).clone()) }))
+        .merge(dashboard::router())
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&shared), api::auth::check))
+        .with_state(Arc::clone(&shared));
+    ready(&Started { addr, url: format!("http://{addr}/?token={token}") });
+
+    let signalled = async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+            return std::future::pending().await;
+        };
+        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+        let _ = stop.send(true);
+    };
+    let served = axum::serve(listener, app).with_graceful_shutdown(signalled).await;
+    // The runs driven here were told to stop: each ends its stage's process group and journals
+    // the interruption (resumable; the next daemon takes them up).
+    let hosts = Arc::clone(&runs);
+    let _ = tokio::task::spawn_blocking(move || hosts.join_all()).await;
+    watcher.abort();
+    scheduler.abort();
+    let _ = std::fs::remove_file(ws.state_dir().join("serve.json"));
+    served.map_err(|e| Error::Internal(e.into()))
+}
+
+/// Follows the journal: whenever it changed (SQLite's `data_version`: a commit by any other
+/// connection, this daemon's hosts or another process), or a host says it wrote, reads the
+/// feed past the last position and broadcasts each event; then wakes the scheduler.
+async fn watch_journal(
+    store: SqliteStore,
+    feed: broadcast::Sender<Arc<FeedItem>>,
+    runs: Arc<runs::Runs>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut cursor = store.feed_last().unwrap_or(0);
+    let mut version = store.data_version().unwrap_or(0);
+    loop {
+        tokio::select! {
+            () = runs.poke.notified() => {}
+            () = tokio::time::sleep(Duration::from_millis(20)) => {
+                let now = store.data_version().unwrap_or(0);
+                if now == version {
+                    continue;
+                }
+                version = now;
+            }
+            _ = shutdown.changed() => return,
+        }
+        let mut any = false;
+        while let Ok(batch) = store.feed_since(cursor, 1000) {
+            let full = batch.len() == 1000;
+            for (id, run, record) in batch {
+                cursor = id;
+                any = true;
+                let _ = feed.send(Arc::new(FeedItem { id, run, record }));
+            }
+            if !full {
+                break;
+            }
+        }
+        if any {
+            runs.wake.notify_one();
+        }
+    }
+}

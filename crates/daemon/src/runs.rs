@@ -1,0 +1,163 @@
+//! The daemon's runs: which it hosts now, the line of queued ones, and the loop that starts
+//! them — at most `max_runs` at once, in the order they were queued, each when its working
+//! tree is free — and takes up the runs a daemon owned when it starts (recovery).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use loopwright_app::ownership::{owned_here, owner_alive};
+use loopwright_app::workspace::Workspace;
+use loopwright_engine::{RunId, RunState, RunStatus, Store};
+use loopwright_store::SqliteStore;
+use tokio::sync::{Notify, watch};
+
+use crate::host::{self, Ended, Job};
+
+/// The runs this daemon drives.
+pub struct Runs {
+    ws: Workspace,
+    max_runs: usize,
+    hosted: Mutex<HashSet<RunId>>,
+    /// Runs whose working tree was busy at the last try, with when to try again.
+    waiting_for_tree: Mutex<HashMap<RunId, std::time::Instant>>,
+    /// Wakes the scheduler (a run queued, answered or ended; the journal changed).
+    pub wake: Arc<Notify>,
+    /// Wakes the journal watcher (a host journaled something).
+    pub poke: Arc<Notify>,
+    shutdown: watch::Receiver<bool>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Runs {
+    /// The runs of the daemon of `ws`.
+    pub fn new(ws: Workspace, max_runs: usize, shutdown: watch::Receiver<bool>) -> Arc<Self> {
+        Arc::new(Self {
+            ws,
+            max_runs: max_runs.max(1),
+            hosted: Mutex::default(),
+            waiting_for_tree: Mutex::default(),
+            wake: Arc::new(Notify::new()),
+            poke: Arc::new(Notify::new()),
+            shutdown,
+            threads: Mutex::default(),
+        })
+    }
+
+    /// True while this daemon drives `run`.
+    pub fn is_hosted(&self, run: &RunId) -> bool {
+        self.hosted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(run)
+    }
+
+    /// How many runs are driven now.
+    pub fn hosted_count(&self) -> usize {
+        self.hosted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    /// Starts a host for `job` on a thread of its own, now, whatever the limit (a cancel's
+    /// rollback); false when the run is hosted already.
+    pub fn host(self: &Arc<Self>, job: Job) -> bool {
+        if !self.hosted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(job.run.clone()) {
+            return false;
+        }
+        let runs = Arc::clone(self);
+        let id = job.run.clone();
+        let handle = std::thread::Builder::new().name(format!("run {}", job.run)).spawn(move || {
+            let ended = host::drive(&runs.ws, &job, runs.shutdown.clone(), Arc::clone(&runs.poke));
+            match &ended {
+                Ended::TreeBusy => {
+                    let retry = std::time::Instant::now() + Duration::from_millis(500);
+                    runs.waiting_for_tree
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(job.run.clone(), retry);
+                }
+                Ended::Failed(why) => eprintln!("loopwright serve: run {}: {why}", job.run),
+                Ended::Stopped(_) => {}
+            }
+            runs.hosted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&job.run);
+            runs.wake.notify_one();
+        });
+        match handle {
+            Ok(h) => {
+                let mut threads = self.threads.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                threads.retain(|t| !t.is_finished());
+                threads.push(h);
+                true
+            }
+            Err(e) => {
+                eprintln!("loopwright serve: cannot start a thread for run {id}: {e}");
+                self.hosted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+                false
+            }
+        }
+    }
+
+    /// Waits for every host to stop (after the shutdown signal interrupted their runs).
+    pub fn join_all(&self) {
+        let threads: Vec<_> =
+            std::mem::take(&mut *self.threads.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    /// One pass of the scheduler: hosts the runs this daemon should drive and is not driving.
+    /// First the running ones it owns (answered, or claimed by a request), and the running,
+    /// interrupted or queued ones a dead daemon owned (recovery); then queued runs in the
+    /// order they were queued, up to `max_runs`.
+    pub async fn schedule(self: &Arc<Self>, store: &SqliteStore) {
+        if *self.shutdown.borrow() {
+            return;
+        }
+        let Ok(active) = store.runs_in(&[RunStatus::Running, RunStatus::Interrupted, RunStatus::Queued]) else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        let (mut first, mut queued) = (Vec::new(), Vec::new());
+        for summary in active {
+            let run = summary.run_id;
+            if self.is_hosted(&run) {
+                continue;
+            }
+            let busy_until =
+                self.waiting_for_tree.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&run).copied();
+            if busy_until.is_some_and(|t| t > now) {
+                continue;
+            }
+            let Ok(events) = store.events(&run).await else { continue };
+            let state = RunState::replay(run.clone(), &events);
+            let Some(owner) = state.owner else { continue };
+            let ours = owned_here(&state);
+            let orphaned = owner.daemon && !ours && !owner_alive(&state);
+            match state.status {
+                RunStatus::Running if ours => first.push(Job { run, claim: false }),
+                RunStatus::Running | RunStatus::Interrupted if orphaned => first.push(Job { run, claim: true }),
+                RunStatus::Queued if ours || orphaned => queued.push((summary.created_at, run)),
+                _ => {}
+            }
+        }
+        queued.sort();
+        let jobs = first.into_iter().chain(queued.into_iter().map(|(_, run)| Job { run, claim: true }));
+        for job in jobs {
+            if self.hosted_count() >= self.max_runs {
+                break;
+            }
+            self.host(job);
+        }
+    }
+
+    /// The scheduler's loop: a pass whenever woken, and every second (a busy working tree may
+    /// have been freed by a process elsewhere).
+    pub async fn run_scheduler(self: Arc<Self>, store: SqliteStore) {
+        let mut shutdown = self.shutdown.clone();
+        loop {
+            self.schedule(&store).await;
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
