@@ -226,7 +226,24 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     {
         let store = SqliteStore::open(&path, Synchronous::Full).expect("open");
         conformance(&store).await;
-        assert_eq!(store.schema_version().expect("version"), 1);
+        assert_eq!(store.schema_version().expect("version"), 2);
+        // The feed holds every event of every run once, in commit order, each as the run's
+        // journal has it.
+        let feed = store.feed_since(0, 100_000).expect("feed");
+        let ids: Vec<u64> = feed.iter().map(|(id, _, _)| *id).collect();
+        assert_eq!(ids, (1..=feed.len() as u64).collect::<Vec<_>>());
+        assert_eq!(store.feed_last().expect("last"), feed.len() as u64);
+        let mut total = 0;
+        for run in store.runs(100).await.expect("runs") {
+            let events = store.events(&run.run_id).await.expect("events");
+            let from_feed: Vec<_> =
+                feed.iter().filter(|(_, r, _)| *r == run.run_id).map(|(_, _, e)| e.clone()).collect();
+            assert_eq!(from_feed, events);
+            total += events.len();
+        }
+        assert_eq!(total, feed.len());
+        let tail = store.feed_since(feed.len() as u64 - 2, 10).expect("tail");
+        assert_eq!(tail, feed[feed.len() - 2..].to_vec());
     }
     let reopened = SqliteStore::open(&path, Synchronous::Normal).expect("reopen");
     assert_eq!(reopened.events(&RunId::new("r1")).await.expect("events").len(), 6);

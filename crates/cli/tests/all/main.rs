@@ -6,6 +6,7 @@ mod bench;
 mod chaos;
 mod closed_loop;
 mod crashes;
+mod daemon;
 mod durability;
 mod enforcement;
 mod feedback;

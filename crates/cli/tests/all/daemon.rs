@@ -1,0 +1,438 @@
+//! `loopwright serve` through HTTP: a real daemon on 127.0.0.1 (port 0) in a temporary
+//! workspace, driven with a real HTTP client; SSE read off the wire; the CLI and the daemon
+//! acting on the same journal; `kill -9` of the daemon mid-run.
+
+use std::io::{BufRead, BufReader, Read};
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+use crate::support::{Ws, finish, processes_with, spawn, wait_for};
+
+/// A daemon serving a workspace; ended (SIGTERM, then waited for) when dropped.
+struct Daemon {
+    child: Option<std::process::Child>,
+    addr: String,
+    token: String,
+    http: reqwest::blocking::Client,
+}
+
+impl Daemon {
+    fn start(ws: &Ws, extra: &[&str]) -> Self {
+        let mut args = vec!["serve", "--addr", "127.0.0.1:0", "--heartbeat-ms", "200", "--json"];
+        args.extend_from_slice(extra);
+        let mut child = spawn(ws, &args);
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read the first line");
+        let started: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+            let mut err = String::new();
+            let _ = child.stderr.take().map(|mut s| s.read_to_string(&mut err));
+            panic!("serve printed {line:?} ({e}); stderr: {err}")
+        });
+        let token = ws.read(".loopwright/state/serve.token");
+        let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
+        Self { child: Some(child), addr: started["addr"].as_str().expect("addr").to_owned(), token, http }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.http.get(self.url(path)).bearer_auth(&self.token).send().expect("GET");
+        (r.status().as_u16(), r.json().unwrap_or(Value::Null))
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = self.http.post(self.url(path)).bearer_auth(&self.token).json(body).send().expect("POST");
+        (r.status().as_u16(), r.json().unwrap_or(Value::Null))
+    }
+
+    /// Waits (up to 30 s) until the run's status is `status`.
+    fn wait_status(&self, run: &str, status: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, result) = self.get(&format!("/api/runs/{run}"));
+            if result["status"] == status {
+                return result;
+            }
+            assert!(Instant::now() < deadline, "run {run} never became {status}: {result}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    /// SIGTERM, then the exit code and stderr.
+    fn stop(mut self) -> (i32, String) {
+        let child = self.child.take().expect("running");
+        let _ = nix_kill(child.id() as i32, "TERM");
+        let (code, _, stderr) = finish(child);
+        (code, stderr)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix_kill(child.id() as i32, "TERM");
+            let _ = child.wait();
+        }
+    }
+}
+
+fn nix_kill(pid: i32, signal: &str) -> std::io::Result<std::process::ExitStatus> {
+    std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status()
+}
+
+/// A pipeline of shell stages: `first`, a gate, then `second`; each appends to a counter file.
+const GATE: &str = "name: gate\ndescription: a gate\nversion: 1\nstages:\n  - id: first\n    agent: shell\n    mode: agent\n    description: d\n    run: echo one >> count.txt\n  - id: second\n    agent: shell\n    mode: agent\n    description: d\n    requires_approval: true\n    run: echo two >> count.txt\n";
+
+fn gate_ws() -> Ws {
+    let ws = Ws::empty();
+    ws.write(".loopwright/pipelines/gate.yml", GATE);
+    ws.init_git();
+    ws
+}
+
+#[test]
+fn access_errors_and_a_gate_answered_once_of_two_concurrent_approvals() {
+    let ws = gate_ws();
+    let d = Daemon::start(&ws, &[]);
+    let info: Value = serde_json::from_str(&ws.read(".loopwright/state/serve.json")).expect("serve.json");
+    assert_eq!(info["addr"], d.addr.as_str());
+    assert_eq!(info["pid"], d.pid());
+    let mode = std::fs::metadata(ws.path().join(".loopwright/state/serve.token")).expect("token").permissions();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+
+    // Access.
+    let health = d.http.get(d.url("/api/health")).send().expect("health");
+    assert_eq!(health.status().as_u16(), 200);
+    assert_eq!(health.json::<Value>().expect("json"), json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}));
+    let anonymous = d.http.get(d.url("/api/runs")).send().expect("runs");
+    assert_eq!(anonymous.status().as_u16(), 401);
+    assert_eq!(anonymous.json::<Value>().expect("json")["error"]["code"], "unauthorized");
+    let wrong = d.http.get(d.url("/api/runs")).bearer_auth("x".repeat(48)).send().expect("runs");
+    assert_eq!(wrong.status().as_u16(), 401);
+    let rebinding = d.http.get(d.url("/api/runs")).bearer_auth(&d.token).header("Host", "evil.example:80").send();
+    assert_eq!(rebinding.expect("runs").status().as_u16(), 403);
+    let cross = d.http.post(d.url("/api/runs")).bearer_auth(&d.token).header("Origin", "http://evil.example");
+    let cross = cross.json(&json!({"pipeline": "gate"})).send().expect("post");
+    assert_eq!(cross.status().as_u16(), 403);
+    assert_eq!(cross.json::<Value>().expect("json")["error"]["code"], "forbidden");
+    let same = d.http.get(d.url("/api/runs")).bearer_auth(&d.token).header("Host", "localhost").send();
+    assert_eq!(same.expect("runs").status().as_u16(), 200);
+
+    // A run through the API waits at the gate; it is listed first among runs.
+    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": "count"}));
+    assert_eq!(code, 202, "{accepted}");
+    assert_eq!(accepted["status"], "queued");
+    let run = accepted["run_id"].as_str().expect("run id").to_owned();
+    d.wait_status(&run, "waiting");
+    let (code, rows) = d.get("/api/runs?status=waiting");
+    assert_eq!(code, 200);
+    assert_eq!(
+        rows.as_array().expect("rows").iter().map(|r| r["run_id"].clone()).collect::<Vec<_>>(),
+        vec![json!(run)]
+    );
+    // `GET /api/runs/{run}` is `status RUN --json`.
+    let (_, api) = d.get(&format!("/api/runs/{run}"));
+    let (_, cli, _) = ws.json(&["status", &run]);
+    assert_eq!(api, cli);
+
+    // Two approvals at once: exactly one wins, the stage runs once.
+    let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
+        let both: Vec<_> = ["alice", "bob"]
+            .into_iter()
+            .map(|by| {
+                let d = &d;
+                let run = &run;
+                s.spawn(move || d.post(&format!("/api/runs/{run}/approve"), &json!({"by": by})))
+            })
+            .collect();
+        both.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    let mut codes: Vec<u16> = answers.iter().map(|a| a.0).collect();
+    codes.sort_unstable();
+    assert_eq!(codes, vec![200, 409], "{answers:?}");
+    let loser = answers.iter().find(|a| a.0 == 409).expect("a loser");
+    assert_eq!(loser.1["error"]["code"], "conflict");
+    let result = d.wait_status(&run, "success");
+    assert_eq!(ws.read("count.txt"), "one\ntwo\n");
+    assert_eq!(result, ws.json(&["status", &run]).1);
+
+    // The journal over HTTP is what `logs RUN --json` prints.
+    let (_, events) = d.get(&format!("/api/runs/{run}/events"));
+    let (_, logs, _) = ws.run(&["logs", &run, "--json"]);
+    let logs: Vec<Value> = logs.lines().map(|l| serde_json::from_str(l).expect("line")).collect();
+    assert_eq!(events, Value::Array(logs));
+    let kinds: Vec<&str> =
+        events.as_array().expect("events").iter().filter_map(|e| e["event"]["type"].as_str()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "approval_granted").count(), 1);
+    assert_eq!(&kinds[..3], ["run_started", "run_queued", "run_resumed"]);
+
+    // A second approval of an ended run: 409.
+    let (code, body) = d.post(&format!("/api/runs/{run}/approve"), &json!({}));
+    assert_eq!((code, body["error"]["code"].clone()), (409, json!("conflict")));
+    let (code, _) = d.post(&format!("/api/runs/{run}/cancel"), &json!({}));
+    assert_eq!(code, 409);
+
+    // A second daemon of the workspace is refused, naming the first.
+    let (code, _, stderr) = ws.run(&["serve", "--addr", "127.0.0.1:0"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains(&format!("process {}", d.pid())) && stderr.contains(&d.addr), "{stderr}");
+
+    let (code, stderr) = d.stop();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!ws.path().join(".loopwright/state/serve.json").exists());
+}
+
+#[test]
+fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
+    let ws = gate_ws();
+    ws.write(".loopwright/pipelines/broken.yml", "name: broken\ndescription: d\nversion: 1\nstages:\n  - id: a\n    agent: ghost\n    mode: plan\n    description: d\n");
+    let d = Daemon::start(&ws, &[]);
+    let raw = |body: &str| {
+        let r = d.http.post(d.url("/api/runs")).bearer_auth(&d.token).header("Content-Type", "application/json");
+        let r = r.body(body.to_owned()).send().expect("post");
+        (r.status().as_u16(), r.json::<Value>().unwrap_or(Value::Null))
+    };
+    let (code, body) = raw("{not json");
+    assert_eq!((code, body["error"]["code"].clone()), (422, json!("invalid")), "{body}");
+    let (code, body) = raw(r#"{"pipeline": 7}"#);
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = raw(r#"{"pipeline": "gate", "colour": "red"}"#);
+    assert_eq!(code, 422, "{body}");
+    assert!(body["error"]["message"].as_str().expect("message").contains("colour"), "{body}");
+    let (code, body) = raw(&format!(r#"{{"pipeline": "gate", "task": "{}"}}"#, "x".repeat(2 << 20)));
+    assert_eq!(code, 413, "{body}");
+    let (code, body) = d.post("/api/runs", &json!({"pipeline": "../gate"}));
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = d.post("/api/runs", &json!({"pipeline": "nope"}));
+    assert_eq!((code, body["error"]["code"].clone()), (404, json!("not_found")), "{body}");
+    let (code, body) = d.post("/api/runs", &json!({"pipeline": "broken"}));
+    assert_eq!(code, 422, "{body}");
+    let diagnostics = body["error"]["diagnostics"].as_array().expect("diagnostics");
+    assert!(diagnostics.iter().any(|d| d["file"] == ".loopwright/pipelines/broken.yml"), "{body}");
+    let (code, body) = d.post("/api/runs", &json!({"pipeline": "gate", "vars": {"nope": "1"}}));
+    assert_eq!(code, 422, "{body}");
+    let (code, _) = d.get("/api/runs/20990101-000000-abcdef");
+    assert_eq!(code, 404);
+    let (code, _) = d.get("/api/runs/..%2F..%2Fetc");
+    assert_eq!(code, 404);
+    let (code, _) = d.post("/api/runs/20990101-000000-abcdef/approve", &json!({}));
+    assert_eq!(code, 404);
+    let (code, _) = d.get("/api/dead-letters/..%2Fstate");
+    assert_eq!(code, 422);
+    let (code, _) = d.get("/api/runs?status=sideways");
+    assert_eq!(code, 422);
+    // `fix` without text, on a run that exists.
+    let (_, accepted) = d.post("/api/runs", &json!({"pipeline": "gate"}));
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    let (code, body) = d.post(&format!("/api/runs/{run}/respond"), &json!({"answer": "fix"}));
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = d.post(&format!("/api/runs/{run}/respond"), &json!({"answer": "retry"}));
+    assert_eq!(code, 409, "{body}");
+    // Nothing half-written: the refused requests left no runs.
+    let (_, rows) = d.get("/api/runs");
+    assert_eq!(rows.as_array().expect("rows").len(), 1);
+    let (code, _) = d.get("/api/health");
+    assert_eq!(code, 200);
+    // Reject with no body: the run is cancelled.
+    let r = d.http.post(d.url(&format!("/api/runs/{run}/reject"))).bearer_auth(&d.token).send().expect("reject");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(d.wait_status(&run, "cancelled")["status"], "cancelled");
+}
+
+/// Reads SSE frames from a response until `stop` says so: (id, event, data) per frame.
+fn read_sse(
+    response: reqwest::blocking::Response,
+    mut stop: impl FnMut(&(Option<u64>, String, String)) -> bool,
+) -> Vec<(Option<u64>, String, String)> {
+    let mut frames = Vec::new();
+    let (mut id, mut event, mut data) = (None, String::new(), String::new());
+    for line in BufReader::new(response).lines() {
+        let Ok(line) = line else { break };
+        if line.is_empty() {
+            if !event.is_empty() || !data.is_empty() {
+                let frame = (id.take(), std::mem::take(&mut event), std::mem::take(&mut data));
+                let done = stop(&frame);
+                frames.push(frame);
+                if done {
+                    break;
+                }
+            }
+            continue;
+        }
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = v.parse().ok();
+        } else if let Some(v) = line.strip_prefix("event: ") {
+            event = v.to_owned();
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            data = v.to_owned();
+        }
+    }
+    frames
+}
+
+#[test]
+fn an_event_stream_resumes_after_a_disconnect_with_no_gap_and_no_duplicate() {
+    let ws = Ws::empty();
+    let stages: String = (1..=6)
+        .map(|i| format!("  - id: s{i}\n    agent: shell\n    mode: plan\n    description: d\n    run: sleep 0.15\n"))
+        .collect();
+    ws.write(".loopwright/pipelines/slow.yml", &format!("name: slow\ndescription: d\nversion: 1\nstages:\n{stages}"));
+    let d = Daemon::start(&ws, &[]);
+    let (_, accepted) = d.post("/api/runs", &json!({"pipeline": "slow"}));
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    let stream = |last: Option<u64>| {
+        let mut r = d.http.get(d.url(&format!("/api/runs/{run}/events"))).bearer_auth(&d.token);
+        r = r.header("Accept", "text/event-stream");
+        if let Some(last) = last {
+            r = r.header("Last-Event-ID", last.to_string());
+        }
+        r.send().expect("stream")
+    };
+    // Read a few events, then hang up mid-run.
+    let first = read_sse(stream(None), |f| f.0.is_some_and(|id| id >= 5));
+    let last = first.iter().filter_map(|f| f.0).max().expect("an id");
+    assert_eq!(d.get(&format!("/api/runs/{run}")).1["status"], "running");
+    let second = read_sse(stream(Some(last)), |f| f.1 == "end");
+    assert_eq!(second.last().map(|f| f.1.as_str()), Some("end"));
+    let ids: Vec<u64> = first.iter().chain(&second).filter_map(|f| f.0).collect();
+    let (_, journal) = d.get(&format!("/api/runs/{run}/events"));
+    let seqs: Vec<u64> = journal.as_array().expect("events").iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(ids, seqs);
+    // Every frame's data is the journal's object, and its event name the event's type.
+    for (frame, record) in
+        first.iter().chain(&second).filter(|f| f.0.is_some()).zip(journal.as_array().expect("events"))
+    {
+        assert_eq!(serde_json::from_str::<Value>(&frame.2).expect("data"), *record);
+        assert_eq!(frame.1, record["event"]["type"].as_str().expect("type"));
+    }
+    // A finished run's stream replays and ends; `?after=` resumes too.
+    let tail = read_sse(
+        d.http
+            .get(d.url(&format!("/api/runs/{run}/events?after={}", seqs.len() - 1)))
+            .bearer_auth(&d.token)
+            .header("Accept", "text/event-stream")
+            .send()
+            .expect("stream"),
+        |f| f.1 == "end",
+    );
+    assert_eq!(
+        tail.iter().map(|f| (f.0, f.1.as_str())).collect::<Vec<_>>(),
+        vec![(Some(seqs.len() as u64), "run_finished"), (None, "end")]
+    );
+}
+
+#[test]
+fn a_run_driven_by_the_cli_is_followed_live_by_the_daemon() {
+    let ws = Ws::empty();
+    ws.write(".loopwright/pipelines/two.yml", "name: two\ndescription: d\nversion: 1\nstages:\n  - id: a\n    agent: shell\n    mode: plan\n    description: d\n    run: sleep 0.2\n  - id: b\n    agent: shell\n    mode: plan\n    description: d\n    run: sleep 0.2\n");
+    let d = Daemon::start(&ws, &[]);
+    let feed = d
+        .http
+        .get(d.url("/api/events"))
+        .bearer_auth(&d.token)
+        .header("Accept", "text/event-stream")
+        .send()
+        .expect("feed");
+    let cli = spawn(&ws, &["run", "two", "-q"]);
+    let frames = read_sse(feed, |f| f.1 == "run_finished");
+    let (code, _, stderr) = finish(cli);
+    assert_eq!(code, 0, "{stderr}");
+    let run = ws.json(&["status", "latest"]).1["run_id"].clone();
+    let datas: Vec<Value> =
+        frames.iter().filter(|f| f.0.is_some()).map(|f| serde_json::from_str(&f.2).expect("data")).collect();
+    assert!(datas.iter().all(|v| v["run_id"] == run), "{datas:?}");
+    let (_, journal) = d.get(&format!("/api/runs/{}/events", run.as_str().expect("run")));
+    let seqs: Vec<Value> = datas.iter().map(|v| v["seq"].clone()).collect();
+    let expected: Vec<Value> = journal.as_array().expect("events").iter().map(|e| e["seq"].clone()).collect();
+    assert_eq!(seqs, expected);
+    // Feed ids grow by one.
+    let ids: Vec<u64> = frames.iter().filter_map(|f| f.0).collect();
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "{ids:?}");
+}
+
+#[test]
+fn a_daemon_killed_mid_run_is_restarted_and_the_run_resumes_without_repeating_finished_work() {
+    let ws = Ws::empty();
+    // Outside the workspace: restoring the interrupted attempt's changes does not undo it.
+    let outside = tempfile::tempdir().expect("tempdir");
+    let again = outside.path().join("again");
+    let token = format!("lw-kill-{}", std::process::id());
+    ws.write(
+        ".loopwright/pipelines/crash.yml",
+        &format!(
+            "name: crash\ndescription: d\nversion: 1\nstages:\n  - id: one\n    agent: shell\n    mode: agent\n    description: d\n    run: echo 1 >> one.txt\n  - id: two\n    agent: shell\n    mode: agent\n    description: d\n    run: \"if [ -f {again} ]; then echo 2 >> two.txt; else touch {again}; sleep 60 # {token}\\nfi\"\n  - id: three\n    agent: shell\n    mode: agent\n    description: d\n    run: echo 3 >> three.txt\n",
+            again = again.display()
+        ),
+    );
+    ws.init_git();
+    let d = Daemon::start(&ws, &[]);
+    let (_, accepted) = d.post("/api/runs", &json!({"pipeline": "crash"}));
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    wait_for(&again);
+    let _ = nix_kill(d.pid(), "KILL");
+    drop(d);
+    // The stage's process outlived the daemon; the next daemon ends it and redoes the stage.
+    let d = Daemon::start(&ws, &[]);
+    let result = d.wait_status(&run, "success");
+    assert_eq!(
+        crate::support::stages(&result),
+        vec![
+            crate::support::st("one", "success", 1, None),
+            crate::support::st("two", "success", 1, None),
+            crate::support::st("three", "success", 1, None),
+        ]
+    );
+    assert_eq!(
+        (ws.read("one.txt"), ws.read("two.txt"), ws.read("three.txt")),
+        ("1\n".into(), "2\n".into(), "3\n".into())
+    );
+    assert_eq!(processes_with(&token), Vec::<u32>::new());
+    let (_, events) = d.get(&format!("/api/runs/{run}/events"));
+    let resumed: Vec<&Value> =
+        events.as_array().expect("events").iter().filter(|e| e["event"]["type"] == "run_resumed").collect();
+    assert_eq!(resumed.len(), 2, "queued → daemon 1, crashed → daemon 2");
+    assert!(resumed.iter().all(|e| e["event"]["owner"]["daemon"] == true));
+}
+
+#[test]
+fn shutdown_interrupts_the_run_in_flight_and_a_queue_keeps_order() {
+    let ws = Ws::empty();
+    let token = format!("lw-stop-{}", std::process::id());
+    ws.write(
+        ".loopwright/pipelines/long.yml",
+        &format!("name: long\ndescription: d\nversion: 1\nstages:\n  - id: wait\n    agent: shell\n    mode: plan\n    description: d\n    run: \"touch started-$RANDOM; sleep 60 # {token}\"\n"),
+    );
+    let d = Daemon::start(&ws, &["--max-runs", "1"]);
+    let (_, first) = d.post("/api/runs", &json!({"pipeline": "long"}));
+    let (_, second) = d.post("/api/runs", &json!({"pipeline": "long"}));
+    let (first, second) =
+        (first["run_id"].as_str().expect("run").to_owned(), second["run_id"].as_str().expect("run").to_owned());
+    d.wait_status(&first, "running");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(d.get(&format!("/api/runs/{second}")).1["status"], "queued");
+    let (code, stderr) = d.stop();
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(ws.json(&["status", &first]).1["status"], "interrupted");
+    assert_eq!(ws.json(&["status", &second]).1["status"], "queued");
+    assert_eq!(processes_with(&token), Vec::<u32>::new());
+    // The next daemon takes the interrupted run up first; cancelling it lets the queued one run.
+    let d = Daemon::start(&ws, &["--max-runs", "1"]);
+    d.wait_status(&first, "running");
+    let (code, body) = d.post(&format!("/api/runs/{first}/cancel"), &json!({"by": "carol"}));
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(d.wait_status(&first, "cancelled")["status"], "cancelled");
+    d.wait_status(&second, "running");
+    let (code, _) = d.post(&format!("/api/runs/{second}/cancel"), &json!({}));
+    assert_eq!(code, 202);
+    d.wait_status(&second, "cancelled");
+    assert_eq!(processes_with(&token), Vec::<u32>::new());
+}
