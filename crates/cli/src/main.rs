@@ -114,6 +114,7 @@ fn main() -> ExitCode {
     let global = cmd::Global { dir: cli.dir, json: cli.json };
     let cli = match cli.command {
         Command::Serve(args) => return exit(cmd::serve::run(&global, args)),
+        Command::Demo(args) if args.serve => return exit(cmd::demo::serve(&global, args)),
         command => Cli { dir: global.dir.clone(), json: global.json, command },
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

@@ -11,12 +11,18 @@ pub struct Args {
     /// Where to create the demo workspace (default: a new folder under the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<std::path::PathBuf>,
+    /// Run it under a daemon instead (`loopwright serve` on a free port of 127.0.0.1) and print
+    /// the dashboard's URL; serves until Ctrl-C.
+    #[arg(long)]
+    pub serve: bool,
 }
 
-/// `loopwright demo`.
-pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let root =
-        args.dir.unwrap_or_else(|| std::env::temp_dir().join(format!("loopwright-demo-{:08x}", random_u64() as u32)));
+/// The demo's task.
+const TASK: &str = "Fix add() in src/calc.sh: the test `add 2 3` fails";
+
+/// Writes the demo workspace; returns its root.
+fn create(dir: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, CliError> {
+    let root = dir.unwrap_or_else(|| std::env::temp_dir().join(format!("loopwright-demo-{:08x}", random_u64() as u32)));
     if root.join(".loopwright").exists() {
         return Err(CliError::usage(format!("{} already holds a workspace; pick another --dir", root.display())));
     }
@@ -32,10 +38,64 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     eprintln!(
         "  pipeline: diagnose (agent, plan mode) -> security_review (only if 'ciso' in always_include)\n            -> fix (agent, closed loop: checked by the real test, failures fed back) -> verify (shell)\n"
     );
+    Ok(root)
+}
+
+/// `loopwright demo --serve`: the demo's run queued for a daemon of the demo workspace, which
+/// this process then is (its own multi-threaded runtime, like `serve`).
+pub fn serve(global: &Global, args: Args) -> Result<u8, CliError> {
+    use loopwright_app::ops::start::{StartRequest, prepare};
+    let root = create(args.dir)?;
+    let ws = loopwright_app::workspace::Workspace::locate(Some(&root))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot start the runtime: {e}")))?;
+    runtime.block_on(async {
+        let request = StartRequest {
+            pipeline: "bug-fix".into(),
+            task: Some(TASK.into()),
+            vars: [("complexity".to_owned(), "low".to_owned())].into(),
+            ..StartRequest::default()
+        };
+        // Queued for the daemon this process becomes: it takes the run up as soon as it serves.
+        let prepared = prepare(&ws, request, loopwright_app::ownership::this_process(true)).await?;
+        let store = super::open_store(&ws)?;
+        let at = jiff::Timestamp::now();
+        let batch =
+            [(loopwright_engine::Event::RunStarted(Box::new(prepared.started)), at), (loopwright_engine::Event::RunQueued {}, at)];
+        loopwright_engine::Store::append_all(&store, &prepared.run_id, &batch).await?;
+        let options = loopwright_daemon::Options {
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            max_runs: 4,
+            allow_remote: false,
+            heartbeat: std::time::Duration::from_secs(15),
+        };
+        let json = global.json;
+        let run = prepared.run_id.clone();
+        loopwright_daemon::serve(ws.clone(), options, move |started| {
+            if json {
+                println!("{}", serde_json::json!({"url": started.url, "run_id": run.to_string(), "workspace": root.display().to_string()}));
+            } else {
+                println!("dashboard: {}", started.url);
+                println!("run {run} is under way; Ctrl-C stops the daemon (the run can be resumed with `loopwright -C {} serve`)", root.display());
+            }
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        })
+        .await
+    })?;
+    Ok(0)
+}
+
+/// `loopwright demo`.
+pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
+    let root = create(args.dir)?;
     let demo_global = Global { dir: Some(root.clone()), json: global.json };
     let args = super::run::Args {
         pipeline: "bug-fix".into(),
-        task: Some("Fix add() in src/calc.sh: the test `add 2 3` fails".into()),
+        task: Some(TASK.into()),
         task_id: None,
         vars: vec!["complexity=low".into()],
         inputs: vec![],

@@ -436,3 +436,51 @@ fn shutdown_interrupts_the_run_in_flight_and_a_queue_keeps_order() {
     d.wait_status(&second, "cancelled");
     assert_eq!(processes_with(&token), Vec::<u32>::new());
 }
+
+#[test]
+fn demo_serve_runs_the_bundled_demo_under_a_daemon_and_prints_the_dashboard_url() {
+    let parent = tempfile::tempdir().expect("tempdir");
+    let dir = parent.path().join("demo");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(["demo", "--serve", "--json", "--dir"])
+        .arg(&dir)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("line");
+    let started: Value = serde_json::from_str(&line).expect("json");
+    let url = started["url"].as_str().expect("url");
+    let token = std::fs::read_to_string(dir.join(".loopwright/state/serve.token")).expect("token");
+    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with(&format!("/?token={token}")), "{url}");
+    let http =
+        reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    // The URL leaves the token in an HttpOnly, SameSite=Strict cookie.
+    let opened = http.get(url).send().expect("open");
+    assert_eq!(opened.status().as_u16(), 303);
+    let cookie = opened.headers()["set-cookie"].to_str().expect("cookie").to_owned();
+    assert_eq!(cookie, format!("loopwright_token={token}; HttpOnly; SameSite=Strict; Path=/"));
+    let base = url.split("/?").next().expect("base");
+    let run = started["run_id"].as_str().expect("run");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let result: Value = http
+            .get(format!("{base}/api/runs/{run}"))
+            .header("Cookie", format!("loopwright_token={token}"))
+            .send()
+            .expect("get")
+            .json()
+            .expect("json");
+        if result["status"] != "running" && result["status"] != "queued" || Instant::now() > deadline {
+            break result["status"].clone();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status, "success");
+    let _ = nix_kill(child.id() as i32, "TERM");
+    let (code, _, stderr) = finish(child);
+    assert_eq!(code, 0, "{stderr}");
+}
