@@ -4,6 +4,15 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// True for an id that can name a file: letters, digits, `-`, `_` and `.`, at most 100, not
+/// starting with a dot.
+fn file_safe(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 100
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !id.starts_with('.')
+}
+
 /// A run's id: `YYYYMMDD-HHMMSS-xxxxxx` (UTC time of creation, then random hex), so ids sort by
 /// time and are short enough to type.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -25,11 +34,7 @@ impl RunId {
     /// An id from outside (a command line, a URL), if it could name a run: letters, digits,
     /// `-`, `_` and `.`, at most 100, not starting with a dot (it names files under `runs/`).
     pub fn parse(id: &str) -> Option<Self> {
-        let ok = !id.is_empty()
-            && id.len() <= 100
-            && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            && !id.starts_with('.');
-        ok.then(|| Self(id.to_owned()))
+        file_safe(id).then(|| Self(id.to_owned()))
     }
 
     /// The id as text.
@@ -53,11 +58,7 @@ pub struct TaskId(String);
 impl TaskId {
     /// A task id as given with `--task-id`, if it is usable in file names.
     pub fn parse(id: &str) -> Option<Self> {
-        let ok = !id.is_empty()
-            && id.len() <= 100
-            && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            && !id.starts_with('.');
-        ok.then(|| Self(id.to_owned()))
+        file_safe(id).then(|| Self(id.to_owned()))
     }
 
     /// A new id from random bits and the task's text: `task-xxxxxx-first-words`.

@@ -27,21 +27,11 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         println!("{}", serde_json::to_string_pretty(&stats.to_json()).map_err(|e| CliError::Internal(e.into()))?);
         return Ok(0);
     }
-    let Stats {
-        stage_runs,
-        escalations,
-        skipped,
-        dead_letters,
-        validations,
-        validation_catches,
-        regression_runs,
-        regression_skipped,
-        regressions_found,
-        by_pattern,
-    } = &stats;
-    let (escalations, skipped, dead_letters, validations) = (*escalations, *skipped, *dead_letters, *validations);
+    let Stats { stage_runs, validation_catches, by_pattern, .. } = &stats;
+    let (escalations, skipped, dead_letters, validations) =
+        (stats.escalations, stats.skipped, stats.dead_letters, stats.validations);
     let (regression_runs, regression_skipped, regressions_found) =
-        (*regression_runs, *regression_skipped, *regressions_found);
+        (stats.regression_runs, stats.regression_skipped, stats.regressions_found);
     let total = stage_runs.len();
     let first = stats.first_attempt_success();
     let retried = stats.retried();

@@ -39,6 +39,21 @@ fn resume_from(headers: &HeaderMap, after: Option<u64>) -> Result<u64, ApiError>
     }
 }
 
+/// The next broadcast item, or `None` once the daemon shuts down (the stream then ends, so
+/// graceful shutdown does not wait on clients).
+async fn receive(
+    rx: &mut tokio::sync::broadcast::Receiver<Arc<FeedItem>>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> Option<Result<Arc<FeedItem>, RecvError>> {
+    if *shutdown.borrow() {
+        return None;
+    }
+    tokio::select! {
+        r = rx.recv() => Some(r),
+        _ = shutdown.changed() => None,
+    }
+}
+
 fn sse_of(record: &EventRecord, id: u64, run: Option<&RunId>) -> Sse {
     let mut data = serde_json::to_value(record).unwrap_or_default();
     if let (Some(run), Some(map)) = (run, data.as_object_mut()) {
@@ -136,13 +151,7 @@ impl RunStream {
                 self.stale = self.pending.len() == BATCH;
                 continue;
             }
-            if *self.shutdown.borrow() {
-                return None;
-            }
-            let received = tokio::select! {
-                r = self.rx.recv() => r,
-                _ = self.shutdown.changed() => return None,
-            };
+            let Some(received) = receive(&mut self.rx, &mut self.shutdown).await else { return None };
             match received {
                 Ok(item) if item.run == self.run => {
                     if item.record.seq == self.last + 1 {
@@ -212,13 +221,7 @@ impl FeedStream {
                 self.pending.extend(batch.into_iter().map(|(id, run, record)| Arc::new(FeedItem { id, run, record })));
                 continue;
             }
-            if *self.shutdown.borrow() {
-                return None;
-            }
-            let received = tokio::select! {
-                r = self.rx.recv() => r,
-                _ = self.shutdown.changed() => return None,
-            };
+            let Some(received) = receive(&mut self.rx, &mut self.shutdown).await else { return None };
             match received {
                 Ok(item) if item.id == self.last + 1 => self.pending.push_back(item),
                 Ok(item) if item.id > self.last + 1 => self.stale = true,
