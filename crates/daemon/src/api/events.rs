@@ -151,7 +151,7 @@ impl RunStream {
                 self.stale = self.pending.len() == BATCH;
                 continue;
             }
-            let Some(received) = receive(&mut self.rx, &mut self.shutdown).await else { return None };
+            let received = receive(&mut self.rx, &mut self.shutdown).await?;
             match received {
                 Ok(item) if item.run == self.run => {
                     if item.record.seq == self.last + 1 {
@@ -221,7 +221,7 @@ impl FeedStream {
                 self.pending.extend(batch.into_iter().map(|(id, run, record)| Arc::new(FeedItem { id, run, record })));
                 continue;
             }
-            let Some(received) = receive(&mut self.rx, &mut self.shutdown).await else { return None };
+            let received = receive(&mut self.rx, &mut self.shutdown).await?;
             match received {
                 Ok(item) if item.id == self.last + 1 => self.pending.push_back(item),
                 Ok(item) if item.id > self.last + 1 => self.stale = true,
