@@ -290,24 +290,32 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         let events = store.events(&run).await?;
         return stage_logs(&ws, &events, &run, stage, args.attempt);
     }
+    // Follows the journal as the daemon's streams do: read what is new, then wait for SQLite's
+    // `data_version` to say another connection committed (checked every 20 ms; no re-reading).
     let mut printed = 0u64;
+    let mut state = RunState::replay(run.clone(), &[]);
     loop {
-        let events = store.events(&run).await?;
-        let since = printed;
-        for r in events.iter().filter(|r| r.seq > since) {
+        let version = store.data_version()?;
+        let events = store.events_since(&run, printed).await?;
+        for r in &events {
             if global.json {
-                println!("{}", serde_json::to_string(r).map_err(|e| CliError::Internal(e.into()))?);
+                println!("{}", serde_json::to_string(r)?);
             } else {
                 println!("{}", line(r));
             }
             printed = r.seq;
+            state.apply(r);
         }
-        let state = RunState::replay(run.clone(), &events);
-        let live =
-            state.status == loopwright_engine::RunStatus::Running && loopwright_app::ownership::owner_alive(&state);
+        if printed == 0 {
+            return Err(CliError::not_found(format!("no run `{run}` in this workspace")));
+        }
+        let live = matches!(state.status, loopwright_engine::RunStatus::Running | loopwright_engine::RunStatus::Queued)
+            && (loopwright_app::ownership::owner_alive(&state) || state.status == loopwright_engine::RunStatus::Queued);
         if !args.follow || !live {
             return Ok(0);
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        while store.data_version()? == version {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }

@@ -484,3 +484,22 @@ fn demo_serve_runs_the_bundled_demo_under_a_daemon_and_prints_the_dashboard_url(
     let (code, _, stderr) = finish(child);
     assert_eq!(code, 0, "{stderr}");
 }
+
+#[test]
+fn logs_follow_prints_a_daemon_run_as_it_goes_until_it_ends() {
+    let ws = Ws::empty();
+    let stages: String = (1..=4)
+        .map(|i| format!("  - id: s{i}\n    agent: shell\n    mode: plan\n    description: d\n    run: sleep 0.1\n"))
+        .collect();
+    ws.write(".loopwright/pipelines/slow.yml", &format!("name: slow\ndescription: d\nversion: 1\nstages:\n{stages}"));
+    let d = Daemon::start(&ws, &[]);
+    let (_, accepted) = d.post("/api/runs", &json!({"pipeline": "slow"}));
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    let follow = spawn(&ws, &["logs", &run, "--follow", "--json"]);
+    let (code, stdout, stderr) = finish(follow);
+    assert_eq!(code, 0, "{stderr}");
+    let printed: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("line")).collect();
+    assert_eq!(printed.last().map(|e| e["event"]["type"].clone()), Some(json!("run_finished")));
+    let (_, journal) = d.get(&format!("/api/runs/{run}/events"));
+    assert_eq!(Value::Array(printed), journal);
+}
