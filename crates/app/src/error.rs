@@ -34,6 +34,11 @@ impl Error {
         Error::NotFound(message.into())
     }
 
+    /// The error for a run id that names no run of the workspace.
+    pub fn no_run(run: impl std::fmt::Display) -> Self {
+        Error::NotFound(format!("no run `{run}` in this workspace (see `loopwright status` for recent runs)"))
+    }
+
     /// A conflict.
     pub fn conflict(message: impl Into<String>) -> Self {
         Error::Conflict(message.into())
@@ -71,9 +76,7 @@ impl From<loopwright_engine::StoreError> for Error {
     fn from(e: loopwright_engine::StoreError) -> Self {
         use loopwright_engine::StoreError;
         match e {
-            StoreError::RunNotFound(id) => {
-                Error::NotFound(format!("no run `{id}` in this workspace (see `loopwright status` for recent runs)"))
-            }
+            StoreError::RunNotFound(id) => Error::no_run(id),
             StoreError::Conflict { run, .. } => {
                 Error::Conflict(format!("run {run}: its journal moved on meanwhile; nothing was done"))
             }

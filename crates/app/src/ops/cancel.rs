@@ -35,7 +35,7 @@ pub async fn cancel(
     loop {
         let mut state = RunState::replay(run.clone(), &store.events(run).await?);
         if state.started.is_none() {
-            return Err(Error::not_found(format!("no run `{run}` in this workspace")));
+            return Err(Error::no_run(run));
         }
         if state.status.is_final() {
             return Err(Error::conflict(format!("run {run} already ended ({})", state.status.as_str())));

@@ -25,19 +25,14 @@ pub async fn resolve_run(store: &SqliteStore, run: &str) -> Result<RunId, Error>
             .map(|r| r.run_id)
             .ok_or_else(|| Error::not_found("no runs yet in this workspace"));
     }
-    RunId::parse(run).ok_or_else(|| {
-        Error::not_found(format!("no run `{run}` in this workspace (see `loopwright status` for recent runs)"))
-    })
+    RunId::parse(run).ok_or_else(|| Error::no_run(run))
 }
 
 /// A run's state from its journal, and its pipeline as it was when the run started.
 pub async fn load_run(ws: &Workspace, store: &SqliteStore, run: &RunId) -> Result<(Pipeline, RunState), Error> {
     let events = store.events(run).await?;
     let state = RunState::replay(run.clone(), &events);
-    let started = state
-        .started
-        .as_ref()
-        .ok_or_else(|| Error::not_found(format!("no run `{run}` in this workspace (see `loopwright status`)")))?;
+    let started = state.started.as_ref().ok_or_else(|| Error::no_run(run))?;
     let inputs: Vec<String> = started.inputs.keys().cloned().collect();
     let pipeline = ws.compile_text(Path::new(&started.pipeline_path), started.pipeline_source.clone(), &inputs)?;
     Ok((pipeline, state))
@@ -48,7 +43,7 @@ pub async fn load_run(ws: &Workspace, store: &SqliteStore, run: &RunId) -> Resul
 pub async fn state(store: &SqliteStore, run: &RunId) -> Result<RunState, Error> {
     let mut state = RunState::replay(run.clone(), &store.events(run).await?);
     if state.started.is_none() {
-        return Err(Error::not_found(format!("no run `{run}` in this workspace")));
+        return Err(Error::no_run(run));
     }
     state.status = shown_status(&state);
     Ok(state)
@@ -92,7 +87,7 @@ pub async fn list(store: &SqliteStore, filter: &ListFilter) -> Result<Vec<RunSum
 pub async fn events(store: &SqliteStore, run: &RunId, after: u64) -> Result<Vec<EventRecord>, Error> {
     let events = store.events_since(run, after).await?;
     if events.is_empty() && after == 0 {
-        return Err(Error::not_found(format!("no run `{run}` in this workspace")));
+        return Err(Error::no_run(run));
     }
     Ok(events)
 }

@@ -307,7 +307,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             state.apply(r);
         }
         if printed == 0 {
-            return Err(CliError::not_found(format!("no run `{run}` in this workspace")));
+            return Err(CliError::no_run(&run));
         }
         let live = matches!(state.status, loopwright_engine::RunStatus::Running | loopwright_engine::RunStatus::Queued)
             && (loopwright_app::ownership::owner_alive(&state) || state.status == loopwright_engine::RunStatus::Queued);

@@ -81,18 +81,18 @@ pub async fn run_events(
     Query(q): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let run = RunId::parse(&run).ok_or_else(|| ApiError::not_found(format!("no run `{run}` in this workspace")))?;
+    let run = RunId::parse(&run).ok_or_else(|| ApiError::from(loopwright_app::Error::no_run(&run)))?;
     let after = resume_from(&headers, q.after)?;
     if !wants_stream(&headers) {
         if shared.store.events_since(&run, 0).await.map(|e| e.is_empty()).unwrap_or(true) {
-            return Err(ApiError::not_found(format!("no run `{run}` in this workspace")));
+            return Err(ApiError::from(loopwright_app::Error::no_run(&run)));
         }
         return Ok(axum::Json(shared.store.events_since(&run, after).await?).into_response());
     }
     // Subscribe before reading the journal: nothing committed in between is missed.
     let rx = shared.feed.subscribe();
     if shared.store.events_since(&run, 0).await?.is_empty() {
-        return Err(ApiError::not_found(format!("no run `{run}` in this workspace")));
+        return Err(ApiError::from(loopwright_app::Error::no_run(&run)));
     }
     let state = RunStream {
         shutdown: shared.shutdown.clone(),

@@ -21,7 +21,7 @@ use crate::host::Job;
 type ApiResult<T> = Result<T, ApiError>;
 
 fn run_id(run: &str) -> ApiResult<RunId> {
-    RunId::parse(run).ok_or_else(|| ApiError::not_found(format!("no run `{run}` in this workspace")))
+    RunId::parse(run).ok_or_else(|| ApiError::from(loopwright_app::Error::no_run(run)))
 }
 
 fn json(value: impl serde::Serialize) -> Response {
