@@ -111,11 +111,6 @@ impl Ports {
         })
     }
 
-    /// The runner (to end a crashed run's leftover processes).
-    pub fn runner(&self) -> &ProcessRunner {
-        &self.runner
-    }
-
     /// An engine for a pipeline over these ports.
     pub fn engine<'a, X: Stopper>(
         &'a self,

@@ -8,7 +8,7 @@
 //! config, agents and pipelines of a workspace); [`lock`] (one live run per working tree);
 //! [`assemble`] (the store, the engine's ports, the redactor); [`ownership`]; [`files`] (the
 //! markdown files and dead letters a run writes); [`worktree`]; [`session`] (a run being
-//! driven here); [`ops`] (the operations).
+//! driven here); [`stop`] (cancel requests through the journal); [`ops`] (the operations).
 
 pub mod assemble;
 pub mod error;
@@ -17,6 +17,7 @@ pub mod lock;
 pub mod ops;
 pub mod ownership;
 pub mod session;
+pub mod stop;
 pub mod workspace;
 pub mod worktree;
 

@@ -50,16 +50,21 @@ fn live_path(ws: &Workspace, root: &Path) -> PathBuf {
 
 /// Takes the working tree `root` for `run`, or says which run holds it.
 pub fn live_run(ws: &Workspace, root: &Path, run: &RunId) -> Result<Held, Error> {
-    match try_live_run(ws, root, run)? {
-        Ok(held) => Ok(held),
-        Err(Holder { run: other, pid }) if other == run.as_str() => Err(Error::conflict(format!(
+    try_live_run(ws, root, run)?.map_err(|holder| busy(root, run, holder))
+}
+
+/// The error for `run` finding its working tree `root` held by `holder`.
+pub fn busy(root: &Path, run: &RunId, holder: Holder) -> Error {
+    let Holder { run: other, pid } = holder;
+    if other == run.as_str() {
+        return Error::conflict(format!(
             "run {run} is being driven by process {pid} (it was just answered or resumed there); nothing was done here"
-        ))),
-        Err(Holder { run: other, pid }) => Err(Error::conflict(format!(
-            "another run ({other}, process {pid}) is live in {}; two runs in one working tree would take each other's changes for their own. Wait for it to end, or start this one with `--worktree` to give it a git worktree of its own",
-            root.display()
-        ))),
+        ));
     }
+    Error::conflict(format!(
+        "another run ({other}, process {pid}) is live in {}; two runs in one working tree would take each other's changes for their own. Wait for it to end, or start this one with `--worktree` to give it a git worktree of its own",
+        root.display()
+    ))
 }
 
 /// Who holds a working tree: the run and the process, as the holder wrote them.

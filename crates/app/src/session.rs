@@ -4,13 +4,13 @@
 
 use std::path::{Path, PathBuf};
 
-use loopwright_engine::{Observer, RunId, RunState, Stopper};
+use loopwright_engine::{RunId, RunState};
 use loopwright_spec::Pipeline;
 use loopwright_store::SqliteStore;
 
-use crate::assemble::{Ports, RunEngine};
+use crate::assemble::Ports;
 use crate::error::Error;
-use crate::lock::Held;
+use crate::lock::{Held, Holder};
 use crate::workspace::Workspace;
 
 /// A run's working tree, held, and its ports.
@@ -25,10 +25,24 @@ impl Session {
     /// Takes the working tree of an existing run (from its journal) after checking that this
     /// is the workspace it was started in.
     pub fn resume(ws: &Workspace, store: &SqliteStore, pipeline: &Pipeline, state: &RunState) -> Result<Self, Error> {
-        let root = state.started.as_ref().map_or_else(|| ws.root.clone(), |s| PathBuf::from(&s.workspace));
+        let root = Self::root_of(ws, state);
+        Self::try_resume(ws, store, pipeline, state)?.map_err(|holder| crate::lock::busy(&root, &state.run_id, holder))
+    }
+
+    /// Like [`Session::resume`], but a working tree another live run holds is `Ok(Err(holder))`
+    /// rather than an error (the daemon keeps such a run in line).
+    pub fn try_resume(
+        ws: &Workspace,
+        store: &SqliteStore,
+        pipeline: &Pipeline,
+        state: &RunState,
+    ) -> Result<Result<Self, Holder>, Error> {
         same_workspace(ws, state)?;
-        let live = crate::lock::live_run(ws, &root, &state.run_id)?;
-        Self::with(ws, store, pipeline, root, live)
+        let root = Self::root_of(ws, state);
+        match crate::lock::try_live_run(ws, &root, &state.run_id)? {
+            Ok(live) => Self::with(ws, store, pipeline, root, live).map(Ok),
+            Err(holder) => Ok(Err(holder)),
+        }
     }
 
     /// Takes the working tree `root` for a new run.
@@ -43,8 +57,7 @@ impl Session {
         Self::with(ws, store, pipeline, root.to_path_buf(), live)
     }
 
-    /// A session over a working tree already held.
-    pub fn with(
+    fn with(
         ws: &Workspace,
         store: &SqliteStore,
         pipeline: &Pipeline,
@@ -55,15 +68,18 @@ impl Session {
         Ok(Self { ports, root, _live: live })
     }
 
-    /// The engine for this run.
-    pub fn engine<'a, X: Stopper>(
-        &'a self,
-        pipeline: &'a Pipeline,
-        store: &'a SqliteStore,
-        stopper: &'a X,
-        observer: &'a mut dyn Observer,
-    ) -> RunEngine<'a, X> {
-        self.ports.engine(pipeline, store, stopper, observer)
+    /// The working tree a run's stages see: its worktree, or the workspace.
+    fn root_of(ws: &Workspace, state: &RunState) -> PathBuf {
+        state.started.as_ref().map_or_else(|| ws.root.clone(), |s| PathBuf::from(&s.workspace))
+    }
+}
+
+/// The session's ports: `session.engine(pipeline, store, stopper, observer)` drives the run.
+impl std::ops::Deref for Session {
+    type Target = Ports;
+
+    fn deref(&self) -> &Ports {
+        &self.ports
     }
 }
 

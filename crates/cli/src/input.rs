@@ -10,8 +10,8 @@ use crate::error::CliError;
 /// prompts anyway).
 pub const MAX_INPUT_BYTES: u64 = 4 * 1024 * 1024;
 
-/// The largest output `patterns test` classifies.
-pub const MAX_PATTERN_TEXT_BYTES: u64 = 16 * 1024 * 1024;
+/// The largest output `patterns test` classifies (the application layer's limit).
+pub const MAX_PATTERN_TEXT_BYTES: u64 = loopwright_app::ops::patterns::MAX_TEXT_BYTES as u64;
 
 /// The text of the regular file `path`, if it holds at most `limit` bytes; `what` names the
 /// option in the error.

@@ -10,7 +10,7 @@ use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 
 use crate::Shared;
-use crate::api::auth::{COOKIE, same_token};
+use crate::api::auth::{COOKIE, cookie_token, same_token};
 
 /// `/?token=…`.
 #[derive(Debug, Deserialize)]
@@ -21,15 +21,6 @@ struct Open {
 /// The dashboard's routes.
 pub fn router() -> Router<Arc<Shared>> {
     Router::new().route("/", axum::routing::get(index))
-}
-
-fn has_cookie(headers: &HeaderMap, token: &str) -> bool {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .any(|c| c.trim().split_once('=').is_some_and(|(name, value)| name == COOKIE && same_token(value, token)))
 }
 
 async fn index(State(shared): State<Arc<Shared>>, Query(open): Query<Open>, headers: HeaderMap) -> Response {
@@ -45,7 +36,7 @@ async fn index(State(shared): State<Arc<Shared>>, Query(open): Query<Open>, head
         return (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie), (header::LOCATION, "/".to_owned())])
             .into_response();
     }
-    if !has_cookie(&headers, &shared.token) {
+    if !cookie_token(&headers).is_some_and(|t| same_token(&t, &shared.token)) {
         return (StatusCode::UNAUTHORIZED, Html("<h1>loopwright</h1><p>Open the URL <code>loopwright serve</code> printed (it carries the access token once).</p>")).into_response();
     }
     Html("<!doctype html><title>loopwright</title><h1>loopwright</h1><p>The API is at <a href=\"/openapi.json\">/openapi.json</a>.</p>").into_response()

@@ -9,10 +9,10 @@ use loopwright_app::files::Projector;
 use loopwright_app::ops::{answer, read};
 use loopwright_app::ownership::this_process;
 use loopwright_app::session::Session;
+use loopwright_app::stop::CancelWatch;
 use loopwright_app::workspace::Workspace;
-use loopwright_engine::{EventRecord, Observer, RunId, RunState, RunStatus, Stop, Stopper, Store};
+use loopwright_engine::{EventRecord, Observer, RunId, RunState, RunStatus, Stop, Stopper};
 use loopwright_spec::Pipeline;
-use loopwright_store::SqliteStore;
 use tokio::sync::{Notify, watch};
 
 /// How often a hosted run looks for a cancel request in the journal.
@@ -42,27 +42,16 @@ pub enum Ended {
 /// Stops a hosted run: the daemon shutting down interrupts it (resumable); a cancel request in
 /// the journal (from the API, the CLI or the dashboard) cancels it.
 struct DaemonStopper<'a> {
-    store: &'a SqliteStore,
-    run: RunId,
-    after: u64,
+    cancel: CancelWatch<'a>,
     shutdown: watch::Receiver<bool>,
 }
 
 impl Stopper for DaemonStopper<'_> {
     async fn stopped(&self) -> Stop {
         let mut shutdown = self.shutdown.clone();
-        loop {
-            if *shutdown.borrow() {
-                return Stop::Interrupt { signal: "SIGTERM".into() };
-            }
-            tokio::select! {
-                _ = shutdown.changed() => {}
-                () = tokio::time::sleep(CANCEL_POLL) => {
-                    if let Ok(Some((by, rollback))) = self.store.cancel_requested(&self.run, self.after).await {
-                        return Stop::Cancel { by, rollback };
-                    }
-                }
-            }
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => Stop::Interrupt { signal: "SIGTERM".into() },
+            stop = self.cancel.requested() => stop,
         }
     }
 }
@@ -101,14 +90,9 @@ async fn drive_async(
 ) -> Result<Ended, Error> {
     let store = loopwright_app::assemble::open_existing_store(ws)?;
     let (pipeline, mut state) = read::load_run(ws, &store, &job.run).await?;
-    loopwright_app::session::same_workspace(ws, &state)?;
-    let root = state.started.as_ref().map_or_else(|| ws.root.clone(), |s| std::path::PathBuf::from(&s.workspace));
-    let held = match loopwright_app::lock::try_live_run(ws, &root, &job.run)? {
-        Ok(held) => held,
-        Err(_) => return Ok(Ended::TreeBusy),
-    };
-    let session = Session::with(ws, &store, &pipeline, root, held)?;
-    let stopper = DaemonStopper { store: &store, run: job.run.clone(), after: state.last_seq, shutdown };
+    let Ok(session) = Session::try_resume(ws, &store, &pipeline, &state)? else { return Ok(Ended::TreeBusy) };
+    let cancel = CancelWatch::new(&store, job.run.clone(), state.last_seq, CANCEL_POLL);
+    let stopper = DaemonStopper { cancel, shutdown };
     let mut observer = HostObserver { files: Projector::new(ws.runs_dir()), poke: poke.clone() };
     let mut engine = session.engine(&pipeline, &store, &stopper, &mut observer);
     if job.claim {

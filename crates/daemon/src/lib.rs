@@ -38,6 +38,18 @@ pub struct Options {
     pub heartbeat: Duration,
 }
 
+impl Default for Options {
+    /// `127.0.0.1:7878`, 4 runs at once, loopback only, a heartbeat every 15 s.
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            max_runs: 4,
+            allow_remote: false,
+            heartbeat: Duration::from_secs(15),
+        }
+    }
+}
+
 /// One event of the journal as the watcher broadcasts it.
 #[derive(Debug)]
 pub struct FeedItem {

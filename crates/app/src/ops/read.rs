@@ -83,11 +83,12 @@ pub async fn list(store: &SqliteStore, filter: &ListFilter) -> Result<Vec<RunSum
     Ok(runs)
 }
 
-/// The journal of a run after `after` (0 for all of it).
+/// The journal of a run after `after` (0 for all of it); an unknown run is not found.
 pub async fn events(store: &SqliteStore, run: &RunId, after: u64) -> Result<Vec<EventRecord>, Error> {
     let events = store.events_since(run, after).await?;
-    if events.is_empty() && after == 0 {
-        return Err(Error::no_run(run));
+    if events.is_empty() {
+        // Nothing new, or no such run: the whole journal says which (not found when empty).
+        store.events(run).await?;
     }
     Ok(events)
 }

@@ -143,6 +143,17 @@ pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<
     Ok(Prepared { run_id, pipeline, started, root, notes })
 }
 
+/// Journals a prepared run as queued (`run_started` + `run_queued`, in one transaction) for
+/// the daemon whose process `prepare` was given as owner: it starts the run when a slot and
+/// the working tree are free.
+pub async fn enqueue(store: &loopwright_store::SqliteStore, prepared: Prepared) -> Result<RunId, Error> {
+    use loopwright_engine::{Event, Store};
+    let at = jiff::Timestamp::now();
+    let batch = [(Event::RunStarted(Box::new(prepared.started)), at), (Event::RunQueued {}, at)];
+    store.append_all(&prepared.run_id, &batch).await?;
+    Ok(prepared.run_id)
+}
+
 /// Checks the variables of a start request against the built-in ones and those the pipeline
 /// declares.
 fn check_vars(vars: &BTreeMap<String, String>, pipeline: &Pipeline) -> Result<(), Error> {

@@ -47,12 +47,7 @@ pub fn serve(global: &Global, args: Args) -> Result<u8, CliError> {
     use loopwright_app::ops::start::{StartRequest, prepare};
     let root = create(args.dir)?;
     let ws = loopwright_app::workspace::Workspace::locate(Some(&root))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot start the runtime: {e}")))?;
-    runtime.block_on(async {
+    super::serve::on_daemon_runtime(async {
         let request = StartRequest {
             pipeline: "bug-fix".into(),
             task: Some(TASK.into()),
@@ -61,19 +56,12 @@ pub fn serve(global: &Global, args: Args) -> Result<u8, CliError> {
         };
         // Queued for the daemon this process becomes: it takes the run up as soon as it serves.
         let prepared = prepare(&ws, request, loopwright_app::ownership::this_process(true)).await?;
-        let store = super::open_store(&ws)?;
-        let at = jiff::Timestamp::now();
-        let batch =
-            [(loopwright_engine::Event::RunStarted(Box::new(prepared.started)), at), (loopwright_engine::Event::RunQueued {}, at)];
-        loopwright_engine::Store::append_all(&store, &prepared.run_id, &batch).await?;
+        let run = loopwright_app::ops::start::enqueue(&super::open_store(&ws)?, prepared).await?;
         let options = loopwright_daemon::Options {
             addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-            max_runs: 4,
-            allow_remote: false,
-            heartbeat: std::time::Duration::from_secs(15),
+            ..loopwright_daemon::Options::default()
         };
         let json = global.json;
-        let run = prepared.run_id.clone();
         loopwright_daemon::serve(ws.clone(), options, move |started| {
             if json {
                 println!("{}", serde_json::json!({"url": started.url, "run_id": run.to_string(), "workspace": root.display().to_string()}));

@@ -26,15 +26,21 @@ pub struct Args {
     pub heartbeat_ms: u64,
 }
 
-/// `loopwright serve`: runs its own multi-threaded runtime (the API on two threads; each run
-/// on a thread of its own).
-pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// Runs `work` (a daemon) on a multi-threaded runtime of its own: the API on two threads,
+/// each run on a thread of its own. `serve` and `demo --serve` start here, not on the
+/// one-thread runtime of the other commands.
+pub fn on_daemon_runtime<T>(work: impl std::future::Future<Output = Result<T, CliError>>) -> Result<T, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot start the runtime: {e}")))?;
+        .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot start the runtime: {e}")))?
+        .block_on(work)
+}
+
+/// `loopwright serve`.
+pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
+    let ws = Workspace::locate(global.dir.as_deref())?;
     let options = loopwright_daemon::Options {
         addr: args.addr,
         max_runs: usize::from(args.max_runs),
@@ -42,7 +48,7 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         heartbeat: Duration::from_millis(args.heartbeat_ms.max(10)),
     };
     let json = global.json;
-    runtime.block_on(loopwright_daemon::serve(ws.clone(), options, |started| {
+    on_daemon_runtime(loopwright_daemon::serve(ws.clone(), options, |started| {
         if json {
             println!("{}", serde_json::json!({"addr": started.addr.to_string(), "url": started.url}));
         } else {

@@ -41,6 +41,11 @@ fn token_of(headers: &HeaderMap) -> Option<String> {
     if let Some(value) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         return value.strip_prefix("Bearer ").map(|t| t.trim().to_owned());
     }
+    cookie_token(headers)
+}
+
+/// The token in the dashboard's cookie, if the request carries it.
+pub fn cookie_token(headers: &HeaderMap) -> Option<String> {
     headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).find_map(|c| {
         let (name, value) = c.trim().split_once('=')?;
         (name == COOKIE).then(|| value.to_owned())

@@ -12,6 +12,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
+use loopwright_app::ops::read;
 use loopwright_engine::{Event, EventRecord, RunId, Store};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -83,16 +84,12 @@ pub async fn run_events(
 ) -> Result<Response, ApiError> {
     let run = RunId::parse(&run).ok_or_else(|| ApiError::from(loopwright_app::Error::no_run(&run)))?;
     let after = resume_from(&headers, q.after)?;
-    if !wants_stream(&headers) {
-        if shared.store.events_since(&run, 0).await.map(|e| e.is_empty()).unwrap_or(true) {
-            return Err(ApiError::from(loopwright_app::Error::no_run(&run)));
-        }
-        return Ok(axum::Json(shared.store.events_since(&run, after).await?).into_response());
-    }
-    // Subscribe before reading the journal: nothing committed in between is missed.
+    // A stream subscribes before it reads the journal: nothing committed in between is missed
+    // (what both hold is sent once, by sequence number).
     let rx = shared.feed.subscribe();
-    if shared.store.events_since(&run, 0).await?.is_empty() {
-        return Err(ApiError::from(loopwright_app::Error::no_run(&run)));
+    let events = read::events(&shared.store, &run, after).await?;
+    if !wants_stream(&headers) {
+        return Ok(axum::Json(events).into_response());
     }
     let state = RunStream {
         shutdown: shared.shutdown.clone(),
@@ -100,8 +97,8 @@ pub async fn run_events(
         run,
         last: after,
         rx,
-        pending: VecDeque::new(),
-        stale: true,
+        pending: events.into(),
+        stale: false,
         end: false,
         done: false,
     };

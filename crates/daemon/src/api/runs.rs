@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use loopwright_app::ops::{self, answer, read};
 use loopwright_app::ownership::this_process;
 use loopwright_engine::result::PipelineResult;
-use loopwright_engine::{Event, RunId, RunStatus, Store};
+use loopwright_engine::{RunId, RunStatus};
 
 use super::dto::{
     Accepted, Approval, Cancel, Health, ListQuery, PatternTest, PipelineInfo, Respond, RunRow, StartRun, who,
@@ -72,11 +72,9 @@ pub async fn start(State(shared): State<Arc<Shared>>, Json(body): Json<StartRun>
         worktree: body.worktree,
     };
     let prepared = ops::start::prepare(&shared.ws, request, this_process(true)).await?;
-    let at = jiff::Timestamp::now();
-    let batch = [(Event::RunStarted(Box::new(prepared.started)), at), (Event::RunQueued {}, at)];
-    shared.store.append_all(&prepared.run_id, &batch).await?;
+    let run = ops::start::enqueue(&shared.store, prepared).await?;
     shared.runs.wake.notify_one();
-    let accepted = Accepted { run_id: prepared.run_id.to_string(), status: RunStatus::Queued.as_str().into() };
+    let accepted = Accepted { run_id: run.to_string(), status: RunStatus::Queued.as_str().into() };
     Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response())
 }
 
