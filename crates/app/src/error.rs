@@ -48,7 +48,16 @@ impl Error {
     pub fn message(&self) -> String {
         match self {
             Error::Usage(m) | Error::NotFound(m) | Error::Conflict(m) => m.clone(),
-            Error::Invalid(d) => format!("{} problem(s) found", d.items.len()),
+            Error::Invalid(d) => match d.items.first() {
+                Some(first) => format!(
+                    "{}{}: {} ({} problem(s))",
+                    first.file,
+                    first.position.map(|p| format!(":{p}")).unwrap_or_default(),
+                    first.message,
+                    d.items.len()
+                ),
+                None => "invalid".to_owned(),
+            },
             Error::Internal(e) => format!("{e:#}"),
         }
     }

@@ -19,8 +19,10 @@ pub struct Runs {
     ws: Workspace,
     max_runs: usize,
     hosted: Mutex<HashSet<RunId>>,
-    /// Runs whose working tree was busy at the last try, with when to try again.
-    waiting_for_tree: Mutex<HashMap<RunId, std::time::Instant>>,
+    /// Runs not to host before a time: their working tree was busy (try again soon), or their
+    /// host failed (a pipeline that no longer compiles, a workspace moved: try again rarely,
+    /// not in a loop).
+    retry_after: Mutex<HashMap<RunId, std::time::Instant>>,
     /// Wakes the scheduler (a run queued, answered or ended; the journal changed).
     pub wake: Arc<Notify>,
     /// Wakes the journal watcher (a host journaled something).
@@ -36,7 +38,7 @@ impl Runs {
             ws,
             max_runs: max_runs.max(1),
             hosted: Mutex::default(),
-            waiting_for_tree: Mutex::default(),
+            retry_after: Mutex::default(),
             wake: Arc::new(Notify::new()),
             poke: Arc::new(Notify::new()),
             shutdown,
@@ -64,16 +66,20 @@ impl Runs {
         let id = job.run.clone();
         let handle = std::thread::Builder::new().name(format!("run {}", job.run)).spawn(move || {
             let ended = host::drive(&runs.ws, &job, runs.shutdown.clone(), Arc::clone(&runs.poke));
-            match &ended {
-                Ended::TreeBusy => {
-                    let retry = std::time::Instant::now() + Duration::from_millis(500);
-                    runs.waiting_for_tree
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .insert(job.run.clone(), retry);
+            let wait = match &ended {
+                Ended::TreeBusy => Some(Duration::from_millis(500)),
+                Ended::Failed(why) => {
+                    eprintln!("loopwright serve: run {}: {why} (tried again in 30 s)", job.run);
+                    Some(Duration::from_secs(30))
                 }
-                Ended::Failed(why) => eprintln!("loopwright serve: run {}: {why}", job.run),
-                Ended::Stopped(_) => {}
+                Ended::Stopped(_) => None,
+            };
+            if let Some(wait) = wait {
+                let retry = std::time::Instant::now() + wait;
+                runs.retry_after
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(job.run.clone(), retry);
             }
             runs.hosted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&job.run);
             runs.wake.notify_one();
@@ -121,7 +127,7 @@ impl Runs {
                 continue;
             }
             let busy_until =
-                self.waiting_for_tree.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&run).copied();
+                self.retry_after.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&run).copied();
             if busy_until.is_some_and(|t| t > now) {
                 continue;
             }

@@ -207,8 +207,15 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     let (code, body) = raw(r#"{"pipeline": "gate", "colour": "red"}"#);
     assert_eq!(code, 422, "{body}");
     assert!(body["error"]["message"].as_str().expect("message").contains("colour"), "{body}");
-    let (code, body) = raw(&format!(r#"{{"pipeline": "gate", "task": "{}"}}"#, "x".repeat(2 << 20)));
-    assert_eq!(code, 413, "{body}");
+    let huge = format!(r#"{{"pipeline": "gate", "task": "{}"}}"#, "x".repeat(2 << 20));
+    let r = d.http.post(d.url("/api/runs")).bearer_auth(&d.token).header("Content-Type", "application/json");
+    let r = r.body(huge).send().expect("post");
+    // The unread rest of the body ends the connection: the client must not reuse it.
+    assert_eq!(
+        (r.status().as_u16(), r.headers().get("connection").map(|v| v.to_str().unwrap_or(""))),
+        (413, Some("close"))
+    );
+    assert_eq!(r.json::<Value>().expect("json")["error"]["code"], "invalid");
     let (code, body) = d.post("/api/runs", &json!({"pipeline": "../gate"}));
     assert_eq!(code, 422, "{body}");
     let (code, body) = d.post("/api/runs", &json!({"pipeline": "nope"}));
@@ -502,4 +509,25 @@ fn logs_follow_prints_a_daemon_run_as_it_goes_until_it_ends() {
     assert_eq!(printed.last().map(|e| e["event"]["type"].clone()), Some(json!("run_finished")));
     let (_, journal) = d.get(&format!("/api/runs/{run}/events"));
     assert_eq!(Value::Array(printed), journal);
+}
+
+#[test]
+fn a_run_the_daemon_cannot_drive_is_reported_and_not_retried_in_a_loop() {
+    let ws = gate_ws();
+    let d = Daemon::start(&ws, &[]);
+    let (_, accepted) = d.post("/api/runs", &json!({"pipeline": "gate"}));
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    // The workspace's failure patterns break while the run waits: no host can assemble it.
+    ws.write(".loopwright/failure-patterns.yml", "patterns: [unclosed\n");
+    let (code, body) = d.post(&format!("/api/runs/{run}/approve"), &json!({"by": "alice"}));
+    assert_eq!(code, 200, "{body}");
+    std::thread::sleep(Duration::from_millis(2500));
+    let (code, _) = d.get("/api/health");
+    assert_eq!(code, 200);
+    let (_, stderr) = d.stop();
+    let reports = stderr.matches(&format!("loopwright serve: run {run}: ")).count();
+    assert_eq!(reports, 1, "{stderr}");
+    assert!(stderr.contains("failure-patterns.yml") && stderr.contains("(tried again in 30 s)"), "{stderr}");
+    assert_eq!(ws.read("count.txt"), "one\n");
 }

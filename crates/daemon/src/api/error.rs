@@ -74,17 +74,10 @@ impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         match e {
             Error::Usage(m) => Self::invalid(m),
-            Error::Invalid(d) => {
-                let message = d
-                    .items
-                    .first()
-                    .map(|first| format!("{}: {} ({} problem(s))", first.file, first.message, d.items.len()))
-                    .unwrap_or_else(|| "invalid".into());
-                Self {
-                    diagnostics: d.items.iter().filter_map(|i| serde_json::to_value(i).ok()).collect(),
-                    ..Self::invalid(message)
-                }
-            }
+            Error::Invalid(ref d) => Self {
+                diagnostics: d.items.iter().filter_map(|i| serde_json::to_value(i).ok()).collect(),
+                ..Self::invalid(e.message())
+            },
             Error::NotFound(m) => Self::not_found(m),
             Error::Conflict(m) => Self::new(StatusCode::CONFLICT, "conflict", m),
             Error::Internal(e) => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("{e:#}")),
@@ -103,7 +96,15 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             error: ErrorDetail { code: self.code.to_owned(), message: self.message, diagnostics: self.diagnostics },
         };
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body was not read: the connection cannot carry another request,
+            // and a client that reused it would see the next request fail.
+            response
+                .headers_mut()
+                .insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+        }
+        response
     }
 }
 
