@@ -236,6 +236,10 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     assert_eq!(code, 422);
     let (code, _) = d.get("/api/runs?status=sideways");
     assert_eq!(code, 422);
+    for query in ["/api/runs?limit=many", "/api/runs?colour=red", "/api/runs/x/events?after=-1"] {
+        let (code, body) = d.get(query);
+        assert_eq!((code, body["error"]["code"].clone()), (422, json!("invalid")), "{query}: {body}");
+    }
     // `fix` without text, on a run that exists.
     let (_, accepted) = d.post("/api/runs", &json!({"pipeline": "gate"}));
     let run = accepted["run_id"].as_str().expect("run").to_owned();

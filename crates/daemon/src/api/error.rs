@@ -165,3 +165,23 @@ where
         parse(&bytes).map(OptionalJson)
     }
 }
+
+/// A query string that answers a malformed one (a wrong type, an unknown parameter) with this
+/// module's error shape (422) instead of axum's plain-text 400.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Query<T>(pub T);
+
+impl<T, S> axum::extract::FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(value)| Query(value))
+            .map_err(|r| ApiError::invalid(format!("the query string is not what was expected: {}", r.body_text())))
+    }
+}

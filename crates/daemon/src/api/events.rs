@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::{IntoResponse, Response};
@@ -17,7 +17,7 @@ use loopwright_engine::{Event, EventRecord, RunId, Store};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::dto::EventsQuery;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, Query};
 use crate::{FeedItem, Shared};
 
 /// The most events read from the journal at once when a stream catches up.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use loopwright_app::ops::{self, answer, read};
@@ -14,7 +14,7 @@ use loopwright_engine::{RunId, RunStatus};
 use super::dto::{
     Accepted, Approval, Cancel, Health, ListQuery, PatternTest, PipelineInfo, Respond, RunRow, StartRun, who,
 };
-use super::error::{ApiError, ErrorBody, Json, OptionalJson};
+use super::error::{ApiError, ErrorBody, Json, OptionalJson, Query};
 use crate::Shared;
 use crate::host::Job;
 
