@@ -259,6 +259,18 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     assert_eq!(d.wait_status(&run, "cancelled")["status"], "cancelled");
 }
 
+/// A workspace with pipeline `slow`: `stages` shell stages, each sleeping `seconds`.
+fn slow_ws(stages: u32, seconds: &str) -> Ws {
+    let ws = Ws::empty();
+    let stages: String = (1..=stages)
+        .map(|i| {
+            format!("  - id: s{i}\n    agent: shell\n    mode: plan\n    description: d\n    run: sleep {seconds}\n")
+        })
+        .collect();
+    ws.write(".loopwright/pipelines/slow.yml", &format!("name: slow\ndescription: d\nversion: 1\nstages:\n{stages}"));
+    ws
+}
+
 /// Reads SSE frames from a response until `stop` says so: (id, event, data) per frame.
 fn read_sse(
     response: reqwest::blocking::Response,
@@ -292,11 +304,7 @@ fn read_sse(
 
 #[test]
 fn an_event_stream_resumes_after_a_disconnect_with_no_gap_and_no_duplicate() {
-    let ws = Ws::empty();
-    let stages: String = (1..=6)
-        .map(|i| format!("  - id: s{i}\n    agent: shell\n    mode: plan\n    description: d\n    run: sleep 0.15\n"))
-        .collect();
-    ws.write(".loopwright/pipelines/slow.yml", &format!("name: slow\ndescription: d\nversion: 1\nstages:\n{stages}"));
+    let ws = slow_ws(6, "0.15");
     let d = Daemon::start(&ws, &[]);
     let (_, accepted) = d.post("/api/runs", &json!({"pipeline": "slow"}));
     let run = accepted["run_id"].as_str().expect("run").to_owned();
@@ -498,11 +506,7 @@ fn demo_serve_runs_the_bundled_demo_under_a_daemon_and_prints_the_dashboard_url(
 
 #[test]
 fn logs_follow_prints_a_daemon_run_as_it_goes_until_it_ends() {
-    let ws = Ws::empty();
-    let stages: String = (1..=4)
-        .map(|i| format!("  - id: s{i}\n    agent: shell\n    mode: plan\n    description: d\n    run: sleep 0.1\n"))
-        .collect();
-    ws.write(".loopwright/pipelines/slow.yml", &format!("name: slow\ndescription: d\nversion: 1\nstages:\n{stages}"));
+    let ws = slow_ws(4, "0.1");
     let d = Daemon::start(&ws, &[]);
     let (_, accepted) = d.post("/api/runs", &json!({"pipeline": "slow"}));
     let run = accepted["run_id"].as_str().expect("run").to_owned();
