@@ -84,16 +84,19 @@ pub fn try_live_run(ws: &Workspace, root: &Path, run: &RunId) -> Result<Result<H
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(lock) => {
             let mut f: &File = &lock;
-            let _ = f.set_len(0).and_then(|()| f.rewind()).and_then(|()| writeln!(f, "{run} {}", std::process::id()));
+            // One write of the whole line: a reader never sees half of it.
+            let line = format!("{run} {}\n", std::process::id());
+            let _ = f.set_len(0).and_then(|()| f.rewind()).and_then(|()| f.write_all(line.as_bytes()));
             Ok(Ok(Held { _lock: lock }))
         }
         Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
-            // The holder writes who it is just after it locks: give it a moment.
+            // The holder writes who it is just after it locks; under load that can take a
+            // while: wait up to 2 s for its whole line.
             let mut holder = String::new();
-            for _ in 0..10 {
+            for _ in 0..200 {
                 holder.clear();
                 let _ = file.rewind().and_then(|()| file.read_to_string(&mut holder));
-                if !holder.trim().is_empty() {
+                if holder.ends_with('\n') {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
