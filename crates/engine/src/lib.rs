@@ -16,6 +16,7 @@ pub mod prompt;
 pub mod result;
 pub mod run;
 pub mod state;
+pub mod tokens;
 
 pub use event::{Event, EventRecord, FailureKind, Outputs, Owner, RunStarted, RunStatus, SkipReason, StageError};
 pub use ids::{RunId, TaskId};

@@ -18,15 +18,15 @@ pub fn count_tokens(text: &str) -> usize {
     if text.is_empty() {
         return 0;
     }
-    bpe_openai::o200k_base().count(text)
+    crate::tokens::o200k().count(text)
 }
 
 /// Shortens `text` to at most `cap` tokens by cutting from the middle: the beginning (where a
 /// summary stands) and the most recent content at the end are kept, with the marker
 /// `[truncated - N tokens omitted]` where the cut was. Returns the text and its token count.
 pub fn cap_tokens(text: &str, cap: usize) -> (String, usize) {
-    let tokenizer = bpe_openai::o200k_base();
-    let tokens = tokenizer.encode(text);
+    let encoding = crate::tokens::o200k();
+    let tokens = encoding.encode(text);
     if tokens.len() <= cap {
         return (text.to_owned(), tokens.len());
     }
@@ -34,23 +34,27 @@ pub fn cap_tokens(text: &str, cap: usize) -> (String, usize) {
     let head = keep / 3;
     let tail = keep - head;
     let omitted = tokens.len() - head - tail;
-    let decode = |t: &[u32]| tokenizer.decode(t).unwrap_or_else(|| decode_lossy(tokenizer, t));
     let text = format!(
         "{}\n[truncated - {omitted} tokens omitted]\n{}",
-        decode(&tokens[..head]).trim_end(),
-        decode(&tokens[tokens.len() - tail..]).trim_start()
+        decode_lossy(&tokens[..head]).trim_end(),
+        decode_lossy(&tokens[tokens.len() - tail..]).trim_start()
     );
-    let count = tokenizer.count(text.as_str());
+    let count = encoding.count(&text);
     (text, count)
 }
 
-fn decode_lossy(tokenizer: &bpe_openai::Tokenizer, tokens: &[u32]) -> String {
-    // A cut may split a multi-byte character; drop the partial token(s) at either end.
+/// Decodes `tokens`; a cut that split a multi-byte character drops the partial token(s) at
+/// either end.
+fn decode_lossy(tokens: &[u32]) -> String {
+    let encoding = crate::tokens::o200k();
+    if let Some(s) = encoding.decode(tokens) {
+        return s;
+    }
     for trim in 1..=3.min(tokens.len()) {
-        if let Some(s) = tokenizer.decode(&tokens[trim..]) {
+        if let Some(s) = encoding.decode(&tokens[trim..]) {
             return s;
         }
-        if let Some(s) = tokenizer.decode(&tokens[..tokens.len() - trim]) {
+        if let Some(s) = encoding.decode(&tokens[..tokens.len() - trim]) {
             return s;
         }
     }

@@ -8,6 +8,7 @@ pub mod edits;
 pub mod git;
 pub mod guard;
 pub mod http;
+pub mod live;
 pub mod presets;
 pub mod process;
 pub mod secrets;
@@ -28,6 +29,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
+use crate::live::LiveSink;
 use crate::process::{ProcessEnd, Spawn, group_alive, same_process_alive, signal_group};
 
 /// Runs stages as local processes.
@@ -68,16 +70,26 @@ impl ProcessRunner {
 
     /// Keeps what an attempt printed, as `outputs/STAGE-ATTEMPT.out` and `.err` in the run's
     /// folder (nothing is written for an empty stream), for `loopwright logs RUN --stage S`.
+    /// While the attempt runs, the same files grow as the output comes (see [`live`]).
     fn keep_output(&self, request: &StageRequest, stdout: &str, stderr: &str) {
-        let dir = self.runs_dir.join(request.run_id.as_str()).join("outputs");
-        for (ext, text) in [("out", stdout), ("err", stderr)] {
+        let (out, err) = self.output_paths(request);
+        for (path, text) in [(out, stdout), (err, stderr)] {
             if text.is_empty() {
                 continue;
             }
-            let path = dir.join(format!("{}-{}.{ext}", request.stage, request.attempt));
             // Best effort: the journal holds the outputs that matter and the error's tail.
-            let _ = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, text));
+            if overwrite(&path, text.as_bytes()).is_err() {
+                let _ =
+                    path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&path, text));
+            }
         }
+    }
+
+    /// Where an attempt's stdout and stderr are kept.
+    fn output_paths(&self, request: &StageRequest) -> (PathBuf, PathBuf) {
+        let dir = self.runs_dir.join(request.run_id.as_str()).join("outputs");
+        let name = |ext| dir.join(format!("{}-{}.{ext}", request.stage, request.attempt));
+        (name("out"), name("err"))
     }
 
     /// Writes the attempt's prompt where `LOOPWRIGHT_PROMPT_FILE` points: for an agent, its own
@@ -208,6 +220,9 @@ impl Runner for ProcessRunner {
         let mut stdout = String::new();
         let mut stderr = String::new();
         let mut outcome = ExecOutcome::Exited(0);
+        let (out_path, err_path) = self.output_paths(request);
+        let mut live_out = LiveSink::new(out_path, self.output_cap, &self.redactor);
+        let mut live_err = LiveSink::new(err_path, self.output_cap, &self.redactor);
         for (argv, stdin) in &commands {
             let spawn = Spawn {
                 argv,
@@ -220,11 +235,11 @@ impl Runner for ProcessRunner {
             };
             let shown = argv.join(" ");
             let shown = shown.strip_prefix("sh -c ").map_or(shown.clone(), str::to_owned);
-            let result = process::run(spawn, |pgid, start_time| {
+            let on_start = |pgid, start_time| {
                 let group = ProcessGroup { pgid, start_time };
                 let _ = notices.send(Notice::ProcessStarted { group, command: shown.clone() });
-            })
-            .await;
+            };
+            let result = process::run_live(spawn, on_start, Some((&mut live_out, &mut live_err))).await;
             stdout.push_str(&result.stdout);
             stderr.push_str(&result.stderr);
             outcome = exec_outcome(result.end);

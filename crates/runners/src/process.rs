@@ -14,6 +14,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::time::Instant;
 
+use crate::live::LiveSink;
+
 /// How a process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcessEnd {
@@ -60,6 +62,15 @@ pub struct Spawn<'a> {
 /// Runs a program to its end. `on_start` gets its process group id and start time as soon as
 /// it runs.
 pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32, Option<u64>)) -> ProcessResult {
+    run_live(spawn, on_start, None).await
+}
+
+/// [`run`], also handing what the program prints (stdout, stderr) to `live` as it is read.
+pub async fn run_live(
+    spawn: Spawn<'_>,
+    on_start: impl FnOnce(i32, Option<u64>),
+    live: Option<(&mut LiveSink<'_>, &mut LiveSink<'_>)>,
+) -> ProcessResult {
     let Some((program, args)) = spawn.argv.split_first() else {
         return failed("empty command".into());
     };
@@ -104,8 +115,9 @@ pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32, Option<u64>)) -> P
             let _ = pipe.shutdown().await;
         }
     };
-    let read_out = read_capped(child.stdout.take(), spawn.output_cap);
-    let read_err = read_capped(child.stderr.take(), spawn.output_cap);
+    let (live_out, live_err) = live.map_or((None, None), |(o, e)| (Some(o), Some(e)));
+    let read_out = read_capped(child.stdout.take(), spawn.output_cap, live_out);
+    let read_err = read_capped(child.stderr.take(), spawn.output_cap, live_err);
     let wait = async {
         tokio::select! {
             status = child.wait() => match status {
@@ -308,7 +320,7 @@ fn keep_last(kept: &mut Vec<u8>, cap: usize) -> usize {
 }
 
 /// Reads a pipe to its end, keeping at most the last `cap` bytes.
-async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> String {
+async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize, mut live: Option<&mut LiveSink<'_>>) -> String {
     let Some(mut pipe) = pipe else { return String::new() };
     // Read straight into what is kept (it grows as output comes): most stages print little,
     // and a process that prints nothing costs no buffer at all.
@@ -319,13 +331,21 @@ async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> String
             // Room for the next read (the vector doubles as the output grows).
             kept.reserve(4096);
         }
-        match pipe.read_buf(&mut kept).await {
+        let before = kept.len();
+        let read = pipe.read_buf(&mut kept).await;
+        if let Some(live) = live.as_deref_mut() {
+            live.feed(&kept[before..]);
+        }
+        match read {
             Ok(0) | Err(_) => break,
             // The front is dropped only once twice the cap has built up, so each byte of a
             // long output is moved at most once (dropping on every read moved the whole cap).
             Ok(_) if kept.len() >= cap.saturating_mul(2) => dropped += keep_last(&mut kept, cap),
             Ok(_) => {}
         }
+    }
+    if let Some(live) = live {
+        live.finish();
     }
     dropped += keep_last(&mut kept, cap);
     let text = String::from_utf8_lossy(&kept).into_owned();

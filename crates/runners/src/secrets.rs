@@ -117,6 +117,20 @@ impl Redactor {
             .max_by_key(|(n, _)| *n)
     }
 
+    /// How many bytes at the end of `text` may be the beginning of a secret (or of one of its
+    /// encoded forms) that the bytes after it complete: the longest end of `text` that is a
+    /// proper beginning of a pattern; 0 when none is.
+    pub fn held_back(&self, text: &[u8]) -> usize {
+        self.patterns
+            .iter()
+            .filter_map(|(value, _)| {
+                let value = value.as_bytes();
+                (1..value.len().min(text.len() + 1)).rev().find(|&n| text.ends_with(&value[..n]))
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Redacts in place.
     pub fn scrub(&self, text: &mut String) {
         if let Cow::Owned(clean) = self.redact(text) {

@@ -5,6 +5,7 @@ pub mod agents;
 pub mod answer;
 pub mod cancel;
 pub mod dead_letters;
+pub mod output;
 pub mod patterns;
 pub mod read;
 pub mod resume;

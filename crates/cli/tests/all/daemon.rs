@@ -539,3 +539,93 @@ fn a_run_the_daemon_cannot_drive_is_reported_and_not_retried_in_a_loop() {
     assert!(stderr.contains("failure-patterns.yml") && stderr.contains("(tried again in 30 s)"), "{stderr}");
     assert_eq!(ws.read("count.txt"), "one\n");
 }
+
+/// A stage that prints a line, then waits for the test to create `release` (outside the
+/// workspace: a plan stage may not change it), then prints more.
+fn talker(release: &std::path::Path) -> String {
+    let run = format!(
+        "echo first line; echo warming up >&2; while [ ! -f {} ]; do sleep 0.05; done; printf 'second line\\\\nno newline'",
+        release.display()
+    );
+    format!(
+        "name: talker\ndescription: d\nversion: 1\nstages:\n  - id: talk\n    agent: shell\n    mode: plan\n    description: d\n    run: \"{run}\"\n"
+    )
+}
+
+fn output_stream(d: &Daemon, run: &str) -> reqwest::blocking::Response {
+    let r = d.http.get(d.url(&format!("/api/runs/{run}/output"))).bearer_auth(&d.token);
+    r.header("Accept", "text/event-stream").send().expect("output stream")
+}
+
+/// The stage's output as the stream carried it: (stream, text joined), and whether it ended.
+fn joined(frames: &[(Option<u64>, String, String)]) -> (String, String, bool) {
+    let (mut out, mut err) = (String::new(), String::new());
+    for (id, event, data) in frames {
+        assert_eq!(*id, None, "output is not journaled: no id");
+        if event != "output" {
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(data).expect("data");
+        assert_eq!((chunk["stage"].as_str(), chunk["attempt"].as_u64()), (Some("talk"), Some(1)), "{chunk}");
+        let text = chunk["text"].as_str().expect("text");
+        if chunk["stream"] == "stdout" { out.push_str(text) } else { err.push_str(text) }
+    }
+    (out, err, frames.last().is_some_and(|f| f.1 == "end"))
+}
+
+#[test]
+fn the_output_of_the_stage_in_flight_streams_live_for_daemon_and_cli_runs() {
+    let ws = Ws::empty();
+    let flags = tempfile::tempdir().expect("tempdir");
+    let release = flags.path().join("release");
+    ws.write(".loopwright/pipelines/talker.yml", &talker(&release));
+    let d = Daemon::start(&ws, &[]);
+    for driver in ["daemon", "cli"] {
+        let _ = std::fs::remove_file(&release);
+        let cli = (driver == "cli").then(|| spawn(&ws, &["run", "talker", "-q"]));
+        let run = match &cli {
+            None => d.post("/api/runs", &json!({"pipeline": "talker"})).1["run_id"].as_str().expect("run").to_owned(),
+            Some(_) => {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    let latest = ws.json(&["status", "latest"]).1;
+                    if latest["status"] == "running" {
+                        break latest["run_id"].as_str().expect("run").to_owned();
+                    }
+                    assert!(Instant::now() < deadline, "the CLI's run never started: {latest}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        };
+        // The first line arrives while the stage is still blocked.
+        let mut seen = String::new();
+        let live = read_sse(output_stream(&d, &run), |f| {
+            if f.1 == "output" {
+                seen.push_str(serde_json::from_str::<Value>(&f.2).expect("data")["text"].as_str().unwrap_or(""));
+            }
+            seen.contains("first line\n")
+        });
+        assert!(!release.exists());
+        assert_eq!(d.get(&format!("/api/runs/{run}")).1["status"], "running", "{driver}");
+        assert_eq!(joined(&live).0, "first line\n", "{driver}");
+        // A second reader, joining later, gets the attempt from its beginning and the end.
+        std::fs::write(&release, "").expect("release");
+        let whole = read_sse(output_stream(&d, &run), |f| f.1 == "end");
+        assert_eq!(
+            joined(&whole),
+            ("first line\nsecond line\nno newline".into(), "warming up\n".into(), true),
+            "{driver}"
+        );
+        if let Some(cli) = cli {
+            assert_eq!(finish(cli).0, 0);
+        }
+        d.wait_status(&run, "success");
+        assert_eq!(
+            ws.read(&format!(".loopwright/state/runs/{run}/outputs/talk-1.out")),
+            "first line\nsecond line\nno newline"
+        );
+        // A finished run's stream ends at once.
+        assert_eq!(read_sse(output_stream(&d, &run), |f| f.1 == "end"), vec![(None, "end".into(), "{}".into())]);
+    }
+    assert_eq!(d.get("/api/runs/20990101-000000-00000000/output").0, 404);
+}

@@ -12,7 +12,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
-use loopwright_app::ops::read;
+use loopwright_app::ops::{output, read};
 use loopwright_engine::{Event, EventRecord, RunId, Store};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -225,6 +225,99 @@ impl FeedStream {
                 Ok(_) => {}
                 Err(RecvError::Lagged(_)) => self.stale = true,
                 Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// How often the output of the stage in flight is looked at.
+const OUTPUT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The output of a run's stage in flight, as it is printed: `event: output` per piece
+/// (`{"stage","attempt","stream","offset","text"}`; no `id`, it is not journaled), from the
+/// beginning of the attempt in flight and of each attempt after it; `event: end` once the run
+/// is over. The whole output of a finished attempt is in its attempts.
+#[utoipa::path(get, path = "/api/runs/{run}/output", tag = "events",
+    params(("run" = String, Path, description = "The run id")),
+    responses((status = 200, description = "A `text/event-stream` of the stage in flight's output", content_type = "text/event-stream", body = String),
+              (status = 404, body = ErrorBody)))]
+pub async fn run_output(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Result<Response, ApiError> {
+    let run = RunId::parse(&run).ok_or_else(|| ApiError::from(loopwright_app::Error::no_run(&run)))?;
+    let rx = shared.feed.subscribe();
+    let state = read::state(&shared.store, &run).await?;
+    let run_dir = shared.ws.runs_dir().join(run.as_str());
+    let stream = OutputStream {
+        tail: output::in_flight(&state).map(|a| output::Tail::new(&run_dir, a)),
+        over: state.status.is_final(),
+        shutdown: shared.shutdown.clone(),
+        shared: Arc::clone(&shared),
+        run,
+        run_dir,
+        rx,
+        pending: VecDeque::new(),
+        journal_moved: false,
+        done: false,
+    };
+    Ok(sse_response(&shared, futures_util::stream::unfold(stream, OutputStream::next)))
+}
+
+struct OutputStream {
+    shared: Arc<Shared>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    run: RunId,
+    run_dir: std::path::PathBuf,
+    rx: tokio::sync::broadcast::Receiver<Arc<FeedItem>>,
+    tail: Option<output::Tail>,
+    pending: VecDeque<output::Chunk>,
+    /// The run's journal has grown: the attempt in flight may have changed.
+    journal_moved: bool,
+    /// The run is over: once its last output is sent, the stream ends.
+    over: bool,
+    done: bool,
+}
+
+impl OutputStream {
+    async fn next(mut self) -> Option<(Result<Sse, Infallible>, Self)> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(chunk) = self.pending.pop_front() {
+                let data = serde_json::to_string(&chunk).unwrap_or_default();
+                return Some((Ok(Sse::default().event("output").data(data)), self));
+            }
+            if let Some(tail) = self.tail.as_mut() {
+                self.pending.extend(tail.read());
+                if !self.pending.is_empty() {
+                    continue;
+                }
+            }
+            if self.journal_moved {
+                self.journal_moved = false;
+                let state = read::state(&self.shared.store, &self.run).await.ok()?;
+                let now = output::in_flight(&state);
+                if now.as_ref() != self.tail.as_ref().map(output::Tail::attempt) {
+                    // What the attempt that ended printed last was read above.
+                    self.tail = now.map(|a| output::Tail::new(&self.run_dir, a));
+                }
+                self.over = state.status.is_final();
+                continue;
+            }
+            if self.over {
+                self.done = true;
+                return Some((Ok(Sse::default().event("end").data("{}")), self));
+            }
+            if *self.shutdown.borrow() {
+                return None;
+            }
+            tokio::select! {
+                received = self.rx.recv() => match received {
+                    Ok(item) => self.journal_moved |= item.run == self.run,
+                    Err(RecvError::Lagged(_)) => self.journal_moved = true,
+                    Err(RecvError::Closed) => return None,
+                },
+                () = tokio::time::sleep(OUTPUT_POLL), if self.tail.is_some() => {}
+                _ = self.shutdown.changed() => return None,
             }
         }
     }

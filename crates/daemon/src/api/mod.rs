@@ -50,6 +50,7 @@ pub fn router() -> (Router<Arc<Shared>>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::get))
         .routes(routes!(events::run_events))
         .routes(routes!(events::all_events))
+        .routes(routes!(events::run_output))
         .routes(routes!(runs::attempts))
         .routes(routes!(runs::approve))
         .routes(routes!(runs::reject))
