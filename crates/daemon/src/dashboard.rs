@@ -1,43 +1,428 @@
-//! The dashboard at `/`: opened through the URL the daemon prints, which carries the token
-//! once; the token is then kept in an `HttpOnly`, `SameSite=Strict` cookie.
+//! The dashboard at `/`: pages rendered here from the application layer (the same operations
+//! the API calls) with templates and one small script embedded in the binary; nothing is
+//! fetched from elsewhere and nothing is built at run time. The script keeps a page live: it
+//! follows `/api/events` (and the output of the stage in flight), fetches the page again when
+//! an event concerns it and swaps the part that changed; buttons and the start form call the
+//! JSON API. Without the script every page still reads.
+//!
+//! Access: opened through the URL the daemon prints, which carries the token once; it is then
+//! kept in an `HttpOnly`, `SameSite=Strict` cookie. Every page is sent with a strict
+//! Content-Security-Policy (scripts and styles only from here, nothing inline), and everything
+//! an agent or a pipeline wrote is escaped by the templates.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
 
 use axum::Router;
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
+use loopwright_app::ops::{self, output, read};
+use loopwright_engine::event::Event;
+use loopwright_engine::state::StageStatus;
+use loopwright_engine::{RunId, RunState, RunStatus, Store};
 use serde::Deserialize;
+use serde_json::{Value, json};
 
 use crate::Shared;
 use crate::api::auth::{COOKIE, cookie_token, same_token};
 
-/// `/?token=…`.
-#[derive(Debug, Deserialize)]
-struct Open {
-    token: Option<String>,
-}
+/// The embedded files: (path under `/assets/`, content type, bytes).
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("app.js", "text/javascript; charset=utf-8", include_str!("../assets/app.js")),
+    ("app.css", "text/css; charset=utf-8", include_str!("../assets/app.css")),
+    ("feed-worker.js", "text/javascript; charset=utf-8", include_str!("../assets/feed-worker.js")),
+];
+
+static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
+    let mut env = minijinja::Environment::new();
+    for (name, text) in [
+        ("base.html", include_str!("../assets/base.html")),
+        ("runs.html", include_str!("../assets/runs.html")),
+        ("run.html", include_str!("../assets/run.html")),
+        ("dead_letters.html", include_str!("../assets/dead_letters.html")),
+        ("stats.html", include_str!("../assets/stats.html")),
+        ("signin.html", include_str!("../assets/signin.html")),
+    ] {
+        env.add_template(name, text).expect("the embedded templates parse");
+    }
+    env
+});
+
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'";
 
 /// The dashboard's routes.
 pub fn router() -> Router<Arc<Shared>> {
-    Router::new().route("/", axum::routing::get(index))
+    use axum::routing::get;
+    Router::new()
+        .route("/", get(runs_page))
+        .route("/runs/{run}", get(run_page))
+        .route("/dead-letters", get(dead_letters_page))
+        .route("/stats", get(stats_page))
+        .route("/assets/{file}", get(asset))
 }
 
-async fn index(State(shared): State<Arc<Shared>>, Query(open): Query<Open>, headers: HeaderMap) -> Response {
-    if let Some(token) = open.token {
+/// `/?token=…`, and the filters of the runs page.
+#[derive(Debug, Default, Deserialize)]
+struct RunsQuery {
+    token: Option<String>,
+    status: Option<String>,
+    pipeline: Option<String>,
+}
+
+fn page(template: &str, context: Value) -> Response {
+    match TEMPLATES.get_template(template).and_then(|t| t.render(minijinja::value::Serde(&context))) {
+        Ok(html) => {
+            let mut response = Html(html).into_response();
+            let headers = response.headers_mut();
+            headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+            headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+            response
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("the page could not be rendered: {e:#}")).into_response(),
+    }
+}
+
+/// The page a visitor without the cookie gets.
+fn signin(status: StatusCode, wrong: bool) -> Response {
+    let mut response = page("signin.html", json!({"wrong": wrong}));
+    *response.status_mut() = status;
+    response
+}
+
+fn signed_in(shared: &Shared, headers: &HeaderMap) -> bool {
+    cookie_token(headers).is_some_and(|t| same_token(&t, &shared.token))
+}
+
+async fn asset(Path(file): Path<String>) -> Response {
+    match ASSETS.iter().find(|(name, ..)| *name == file) {
+        Some((_, kind, body)) => {
+            ([(header::CONTENT_TYPE, *kind), (header::CACHE_CONTROL, "no-cache")], *body).into_response()
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// What every page shows in its header: how many runs wait for a person.
+async fn header_context(shared: &Shared, current: &str) -> Value {
+    let filter = read::ListFilter { status: Some(RunStatus::Waiting), pipeline: None, limit: 10_000 };
+    let waiting = read::list(&shared.store, &filter).await.map_or(0, |r| r.len());
+    let feed = shared.store.feed_last().unwrap_or(0);
+    json!({"waiting_count": waiting, "current": current, "kinds": Event::KINDS, "feed": feed})
+}
+
+fn icon(status: &str) -> &'static str {
+    match status {
+        "success" | "succeeded" => "✓",
+        "failed" => "✗",
+        "cancelled" => "⊘",
+        "waiting" => "✋",
+        "running" | "looping" => "▶",
+        "interrupted" => "⚠",
+        "queued" | "pending" | "retry_waiting" => "…",
+        "skipped" => "↷",
+        _ => "•",
+    }
+}
+
+fn duration(ms: i64) -> String {
+    let s = ms / 1000;
+    match s {
+        _ if ms < 1000 => format!("{ms} ms"),
+        0..60 => format!("{:.1} s", ms as f64 / 1000.0),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn when(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+async fn runs_page(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>, headers: HeaderMap) -> Response {
+    if let Some(token) = q.token {
         if !same_token(&token, &shared.token) {
-            return (
-                StatusCode::UNAUTHORIZED,
-                Html("<h1>Wrong token</h1><p>Open the URL <code>loopwright serve</code> printed.</p>"),
-            )
-                .into_response();
+            return signin(StatusCode::UNAUTHORIZED, true);
         }
         let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
         return (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie), (header::LOCATION, "/".to_owned())])
             .into_response();
     }
-    if !cookie_token(&headers).is_some_and(|t| same_token(&t, &shared.token)) {
-        return (StatusCode::UNAUTHORIZED, Html("<h1>loopwright</h1><p>Open the URL <code>loopwright serve</code> printed (it carries the access token once).</p>")).into_response();
+    if !signed_in(&shared, &headers) {
+        return signin(StatusCode::UNAUTHORIZED, false);
     }
-    Html("<!doctype html><title>loopwright</title><h1>loopwright</h1><p>The API is at <a href=\"/openapi.json\">/openapi.json</a>.</p>").into_response()
+    let status = q.status.as_deref().filter(|s| !s.is_empty());
+    let pipeline = q.pipeline.as_deref().filter(|s| !s.is_empty());
+    let mut problem = None;
+    let status_filter = match status.map(RunStatus::parse) {
+        Some(Some(s)) => Some(s),
+        Some(None) => {
+            problem = Some(format!("unknown status `{}`", status.unwrap_or_default()));
+            None
+        }
+        None => None,
+    };
+    let filter = read::ListFilter { status: status_filter, pipeline: pipeline.map(str::to_owned), limit: 200 };
+    let mut runs = read::list(&shared.store, &filter).await.unwrap_or_default();
+    // Those waiting for a person first, then the newest.
+    runs.sort_by_key(|r| (r.status != RunStatus::Waiting, std::cmp::Reverse(r.created_at)));
+    let now = jiff::Timestamp::now();
+    let rows: Vec<Value> = runs
+        .iter()
+        .map(|r| {
+            let end = if r.status.is_final() { r.updated_at } else { now };
+            json!({
+                "run_id": r.run_id.as_str(),
+                "pipeline": r.pipeline,
+                "task_id": r.task_id.as_str(),
+                "status": r.status.as_str(),
+                "icon": icon(r.status.as_str()),
+                "started": when(r.created_at),
+                "duration": duration(end.duration_since(r.created_at).as_millis() as i64),
+            })
+        })
+        .collect();
+    let pipelines: Vec<Value> = ops::validate::pipelines(&shared.ws)
+        .map(|p| {
+            p.into_iter().map(|c| json!({"name": c.name, "valid": c.valid, "description": c.description})).collect()
+        })
+        .unwrap_or_default();
+    let statuses = ["waiting", "running", "queued", "interrupted", "success", "failed", "cancelled"];
+    page(
+        "runs.html",
+        json!({
+            "header": header_context(&shared, "runs").await,
+            "runs": rows,
+            "pipelines": pipelines,
+            "statuses": statuses,
+            "filter": {"status": status.unwrap_or(""), "pipeline": pipeline.unwrap_or("")},
+            "problem": problem,
+        }),
+    )
+}
+
+async fn run_page(State(shared): State<Arc<Shared>>, Path(run): Path<String>, headers: HeaderMap) -> Response {
+    if !signed_in(&shared, &headers) {
+        return signin(StatusCode::UNAUTHORIZED, false);
+    }
+    let header_ctx = header_context(&shared, "run").await;
+    let not_found = |message: String| {
+        let mut r = page("run.html", json!({"header": header_ctx, "missing": message}));
+        *r.status_mut() = StatusCode::NOT_FOUND;
+        r
+    };
+    let Some(run) = RunId::parse(&run) else { return not_found(format!("There is no run `{run}`.")) };
+    let (pipeline, state) = match read::load_run(&shared.ws, &shared.store, &run).await {
+        Ok(loaded) => loaded,
+        Err(e) => return not_found(e.message()),
+    };
+    let shown = read::state(&shared.store, &run).await.map_or(state.status, |s| s.status);
+    let events = shared.store.events(&run).await.unwrap_or_default();
+    let mut attempts = BTreeMap::new();
+    for id in state.stages.iter().map(|s| s.id.to_string()).collect::<Vec<_>>() {
+        let of_stage = read::attempts(&shared.ws, &shared.store, &run, &id).await.unwrap_or_default();
+        attempts.insert(id, of_stage);
+    }
+    let context = run_context(&shared, &pipeline, &state, shown, &events, &attempts);
+    page("run.html", json!({"header": header_ctx, "run": context}))
+}
+
+/// Everything the run page shows.
+fn run_context(
+    shared: &Shared,
+    pipeline: &loopwright_spec::Pipeline,
+    state: &RunState,
+    status: RunStatus,
+    events: &[loopwright_engine::EventRecord],
+    attempts: &BTreeMap<String, Vec<read::Attempt>>,
+) -> Value {
+    let started = state.started.as_ref();
+    let first = events.first().map(|e| e.at);
+    let last = events.last().map(|e| e.at);
+    let now = jiff::Timestamp::now();
+    let elapsed = match (first, last) {
+        (Some(f), Some(l)) => (if status.is_final() { l } else { now }).duration_since(f).as_millis() as i64,
+        _ => 0,
+    };
+    let longest = state.stages.iter().map(|s| s.duration_ms).max().unwrap_or(0).max(1);
+    let in_flight = output::in_flight(state);
+    let mut stages = Vec::new();
+    for st in &state.stages {
+        let status_word = stage_word(st.status);
+        let attempts: Vec<Value> =
+            attempts.get(st.id.as_str()).map(|a| a.iter().map(attempt_context).collect()).unwrap_or_default();
+        let budget = pipeline.stage(st.id.as_str()).map(|s| s.budget.clone()).unwrap_or_default();
+        let spend = &st.spend;
+        let spend_line = (spend.invocations > 0 || budget.tokens.is_some() || budget.cost_usd.is_some()).then(|| {
+            let mut parts = vec![format!(
+                "{} tokens{}",
+                spend.tokens,
+                budget.tokens.map(|b| format!(" of {b}")).unwrap_or_default()
+            )];
+            parts.push(format!(
+                "${:.4}{}",
+                spend.cost_usd,
+                budget.cost_usd.map(|b| format!(" of ${b:.2}")).unwrap_or_default()
+            ));
+            parts.push(format!(
+                "{} agent call(s){}",
+                spend.invocations,
+                budget.invocations.map(|b| format!(" of {b}")).unwrap_or_default()
+            ));
+            format!("{}{}", parts.join(" · "), if spend.estimated { " (tokens estimated)" } else { "" })
+        });
+        stages.push(json!({
+            "id": st.id.as_str(),
+            "status": status_word,
+            "icon": icon(status_word),
+            "attempts_count": st.attempts,
+            "duration": duration(st.duration_ms as i64),
+            "width": (st.duration_ms as f64 / longest as f64 * 100.0).clamp(1.0, 100.0).round(),
+            "marks": (1..=st.attempts).collect::<Vec<u32>>(),
+            "attempts": attempts,
+            "spend": spend_line,
+            "in_flight": in_flight.as_ref().is_some_and(|f| f.stage == st.id.as_str()),
+            "outputs": st.outputs.keys().collect::<Vec<_>>(),
+        }));
+    }
+    let result = loopwright_engine::result::PipelineResult::from_state(state);
+    let waiting = result.waiting.as_ref().filter(|_| status == RunStatus::Waiting).map(|w| {
+        let report = (w.kind == "escalation").then(|| read::escalation_report(state).map(|(_, m)| m)).flatten();
+        let impact = loopwright_spec::StageId::parse(&w.stage)
+            .filter(|_| w.kind == "escalation")
+            .map(|s| ops::answer::skip_impact(pipeline, state, &s));
+        json!({"kind": w.kind, "stage": w.stage, "report": report, "skip_impact": impact})
+    });
+    let rollback: Vec<String> = events
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::RollbackStarted { .. } | Event::StageRolledBack { .. } | Event::RollbackFinished { .. } => {
+                Some(format!("{} {}", r.event.kind(), serde_json::to_string(&r.event).unwrap_or_default()))
+            }
+            _ => None,
+        })
+        .collect();
+    let letters: Vec<Value> = ops::dead_letters::list(&shared.ws)
+        .into_iter()
+        .filter(|row| row.run_id == state.run_id.as_str())
+        .filter_map(|row| ops::dead_letters::show(&shared.ws, &row.task_id).ok())
+        .map(|l| json!({"task_id": l.task_id, "text": l.text}))
+        .collect();
+    let resumable = matches!(ops::resume::check(state), Ok(ops::resume::Resumable::Yes))
+        && matches!(status, RunStatus::Interrupted);
+    json!({
+        "id": state.run_id.as_str(),
+        "pipeline": started.map(|s| s.pipeline.clone()),
+        "task_id": started.map(|s| s.task_id.to_string()),
+        "task": started.map(|s| s.task.clone()),
+        "status": status.as_str(),
+        "icon": icon(status.as_str()),
+        "started": first.map(when),
+        "duration": duration(elapsed),
+        "final": status.is_final(),
+        "cancellable": !status.is_final(),
+        "resumable": resumable,
+        "stages": stages,
+        "waiting": waiting,
+        "artifacts": result.artifacts,
+        "failed_stage": result.failed_stage,
+        "rollback": rollback,
+        "dead_letters": letters,
+        "in_flight": in_flight.map(|f| json!({"stage": f.stage, "attempt": f.attempt})),
+    })
+}
+
+fn stage_word(status: StageStatus) -> &'static str {
+    match status {
+        StageStatus::Pending => "pending",
+        StageStatus::Running => "running",
+        StageStatus::AttemptFailed => "failed",
+        StageStatus::RetryWaiting => "retry_waiting",
+        StageStatus::Looping => "looping",
+        StageStatus::Success => "success",
+        StageStatus::Failed => "failed",
+        StageStatus::Timeout => "timeout",
+        StageStatus::Skipped => "skipped",
+        StageStatus::Cancelled => "cancelled",
+        StageStatus::RolledBack => "rolled_back",
+    }
+}
+
+fn attempt_context(a: &read::Attempt) -> Value {
+    let usage = a.usage.as_ref().map(|u| {
+        let tokens = u["input_tokens"].as_u64().unwrap_or(0) + u["output_tokens"].as_u64().unwrap_or(0);
+        let cost = u["cost_usd"].as_f64().map(|c| format!(", ${c:.4}")).unwrap_or_default();
+        let estimated = if u["estimated"].as_bool() == Some(true) { " (estimated)" } else { "" };
+        format!("{tokens} tokens{cost}{estimated}")
+    });
+    let phases: Vec<Value> = a
+        .phases
+        .iter()
+        .map(|p| {
+            let kind = p["type"].as_str().unwrap_or("phase").to_owned();
+            // What the closed loop decided, in words: pattern, confidence, strategy, findings.
+            let mut facts = BTreeMap::new();
+            if let Some(map) = p.as_object() {
+                for (k, v) in map {
+                    if matches!(k.as_str(), "type" | "stage" | "attempt") {
+                        continue;
+                    }
+                    let text = match v {
+                        Value::String(s) => s.clone(),
+                        Value::Null => continue,
+                        other => other.to_string(),
+                    };
+                    facts.insert(k.clone(), text);
+                }
+            }
+            json!({"kind": kind, "facts": facts})
+        })
+        .collect();
+    json!({
+        "number": a.number,
+        "status": a.status,
+        "icon": icon(&a.status),
+        "started": a.started_at.map(when),
+        "duration": a.duration_ms.map(|d| duration(d as i64)),
+        "prompt": a.prompt,
+        "output": a.output,
+        "stderr": a.stderr,
+        "error": a.error.as_ref().map(|e| serde_json::to_string_pretty(e).unwrap_or_default()),
+        "retry_context": a.retry_context,
+        "usage": usage,
+        "phases": phases,
+    })
+}
+
+async fn dead_letters_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if !signed_in(&shared, &headers) {
+        return signin(StatusCode::UNAUTHORIZED, false);
+    }
+    let letters: Vec<Value> = ops::dead_letters::list(&shared.ws)
+        .into_iter()
+        .map(|row| {
+            let text = ops::dead_letters::show(&shared.ws, &row.task_id).map(|l| l.text).unwrap_or_default();
+            json!({
+                "task_id": row.task_id, "stage": row.stage, "run_id": row.run_id, "pattern": row.final_pattern,
+                "attempts": row.total_attempts, "blocked_at": row.blocked_at, "reason": row.blocked_reason,
+                "similar": row.similar_failures, "text": text,
+            })
+        })
+        .collect();
+    page("dead_letters.html", json!({"header": header_context(&shared, "dead-letters").await, "letters": letters}))
+}
+
+async fn stats_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if !signed_in(&shared, &headers) {
+        return signin(StatusCode::UNAUTHORIZED, false);
+    }
+    let header_ctx = header_context(&shared, "stats").await;
+    let stats = match ops::stats::stats(&shared.ws, 10_000).await {
+        Ok(s) => s.to_json(),
+        Err(e) => return page("stats.html", json!({"header": header_ctx, "missing": e.message()})),
+    };
+    page("stats.html", json!({"header": header_ctx, "stats": stats}))
 }

@@ -455,6 +455,50 @@ impl Event {
         }
     }
 
+    /// Every event type's name, as [`Event::kind`] gives it (the dashboard listens for each).
+    pub const KINDS: &[&str] = &[
+        "run_started",
+        "condition_evaluated",
+        "stage_skipped",
+        "approval_requested",
+        "approval_granted",
+        "approval_rejected",
+        "attempt_started",
+        "process_started",
+        "attempt_succeeded",
+        "attempt_failed",
+        "retry_scheduled",
+        "stage_failed",
+        "feedback_checked",
+        "snapshot_taken",
+        "snapshot_failed",
+        "repository_repaired",
+        "snapshot_restored",
+        "changes_committed",
+        "rollback_started",
+        "stage_rolled_back",
+        "rollback_finished",
+        "escalation_answered",
+        "run_interrupted",
+        "run_queued",
+        "run_resumed",
+        "cancel_requested",
+        "run_cancelled",
+        "run_finished",
+        "generated",
+        "validated",
+        "evaluated",
+        "regression_gate",
+        "regression_checked",
+        "analyzed",
+        "fix_applied",
+        "loop_escalated",
+        "dead_lettered",
+        "usage_recorded",
+        "worktree_merged",
+        "worktree_conflict",
+    ];
+
     /// The event's type name, as stored.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -917,6 +961,15 @@ mod tests {
         let json = serde_json::to_string(&e).expect("json");
         assert_eq!(json, r#"{"type":"stage_skipped","stage":"plan","reason":"condition_false"}"#);
         assert_eq!(serde_json::from_str::<Event>(&json).expect("parse"), e);
+    }
+
+    #[test]
+    fn kinds_lists_every_name_kind_gives_in_its_order() {
+        let source = include_str!("event.rs");
+        let body = &source[source.find("pub fn kind(&self)").expect("kind")..];
+        let body = &body[..body.find("\n    }\n").expect("end of kind")];
+        let names: Vec<&str> = body.split("=> \"").skip(1).filter_map(|s| s.split('"').next()).collect();
+        assert_eq!(names, Event::KINDS);
     }
 
     #[test]

@@ -193,3 +193,20 @@ fn retry_context(prompt: &str) -> Option<String> {
     let end = prompt[start..].find("</retry_context>")? + start + "</retry_context>".len();
     Some(prompt[start..end].to_owned())
 }
+
+/// The escalation a run waits on, as seed 001 words it for a person: (stage, the report).
+pub fn escalation_report(state: &RunState) -> Option<(loopwright_spec::StageId, String)> {
+    let stage = state.waiting_for_escalation()?;
+    let lp = stage.closed.as_deref()?;
+    let started = state.started.as_ref()?;
+    let reason = lp.escalation.as_deref()?;
+    let message = loopwright_engine::closed_loop::context::escalation_message(
+        state.run_id.as_str(),
+        &started.task,
+        started.task_id.as_str(),
+        stage.id.as_str(),
+        lp,
+        reason,
+    );
+    Some((stage.id.clone(), message))
+}

@@ -62,6 +62,17 @@ pub struct Stats {
     pub regressions_found: usize,
     /// Counts by failure pattern.
     pub by_pattern: BTreeMap<String, PatternStats>,
+    /// How often each fix strategy was applied, and how often the attempt after it succeeded.
+    pub by_strategy: BTreeMap<String, StrategyStats>,
+}
+
+/// One fix strategy's record.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StrategyStats {
+    /// Times applied.
+    pub applied: usize,
+    /// Times the attempt after it succeeded.
+    pub succeeded: usize,
 }
 
 /// `stats` over the last `runs` runs.
@@ -75,11 +86,24 @@ pub async fn stats(ws: &Workspace, runs: usize) -> Result<Stats, Error> {
     // Seed 000's VALIDATE and regression metrics.
     let (mut validations, mut validation_catches) = (0usize, BTreeMap::<String, usize>::new());
     let (mut regression_runs, mut regression_skipped, mut regressions_found) = (0usize, 0usize, 0usize);
+    let mut by_strategy: BTreeMap<String, StrategyStats> = BTreeMap::new();
     for summary in store.runs(runs).await? {
         let events = store.events(&summary.run_id).await?;
         let state = RunState::replay(summary.run_id.clone(), &events);
         let mut patterns: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let succeeded: std::collections::BTreeSet<(&str, u32)> = events
+            .iter()
+            .filter_map(|r| match &r.event {
+                Event::AttemptSucceeded { stage, attempt, .. } => Some((stage.as_str(), *attempt)),
+                _ => None,
+            })
+            .collect();
         for record in &events {
+            if let Event::FixApplied { stage, attempt, fix } = &record.event {
+                let entry = by_strategy.entry(fix.strategy.clone()).or_default();
+                entry.applied += 1;
+                entry.succeeded += usize::from(succeeded.contains(&(stage.as_str(), attempt + 1)));
+            }
             match &record.event {
                 Event::AttemptFailed { stage, error, .. } => {
                     // The pattern journaled at the time, else a classification now.
@@ -162,6 +186,7 @@ pub async fn stats(ws: &Workspace, runs: usize) -> Result<Stats, Error> {
         regression_skipped,
         regressions_found,
         by_pattern,
+        by_strategy,
     })
 }
 
@@ -203,6 +228,10 @@ impl Stats {
             "regression_checks_run": self.regression_runs, "regression_checks_skipped": self.regression_skipped,
             "regressions_detected": self.regressions_found,
             "by_pattern": aggregated, "stages": self.stage_runs,
+            "by_strategy": self.by_strategy.iter().map(|(name, s)| (name.clone(), json!({
+                "applied": s.applied, "succeeded": s.succeeded,
+                "success_rate": s.succeeded as f64 / s.applied.max(1) as f64,
+            }))).collect::<serde_json::Map<String, serde_json::Value>>(),
         })
     }
 }

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 
 use loopwright_app::assemble::RunEngine;
-use loopwright_app::ops::answer;
 use loopwright_app::ops::start::{StartRequest, prepare};
+use loopwright_app::ops::{answer, read};
 use loopwright_app::ownership::this_process;
 use loopwright_app::session::Session;
 use loopwright_engine::result::PipelineResult;
@@ -180,20 +180,7 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
         }
         // A closed-loop escalation, with a person at the terminal: ask (seed 001's options).
         let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
-        let Some((stage, message)) = state.waiting_for_escalation().filter(|_| interactive).and_then(|s| {
-            let lp = s.closed.as_deref()?;
-            let started = state.started.as_ref()?;
-            let reason = lp.escalation.as_deref()?;
-            let message = loopwright_engine::closed_loop::context::escalation_message(
-                state.run_id.as_str(),
-                &started.task,
-                started.task_id.as_str(),
-                s.id.as_str(),
-                lp,
-                reason,
-            );
-            Some((s.id.clone(), message))
-        }) else {
+        let Some((stage, message)) = read::escalation_report(&state).filter(|_| interactive) else {
             break;
         };
         let answer = tokio::task::spawn_blocking(move || ask_escalation(&message));

@@ -1,0 +1,265 @@
+// loopwright dashboard: keeps a server-rendered page live. It follows /api/events (every
+// run's journal) and, on the run page, /api/runs/RUN/output (the stage in flight); when an
+// event concerns the page it fetches the page again and swaps the part that changed, keeping
+// open sections, typed text and focus. Buttons and the start form call the JSON API.
+(() => {
+  'use strict';
+  const $ = (sel, root = document) => root.querySelector(sel);
+  const body = document.body;
+  const page = body.dataset.page;
+  const runId = body.dataset.run || null;
+
+  // Who answers: kept in this browser, sent as `by` with every answer.
+  const who = $('#who');
+  if (who) {
+    who.value = localStorage.getItem('loopwright.who') || '';
+    who.addEventListener('change', () => localStorage.setItem('loopwright.who', who.value.trim()));
+  }
+  const by = () => (who && who.value.trim()) || 'dashboard';
+
+  const notice = (text, isError) => {
+    const n = $('#notice');
+    n.textContent = text;
+    n.classList.toggle('error', Boolean(isError));
+  };
+
+  async function api(method, path, payload) {
+    const res = await fetch(path, {
+      method,
+      credentials: 'same-origin',
+      headers: payload === undefined ? {} : { 'Content-Type': 'application/json' },
+      body: payload === undefined ? undefined : JSON.stringify(payload),
+    });
+    let data = null;
+    try { data = await res.json(); } catch (_) { /* an empty answer */ }
+    return { ok: res.ok, status: res.status, data };
+  }
+  const errorText = (r) => (r.data && r.data.error && r.data.error.message) || `HTTP ${r.status}`;
+
+  // ---- Refreshing the page's live part -------------------------------------------------
+  let timer = null;
+  let busy = false;
+  let again = false;
+  const scheduleRefresh = () => { clearTimeout(timer); timer = setTimeout(refresh, 100); };
+
+  function focusKey(el) {
+    if (!el || el === body) return null;
+    if (el.id) return `#${CSS.escape(el.id)}`;
+    if (el.dataset && el.dataset.action) {
+      return `[data-action="${el.dataset.action}"]` + (el.dataset.rollback ? `[data-rollback="${el.dataset.rollback}"]` : '');
+    }
+    return null;
+  }
+
+  function swapLive(doc) {
+    const current = $('#live');
+    const next = $('#live', doc);
+    if (!current || !next) return;
+    // Sections the reader opened or closed stay so.
+    current.querySelectorAll('details[id]').forEach((d) => {
+      const twin = next.querySelector(`#${CSS.escape(d.id)}`);
+      if (twin) twin.open = d.open;
+    });
+    // What the reader typed stays (the answer form is kept whole).
+    const form = $('#respond-form', current);
+    const nextForm = $('#respond-form', next);
+    if (form && nextForm) nextForm.replaceWith(form);
+    const comment = $('#answer-comment', current);
+    const nextComment = $('#answer-comment', next);
+    if (comment && nextComment) nextComment.value = comment.value;
+    const key = current.contains(document.activeElement) ? focusKey(document.activeElement) : null;
+    current.replaceWith(next);
+    if (key) { const again = $(key); if (again) again.focus(); }
+  }
+
+  function swapBadge(doc) {
+    const badge = $('#badge');
+    const next = $('#badge', doc);
+    if (badge && next) {
+      badge.className = next.className;
+      badge.setAttribute('aria-label', next.getAttribute('aria-label'));
+      $('#badge-count').textContent = $('#badge-count', doc).textContent;
+    }
+  }
+
+  async function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    try {
+      const res = await fetch(location.pathname + location.search, { credentials: 'same-origin', cache: 'no-store' });
+      const doc = new DOMParser().parseFromString(await res.text(), 'text/html');
+      swapBadge(doc);
+      swapLive(doc);
+      if (runId) {
+        body.dataset.final = doc.body.dataset.final || '';
+        followOutput();
+      }
+    } catch (_) {
+      // The connection indicator tells; the next event tries again.
+    } finally {
+      busy = false;
+      if (again) { again = false; scheduleRefresh(); }
+    }
+  }
+
+  // ---- Live events ---------------------------------------------------------------------
+  const connection = $('#connection');
+  const setConnection = (state, text) => { connection.dataset.state = state; connection.textContent = text; };
+  const kinds = (body.dataset.kinds || '').split(' ').filter(Boolean);
+  function onEvent(kind, data) {
+    let run = null;
+    try { run = JSON.parse(data).run_id; } catch (_) { /* not JSON */ }
+    if (page === 'run' && run !== runId) {
+      // Another run: only the badge may change.
+      if (['approval_requested', 'loop_escalated', 'approval_granted', 'approval_rejected', 'escalation_answered',
+        'run_finished', 'run_cancelled'].includes(kind)) scheduleRefresh();
+      return;
+    }
+    scheduleRefresh();
+  }
+  function connect() {
+    const live = (state) => setConnection(state, state === 'live' ? '● live' : '○ reconnecting…');
+    if (window.SharedWorker) {
+      // One stream for all tabs (see feed-worker.js).
+      const worker = new SharedWorker('/assets/feed-worker.js', { name: 'loopwright-feed' });
+      worker.port.onmessage = (m) => {
+        if (m.data.type === 'state') live(m.data.state);
+        else if (m.data.type === 'event') onEvent(m.data.kind, m.data.data);
+      };
+      worker.port.start();
+      worker.port.postMessage({ type: 'hello', after: lastFeed(), kinds });
+      window.addEventListener('pagehide', () => worker.port.postMessage({ type: 'bye' }));
+      return;
+    }
+    const source = new EventSource('/api/events?after=' + encodeURIComponent(lastFeed()));
+    source.onopen = () => live('live');
+    source.onerror = () => live('offline');
+    kinds.forEach((k) => source.addEventListener(k, (e) => onEvent(k, e.data)));
+  }
+  // Only what happens after the page was rendered matters: start at the feed position it shows.
+  const lastFeed = () => body.dataset.feed || '0';
+
+  // ---- The output of the stage in flight ----------------------------------------------
+  let output = null;
+  function followOutput() {
+    const pre = $('#live-output');
+    if (!pre || !runId) return;
+    const section = pre.closest('section');
+    if (body.dataset.final === 'true') {
+      section.hidden = true;
+      if (output) { output.close(); output = null; }
+      return;
+    }
+    section.hidden = false;
+    if (output) return;
+    output = new EventSource(`/api/runs/${encodeURIComponent(runId)}/output`);
+    let which = '';
+    output.addEventListener('output', (e) => {
+      const chunk = JSON.parse(e.data);
+      const name = `${chunk.stage}, attempt ${chunk.attempt}`;
+      if (name !== which) {
+        which = name;
+        $('#output-which').textContent = `(${name})`;
+        if (chunk.offset === 0 && chunk.stream === 'stdout') pre.textContent = '';
+      }
+      const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.append(document.createTextNode(chunk.stream === 'stderr' ? chunk.text.replace(/^/gm, '! ') : chunk.text));
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+    });
+    output.addEventListener('end', () => { output.close(); output = null; });
+  }
+
+  // ---- Actions -------------------------------------------------------------------------
+  document.addEventListener('click', async (e) => {
+    const button = e.target.closest('button[data-action]');
+    if (!button || !runId) return;
+    const action = button.dataset.action;
+    const rollback = button.dataset.rollback === 'true';
+    const base = `/api/runs/${encodeURIComponent(runId)}`;
+    let payload;
+    if (action === 'approve' || action === 'reject') {
+      const comment = $('#answer-comment');
+      payload = { by: by(), comment: (comment && comment.value.trim()) || null };
+      if (action === 'reject') payload.rollback = rollback;
+    } else if (action === 'cancel') {
+      payload = { by: by(), rollback };
+    }
+    button.disabled = true;
+    notice(`${action}…`);
+    const r = await api('POST', `${base}/${action}`, payload);
+    button.disabled = false;
+    notice(r.ok ? `${action}: done (${by()})` : `${action}: ${errorText(r)}`, !r.ok);
+    scheduleRefresh();
+  });
+
+  document.addEventListener('submit', async (e) => {
+    const form = e.target;
+    if (form.id === 'respond-form' && runId) {
+      e.preventDefault();
+      const data = new FormData(form);
+      const answer = data.get('answer');
+      const text = String(data.get('text') || '').trim();
+      if (answer === 'fix' && !text) { notice('fix: write the guidance for the next attempt', true); return; }
+      const r = await api('POST', `/api/runs/${encodeURIComponent(runId)}/respond`, { answer, text: answer === 'fix' ? text : null, by: by() });
+      notice(r.ok ? `answered ${answer} (${by()})` : `respond: ${errorText(r)}`, !r.ok);
+      if (r.ok) form.reset();
+      scheduleRefresh();
+    } else if (form.id === 'start-form') {
+      e.preventDefault();
+      const data = new FormData(form);
+      const errors = $('#start-errors');
+      errors.textContent = '';
+      const pairs = (name) => {
+        const out = {};
+        const bad = [];
+        String(data.get(name) || '').split('\n').map((l) => l.trim()).filter(Boolean).forEach((line) => {
+          const at = line.indexOf('=');
+          if (at < 1) bad.push(line); else out[line.slice(0, at).trim()] = line.slice(at + 1);
+        });
+        return { out, bad };
+      };
+      const vars = pairs('vars');
+      const inputs = pairs('inputs');
+      const bad = vars.bad.map((l) => `Variables: \`${l}\` is not KEY=VALUE`).concat(inputs.bad.map((l) => `Inputs: \`${l}\` is not KEY=VALUE`));
+      if (bad.length) { showDiagnostics(errors, 'The form has mistakes', bad); return; }
+      const payload = {
+        pipeline: data.get('pipeline'),
+        task: String(data.get('task') || '').trim() || null,
+        vars: vars.out,
+        inputs: inputs.out,
+        approve_all: data.get('approve_all') === 'on',
+        worktree: data.get('worktree') === 'on',
+      };
+      const button = form.querySelector('button[type="submit"]');
+      button.disabled = true;
+      const r = await api('POST', '/api/runs', payload);
+      button.disabled = false;
+      if (r.ok) {
+        location.assign(`/runs/${encodeURIComponent(r.data.run_id)}`);
+        return;
+      }
+      const diags = ((r.data && r.data.error && r.data.error.diagnostics) || []).map((d) => {
+        const pos = d.position ? `:${d.position.line}:${d.position.column}` : '';
+        const where = d.file ? `${d.file}${pos}: ` : '';
+        const field = d.field ? `${d.stage ? `stage \`${d.stage}\`, ` : ''}field \`${d.field}\`: ` : '';
+        return `${where}${field}${d.message || JSON.stringify(d)}`;
+      });
+      showDiagnostics(errors, errorText(r), diags);
+    }
+  });
+
+  function showDiagnostics(box, title, lines) {
+    box.textContent = '';
+    const p = document.createElement('p');
+    p.textContent = title;
+    box.append(p);
+    if (lines.length) {
+      const ul = document.createElement('ul');
+      lines.forEach((l) => { const li = document.createElement('li'); li.textContent = l; ul.append(li); });
+      box.append(ul);
+    }
+  }
+
+  connect();
+  followOutput();
+})();

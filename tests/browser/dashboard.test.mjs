@@ -1,0 +1,298 @@
+// The dashboard in a real browser: Debian's chromium driven by playwright-core, against a real
+// `loopwright serve` in a temporary workspace. Run by scripts/browser-test.sh (which installs
+// both); screenshots go to target/screenshots/, or to docs/ with LOOPWRIGHT_SCREENSHOTS=docs.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import readline from 'node:readline';
+import { chromium } from 'playwright-core';
+
+const root = path.resolve(import.meta.dirname, '../..');
+const bin = process.env.LOOPWRIGHT_BIN || path.join(root, 'target/debug/loopwright');
+const shots = process.env.LOOPWRIGHT_SCREENSHOTS === 'docs' ? path.join(root, 'docs') : path.join(root, 'target/screenshots');
+const SLEEP = 3017; // a stage's `sleep`, unique enough to find its process
+
+let ws;
+let daemon;
+let base;
+let token;
+let browser;
+
+function write(rel, text) {
+  const file = path.join(ws, rel);
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, text);
+}
+
+function setUpWorkspace() {
+  ws = fs.mkdtempSync(path.join(os.tmpdir(), 'loopwright-browser-'));
+  write('.loopwright/pipelines/gate.yml', `name: gate
+description: Build, then wait for a person before shipping
+version: 1
+stages:
+  - id: build
+    agent: shell
+    mode: plan
+    description: Build
+    run: echo built
+  - id: ship
+    agent: shell
+    mode: plan
+    description: Ship once a person approves
+    requires_approval: true
+    run: echo shipped
+`);
+  // The agent writes a check script; the check fails (not executable) and the closed loop
+  // escalates at once (permission-error); told to "make it executable", it does.
+  write('.loopwright/agents/dev.md', '---\nname: dev\nrunner: command\ncommand: ["sh", ".loopwright/agents/dev.sh"]\n---\nYou fix code.\n');
+  write('.loopwright/agents/dev.sh', `prompt=$(cat)
+mkdir -p scripts
+printf '#!/bin/sh\\necho checked\\n' > scripts/check.sh
+case "$prompt" in *"make it executable"*) chmod +x scripts/check.sh;; esac
+echo wrote the check
+`);
+  write('.loopwright/pipelines/fixit.yml', `name: fixit
+description: An agent stage whose check needs a person's hint
+version: 1
+stages:
+  - id: implement
+    description: Write the check script
+    agent: dev
+    mode: agent
+    skill: closed-loop-execution
+    checks:
+      - name: script_runs
+        type: command
+        command: ./scripts/check.sh
+`);
+  write('.loopwright/pipelines/slow.yml', `name: slow
+description: A long stage
+version: 1
+stages:
+  - id: wait
+    agent: shell
+    mode: plan
+    description: Wait a long time
+    run: "echo started sleeping; sleep ${SLEEP}"
+`);
+  write('.loopwright/pipelines/stuck.yml', `name: stuck
+description: A closed loop that gives up
+version: 1
+stages:
+  - id: implement
+    description: Frobnicate the widget
+    agent: dev
+    mode: agent
+    skill: closed-loop-execution
+    closed_loop:
+      max_retries: 1
+    checks:
+      - name: widget
+        type: custom
+        command: echo 'widget frobnication incomplete for slot 7'; exit 1
+`);
+  write('.loopwright/pipelines/broken.yml', 'name: broken\ndescription: d\nversion: 1\nstages:\n  - id: Bad-Id\n    agent: shell\n    run: echo hi\n');
+  execFileSync('git', ['init', '-q', '-b', 'main'], { cwd: ws });
+  execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', 'add', '-A'], { cwd: ws });
+  execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', 'commit', '-qm', 'initial'], { cwd: ws });
+}
+
+async function startDaemon() {
+  daemon = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--json'], { cwd: ws, stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines = readline.createInterface({ input: daemon.stdout });
+  const first = await new Promise((resolve, reject) => {
+    lines.once('line', resolve);
+    daemon.once('exit', (code) => reject(new Error(`serve exited with ${code}`)));
+  });
+  const started = JSON.parse(first);
+  base = `http://${started.addr}`;
+  token = fs.readFileSync(path.join(ws, '.loopwright/state/serve.token'), 'utf8').trim();
+  return started.url;
+}
+
+async function api(method, route, body) {
+  const res = await fetch(base + route, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+async function waitFor(what, check, seconds = 30) {
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function sleepers() {
+  const found = [];
+  for (const pid of fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
+      const state = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1][0];
+      if (cmd === `sleep ${SLEEP}` && state !== 'Z') found.push(Number(pid));
+    } catch { /* gone meanwhile */ }
+  }
+  return found;
+}
+
+async function shot(page, name) {
+  fs.mkdirSync(shots, { recursive: true });
+  await page.screenshot({ path: path.join(shots, name), fullPage: false });
+}
+
+/** Starts a run through the form on the runs page; resolves on the run page. */
+async function startThroughForm(page, pipeline, task) {
+  await page.goto(`${base}/`);
+  await page.selectOption('#start-form select[name="pipeline"]', pipeline);
+  await page.fill('#start-form textarea[name="task"]', task);
+  await Promise.all([page.waitForURL(/\/runs\/\d{8}-\d{6}-[0-9a-f]+$/), page.click('#start-form button[type="submit"]')]);
+  const run = page.url().split('/runs/')[1];
+  // Marks this page load: a reload would lose it.
+  await page.evaluate(() => { window.loadedOnce = true; });
+  return run;
+}
+
+const notReloaded = (page) => page.evaluate(() => window.loadedOnce === true);
+
+before(async () => {
+  setUpWorkspace();
+  const url = await startDaemon();
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+  });
+  // The printed URL carries the token once; the browser keeps the cookie.
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  await page.goto(url);
+  assert.equal(new URL(page.url()).search, '', 'the token is not left in the address bar');
+  browser.mainContext = context;
+});
+
+after(async () => {
+  await browser?.close();
+  if (daemon && daemon.exitCode === null) {
+    daemon.kill('SIGTERM');
+    await new Promise((r) => daemon.once('exit', r));
+  }
+  fs.rmSync(ws, { recursive: true, force: true });
+});
+
+test('a gate: started through the form, waiting with the badge, approved with a click, finished green without a reload', async () => {
+  const page = await browser.mainContext.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  await page.goto(`${base}/`);
+  await page.fill('#who', 'alice');
+  await page.dispatchEvent('#who', 'change');
+  const run = await startThroughForm(page, 'gate', 'Ship the release');
+  await page.getByText('waits for approval').waitFor();
+  assert.match(await page.textContent('#run-status'), /waiting/);
+  assert.ok(await notReloaded(page), 'the run page updated itself');
+
+  // The runs page: the waiting run first, the badge in the header.
+  const list = await browser.mainContext.newPage();
+  await list.goto(`${base}/`);
+  assert.equal((await list.textContent('#badge')).replace(/\s+/g, ' ').trim(), '✋ 1 need you');
+  const firstRow = list.locator('tbody tr').first();
+  assert.equal(await firstRow.getAttribute('data-run'), run);
+  assert.match(await firstRow.textContent(), /waiting · needs you/);
+  await shot(list, 'dashboard-runs.png');
+  await list.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await list.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'no sideways scrolling at phone width');
+  await shot(list, 'dashboard-runs-phone.png');
+
+  // The approve button is reachable from the keyboard.
+  await page.bringToFront();
+  await page.locator('body').focus();
+  let reached = false;
+  for (let i = 0; i < 40 && !reached; i += 1) {
+    await page.keyboard.press('Tab');
+    reached = await page.evaluate(() => document.activeElement?.dataset?.action === 'approve');
+  }
+  assert.ok(reached, 'Tab reaches Approve');
+  await shot(page, 'dashboard-run-gate.png');
+  await page.click('button[data-action="approve"]');
+  await page.locator('#run-status', { hasText: 'success' }).waitFor();
+  assert.ok(await notReloaded(page), 'finished without a reload');
+  assert.equal(await page.locator('.stage-row.status-success').count(), 2);
+
+  // The runs page followed along: the badge is back to none.
+  await list.locator('#badge-count', { hasText: '0' }).waitFor();
+  const events = (await api('GET', `/api/runs/${run}/events`)).body;
+  const granted = events.filter((e) => e.event.type === 'approval_granted');
+  assert.deepEqual(granted.map((e) => [e.event.stage, e.event.by]), [['ship', 'alice']]);
+  assert.deepEqual(errors, []);
+});
+
+test('an escalation answered with fix and a hint, and the run goes on', async () => {
+  const page = await browser.mainContext.newPage();
+  const run = await startThroughForm(page, 'fixit', 'Add the check script');
+  await page.getByText('is escalated to you').waitFor();
+  assert.match(await page.textContent('.report'), /Task Escalation Required/);
+  await shot(page, 'dashboard-run-escalation.png');
+  await page.check('#respond-form input[value="fix"]');
+  await page.fill('#respond-form textarea[name="text"]', 'make it executable with chmod +x');
+  await page.click('#respond-form button[type="submit"]');
+  await page.locator('#run-status', { hasText: 'success' }).waitFor();
+  assert.ok(await notReloaded(page));
+  const events = (await api('GET', `/api/runs/${run}/events`)).body;
+  const answers = events.filter((e) => e.event.type === 'escalation_answered').map((e) => e.event);
+  assert.equal(answers.length, 1);
+  assert.deepEqual(answers[0].answer, { answer: 'fix', text: 'make it executable with chmod +x' });
+  assert.equal(answers[0].by, 'alice');
+  // The hint reached the next attempt's prompt, shown on the page.
+  await page.locator('#attempt-implement-2').evaluate((d) => { d.open = true; });
+  await page.locator('#attempt-implement-2 details').first().evaluate((d) => { d.open = true; });
+  assert.match(await page.textContent('#attempt-implement-2'), /make it executable with chmod \+x/);
+});
+
+test('a running stage: its output live, cancelled with a click, its process gone', async () => {
+  const page = await browser.mainContext.newPage();
+  await startThroughForm(page, 'slow', 'Wait');
+  await page.locator('#live-output', { hasText: 'started sleeping' }).waitFor();
+  assert.match(await page.textContent('#output-which'), /wait, attempt 1/);
+  await waitFor('the stage process', () => sleepers().length === 1);
+  await shot(page, 'dashboard-run-running.png');
+  await page.click('button[data-action="cancel"][data-rollback="false"]');
+  await page.locator('#run-status', { hasText: 'cancelled' }).waitFor();
+  assert.ok(await notReloaded(page));
+  await waitFor('the stage process to be gone', () => sleepers().length === 0, 10);
+});
+
+test('an invalid pipeline: the form shows where and what', async () => {
+  const page = await browser.mainContext.newPage();
+  await page.goto(`${base}/`);
+  await page.selectOption('#start-form select[name="pipeline"]', 'broken');
+  await page.click('#start-form button[type="submit"]');
+  const errors = page.locator('#start-errors li').first();
+  await errors.waitFor();
+  assert.match(await errors.textContent(), /broken\.yml:\d+:\d+: .*Bad-Id/);
+  assert.equal(new URL(page.url()).pathname, '/');
+});
+
+test('dead letters and stats', async () => {
+  const started = await api('POST', '/api/runs', { pipeline: 'stuck' });
+  assert.equal(started.status, 202);
+  await waitFor('the dead letter', async () => (await api('GET', `/api/runs/${started.body.run_id}`)).body.status === 'failed');
+  const page = await browser.mainContext.newPage();
+  await page.goto(`${base}/dead-letters`);
+  await page.locator('details.letter summary').first().click();
+  assert.match(await page.textContent('details.letter'), /widget frobnication incomplete/);
+  await shot(page, 'dashboard-dead-letters.png');
+  await page.goto(`${base}/stats`);
+  assert.match(await page.textContent('main'), /Attempts by failure pattern/);
+  assert.match(await page.textContent('main'), /Strategy effectiveness/);
+  await shot(page, 'dashboard-stats.png');
+});
