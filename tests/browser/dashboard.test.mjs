@@ -204,7 +204,7 @@ test('a gate: started through the form, waiting with the badge, approved with a 
   // The runs page: the waiting run first, the badge in the header.
   const list = await browser.mainContext.newPage();
   await list.goto(`${base}/`);
-  assert.equal((await list.textContent('#badge')).replace(/\s+/g, ' ').trim(), '✋ 1 need you');
+  assert.equal((await list.textContent('#badge')).replace(/\s+/g, ' ').trim(), '⚑ 1 need you');
   const firstRow = list.locator('tbody tr').first();
   assert.equal(await firstRow.getAttribute('data-run'), run);
   assert.match(await firstRow.textContent(), /waiting · needs you/);

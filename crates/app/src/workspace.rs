@@ -156,7 +156,10 @@ impl Workspace {
             && name.len() <= 100
             && !name.starts_with('.')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !plain || name.ends_with(".yml") || name.ends_with(".yaml") {
+        if plain && (name.ends_with(".yml") || name.ends_with(".yaml")) {
+            return Err(Error::not_found(format!("no pipeline `{name}`: name it without `.yml`")));
+        }
+        if !plain {
             return Err(Error::usage(format!(
                 "`{name}` is not a pipeline name: use the name of a file in {} (letters, digits, `-`, `_`, `.`; no path)",
                 PIPELINE_DIRS.join(" or ")

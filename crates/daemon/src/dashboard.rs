@@ -119,7 +119,7 @@ fn icon(status: &str) -> &'static str {
         "success" | "succeeded" => "✓",
         "failed" => "✗",
         "cancelled" => "⊘",
-        "waiting" => "✋",
+        "waiting" => "⚑",
         "running" | "looping" => "▶",
         "interrupted" => "⚠",
         "queued" | "pending" | "retry_waiting" => "…",
@@ -254,7 +254,7 @@ fn run_context(
         let status_word = stage_word(st.status);
         let attempts: Vec<Value> =
             attempts.get(st.id.as_str()).map(|a| a.iter().map(attempt_context).collect()).unwrap_or_default();
-        let budget = pipeline.stage(st.id.as_str()).map(|s| s.budget.clone()).unwrap_or_default();
+        let budget = pipeline.stage(st.id.as_str()).map(|s| s.budget).unwrap_or_default();
         let spend = &st.spend;
         let spend_line = (spend.invocations > 0 || budget.tokens.is_some() || budget.cost_usd.is_some()).then(|| {
             let mut parts = vec![format!(

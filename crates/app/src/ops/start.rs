@@ -64,12 +64,13 @@ pub fn random_u64() -> u64 {
 /// request's input keys), variables and stage names checked, the agents' programs found, the
 /// task id, the earlier outputs `start_from` needs, secrets redacted, the worktree created.
 pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<Prepared, Error> {
+    // An unknown pipeline is said first (not found), then what is wrong with the request.
+    let path = if req.name_only { ws.find_pipeline_named(&req.pipeline)? } else { ws.find_pipeline(&req.pipeline)? };
     for key in req.inputs.keys() {
         if StageId::parse(key).is_none() {
             return Err(Error::usage(format!("input `{key}`: the key must match ^[a-z][a-z0-9_]*$")));
         }
     }
-    let path = if req.name_only { ws.find_pipeline_named(&req.pipeline)? } else { ws.find_pipeline(&req.pipeline)? };
     let input_keys: Vec<String> = req.inputs.keys().cloned().collect();
     let pipeline = ws.load_pipeline(&path, &input_keys)?;
     check_vars(&req.vars, &pipeline)?;

@@ -36,6 +36,7 @@ pub struct PipelineInfo {
 #[serde(deny_unknown_fields)]
 pub struct StartRun {
     /// The pipeline's name (`.loopwright/pipelines/NAME.yml`); no paths.
+    #[schema(min_length = 1, max_length = 100, pattern = "^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")]
     pub pipeline: String,
     /// What the run should achieve.
     #[serde(default)]
@@ -78,10 +79,12 @@ pub struct Accepted {
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Only runs in this status.
+    #[param(value_type = Option<String>, pattern = "^(running|success|failed|cancelled|waiting|interrupted|queued)?$")]
     pub status: Option<String>,
     /// Only runs of this pipeline.
     pub pipeline: Option<String>,
     /// At most this many (default 50, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 
@@ -117,6 +120,7 @@ pub struct EventsQuery {
 pub struct Approval {
     /// Who answers (default `api`).
     #[serde(default)]
+    #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub by: Option<String>,
     /// A note kept with the answer.
     #[serde(default)]
@@ -127,7 +131,7 @@ pub struct Approval {
 }
 
 /// `POST /api/runs/{run}/respond`.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Respond {
     /// `retry`, `skip`, `abort` or `fix`.
@@ -146,6 +150,7 @@ pub struct Respond {
 pub struct Cancel {
     /// Who cancels (default `api`).
     #[serde(default)]
+    #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub by: Option<String>,
     /// Roll back the completed stages that declare a `rollback`.
     #[serde(default)]
@@ -162,7 +167,7 @@ pub struct PatternTest {
     #[serde(default)]
     pub command: Option<String>,
     /// Its exit code.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "integral")]
     pub exit_code: Option<i32>,
 }
 
@@ -174,3 +179,51 @@ pub fn who(by: Option<String>) -> Result<String, super::error::ApiError> {
     }
     Ok(by)
 }
+
+/// An optional `i32` that JSON may write as `3` or `3.0` (both are integers to JSON Schema).
+fn integral<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    use serde::de::Error as _;
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else { return Ok(None) };
+    let v = n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 1e15).map(|f| f as i64));
+    v.and_then(|v| i32::try_from(v).ok()).map(Some).ok_or_else(|| D::Error::custom(format!("{n} is not an exit code")))
+}
+
+/// `retry`, `skip` or `abort` with no text, or `fix` with the instruction: two shapes.
+impl utoipa::PartialSchema for Respond {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+        let by = || {
+            ObjectBuilder::new()
+                .schema_type(utoipa::openapi::schema::SchemaType::from_iter([Type::String, Type::Null]))
+                .max_length(Some(100))
+                .pattern(Some("^[^\\u0000-\\u001f\\u007f-\\u009f]*$"))
+                .description(Some("Who answers (default `api`)"))
+        };
+        let plain = ObjectBuilder::new()
+            .property(
+                "answer",
+                ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["retry", "skip", "abort"])),
+            )
+            .required("answer")
+            .property("text", ObjectBuilder::new().schema_type(Type::Null))
+            .property("by", by())
+            .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::FreeForm(false)));
+        let fix = ObjectBuilder::new()
+            .property("answer", ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["fix"])))
+            .required("answer")
+            .property(
+                "text",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(1))
+                    .pattern(Some("\\S"))
+                    .description(Some("The instruction for the next attempt")),
+            )
+            .required("text")
+            .property("by", by())
+            .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::FreeForm(false)));
+        OneOfBuilder::new().item(plain).item(fix).into()
+    }
+}
+
+impl utoipa::ToSchema for Respond {}

@@ -72,7 +72,7 @@ fn sse_response(shared: &Shared, stream: impl Stream<Item = Result<Sse, Infallib
 /// A run's journal: JSON, or a live stream with `Accept: text/event-stream`.
 #[utoipa::path(get, path = "/api/runs/{run}/events", tag = "events",
     params(("run" = String, Path, description = "The run id"), EventsQuery,
-           ("Last-Event-ID" = Option<String>, Header, description = "Resume a stream after this sequence number")),
+           ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "Resume a stream after this sequence number")),
     responses((status = 200, description = "The events (a JSON array, or `text/event-stream`)",
                content((Vec<Object> = "application/json"), (String = "text/event-stream"))),
               (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -168,7 +168,7 @@ impl RunStream {
 /// Every run's events, for the dashboard: each `data` carries `run_id`; `id:` is a feed
 /// position that `Last-Event-ID` resumes from.
 #[utoipa::path(get, path = "/api/events", tag = "events",
-    params(EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this feed position")),
+    params(EventsQuery, ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "Resume after this feed position")),
     responses((status = 200, description = "A `text/event-stream` of every run's events", content_type = "text/event-stream", body = String),
               (status = 422, body = ErrorBody)))]
 pub async fn all_events(

@@ -64,5 +64,27 @@ pub fn router() -> (Router<Arc<Shared>>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::patterns_test))
         .split_for_parts();
     doc.info.version = env!("CARGO_PKG_VERSION").into();
+    refusals(&mut doc);
     (router.layer(DefaultBodyLimit::max(error::MAX_BODY)), doc)
+}
+
+/// Every route but the health check may be refused for access (401 without the token, 403 for
+/// a foreign `Host` or `Origin`): said once here instead of on every handler.
+fn refusals(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let answer = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+            .build()
+    };
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let operations = [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch];
+        for op in operations.into_iter().flatten() {
+            if path != "/api/health" {
+                op.responses.responses.entry("401".into()).or_insert_with(|| answer("No or a wrong token").into());
+            }
+            op.responses.responses.entry("403".into()).or_insert_with(|| answer("A foreign Host or Origin").into());
+        }
+    }
 }

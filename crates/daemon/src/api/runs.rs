@@ -90,7 +90,10 @@ pub async fn list(State(shared): State<Arc<Shared>>, Query(q): Query<ListQuery>)
         })?),
         None => None,
     };
-    let limit = q.limit.unwrap_or(50).clamp(1, 1000) as usize;
+    let limit = match q.limit.unwrap_or(50) {
+        n @ 1..=1000 => n as usize,
+        n => return Err(ApiError::invalid(format!("limit {n}: expected 1 to 1000"))),
+    };
     let filter = read::ListFilter { status, pipeline: q.pipeline.filter(|p| !p.is_empty()), limit };
     let mut runs = read::list(&shared.store, &filter).await?;
     runs.sort_by_key(|r| r.status != RunStatus::Waiting);
@@ -174,6 +177,9 @@ pub async fn respond(
     Json(body): Json<Respond>,
 ) -> ApiResult<Response> {
     let run = run_id(&run)?;
+    if body.answer != "fix" && body.text.is_some() {
+        return Err(ApiError::invalid(format!("`text` goes with `fix` only, not with `{}`", body.answer)));
+    }
     let reply = answer::parse_answer(&body.answer, body.text.as_deref())?;
     let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
     let (_, event) = answer::escalation(&state, reply, who(body.by)?)?;
