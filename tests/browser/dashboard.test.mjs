@@ -163,6 +163,29 @@ async function startThroughForm(page, pipeline, task) {
 
 const notReloaded = (page) => page.evaluate(() => window.loadedOnce === true);
 
+/** A test that, when it fails, prints what each of its pages shows and the runs' statuses. */
+function browserTest(name, body) {
+  test(name, async () => {
+    const pages = [];
+    try {
+      await body(async () => {
+        const page = await browser.mainContext.newPage();
+        pages.push(page);
+        return page;
+      });
+    } catch (e) {
+      for (const page of pages) {
+        const text = await page.evaluate(() => document.body.innerText).catch(() => '?');
+        console.error(`--- ${page.url()}\n${text.slice(0, 3000)}`);
+      }
+      console.error('--- runs', JSON.stringify((await api('GET', '/api/runs')).body));
+      throw e;
+    } finally {
+      await Promise.all(pages.map((p) => p.close()));
+    }
+  });
+}
+
 before(async () => {
   setUpWorkspace();
   const url = await startDaemon();
@@ -188,8 +211,8 @@ after(async () => {
   fs.rmSync(ws, { recursive: true, force: true });
 });
 
-test('a gate: started through the form, waiting with the badge, approved with a click, finished green without a reload', async () => {
-  const page = await browser.mainContext.newPage();
+browserTest('a gate: started through the form, waiting with the badge, approved with a click, finished green without a reload', async (newPage) => {
+  const page = await newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
@@ -202,7 +225,7 @@ test('a gate: started through the form, waiting with the badge, approved with a 
   assert.ok(await notReloaded(page), 'the run page updated itself');
 
   // The runs page: the waiting run first, the badge in the header.
-  const list = await browser.mainContext.newPage();
+  const list = await newPage();
   await list.goto(`${base}/`);
   assert.equal((await list.textContent('#badge')).replace(/\s+/g, ' ').trim(), '⚑ 1 need you');
   const firstRow = list.locator('tbody tr').first();
@@ -236,8 +259,8 @@ test('a gate: started through the form, waiting with the badge, approved with a 
   assert.deepEqual(errors, []);
 });
 
-test('an escalation answered with fix and a hint, and the run goes on', async () => {
-  const page = await browser.mainContext.newPage();
+browserTest('an escalation answered with fix and a hint, and the run goes on', async (newPage) => {
+  const page = await newPage();
   const run = await startThroughForm(page, 'fixit', 'Add the check script');
   await page.getByText('is escalated to you').waitFor();
   assert.match(await page.textContent('.report'), /Task Escalation Required/);
@@ -258,8 +281,8 @@ test('an escalation answered with fix and a hint, and the run goes on', async ()
   assert.match(await page.textContent('#attempt-implement-2'), /make it executable with chmod \+x/);
 });
 
-test('a running stage: its output live, cancelled with a click, its process gone', async () => {
-  const page = await browser.mainContext.newPage();
+browserTest('a running stage: its output live, cancelled with a click, its process gone', async (newPage) => {
+  const page = await newPage();
   await startThroughForm(page, 'slow', 'Wait');
   await page.locator('#live-output', { hasText: 'started sleeping' }).waitFor();
   assert.match(await page.textContent('#output-which'), /wait, attempt 1/);
@@ -271,8 +294,8 @@ test('a running stage: its output live, cancelled with a click, its process gone
   await waitFor('the stage process to be gone', () => sleepers().length === 0, 10);
 });
 
-test('an invalid pipeline: the form shows where and what', async () => {
-  const page = await browser.mainContext.newPage();
+browserTest('an invalid pipeline: the form shows where and what', async (newPage) => {
+  const page = await newPage();
   await page.goto(`${base}/`);
   await page.selectOption('#start-form select[name="pipeline"]', 'broken');
   await page.click('#start-form button[type="submit"]');
@@ -282,11 +305,12 @@ test('an invalid pipeline: the form shows where and what', async () => {
   assert.equal(new URL(page.url()).pathname, '/');
 });
 
-test('dead letters and stats', async () => {
+browserTest('dead letters and stats', async (newPage) => {
   const started = await api('POST', '/api/runs', { pipeline: 'stuck' });
   assert.equal(started.status, 202);
-  await waitFor('the dead letter', async () => (await api('GET', `/api/runs/${started.body.run_id}`)).body.status === 'failed');
-  const page = await browser.mainContext.newPage();
+  await waitFor('the run to fail', async () => (await api('GET', `/api/runs/${started.body.run_id}`)).body.status === 'failed');
+  await waitFor('its dead letter', async () => (await api('GET', '/api/dead-letters')).body.some((l) => l.run_id === started.body.run_id));
+  const page = await newPage();
   await page.goto(`${base}/dead-letters`);
   await page.locator('details.letter summary').first().click();
   assert.match(await page.textContent('details.letter'), /widget frobnication incomplete/);

@@ -250,7 +250,16 @@ fn run_context(
     let longest = state.stages.iter().map(|s| s.duration_ms).max().unwrap_or(0).max(1);
     let in_flight = output::in_flight(state);
     let mut stages = Vec::new();
-    for st in &state.stages {
+    // Every stage of the pipeline, in its order; those not reached yet are pending.
+    for stage in &pipeline.stages {
+        let Some(st) = state.stage(stage.id.as_str()) else {
+            stages.push(json!({
+                "id": stage.id.as_str(), "status": "pending", "icon": icon("pending"), "attempts_count": 0,
+                "duration": duration(0), "width": 0, "marks": [], "attempts": [], "spend": null,
+                "in_flight": false, "outputs": [],
+            }));
+            continue;
+        };
         let status_word = stage_word(st.status);
         let attempts: Vec<Value> =
             attempts.get(st.id.as_str()).map(|a| a.iter().map(attempt_context).collect()).unwrap_or_default();
