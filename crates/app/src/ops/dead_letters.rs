@@ -67,7 +67,9 @@ pub fn list(ws: &Workspace) -> Vec<Row> {
 pub fn show(ws: &Workspace, id: &str) -> Result<Letter, Error> {
     let name = if id.ends_with(".md") { id.to_owned() } else { format!("{id}.md") };
     if name.contains('/') || name.starts_with('.') || name.contains('\0') {
-        return Err(Error::not_found(format!("no dead letter `{id}`: its id is a task id, as `dead-letters list` shows")));
+        return Err(Error::not_found(format!(
+            "no dead letter `{id}`: its id is a task id, as `dead-letters list` shows"
+        )));
     }
     let path = ws.state_dir().join("dead-letters").join(&name);
     let text = std::fs::read_to_string(&path).map_err(|e| {
