@@ -96,7 +96,7 @@ def sse_frames(response):
 
 
 def pipeline(ws, name, stages, command):
-    body = "".join(f"  - id: s{i}\n    agent: shell\n    mode: plan\n    description: d\n    run: {command}\n"
+    body = "".join(f"  - id: s{i}\n    agent: shell\n    mode: plan\n    description: d\n    run: \"{command}\"\n"
                    for i in range(1, stages + 1))
     os.makedirs(os.path.join(ws, ".loopwright/pipelines"), exist_ok=True)
     with open(os.path.join(ws, f".loopwright/pipelines/{name}.yml"), "w") as f:
