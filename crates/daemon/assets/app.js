@@ -125,6 +125,7 @@
       worker.port.onmessage = (m) => {
         if (m.data.type === 'state') live(m.data.state);
         else if (m.data.type === 'event') onEvent(m.data.kind, m.data.data);
+        else if (m.data.type === 'stale') scheduleRefresh();
       };
       worker.port.start();
       worker.port.postMessage({ type: 'hello', after: lastFeed(), kinds });

@@ -3,6 +3,8 @@
 const ports = new Set();
 let source = null;
 let state = 'offline';
+// The feed position of the newest event broadcast.
+let last = 0;
 
 function broadcast(message) {
   for (const port of ports) port.postMessage(message);
@@ -13,7 +15,10 @@ function open(after, kinds) {
   source.onopen = () => { state = 'live'; broadcast({ type: 'state', state }); };
   source.onerror = () => { state = 'offline'; broadcast({ type: 'state', state }); };
   for (const kind of kinds) {
-    source.addEventListener(kind, (e) => broadcast({ type: 'event', kind, data: e.data }));
+    source.addEventListener(kind, (e) => {
+      last = Math.max(last, Number(e.lastEventId) || 0);
+      broadcast({ type: 'event', kind, data: e.data });
+    });
   }
 }
 
@@ -24,6 +29,8 @@ onconnect = (e) => {
     if (m.data.type === 'hello') {
       if (!source) open(m.data.after, m.data.kinds);
       port.postMessage({ type: 'state', state });
+      // Events broadcast before this tab joined, after the position its page shows: it is stale.
+      if (last > Number(m.data.after)) port.postMessage({ type: 'stale' });
     } else if (m.data.type === 'bye') {
       ports.delete(port);
     }
