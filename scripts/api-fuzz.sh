@@ -17,23 +17,7 @@ bin="$PWD/target/debug/loopwright"
 ws=$(mktemp -d)
 trap 'kill "$daemon" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$ws"' EXIT
 mkdir -p "$ws/.loopwright/pipelines"
-cat > "$ws/.loopwright/pipelines/gate.yml" <<'YML'
-name: gate
-description: a gate
-version: 1
-stages:
-  - id: build
-    agent: shell
-    mode: plan
-    description: Build
-    run: echo built
-  - id: ship
-    agent: shell
-    mode: plan
-    description: Ship
-    requires_approval: true
-    run: echo shipped
-YML
+cp tests/fixtures/gate.yml "$ws/.loopwright/pipelines/gate.yml"
 (cd "$ws" && git init -q -b main && git -c user.name=t -c user.email=t@example.com commit -q --allow-empty -m initial)
 (cd "$ws" && exec "$bin" serve --addr 127.0.0.1:0 --json > serve.out 2> serve.err) &
 daemon=$!

@@ -29,22 +29,7 @@ function write(rel, text) {
 
 function setUpWorkspace() {
   ws = fs.mkdtempSync(path.join(os.tmpdir(), 'loopwright-browser-'));
-  write('.loopwright/pipelines/gate.yml', `name: gate
-description: Build, then wait for a person before shipping
-version: 1
-stages:
-  - id: build
-    agent: shell
-    mode: plan
-    description: Build
-    run: echo built
-  - id: ship
-    agent: shell
-    mode: plan
-    description: Ship once a person approves
-    requires_approval: true
-    run: echo shipped
-`);
+  write('.loopwright/pipelines/gate.yml', fs.readFileSync(path.join(root, 'tests/fixtures/gate.yml'), 'utf8'));
   // The agent writes a check script; the check fails (not executable) and the closed loop
   // escalates at once (permission-error); told to "make it executable", it does.
   write('.loopwright/agents/dev.md', '---\nname: dev\nrunner: command\ncommand: ["sh", ".loopwright/agents/dev.sh"]\n---\nYou fix code.\n');

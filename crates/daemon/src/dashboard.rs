@@ -167,8 +167,7 @@ async fn runs_page(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>
     };
     let filter = read::ListFilter { status: status_filter, pipeline: pipeline.map(str::to_owned), limit: 200 };
     let mut runs = read::list(&shared.store, &filter).await.unwrap_or_default();
-    // Those waiting for a person first, then the newest.
-    runs.sort_by_key(|r| (r.status != RunStatus::Waiting, std::cmp::Reverse(r.created_at)));
+    read::waiting_first(&mut runs);
     let now = jiff::Timestamp::now();
     let rows: Vec<Value> = runs
         .iter()

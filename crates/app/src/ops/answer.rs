@@ -98,8 +98,16 @@ pub fn owner_acts(state: &RunState) -> bool {
 /// Records an answer for the live owner to act on (compare-and-append: nothing is recorded
 /// when the run changed since it was read).
 pub async fn record_for_owner(store: &SqliteStore, state: &mut RunState, answer: Event) -> Result<(), Error> {
+    append_to_what_was_read(store, state, vec![answer]).await
+}
+
+/// Appends `events` right after the journal as `state` read it (compare-and-append) and applies
+/// them; a run changed meanwhile is refused with what changed it ([`moved_on`]).
+async fn append_to_what_was_read(store: &SqliteStore, state: &mut RunState, events: Vec<Event>) -> Result<(), Error> {
     let read = state.last_seq;
-    match store.append_after(&state.run_id, read, &[(answer, jiff::Timestamp::now())]).await {
+    let at = jiff::Timestamp::now();
+    let batch: Vec<(Event, jiff::Timestamp)> = events.into_iter().map(|e| (e, at)).collect();
+    match store.append_after(&state.run_id, read, &batch).await {
         Ok(records) => {
             records.iter().for_each(|r| state.apply(r));
             Ok(())
@@ -136,20 +144,11 @@ pub async fn claim_in_store(
     answer: Option<Event>,
     owner: Owner,
 ) -> Result<(), Error> {
-    let read = state.last_seq;
     let claim = claim_events(state, answer, owner);
     if claim.is_empty() {
         return Ok(());
     }
-    let at = jiff::Timestamp::now();
-    let batch: Vec<(Event, jiff::Timestamp)> = claim.into_iter().map(|e| (e, at)).collect();
-    match store.append_after(&state.run_id, read, &batch).await {
-        Ok(records) => {
-            records.iter().for_each(|r| state.apply(r));
-            Ok(())
-        }
-        Err(e) => Err(moved_on(store, &state.run_id, read, e).await),
-    }
+    append_to_what_was_read(store, state, claim).await
 }
 
 /// The events that claim a run: the answer, then `run_resumed` when the run goes on after it.

@@ -83,6 +83,12 @@ pub async fn list(store: &SqliteStore, filter: &ListFilter) -> Result<Vec<RunSum
     Ok(runs)
 }
 
+/// Orders runs as the API and the dashboard list them: those waiting for a person first, each
+/// group as [`list`] gave it (newest first).
+pub fn waiting_first(runs: &mut [RunSummary]) {
+    runs.sort_by_key(|r| r.status != RunStatus::Waiting);
+}
+
 /// The journal of a run after `after` (0 for all of it); an unknown run is not found.
 pub async fn events(store: &SqliteStore, run: &RunId, after: u64) -> Result<Vec<EventRecord>, Error> {
     let events = store.events_since(run, after).await?;

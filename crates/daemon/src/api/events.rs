@@ -307,17 +307,14 @@ impl OutputStream {
                 self.done = true;
                 return Some((Ok(Sse::default().event("end").data("{}")), self));
             }
-            if *self.shutdown.borrow() {
-                return None;
-            }
+            let polling = self.tail.is_some();
             tokio::select! {
-                received = self.rx.recv() => match received {
+                received = receive(&mut self.rx, &mut self.shutdown) => match received? {
                     Ok(item) => self.journal_moved |= item.run == self.run,
                     Err(RecvError::Lagged(_)) => self.journal_moved = true,
                     Err(RecvError::Closed) => return None,
                 },
-                () = tokio::time::sleep(OUTPUT_POLL), if self.tail.is_some() => {}
-                _ = self.shutdown.changed() => return None,
+                () = tokio::time::sleep(OUTPUT_POLL), if polling => {}
             }
         }
     }

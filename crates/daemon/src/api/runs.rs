@@ -96,7 +96,7 @@ pub async fn list(State(shared): State<Arc<Shared>>, Query(q): Query<ListQuery>)
     };
     let filter = read::ListFilter { status, pipeline: q.pipeline.filter(|p| !p.is_empty()), limit };
     let mut runs = read::list(&shared.store, &filter).await?;
-    runs.sort_by_key(|r| r.status != RunStatus::Waiting);
+    read::waiting_first(&mut runs);
     Ok(json(runs))
 }
 
