@@ -92,6 +92,7 @@
       swapLive(doc);
       if (runId) {
         body.dataset.final = doc.body.dataset.final || '';
+        body.dataset.inFlight = doc.body.dataset.inFlight || '';
         followOutput();
       }
     } catch (_) {
@@ -152,6 +153,9 @@
       return;
     }
     section.hidden = false;
+    // Between attempts (at a gate, waiting to retry) the last output stays, said to be over.
+    const label = $('#output-which');
+    if (!body.dataset.inFlight && label.textContent) label.textContent = label.textContent.replace(/^\((.*?)(, ended)?\)$/, '($1, ended)');
     if (output) return;
     output = new EventSource(`/api/runs/${encodeURIComponent(runId)}/output`);
     let which = '';

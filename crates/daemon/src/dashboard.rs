@@ -248,6 +248,9 @@ fn run_context(
     };
     let longest = state.stages.iter().map(|s| s.duration_ms).max().unwrap_or(0).max(1);
     let in_flight = output::in_flight(state);
+    let result = loopwright_engine::result::PipelineResult::from_state(state);
+    // The stage at a gate or escalation the run waits on.
+    let waiting_at = result.waiting.as_ref().filter(|_| status == RunStatus::Waiting).map(|w| w.stage.as_str());
     let mut stages = Vec::new();
     // Every stage of the pipeline, in its order; those not reached yet are pending.
     for stage in &pipeline.stages {
@@ -259,7 +262,7 @@ fn run_context(
             }));
             continue;
         };
-        let status_word = stage_word(st.status);
+        let status_word = if waiting_at == Some(st.id.as_str()) { "waiting" } else { stage_word(st.status) };
         let attempts: Vec<Value> =
             attempts.get(st.id.as_str()).map(|a| a.iter().map(attempt_context).collect()).unwrap_or_default();
         let budget = pipeline.stage(st.id.as_str()).map(|s| s.budget).unwrap_or_default();
@@ -296,7 +299,6 @@ fn run_context(
             "outputs": st.outputs.keys().collect::<Vec<_>>(),
         }));
     }
-    let result = loopwright_engine::result::PipelineResult::from_state(state);
     let waiting = result.waiting.as_ref().filter(|_| status == RunStatus::Waiting).map(|w| {
         let report = (w.kind == "escalation").then(|| read::escalation_report(state).map(|(_, m)| m)).flatten();
         let impact = loopwright_spec::StageId::parse(&w.stage)
