@@ -16,6 +16,7 @@ pub mod files;
 pub mod lock;
 pub mod ops;
 pub mod ownership;
+pub mod record;
 pub mod session;
 pub mod stop;
 pub mod workspace;

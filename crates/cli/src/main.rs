@@ -4,6 +4,7 @@
 //! outcome into the documented exit codes (SPEC §1) in one place.
 
 mod cmd;
+mod drive;
 mod error;
 mod examples;
 mod input;

@@ -110,7 +110,7 @@ async fn asset(Path(file): Path<String>) -> Response {
 async fn header_context(shared: &Shared, current: &str) -> Value {
     let filter = read::ListFilter { status: Some(RunStatus::Waiting), pipeline: None, limit: 10_000 };
     let waiting = read::list(&shared.store, &filter).await.map_or(0, |r| r.len());
-    let feed = shared.store.feed_last().unwrap_or(0);
+    let feed = shared.store.feed_last().await.unwrap_or(0);
     json!({"waiting_count": waiting, "current": current, "kinds": Event::KINDS, "feed": feed})
 }
 

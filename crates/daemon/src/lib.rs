@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use loopwright_app::Error;
 use loopwright_app::workspace::Workspace;
-use loopwright_engine::{EventRecord, RunId};
+use loopwright_engine::{FeedEntry, Store};
 use loopwright_store::SqliteStore;
 use nix::fcntl::{Flock, FlockArg};
 use tokio::sync::{broadcast, watch};
@@ -50,17 +50,6 @@ impl Default for Options {
     }
 }
 
-/// One event of the journal as the watcher broadcasts it.
-#[derive(Debug)]
-pub struct FeedItem {
-    /// Its feed position (a cursor over every run).
-    pub id: u64,
-    /// Its run.
-    pub run: RunId,
-    /// The event.
-    pub record: EventRecord,
-}
-
 /// What every request handler shares.
 pub struct Shared {
     /// The workspace served.
@@ -74,7 +63,7 @@ pub struct Shared {
     /// The runs driven here.
     pub runs: Arc<runs::Runs>,
     /// Every journaled event, as the watcher reads it.
-    pub feed: broadcast::Sender<Arc<FeedItem>>,
+    pub feed: broadcast::Sender<Arc<FeedEntry>>,
     /// Heartbeat interval of event streams.
     pub heartbeat: Duration,
     /// True once the daemon is shutting down (event streams end).
@@ -208,17 +197,17 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
 /// feed past the last position and broadcasts each event; then wakes the scheduler.
 async fn watch_journal(
     store: SqliteStore,
-    feed: broadcast::Sender<Arc<FeedItem>>,
+    feed: broadcast::Sender<Arc<FeedEntry>>,
     runs: Arc<runs::Runs>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut cursor = store.feed_last().unwrap_or(0);
-    let mut version = store.data_version().unwrap_or(0);
+    let mut cursor = store.feed_last().await.unwrap_or(0);
+    let mut version = store.data_version().await.unwrap_or(0);
     loop {
         tokio::select! {
             () = runs.poke.notified() => {}
             () = tokio::time::sleep(Duration::from_millis(20)) => {
-                let now = store.data_version().unwrap_or(0);
+                let now = store.data_version().await.unwrap_or(0);
                 if now == version {
                     continue;
                 }
@@ -227,12 +216,12 @@ async fn watch_journal(
             _ = shutdown.changed() => return,
         }
         let mut any = false;
-        while let Ok(batch) = store.feed_since(cursor, 1000) {
+        while let Ok(batch) = store.feed_since(cursor, 1000).await {
             let full = batch.len() == 1000;
-            for (id, run, record) in batch {
-                cursor = id;
+            for entry in batch {
+                cursor = entry.position;
                 any = true;
-                let _ = feed.send(Arc::new(FeedItem { id, run, record }));
+                let _ = feed.send(Arc::new(entry));
             }
             if !full {
                 break;

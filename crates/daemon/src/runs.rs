@@ -116,7 +116,7 @@ impl Runs {
         if *self.shutdown.borrow() {
             return;
         }
-        let Ok(active) = store.runs_in(&[RunStatus::Running, RunStatus::Interrupted, RunStatus::Queued]) else {
+        let Ok(active) = store.runs_in(&[RunStatus::Running, RunStatus::Interrupted, RunStatus::Queued]).await else {
             return;
         };
         let now = std::time::Instant::now();

@@ -86,7 +86,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
         return Step::Done(state.status);
     }
     let start = started.start_from.as_ref().and_then(|s| pipeline.index_of(s.as_str())).unwrap_or(0);
-    let from = start.max(state.scan_hint.get()).min(pipeline.stages.len());
+    let from = start.max(state.scan_hint()).min(pipeline.stages.len());
     for (index, stage) in pipeline.stages.iter().enumerate().skip(from) {
         let st = state.stage(stage.id.as_str());
         match st.map_or(StageStatus::Pending, |s| s.status) {
@@ -94,11 +94,11 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                 if let Some(step) = feedback_step(pipeline, state, stage) {
                     return step;
                 }
-                state.scan_hint.set(index + 1);
+                state.set_scan_hint(index + 1);
                 continue;
             }
             StageStatus::Success | StageStatus::Skipped => {
-                state.scan_hint.set(index + 1);
+                state.set_scan_hint(index + 1);
                 continue;
             }
             StageStatus::Failed | StageStatus::Timeout | StageStatus::Cancelled | StageStatus::RolledBack => {

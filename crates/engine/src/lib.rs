@@ -1,25 +1,26 @@
 //! The loopwright engine: a run's journal events, the state they fold into, the state machine
 //! that decides each next step, and the driver that performs steps through ports.
 //!
-//! Start reading at [`run`] (the life of a run), then [`decide`] (every decision) and
-//! [`state`] (how events become state). The engine does no I/O of its own: the journal is a
-//! [`ports::Store`], stages run through a [`ports::Runner`], time comes from a [`ports::Clock`].
+//! A run's events and state live in `loopwright-journal` (re-exported here as [`event`],
+//! [`state`], [`ids`]). Start reading at [`run`] (the life of a run), then [`decide`] (every
+//! decision). The engine does no I/O of its own: the journal is a [`Store`], stages run
+//! through a [`ports::Runner`], time comes from a [`ports::Clock`].
 
 pub mod closed_loop;
 pub mod decide;
-pub mod event;
-pub mod ids;
 pub mod patterns;
 pub mod ports;
 pub mod projection;
 pub mod prompt;
 pub mod result;
 pub mod run;
-pub mod state;
 pub mod tokens;
+
+pub use loopwright_journal::{event, ids, state};
 
 pub use event::{Event, EventRecord, FailureKind, Outputs, Owner, RunStarted, RunStatus, SkipReason, StageError};
 pub use ids::{RunId, TaskId};
+pub use loopwright_journal::{FeedEntry, RunSummary};
 pub use ports::{
     Changes, Clock, NeverStop, NoChanges, NoObserverExt, Observer, Runner, Stop, Stopper, Store, StoreError,
     SystemClock,

@@ -1,109 +1,17 @@
 //! The ports the engine drives: the journal ([`Store`]), stage execution ([`Runner`]), time
 //! ([`Clock`]) and whoever watches the run ([`Observer`]). Implementations live in other crates.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use loopwright_spec::{Agent, Mode, StageId};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::event::{Event, EventRecord, Outputs, RunStatus};
+pub use loopwright_journal::event::ProcessGroup;
+pub use loopwright_journal::store::{RunSummary, Store, StoreError};
+
+use crate::event::EventRecord;
 use crate::ids::{RunId, TaskId};
-
-/// A failure of the store.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// No run has this id.
-    #[error("no run `{0}` in the store")]
-    RunNotFound(RunId),
-    /// A run with this id exists already.
-    #[error("run `{0}` already exists")]
-    Exists(RunId),
-    /// Another writer appended to the run after the caller read it (compare-and-append): the
-    /// caller's decision was made on a journal that is no longer the latest.
-    #[error("run `{run}` moved on while this answer was made: its journal ended at event {expected}, now at {found}")]
-    Conflict {
-        /// The run.
-        run: RunId,
-        /// The last event the caller had read.
-        expected: u64,
-        /// The last event in the journal.
-        found: u64,
-    },
-    /// The store is locked by another process for longer than it waits.
-    #[error("the store is busy (another process holds it): {0}")]
-    Busy(String),
-    /// What the store holds cannot be read back (a damaged file, an event this version does
-    /// not know).
-    #[error("the store is damaged: {0}")]
-    Corrupt(String),
-    /// Any other failure of the backend (I/O, a full disk).
-    #[error("store: {0}")]
-    Backend(String),
-}
-
-impl StoreError {
-    /// True when trying again later may succeed (the lock was held, or the journal moved on
-    /// and the caller can read it again and decide anew).
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Busy(_) | StoreError::Conflict { .. })
-    }
-}
-
-/// One line of the runs table.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct RunSummary {
-    /// The run.
-    pub run_id: RunId,
-    /// Its pipeline.
-    pub pipeline: String,
-    /// Its task.
-    pub task_id: TaskId,
-    /// Its status.
-    pub status: RunStatus,
-    /// When it was created.
-    pub created_at: jiff::Timestamp,
-    /// When its last event was recorded.
-    pub updated_at: jiff::Timestamp,
-}
-
-/// The durable journal. An append is durable when it returns; nothing is reported before.
-// The engine runs on one thread; implementations need not be `Send`.
-#[allow(async_fn_in_trait)]
-pub trait Store {
-    /// Appends an event to a run's journal in one transaction and returns it as stored.
-    /// The first event of a run (`RunStarted`) creates it.
-    async fn append(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError>;
-    /// Appends several events in one transaction: all of them are durable, or none.
-    async fn append_all(
-        &self,
-        run: &RunId,
-        events: &[(Event, jiff::Timestamp)],
-    ) -> Result<Vec<EventRecord>, StoreError>;
-    /// Compare-and-append: appends the events in one transaction only if the run's journal
-    /// still ends at event `expected_last` (the last one the caller read), else fails with
-    /// [`StoreError::Conflict`] and appends nothing. Every state change that follows a read of
-    /// the journal (an answer, a cancel, a resume) goes through it, so of two processes that
-    /// read the same journal and decide at once, one succeeds and the other is told.
-    async fn append_after(
-        &self,
-        run: &RunId,
-        expected_last: u64,
-        events: &[(Event, jiff::Timestamp)],
-    ) -> Result<Vec<EventRecord>, StoreError>;
-    /// A run's events after event `after`, oldest first (empty when there are none).
-    async fn events_since(&self, run: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError>;
-    /// A run's whole journal, oldest first.
-    async fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError>;
-    /// The most recent runs, newest first.
-    async fn runs(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError>;
-    /// The latest outputs of each stage of a task, over all its runs.
-    async fn task_outputs(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError>;
-    /// Who asked to cancel the run in a `cancel_requested` event after event `after`, if
-    /// anyone, and whether they asked for rollback.
-    async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<(String, bool)>, StoreError>;
-}
 
 /// Everything a runner needs to run one attempt of a stage.
 #[derive(Debug, Clone)]
@@ -140,15 +48,6 @@ pub enum Notice {
         /// What was run.
         command: String,
     },
-}
-
-/// A process group a stage started: its id and its leader's start time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ProcessGroup {
-    /// The group id (the leader's pid).
-    pub pgid: i32,
-    /// The leader's start time in clock ticks since boot, when known.
-    pub start_time: Option<u64>,
 }
 
 /// Why the engine was asked to stop.
@@ -296,8 +195,8 @@ pub trait Changes {
         Vec::new()
     }
     /// The files that differ now from snapshot `name`.
-    fn changed(&self, _run: &RunId, _name: &str) -> Result<crate::closed_loop::FileChanges, String> {
-        Ok(crate::closed_loop::FileChanges::default())
+    fn changed(&self, _run: &RunId, _name: &str) -> Result<loopwright_journal::closed_loop::FileChanges, String> {
+        Ok(loopwright_journal::closed_loop::FileChanges::default())
     }
     /// A workspace file's text (path relative to the workspace), if it is one.
     fn read(&self, _path: &str) -> Option<String> {

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use loopwright_spec::Pipeline;
 
-use crate::prompt::count_tokens;
 use crate::state::{RunState, StageState, StageStatus};
+use crate::tokens::count_tokens;
 
 /// A YAML scalar for any text (a JSON string is a valid YAML double-quoted scalar).
 fn q(text: &str) -> String {

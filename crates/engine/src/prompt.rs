@@ -7,59 +7,12 @@ use std::fmt::Write as _;
 use loopwright_spec::{Mode, Pipeline, Stage};
 
 use crate::state::RunState;
+pub use crate::tokens::{cap_tokens, count_tokens};
 
 /// Tokens one artifact may take in a prompt.
 pub const ARTIFACT_TOKEN_CAP: usize = 500;
 /// Tokens all of a stage's inputs may take in a prompt.
 pub const STAGE_TOKEN_CAP: usize = 1500;
-
-/// Counts tokens (OpenAI o200k encoding; for other models an estimate).
-pub fn count_tokens(text: &str) -> usize {
-    if text.is_empty() {
-        return 0;
-    }
-    crate::tokens::o200k().count(text)
-}
-
-/// Shortens `text` to at most `cap` tokens by cutting from the middle: the beginning (where a
-/// summary stands) and the most recent content at the end are kept, with the marker
-/// `[truncated - N tokens omitted]` where the cut was. Returns the text and its token count.
-pub fn cap_tokens(text: &str, cap: usize) -> (String, usize) {
-    let encoding = crate::tokens::o200k();
-    let tokens = encoding.encode(text);
-    if tokens.len() <= cap {
-        return (text.to_owned(), tokens.len());
-    }
-    let keep = cap.saturating_sub(12); // room for the marker
-    let head = keep / 3;
-    let tail = keep - head;
-    let omitted = tokens.len() - head - tail;
-    let text = format!(
-        "{}\n[truncated - {omitted} tokens omitted]\n{}",
-        decode_lossy(&tokens[..head]).trim_end(),
-        decode_lossy(&tokens[tokens.len() - tail..]).trim_start()
-    );
-    let count = encoding.count(&text);
-    (text, count)
-}
-
-/// Decodes `tokens`; a cut that split a multi-byte character drops the partial token(s) at
-/// either end.
-fn decode_lossy(tokens: &[u32]) -> String {
-    let encoding = crate::tokens::o200k();
-    if let Some(s) = encoding.decode(tokens) {
-        return s;
-    }
-    for trim in 1..=3.min(tokens.len()) {
-        if let Some(s) = encoding.decode(&tokens[trim..]) {
-            return s;
-        }
-        if let Some(s) = encoding.decode(&tokens[..tokens.len() - trim]) {
-            return s;
-        }
-    }
-    String::new()
-}
 
 /// One input of a stage, resolved to where it comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

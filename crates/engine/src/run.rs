@@ -5,7 +5,7 @@ use loopwright_spec::outputs::extract;
 use loopwright_spec::{Pipeline, StageId};
 use tokio::sync::mpsc;
 
-use crate::closed_loop::{self, CheckResult, Failure, FailureType, FixResult};
+use crate::closed_loop::{self, CheckResult, FailureType, FixResult};
 use crate::decide::{Step, next_step};
 use crate::event::RollbackStatus;
 use crate::event::{Event, EventRecord, FailureKind, RunStarted, StageError};
@@ -97,7 +97,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
     /// on a journal that another process has moved on since fails with
     /// [`StoreError::Conflict`], and nothing is recorded.
     pub async fn record_after(&mut self, state: &mut RunState, events: Vec<Event>) -> Result<(), StoreError> {
-        debug_assert!(state.unflushed.is_empty(), "a compare-and-append comes before anything is deferred");
+        debug_assert!(!state.has_deferred(), "a compare-and-append comes before anything is deferred");
         let at = self.clock.now();
         let batch: Vec<(Event, jiff::Timestamp)> = events.into_iter().map(|e| (e, at)).collect();
         let records = self.store.append_after(&state.run_id, state.last_seq, &batch).await?;
@@ -117,15 +117,15 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let at = self.clock.now();
         let provisional = EventRecord { seq: state.last_seq + 1, at, event };
         state.apply(&provisional);
-        state.unflushed.push((provisional.event, at));
+        state.defer(provisional.event, at);
     }
 
     /// Journals the deferred events in one transaction, then tells the observer of each.
     async fn flush(&mut self, state: &mut RunState) -> Result<(), StoreError> {
-        if state.unflushed.is_empty() {
+        if !state.has_deferred() {
             return Ok(());
         }
-        let events = std::mem::take(&mut state.unflushed);
+        let events = state.take_deferred();
         let records = self.store.append_all(&state.run_id, &events).await?;
         if let Some(last) = records.last() {
             state.last_seq = last.seq;
@@ -236,8 +236,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             let mut usage = match &execution.usage {
                 Some(reported) if !reported.estimated => reported.clone(),
                 other => crate::event::Usage {
-                    input_tokens: crate::prompt::count_tokens(&request.prompt) as u64,
-                    output_tokens: crate::prompt::count_tokens(&execution.stdout) as u64,
+                    input_tokens: crate::tokens::count_tokens(&request.prompt) as u64,
+                    output_tokens: crate::tokens::count_tokens(&execution.stdout) as u64,
                     estimated: true,
                     model: agent.model.clone(),
                     cost_usd: None,
@@ -269,7 +269,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     };
                     let full = format!("{}\n{}", execution.stderr, execution.stdout_tail());
                     let summary = format!("the agent {}", error.message);
-                    let f = Failure::classify(self.patterns, "generate", failure_type, summary, &full);
+                    let f = closed_loop::classify(self.patterns, "generate", failure_type, summary, &full);
                     (Default::default(), Some(Box::new(f)))
                 }
             };
@@ -404,7 +404,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     violations.iter().map(|v| v.gate.as_str()).collect::<Vec<_>>().join(", ")
                 );
                 let kind = if plan { FailureType::SecurityViolation } else { FailureType::ValidationFailed };
-                Box::new(Failure::classify(self.patterns, "pre_validation", kind, summary, &text.join("\n")))
+                Box::new(closed_loop::classify(self.patterns, "pre_validation", kind, summary, &text.join("\n")))
             });
             let failed = failure.is_some();
             let gates = closed_loop::checks::GATES.iter().map(|g| (*g).to_owned()).collect();
@@ -458,8 +458,13 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                         FailureType::VerificationFailed
                     };
                     let summary = format!("check `{}` (`{}`) {how}", check.name, check.command);
-                    failure =
-                        Some(Box::new(Failure::classify(self.patterns, &check.name, failure_type, summary, &output)));
+                    failure = Some(Box::new(closed_loop::classify(
+                        self.patterns,
+                        &check.name,
+                        failure_type,
+                        summary,
+                        &output,
+                    )));
                     break;
                 }
             }
@@ -494,7 +499,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     regressions.iter().map(|r| r.file.as_str()).collect::<Vec<_>>().join(", ")
                 );
                 let mut f =
-                    Failure::classify(self.patterns, "regression_check", FailureType::Regression, summary, &report);
+                    closed_loop::classify(self.patterns, "regression_check", FailureType::Regression, summary, &report);
                 if let Some(p) = self.patterns.get("regression-detected") {
                     f.pattern = Some(p.id.clone());
                     f.confidence = 1.0;

@@ -198,6 +198,54 @@ impl Pretokenizer {
     }
 }
 
+/// Counts tokens (OpenAI o200k encoding; for other models an estimate).
+pub fn count_tokens(text: &str) -> usize {
+    if text.is_empty() {
+        return 0;
+    }
+    o200k().count(text)
+}
+
+/// Shortens `text` to at most `cap` tokens by cutting from the middle: the beginning (where a
+/// summary stands) and the most recent content at the end are kept, with the marker
+/// `[truncated - N tokens omitted]` where the cut was. Returns the text and its token count.
+pub fn cap_tokens(text: &str, cap: usize) -> (String, usize) {
+    let encoding = o200k();
+    let tokens = encoding.encode(text);
+    if tokens.len() <= cap {
+        return (text.to_owned(), tokens.len());
+    }
+    let keep = cap.saturating_sub(12); // room for the marker
+    let head = keep / 3;
+    let tail = keep - head;
+    let omitted = tokens.len() - head - tail;
+    let text = format!(
+        "{}\n[truncated - {omitted} tokens omitted]\n{}",
+        decode_lossy(&tokens[..head]).trim_end(),
+        decode_lossy(&tokens[tokens.len() - tail..]).trim_start()
+    );
+    let count = encoding.count(&text);
+    (text, count)
+}
+
+/// Decodes `tokens`; a cut that split a multi-byte character drops the partial token(s) at
+/// either end.
+fn decode_lossy(tokens: &[u32]) -> String {
+    let encoding = o200k();
+    if let Some(s) = encoding.decode(tokens) {
+        return s;
+    }
+    for trim in 1..=3.min(tokens.len()) {
+        if let Some(s) = encoding.decode(&tokens[trim..]) {
+            return s;
+        }
+        if let Some(s) = encoding.decode(&tokens[..tokens.len() - trim]) {
+            return s;
+        }
+    }
+    String::new()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,7 +271,7 @@ mod tests {
         texts.push("\n".repeat(100) + "  \n \t\n");
         // Real prose and code: this crate's own sources, whole and in ragged slices.
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
-        for name in ["tokens.rs", "prompt.rs", "event.rs", "run.rs"] {
+        for name in ["tokens.rs", "prompt.rs", "decide.rs", "run.rs"] {
             let text = std::fs::read_to_string(format!("{root}/{name}")).expect("read source");
             let chars: Vec<char> = text.chars().collect();
             for (i, len) in [(0, 10), (7, 101), (333, 1000), (1001, 4097)] {

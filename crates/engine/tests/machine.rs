@@ -1,132 +1,18 @@
 //! The state machine driven through its ports: a journal in memory, a runner that plays a
 //! script of outcomes, and a clock that records waits instead of sleeping.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
-use std::time::Duration;
+use std::collections::BTreeMap;
 
 use loopwright_engine::event::ConditionOutcome;
 use loopwright_engine::patterns::Library;
-use loopwright_engine::ports::{ExecOutcome, Execution, Notice, ProcessGroup, RunSummary, StageRequest};
+use loopwright_engine::ports::{ExecOutcome, ProcessGroup};
 use loopwright_engine::{
-    Clock, Engine, Event, EventRecord, FailureKind, NeverStop, NoChanges, NoObserverExt, Outputs, RunId, RunStarted,
-    RunState, RunStatus, Runner, Store, StoreError, TaskId,
+    Clock, Engine, Event, FailureKind, NeverStop, NoChanges, NoObserverExt, Outputs, RunId, RunStarted, RunState,
+    RunStatus, Store, TaskId,
 };
 use loopwright_spec::{CompileContext, Pipeline, RunnerKind, SourceFile, StageId};
+use loopwright_testkit::{FakeClock, MemoryStore, ScriptedRunner};
 use pretty_assertions::assert_eq;
-use tokio::sync::mpsc::UnboundedSender;
-
-#[derive(Default)]
-struct MemoryStore {
-    events: RefCell<Vec<EventRecord>>,
-}
-
-impl Store for MemoryStore {
-    async fn append(&self, _: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
-        let mut events = self.events.borrow_mut();
-        let record = EventRecord { seq: events.len() as u64 + 1, at, event: event.clone() };
-        events.push(record.clone());
-        Ok(record)
-    }
-    async fn append_all(
-        &self,
-        run: &RunId,
-        events: &[(Event, jiff::Timestamp)],
-    ) -> Result<Vec<EventRecord>, StoreError> {
-        let mut out = Vec::new();
-        for (e, at) in events {
-            out.push(self.append(run, e, *at).await?);
-        }
-        Ok(out)
-    }
-    async fn append_after(
-        &self,
-        run: &RunId,
-        expected_last: u64,
-        events: &[(Event, jiff::Timestamp)],
-    ) -> Result<Vec<EventRecord>, StoreError> {
-        let found = self.events.borrow().len() as u64;
-        if found != expected_last {
-            return Err(StoreError::Conflict { run: run.clone(), expected: expected_last, found });
-        }
-        self.append_all(run, events).await
-    }
-    async fn events(&self, _: &RunId) -> Result<Vec<EventRecord>, StoreError> {
-        Ok(self.events.borrow().clone())
-    }
-    async fn events_since(&self, _: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError> {
-        Ok(self.events.borrow().iter().filter(|r| r.seq > after).cloned().collect())
-    }
-    async fn runs(&self, _: usize) -> Result<Vec<RunSummary>, StoreError> {
-        Ok(vec![])
-    }
-    async fn task_outputs(&self, _: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
-        Ok(BTreeMap::new())
-    }
-    async fn cancel_requested(&self, _: &RunId, _: u64) -> Result<Option<(String, bool)>, StoreError> {
-        Ok(None)
-    }
-}
-
-/// Plays outcomes in order and records what it was asked to run.
-#[derive(Default)]
-struct ScriptedRunner {
-    script: RefCell<VecDeque<(ExecOutcome, &'static str)>>,
-    calls: RefCell<Vec<(String, u32)>>,
-    ended: RefCell<Vec<ProcessGroup>>,
-}
-
-impl Runner for ScriptedRunner {
-    async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution {
-        self.calls.borrow_mut().push((request.stage.to_string(), request.attempt));
-        let group = ProcessGroup { pgid: 100 + request.attempt as i32, start_time: None };
-        let _ = notices.send(Notice::ProcessStarted { group, command: "x".into() });
-        let (outcome, stdout) = self.script.borrow_mut().pop_front().unwrap_or((ExecOutcome::Exited(0), ""));
-        Execution {
-            outcome,
-            stdout: stdout.into(),
-            stderr: String::new(),
-            duration: Duration::from_millis(10),
-            usage: None,
-        }
-    }
-    fn end_leftovers(&self, groups: &[ProcessGroup]) {
-        self.ended.borrow_mut().extend_from_slice(groups);
-    }
-    async fn command(&self, request: &loopwright_engine::ports::CommandRequest<'_>) -> Execution {
-        let why = format!("the scripted runner runs no commands ({})", request.command);
-        Execution {
-            outcome: ExecOutcome::SpawnFailed(why),
-            stdout: String::new(),
-            stderr: String::new(),
-            duration: Duration::ZERO,
-            usage: None,
-        }
-    }
-}
-
-/// A clock that stands still except when the engine waits.
-struct FakeClock {
-    now: RefCell<jiff::Timestamp>,
-    waits: RefCell<Vec<u64>>,
-}
-
-impl FakeClock {
-    fn new() -> Self {
-        Self { now: RefCell::new("2026-01-01T00:00:00Z".parse().expect("ts")), waits: RefCell::new(vec![]) }
-    }
-}
-
-impl Clock for FakeClock {
-    fn now(&self) -> jiff::Timestamp {
-        *self.now.borrow()
-    }
-    async fn sleep_until(&self, t: jiff::Timestamp) {
-        let now = *self.now.borrow();
-        self.waits.borrow_mut().push(t.duration_since(now).as_millis() as u64);
-        *self.now.borrow_mut() = t;
-    }
-}
 
 fn pipeline(stages: &str) -> Pipeline {
     let agent_src = SourceFile::new("a.md", "---\ncommand: [\"true\"]\n---\n");
@@ -162,8 +48,7 @@ fn started() -> RunStarted {
 
 fn kinds(store: &MemoryStore) -> Vec<String> {
     store
-        .events
-        .borrow()
+        .all_events()
         .iter()
         .map(|r| match &r.event {
             Event::AttemptFailed { stage, attempt, error, .. } => {
@@ -226,7 +111,7 @@ async fn failed_attempts_are_retried_with_exponential_backoff() {
         (ExecOutcome::TimedOut, ""),
         (ExecOutcome::Exited(0), ""),
     ]);
-    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let (clock, store) = (FakeClock::default(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, started()).await;
     assert_eq!(state.status, RunStatus::Success);
     assert_eq!(
@@ -259,7 +144,7 @@ async fn non_retryable_failures_fail_at_once() {
     let p = pipeline(RETRYING);
     let runner = ScriptedRunner::default();
     runner.script.borrow_mut().push_back((ExecOutcome::SpawnFailed("program not found".into()), ""));
-    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let (clock, store) = (FakeClock::default(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, started()).await;
     assert_eq!(state.status, RunStatus::Failed);
     assert_eq!(state.failed_stage.as_ref().map(ToString::to_string), Some("fix".into()));
@@ -281,7 +166,7 @@ async fn pipeline_max_retries_caps_retries_across_the_run() {
         (ExecOutcome::Exited(1), ""),
         (ExecOutcome::Exited(0), ""),
     ]);
-    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let (clock, store) = (FakeClock::default(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, started()).await;
     assert_eq!(state.status, RunStatus::Failed);
     assert_eq!(state.retries_used, 1);
@@ -294,7 +179,7 @@ async fn a_missing_declared_output_is_a_partial_failure() {
         pipeline("  - id: plan\n    agent: a\n    mode: plan\n    description: x\n    outputs: [plan_text, risks]\n");
     let runner = ScriptedRunner::default();
     runner.script.borrow_mut().push_back((ExecOutcome::Exited(0), "## plan_text\nsteps\n"));
-    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let (clock, store) = (FakeClock::default(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, started()).await;
     let error = state.stage("plan").and_then(|s| s.last_error.clone()).expect("error");
     assert_eq!(error.kind, FailureKind::PartialFailure);
@@ -311,7 +196,7 @@ async fn a_condition_reading_a_skipped_stage_is_false_and_says_why() {
         "  - id: review\n    agent: a\n    mode: plan\n    description: x\n    outputs: [risks]\n    condition: \"complexity == 'high'\"\n  - id: fix\n    agent: a\n    mode: agent\n    description: y\n    condition: \"stage_outputs.review.risks > 0\"\n  - id: done\n    agent: a\n    mode: plan\n    description: z\n",
     );
     let runner = ScriptedRunner::default();
-    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let (clock, store) = (FakeClock::default(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, started()).await;
     assert_eq!(state.status, RunStatus::Success);
     assert_eq!(state.stage("review").and_then(|s| s.condition.clone()), Some(ConditionOutcome::False));
@@ -333,7 +218,7 @@ async fn typed_outputs_drive_later_conditions() {
             .script
             .borrow_mut()
             .push_back((ExecOutcome::Exited(0), if printed == "2" { "## risks\n2\n" } else { "## risks\n1\n" }));
-        let (clock, store) = (FakeClock::new(), MemoryStore::default());
+        let (clock, store) = (FakeClock::default(), MemoryStore::default());
         run(&p, &runner, &clock, &store, started()).await;
         assert_eq!(runner.calls.borrow().len() == 2, runs_fix, "risks = {printed}");
     }
@@ -344,7 +229,7 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
     let p = pipeline(
         "  - id: a1\n    agent: a\n    mode: plan\n    description: x\n  - id: a2\n    agent: a\n    mode: plan\n    description: y\n",
     );
-    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let (clock, store) = (FakeClock::default(), MemoryStore::default());
     // A journal as a crash leaves it: a1 done, a2 started with a process group, then nothing.
     let at = clock.now();
     for e in [
@@ -392,13 +277,13 @@ async fn approval_gates_wait_unless_approved_up_front() {
     let p =
         pipeline("  - id: implement\n    agent: a\n    mode: agent\n    description: x\n    requires_approval: true\n");
     let runner = ScriptedRunner::default();
-    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let (clock, store) = (FakeClock::default(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, started()).await;
     assert_eq!(state.status, RunStatus::Waiting);
     assert!(runner.calls.borrow().is_empty());
     assert_eq!(state.waiting_for_approval().map(|s| s.id.to_string()), Some("implement".into()));
 
-    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let (clock, store) = (FakeClock::default(), MemoryStore::default());
     let state = run(&p, &runner, &clock, &store, RunStarted { auto_approve: true, ..started() }).await;
     assert_eq!(state.status, RunStatus::Success);
     assert_eq!(state.stage("implement").and_then(|s| s.approval.as_ref()).map(|a| a.by.clone()), Some("--yes".into()));
@@ -427,7 +312,7 @@ async fn a_plan_mode_stage_that_cannot_be_watched_does_not_run() {
     let p =
         pipeline("  - id: review\n    agent: a\n    mode: plan\n    description: x\n    retry: {max_attempts: 3}\n");
     let runner = ScriptedRunner::default();
-    let (clock, store) = (FakeClock::new(), MemoryStore::default());
+    let (clock, store) = (FakeClock::default(), MemoryStore::default());
     let state = run_with(&p, &runner, &clock, &store, started(), &Unwatchable).await;
     assert_eq!(state.status, RunStatus::Failed);
     assert_eq!(runner.calls.borrow().len(), 0, "nothing was run");
@@ -441,7 +326,7 @@ async fn a_plan_mode_stage_that_cannot_be_watched_does_not_run() {
             "run failed"
         ]
     );
-    let message = store.events.borrow().iter().find_map(|r| match &r.event {
+    let message = store.all_events().iter().find_map(|r| match &r.event {
         Event::AttemptFailed { error, .. } => Some(error.message.clone()),
         _ => None,
     });

@@ -9,7 +9,41 @@ use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
 use crate::diag::{Diagnostic, Diagnostics, Position, SourceFile, closest, yaml_error};
-use crate::pipeline::Mode;
+
+/// Execution mode of a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Read-only review and analysis.
+    Plan,
+    /// Full implementation capabilities.
+    Agent,
+}
+
+impl Mode {
+    /// The mode's name as written in files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Plan => "plan",
+            Mode::Agent => "agent",
+        }
+    }
+
+    /// Parses `plan` or `agent`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "plan" => Some(Mode::Plan),
+            "agent" => Some(Mode::Agent),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// How an agent is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

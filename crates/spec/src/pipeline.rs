@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::Agent;
+pub use crate::agent::Mode;
 use crate::condition::Condition;
 use crate::diag::SourceFile;
 
@@ -39,41 +40,6 @@ impl fmt::Display for StageId {
 impl std::borrow::Borrow<str> for StageId {
     fn borrow(&self) -> &str {
         &self.0
-    }
-}
-
-/// Execution mode of a stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Read-only review and analysis.
-    Plan,
-    /// Full implementation capabilities.
-    Agent,
-}
-
-impl Mode {
-    /// The mode's name as written in files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Plan => "plan",
-            Mode::Agent => "agent",
-        }
-    }
-
-    /// Parses `plan` or `agent`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "plan" => Some(Mode::Plan),
-            "agent" => Some(Mode::Agent),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

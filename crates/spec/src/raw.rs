@@ -126,13 +126,41 @@ pub enum RawMode {
 }
 
 /// A command (string) or a list of commands.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, JsonSchema)]
 #[serde(untagged)]
 pub enum RawRun {
     /// One command.
     One(String),
     /// Several commands, run in order; the first failure fails the stage.
     Many(Vec<String>),
+}
+
+/// By hand rather than `untagged`, so that a wrong value (`run: true`) is told what was
+/// expected instead of "did not match any variant".
+impl<'de> Deserialize<'de> for RawRun {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct RunVisitor;
+        impl<'de> serde::de::Visitor<'de> for RunVisitor {
+            type Value = RawRun;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a shell command (a string) or a list of shell commands")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawRun, E> {
+                Ok(RawRun::One(v.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<RawRun, E> {
+                Ok(RawRun::One(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawRun, A::Error> {
+                let mut all = Vec::new();
+                while let Some(command) = seq.next_element::<String>()? {
+                    all.push(command);
+                }
+                Ok(RawRun::Many(all))
+            }
+        }
+        deserializer.deserialize_any(RunVisitor)
+    }
 }
 
 /// Stage-level retry configuration.

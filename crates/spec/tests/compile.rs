@@ -314,3 +314,16 @@ fn schema_file_is_up_to_date() {
         "schema/pipeline.schema.json is out of date: run `UPDATE_SCHEMA=1 cargo test -p loopwright-spec schema`"
     );
 }
+
+#[test]
+fn a_run_that_is_neither_a_command_nor_a_list_says_what_was_expected() {
+    for value in ["true", "42", "{a: b}"] {
+        let e = errors(&format!(
+            "{HEAD}  - id: s\n    agent: shell\n    mode: agent\n    description: x\n    run: {value}\n"
+        ));
+        assert_eq!(e.len(), 1, "{value}: {e:?}");
+        assert!(e[0].starts_with("p.yml:9:"), "{value}: {}", e[0]);
+        assert!(e[0].contains("expected a shell command (a string) or a list of shell commands"), "{value}: {}", e[0]);
+        assert!(!e[0].contains("did not match any variant"), "{value}: {}", e[0]);
+    }
+}

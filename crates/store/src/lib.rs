@@ -10,8 +10,9 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use loopwright_engine::ports::RunSummary;
-use loopwright_engine::{Event, EventRecord, Outputs, RunId, RunStatus, Store, StoreError, TaskId};
+use loopwright_journal::{
+    Event, EventRecord, FeedEntry, Outputs, RunId, RunStatus, RunSummary, Store, StoreError, TaskId,
+};
 use loopwright_spec::StageId;
 use loopwright_spec::config::Synchronous;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -280,7 +281,7 @@ impl SqliteStore {
         if let Event::StageRolledBack {
             stage,
             strategy: loopwright_spec::pipeline::RollbackStrategy::MemoryCleanup,
-            status: loopwright_engine::event::RollbackStatus::Success,
+            status: loopwright_journal::event::RollbackStatus::Success,
             ..
         } = event
         {
@@ -299,9 +300,7 @@ impl SqliteStore {
         Ok(EventRecord { seq: seq_out, at, event: stored.unwrap_or_else(|| event.clone()) })
     }
 
-    /// Every run's events committed after feed position `after`, in commit order, at most
-    /// `limit`: `(position, run, event)`.
-    pub fn feed_since(&self, after: u64, limit: usize) -> Result<Vec<(u64, RunId, EventRecord)>, StoreError> {
+    fn feed_since_sync(&self, after: u64, limit: usize) -> Result<Vec<FeedEntry>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(
@@ -331,21 +330,19 @@ impl SqliteStore {
                 at: at.parse().map_err(|e| corrupt(&run, seq, format!("bad time `{at}`: {e}")))?,
                 event: serde_json::from_str(&payload).map_err(|e| corrupt(&run, seq, e))?,
             };
-            out.push((u64::try_from(id).unwrap_or(0), run, record));
+            out.push(FeedEntry { position: u64::try_from(id).unwrap_or(0), run, record });
         }
         Ok(out)
     }
 
-    /// The runs whose status is one of `statuses`, oldest first.
-    pub fn runs_in(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError> {
+    fn runs_in_sync(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError> {
         let wanted: Vec<String> = statuses.iter().map(|s| format!("'{}'", s.as_str())).collect();
         let mut runs = self.runs_where(&format!("WHERE r.status IN ({})", wanted.join(", ")), usize::MAX)?;
         runs.reverse();
         Ok(runs)
     }
 
-    /// The last feed position (0 for an empty journal).
-    pub fn feed_last(&self) -> Result<u64, StoreError> {
+    fn feed_last_sync(&self) -> Result<u64, StoreError> {
         self.conn()
             .query_row("SELECT COALESCE(MAX(id), 0) FROM feed", [], |r| r.get::<_, i64>(0))
             .map(|v| u64::try_from(v).unwrap_or(0))
@@ -353,10 +350,12 @@ impl SqliteStore {
     }
 
     /// SQLite's `data_version` of this connection: it changes when another connection (another
-    /// process, or another connection of this one) commits, so a watcher reads the journal only
-    /// when something was written.
-    pub fn data_version(&self) -> Result<i64, StoreError> {
-        self.conn().query_row("PRAGMA data_version", [], |r| r.get(0)).map_err(backend)
+    /// process, or another connection of this one) commits.
+    fn data_version_sync(&self) -> Result<u64, StoreError> {
+        self.conn()
+            .query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
+            .map(|v| u64::try_from(v).unwrap_or(0))
+            .map_err(backend)
     }
 
     fn events_sync(&self, run: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError> {
@@ -516,6 +515,22 @@ impl Store for SqliteStore {
 
     async fn runs(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
         self.runs_sync(limit)
+    }
+
+    async fn runs_in(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError> {
+        self.runs_in_sync(statuses)
+    }
+
+    async fn feed_since(&self, after: u64, limit: usize) -> Result<Vec<FeedEntry>, StoreError> {
+        self.feed_since_sync(after, limit)
+    }
+
+    async fn feed_last(&self) -> Result<u64, StoreError> {
+        self.feed_last_sync()
+    }
+
+    async fn data_version(&self) -> Result<u64, StoreError> {
+        self.data_version_sync()
     }
 
     async fn task_outputs(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {

@@ -3,13 +3,14 @@
 //! the journal as it was read, so of two answering at once exactly one goes on.
 
 use loopwright_engine::event::Answer;
-use loopwright_engine::{Event, EventRecord, Owner, RunId, RunState, Stopper, Store, StoreError};
+use loopwright_engine::{Event, EventRecord, Owner, RunState, Stopper};
 use loopwright_spec::{Pipeline, StageId};
 use loopwright_store::SqliteStore;
 
 use crate::assemble::RunEngine;
 use crate::error::Error;
 use crate::ownership::{owner_alive, resumable};
+use crate::record;
 
 /// `approve`/`reject`: the answer to the approval gate the run waits at.
 pub fn approval(
@@ -98,22 +99,7 @@ pub fn owner_acts(state: &RunState) -> bool {
 /// Records an answer for the live owner to act on (compare-and-append: nothing is recorded
 /// when the run changed since it was read).
 pub async fn record_for_owner(store: &SqliteStore, state: &mut RunState, answer: Event) -> Result<(), Error> {
-    append_to_what_was_read(store, state, vec![answer]).await
-}
-
-/// Appends `events` right after the journal as `state` read it (compare-and-append) and applies
-/// them; a run changed meanwhile is refused with what changed it ([`moved_on`]).
-async fn append_to_what_was_read(store: &SqliteStore, state: &mut RunState, events: Vec<Event>) -> Result<(), Error> {
-    let read = state.last_seq;
-    let at = jiff::Timestamp::now();
-    let batch: Vec<(Event, jiff::Timestamp)> = events.into_iter().map(|e| (e, at)).collect();
-    match store.append_after(&state.run_id, read, &batch).await {
-        Ok(records) => {
-            records.iter().for_each(|r| state.apply(r));
-            Ok(())
-        }
-        Err(e) => Err(moved_on(store, &state.run_id, read, e).await),
-    }
+    record::after_read(store, state, vec![answer]).await
 }
 
 /// Claims the run for `owner` with the answer (if any) and `run_resumed`, in one
@@ -131,7 +117,7 @@ pub async fn claim<X: Stopper>(
     }
     match engine.record_after(state, claim).await {
         Ok(()) => Ok(()),
-        Err(e) => Err(moved_on(engine.store, &state.run_id, read, e).await),
+        Err(e) => Err(record::moved_on(engine.store, &state.run_id, read, e).await),
     }
 }
 
@@ -148,7 +134,7 @@ pub async fn claim_in_store(
     if claim.is_empty() {
         return Ok(());
     }
-    append_to_what_was_read(store, state, claim).await
+    record::after_read(store, state, claim).await
 }
 
 /// The events that claim a run: the answer, then `run_resumed` when the run goes on after it.
@@ -162,42 +148,4 @@ fn claim_events(state: &RunState, answer: Option<Event>, owner: Owner) -> Vec<Ev
         claim.push(Event::RunResumed { owner });
     }
     claim
-}
-
-/// The error for a change refused because another process changed the run first: what that
-/// process did, and who it was.
-pub async fn moved_on(store: &SqliteStore, run: &RunId, read: u64, error: StoreError) -> Error {
-    if !matches!(error, StoreError::Conflict { .. }) {
-        return error.into();
-    }
-    let since = store.events_since(run, read).await.unwrap_or_default();
-    let done = since.iter().find_map(|r| {
-        let what = match &r.event {
-            Event::ApprovalGranted { stage, by, .. } => {
-                format!("the approval of stage `{stage}` was already granted by {by}")
-            }
-            Event::ApprovalRejected { stage, by, .. } => {
-                format!("the approval of stage `{stage}` was already rejected by {by}")
-            }
-            Event::EscalationAnswered { stage, answer, by } => {
-                let answer = serde_json::to_value(answer)
-                    .ok()
-                    .and_then(|v| v["answer"].as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                format!("the escalation of stage `{stage}` was already answered (`{answer}`) by {by}")
-            }
-            Event::RunResumed { owner } => format!("it was already taken up by process {}", owner.pid),
-            Event::CancelRequested { by, .. } | Event::RunCancelled { by, .. } => {
-                format!("it was already cancelled by {by}")
-            }
-            _ => return None,
-        };
-        Some(format!("{what} at {}", r.at))
-    });
-    let done =
-        done.or_else(|| since.first().map(|r| format!("its journal moved on (event {}: {})", r.seq, r.event.kind())));
-    Error::conflict(format!(
-        "run {run}: {}; nothing was done here (see `loopwright status {run}`)",
-        done.unwrap_or_else(|| "its journal moved on".to_owned())
-    ))
 }

@@ -67,12 +67,7 @@ pub async fn cancel(
         if rollback {
             return Ok(Cancelled::RollBack(event));
         }
-        return match store.append_after(run, read, &[(event, jiff::Timestamp::now())]).await {
-            Ok(records) => {
-                records.iter().for_each(|r| state.apply(r));
-                Ok(Cancelled::Done(state))
-            }
-            Err(e) => Err(crate::ops::answer::moved_on(store, run, read, e).await),
-        };
+        crate::record::after_read(store, &mut state, vec![event]).await?;
+        return Ok(Cancelled::Done(state));
     }
 }

@@ -47,7 +47,7 @@ pub fn serve(global: &Global, args: Args) -> Result<u8, CliError> {
     use loopwright_app::ops::start::{StartRequest, prepare};
     let root = create(args.dir)?;
     let ws = loopwright_app::workspace::Workspace::locate(Some(&root))?;
-    super::serve::on_daemon_runtime(async {
+    super::on_daemon_runtime(async {
         let request = StartRequest {
             pipeline: "bug-fix".into(),
             task: Some(TASK.into()),
@@ -81,19 +81,14 @@ pub fn serve(global: &Global, args: Args) -> Result<u8, CliError> {
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let root = create(args.dir)?;
     let demo_global = Global { dir: Some(root.clone()), json: global.json };
-    let args = super::run::Args {
+    let ws = crate::workspace::Workspace::locate(Some(&root))?;
+    let request = loopwright_app::ops::start::StartRequest {
         pipeline: "bug-fix".into(),
         task: Some(TASK.into()),
-        task_id: None,
-        vars: vec!["complexity=low".into()],
-        inputs: vec![],
-        start_from: None,
-        skip: vec![],
-        yes: false,
-        quiet: false,
-        worktree: false,
+        vars: [("complexity".to_owned(), "low".to_owned())].into(),
+        ..loopwright_app::ops::start::StartRequest::default()
     };
-    let code = super::run::run(&demo_global, args).await?;
+    let code = crate::drive::start(&demo_global, &ws, request, false).await?;
     eprintln!(
         "\nThe workspace is kept: look around with\n  loopwright -C {0} status latest\n  loopwright -C {0} logs latest\n  ls {0}/.loopwright/state/runs/*/",
         root.display()

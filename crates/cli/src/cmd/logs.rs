@@ -295,7 +295,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let mut printed = 0u64;
     let mut state = RunState::replay(run.clone(), &[]);
     loop {
-        let version = store.data_version()?;
+        let version = store.data_version().await?;
         let events = store.events_since(&run, printed).await?;
         for r in &events {
             if global.json {
@@ -314,7 +314,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         if !args.follow || !live {
             return Ok(0);
         }
-        while store.data_version()? == version {
+        while store.data_version().await? == version {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

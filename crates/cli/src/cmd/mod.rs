@@ -26,3 +26,17 @@ pub struct Global {
 }
 
 pub use loopwright_app::assemble::{open_existing_store, open_store};
+
+/// Runs `work` (a daemon) on a multi-threaded runtime of its own: the API on two threads,
+/// each run on a thread of its own. `serve` and `demo --serve` start here, not on the
+/// one-thread runtime of the other commands.
+pub fn on_daemon_runtime<T>(
+    work: impl std::future::Future<Output = Result<T, crate::error::CliError>>,
+) -> Result<T, crate::error::CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| crate::error::CliError::Internal(anyhow::anyhow!("cannot start the runtime: {e}")))?
+        .block_on(work)
+}

@@ -10,8 +10,8 @@ use loopwright_engine::{Event, RunId, RunState, RunStatus, Store};
 use loopwright_spec::Pipeline;
 use loopwright_store::SqliteStore;
 
-use super::run::{finish, os_user, report};
 use super::{Global, open_existing_store};
+use crate::drive::{finish, os_user, report};
 use crate::error::CliError;
 use crate::observe::{Observers, Progress, Projector};
 use crate::stop::CliStopper;

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::Global;
+use super::{Global, on_daemon_runtime};
 use crate::error::CliError;
 use crate::workspace::Workspace;
 
@@ -24,18 +24,6 @@ pub struct Args {
     /// Milliseconds between heartbeat comments on idle event streams.
     #[arg(long = "heartbeat-ms", default_value_t = 15_000, hide = true)]
     pub heartbeat_ms: u64,
-}
-
-/// Runs `work` (a daemon) on a multi-threaded runtime of its own: the API on two threads,
-/// each run on a thread of its own. `serve` and `demo --serve` start here, not on the
-/// one-thread runtime of the other commands.
-pub fn on_daemon_runtime<T>(work: impl std::future::Future<Output = Result<T, CliError>>) -> Result<T, CliError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot start the runtime: {e}")))?
-        .block_on(work)
 }
 
 /// `loopwright serve`.

@@ -2,8 +2,8 @@
 
 use loopwright_app::ops::read::{self, ListFilter, resolve_run};
 
-use super::run::report;
 use super::{Global, open_existing_store};
+use crate::drive::report;
 use crate::error::CliError;
 use crate::workspace::Workspace;
 

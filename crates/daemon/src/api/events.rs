@@ -18,7 +18,8 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::dto::EventsQuery;
 use super::error::{ApiError, ErrorBody, Query};
-use crate::{FeedItem, Shared};
+use crate::Shared;
+use loopwright_engine::FeedEntry;
 
 /// The most events read from the journal at once when a stream catches up.
 const BATCH: usize = 500;
@@ -43,9 +44,9 @@ fn resume_from(headers: &HeaderMap, after: Option<u64>) -> Result<u64, ApiError>
 /// The next broadcast item, or `None` once the daemon shuts down (the stream then ends, so
 /// graceful shutdown does not wait on clients).
 async fn receive(
-    rx: &mut tokio::sync::broadcast::Receiver<Arc<FeedItem>>,
+    rx: &mut tokio::sync::broadcast::Receiver<Arc<FeedEntry>>,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
-) -> Option<Result<Arc<FeedItem>, RecvError>> {
+) -> Option<Result<Arc<FeedEntry>, RecvError>> {
     if *shutdown.borrow() {
         return None;
     }
@@ -111,7 +112,7 @@ struct RunStream {
     shutdown: tokio::sync::watch::Receiver<bool>,
     run: RunId,
     last: u64,
-    rx: tokio::sync::broadcast::Receiver<Arc<FeedItem>>,
+    rx: tokio::sync::broadcast::Receiver<Arc<FeedEntry>>,
     pending: VecDeque<EventRecord>,
     /// The journal may hold events not yet sent: read it before waiting.
     stale: bool,
@@ -193,8 +194,8 @@ struct FeedStream {
     shared: Arc<Shared>,
     shutdown: tokio::sync::watch::Receiver<bool>,
     last: u64,
-    rx: tokio::sync::broadcast::Receiver<Arc<FeedItem>>,
-    pending: VecDeque<Arc<FeedItem>>,
+    rx: tokio::sync::broadcast::Receiver<Arc<FeedEntry>>,
+    pending: VecDeque<Arc<FeedEntry>>,
     stale: bool,
 }
 
@@ -202,26 +203,26 @@ impl FeedStream {
     async fn next(mut self) -> Option<(Result<Sse, Infallible>, Self)> {
         loop {
             if let Some(item) = self.pending.pop_front() {
-                if item.id <= self.last {
+                if item.position <= self.last {
                     continue;
                 }
-                self.last = item.id;
-                let sse = sse_of(&item.record, item.id, Some(&item.run));
+                self.last = item.position;
+                let sse = sse_of(&item.record, item.position, Some(&item.run));
                 return Some((Ok(sse), self));
             }
             if self.stale {
-                let batch = match self.shared.store.feed_since(self.last, BATCH) {
+                let batch = match self.shared.store.feed_since(self.last, BATCH).await {
                     Ok(b) => b,
                     Err(_) => return None,
                 };
                 self.stale = batch.len() == BATCH;
-                self.pending.extend(batch.into_iter().map(|(id, run, record)| Arc::new(FeedItem { id, run, record })));
+                self.pending.extend(batch.into_iter().map(Arc::new));
                 continue;
             }
             let received = receive(&mut self.rx, &mut self.shutdown).await?;
             match received {
-                Ok(item) if item.id == self.last + 1 => self.pending.push_back(item),
-                Ok(item) if item.id > self.last + 1 => self.stale = true,
+                Ok(item) if item.position == self.last + 1 => self.pending.push_back(item),
+                Ok(item) if item.position > self.last + 1 => self.stale = true,
                 Ok(_) => {}
                 Err(RecvError::Lagged(_)) => self.stale = true,
                 Err(RecvError::Closed) => return None,
@@ -266,7 +267,7 @@ struct OutputStream {
     shutdown: tokio::sync::watch::Receiver<bool>,
     run: RunId,
     run_dir: std::path::PathBuf,
-    rx: tokio::sync::broadcast::Receiver<Arc<FeedItem>>,
+    rx: tokio::sync::broadcast::Receiver<Arc<FeedEntry>>,
     tail: Option<output::Tail>,
     pending: VecDeque<output::Chunk>,
     /// The run's journal has grown: the attempt in flight may have changed.

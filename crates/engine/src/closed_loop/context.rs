@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{Failure, FileChanges, LoopState};
-use crate::prompt::cap_tokens;
+use crate::tokens::cap_tokens;
 
 /// Token cap of one failure's details (seed 000: previous error context < 200 tokens).
 pub const DETAIL_TOKENS: usize = 200;

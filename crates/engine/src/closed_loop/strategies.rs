@@ -14,7 +14,7 @@ use regex::Regex;
 use super::Failure;
 use super::checks::Project;
 use crate::ports::Changes;
-use crate::prompt::cap_tokens;
+use crate::tokens::cap_tokens;
 
 /// Token cap of a strategy's findings (seed 000: expanded context < 500 tokens).
 pub const CONTEXT_TOKENS: usize = 500;

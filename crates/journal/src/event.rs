@@ -14,6 +14,15 @@ use crate::ids::TaskId;
 /// Outputs of one stage: key -> text.
 pub type Outputs = BTreeMap<String, String>;
 
+/// A process group a stage started: its id and its leader's start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProcessGroup {
+    /// The group id (the leader's pid).
+    pub pgid: i32,
+    /// The leader's start time in clock ticks since boot, when known.
+    pub start_time: Option<u64>,
+}
+
 /// One state change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -5,8 +5,116 @@ use std::collections::BTreeMap;
 use loopwright_spec::StageId;
 use serde::Serialize;
 
+use crate::closed_loop::{Analysis, Baseline, CheckResult, Failure, FileChanges, FixResult, Regression, Violation};
 use crate::event::{ConditionOutcome, Event, EventRecord, Outputs, RunStarted, RunStatus, SkipReason, StageError};
 use crate::ids::RunId;
+
+/// One pass through the loop: GENERATE … FIX.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Iteration {
+    /// The attempt number.
+    pub attempt: u32,
+    /// When GENERATE ended.
+    pub at: jiff::Timestamp,
+    /// How long GENERATE + EXECUTE took.
+    pub duration_ms: u64,
+    /// The agent's outputs.
+    pub outputs: Outputs,
+    /// Files the attempt changed.
+    pub files: FileChanges,
+    /// VALIDATE ran: gates checked and what they found.
+    pub validation: Option<(Vec<String>, Vec<Violation>)>,
+    /// EVALUATE ran: each check.
+    pub checks: Option<Vec<CheckResult>>,
+    /// Regression re-check ran: dependents and regressions.
+    pub regression: Option<(Vec<String>, Vec<Regression>)>,
+    /// The first failure, classified.
+    pub failure: Option<Failure>,
+    /// ANALYZE's decision.
+    pub analysis: Option<Analysis>,
+    /// FIX's result.
+    pub fix: Option<FixResult>,
+    /// When FIX ended.
+    pub fix_at: Option<jiff::Timestamp>,
+}
+
+/// A stage's closed loop, derived from the journal.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LoopState {
+    /// Every iteration, in order.
+    pub iterations: Vec<Iteration>,
+    /// Iterations before the current retry budget (a human's `retry` or `fix` resets it).
+    pub base: usize,
+    /// The open escalation's reason, while the run waits for an answer.
+    pub escalation: Option<String>,
+    /// The last escalation's reason (kept after it is answered, for the result).
+    pub escalation_reason: Option<String>,
+    /// The answer to the last escalation, until the next attempt starts.
+    pub answer: Option<crate::event::Answer>,
+    /// A human's `fix:` instruction for the attempts that follow.
+    pub user_fix: Option<String>,
+    /// The dead letter's reason, once written.
+    pub dead_letter: Option<String>,
+    /// Regression detection: None until the gate was evaluated; then the baseline when on.
+    pub regression_gate: Option<Option<Baseline>>,
+    /// The loop succeeded.
+    pub succeeded: bool,
+    /// Whole-loop passes the stage's `retry:` started after the first gave up.
+    pub passes: u32,
+}
+
+impl LoopState {
+    /// `success`, `failed`, `escalated`, or `running`.
+    pub fn status(&self) -> &'static str {
+        if self.succeeded {
+            "success"
+        } else if self.dead_letter.is_some() {
+            "failed"
+        } else if self.escalation.is_some()
+            || matches!(self.answer, Some(crate::event::Answer::Skip | crate::event::Answer::Abort))
+        {
+            "escalated"
+        } else {
+            "running"
+        }
+    }
+
+    /// The last pattern matched, if any.
+    pub fn last_pattern(&self) -> Option<&str> {
+        self.iterations.iter().rev().find_map(|i| i.failure.as_ref()).and_then(|f| f.pattern.as_deref())
+    }
+
+    /// Strategies used, in order, without repeats.
+    pub fn strategies(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for s in self.iterations.iter().filter_map(|i| i.fix.as_ref()).map(|f| &f.strategy) {
+            if !out.contains(s) {
+                out.push(s.clone());
+            }
+        }
+        out
+    }
+
+    /// Patterns matched, in order, without repeats.
+    pub fn patterns(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for p in self.iterations.iter().filter_map(|i| i.failure.as_ref()).map(|f| f.key().to_owned()) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// Every file changed by any attempt.
+    pub fn files(&self) -> FileChanges {
+        let mut all = FileChanges::default();
+        for i in &self.iterations {
+            all.merge(&i.files);
+        }
+        all
+    }
+}
 
 /// Where a stage stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,7 +195,7 @@ pub struct StageState {
     /// The last error.
     pub last_error: Option<StageError>,
     /// Process groups started for the attempt in flight.
-    pub process_groups: Vec<crate::ports::ProcessGroup>,
+    pub process_groups: Vec<crate::event::ProcessGroup>,
     /// When the pending retry may start.
     pub retry_at: Option<jiff::Timestamp>,
     /// The answer to its approval gate.
@@ -114,7 +222,7 @@ pub struct StageState {
     /// retry budget; attempts keep counting across passes).
     pub pass_base: u32,
     /// The closed loop of a `skill: closed-loop-execution` stage.
-    pub closed: Option<Box<crate::closed_loop::LoopState>>,
+    pub closed: Option<Box<LoopState>>,
     /// What its agent attempts used.
     pub spend: Spend,
 }
@@ -210,12 +318,12 @@ impl StageState {
         }
     }
 
-    fn closed_mut(&mut self) -> &mut crate::closed_loop::LoopState {
+    fn closed_mut(&mut self) -> &mut LoopState {
         self.closed.get_or_insert_with(Default::default)
     }
 
     /// The closed loop's iteration of `attempt`.
-    fn iteration_mut(&mut self, attempt: u32) -> Option<&mut crate::closed_loop::Iteration> {
+    fn iteration_mut(&mut self, attempt: u32) -> Option<&mut Iteration> {
         self.closed.as_mut()?.iterations.iter_mut().rev().find(|i| i.attempt == attempt)
     }
 
@@ -279,15 +387,41 @@ pub struct RunState {
     pub merge_answer: Option<crate::event::Answer>,
     /// Events applied but not yet journaled (they have no effect outside until they are):
     /// the engine commits them in one transaction before its next outside effect.
-    pub(crate) unflushed: Vec<(Event, jiff::Timestamp)>,
+    unflushed: Vec<(Event, jiff::Timestamp)>,
     /// Position of each touched stage in `stages`.
     index: std::collections::HashMap<StageId, usize>,
     /// Where the state machine's last scan for the next stage stopped: every pipeline stage
     /// before it is done. A cache, reset whenever a done stage is started again.
-    pub(crate) scan_hint: std::cell::Cell<usize>,
+    scan_hint: std::cell::Cell<usize>,
 }
 
 impl RunState {
+    /// Keeps an event applied but not yet journaled, to be committed with the next ones.
+    pub fn defer(&mut self, event: Event, at: jiff::Timestamp) {
+        self.unflushed.push((event, at));
+    }
+
+    /// True when events were applied that are not journaled yet.
+    pub fn has_deferred(&self) -> bool {
+        !self.unflushed.is_empty()
+    }
+
+    /// The events applied but not journaled yet, oldest first; none are left.
+    pub fn take_deferred(&mut self) -> Vec<(Event, jiff::Timestamp)> {
+        std::mem::take(&mut self.unflushed)
+    }
+
+    /// Where the next scan for a stage to run may start: every pipeline stage before it is
+    /// done. A cache the state machine keeps; reset whenever a done stage starts again.
+    pub fn scan_hint(&self) -> usize {
+        self.scan_hint.get()
+    }
+
+    /// Moves the scan hint (the state machine found every stage before `index` done).
+    pub fn set_scan_hint(&self, index: usize) {
+        self.scan_hint.set(index);
+    }
+
     /// The state before any event.
     pub fn new(run_id: RunId) -> Self {
         Self {
@@ -409,7 +543,7 @@ impl RunState {
                 s.retry_at = None;
             }
             Event::ProcessStarted { stage, pgid, start_time, .. } => {
-                let group = crate::ports::ProcessGroup { pgid: *pgid, start_time: *start_time };
+                let group = crate::event::ProcessGroup { pgid: *pgid, start_time: *start_time };
                 self.stage_mut(stage).process_groups.push(group);
             }
             Event::RunResumed { owner } => self.owner = Some(*owner),
@@ -562,7 +696,7 @@ impl RunState {
                 }
                 let lp = s.closed_mut();
                 lp.iterations.retain(|i| i.attempt != *attempt);
-                lp.iterations.push(crate::closed_loop::Iteration {
+                lp.iterations.push(Iteration {
                     attempt: *attempt,
                     at,
                     duration_ms: *duration_ms,

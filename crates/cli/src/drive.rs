@@ -1,0 +1,253 @@
+//! Driving a run in the foreground, as `run`, `resume`, `approve`, `reject` and `demo` do:
+//! the engine as the binary assembles it, and what happens when it stops — ask at an approval
+//! gate or an escalation when a person is at the terminal, else report the result and return
+//! the exit code.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use loopwright_app::assemble::RunEngine;
+use loopwright_app::ops::start::{StartRequest, prepare};
+use loopwright_app::ops::{answer, read};
+use loopwright_app::ownership::this_process;
+use loopwright_app::session::Session;
+use loopwright_engine::result::PipelineResult;
+use loopwright_engine::{Event, RunState, Store};
+use loopwright_spec::{Pipeline, StageId};
+
+use crate::cmd::{Global, open_store};
+use crate::error::CliError;
+use crate::observe::{Observers, Progress, Projector};
+use crate::render;
+use crate::stop::CliStopper;
+use crate::workspace::Workspace;
+
+/// Starts a run in this process and drives it until it ends or waits; `quiet` prints no
+/// progress.
+pub async fn start(global: &Global, ws: &Workspace, request: StartRequest, quiet: bool) -> Result<u8, CliError> {
+    let prepared = prepare(ws, request, this_process(false)).await?;
+    let store = open_store(ws)?;
+    if !quiet {
+        for note in &prepared.notes {
+            eprintln!("loopwright: {note}");
+        }
+    }
+    let pipeline = prepared.pipeline;
+    let session = Session::start(ws, &store, &pipeline, &prepared.root, &prepared.run_id)?;
+    let stopper = CliStopper::new(&store, prepared.run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
+    let mut observers = Observers { progress: Progress::new(quiet), files: Projector::new(ws.runs_dir()) };
+    let mut engine = session.engine(&pipeline, &store, &stopper, &mut observers);
+    let state = engine.start(prepared.run_id, prepared.started).await?;
+    finish(global, &mut engine, state).await
+}
+
+/// The engine as the binary drives it.
+pub type CliEngine<'a> = RunEngine<'a, CliStopper<'a>>;
+
+/// After the engine stops: ask at an approval gate when a person is at the terminal,
+/// otherwise report the result and return the exit code.
+pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunState) -> Result<u8, CliError> {
+    loop {
+        while let Some(stage) = state.waiting_for_approval().map(|s| s.id.clone()) {
+            let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
+            if !interactive {
+                break;
+            }
+            let prompt = approval_prompt(engine.pipeline, &stage, &state);
+            let answer = tokio::task::spawn_blocking(move || ask_approval(&prompt));
+            let granted = tokio::select! {
+                answer = answer => answer.unwrap_or(false),
+                _ = loopwright_engine::Stopper::stopped(engine.stopper) => {
+                    eprintln!("\nloopwright: run {} still waits for approval of `{stage}`", state.run_id);
+                    report(global, &state)?;
+                    return Ok(130);
+                }
+            };
+            let by = os_user();
+            let event = if granted {
+                Event::ApprovalGranted { stage, by, comment: None }
+            } else {
+                // Seed 004's cancellation flow: offer to roll back what earlier stages changed.
+                // The stages the state machine would roll back, in pipeline order.
+                let undoable: Vec<String> =
+                    loopwright_engine::decide::rollback_candidates(engine.pipeline, &state, None)
+                        .iter()
+                        .rev()
+                        .map(ToString::to_string)
+                        .collect();
+                let rollback = !undoable.is_empty()
+                    && ask_yes_no(&format!(
+                        "Roll back the completed stage(s) {} as the pipeline says? [y/N] ",
+                        undoable.join(", ")
+                    ));
+                Event::ApprovalRejected { stage, by, comment: None, rollback }
+            };
+            // Someone may have answered or cancelled from another terminal meanwhile: then
+            // this answer is not recorded, and the run is looked at again.
+            if !answered(engine, &mut state, event).await? {
+                continue;
+            }
+            state = engine.drive(state).await?;
+        }
+        // A closed-loop escalation, with a person at the terminal: ask (seed 001's options).
+        let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
+        let Some((stage, message)) = read::escalation_report(&state).filter(|_| interactive) else {
+            break;
+        };
+        let answer = tokio::task::spawn_blocking(move || ask_escalation(&message));
+        let answer = tokio::select! {
+            answer = answer => answer.ok().flatten(),
+            _ = loopwright_engine::Stopper::stopped(engine.stopper) => None,
+        };
+        let Some(answer) = answer else {
+            eprintln!("\nloopwright: run {} still waits on the escalation of `{stage}`", state.run_id);
+            break;
+        };
+        if answer == loopwright_engine::event::Answer::Skip {
+            eprint!("{}", answer::skip_impact(engine.pipeline, &state, &stage));
+        }
+        if !answered(engine, &mut state, Event::EscalationAnswered { stage, answer, by: os_user() }).await? {
+            continue;
+        }
+        state = engine.drive(state).await?;
+    }
+    for note in loopwright_app::worktree::merge_back(engine, &mut state).await? {
+        eprintln!("loopwright: {note}");
+    }
+    // Manual rollback steps: on a terminal, wait for the person to confirm they are done.
+    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && !global.json;
+    if interactive {
+        for (stage, steps) in state.pending_manual_rollbacks() {
+            eprintln!("Manual rollback of stage `{stage}`:\n    {}", steps.replace('\n', "\n    "));
+            if ask_yes_no("Type `y` once these steps are done (or `n` to leave them pending): ") {
+                let detail = format!("{steps} (confirmed by {})", os_user());
+                let strategy = loopwright_spec::pipeline::RollbackStrategy::Manual;
+                let status = loopwright_engine::event::RollbackStatus::Success;
+                engine.record(&mut state, Event::StageRolledBack { stage, strategy, status, detail }).await?;
+                let overall = state.rollback_overall();
+                engine.record(&mut state, Event::RollbackFinished { overall }).await?;
+            }
+        }
+    }
+    report(global, &state)
+}
+
+/// Records an answer given at this terminal, unless another process changed the run since it
+/// was read (then the state is read again and `false` returned, nothing recorded).
+async fn answered(engine: &mut CliEngine<'_>, state: &mut RunState, event: Event) -> Result<bool, CliError> {
+    match engine.record_after(state, vec![event]).await {
+        Ok(()) => Ok(true),
+        Err(loopwright_engine::StoreError::Conflict { .. }) => {
+            eprintln!("loopwright: the run changed in another process meanwhile; looking at it again");
+            *state = RunState::replay(state.run_id.clone(), &engine.store.events(&state.run_id).await?);
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Asks a yes/no question on the terminal; anything but `y`/`yes` is no.
+fn ask_yes_no(question: &str) -> bool {
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).is_ok() && matches!(line.trim().to_lowercase().as_str(), "y" | "yes")
+}
+
+/// Prints a run's result (JSON on stdout with `--json`) and returns its exit code.
+pub fn report(global: &Global, state: &RunState) -> Result<u8, CliError> {
+    let result = PipelineResult::from_state(state);
+    if global.json {
+        let json = serde_json::to_string_pretty(&result).map_err(|e| CliError::Internal(e.into()))?;
+        println!("{json}");
+    } else {
+        print!("{}", render::result(&result, state));
+    }
+    Ok(state.status.exit_code())
+}
+
+/// The name of the person at the keyboard.
+pub fn os_user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(|| nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.name))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Seed 004's approval prompt for a stage.
+fn approval_prompt(pipeline: &Pipeline, stage: &StageId, state: &RunState) -> String {
+    let Some(s) = pipeline.stage(stage.as_str()) else { return String::new() };
+    let inputs = loopwright_engine::prompt::resolve_inputs(pipeline, s, state);
+    let mut text = format!(
+        "---\n## Approval Required: Stage '{}'\n**Description:** {}\n**Agent:** {}\n**Mode:** {}\n### Inputs\n",
+        s.id,
+        s.description.trim(),
+        s.agent.name(),
+        s.mode
+    );
+    for i in &inputs {
+        let summary =
+            i.text.as_deref().and_then(|t| t.lines().find(|l| !l.trim().is_empty())).unwrap_or("(not available)");
+        text.push_str(&format!("- {}: {}\n", i.key, summary.chars().take(100).collect::<String>()));
+    }
+    if inputs.is_empty() {
+        text.push_str("(none)\n");
+    }
+    text.push_str("### Expected Outputs\n");
+    text.push_str(&if s.outputs.is_empty() { "(none)".to_owned() } else { s.outputs.join(", ") });
+    text.push_str("\nType `proceed` to continue or `abort` to cancel pipeline.\n---\n");
+    text
+}
+
+/// Shows an escalation and reads answers until one is understood; `None` at end of input.
+fn ask_escalation(message: &str) -> Option<loopwright_engine::event::Answer> {
+    use loopwright_engine::event::Answer;
+    eprintln!("{message}");
+    ask_until(
+        "retry | skip | abort | fix <instruction> > ",
+        "Answer `retry`, `skip`, `abort`, or `fix` followed by the instruction.",
+        |line| {
+            let (word, rest) = line.split_once([' ', ':']).unwrap_or((line, ""));
+            match (word.to_lowercase().as_str(), rest.trim()) {
+                ("retry", _) => Some(Answer::Retry),
+                ("skip", _) => Some(Answer::Skip),
+                ("abort", _) => Some(Answer::Abort),
+                ("fix", text) if !text.is_empty() => Some(Answer::Fix { text: text.to_owned() }),
+                _ => None,
+            }
+        },
+    )
+}
+
+/// Shows the prompt and reads answers until one is understood.
+fn ask_approval(text: &str) -> bool {
+    eprint!("{text}");
+    ask_until("> ", "Type `proceed` to continue or `abort` to cancel pipeline.", |line| {
+        match line.to_lowercase().as_str() {
+            "proceed" | "yes" | "continue" => Some(true),
+            "abort" | "cancel" | "no" => Some(false),
+            _ => None,
+        }
+    })
+    .unwrap_or(false)
+}
+
+/// Reads lines from the terminal until `understood` accepts one (saying `help` after each it
+/// does not); `None` at the end of input.
+fn ask_until<T>(prompt: &str, help: &str, understood: impl Fn(&str) -> Option<T>) -> Option<T> {
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("{prompt}");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        match stdin.lock().read_line(&mut line) {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+        match understood(line.trim()) {
+            Some(answer) => return Some(answer),
+            None => eprintln!("{help}"),
+        }
+    }
+}

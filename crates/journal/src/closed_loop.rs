@@ -1,0 +1,309 @@
+//! What the closed loop (seed 000) records of each iteration: the files an attempt changed,
+//! the checks it ran, the failure classified, ANALYZE's decision and FIX's result — the facts
+//! the journal's closed-loop events carry and the state they fold into. The loop's behaviour
+//! (classifying, deciding, the strategies) lives in the engine.
+
+use serde::{Deserialize, Serialize};
+
+/// Characters of a command's output kept in the journal (seed 000 EXECUTE).
+pub const OUTPUT_CHARS: usize = 2000;
+
+/// An error line that names the error itself.
+static HEADLINE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r"^(?:E\s+)?[A-Za-z_.]*(?:Error|Exception)\b:?|error(?:\[\w+\])?:|error TS\d+|panicked at|^FAIL\b|^--- FAIL",
+    )
+    .expect("valid headline regex")
+});
+
+/// Files an attempt changed, relative to the workspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChanges {
+    /// Changed in place.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modified: Vec<String>,
+    /// New.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created: Vec<String>,
+    /// Removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<String>,
+}
+
+impl FileChanges {
+    /// No file changed.
+    pub fn is_empty(&self) -> bool {
+        self.modified.is_empty() && self.created.is_empty() && self.deleted.is_empty()
+    }
+
+    /// Every changed path, sorted.
+    pub fn paths(&self) -> Vec<&str> {
+        let mut all: Vec<&str> =
+            self.modified.iter().chain(&self.created).chain(&self.deleted).map(String::as_str).collect();
+        all.sort_unstable();
+        all
+    }
+
+    /// `path (created)`-style lines, sorted by path.
+    pub fn described(&self) -> Vec<String> {
+        let mut all: Vec<(String, &str)> = self
+            .modified
+            .iter()
+            .map(|p| (p.clone(), "modified"))
+            .chain(self.created.iter().map(|p| (p.clone(), "created")))
+            .chain(self.deleted.iter().map(|p| (p.clone(), "deleted")))
+            .collect();
+        all.sort();
+        all.into_iter().map(|(p, how)| format!("{p} ({how})")).collect()
+    }
+
+    /// Adds another attempt's changes (a file created then modified stays created).
+    pub fn merge(&mut self, other: &FileChanges) {
+        for p in &other.created {
+            if !self.created.contains(p) {
+                self.modified.retain(|m| m != p);
+                self.deleted.retain(|m| m != p);
+                self.created.push(p.clone());
+            }
+        }
+        for p in &other.modified {
+            if !self.created.contains(p) && !self.modified.contains(p) {
+                self.modified.push(p.clone());
+            }
+        }
+        for p in &other.deleted {
+            let was_created = self.created.contains(p);
+            self.created.retain(|m| m != p);
+            self.modified.retain(|m| m != p);
+            if !was_created && !self.deleted.contains(p) {
+                self.deleted.push(p.clone());
+            }
+        }
+    }
+}
+
+/// One check of EVALUATE, as it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckResult {
+    /// Its name (`tests_pass`).
+    pub name: String,
+    /// `lint`, `type`, `test`, `build`, `custom`, `syntax` or `command`.
+    pub kind: String,
+    /// The command run.
+    pub command: String,
+    /// It passed.
+    pub passed: bool,
+    /// Exit code, when the command exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// What it printed (stdout then stderr), the last [`OUTPUT_CHARS`] characters.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output: String,
+    /// How long it ran.
+    pub duration_ms: u64,
+}
+
+/// A VALIDATE gate's finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    /// The gate: `syntax`, `workspace_boundary` or `plan_mode`.
+    pub gate: String,
+    /// The file concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The kind of a closed-loop failure (seed 001 failure types, plus VALIDATE's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureType {
+    /// The agent itself failed (non-zero exit, missing outputs).
+    ExecutionError,
+    /// A check failed.
+    VerificationFailed,
+    /// A VALIDATE gate failed.
+    ValidationFailed,
+    /// The agent or a check ran out of time.
+    Timeout,
+    /// A plan-mode stage changed files: never retried automatically.
+    SecurityViolation,
+    /// Dependents' tests regressed.
+    Regression,
+}
+
+impl FailureType {
+    /// As written in prompts and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureType::ExecutionError => "execution_error",
+            FailureType::VerificationFailed => "verification_failed",
+            FailureType::ValidationFailed => "validation_failed",
+            FailureType::Timeout => "timeout",
+            FailureType::SecurityViolation => "security_violation",
+            FailureType::Regression => "regression",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A classified failure of one iteration: where it came from and what pattern it matched.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    /// `generate`, `pre_validation`, `regression_check`, or the name of the failed check.
+    pub source: String,
+    /// What kind of failure.
+    pub failure_type: FailureType,
+    /// One line: what failed and how.
+    pub summary: String,
+    /// The failure's output, the last [`OUTPUT_CHARS`] characters.
+    pub output: String,
+    /// The lines that decided the classification (or the output's last lines).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<String>,
+    /// The pattern matched, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// 0..1.
+    pub confidence: f64,
+    /// The matched signals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<String>,
+    /// The pattern's first strategy (`analyze_then_fix` when nothing matched).
+    pub strategy: String,
+    /// The pattern's alternatives.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<String>,
+    /// The pattern's retry budget, when one matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_auto_retries: Option<u32>,
+    /// The pattern allows automatic retries.
+    pub retryable: bool,
+}
+
+impl Failure {
+    /// The line that best names the error: an exception or compiler error line when there is
+    /// one (`ZeroDivisionError: division by zero`, `error[E0308]: …`), else the first decisive
+    /// line, else the summary.
+    pub fn headline(&self) -> &str {
+        self.lines
+            .iter()
+            .find(|l| HEADLINE.is_match(l))
+            .or_else(|| self.lines.iter().find(|l| !l.starts_with("Traceback")))
+            .map_or(self.summary.as_str(), |l| l.trim())
+    }
+
+    /// The pattern id, or `unclassified`.
+    pub fn key(&self) -> &str {
+        self.pattern.as_deref().unwrap_or("unclassified")
+    }
+}
+
+/// What ANALYZE chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NextAction {
+    /// Run a strategy, then generate again.
+    Fix,
+    /// Ask a human.
+    Escalate,
+    /// Give up: write a dead letter, fail the stage.
+    DeadLetter,
+}
+
+impl NextAction {
+    /// As written in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NextAction::Fix => "fix",
+            NextAction::Escalate => "escalate",
+            NextAction::DeadLetter => "dead_letter",
+        }
+    }
+}
+
+/// ANALYZE's result (seed 000 `analysis_result`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Analysis {
+    /// The strategy to run (for `fix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+    /// Earlier failures of this budget with the same pattern.
+    pub same_pattern_count: u32,
+    /// The retry budget.
+    pub budget: u32,
+    /// Retries left after this one.
+    pub budget_remaining: u32,
+    /// What happens next.
+    pub next: NextAction,
+    /// Why, in a sentence.
+    pub reason: String,
+}
+
+/// What FIX did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FixResult {
+    /// The strategy.
+    pub strategy: String,
+    /// What was done, in a sentence (seed 000 `fix_applied`).
+    pub applied: String,
+    /// Findings for the next prompt (expanded context, dependency report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// A fixer ran and the failed check passed afterwards.
+    #[serde(default)]
+    pub resolved: bool,
+    /// Wait this long before generating again (`retry_with_backoff`).
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// Per-file test counts (regression baseline and re-check).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestCounts {
+    /// Tests that passed.
+    pub pass: u32,
+    /// Tests that failed.
+    pub fail: u32,
+    /// Names of the failing tests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing: Vec<String>,
+    /// Names of the passing tests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passing: Vec<String>,
+}
+
+/// The regression baseline of a stage (seed 000), taken before its first attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// The test command run.
+    pub command: String,
+    /// Test counts by file.
+    pub results: std::collections::BTreeMap<String, TestCounts>,
+}
+
+/// One file's regression (seed 000 regression report row).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Regression {
+    /// The dependent file.
+    pub file: String,
+    /// Baseline passes / total.
+    pub baseline_pass: u32,
+    /// Baseline total.
+    pub baseline_total: u32,
+    /// Passes now.
+    pub current_pass: u32,
+    /// Total now.
+    pub current_total: u32,
+    /// New failures.
+    pub new_failures: u32,
+    /// Tests that passed before and fail now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tests: Vec<String>,
+}

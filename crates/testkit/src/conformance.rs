@@ -1,0 +1,266 @@
+//! The store conformance suite: what every [`Store`] backend must do. `loopwright-store` runs
+//! it against SQLite (in memory, on disk, reopened); this crate's tests run it against
+//! [`MemoryStore`](crate::MemoryStore), so the double the engine's tests use is held to the
+//! same contract.
+
+use std::collections::BTreeMap;
+
+use loopwright_journal::event::{FailureKind, StageError};
+use loopwright_journal::{Event, RunId, RunStarted, RunStatus, Store, StoreError, TaskId};
+use loopwright_spec::StageId;
+use pretty_assertions::assert_eq;
+
+fn t(s: &str) -> jiff::Timestamp {
+    s.parse().expect("timestamp")
+}
+
+fn stage(s: &str) -> StageId {
+    StageId::parse(s).expect("stage id")
+}
+
+fn started(task: &str) -> Event {
+    Event::RunStarted(Box::new(RunStarted {
+        pipeline: "bug-fix".into(),
+        pipeline_path: "p.yml".into(),
+        pipeline_source: "name: bug-fix".into(),
+        task_id: TaskId::parse(task).expect("task"),
+        task: "fix it".into(),
+        vars: BTreeMap::new(),
+        inputs: BTreeMap::new(),
+        start_from: None,
+        skip: vec![],
+        auto_approve: false,
+        prior_outputs: BTreeMap::new(),
+        workspace: "/w".into(),
+        owner: None,
+        prices: Default::default(),
+        budget: Default::default(),
+        worktree: None,
+    }))
+}
+
+fn succeeded(s: &str, key: &str, value: &str) -> Event {
+    Event::AttemptSucceeded {
+        stage: stage(s),
+        attempt: 1,
+        duration_ms: 5,
+        outputs: BTreeMap::from([(key.to_owned(), value.to_owned())]),
+    }
+}
+
+async fn journal_keeps_order_and_content(store: &impl Store) {
+    let run = RunId::new("r1");
+    let events = vec![
+        started("task-1"),
+        Event::AttemptStarted { stage: stage("diagnose"), attempt: 1 },
+        Event::ProcessStarted {
+            stage: stage("diagnose"),
+            attempt: 1,
+            pgid: 4242,
+            start_time: Some(99),
+            command: "sh x".into(),
+        },
+        succeeded("diagnose", "diagnosis", "it is broken"),
+        Event::AttemptFailed {
+            stage: stage("fix"),
+            attempt: 1,
+            duration_ms: 3,
+            error: StageError {
+                kind: FailureKind::ExecutionError,
+                message: "exit 1".into(),
+                exit_code: Some(1),
+                output_tail: "boom".into(),
+                pattern: None,
+            },
+        },
+        Event::RunFinished { status: RunStatus::Failed },
+    ];
+    for (i, e) in events.iter().enumerate() {
+        let rec = store.append(&run, e, t("2026-01-01T00:00:00Z")).await.expect("append");
+        assert_eq!(rec.seq, i as u64 + 1);
+    }
+    let read: Vec<Event> = store.events(&run).await.expect("events").into_iter().map(|r| r.event).collect();
+    assert_eq!(read, events);
+}
+
+async fn several_events_append_in_one_transaction(store: &impl Store) {
+    let run = RunId::new("batch");
+    let at = t("2026-05-01T00:00:00Z");
+    let records = store
+        .append_all(&run, &[(started("task-7"), at), (Event::AttemptStarted { stage: stage("a"), attempt: 1 }, at)])
+        .await
+        .expect("append_all");
+    assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2]);
+    // A batch with an invalid event (a second start) leaves nothing of itself behind.
+    let bad = store
+        .append_all(&run, &[(Event::AttemptStarted { stage: stage("b"), attempt: 1 }, at), (started("task-7"), at)])
+        .await;
+    assert!(bad.is_err());
+    assert_eq!(store.events(&run).await.expect("events").len(), 2);
+    // The store is usable after the failed batch, and numbering goes on from the journal.
+    let more: Vec<_> =
+        ["c", "d", "e"].iter().map(|s| (Event::AttemptStarted { stage: stage(s), attempt: 1 }, at)).collect();
+    let records = store.append_all(&run, &more).await.expect("append_all after a failed one");
+    assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
+    let stored = store.events(&run).await.expect("events");
+    assert_eq!(stored.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+    assert_eq!(stored[4].event, Event::AttemptStarted { stage: stage("e"), attempt: 1 });
+}
+
+async fn unknown_runs_are_reported(store: &impl Store) {
+    let missing = RunId::new("nope");
+    assert!(matches!(store.events(&missing).await, Err(StoreError::RunNotFound(id)) if id == missing));
+    let err =
+        store.append(&missing, &Event::RunFinished { status: RunStatus::Success }, t("2026-01-01T00:00:00Z")).await;
+    assert!(matches!(err, Err(StoreError::RunNotFound(_))));
+}
+
+async fn a_run_cannot_start_twice(store: &impl Store) {
+    let run = RunId::new("twice");
+    store.append(&run, &started("task-2"), t("2026-01-01T00:00:00Z")).await.expect("first");
+    assert!(matches!(
+        store.append(&run, &started("task-2"), t("2026-01-01T00:00:01Z")).await,
+        Err(StoreError::Exists(r)) if r == run
+    ));
+    assert_eq!(store.events(&run).await.expect("events").len(), 1);
+}
+
+async fn runs_are_listed_newest_first_with_status(store: &impl Store) {
+    for (id, at, status) in [
+        ("a", "2026-02-01T00:00:00Z", None),
+        ("b", "2026-02-02T00:00:00Z", Some(RunStatus::Success)),
+        ("c", "2026-02-03T00:00:00Z", Some(RunStatus::Waiting)),
+    ] {
+        let run = RunId::new(id);
+        store.append(&run, &started("task-3"), t(at)).await.expect("start");
+        if let Some(status) = status {
+            store.append(&run, &Event::RunFinished { status }, t(at)).await.expect("finish");
+        }
+    }
+    let runs = store.runs(3).await.expect("runs");
+    let got: Vec<(&str, RunStatus)> = runs.iter().map(|r| (r.run_id.as_str(), r.status)).collect();
+    assert_eq!(got, vec![("c", RunStatus::Waiting), ("b", RunStatus::Success), ("a", RunStatus::Running)]);
+}
+
+async fn task_outputs_come_from_the_latest_run(store: &impl Store) {
+    let first = RunId::new("t1");
+    store.append(&first, &started("task-4"), t("2026-03-01T00:00:00Z")).await.expect("start");
+    store.append(&first, &succeeded("plan", "plan_text", "old"), t("2026-03-01T00:00:01Z")).await.expect("ok");
+    store.append(&first, &succeeded("review", "notes", "kept"), t("2026-03-01T00:00:02Z")).await.expect("ok");
+    let second = RunId::new("t2");
+    store.append(&second, &started("task-4"), t("2026-03-02T00:00:00Z")).await.expect("start");
+    store.append(&second, &succeeded("plan", "plan_text", "new"), t("2026-03-02T00:00:01Z")).await.expect("ok");
+    let other = RunId::new("t3");
+    store.append(&other, &started("task-5"), t("2026-03-03T00:00:00Z")).await.expect("start");
+    store.append(&other, &succeeded("plan", "plan_text", "other task"), t("2026-03-03T00:00:01Z")).await.expect("ok");
+
+    let outputs = store.task_outputs(&TaskId::parse("task-4").expect("task")).await.expect("outputs");
+    assert_eq!(
+        outputs,
+        BTreeMap::from([
+            (stage("plan"), BTreeMap::from([("plan_text".to_owned(), "new".to_owned())])),
+            (stage("review"), BTreeMap::from([("notes".to_owned(), "kept".to_owned())])),
+        ])
+    );
+}
+
+async fn cancel_requests_are_seen_after_a_point(store: &impl Store) {
+    let run = RunId::new("c1");
+    store.append(&run, &started("task-6"), t("2026-04-01T00:00:00Z")).await.expect("start");
+    assert_eq!(store.cancel_requested(&run, 0).await.expect("query"), None);
+    store
+        .append(&run, &Event::CancelRequested { by: "alice".into(), rollback: true }, t("2026-04-01T00:00:01Z"))
+        .await
+        .expect("cancel");
+    assert_eq!(store.cancel_requested(&run, 1).await.expect("query"), Some(("alice".into(), true)));
+    assert_eq!(store.cancel_requested(&run, 2).await.expect("query"), None);
+}
+
+async fn compare_and_append_refuses_a_stale_reader(store: &impl Store) {
+    let run = RunId::new("cas");
+    let at = t("2026-05-01T00:00:00Z");
+    store.append(&run, &started("task-8"), at).await.expect("start");
+    let answer = |by: &str| Event::ApprovalGranted { stage: stage("gate"), by: by.into(), comment: None };
+    // Two readers saw the journal end at event 1; the first to append wins.
+    let won = store.append_after(&run, 1, &[(answer("alice"), at), (answer("alice-2"), at)]).await.expect("first");
+    assert_eq!(won.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2, 3]);
+    match store.append_after(&run, 1, &[(answer("bob"), at)]).await {
+        Err(StoreError::Conflict { run: r, expected: 1, found: 3 }) => assert_eq!(r, run),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(StoreError::Conflict { run: run.clone(), expected: 1, found: 3 }.is_retryable());
+    let journal = store.events(&run).await.expect("events");
+    assert_eq!(journal.iter().map(|r| r.event.clone()).collect::<Vec<_>>()[1..], [answer("alice"), answer("alice-2")]);
+    // A reader that is up to date appends.
+    assert_eq!(store.append_after(&run, 3, &[(answer("carol"), at)]).await.expect("append")[0].seq, 4);
+    assert!(matches!(
+        store.append_after(&RunId::new("nope"), 0, &[(answer("x"), at)]).await,
+        Err(StoreError::RunNotFound(_))
+    ));
+    // What came after a point.
+    let since = store.events_since(&run, 2).await.expect("since");
+    assert_eq!(since.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![3, 4]);
+    assert_eq!(store.events_since(&run, 4).await.expect("since"), vec![]);
+}
+
+/// Runs every check of the suite against an empty store, in order. Panics (with a diff) at
+/// the first behaviour that differs from the contract.
+pub async fn suite(store: &impl Store) {
+    journal_keeps_order_and_content(store).await;
+    unknown_runs_are_reported(store).await;
+    a_run_cannot_start_twice(store).await;
+    runs_are_listed_newest_first_with_status(store).await;
+    task_outputs_come_from_the_latest_run(store).await;
+    cancel_requests_are_seen_after_a_point(store).await;
+    several_events_append_in_one_transaction(store).await;
+    compare_and_append_refuses_a_stale_reader(store).await;
+    the_feed_holds_every_event_once_in_commit_order(store).await;
+    runs_are_found_by_status_oldest_first(store).await;
+}
+
+async fn the_feed_holds_every_event_once_in_commit_order(store: &impl Store) {
+    // Positions 1..=N with no gap, each run's events in its own order, each as its journal
+    // has it; a read from a position returns exactly what followed it.
+    let feed = store.feed_since(0, 100_000).await.expect("feed");
+    assert!(!feed.is_empty(), "the suite's earlier checks wrote events");
+    assert_eq!(feed.iter().map(|e| e.position).collect::<Vec<_>>(), (1..=feed.len() as u64).collect::<Vec<_>>());
+    assert_eq!(store.feed_last().await.expect("last"), feed.len() as u64);
+    let mut total = 0;
+    for run in store.runs(1000).await.expect("runs") {
+        let events = store.events(&run.run_id).await.expect("events");
+        let from_feed: Vec<_> = feed.iter().filter(|e| e.run == run.run_id).map(|e| e.record.clone()).collect();
+        assert_eq!(from_feed, events, "run {}", run.run_id);
+        total += events.len();
+    }
+    assert_eq!(total, feed.len());
+    let tail = store.feed_since(feed.len() as u64 - 2, 10).await.expect("tail");
+    assert_eq!(tail, feed[feed.len() - 2..].to_vec());
+    assert_eq!(store.feed_since(feed.len() as u64, 10).await.expect("past the end"), vec![]);
+    assert_eq!(store.feed_since(1, 2).await.expect("a page"), feed[1..3].to_vec());
+    // Nothing written, nothing changed: a watcher polling the version does not read again.
+    let version = store.data_version().await.expect("version");
+    assert_eq!(store.data_version().await.expect("version"), version);
+    // A new event is at the end of the feed.
+    let run = RunId::new("feed-tail");
+    store.append(&run, &started("task-10"), t("2026-07-01T00:00:00Z")).await.expect("start");
+    let last = store.feed_since(feed.len() as u64, 10).await.expect("new");
+    assert_eq!(last.len(), 1);
+    assert_eq!((last[0].position, &last[0].run, last[0].record.seq), (feed.len() as u64 + 1, &run, 1));
+}
+
+async fn runs_are_found_by_status_oldest_first(store: &impl Store) {
+    let at = |d: u32| t(&format!("2027-01-{d:02}T00:00:00Z"));
+    for (id, day, status) in
+        [("s1", 1, RunStatus::Waiting), ("s2", 2, RunStatus::Interrupted), ("s3", 3, RunStatus::Waiting)]
+    {
+        let run = RunId::new(id);
+        store.append(&run, &started("task-11"), at(day)).await.expect("start");
+        store.append(&run, &Event::RunFinished { status }, at(day)).await.expect("status");
+    }
+    let found = store.runs_in(&[RunStatus::Waiting, RunStatus::Interrupted]).await.expect("runs_in");
+    let ids: Vec<&str> = found.iter().filter(|r| r.task_id.as_str() == "task-11").map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, vec!["s1", "s2", "s3"]);
+    assert!(found.iter().all(|r| matches!(r.status, RunStatus::Waiting | RunStatus::Interrupted)));
+    let s1 = found.iter().find(|r| r.run_id.as_str() == "s1").expect("s1");
+    assert_eq!((s1.pipeline.as_str(), s1.created_at, s1.updated_at), ("bug-fix", at(1), at(1)));
+}
