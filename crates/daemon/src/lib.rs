@@ -207,20 +207,23 @@ async fn watch_journal(
         tokio::select! {
             () = runs.poke.notified() => {}
             () = tokio::time::sleep(Duration::from_millis(20)) => {
-                let now = store.data_version().await.unwrap_or(0);
-                if now == version {
+                if store.data_version().await.unwrap_or(0) == version {
                     continue;
                 }
-                version = now;
             }
             _ = shutdown.changed() => return,
         }
+        // The version before the read: a commit after it moves the version again, so the next
+        // tick reads it; what this read sees is not read twice for a poke that preceded it.
+        version = store.data_version().await.unwrap_or(version);
         let mut any = false;
         while let Ok(batch) = store.feed_since(cursor, 1000).await {
             let full = batch.len() == 1000;
             for entry in batch {
                 cursor = entry.position;
-                any = true;
+                // The scheduler cares about runs whose status changed (queued, answered,
+                // ended); a stage's progress is no reason for a pass over the runs table.
+                any |= entry.record.event.run_status().is_some();
                 let _ = feed.send(Arc::new(entry));
             }
             if !full {

@@ -8,6 +8,7 @@ use super::{Global, open_existing_store};
 use crate::error::CliError;
 use crate::render::duration;
 use crate::workspace::Workspace;
+use loopwright_app::ops::output;
 use loopwright_app::ops::read::resolve_run;
 
 /// Arguments of `logs`.
@@ -15,7 +16,9 @@ use loopwright_app::ops::read::resolve_run;
 pub struct Args {
     /// The run (`latest` for the most recent).
     pub run: String,
-    /// Keep printing new events until the run ends or waits.
+    /// Keep printing new events until the run ends or waits, with what the stage in flight
+    /// prints as it comes (`STAGE#N | line` for stdout, `!` for stderr; not with --json, which
+    /// prints the journal only).
     #[arg(long, short)]
     pub follow: bool,
     /// Show one stage: what its agent was told and what it printed, attempt by attempt.
@@ -292,6 +295,10 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     }
     // Follows the journal as the daemon's streams do: read what is new, then wait for SQLite's
     // `data_version` to say another connection committed (checked every 20 ms; no re-reading).
+    // Meanwhile the output of the stage in flight is tailed from its files as the runner
+    // writes them (text only: `--json` prints the journal and nothing else).
+    let run_dir = ws.runs_dir().join(run.as_str());
+    let mut tail: Option<output::Tail> = None;
     let mut printed = 0u64;
     let mut state = RunState::replay(run.clone(), &[]);
     loop {
@@ -314,8 +321,30 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         if !args.follow || !live {
             return Ok(0);
         }
+        if !global.json {
+            let now = output::in_flight(&state);
+            if now.as_ref() != tail.as_ref().map(output::Tail::attempt) {
+                tail = now.map(|a| output::Tail::new(&run_dir, a));
+            }
+        }
         while store.data_version().await? == version {
+            if let Some(tail) = tail.as_mut() {
+                for chunk in tail.read() {
+                    print!("{}", output_lines(&chunk));
+                }
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// A chunk of a stage's live output as `logs --follow` prints it: each line under the
+/// event lines, marked with the stage, attempt and stream.
+fn output_lines(chunk: &output::Chunk) -> String {
+    let mark = if chunk.stream == "stderr" { "!" } else { "|" };
+    let mut out = String::new();
+    for line in chunk.text.lines() {
+        out.push_str(&format!("      {}#{} {mark} {line}\n", chunk.stage, chunk.attempt));
+    }
+    out
 }

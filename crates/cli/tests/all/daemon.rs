@@ -597,6 +597,26 @@ fn the_output_of_the_stage_in_flight_streams_live_for_daemon_and_cli_runs() {
                 }
             }
         };
+        // `logs --follow` shows the same output under the journal's lines, as it comes.
+        let mut follow = spawn(&ws, &["logs", &run, "--follow"]);
+        let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+        let follow_out = follow.stdout.take().expect("stdout");
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(follow_out).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        let mut followed = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(followed.contains(&"      talk#1 | first line".to_owned())
+            && followed.contains(&"      talk#1 ! warming up".to_owned()))
+        {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(wait) {
+                Ok(line) => followed.push(line),
+                Err(_) => panic!("{driver}: logs --follow never showed the live output: {followed:#?}"),
+            }
+        }
         // The first line arrives while the stage is still blocked.
         let mut seen = String::new();
         let live = read_sse(output_stream(&d, &run), |f| {
@@ -620,6 +640,14 @@ fn the_output_of_the_stage_in_flight_streams_live_for_daemon_and_cli_runs() {
             assert_eq!(finish(cli).0, 0);
         }
         d.wait_status(&run, "success");
+        // `logs --follow` ends with the run, its last line the journal's.
+        let (code, _, stderr) = finish(follow);
+        reader.join().expect("reader");
+        followed.extend(lines.try_iter());
+        assert_eq!((code, stderr.as_str()), (0, ""), "{driver}");
+        assert!(followed.last().is_some_and(|l| l.ends_with("run success")), "{driver}: {followed:#?}");
+        let shown = followed.iter().filter(|l| l.as_str() == "      talk#1 | first line").count();
+        assert_eq!(shown, 1, "{driver}: {followed:#?}");
         assert_eq!(
             ws.read(&format!(".loopwright/state/runs/{run}/outputs/talk-1.out")),
             "first line\nsecond line\nno newline"
