@@ -104,11 +104,16 @@ def pipeline(ws, name, stages, command):
 
 
 def wait_status(d, run, statuses=("success", "failed", "cancelled")):
-    while True:
-        status = d.request("GET", f"/api/runs/{run}")[1]["status"]
-        if status in statuses:
-            return status
-        time.sleep(0.02)
+    """Waits for the run's end on its event stream, as a client should: polling its status
+    would fold the whole journal of a long run again and again, and load the machine whose
+    speed is being measured."""
+    conn, response = d.stream(f"/api/runs/{run}/events")
+    for _ in sse_frames(response):
+        pass
+    conn.close()
+    status = d.request("GET", f"/api/runs/{run}")[1]["status"]
+    assert status in statuses, status
+    return status
 
 
 def hey(d, path, seconds=10):

@@ -12,16 +12,22 @@ pub fn this_process(daemon: bool) -> Owner {
 
 /// True while the process that owns a run is alive, and is another process than this one.
 pub fn owner_alive(state: &RunState) -> bool {
-    state.owner.is_some_and(|o| {
-        o.pid != std::process::id() && loopwright_runners::process::same_process_alive(o.pid, o.start_time)
-    })
+    state.owner.as_ref().is_some_and(alive_elsewhere)
+}
+
+/// True while `owner` is alive and is another process than this one.
+pub fn alive_elsewhere(owner: &Owner) -> bool {
+    owner.pid != std::process::id() && loopwright_runners::process::same_process_alive(owner.pid, owner.start_time)
 }
 
 /// True when this process owns the run.
 pub fn owned_here(state: &RunState) -> bool {
-    state
-        .owner
-        .is_some_and(|o| o.pid == std::process::id() && o.start_time == loopwright_runners::process::start_time(o.pid))
+    state.owner.as_ref().is_some_and(is_this_process)
+}
+
+/// True when `owner` is this process.
+pub fn is_this_process(owner: &Owner) -> bool {
+    owner.pid == std::process::id() && owner.start_time == loopwright_runners::process::start_time(owner.pid)
 }
 
 /// True when a run in this status can be continued by `resume` (or taken up by a daemon).
@@ -32,6 +38,11 @@ pub fn resumable(status: RunStatus) -> bool {
 /// The status to show for a run: `interrupted` for one recorded as running whose owner is no
 /// longer alive (loopwright was killed; `resume` continues it).
 pub fn shown_status(state: &RunState) -> RunStatus {
-    let owner_gone = state.owner.is_some() && !owner_alive(state) && !owned_here(state);
-    if state.status == RunStatus::Running && owner_gone { RunStatus::Interrupted } else { state.status }
+    shown(state.status, state.owner.as_ref())
+}
+
+/// [`shown_status`] from a run's recorded status and owner alone (a line of the runs table).
+pub fn shown(status: RunStatus, owner: Option<&Owner>) -> RunStatus {
+    let owner_gone = owner.is_some_and(|o| !alive_elsewhere(o) && !is_this_process(o));
+    if status == RunStatus::Running && owner_gone { RunStatus::Interrupted } else { status }
 }

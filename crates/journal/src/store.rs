@@ -65,6 +65,10 @@ pub struct RunSummary {
     pub created_at: jiff::Timestamp,
     /// When its last event was recorded.
     pub updated_at: jiff::Timestamp,
+    /// Who drives it (the last owner its journal named: `run_started`, `run_resumed`), so a
+    /// list can tell a run whose process died without reading its journal. Not shown.
+    #[serde(skip)]
+    pub owner: Option<crate::event::Owner>,
 }
 
 /// The durable journal. An append is durable when it returns; nothing is reported before.

@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use loopwright_journal::{
-    Event, EventRecord, FeedEntry, Outputs, RunId, RunStatus, RunSummary, Store, StoreError, TaskId,
+    Event, EventRecord, FeedEntry, Outputs, Owner, RunId, RunStatus, RunSummary, Store, StoreError, TaskId,
 };
 use loopwright_spec::StageId;
 use loopwright_spec::config::Synchronous;
@@ -23,6 +23,7 @@ fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
         M::up(include_str!("migrations/001_journal.sql")),
         M::up(include_str!("migrations/002_feed.sql")),
+        M::up(include_str!("migrations/003_owner.sql")),
     ])
 }
 
@@ -67,6 +68,11 @@ fn backend(e: rusqlite::Error) -> StoreError {
         Some(DatabaseCorrupt | NotADatabase) => StoreError::Corrupt(e.to_string()),
         _ => StoreError::Backend(e.to_string()),
     }
+}
+
+/// An owner as the runs table keeps it (JSON, as in the events).
+fn owner_json(owner: Option<&Owner>) -> rusqlite::Result<Option<String>> {
+    owner.map(serde_json::to_string).transpose().map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
 }
 
 /// A value read back from the journal that does not decode.
@@ -234,7 +240,7 @@ impl SqliteStore {
                     return Err(StoreError::Exists(run.clone()));
                 }
                 conn.prepare_cached(
-                    "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0)",
+                    "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq, owner) VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, ?6)",
                 )
                 .and_then(|mut stmt| {
                     stmt.execute(params![
@@ -242,7 +248,8 @@ impl SqliteStore {
                         started.pipeline,
                         started.task_id.as_str(),
                         RunStatus::Running.as_str(),
-                        at_text
+                        at_text,
+                        owner_json(started.owner.as_ref())?
                     ])
                 })
                 .map_err(backend)?;
@@ -276,6 +283,11 @@ impl SqliteStore {
         if let Some(status) = event.run_status() {
             conn.prepare_cached("UPDATE runs SET last_seq = ?2, updated_at = ?3, status = ?4 WHERE run_id = ?1")
                 .and_then(|mut stmt| stmt.execute(params![run.as_str(), seq, at_text, status.as_str()]))
+                .map_err(backend)?;
+        }
+        if let Event::RunResumed { owner } = event {
+            conn.prepare_cached("UPDATE runs SET owner = ?2 WHERE run_id = ?1")
+                .and_then(|mut stmt| stmt.execute(params![run.as_str(), owner_json(Some(owner))?]))
                 .map_err(backend)?;
         }
         if let Event::StageRolledBack {
@@ -391,7 +403,8 @@ impl SqliteStore {
         let mut stmt = conn
             .prepare_cached(&format!(
                 "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at,
-                        (SELECT e.at FROM events e WHERE e.run_id = r.run_id ORDER BY e.seq DESC LIMIT 1)
+                        (SELECT e.at FROM events e WHERE e.run_id = r.run_id ORDER BY e.seq DESC LIMIT 1),
+                        r.owner
                  FROM runs r {filter} ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1"
             ))
             .map_err(backend)?;
@@ -404,12 +417,13 @@ impl SqliteStore {
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
                     r.get::<_, String>(5)?,
+                    r.get::<_, Option<String>>(6)?,
                 ))
             })
             .map_err(backend)?;
         let mut out = Vec::new();
         for row in rows {
-            let (run_id, pipeline, task_id, status, created_at, updated_at) = row.map_err(backend)?;
+            let (run_id, pipeline, task_id, status, created_at, updated_at, owner) = row.map_err(backend)?;
             let bad = |what: String| StoreError::Corrupt(format!("run {run_id}: {what}"));
             out.push(RunSummary {
                 status: RunStatus::parse(&status).ok_or_else(|| bad(format!("unknown status `{status}`")))?,
@@ -417,6 +431,7 @@ impl SqliteStore {
                 task_id: TaskId::parse(&task_id).ok_or_else(|| bad(format!("bad task id `{task_id}`")))?,
                 created_at: created_at.parse().map_err(|e| bad(format!("{e}")))?,
                 updated_at: updated_at.parse().map_err(|e| bad(format!("{e}")))?,
+                owner: owner.map(|o| serde_json::from_str(&o)).transpose().map_err(|e| bad(format!("owner: {e}")))?,
                 run_id: RunId::new(run_id.clone()),
             });
         }

@@ -52,7 +52,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     {
         let store = SqliteStore::open(&path, Synchronous::Full).expect("open");
         suite(&store).await;
-        assert_eq!(store.schema_version().expect("version"), 2);
+        assert_eq!(store.schema_version().expect("version"), 3);
         // Another connection's commit (another process) moves this one's data version; its
         // own commits and reads do not.
         let before = store.data_version().await.expect("version");
@@ -64,7 +64,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     }
     let reopened = SqliteStore::open(&path, Synchronous::Normal).expect("reopen");
     assert_eq!(reopened.events(&RunId::new("r1")).await.expect("events").len(), 6);
-    assert_eq!(reopened.runs(20).await.expect("runs").len(), 17);
+    assert_eq!(reopened.runs(20).await.expect("runs").len(), 18);
     let mode: String = rusqlite::Connection::open(&path)
         .expect("open")
         .pragma_query_value(None, "journal_mode", |r| r.get(0))
@@ -109,4 +109,58 @@ fn two_processes_answering_at_once_give_one_success() {
             rt.block_on(SqliteStore::open(&path, Synchronous::Normal).expect("open").events(&run)).expect("events");
         assert_eq!(events.len(), 2, "try {i}");
     }
+}
+
+#[tokio::test]
+async fn the_owner_column_is_filled_from_the_journal_when_the_store_is_migrated() {
+    // A store written by the version before migration 3: its runs' owners are read from their
+    // journals (`run_started`, then the last `run_resumed`).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let at = t("2026-08-01T00:00:00Z");
+    let started_by = |pid: u32| {
+        let Event::RunStarted(mut s) = started("task-14") else { unreachable!("a start") };
+        s.owner = Some(loopwright_journal::Owner { pid, start_time: Some(5), daemon: false });
+        serde_json::to_string(&Event::RunStarted(s)).expect("json")
+    };
+    let resumed = serde_json::to_string(&Event::RunResumed {
+        owner: loopwright_journal::Owner { pid: 99, start_time: None, daemon: true },
+    })
+    .expect("json");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        for (i, sql) in
+            [include_str!("../src/migrations/001_journal.sql"), include_str!("../src/migrations/002_feed.sql")]
+                .iter()
+                .enumerate()
+        {
+            conn.execute_batch(sql).expect("old schema");
+            conn.pragma_update(None, "user_version", i as i64 + 1).expect("version");
+        }
+        for (run, events) in [("old-1", vec![started_by(7)]), ("old-2", vec![started_by(8), resumed.clone()])] {
+            conn.execute(
+                "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES (?1, 'bug-fix', 'task-14', 'running', ?2, ?2, ?3)",
+                rusqlite::params![run, at.to_string(), events.len() as i64],
+            )
+            .expect("run row");
+            for (seq, payload) in events.iter().enumerate() {
+                let kind = if seq == 0 { "run_started" } else { "run_resumed" };
+                conn.execute(
+                    "INSERT INTO events (run_id, seq, at, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    rusqlite::params![run, seq as i64 + 1, at.to_string(), kind, payload],
+                )
+                .expect("event");
+            }
+        }
+    }
+    let store = SqliteStore::open(&path, Synchronous::Normal).expect("migrate");
+    assert_eq!(store.schema_version().expect("version"), 3);
+    let owners: Vec<(String, Option<(u32, bool)>)> = store
+        .runs(10)
+        .await
+        .expect("runs")
+        .into_iter()
+        .map(|r| (r.run_id.to_string(), r.owner.map(|o| (o.pid, o.daemon))))
+        .collect();
+    assert_eq!(owners, vec![("old-2".into(), Some((99, true))), ("old-1".into(), Some((7, false)))]);
 }

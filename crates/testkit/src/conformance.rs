@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use loopwright_journal::event::{FailureKind, StageError};
-use loopwright_journal::{Event, RunId, RunStarted, RunStatus, Store, StoreError, TaskId};
+use loopwright_journal::{Event, Owner, RunId, RunStarted, RunStatus, RunSummary, Store, StoreError, TaskId};
 use loopwright_spec::StageId;
 use pretty_assertions::assert_eq;
 
@@ -216,6 +216,7 @@ pub async fn suite(store: &impl Store) {
     compare_and_append_refuses_a_stale_reader(store).await;
     the_feed_holds_every_event_once_in_commit_order(store).await;
     runs_are_found_by_status_oldest_first(store).await;
+    a_summary_names_the_last_owner(store).await;
 }
 
 async fn the_feed_holds_every_event_once_in_commit_order(store: &impl Store) {
@@ -262,5 +263,19 @@ async fn runs_are_found_by_status_oldest_first(store: &impl Store) {
     assert_eq!(ids, vec!["s1", "s2", "s3"]);
     assert!(found.iter().all(|r| matches!(r.status, RunStatus::Waiting | RunStatus::Interrupted)));
     let s1 = found.iter().find(|r| r.run_id.as_str() == "s1").expect("s1");
-    assert_eq!((s1.pipeline.as_str(), s1.created_at, s1.updated_at), ("bug-fix", at(1), at(1)));
+    assert_eq!((s1.pipeline.as_str(), s1.created_at, s1.updated_at, s1.owner), ("bug-fix", at(1), at(1), None));
+}
+
+async fn a_summary_names_the_last_owner(store: &impl Store) {
+    let run = RunId::new("owned");
+    let first = Owner { pid: 41, start_time: Some(7), daemon: false };
+    let second = Owner { pid: 42, start_time: None, daemon: true };
+    let Event::RunStarted(mut start) = started("task-13") else { unreachable!("a start") };
+    start.owner = Some(first);
+    store.append(&run, &Event::RunStarted(start), t("2027-03-01T00:00:00Z")).await.expect("start");
+    let owner_of = |runs: Vec<RunSummary>| runs.into_iter().find(|r| r.run_id == run).and_then(|r| r.owner);
+    assert_eq!(owner_of(store.runs(1000).await.expect("runs")), Some(first));
+    store.append(&run, &Event::RunResumed { owner: second }, t("2027-03-01T00:00:01Z")).await.expect("resume");
+    assert_eq!(owner_of(store.runs(1000).await.expect("runs")), Some(second));
+    assert_eq!(owner_of(store.runs_in(&[RunStatus::Running]).await.expect("runs_in")), Some(second));
 }

@@ -8,7 +8,7 @@ use loopwright_engine::ports::{CommandRequest, ExecOutcome, Execution, Notice, P
 use loopwright_engine::{Clock, Runner};
 use loopwright_journal::event::RollbackStatus;
 use loopwright_journal::{
-    Event, EventRecord, FeedEntry, Outputs, RunId, RunStatus, RunSummary, Store, StoreError, TaskId,
+    Event, EventRecord, FeedEntry, Outputs, Owner, RunId, RunStatus, RunSummary, Store, StoreError, TaskId,
 };
 use loopwright_spec::StageId;
 use loopwright_spec::pipeline::RollbackStrategy;
@@ -21,6 +21,7 @@ struct Journal {
     task: TaskId,
     status: RunStatus,
     created_at: jiff::Timestamp,
+    owner: Option<Owner>,
     events: Vec<EventRecord>,
     /// The latest value of each output, by stage (what SQLite's `artifacts` table holds).
     artifacts: BTreeMap<StageId, Outputs>,
@@ -42,6 +43,7 @@ impl Memory {
                 task: started.task_id.clone(),
                 status: RunStatus::Running,
                 created_at: at,
+                owner: started.owner,
                 events: Vec::new(),
                 artifacts: BTreeMap::new(),
             }),
@@ -52,6 +54,9 @@ impl Memory {
         let record = EventRecord { seq: journal.events.len() as u64 + 1, at, event: event.clone() };
         if let Some(status) = event.run_status() {
             journal.status = status;
+        }
+        if let Event::RunResumed { owner } = event {
+            journal.owner = Some(*owner);
         }
         match event {
             Event::StageRolledBack {
@@ -80,6 +85,7 @@ impl Memory {
             status: j.status,
             created_at: j.created_at,
             updated_at: j.events.last().map_or(j.created_at, |r| r.at),
+            owner: j.owner,
         }
     }
 
