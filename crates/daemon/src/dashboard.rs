@@ -214,16 +214,19 @@ async fn run_page(State(shared): State<Arc<Shared>>, Path(run): Path<String>, he
         r
     };
     let Some(run) = RunId::parse(&run) else { return not_found(format!("There is no run `{run}`.")) };
-    let (pipeline, state) = match read::load_run(&shared.ws, &shared.store, &run).await {
+    // One read of the journal for the whole page, however many stages the run has.
+    let (pipeline, state, events) = match read::load_run_events(&shared.ws, &shared.store, &run).await {
         Ok(loaded) => loaded,
         Err(e) => return not_found(e.message()),
     };
-    let shown = read::state(&shared.store, &run).await.map_or(state.status, |s| s.status);
-    let events = shared.store.events(&run).await.unwrap_or_default();
+    let shown = loopwright_app::ownership::shown_status(&state);
+    let run_dir = shared.ws.runs_dir().join(run.as_str());
+    let by_stage = read::events_by_stage(&events);
     let mut attempts = BTreeMap::new();
-    for id in state.stages.iter().map(|s| s.id.to_string()).collect::<Vec<_>>() {
-        let of_stage = read::attempts(&shared.ws, &shared.store, &run, &id).await.unwrap_or_default();
-        attempts.insert(id, of_stage);
+    for stage in &state.stages {
+        let id = stage.id.as_str();
+        let of_stage = read::attempts_in(&run_dir, &state, id, by_stage.get(id).map_or(&[][..], Vec::as_slice));
+        attempts.insert(id.to_owned(), of_stage);
     }
     let context = run_context(&shared, &pipeline, &state, shown, &events, &attempts);
     page("run.html", json!({"header": header_ctx, "run": context}))

@@ -30,12 +30,22 @@ pub async fn resolve_run(store: &SqliteStore, run: &str) -> Result<RunId, Error>
 
 /// A run's state from its journal, and its pipeline as it was when the run started.
 pub async fn load_run(ws: &Workspace, store: &SqliteStore, run: &RunId) -> Result<(Pipeline, RunState), Error> {
+    let (pipeline, state, _) = load_run_events(ws, store, run).await?;
+    Ok((pipeline, state))
+}
+
+/// [`load_run`], with the journal it was folded from.
+pub async fn load_run_events(
+    ws: &Workspace,
+    store: &SqliteStore,
+    run: &RunId,
+) -> Result<(Pipeline, RunState, Vec<EventRecord>), Error> {
     let events = store.events(run).await?;
     let state = RunState::replay(run.clone(), &events);
     let started = state.started.as_ref().ok_or_else(|| Error::no_run(run))?;
     let inputs: Vec<String> = started.inputs.keys().cloned().collect();
     let pipeline = ws.compile_text(Path::new(&started.pipeline_path), started.pipeline_source.clone(), &inputs)?;
-    Ok((pipeline, state))
+    Ok((pipeline, state, events))
 }
 
 /// A run's state from its journal, with the status shown to people (`interrupted` when its
@@ -130,15 +140,32 @@ pub struct Attempt {
 
 /// A stage's attempts.
 pub async fn attempts(ws: &Workspace, store: &SqliteStore, run: &RunId, stage: &str) -> Result<Vec<Attempt>, Error> {
-    use loopwright_engine::Event;
-    let (pipeline, state) = load_run(ws, store, run).await?;
-    let events = store.events(run).await?;
+    let (pipeline, state, events) = load_run_events(ws, store, run).await?;
     if pipeline.stage(stage).is_none() {
         return Err(Error::not_found(format!("run {run} has no stage `{stage}`")));
     }
-    let Some(st) = state.stage(stage) else { return Ok(Vec::new()) };
-    let dir = ws.runs_dir().join(run.as_str());
-    let read = |name: String| std::fs::read_to_string(dir.join(name)).ok();
+    let of_stage = events_by_stage(&events).remove(stage).unwrap_or_default();
+    Ok(attempts_in(&ws.runs_dir().join(run.as_str()), &state, stage, &of_stage))
+}
+
+/// A run's events grouped by the stage they concern (events of no stage are left out).
+pub fn events_by_stage(events: &[EventRecord]) -> std::collections::HashMap<&str, Vec<&EventRecord>> {
+    let mut by_stage: std::collections::HashMap<&str, Vec<&EventRecord>> = std::collections::HashMap::new();
+    for r in events {
+        if let Some(stage) = r.event.stage() {
+            by_stage.entry(stage.as_str()).or_default().push(r);
+        }
+    }
+    by_stage
+}
+
+/// The attempts of `stage` of a run already read (its state, the stage's events, its folder
+/// `run_dir`): what [`attempts`] returns, for a page that shows every stage without reading
+/// the journal once per stage.
+pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&EventRecord]) -> Vec<Attempt> {
+    use loopwright_engine::Event;
+    let Some(st) = state.stage(stage) else { return Vec::new() };
+    let read = |name: String| std::fs::read_to_string(run_dir.join(name)).ok();
     let mut out = Vec::new();
     for number in 1..=st.attempts {
         let mut a = Attempt {
@@ -156,7 +183,7 @@ pub async fn attempts(ws: &Workspace, store: &SqliteStore, run: &RunId, stage: &
             phases: Vec::new(),
         };
         a.retry_context = a.prompt.as_deref().and_then(retry_context);
-        for r in events.iter().filter(|r| r.event.stage().is_some_and(|s| s.as_str() == stage)) {
+        for r in events {
             let value = || serde_json::to_value(&r.event).unwrap_or_default();
             match &r.event {
                 Event::AttemptStarted { attempt, .. } if *attempt == number => a.started_at = Some(r.at),
@@ -189,7 +216,7 @@ pub async fn attempts(ws: &Workspace, store: &SqliteStore, run: &RunId, stage: &
         }
         out.push(a);
     }
-    Ok(out)
+    out
 }
 
 /// The `<retry_context>…</retry_context>` block of a prompt.
