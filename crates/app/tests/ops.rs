@@ -166,3 +166,31 @@ async fn an_interrupted_run_is_resumable_and_status_lists_it() {
     let missing = read::status(&store, &RunId::new("nope")).await;
     assert!(matches!(missing, Err(Error::NotFound(_))));
 }
+
+#[tokio::test]
+async fn folds_kept_between_reads_equal_a_fold_of_the_whole_journal() {
+    let f = fixture();
+    let first = started(&f).await;
+    let store = loopwright_app::assemble::open_existing_store(&f.ws).expect("store");
+    let folds = read::Folds::new(1);
+    let same = |a: (loopwright_engine::result::PipelineResult, RunState),
+                b: (loopwright_engine::result::PipelineResult, RunState)| {
+        assert_eq!(serde_json::to_value(&a.0).expect("json"), serde_json::to_value(&b.0).expect("json"));
+        assert_eq!(a.1, b.1);
+    };
+    same(folds.status(&store, &first).await.expect("fold"), read::status(&store, &first).await.expect("read"));
+    // The run goes on: the next read folds only what was appended, and agrees with a fold of
+    // the whole journal.
+    let grant =
+        approval(&read::state(&store, &first).await.expect("state"), true, "alice".into(), None, false).expect("gate");
+    let ended = drive(&f, &first, Some(grant)).await.expect("drive");
+    assert_eq!(ended.status, RunStatus::Success);
+    same(folds.status(&store, &first).await.expect("fold"), read::status(&store, &first).await.expect("read"));
+    // A second run pushes the first out of a cache of one; reading it again folds it anew.
+    std::fs::remove_file(f.dir.path().join("count.txt")).expect("reset");
+    let second = started(&f).await;
+    same(folds.status(&store, &second).await.expect("fold"), read::status(&store, &second).await.expect("read"));
+    same(folds.status(&store, &first).await.expect("fold"), read::status(&store, &first).await.expect("read"));
+    let missing = RunId::new("20990101-000000-00000000");
+    assert!(matches!(folds.state(&store, &missing).await, Err(Error::NotFound(_))));
+}

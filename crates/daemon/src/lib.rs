@@ -56,6 +56,8 @@ pub struct Shared {
     pub ws: Workspace,
     /// The API's connection to the journal.
     pub store: SqliteStore,
+    /// The runs' states as last read, so a read of a long run folds only its new events.
+    pub folds: loopwright_app::ops::read::Folds,
     /// The bearer token.
     pub token: String,
     /// The address served.
@@ -154,6 +156,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     let shared = Arc::new(Shared {
         ws: ws.clone(),
         store: open()?,
+        folds: loopwright_app::ops::read::Folds::new(64),
         token: token.clone(),
         addr,
         runs: Arc::clone(&runs),

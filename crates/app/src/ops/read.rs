@@ -59,6 +59,60 @@ pub async fn state(store: &SqliteStore, run: &RunId) -> Result<RunState, Error> 
     Ok(state)
 }
 
+/// Runs' states as folded so far, kept between reads by a long-lived process (the daemon): a
+/// read folds only the events appended since the last one — a journal only grows — so
+/// following a long run costs its new events per read, not its whole journal. Holds the
+/// `capacity` runs read most recently.
+pub struct Folds {
+    capacity: usize,
+    states: std::sync::Mutex<Folded>,
+}
+
+/// Run → (its state as folded, when it was last read), and the read clock.
+type Folded = (std::collections::HashMap<RunId, (RunState, u64)>, u64);
+
+impl Folds {
+    /// A cache of at most `capacity` runs.
+    pub fn new(capacity: usize) -> Self {
+        Self { capacity: capacity.max(1), states: std::sync::Mutex::default() }
+    }
+
+    /// What [`state`] returns, folding only what was appended since this run was last read.
+    pub async fn state(&self, store: &SqliteStore, run: &RunId) -> Result<RunState, Error> {
+        let cached = self.lock().0.get(run).map(|(state, _)| state.clone());
+        let mut state = cached.unwrap_or_else(|| RunState::new(run.clone()));
+        for record in store.events_since(run, state.last_seq).await? {
+            state.apply(&record);
+        }
+        if state.started.is_none() {
+            return Err(Error::no_run(run));
+        }
+        {
+            let mut guard = self.lock();
+            let (states, clock) = &mut *guard;
+            *clock += 1;
+            states.insert(run.clone(), (state.clone(), *clock));
+            if states.len() > self.capacity
+                && let Some(oldest) = states.iter().min_by_key(|(_, (_, at))| *at).map(|(id, _)| id.clone())
+            {
+                states.remove(&oldest);
+            }
+        }
+        state.status = shown_status(&state);
+        Ok(state)
+    }
+
+    /// What [`status`] returns, through [`Folds::state`].
+    pub async fn status(&self, store: &SqliteStore, run: &RunId) -> Result<(PipelineResult, RunState), Error> {
+        let state = self.state(store, run).await?;
+        Ok((PipelineResult::from_state(&state), state))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Folded> {
+        self.states.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// `status RUN`: the §2 result of a run.
 pub async fn status(store: &SqliteStore, run: &RunId) -> Result<(PipelineResult, RunState), Error> {
     let state = state(store, run).await?;

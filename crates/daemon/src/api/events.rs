@@ -245,7 +245,7 @@ const OUTPUT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 pub async fn run_output(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Result<Response, ApiError> {
     let run = RunId::parse(&run).ok_or_else(|| ApiError::from(loopwright_app::Error::no_run(&run)))?;
     let rx = shared.feed.subscribe();
-    let state = read::state(&shared.store, &run).await?;
+    let state = shared.folds.state(&shared.store, &run).await?;
     let run_dir = shared.ws.runs_dir().join(run.as_str());
     let stream = OutputStream {
         tail: output::in_flight(&state).map(|a| output::Tail::new(&run_dir, a)),
@@ -295,7 +295,7 @@ impl OutputStream {
             }
             if self.journal_moved {
                 self.journal_moved = false;
-                let state = read::state(&self.shared.store, &self.run).await.ok()?;
+                let state = self.shared.folds.state(&self.shared.store, &self.run).await.ok()?;
                 let now = output::in_flight(&state);
                 if now.as_ref() != self.tail.as_ref().map(output::Tail::attempt) {
                     // What the attempt that ended printed last was read above.

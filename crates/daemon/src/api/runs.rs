@@ -105,7 +105,7 @@ pub async fn list(State(shared): State<Arc<Shared>>, Query(q): Query<ListQuery>)
     responses((status = 200, description = "The run's result (SPEC §2)", body = Object), (status = 404, body = ErrorBody)))]
 pub async fn get(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> ApiResult<Response> {
     let run = run_id(&run)?;
-    let (result, _) = read::status(&shared.store, &run).await?;
+    let (result, _) = shared.folds.status(&shared.store, &run).await?;
     Ok(json(result))
 }
 
@@ -124,7 +124,7 @@ pub async fn attempts(
 
 /// The result of a run after an answer.
 async fn result_of(shared: &Shared, run: &RunId) -> ApiResult<PipelineResult> {
-    Ok(read::status(&shared.store, run).await?.0)
+    Ok(shared.folds.status(&shared.store, run).await?.0)
 }
 
 async fn approve_or_reject(shared: Arc<Shared>, run: String, body: Approval, granted: bool) -> ApiResult<Response> {
