@@ -2,43 +2,11 @@
 //! (including reopening the file, which is what a crash looks like), and what only SQLite has
 //! to show: WAL mode, the schema version, two processes racing on one file.
 
-use std::collections::BTreeMap;
-
-use loopwright_journal::{Event, RunId, RunStarted, Store, StoreError, TaskId};
-use loopwright_spec::StageId;
+use loopwright_journal::{Event, RunId, Store, StoreError};
 use loopwright_spec::config::Synchronous;
 use loopwright_store::SqliteStore;
-use loopwright_testkit::conformance::suite;
+use loopwright_testkit::conformance::{stage, started, suite, t};
 use pretty_assertions::assert_eq;
-
-fn t(s: &str) -> jiff::Timestamp {
-    s.parse().expect("timestamp")
-}
-
-fn stage(s: &str) -> StageId {
-    StageId::parse(s).expect("stage id")
-}
-
-fn started(task: &str) -> Event {
-    Event::RunStarted(Box::new(RunStarted {
-        pipeline: "bug-fix".into(),
-        pipeline_path: "p.yml".into(),
-        pipeline_source: "name: bug-fix".into(),
-        task_id: TaskId::parse(task).expect("task"),
-        task: "fix it".into(),
-        vars: BTreeMap::new(),
-        inputs: BTreeMap::new(),
-        start_from: None,
-        skip: vec![],
-        auto_approve: false,
-        prior_outputs: BTreeMap::new(),
-        workspace: "/w".into(),
-        owner: None,
-        prices: Default::default(),
-        budget: Default::default(),
-        worktree: None,
-    }))
-}
 
 #[tokio::test]
 async fn sqlite_in_memory_conforms() {

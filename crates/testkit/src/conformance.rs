@@ -10,15 +10,18 @@ use loopwright_journal::{Event, Owner, RunId, RunStarted, RunStatus, RunSummary,
 use loopwright_spec::StageId;
 use pretty_assertions::assert_eq;
 
-fn t(s: &str) -> jiff::Timestamp {
+/// A timestamp from its RFC 3339 text.
+pub fn t(s: &str) -> jiff::Timestamp {
     s.parse().expect("timestamp")
 }
 
-fn stage(s: &str) -> StageId {
+/// A stage id.
+pub fn stage(s: &str) -> StageId {
     StageId::parse(s).expect("stage id")
 }
 
-fn started(task: &str) -> Event {
+/// The first event of a run of pipeline `bug-fix` for task `task`, with no owner.
+pub fn started(task: &str) -> Event {
     Event::RunStarted(Box::new(RunStarted {
         pipeline: "bug-fix".into(),
         pipeline_path: "p.yml".into(),
