@@ -8,6 +8,7 @@
 //! configuration error (not retried). In agent mode the answer's edits (see [`edits`]) are
 //! applied to the workspace.
 
+use crate::live::LiveSink;
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
@@ -72,10 +73,17 @@ pub fn full_prompt(prompt: &str, mode: Mode) -> String {
 }
 
 /// Runs one attempt against the agent's API until `deadline`; `prompt` is the full prompt
-/// ([`full_prompt`]).
-pub async fn run(agent: &Agent, prompt: &str, mode: Mode, workspace: &std::path::Path, deadline: Instant) -> Answer {
+/// ([`full_prompt`]). The answer's text goes to `live` as it streams in.
+pub async fn run(
+    agent: &Agent,
+    prompt: &str,
+    mode: Mode,
+    workspace: &std::path::Path,
+    deadline: Instant,
+    live: &mut LiveSink<'_>,
+) -> Answer {
     let fail = |outcome, error: String| Answer { outcome, text: String::new(), error, usage: None };
-    let answer = match tokio::time::timeout_at(deadline, ask(agent, prompt, deadline)).await {
+    let answer = match tokio::time::timeout_at(deadline, ask(agent, prompt, deadline, live)).await {
         Ok(answer) => answer,
         Err(_) => {
             return fail(ExecOutcome::TimedOut, format!("no complete answer from {} before the timeout", url(agent)));
@@ -99,7 +107,12 @@ pub async fn run(agent: &Agent, prompt: &str, mode: Mode, workspace: &std::path:
 }
 
 /// Sends the request (waiting out rate limits) and reads the streamed answer.
-async fn ask(agent: &Agent, prompt: &str, deadline: Instant) -> Result<Answer, (ExecOutcome, String)> {
+async fn ask(
+    agent: &Agent,
+    prompt: &str,
+    deadline: Instant,
+    live: &mut LiveSink<'_>,
+) -> Result<Answer, (ExecOutcome, String)> {
     let url = url(agent);
     let var = key_var(agent);
     let key = std::env::var(&var).ok().filter(|k| !k.is_empty());
@@ -202,7 +215,7 @@ async fn ask(agent: &Agent, prompt: &str, deadline: Instant) -> Result<Answer, (
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let (text, mut usage) = if streamed {
-        read_stream(agent.runner, response)
+        read_stream(agent.runner, response, live)
             .await
             .map_err(|e| (ExecOutcome::Exited(1), format!("malformed stream from {url}: {e}")))?
     } else {
@@ -227,7 +240,11 @@ async fn ask(agent: &Agent, prompt: &str, deadline: Instant) -> Result<Answer, (
 }
 
 /// Reads a server-sent-event stream: the answer's text and the usage.
-async fn read_stream(runner: RunnerKind, response: reqwest::Response) -> Result<(String, Option<Usage>), String> {
+async fn read_stream(
+    runner: RunnerKind,
+    response: reqwest::Response,
+    live: &mut LiveSink<'_>,
+) -> Result<(String, Option<Usage>), String> {
     let mut events = response.bytes_stream().eventsource();
     let mut text = String::new();
     let (mut input, mut output) = (None::<u64>, None::<u64>);
@@ -244,7 +261,9 @@ async fn read_stream(runner: RunnerKind, response: reqwest::Response) -> Result<
             RunnerKind::Anthropic => match v.get("type").and_then(Value::as_str).unwrap_or(&event.event) {
                 "message_start" => input = v.pointer("/message/usage/input_tokens").and_then(Value::as_u64).or(input),
                 "content_block_delta" => {
-                    text.push_str(v.pointer("/delta/text").and_then(Value::as_str).unwrap_or_default())
+                    let delta = v.pointer("/delta/text").and_then(Value::as_str).unwrap_or_default();
+                    live.feed(delta.as_bytes());
+                    text.push_str(delta);
                 }
                 "message_delta" => output = v.pointer("/usage/output_tokens").and_then(Value::as_u64).or(output),
                 "message_stop" => {
@@ -262,6 +281,7 @@ async fn read_stream(runner: RunnerKind, response: reqwest::Response) -> Result<
             },
             _ => {
                 if let Some(delta) = v.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+                    live.feed(delta.as_bytes());
                     text.push_str(delta);
                 }
                 if let Some(u) = v.get("usage").filter(|u| u.is_object()) {

@@ -187,7 +187,9 @@ impl Runner for ProcessRunner {
             Err(why) => return done(ExecOutcome::SpawnFailed(why), String::new(), String::new()),
         };
         if let (Some(agent), Some(full)) = (http_agent, &full) {
-            let answer = http::run(agent, full, request.mode, &request.workspace, deadline).await;
+            let mut live = LiveSink::new(self.output_paths(request).0, self.output_cap, &self.redactor);
+            let answer = http::run(agent, full, request.mode, &request.workspace, deadline, &mut live).await;
+            live.finish();
             let execution =
                 self.scrubbed(Execution { usage: answer.usage, ..done(answer.outcome, answer.text, answer.error) });
             self.keep_output(request, &execution.stdout, &execution.stderr);

@@ -17,6 +17,9 @@ pub enum Reply {
     Http { status: &'static str, headers: Vec<String>, chunks: Vec<String> },
     /// Read the request, answer nothing, keep the connection open.
     Hang,
+    /// Like `Http` with 200 and an event stream, but only the first chunks until the file
+    /// `gate` exists, then the rest.
+    Gated { first: Vec<String>, gate: std::path::PathBuf, rest: Vec<String> },
 }
 
 pub fn sse(events: &[serde_json::Value], done: bool) -> Reply {
@@ -74,6 +77,21 @@ impl Server {
                 seen.lock().expect("lock").push(format!("{head}\n{}", String::from_utf8_lossy(&body)));
                 match reply {
                     Reply::Hang => held.push(conn),
+                    Reply::Gated { first, gate, rest } => {
+                        let head = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: text/event-stream\r\n\r\n";
+                        let _ = conn.write_all(head.as_bytes());
+                        for c in first {
+                            let _ = conn.write_all(c.as_bytes());
+                            let _ = conn.flush();
+                        }
+                        while !gate.exists() {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        for c in rest {
+                            let _ = conn.write_all(c.as_bytes());
+                            let _ = conn.flush();
+                        }
+                    }
                     Reply::Http { status, headers, chunks } => {
                         let mut out = format!("HTTP/1.1 {status}\r\nconnection: close\r\n");
                         for h in headers {
@@ -292,4 +310,47 @@ fn an_openai_model_fixes_a_failing_test_through_the_closed_loop_with_edits() {
         "the failing check went back to the model: {}",
         requests[1]
     );
+}
+
+#[test]
+fn a_model_answer_is_written_to_the_attempt_output_as_it_streams() {
+    // The first delta arrives, then the server waits: the stage's output file already shows
+    // the whole lines received (what the dashboard and `logs --follow` tail), before the end.
+    let gate = tempfile::tempdir().expect("tempdir");
+    let release = gate.path().join("release");
+    let delta = |text: &str| format!("data: {}\n\n", json!({"choices": [{"delta": {"content": text}}]}));
+    let server = Server::start(vec![Reply::Gated {
+        first: vec![delta("## summary\nfirst line\nhalf a li")],
+        gate: release.clone(),
+        rest: vec![delta("ne\n"), "data: [DONE]\n\n".into()],
+    }]);
+    let ws = ws_with("openai", server.port, "plan", "");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .current_dir(ws.path())
+        .env("LW_TEST_KEY", "sk-test-key-123456")
+        .args(["run", "p", "--task", "summarise", "-q"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let runs = ws.path().join(".loopwright/state/runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let live = loop {
+        let file = std::fs::read_dir(&runs)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| std::fs::read_to_string(e.ok()?.path().join("outputs/ask-1.out")).ok());
+        if let Some(text) = file.filter(|t| t.contains("first line")) {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "the answer never reached the output file while streaming");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(live, "## summary\nfirst line\n", "whole lines only, while the stream is open");
+    assert!(child.try_wait().expect("wait").is_none(), "the run waits for the rest of the answer");
+    std::fs::write(&release, "").expect("release");
+    assert!(child.wait().expect("wait").success());
+    let (_, result, _) = ws.json(&["status", "latest"]);
+    assert_eq!(result["artifacts"], json!({"summary": "first line\nhalf a line"}));
 }
