@@ -6,9 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loopwright_app::ownership::{owned_here, owner_alive};
+use loopwright_app::ownership::{alive_elsewhere, is_this_process};
 use loopwright_app::workspace::Workspace;
-use loopwright_engine::{RunId, RunState, RunStatus, Store};
+use loopwright_engine::{RunId, RunStatus, Store};
 use loopwright_store::SqliteStore;
 use tokio::sync::{Notify, watch};
 
@@ -131,12 +131,11 @@ impl Runs {
             if busy_until.is_some_and(|t| t > now) {
                 continue;
             }
-            let Ok(events) = store.events(&run).await else { continue };
-            let state = RunState::replay(run.clone(), &events);
-            let Some(owner) = state.owner else { continue };
-            let ours = owned_here(&state);
-            let orphaned = owner.daemon && !ours && !owner_alive(&state);
-            match state.status {
+            // The row names the status and the owner (both kept in step with the journal).
+            let Some(owner) = summary.owner else { continue };
+            let ours = is_this_process(&owner);
+            let orphaned = owner.daemon && !ours && !alive_elsewhere(&owner);
+            match summary.status {
                 RunStatus::Running if ours => first.push(Job { run, claim: false }),
                 RunStatus::Running | RunStatus::Interrupted if orphaned => first.push(Job { run, claim: true }),
                 RunStatus::Queued if ours || orphaned => queued.push((summary.created_at, run)),

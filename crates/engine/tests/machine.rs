@@ -26,24 +26,7 @@ fn pipeline(stages: &str) -> Pipeline {
 }
 
 fn started() -> RunStarted {
-    RunStarted {
-        pipeline: "p".into(),
-        pipeline_path: "p.yml".into(),
-        pipeline_source: String::new(),
-        task_id: TaskId::parse("task-1").expect("task"),
-        task: "do it".into(),
-        vars: BTreeMap::new(),
-        inputs: BTreeMap::new(),
-        start_from: None,
-        skip: vec![],
-        auto_approve: false,
-        prior_outputs: BTreeMap::new(),
-        workspace: "/tmp".into(),
-        owner: None,
-        prices: Default::default(),
-        budget: Default::default(),
-        worktree: None,
-    }
+    loopwright_testkit::run_started("task-1")
 }
 
 fn kinds(store: &MemoryStore) -> Vec<String> {

@@ -8,7 +8,6 @@
 //! configuration error (not retried). In agent mode the answer's edits (see [`edits`]) are
 //! applied to the workspace.
 
-use crate::live::LiveSink;
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
@@ -20,6 +19,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::edits;
+use crate::live::LiveSink;
 
 /// Longest wait for a rate limit before trying again.
 pub const MAX_QUOTA_WAIT: Duration = Duration::from_secs(60);

@@ -87,9 +87,7 @@ impl ProcessRunner {
 
     /// Where an attempt's stdout and stderr are kept.
     fn output_paths(&self, request: &StageRequest) -> (PathBuf, PathBuf) {
-        let dir = self.runs_dir.join(request.run_id.as_str()).join("outputs");
-        let name = |ext| dir.join(format!("{}-{}.{ext}", request.stage, request.attempt));
-        (name("out"), name("err"))
+        live::output_files(&self.runs_dir.join(request.run_id.as_str()), request.stage.as_str(), request.attempt)
     }
 
     /// Writes the attempt's prompt where `LOOPWRIGHT_PROMPT_FILE` points: for an agent, its own

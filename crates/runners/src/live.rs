@@ -8,9 +8,16 @@
 //! what `logs --stage` and the attempts API read. Nothing of it is journaled.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::secrets::Redactor;
+
+/// The files of an attempt's stdout and stderr in its run's folder `run_dir`:
+/// `outputs/STAGE-ATTEMPT.out` and `.err`. The runner writes them; every reader finds them here.
+pub fn output_files(run_dir: &Path, stage: &str, attempt: u32) -> (PathBuf, PathBuf) {
+    let name = |ext: &str| run_dir.join("outputs").join(format!("{stage}-{attempt}.{ext}"));
+    (name("out"), name("err"))
+}
 
 /// Bytes held back while no newline comes, before they are written anyway.
 const LINE_LIMIT: usize = 64 * 1024;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use loopwright_journal::event::{FailureKind, StageError};
-use loopwright_journal::{Event, Owner, RunId, RunStarted, RunStatus, RunSummary, Store, StoreError, TaskId};
+use loopwright_journal::{Event, Owner, RunId, RunStatus, RunSummary, Store, StoreError, TaskId};
 use loopwright_spec::StageId;
 use pretty_assertions::assert_eq;
 
@@ -22,24 +22,7 @@ pub fn stage(s: &str) -> StageId {
 
 /// The first event of a run of pipeline `bug-fix` for task `task`, with no owner.
 pub fn started(task: &str) -> Event {
-    Event::RunStarted(Box::new(RunStarted {
-        pipeline: "bug-fix".into(),
-        pipeline_path: "p.yml".into(),
-        pipeline_source: "name: bug-fix".into(),
-        task_id: TaskId::parse(task).expect("task"),
-        task: "fix it".into(),
-        vars: BTreeMap::new(),
-        inputs: BTreeMap::new(),
-        start_from: None,
-        skip: vec![],
-        auto_approve: false,
-        prior_outputs: BTreeMap::new(),
-        workspace: "/w".into(),
-        owner: None,
-        prices: Default::default(),
-        budget: Default::default(),
-        worktree: None,
-    }))
+    Event::RunStarted(Box::new(crate::run_started(task)))
 }
 
 fn succeeded(s: &str, key: &str, value: &str) -> Event {

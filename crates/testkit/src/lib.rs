@@ -11,6 +11,33 @@ mod doubles;
 
 pub use doubles::{FakeClock, MemoryStore, ScriptedRunner};
 
+use std::collections::BTreeMap;
+
+use loopwright_journal::{RunStarted, TaskId};
+
+/// What a run of pipeline `bug-fix` for task `task` starts with: no vars, inputs, skips or
+/// owner, workspace `/w`.
+pub fn run_started(task: &str) -> RunStarted {
+    RunStarted {
+        pipeline: "bug-fix".into(),
+        pipeline_path: "p.yml".into(),
+        pipeline_source: "name: bug-fix".into(),
+        task_id: TaskId::parse(task).expect("a valid task id"),
+        task: "fix it".into(),
+        vars: BTreeMap::new(),
+        inputs: BTreeMap::new(),
+        start_from: None,
+        skip: vec![],
+        auto_approve: false,
+        prior_outputs: BTreeMap::new(),
+        workspace: "/w".into(),
+        owner: None,
+        prices: Default::default(),
+        budget: Default::default(),
+        worktree: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[tokio::test]

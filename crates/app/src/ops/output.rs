@@ -6,7 +6,6 @@ use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use loopwright_engine::RunState;
-use loopwright_engine::state::StageStatus;
 use serde::Serialize;
 
 /// The most bytes one [`Tail::read`] returns per stream.
@@ -23,11 +22,43 @@ pub struct InFlight {
 
 /// The stage attempt of `state` that is running, if one is.
 pub fn in_flight(state: &RunState) -> Option<InFlight> {
-    state
-        .stages
-        .iter()
-        .find(|s| s.status == StageStatus::Running && s.attempts > 0)
-        .map(|s| InFlight { stage: s.id.to_string(), attempt: s.attempts })
+    state.in_flight().filter(|s| s.attempts > 0).map(|s| InFlight { stage: s.id.to_string(), attempt: s.attempts })
+}
+
+/// Follows the output of whichever attempt of a run is in flight: told the run's state as it
+/// changes, it moves to the new attempt (from its beginning) and reads what it prints. What
+/// the daemon's output stream and `logs --follow` both do.
+#[derive(Debug)]
+pub struct Follow {
+    run_dir: PathBuf,
+    tail: Option<Tail>,
+}
+
+impl Follow {
+    /// Follows the run whose folder is `run_dir`; nothing until [`Follow::track`] is told of
+    /// an attempt in flight.
+    pub fn new(run_dir: PathBuf) -> Self {
+        Self { run_dir, tail: None }
+    }
+
+    /// Moves to the attempt in flight in `state` when it is another than the one followed
+    /// (none when no attempt is in flight).
+    pub fn track(&mut self, state: &RunState) {
+        let now = in_flight(state);
+        if now.as_ref() != self.tail.as_ref().map(Tail::attempt) {
+            self.tail = now.map(|a| Tail::new(&self.run_dir, a));
+        }
+    }
+
+    /// True while an attempt is followed.
+    pub fn following(&self) -> bool {
+        self.tail.is_some()
+    }
+
+    /// What the attempt followed printed since the last read.
+    pub fn read(&mut self) -> Vec<Chunk> {
+        self.tail.as_mut().map(Tail::read).unwrap_or_default()
+    }
 }
 
 /// A piece of what an attempt printed.
@@ -56,8 +87,8 @@ pub struct Tail {
 impl Tail {
     /// A reader of `attempt`'s output in the run folder `run_dir`, from the start.
     pub fn new(run_dir: &Path, attempt: InFlight) -> Self {
-        let name = |ext: &str| run_dir.join("outputs").join(format!("{}-{}.{ext}", attempt.stage, attempt.attempt));
-        let files = [("stdout", name("out"), 0), ("stderr", name("err"), 0)];
+        let (out, err) = loopwright_runners::live::output_files(run_dir, &attempt.stage, attempt.attempt);
+        let files = [("stdout", out, 0), ("stderr", err, 0)];
         Self { attempt, files }
     }
 

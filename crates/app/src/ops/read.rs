@@ -51,9 +51,14 @@ pub async fn load_run_events(
 /// A run's state from its journal, with the status shown to people (`interrupted` when its
 /// owner died).
 pub async fn state(store: &SqliteStore, run: &RunId) -> Result<RunState, Error> {
-    let mut state = RunState::replay(run.clone(), &store.events(run).await?);
+    shown_to_people(RunState::replay(run.clone(), &store.events(run).await?))
+}
+
+/// A folded state as [`state`] returns it: a run that never started is not found, and the
+/// status is the one shown to people.
+fn shown_to_people(mut state: RunState) -> Result<RunState, Error> {
     if state.started.is_none() {
-        return Err(Error::no_run(run));
+        return Err(Error::no_run(&state.run_id));
     }
     state.status = shown_status(&state);
     Ok(state)
@@ -98,8 +103,7 @@ impl Folds {
                 states.remove(&oldest);
             }
         }
-        state.status = shown_status(&state);
-        Ok(state)
+        shown_to_people(state)
     }
 
     /// What [`status`] returns, through [`Folds::state`].
@@ -222,6 +226,7 @@ pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&Eve
     let read = |name: String| std::fs::read_to_string(run_dir.join(name)).ok();
     let mut out = Vec::new();
     for number in 1..=st.attempts {
+        let (stdout_file, stderr_file) = loopwright_runners::live::output_files(run_dir, stage, number);
         let mut a = Attempt {
             number,
             status: "running".into(),
@@ -229,8 +234,8 @@ pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&Eve
             ended_at: None,
             duration_ms: None,
             prompt: read(format!("prompts/{stage}-{number}.md")),
-            output: read(format!("outputs/{stage}-{number}.out")),
-            stderr: read(format!("outputs/{stage}-{number}.err")),
+            output: std::fs::read_to_string(&stdout_file).ok(),
+            stderr: std::fs::read_to_string(&stderr_file).ok(),
             error: None,
             retry_context: None,
             usage: None,

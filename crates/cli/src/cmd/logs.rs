@@ -71,8 +71,9 @@ fn stage_logs(
             Some(prompt) => println!("--- prompt\n{}", prompt.trim_end()),
             None => println!("--- prompt\n(a shell stage: its prompt file is rewritten for each stage and not kept)"),
         }
-        for (label, ext) in [("stdout", "out"), ("stderr", "err")] {
-            if let Some(text) = read(format!("outputs/{stage}-{attempt}.{ext}")) {
+        let (out, err) = loopwright_runners::live::output_files(&dir, stage, attempt);
+        for (label, path) in [("stdout", out), ("stderr", err)] {
+            if let Ok(text) = std::fs::read_to_string(path) {
                 println!("--- {label}\n{}", text.trim_end());
             }
         }
@@ -297,8 +298,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     // `data_version` to say another connection committed (checked every 20 ms; no re-reading).
     // Meanwhile the output of the stage in flight is tailed from its files as the runner
     // writes them (text only: `--json` prints the journal and nothing else).
-    let run_dir = ws.runs_dir().join(run.as_str());
-    let mut tail: Option<output::Tail> = None;
+    let mut follow = output::Follow::new(ws.runs_dir().join(run.as_str()));
     let mut printed = 0u64;
     let mut state = RunState::replay(run.clone(), &[]);
     loop {
@@ -322,16 +322,11 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             return Ok(0);
         }
         if !global.json {
-            let now = output::in_flight(&state);
-            if now.as_ref() != tail.as_ref().map(output::Tail::attempt) {
-                tail = now.map(|a| output::Tail::new(&run_dir, a));
-            }
+            follow.track(&state);
         }
         while store.data_version().await? == version {
-            if let Some(tail) = tail.as_mut() {
-                for chunk in tail.read() {
-                    print!("{}", output_lines(&chunk));
-                }
+            for chunk in follow.read() {
+                print!("{}", output_lines(&chunk));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

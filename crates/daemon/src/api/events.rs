@@ -13,13 +13,12 @@ use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use loopwright_app::ops::{output, read};
-use loopwright_engine::{Event, EventRecord, RunId, Store};
+use loopwright_engine::{Event, EventRecord, FeedEntry, RunId, Store};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::dto::EventsQuery;
 use super::error::{ApiError, ErrorBody, Query};
 use crate::Shared;
-use loopwright_engine::FeedEntry;
 
 /// The most events read from the journal at once when a stream catches up.
 const BATCH: usize = 500;
@@ -246,14 +245,14 @@ pub async fn run_output(State(shared): State<Arc<Shared>>, Path(run): Path<Strin
     let run = RunId::parse(&run).ok_or_else(|| ApiError::from(loopwright_app::Error::no_run(&run)))?;
     let rx = shared.feed.subscribe();
     let state = shared.folds.state(&shared.store, &run).await?;
-    let run_dir = shared.ws.runs_dir().join(run.as_str());
+    let mut follow = output::Follow::new(shared.ws.runs_dir().join(run.as_str()));
+    follow.track(&state);
     let stream = OutputStream {
-        tail: output::in_flight(&state).map(|a| output::Tail::new(&run_dir, a)),
+        follow,
         over: state.status.is_final(),
         shutdown: shared.shutdown.clone(),
         shared: Arc::clone(&shared),
         run,
-        run_dir,
         rx,
         pending: VecDeque::new(),
         journal_moved: false,
@@ -266,9 +265,8 @@ struct OutputStream {
     shared: Arc<Shared>,
     shutdown: tokio::sync::watch::Receiver<bool>,
     run: RunId,
-    run_dir: std::path::PathBuf,
     rx: tokio::sync::broadcast::Receiver<Arc<FeedEntry>>,
-    tail: Option<output::Tail>,
+    follow: output::Follow,
     pending: VecDeque<output::Chunk>,
     /// The run's journal has grown: the attempt in flight may have changed.
     journal_moved: bool,
@@ -287,20 +285,15 @@ impl OutputStream {
                 let data = serde_json::to_string(&chunk).unwrap_or_default();
                 return Some((Ok(Sse::default().event("output").data(data)), self));
             }
-            if let Some(tail) = self.tail.as_mut() {
-                self.pending.extend(tail.read());
-                if !self.pending.is_empty() {
-                    continue;
-                }
+            self.pending.extend(self.follow.read());
+            if !self.pending.is_empty() {
+                continue;
             }
             if self.journal_moved {
                 self.journal_moved = false;
                 let state = self.shared.folds.state(&self.shared.store, &self.run).await.ok()?;
-                let now = output::in_flight(&state);
-                if now.as_ref() != self.tail.as_ref().map(output::Tail::attempt) {
-                    // What the attempt that ended printed last was read above.
-                    self.tail = now.map(|a| output::Tail::new(&self.run_dir, a));
-                }
+                // What the attempt that ended printed last was read above.
+                self.follow.track(&state);
                 self.over = state.status.is_final();
                 continue;
             }
@@ -308,7 +301,7 @@ impl OutputStream {
                 self.done = true;
                 return Some((Ok(Sse::default().event("end").data("{}")), self));
             }
-            let polling = self.tail.is_some();
+            let polling = self.follow.following();
             tokio::select! {
                 received = receive(&mut self.rx, &mut self.shutdown) => match received? {
                     Ok(item) => self.journal_moved |= item.run == self.run,
