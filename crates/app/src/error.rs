@@ -16,6 +16,8 @@ pub enum Error {
     /// The run is not in a state that allows it (not waiting at a gate, already ended, driven by
     /// a live process), or another process changed it first: exit 2, 409.
     Conflict(String),
+    /// Outside what the workspace may touch (a task directory outside it): exit 2, 403.
+    Forbidden(String),
     /// Something failed while working (the store, the file system): exit 1, 500.
     Internal(anyhow::Error),
 }
@@ -47,7 +49,7 @@ impl Error {
     /// The message, for one line of text (diagnostics counted, not listed).
     pub fn message(&self) -> String {
         match self {
-            Error::Usage(m) | Error::NotFound(m) | Error::Conflict(m) => m.clone(),
+            Error::Usage(m) | Error::NotFound(m) | Error::Conflict(m) | Error::Forbidden(m) => m.clone(),
             Error::Invalid(d) => match d.items.first() {
                 Some(first) => format!(
                     "{}{}: {} ({} problem(s))",

@@ -8,7 +8,11 @@ pub use loopwright_app::Error as CliError;
 /// failed while working.
 pub fn exit_code(error: &CliError) -> u8 {
     match error {
-        CliError::Usage(_) | CliError::Invalid(_) | CliError::NotFound(_) | CliError::Conflict(_) => 2,
+        CliError::Usage(_)
+        | CliError::Invalid(_)
+        | CliError::NotFound(_)
+        | CliError::Conflict(_)
+        | CliError::Forbidden(_) => 2,
         CliError::Internal(_) => 1,
     }
 }

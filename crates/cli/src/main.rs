@@ -80,6 +80,9 @@ enum Command {
     /// SIGINT/SIGTERM. Runs it drives are then interrupted (resumable) and taken up again by
     /// the next `serve`.
     Serve(cmd::serve::Args),
+    /// Auto mode: one long-lived agent session runs a task module's whole loop, supervised
+    /// (init, start, stop, status, log, protocol).
+    Auto(cmd::auto::Args),
     /// Print the JSON Schema of pipeline files.
     Schema,
     /// Run the bundled example end to end in a temporary workspace.
@@ -115,6 +118,7 @@ fn main() -> ExitCode {
     let global = cmd::Global { dir: cli.dir, json: cli.json };
     let cli = match cli.command {
         Command::Serve(args) => return exit(cmd::serve::run(&global, args)),
+        Command::Auto(args) => return exit(cmd::auto::run(&global, args)),
         Command::Demo(args) if args.serve => return exit(cmd::demo::serve(&global, args)),
         command => Cli { dir: global.dir.clone(), json: global.json, command },
     };
@@ -146,7 +150,9 @@ fn main() -> ExitCode {
                 Ok(0)
             }
             Command::Demo(args) => cmd::demo::run(&global, args).await,
-            Command::Serve(_) => unreachable!("`serve` runs on a runtime of its own, started above"),
+            Command::Serve(_) | Command::Auto(_) => {
+                unreachable!("`serve` and `auto` run on a runtime of their own, started above")
+            }
             Command::Bench(args) => cmd::bench::run(&global, args).await,
         }
     });

@@ -307,3 +307,104 @@ mod tests {
         assert!(invocation(&command, Mode::Plan).is_none());
     }
 }
+
+/// How an agent runs as one long-lived interactive session (auto mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interactive {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// The first message, when it must be typed once the CLI is ready (CLIs that take no
+    /// first message on the command line).
+    pub typed: Option<String>,
+    /// The agent's own session id, when loopwright chose it (`claude --session-id`).
+    pub session_id: Option<String>,
+}
+
+/// The interactive session of `agent` with `message` as its first message, resuming the
+/// agent's conversation `resume` where the CLI can:
+///
+/// | runner | first message | set the id | resume |
+/// |---|---|---|---|
+/// | claude | argument | `--session-id UUID` | `--resume ID` |
+/// | codex | argument | (read from the exit banner) | `codex resume ID` |
+/// | gemini | `-i` | (read from the exit banner) | `--resume ID` |
+/// | others | typed | — | fresh session |
+///
+/// A `command` agent gets `LOOPWRIGHT_AUTO_RESUME` with the id to resume, and its first
+/// message typed (or substituted for a `{message}` argument).
+pub fn interactive(agent: &Agent, message: &str, resume: Option<&str>, new_id: &str) -> Interactive {
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<String>>();
+    let model = |flag: &str| agent.model.as_ref().map(|m| vec![flag.to_owned(), m.clone()]).unwrap_or_default();
+    let program = |default: &str| agent.command.first().cloned().unwrap_or_else(|| default.to_owned());
+    let mut env = vec![];
+    let (argv, typed, session_id) = match agent.runner {
+        RunnerKind::Claude => {
+            let mut a = vec![program("claude")];
+            a.extend(model("--model"));
+            let id = match resume {
+                Some(id) => {
+                    a.extend(s(&["--resume", id]));
+                    id.to_owned()
+                }
+                None => {
+                    a.extend(s(&["--session-id", new_id]));
+                    new_id.to_owned()
+                }
+            };
+            a.push(message.to_owned());
+            (a, None, Some(id))
+        }
+        RunnerKind::Codex => {
+            let mut a = vec![program("codex")];
+            if let Some(id) = resume {
+                a.extend(s(&["resume", id]));
+            }
+            a.extend(model("--model"));
+            a.push(message.to_owned());
+            (a, None, resume.map(str::to_owned))
+        }
+        RunnerKind::Gemini => {
+            let mut a = vec![program("gemini")];
+            if let Some(id) = resume {
+                a.extend(s(&["--resume", id]));
+            }
+            a.extend(model("--model"));
+            a.extend(["-i".to_owned(), message.to_owned()]);
+            (a, None, resume.map(str::to_owned))
+        }
+        RunnerKind::Aider => {
+            let mut a = vec![program("aider"), "--no-auto-commits".to_owned()];
+            a.extend(model("--model"));
+            (a, Some(message.to_owned()), None)
+        }
+        RunnerKind::Opencode => {
+            let mut a = vec![program("opencode")];
+            a.extend(model("--model"));
+            (a, Some(message.to_owned()), None)
+        }
+        RunnerKind::Goose => (vec![program("goose"), "session".to_owned()], Some(message.to_owned()), None),
+        RunnerKind::Command | RunnerKind::Shell | RunnerKind::Openai | RunnerKind::Anthropic => {
+            let mut typed = Some(message.to_owned());
+            let mut argv: Vec<String> = agent
+                .command
+                .iter()
+                .map(|a| {
+                    if a.contains("{message}") {
+                        typed = None;
+                        a.replace("{message}", message)
+                    } else {
+                        a.clone()
+                    }
+                })
+                .collect();
+            if agent.runner == RunnerKind::Shell {
+                argv = vec!["sh".to_owned(), "-c".to_owned(), argv.join(" ")];
+            }
+            env.push(("LOOPWRIGHT_AUTO_RESUME".to_owned(), resume.unwrap_or_default().to_owned()));
+            (argv, typed, resume.map(str::to_owned))
+        }
+    };
+    Interactive { argv, env, typed, session_id }
+}

@@ -15,6 +15,64 @@ pub struct Config {
     pub store: StoreConfig,
     /// Prices per model (for `budget.cost_usd` and the spend `status` shows).
     pub prices: std::collections::BTreeMap<String, Price>,
+    /// Auto mode's supervision settings.
+    pub auto: AutoConfig,
+}
+
+/// `[auto]`: how auto mode supervises an agent session (SPEC §10). Durations accept fractions
+/// so tests run fast.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AutoConfig {
+    /// Seconds between two looks at the agent's screen.
+    pub heartbeat_seconds: f64,
+    /// Unchanged looks in a row before the supervisor decides whether the agent is stalled.
+    pub stall_captures: u32,
+    /// Recoveries (continues, nudges, failed checks) allowed in one iteration.
+    pub recoveries_per_iteration: u32,
+    /// Recoveries allowed in the whole loop.
+    pub recoveries_total: u32,
+    /// Restarts of an agent that exited.
+    pub restarts: u32,
+    /// Iterations before the loop is stopped (`maxIterations`).
+    pub max_iterations: u32,
+    /// Minutes before the loop is stopped, quota waits excluded (`timeoutMinutes`).
+    pub timeout_minutes: f64,
+    /// Seconds the agent has to honour `.auto-stop` before its process group is ended.
+    pub stop_grace_seconds: f64,
+    /// Seconds to wait after a quota's reset time before the one continue.
+    pub quota_jitter_seconds: f64,
+    /// Minutes to wait on a quota message that gives no reset time.
+    pub quota_fallback_minutes: f64,
+    /// Prompt classes answered: edit, command, trust, yes_no, continuation, quota_menu.
+    pub answer: Vec<String>,
+    /// More regular expressions of commands never approved (added to the built-in list).
+    pub deny: Vec<String>,
+    /// Terminal size of the agent's pseudo-terminal.
+    pub rows: u16,
+    /// Terminal columns.
+    pub cols: u16,
+}
+
+impl Default for AutoConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_seconds: 60.0,
+            stall_captures: 3,
+            recoveries_per_iteration: 3,
+            recoveries_total: 10,
+            restarts: 3,
+            max_iterations: 20,
+            timeout_minutes: 30.0,
+            stop_grace_seconds: 120.0,
+            quota_jitter_seconds: 30.0,
+            quota_fallback_minutes: 60.0,
+            answer: ["edit", "command", "trust", "yes_no", "continuation", "quota_menu"].map(str::to_owned).to_vec(),
+            deny: vec![],
+            rows: 40,
+            cols: 120,
+        }
+    }
 }
 
 /// `[prices."MODEL"]`: US dollars per million tokens.

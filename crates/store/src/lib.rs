@@ -18,12 +18,15 @@ use loopwright_spec::config::Synchronous;
 use rusqlite::{Connection, OptionalExtension, params};
 use rusqlite_migration::{M, Migrations};
 
+pub mod auto;
+
 /// The schema's migrations, oldest first.
 fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
         M::up(include_str!("migrations/001_journal.sql")),
         M::up(include_str!("migrations/002_feed.sql")),
         M::up(include_str!("migrations/003_owner.sql")),
+        M::up(include_str!("migrations/004_task_auto.sql")),
     ])
 }
 
@@ -61,7 +64,7 @@ pub struct SqliteStore {
 
 /// A SQLite failure as a store error: a lock held too long is `Busy`, a damaged file
 /// `Corrupt`, anything else `Backend`.
-fn backend(e: rusqlite::Error) -> StoreError {
+pub(crate) fn backend(e: rusqlite::Error) -> StoreError {
     use rusqlite::ErrorCode::{DatabaseBusy, DatabaseCorrupt, DatabaseLocked, NotADatabase};
     match e.sqlite_error_code() {
         Some(DatabaseBusy | DatabaseLocked) => StoreError::Busy(e.to_string()),
@@ -141,7 +144,7 @@ impl SqliteStore {
         Ok(Self { conn: Mutex::new(conn), scrub: std::sync::OnceLock::new() })
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 

@@ -35,6 +35,7 @@ fn crates_depend_only_downwards() {
             "loopwright",
             &[
                 "loopwright-app",
+                "loopwright-auto",
                 "loopwright-daemon",
                 "loopwright-engine",
                 "loopwright-runners",
@@ -43,7 +44,11 @@ fn crates_depend_only_downwards() {
             ][..],
         ),
         ("loopwright-daemon", &["loopwright-app", "loopwright-engine", "loopwright-spec", "loopwright-store"][..]),
-        ("loopwright-app", &["loopwright-engine", "loopwright-runners", "loopwright-spec", "loopwright-store"][..]),
+        (
+            "loopwright-app",
+            &["loopwright-auto", "loopwright-engine", "loopwright-runners", "loopwright-spec", "loopwright-store"][..],
+        ),
+        ("loopwright-auto", &["loopwright-runners", "loopwright-spec", "loopwright-store"][..]),
         ("loopwright-runners", &["loopwright-engine", "loopwright-spec"][..]),
         ("loopwright-store", &["loopwright-journal", "loopwright-spec"][..]),
         ("loopwright-engine", &["loopwright-journal", "loopwright-spec"][..]),

@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod answer;
+pub mod auto;
 pub mod cancel;
 pub mod dead_letters;
 pub mod output;

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod agents;
+pub mod auto;
 pub mod bench;
 pub mod dead_letters;
 pub mod demo;

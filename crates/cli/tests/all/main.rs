@@ -1,6 +1,7 @@
 //! Integration tests of the `loopwright` binary on temporary workspaces.
 
 mod attacks;
+mod auto;
 mod bad_input;
 mod bench;
 mod chaos;

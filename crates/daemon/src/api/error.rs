@@ -80,6 +80,7 @@ impl From<Error> for ApiError {
             },
             Error::NotFound(m) => Self::not_found(m),
             Error::Conflict(m) => Self::new(StatusCode::CONFLICT, "conflict", m),
+            Error::Forbidden(m) => Self::new(StatusCode::FORBIDDEN, "forbidden", m),
             Error::Internal(e) => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("{e:#}")),
         }
     }

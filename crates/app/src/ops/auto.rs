@@ -1,0 +1,305 @@
+//! Auto mode's operations (SPEC §10): create a task module, start a supervised loop, stop it,
+//! read its status and its supervision journal, take over loops whose supervisor died.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use loopwright_auto::module::{self, Entry};
+use loopwright_auto::signal::{self, StopReason};
+use loopwright_auto::supervisor::{self, AutoStatus, Context, Internal, Persisted, Supervisor};
+use loopwright_auto::{Settings, holder};
+use loopwright_spec::{Agent, SourceFile};
+use loopwright_store::SqliteStore;
+use loopwright_store::auto::{AutoLogEntry, ClaimError};
+use serde::Serialize;
+
+use crate::Error;
+use crate::error::Result;
+use crate::workspace::Workspace;
+
+/// A request to start a loop (`auto start`, `POST /api/sessions/{id}/task-auto`).
+#[derive(Debug, Clone, Default)]
+pub struct StartRequest {
+    /// The task module.
+    pub task_dir: PathBuf,
+    /// The session name (default: from the directory's name).
+    pub session: Option<String>,
+    /// The agent (an agent file's name or a preset: claude, codex, gemini, …; default: the
+    /// workspace's default runner).
+    pub agent: Option<String>,
+    /// `maxIterations` (default `[auto] max_iterations`).
+    pub max_iterations: Option<u32>,
+    /// `timeoutMinutes` (default `[auto] timeout_minutes`).
+    pub timeout_minutes: Option<f64>,
+    /// Seconds between looks at the screen (default `[auto] heartbeat_seconds`).
+    pub heartbeat_seconds: Option<f64>,
+}
+
+/// `auto init DIR --target TEXT`: a new task module in status `draft`.
+pub fn init(ws: &Workspace, dir: &Path, target: &str) -> Result<PathBuf> {
+    let dir = if dir.is_absolute() { dir.to_owned() } else { ws.root.join(dir) };
+    module::init(&dir, target).map_err(|e| match e {
+        module::ModuleError::Exists(m) => {
+            Error::conflict(format!("{m} already holds a task module (.index.md exists)"))
+        }
+        other => Error::usage(other.to_string()),
+    })?;
+    Ok(dir)
+}
+
+/// The task module named by `dir`, absolute and inside the workspace.
+pub fn task_dir(ws: &Workspace, dir: &Path) -> Result<PathBuf> {
+    let joined = if dir.is_absolute() { dir.to_owned() } else { ws.root.join(dir) };
+    let canonical = std::fs::canonicalize(&joined)
+        .map_err(|e| Error::not_found(format!("no task module at {}: {e}", joined.display())))?;
+    let root = std::fs::canonicalize(&ws.root).unwrap_or_else(|_| ws.root.clone());
+    if !canonical.starts_with(&root) {
+        return Err(Error::Forbidden(format!(
+            "{} lies outside the workspace {}: a loop may only work inside it",
+            canonical.display(),
+            root.display()
+        )));
+    }
+    if !canonical.join(module::INDEX).is_file() {
+        return Err(Error::not_found(format!(
+            "{} is not a task module (no {}; create one with `loopwright auto init`)",
+            canonical.display(),
+            module::INDEX
+        )));
+    }
+    Ok(canonical)
+}
+
+fn session_name(dir: &Path) -> String {
+    let base = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "auto".into());
+    let clean: String =
+        base.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' }).collect();
+    if clean.trim_matches('-').is_empty() { "auto".into() } else { clean }
+}
+
+fn valid_session(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::usage(format!(
+            "session name {name:?}: expected 1 to 64 letters, digits, `-`, `_` or `.`, not starting with `.`"
+        )))
+    }
+}
+
+/// The agent named `name`: an agent file of the workspace, else a preset runner.
+pub fn agent(ws: &Workspace, name: Option<&str>) -> Result<Agent> {
+    let name = name.map_or_else(|| ws.config.defaults.runner.clone(), str::to_owned);
+    let (agents, _) = ws.agents();
+    if let Some(a) = agents.get(&name) {
+        return Ok(a.clone());
+    }
+    if loopwright_spec::RunnerKind::parse(&name).is_some() {
+        let source = SourceFile::new(format!("(preset {name})"), format!("---\nrunner: {name}\n---\n"));
+        return loopwright_spec::parse_agent(&source, &name, ws.config.default_runner()).map_err(Error::Invalid);
+    }
+    Err(Error::not_found(format!(
+        "no agent `{name}`: not an agent file under .loopwright/agents/ nor a preset (claude, codex, gemini, aider, opencode, goose)"
+    )))
+}
+
+/// Where a session's holder files live.
+pub fn session_dir(ws: &Workspace, session: &str) -> PathBuf {
+    ws.state_dir().join("auto").join(session)
+}
+
+fn context(ws: &Workspace, store: &Arc<SqliteStore>, p: &Persisted) -> Result<Context> {
+    let agent = agent(ws, Some(&p.status.agent))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Internal(anyhow::anyhow!("cannot find the loopwright binary: {e}")))?;
+    Ok(Context {
+        store: Arc::clone(store),
+        exe,
+        root: ws.root.clone(),
+        session_dir: session_dir(ws, &p.status.session_name),
+        agent,
+    })
+}
+
+/// Claims a loop and starts its agent: the supervisor, ready to [`Supervisor::run`].
+/// `needs_human_exits`: the supervisor returns when a person is needed (foreground).
+pub fn start(
+    ws: &Workspace,
+    store: &Arc<SqliteStore>,
+    req: &StartRequest,
+    needs_human_exits: bool,
+) -> Result<Supervisor> {
+    let dir = task_dir(ws, &req.task_dir)?;
+    let session = req.session.clone().unwrap_or_else(|| session_name(&dir));
+    valid_session(&session)?;
+    match module::entry(&dir).map_err(|e| Error::usage(e.to_string()))? {
+        Entry::Stop(why) => return Err(Error::usage(format!("{}: {why}", dir.display()))),
+        Entry::Step { .. } | Entry::ReportThenStop => {}
+    }
+    let agent = agent(ws, req.agent.as_deref())?;
+    let mut config = ws.config.auto.clone();
+    if let Some(m) = req.max_iterations {
+        config.max_iterations = m;
+    }
+    if let Some(t) = req.timeout_minutes {
+        config.timeout_minutes = t;
+    }
+    if let Some(h) = req.heartbeat_seconds {
+        config.heartbeat_seconds = h;
+    }
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if config.max_iterations == 0 || !positive(config.timeout_minutes) || !positive(config.heartbeat_seconds) {
+        return Err(Error::usage("maxIterations, timeoutMinutes and the heartbeat must be greater than 0"));
+    }
+    let settings = Settings { config, exit_on_needs_human: needs_human_exits };
+    settings.policy().map_err(Error::usage)?;
+    let started = jiff::Timestamp::now();
+    let status = AutoStatus {
+        session_name: session.clone(),
+        task_dir: dir.display().to_string(),
+        status: "running".into(),
+        agent: agent.name.clone(),
+        max_iterations: settings.max_iterations.into(),
+        timeout_s: settings.timeout_minutes * 60.0,
+        started_at: started.to_string(),
+        loop_id: format!("{session}-{}", started.as_millisecond()),
+        ..AutoStatus::default()
+    };
+    let p = Persisted { status, internal: Internal { settings, ..Internal::default() } };
+    store.auto_claim(&p.to_row()).map_err(|e| match e {
+        ClaimError::Busy(m) => Error::conflict(m),
+        ClaimError::Store(e) => Error::from(e),
+    })?;
+    let mut sup = Supervisor::new(context(ws, store, &p)?, p).map_err(Error::usage)?;
+    sup.start().map_err(|e| Error::Internal(anyhow::anyhow!("cannot start the agent: {e}")))?;
+    Ok(sup)
+}
+
+/// Loops recorded as active whose supervisor is gone, taken over by this process (daemon start).
+pub fn take_over(ws: &Workspace, store: &Arc<SqliteStore>) -> Result<Vec<Supervisor>> {
+    let mut taken = Vec::new();
+    for row in store.auto_list()? {
+        if supervisor::is_final(&row.status) {
+            continue;
+        }
+        let Ok(p) = Persisted::from_row(&row) else { continue };
+        if p.supervised_elsewhere() || p.supervised_here() {
+            continue;
+        }
+        let mut p = p;
+        p.internal.settings.exit_on_needs_human = false;
+        let mut sup = Supervisor::new(context(ws, store, &p)?, p).map_err(Error::usage)?;
+        sup.reattach();
+        taken.push(sup);
+    }
+    Ok(taken)
+}
+
+/// The loop of a task directory or session (`auto status DIR`, `GET …/task-auto`).
+pub fn status_of(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<AutoStatus> {
+    let row = match store.auto_get(dir_or_session)? {
+        Some(r) => Some(r),
+        None => match task_dir(ws, Path::new(dir_or_session)) {
+            Ok(dir) => store.auto_by_dir(&dir.display().to_string())?,
+            Err(_) => None,
+        },
+    };
+    let row = row.ok_or_else(|| Error::not_found(format!("no auto loop for {dir_or_session}")))?;
+    Ok(shown(Persisted::from_row(&row).map_err(|e| Error::Internal(anyhow::anyhow!(e)))?))
+}
+
+/// A loop as shown: a loop recorded as active whose supervisor died reads `running` still
+/// (the daemon takes it over), with its elapsed time brought up to now.
+fn shown(p: Persisted) -> AutoStatus {
+    let mut s = p.status;
+    if !supervisor::is_final(&s.status)
+        && let Ok(started) = s.started_at.parse::<jiff::Timestamp>()
+    {
+        let waiting = s
+            .quota_wait_since
+            .as_ref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map_or(0.0, |t| jiff::Timestamp::now().duration_since(t).as_secs_f64());
+        s.elapsed_s =
+            (jiff::Timestamp::now().duration_since(started).as_secs_f64() - s.quota_paused_s - waiting).max(0.0);
+    }
+    s
+}
+
+/// Every loop, newest first.
+pub fn list(store: &SqliteStore) -> Result<Vec<AutoStatus>> {
+    Ok(store.auto_list()?.iter().filter_map(|r| Persisted::from_row(r).ok()).map(shown).collect())
+}
+
+/// `GET /api/task-auto/lookup?taskDir=PATH`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lookup {
+    /// The session running it.
+    pub session_name: String,
+    /// Its status.
+    pub status: String,
+}
+
+/// Which session runs a loop on `dir`.
+pub fn lookup(ws: &Workspace, store: &SqliteStore, dir: &Path) -> Result<Lookup> {
+    let dir = task_dir(ws, dir)?;
+    let row = store
+        .auto_by_dir(&dir.display().to_string())?
+        .ok_or_else(|| Error::not_found(format!("no auto loop for {}", dir.display())))?;
+    Ok(Lookup { session_name: row.session_name, status: row.status })
+}
+
+/// `auto stop`: writes `.auto-stop` (reason `user_stop`). A loop no process supervises any
+/// more is ended here: its agent's process group ended, the transient files removed.
+pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<AutoStatus> {
+    let status = status_of(ws, store, dir_or_session)?;
+    if supervisor::is_final(&status.status) {
+        return Err(Error::conflict(format!(
+            "the auto loop of session {} already ended ({})",
+            status.session_name, status.status
+        )));
+    }
+    let row = store.auto_get(&status.session_name)?.ok_or_else(|| Error::not_found("the loop vanished"))?;
+    let mut p = Persisted::from_row(&row).map_err(|e| Error::Internal(anyhow::anyhow!(e)))?;
+    let dir = PathBuf::from(&p.status.task_dir);
+    let now = jiff::Timestamp::now();
+    if p.status.stop_reason.is_none() {
+        signal::request_stop(&dir, StopReason::UserStop, now).map_err(|e| Error::Internal(e.into()))?;
+        let _ = store.auto_log(
+            &p.status.loop_id,
+            &p.status.session_name,
+            &now.to_string(),
+            "stop_requested",
+            r#"{"reason":"user_stop","by":"auto stop"}"#,
+        );
+    }
+    if !p.supervised_elsewhere() && !p.supervised_here() {
+        let client = holder::Client::new(&session_dir(ws, &p.status.session_name));
+        let _ = client.request(&holder::Request::Quit);
+        signal::remove(&dir, module::SIGNAL);
+        signal::remove(&dir, module::STOP);
+        p.status.status = "stopped".into();
+        p.status.stop_reason.get_or_insert_with(|| "user_stop".into());
+        store.auto_save(&p.to_row())?;
+        let _ = store.auto_log(
+            &p.status.loop_id,
+            &p.status.session_name,
+            &now.to_string(),
+            "finished",
+            r#"{"status":"stopped","by":"auto stop (no supervisor alive)"}"#,
+        );
+        return Ok(p.status);
+    }
+    status_of(ws, store, &p.status.session_name)
+}
+
+/// `auto log`: the supervision journal of a loop.
+pub fn log(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<(AutoStatus, Vec<AutoLogEntry>)> {
+    let status = status_of(ws, store, dir_or_session)?;
+    let entries = store.auto_log_since(&status.loop_id, 0)?;
+    Ok((status, entries))
+}

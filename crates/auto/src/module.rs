@@ -1,0 +1,239 @@
+//! Task modules: the directory an auto loop works in, its files, and seed 002's two routing
+//! tables (where a loop enters by the module's status, where it goes after each step).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What the module must achieve.
+pub const TARGET: &str = ".target.md";
+/// The module's frontmatter (status, phase, progress) and plan index.
+pub const INDEX: &str = ".index.md";
+/// Condensed context, rewritten after every step.
+pub const SUMMARY: &str = ".summary.md";
+/// The agent's progress report after each step (transient).
+pub const SIGNAL: &str = ".auto-signal";
+/// The supervisor's stop request (transient).
+pub const STOP: &str = ".auto-stop";
+
+/// The template `.target.md` starts from; a target that still equals it (or has only
+/// headings, comments and placeholders) has no substance.
+const TARGET_TEMPLATE: &str = "# Target\n\n<!-- What this task module must achieve, and how to tell it is done. -->\n";
+
+/// A module's lifecycle status (`.index.md` frontmatter `status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModuleStatus {
+    /// Created; the target may still be empty.
+    Draft,
+    /// A plan exists and waits for its check.
+    Planning,
+    /// The plan passed its check.
+    Review,
+    /// Steps of the plan are being carried out.
+    Executing,
+    /// The plan is being revised (see `phase`).
+    RePlanning,
+    /// Done and verified.
+    Complete,
+    /// Cannot continue (see `blocked_reason`).
+    Blocked,
+    /// Given up by a person.
+    Cancelled,
+}
+
+impl ModuleStatus {
+    /// The name in `.index.md`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Draft => "draft",
+            Self::Planning => "planning",
+            Self::Review => "review",
+            Self::Executing => "executing",
+            Self::RePlanning => "re-planning",
+            Self::Complete => "complete",
+            Self::Blocked => "blocked",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// `.index.md`'s frontmatter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Index {
+    /// The lifecycle status.
+    pub status: ModuleStatus,
+    /// `needs-plan`, `needs-check` or empty (only read in `re-planning`).
+    #[serde(default)]
+    pub phase: String,
+    /// Commands that verify the module is done (run by the supervisor before it marks the
+    /// module complete); empty means the project's defaults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<String>,
+    /// The module's own fields (`completed_steps`, `total_steps`, `blocked_reason`, …).
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// Where a loop starts, by the module's status (seed 002's entry table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// Run this step first (with this checkpoint or mode).
+    Step {
+        /// `plan`, `check`, `exec`, `merge` or `report`.
+        step: &'static str,
+        /// The checkpoint or mode the step runs with (`generate`, `post-plan`, `post-exec`).
+        with: &'static str,
+    },
+    /// Run the report, then stop (`complete`).
+    ReportThenStop,
+    /// Do not start: say why.
+    Stop(String),
+}
+
+/// A module's files could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `.index.md` has no frontmatter or it does not parse.
+    #[error("{path}: {message}")]
+    Index {
+        /// The file.
+        path: String,
+        /// What is wrong, with the line where the parser knows it.
+        message: String,
+    },
+    /// `auto init` on a directory that already is a module.
+    #[error("{0} already holds a task module ({INDEX} exists)")]
+    Exists(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModuleError + '_ {
+    move |source| ModuleError::Io { path: path.display().to_string(), source }
+}
+
+/// Creates a task module in `dir` (made if missing) in status `draft`, with `target` as its
+/// `.target.md` (or the template when `target` is empty), and the transient files git-ignored.
+pub fn init(dir: &Path, target: &str) -> Result<(), ModuleError> {
+    if dir.join(INDEX).exists() {
+        return Err(ModuleError::Exists(dir.display().to_string()));
+    }
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let target =
+        if target.trim().is_empty() { TARGET_TEMPLATE.to_owned() } else { format!("# Target\n\n{}\n", target.trim()) };
+    write(&dir.join(TARGET), &target)?;
+    let index = Index { status: ModuleStatus::Draft, phase: String::new(), checks: vec![], extra: BTreeMap::new() };
+    write_index(dir, &index, "# Plan\n\n(no plan yet)\n")?;
+    write(&dir.join(SUMMARY), "# Summary\n\n(nothing done yet)\n")?;
+    write(&dir.join(".gitignore"), &format!("{SIGNAL}\n{STOP}\n"))?;
+    Ok(())
+}
+
+/// Writes a file whole (a temporary file renamed over it), so a reader never sees half.
+pub fn write(path: &Path, contents: &str) -> Result<(), ModuleError> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, contents).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// Writes `.index.md`: the frontmatter, then `body`.
+pub fn write_index(dir: &Path, index: &Index, body: &str) -> Result<(), ModuleError> {
+    let path = dir.join(INDEX);
+    let yaml = serde_saphyr::to_string(index)
+        .map_err(|e| ModuleError::Index { path: path.display().to_string(), message: e.to_string() })?;
+    write(&path, &format!("---\n{yaml}---\n\n{body}"))
+}
+
+/// Reads `.index.md`'s frontmatter and the text after it.
+pub fn read_index(dir: &Path) -> Result<(Index, String), ModuleError> {
+    let path = dir.join(INDEX);
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    let shown = path.display().to_string();
+    let bad = |message: String| ModuleError::Index { path: shown.clone(), message };
+    let rest =
+        text.strip_prefix("---\n").ok_or_else(|| bad("line 1: expected `---` opening the frontmatter".into()))?;
+    let end = rest.find("\n---").ok_or_else(|| bad("no `---` closing the frontmatter".into()))?;
+    let (yaml, body) = (&rest[..=end], &rest[end + 4..]);
+    let index: Index = serde_saphyr::from_str(yaml).map_err(|e| bad(format!("frontmatter: {e}")))?;
+    Ok((index, body.trim_start_matches('\n').to_owned()))
+}
+
+/// True when `.target.md` says something beyond the template: a line that is not a heading,
+/// an HTML comment, a placeholder (`TODO`, `TBD`, `<…>`) or blank.
+pub fn has_substance(target: &str) -> bool {
+    static COMMENT: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"(?s)<!--.*?(-->|$)").expect("a valid regex"));
+    COMMENT.replace_all(target, "").lines().map(str::trim).any(|l| {
+        let bare = l.trim_matches(|c: char| !c.is_alphanumeric()).to_ascii_uppercase();
+        !(l.is_empty()
+            || l.starts_with('#')
+            || matches!(bare.as_str(), "TODO" | "TBD" | "FIXME" | "")
+            || (l.starts_with('<') && l.ends_with('>')))
+    })
+}
+
+/// Where the loop enters a module (seed 002's status-based routing).
+pub fn entry(dir: &Path) -> Result<Entry, ModuleError> {
+    let (index, _) = read_index(dir)?;
+    Ok(match index.status {
+        ModuleStatus::Draft => {
+            let path = dir.join(TARGET);
+            let target = std::fs::read_to_string(&path).unwrap_or_default();
+            if has_substance(&target) {
+                Entry::Step { step: "plan", with: "generate" }
+            } else {
+                Entry::Stop("fill .target.md first".into())
+            }
+        }
+        ModuleStatus::Planning => Entry::Step { step: "check", with: "post-plan" },
+        ModuleStatus::Review => Entry::Step { step: "exec", with: "" },
+        ModuleStatus::Executing => Entry::Step { step: "check", with: "post-exec" },
+        ModuleStatus::RePlanning => match index.phase.as_str() {
+            "needs-check" => Entry::Step { step: "check", with: "post-plan" },
+            _ => Entry::Step { step: "plan", with: "generate" },
+        },
+        ModuleStatus::Complete => Entry::ReportThenStop,
+        ModuleStatus::Blocked => Entry::Stop(format!(
+            "blocked: {}",
+            index.extra.get("blocked_reason").and_then(|v| v.as_str()).unwrap_or("(no reason given)")
+        )),
+        ModuleStatus::Cancelled => Entry::Stop("cancelled".into()),
+    })
+}
+
+/// Where the loop goes after `step` ended with `result` (seed 002's result-based routing):
+/// `(next, checkpoint)`, or `None` when the table has no row for the pair. `checkpoint` is
+/// the checkpoint the finished check ran at (`mid-exec` selects the mid-execution rows).
+pub fn route(step: &str, result: &str, checkpoint: &str) -> Option<(&'static str, &'static str)> {
+    Some(match (step, result) {
+        ("plan", _) => ("check", "post-plan"),
+        ("check", "PASS") => ("exec", ""),
+        ("check", "NEEDS_REVISION") => ("plan", ""),
+        ("check", "ACCEPT") => ("merge", ""),
+        ("check", "NEEDS_FIX") if checkpoint == "mid-exec" => ("exec", "mid-exec"),
+        ("check", "NEEDS_FIX") => ("exec", "post-exec"),
+        ("check", "REPLAN") => ("plan", ""),
+        ("check", "BLOCKED") => ("(stop)", ""),
+        ("check", "CONTINUE") if checkpoint == "mid-exec" => ("exec", ""),
+        ("exec", "(done)") => ("check", "post-exec"),
+        ("exec", "(mid-exec)") => ("check", "mid-exec"),
+        ("exec", "(blocked)") => ("(stop)", ""),
+        ("merge", "success") => ("report", ""),
+        ("merge", "conflict") => ("(stop)", ""),
+        ("report", _) => ("(stop)", ""),
+        _ => return None,
+    })
+}
+
+/// The module directory as the supervisor keys it: absolute, with symlinks resolved.
+pub fn canonical(dir: &Path) -> Result<PathBuf, ModuleError> {
+    std::fs::canonicalize(dir).map_err(io(dir))
+}

@@ -1,0 +1,301 @@
+//! Reading an agent's screen: which prompt it shows (and the key its CLI expects), a quota
+//! message and its reset time, a busy marker, or nothing; the hash of the screen with spinner
+//! and clock rows masked; the session id from an exit banner.
+//!
+//! The texts come from each CLI's sources and issues (`shared/research/auto-mode-anchors.md`
+//! §4); every pattern has an id with the CLI version range it was taken from, and a screen
+//! fixture in the tests. Structured signals come first where a CLI gives them: this table is
+//! the fallback, and drifts with every release of a CLI.
+
+use std::hash::{Hash, Hasher};
+use std::sync::LazyLock;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::quota;
+
+/// The kinds of prompt the policy decides on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptClass {
+    /// Create or edit a file.
+    Edit,
+    /// Run a command or call a tool.
+    Command,
+    /// Trust the workspace folder.
+    Trust,
+    /// A generic yes/no question.
+    YesNo,
+    /// "Continue?" / "Press Enter to continue".
+    Continuation,
+    /// A quota menu (answered with its "wait" choice).
+    QuotaMenu,
+    /// A question the table does not know: never answered.
+    Unclear,
+}
+
+impl PromptClass {
+    /// Every class a policy may allow.
+    pub const ALL: [Self; 6] =
+        [Self::Edit, Self::Command, Self::Trust, Self::YesNo, Self::Continuation, Self::QuotaMenu];
+
+    /// The name in config and the journal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Edit => "edit",
+            Self::Command => "command",
+            Self::Trust => "trust",
+            Self::YesNo => "yes_no",
+            Self::Continuation => "continuation",
+            Self::QuotaMenu => "quota_menu",
+            Self::Unclear => "unclear",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().chain([Self::Unclear]).find(|c| c.as_str() == s)
+    }
+}
+
+/// A prompt on screen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// Its class.
+    pub class: PromptClass,
+    /// The pattern that recognised it (`claude.command@2.1`).
+    pub pattern: String,
+    /// The keys that answer it "yes, once" in its CLI.
+    pub key: String,
+    /// The screen rows of the prompt (the question and what it is about).
+    pub excerpt: String,
+}
+
+/// What the screen shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reading {
+    /// A question waits for an answer.
+    Prompt(Prompt),
+    /// A usage limit stopped the agent.
+    Quota {
+        /// The pattern that recognised it.
+        pattern: String,
+        /// The line.
+        excerpt: String,
+        /// When it resets, if the message says.
+        resets_at: Option<Timestamp>,
+    },
+    /// The agent says it is working (or retrying by itself).
+    Busy {
+        /// The marker seen.
+        marker: String,
+    },
+    /// None of the above.
+    Quiet,
+}
+
+fn re(s: &str) -> Regex {
+    Regex::new(s).expect("a valid regex")
+}
+
+struct PromptPattern {
+    id: &'static str,
+    class: PromptClass,
+    question: Regex,
+    /// The key, or `None` when it depends on the menu drawn (numbered menus: `1` only when
+    /// option 1 is a "yes").
+    key: Option<&'static str>,
+}
+
+/// Rows from the bottom a prompt may start in (a prompt is drawn at the bottom; a question
+/// further up is history).
+const PROMPT_ROWS: usize = 16;
+
+static PROMPTS: LazyLock<Vec<PromptPattern>> = LazyLock::new(|| {
+    let p = |id, class, question: &str, key| PromptPattern { id, class, question: re(question), key };
+    use PromptClass::*;
+    vec![
+        // Claude Code 2.x: a question, then a numbered menu whose first option is the yes.
+        p("claude.quota_menu@2.1", QuotaMenu, r"Stop and wait for limit to reset", Some("1")),
+        p("claude.api_key@2.1", Unclear, r"Do you want to use this API key\?", None),
+        p("claude.trust@2.1", Trust, r"Do you trust the files in this folder\?|Yes, I trust this folder", None),
+        p("claude.edit@2.1", Edit, r"Do you want to (?:create|make this edit to|overwrite|delete) .+\?", None),
+        p("claude.command@2.1", Command, r"Do you want to proceed\?", None),
+        p("claude.allow@2.0", Command, r"^\s*(?:❯\s*)?1\. Allow\s*$", None),
+        // Codex (codex-rs approval overlay).
+        p("codex.command@0.5", Command, r"Would you like to run the following command\?", Some("y")),
+        p("codex.edit@0.5", Edit, r"Would you like to make the following edits\?", Some("y")),
+        p("codex.command@0.1", Command, r"Allow command\?", Some("y")),
+        // Gemini CLI (ToolConfirmationMessage): the first option, "Allow once", is selected.
+        p("gemini.edit@0.9", Edit, r"Apply this change\?", Some("\r")),
+        p("gemini.command@0.9", Command, r"Allow execution of (?:MCP tool )?.+\?", Some("\r")),
+        // aider: a y/n question answered with y and Enter (only when nothing was typed yet).
+        p("aider.command@0.8", Command, r"Run shell commands?\? \(Y\)es/\(N\)o.*\[Yes\]:\s*$", Some("y\r")),
+        p("aider.create@0.8", Edit, r"Create new file\? \(Y\)es/\(N\)o.*\[Yes\]:\s*$", Some("y\r")),
+        p(
+            "aider.add@0.8",
+            YesNo,
+            r"(?:Add file to the chat|Add command output to the chat|Add URL to the chat)\? \(Y\)es/\(N\)o.*\[Yes\]:\s*$",
+            Some("y\r"),
+        ),
+        // goose and opencode: the first option allows once.
+        p(
+            "goose.tool@1.0",
+            Command,
+            r"Goose would like to call the above tool|Do you allow this tool call\?",
+            Some("\r"),
+        ),
+        p("opencode.permission@0.3", Command, r"Permission required", Some("\r")),
+        // Generic: continuation and y/n questions on the last line.
+        p(
+            "generic.continue",
+            Continuation,
+            r"(?i)(?:press enter to continue|do you want to continue|would you like to continue|continue\? *(?:\(y/n\)|\[y/n\])?:? *$)",
+            None,
+        ),
+        p("generic.yes_no", YesNo, r"(?i)(?:\(y/n\)|\[y/n\]|\(yes/no\)|\[yes/no\])\s*[:?]?\s*$", Some("y\r")),
+    ]
+});
+
+static NUMBERED_YES: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*1\.\s+(?:Yes|Allow)\b"));
+static NUMBERED_MENU: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*[12]\.\s+\S"));
+static QUESTION: LazyLock<Regex> = LazyLock::new(|| re(r"\?\s*$"));
+
+struct QuotaPattern {
+    id: &'static str,
+    line: Regex,
+}
+
+static QUOTAS: LazyLock<Vec<QuotaPattern>> = LazyLock::new(|| {
+    let q = |id, line: &str| QuotaPattern { id, line: re(line) };
+    vec![
+        q("claude.limit@2026", r"You've hit your (?:\w+ )?limit\s*[·∙•]\s*resets .+"),
+        q("claude.limit@2025-10", r"(?i)(?:5-hour|session|(?:opus )?weekly) limit reached\s*[·∙•]\s*resets .+"),
+        q("claude.limit@2025", r"Claude (?:AI )?usage limit reached(?:\. Your limit will reset at .+|\|\d{10})"),
+        q("claude.extra@2026", r"You're out of extra usage\s*[·∙•]\s*resets .+"),
+        q("codex.limit@2026", r"You've hit your usage limit\..*"),
+        q("codex.free@2026", r"Upgrade to Plus to continue using Codex"),
+        q("codex.quota@2026", r"Quota exceeded\. Check your plan and billing details"),
+        q("gemini.limit@0.9", r"Usage limit reached for .+"),
+        q("gemini.capacity@0.9", r"You have exhausted your capacity on this model\..*"),
+        q("gemini.daily@0.5", r"You have reached your daily .+ quota limit"),
+    ]
+});
+
+/// Lines that look like a quota but are not a stop: the 95 % wrap-up notice (the turn ends by
+/// itself) and transient rate limits the CLI retries itself.
+static NOT_QUOTA: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(?i)Approaching your .*usage limit|rate_limit_error|rate limited you"));
+static GEMINI_RESET: LazyLock<Regex> = LazyLock::new(|| re(r"Access resets at .+"));
+
+static BUSY: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)esc to interrupt|esc to cancel|ctrl\+c to interrupt|retrying in \d|• Working \(|ctrl\+b to run in background",
+    )
+});
+
+/// Rows that change while nothing happens: spinners, elapsed counters, clocks.
+static MASK: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)^\s*[·✢✳✶✻✽*⠀-⣿◐◓◑◒◴◷◶◵]\s*\S+…|esc to interrupt|esc to cancel|\b\d{1,2}:\d{2}:\d{2}\b|\(\d+[hms]\b|\b\d+s\s*[·•)]",
+    )
+});
+
+static SESSION_ID: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(?:claude --resume|codex resume|gemini --resume)\s+([0-9A-Za-z][0-9A-Za-z_\-]{7,})"));
+
+/// Reads a screen (the visible rows, `\n`-separated) at `now`.
+pub fn read(screen: &str, now: Timestamp, local: &TimeZone) -> Reading {
+    let rows: Vec<&str> = screen.lines().collect();
+    let filled: Vec<(usize, &str)> = rows.iter().copied().enumerate().filter(|(_, r)| !r.trim().is_empty()).collect();
+    let recent: Vec<(usize, &str)> = filled.iter().rev().take(PROMPT_ROWS).rev().copied().collect();
+
+    // A quota menu or a prompt waits for a key: it wins over everything else on screen.
+    for pattern in PROMPTS.iter() {
+        let last_line_only =
+            matches!(pattern.id, "generic.yes_no" | "generic.continue") || pattern.id.starts_with("aider.");
+        let candidates: &[(usize, &str)] =
+            if last_line_only { &recent[recent.len().saturating_sub(1)..] } else { &recent };
+        let Some(&(at, _)) = candidates.iter().find(|(_, r)| pattern.question.is_match(r)) else { continue };
+        let below: Vec<&str> = rows[at..].to_vec();
+        let key = match pattern.key {
+            Some(k) => Some(k.to_owned()),
+            None if pattern.class == PromptClass::Continuation => {
+                let line = rows[at].to_ascii_lowercase();
+                Some(
+                    if line.contains("press enter") {
+                        "\r"
+                    } else if line.contains("y/n") {
+                        "y\r"
+                    } else {
+                        "continue\r"
+                    }
+                    .to_owned(),
+                )
+            }
+            None if pattern.class == PromptClass::Unclear => None,
+            None => below.iter().any(|r| NUMBERED_YES.is_match(r)).then(|| "1".to_owned()),
+        };
+        let start = at.saturating_sub(8).max(recent.first().map_or(0, |r| r.0));
+        let excerpt = rows[start..].join("\n").trim_end().to_owned();
+        let (class, key) = match key {
+            Some(k) => (pattern.class, k),
+            None => (PromptClass::Unclear, String::new()),
+        };
+        return Reading::Prompt(Prompt { class, pattern: pattern.id.to_owned(), key, excerpt });
+    }
+
+    for &(_, row) in recent.iter().rev() {
+        if NOT_QUOTA.is_match(row) {
+            continue;
+        }
+        for q in QUOTAS.iter() {
+            if let Some(m) = q.line.find(row) {
+                let mut source = m.as_str().to_owned();
+                if let Some(r) = rows.iter().find_map(|r| GEMINI_RESET.find(r)) {
+                    source.push(' ');
+                    source.push_str(r.as_str());
+                }
+                let resets_at = quota::reset_time(&source, now, local);
+                return Reading::Quota { pattern: q.id.to_owned(), excerpt: row.trim().to_owned(), resets_at };
+            }
+        }
+    }
+
+    // A numbered menu under a question the table does not know: someone must look.
+    let menu = recent.iter().filter(|(_, r)| NUMBERED_MENU.is_match(r)).count() >= 2;
+    if menu && let Some(&(at, _)) = recent.iter().rev().find(|(_, r)| QUESTION.is_match(r)) {
+        let excerpt = rows[at.saturating_sub(4)..].join("\n").trim_end().to_owned();
+        return Reading::Prompt(Prompt {
+            class: PromptClass::Unclear,
+            pattern: "generic.menu".into(),
+            key: String::new(),
+            excerpt,
+        });
+    }
+
+    if let Some(m) = recent.iter().rev().find_map(|(_, r)| BUSY.find(r)) {
+        return Reading::Busy { marker: m.as_str().to_owned() };
+    }
+    Reading::Quiet
+}
+
+/// A hash of the screen with the rows that change by themselves (spinners, elapsed times,
+/// clocks) blanked: equal hashes mean nothing happened.
+pub fn masked_hash(screen: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for row in screen.lines() {
+        if MASK.is_match(row) { "" } else { row.trim_end() }.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// The session id an exit banner gives (`claude --resume ID`, `codex resume ID`,
+/// `gemini --resume ID`), the last one on screen.
+pub fn session_id(screen: &str) -> Option<String> {
+    SESSION_ID.captures_iter(screen).last().map(|c| c[1].to_owned())
+}

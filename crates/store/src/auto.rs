@@ -1,0 +1,230 @@
+//! Auto mode's tables: `task_auto` (one row per supervised loop: seed 002's columns plus the
+//! whole status object as JSON) and `auto_log` (the supervision journal).
+
+use rusqlite::{OptionalExtension, params};
+
+use crate::{SqliteStore, backend};
+use loopwright_journal::StoreError;
+
+/// Statuses of a loop that is still supervised (a second start for its session or its task
+/// directory is refused while one of these holds).
+pub const ACTIVE: &[&str] = &["running", "needs_human", "quota_wait"];
+
+/// One `task_auto` row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoRow {
+    /// The session (primary key).
+    pub session_name: String,
+    /// The task module (unique).
+    pub task_dir: String,
+    /// The loop's status.
+    pub status: String,
+    /// Which loop of the session this is (keys the journal).
+    pub loop_id: String,
+    /// Seed 002's columns.
+    pub max_iterations: i64,
+    /// Minutes.
+    pub timeout_minutes: f64,
+    /// Iterations completed.
+    pub iteration_count: i64,
+    /// Recoveries in the current iteration.
+    pub recovery_count_step: i64,
+    /// Recoveries in all.
+    pub recovery_count_total: i64,
+    /// The last masked screen hash.
+    pub last_capture_hash: String,
+    /// Unchanged captures in a row.
+    pub stall_count: i64,
+    /// When the current quota wait began ("" when none).
+    pub quota_wait_since: String,
+    /// When the loop started.
+    pub started_at: String,
+    /// When the last valid signal came.
+    pub last_signal_at: String,
+    /// The whole status object (JSON).
+    pub state: String,
+}
+
+/// One journal entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoLogEntry {
+    /// Its position.
+    pub id: i64,
+    /// When.
+    pub at: String,
+    /// What (`signal`, `signal_invalid`, `answer`, `needs_human`, `stall`, `recovery`, …).
+    pub kind: String,
+    /// The details (JSON).
+    pub data: String,
+}
+
+/// Why a loop could not be claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// A loop is active for the session or the directory.
+    #[error("{0}")]
+    Busy(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AutoRow> {
+    Ok(AutoRow {
+        session_name: r.get(0)?,
+        task_dir: r.get(1)?,
+        status: r.get(2)?,
+        loop_id: r.get(3)?,
+        max_iterations: r.get(4)?,
+        timeout_minutes: r.get(5)?,
+        iteration_count: r.get(6)?,
+        recovery_count_step: r.get(7)?,
+        recovery_count_total: r.get(8)?,
+        last_capture_hash: r.get(9)?,
+        stall_count: r.get(10)?,
+        quota_wait_since: r.get(11)?,
+        started_at: r.get(12)?,
+        last_signal_at: r.get::<_, Option<String>>(13)?.unwrap_or_default(),
+        state: r.get(14)?,
+    })
+}
+
+const COLUMNS: &str = "session_name, task_dir, status, loop_id, max_iterations, timeout_minutes, iteration_count, \
+     recovery_count_step, recovery_count_total, last_capture_hash, stall_count, quota_wait_since, started_at, \
+     last_signal_at, state";
+
+impl SqliteStore {
+    /// Claims a new loop: refused while a loop of the same session or task directory is
+    /// active; a finished row of either is replaced. One `BEGIN IMMEDIATE` transaction, so two
+    /// starts racing for one directory cannot both win.
+    pub fn auto_claim(&self, new: &AutoRow) -> Result<(), ClaimError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(backend)?;
+        let active: Option<(String, String, String)> = tx
+            .query_row(
+                "SELECT session_name, task_dir, status FROM task_auto WHERE (session_name = ?1 OR task_dir = ?2) \
+                 AND status IN ('running', 'needs_human', 'quota_wait') LIMIT 1",
+                params![new.session_name, new.task_dir],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(backend)?;
+        if let Some((session, dir, status)) = active {
+            return Err(ClaimError::Busy(if session == new.session_name {
+                format!("session {session} already runs an auto loop ({status}) on {dir}")
+            } else {
+                format!("{dir} already runs an auto loop ({status}) in session {session}")
+            }));
+        }
+        tx.execute(
+            "DELETE FROM task_auto WHERE session_name = ?1 OR task_dir = ?2",
+            params![new.session_name, new.task_dir],
+        )
+        .map_err(backend)?;
+        insert(&tx, new)?;
+        tx.commit().map_err(backend)?;
+        Ok(())
+    }
+
+    /// Writes a loop's row (it must exist).
+    pub fn auto_save(&self, r: &AutoRow) -> Result<(), StoreError> {
+        let conn = self.conn();
+        conn.execute(
+            "UPDATE task_auto SET status = ?2, max_iterations = ?3, timeout_minutes = ?4, iteration_count = ?5, \
+             recovery_count_step = ?6, recovery_count_total = ?7, last_capture_hash = ?8, stall_count = ?9, \
+             quota_wait_since = ?10, last_signal_at = ?11, state = ?12 WHERE session_name = ?1 AND loop_id = ?13",
+            params![
+                r.session_name,
+                r.status,
+                r.max_iterations,
+                r.timeout_minutes,
+                r.iteration_count,
+                r.recovery_count_step,
+                r.recovery_count_total,
+                r.last_capture_hash,
+                r.stall_count,
+                r.quota_wait_since,
+                r.last_signal_at,
+                r.state,
+                r.loop_id
+            ],
+        )
+        .map_err(backend)?;
+        Ok(())
+    }
+
+    /// A session's loop.
+    pub fn auto_get(&self, session: &str) -> Result<Option<AutoRow>, StoreError> {
+        let conn = self.conn();
+        conn.query_row(&format!("SELECT {COLUMNS} FROM task_auto WHERE session_name = ?1"), [session], row)
+            .optional()
+            .map_err(backend)
+    }
+
+    /// The loop of a task directory.
+    pub fn auto_by_dir(&self, task_dir: &str) -> Result<Option<AutoRow>, StoreError> {
+        let conn = self.conn();
+        conn.query_row(&format!("SELECT {COLUMNS} FROM task_auto WHERE task_dir = ?1"), [task_dir], row)
+            .optional()
+            .map_err(backend)
+    }
+
+    /// Every loop, newest first.
+    pub fn auto_list(&self) -> Result<Vec<AutoRow>, StoreError> {
+        let conn = self.conn();
+        let mut stmt =
+            conn.prepare(&format!("SELECT {COLUMNS} FROM task_auto ORDER BY started_at DESC")).map_err(backend)?;
+        let rows = stmt.query_map([], row).map_err(backend)?;
+        rows.collect::<Result<_, _>>().map_err(backend)
+    }
+
+    /// Appends to a loop's journal.
+    pub fn auto_log(&self, loop_id: &str, session: &str, at: &str, kind: &str, data: &str) -> Result<i64, StoreError> {
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO auto_log (loop_id, session_name, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![loop_id, session, at, kind, data],
+        )
+        .map_err(backend)?;
+        Ok(conn.last_insert_rowid())
+    }
+
+    /// A loop's journal after position `after`, oldest first.
+    pub fn auto_log_since(&self, loop_id: &str, after: i64) -> Result<Vec<AutoLogEntry>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT id, at, kind, data FROM auto_log WHERE loop_id = ?1 AND id > ?2 ORDER BY id")
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map(params![loop_id, after], |r| {
+                Ok(AutoLogEntry { id: r.get(0)?, at: r.get(1)?, kind: r.get(2)?, data: r.get(3)? })
+            })
+            .map_err(backend)?;
+        rows.collect::<Result<_, _>>().map_err(backend)
+    }
+}
+
+fn insert(tx: &rusqlite::Transaction<'_>, r: &AutoRow) -> Result<(), StoreError> {
+    tx.execute(
+        &format!("INSERT INTO task_auto ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"),
+        params![
+            r.session_name,
+            r.task_dir,
+            r.status,
+            r.loop_id,
+            r.max_iterations,
+            r.timeout_minutes,
+            r.iteration_count,
+            r.recovery_count_step,
+            r.recovery_count_total,
+            r.last_capture_hash,
+            r.stall_count,
+            r.quota_wait_since,
+            r.started_at,
+            r.last_signal_at,
+            r.state
+        ],
+    )
+    .map_err(backend)?;
+    Ok(())
+}
