@@ -474,9 +474,10 @@ impl Supervisor {
         true
     }
 
+    /// The limits are spent: `.auto-stop` with `stall_limit`; the agent has the stop grace to
+    /// honour it, then its process group is ended; the loop ends `failed`.
     fn fail_with_stall_limit(&mut self) {
         self.request_stop(StopReason::StallLimit);
-        self.p.internal.ending.get_or_insert_with(|| "failed".into());
     }
 
     async fn heartbeat(&mut self) {
@@ -588,6 +589,8 @@ impl Supervisor {
                     self.log("verdict", json!({ "reading": "screen changed", "decision": "resume supervision" }));
                 }
             }
+            // Once a stop is asked for, the agent is waited for, not nudged.
+            _ if self.p.status.stop_reason.is_some() => {}
             _ => self.stall_check(&screen, &reading, hash),
         }
         self.timeout_check();

@@ -15,10 +15,11 @@ fn fake_agent() -> PathBuf {
 /// target has substance; `runs` is the agent's script per start.
 fn setup(runs: Value, extra_config: &str) -> (Ws, PathBuf) {
     let ws = Ws::empty();
+    let grace = if extra_config.contains("stop_grace_seconds") { "" } else { "stop_grace_seconds = 3\n" };
     ws.write(
         ".loopwright/config.toml",
         &format!(
-            "[auto]\nheartbeat_seconds = 0.2\nstall_captures = 3\nstop_grace_seconds = 3\nquota_jitter_seconds = 0.2\n{extra_config}"
+            "[auto]\nheartbeat_seconds = 0.2\nstall_captures = 3\nquota_jitter_seconds = 0.2\n{grace}{extra_config}"
         ),
     );
     let (code, _, err) = ws.run(&["auto", "init", "mod", "--target", "Add a greeting file."]);
@@ -119,4 +120,287 @@ fn a_loop_runs_through_all_four_phases_is_verified_and_completes() {
     assert!(!task.join(".auto-signal").exists() && !task.join(".auto-stop").exists());
     let (_, again, _) = ws.json(&["auto", "status", "mod"]);
     assert_eq!(again["status"], "complete");
+}
+
+fn check_stop() -> Value {
+    json!({ "do": "check_stop" })
+}
+
+#[test]
+fn max_iterations_writes_auto_stop_and_the_loop_ends_stopped() {
+    let mut actions = vec![];
+    for _ in 0..6 {
+        actions.push(check_stop());
+        actions.push(sig("plan", "(generated)", "check", "post-plan"));
+        actions.push(check_stop());
+        actions.push(sig("check", "NEEDS_REVISION", "plan", ""));
+    }
+    let (ws, task) = setup(json!([actions]), "");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake", "--max-iterations", "3"]);
+    assert_eq!(code, 4, "exit 4 when stopped\n{err}\n{status:#}");
+    assert_eq!(status["status"], "stopped");
+    assert_eq!(status["stop_reason"], "max_iterations");
+    assert_eq!(status["iteration"], 3);
+    let k = kinds(&supervision(&ws));
+    assert!(k.contains(&"stop_requested".to_owned()) && k.contains(&"stop_honoured".to_owned()), "{k:?}");
+    assert!(agent_log(&ws).iter().any(|e| e["kind"] == "saw_stop"));
+    assert!(!task.join(".auto-stop").exists() && !task.join(".auto-signal").exists());
+}
+
+#[test]
+fn each_cli_prompt_is_answered_with_the_key_that_cli_expects() {
+    let prompt =
+        |name: &str, text: &str, expect: &str| json!({ "do": "prompt", "name": name, "text": text, "expect": expect });
+    let mut actions = vec![
+        prompt(
+            "codex",
+            "\n  Would you like to run the following command?\n\n  $ cargo test\n\n› 1. Yes, proceed (y)\n  2. No, and tell Codex what to do differently (esc)\n\n  Press enter to confirm or esc to cancel",
+            "y",
+        ),
+        prompt("aider", "Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]: ", "y\r"),
+        prompt(
+            "gemini",
+            " Apply this change?\n\n ● 1. Allow once\n   2. Allow for this session\n   3. No, suggest changes (esc)\n",
+            "\r",
+        ),
+        prompt(
+            "claude",
+            " Bash command\n\n   cargo build\n   Build the project\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and always allow access to ws/ from this project\n   3. No\n\n Esc to cancel",
+            "1",
+        ),
+    ];
+    actions.extend(whole_loop());
+    let (ws, _) = setup(json!([actions]), "");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 0, "{err}\n{status:#}");
+    let answers: Vec<(String, String)> = agent_log(&ws)
+        .iter()
+        .filter(|e| e["kind"] == "answer")
+        .map(|e| {
+            (e["prompt"].as_str().unwrap_or_default().to_owned(), e["keys"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [("codex", "y"), ("aider", "y\r"), ("gemini", "\r"), ("claude", "1")]
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+    assert_eq!(answers, expected);
+}
+
+#[test]
+fn a_prompt_about_a_destructive_command_is_never_answered_and_waits_for_a_human() {
+    let actions = vec![
+        sig("plan", "(generated)", "check", "post-plan"),
+        json!({ "do": "prompt", "name": "push", "timeout": 4, "expect": "1",
+            "text": " Bash command\n\n   git push --force origin main\n   Publish the branch\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again\n   3. No\n\n Esc to cancel" }),
+        json!({ "do": "idle" }),
+    ];
+    let (ws, task) = setup(json!([actions]), "");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 3, "exit 3 when a person is needed\n{err}\n{status:#}");
+    assert_eq!(status["status"], "needs_human");
+    assert!(status["needs_human"].as_str().unwrap_or_default().contains("destructive"), "{status:#}");
+    assert!(status["needs_human"].as_str().unwrap_or_default().contains("git push --force origin main"));
+    // Nothing was typed at it: the prompt times out in the agent with no keys.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let answers: Vec<Value> = agent_log(&ws).into_iter().filter(|e| e["kind"] == "answer").collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0]["keys"], "");
+    let entries = supervision(&ws);
+    assert!(entries.iter().any(|e| e["kind"] == "needs_human"), "{entries:#?}");
+    let typed: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "keys").collect();
+    assert_eq!(typed.len(), 1, "only the first message was typed: {typed:#?}");
+    assert_eq!(typed[0]["data"]["why"], "first message");
+    // The agent still runs, held for the person; `auto stop` with no supervisor left ends it.
+    let (code, stopped, err) = ws.json(&["auto", "stop", "mod"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(stopped["status"], "stopped");
+    assert_eq!(stopped["stop_reason"], "user_stop");
+    assert!(!task.join(".auto-stop").exists());
+}
+
+#[test]
+fn a_prompt_class_the_policy_does_not_answer_needs_a_human() {
+    let actions = vec![
+        json!({ "do": "prompt", "name": "cmd", "timeout": 2, "expect": "y",
+            "text": "  Would you like to run the following command?\n\n  $ make deploy\n\n› 1. Yes, proceed (y)\n  2. No (esc)\n" }),
+        json!({ "do": "idle" }),
+    ];
+    let (ws, _) = setup(json!([actions]), "answer = [\"edit\"]\n");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 3, "{err}\n{status:#}");
+    assert!(
+        status["needs_human"].as_str().unwrap_or_default().starts_with("the policy does not answer command prompts"),
+        "{status:#}"
+    );
+    let _ = ws.run(&["auto", "stop", "mod"]);
+}
+
+#[test]
+fn a_stalled_agent_is_nudged_until_the_limit_then_stopped_as_failed() {
+    let actions = vec![sig("plan", "(generated)", "check", "post-plan"), json!({ "do": "hang", "seconds": 60 })];
+    let (ws, _) = setup(json!([actions]), "recoveries_per_iteration = 2\nstop_grace_seconds = 1\n");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 1, "{err}\n{status:#}");
+    assert_eq!(status["status"], "failed");
+    assert_eq!(status["stop_reason"], "stall_limit");
+    assert_eq!(status["recovery_count_total"], 2);
+    let entries = supervision(&ws);
+    let nudges = entries.iter().filter(|e| e["kind"] == "keys" && e["data"]["why"] == "stalled: nudge").count();
+    assert_eq!(nudges, 2);
+    let k = kinds(&entries);
+    assert_eq!(k.iter().filter(|k| *k == "stall").count(), 3, "{k:?}");
+    assert!(k.contains(&"limit".to_owned()) && k.contains(&"stop_ignored".to_owned()), "{k:?}");
+    // The agent got the nudges as typed lines (it hung, reading).
+    assert!(agent_log(&ws).iter().any(|e| e["kind"] == "input"
+        && e["keys"].as_str().unwrap_or_default().contains("Continue the loopwright auto loop")));
+}
+
+#[test]
+fn a_busy_child_process_is_work_not_a_stall() {
+    let mut actions = vec![json!({ "do": "busy_child", "seconds": 3 })];
+    actions.extend(whole_loop());
+    let (ws, _) = setup(json!([actions]), "");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 0, "{err}\n{status:#}");
+    let entries = supervision(&ws);
+    assert!(
+        entries.iter().any(
+            |e| e["kind"] == "verdict" && e["data"]["decision"].as_str().unwrap_or_default().starts_with("working")
+        ),
+        "{entries:#?}"
+    );
+    assert!(!entries.iter().any(|e| e["kind"] == "stall"), "{entries:#?}");
+    assert_eq!(status["recovery_count_total"], 0);
+}
+
+#[test]
+fn an_agent_that_exits_is_restarted_resuming_its_own_session() {
+    let id = "0b6a4c1e-7f3d-4b8a-9c2e-5d1f3a7b9e04";
+    let first =
+        vec![sig("plan", "(generated)", "check", "post-plan"), json!({ "do": "exit", "code": 0, "banner": id })];
+    let second = vec![
+        sig("check", "PASS", "exec", ""),
+        sig("exec", "(done)", "check", "post-exec"),
+        sig("check", "ACCEPT", "merge", ""),
+        sig("merge", "success", "report", ""),
+        sig("report", "(done)", "(stop)", ""),
+        json!({ "do": "loop_end" }),
+        json!({ "do": "idle" }),
+    ];
+    let (ws, _) = setup(json!([first, second]), "");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 0, "{err}\n{status:#}");
+    assert_eq!(status["restart_count"], 1);
+    assert_eq!(status["agent_session_id"], id);
+    let starts: Vec<Value> = agent_log(&ws).into_iter().filter(|e| e["kind"] == "started").collect();
+    assert_eq!(starts.len(), 2);
+    assert_eq!(starts[0]["resume"], "");
+    assert_eq!(starts[1]["resume"], id);
+    let entries = supervision(&ws);
+    let exited = entries.iter().find(|e| e["kind"] == "exited").expect("exited");
+    assert_eq!(exited["data"]["session_id"], id);
+    assert!(entries.iter().any(|e| e["kind"] == "restart" && e["data"]["resume"] == id));
+}
+
+#[test]
+fn a_failing_check_sends_the_module_back_and_the_session_is_told_once() {
+    let mut actions = whole_loop();
+    actions.pop();
+    actions.extend([
+        json!({ "do": "wait_input" }),
+        json!({ "do": "write", "path": "done.txt", "text": "ok" }),
+        sig("check", "ACCEPT", "merge", ""),
+        sig("merge", "success", "report", ""),
+        json!({ "do": "index", "status": "complete" }),
+        sig("report", "(done)", "(stop)", ""),
+        json!({ "do": "loop_end" }),
+        json!({ "do": "idle" }),
+    ]);
+    let (ws, task) = setup(json!([actions]), "");
+    let index = ws.read("mod/.index.md");
+    ws.write("mod/.index.md", &index.replace("status: draft", "status: draft\nchecks:\n- test -f done.txt"));
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 0, "{err}\n{status:#}");
+    assert_eq!(status["status"], "complete");
+    assert_eq!(status["recovery_count_total"], 1);
+    let k = kinds(&supervision(&ws));
+    let failed = k.iter().position(|k| k == "verification_failed").expect("a failed verification");
+    let verified = k.iter().position(|k| k == "verified").expect("then a verified one");
+    assert!(failed < verified, "{k:?}");
+    let told: Vec<Value> = agent_log(&ws).into_iter().filter(|e| e["kind"] == "input").collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0]["keys"].as_str().unwrap_or_default().contains("`test -f done.txt` failed"));
+    assert!(std::fs::read_to_string(task.join(".summary.md")).unwrap_or_default().contains("## Verification failed"));
+}
+
+#[test]
+fn a_quota_wait_pauses_the_timeout_and_sends_exactly_one_continue() {
+    let mut actions = vec![
+        sig("plan", "(generated)", "check", "post-plan"),
+        json!({ "do": "quota", "in_seconds": 6,
+            "text": "■ You've hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro) or try again in {seconds} seconds." }),
+    ];
+    actions.extend(whole_loop().into_iter().skip(2));
+    let (ws, _) = setup(json!([actions]), "");
+    // 4.8 s of timeout: the 6 s quota wait must not count.
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake", "--timeout-minutes", "0.08"]);
+    assert_eq!(code, 0, "{err}\n{status:#}");
+    assert!(status["quota_paused_s"].as_f64().unwrap_or_default() >= 5.5, "{status:#}");
+    assert!(status["elapsed_s"].as_f64().unwrap_or(99.0) < 4.8, "{status:#}");
+    let answers: Vec<Value> = agent_log(&ws).into_iter().filter(|e| e["kind"] == "quota_answer").collect();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0]["keys"], "continue\r");
+    let entries = supervision(&ws);
+    let wait = entries.iter().find(|e| e["kind"] == "quota_wait").expect("a quota wait");
+    assert_eq!(wait["data"]["pattern"], "codex.limit@2026");
+    assert_eq!(wait["data"]["given"], true);
+    assert_eq!(
+        entries.iter().filter(|e| e["kind"] == "keys" && e["data"]["why"] == "quota reset: one continue").count(),
+        1
+    );
+}
+
+#[test]
+fn the_timeout_stops_the_loop_and_an_agent_ignoring_the_stop_is_ended() {
+    let actions = vec![json!({ "do": "spin", "seconds": 30 })];
+    let (ws, _) = setup(json!([actions]), "stop_grace_seconds = 1\n");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake", "--timeout-minutes", "0.02"]);
+    assert_eq!(code, 4, "{err}\n{status:#}");
+    assert_eq!(status["status"], "stopped");
+    assert_eq!(status["stop_reason"], "timeout");
+    let k = kinds(&supervision(&ws));
+    assert!(k.contains(&"stop_ignored".to_owned()), "{k:?}");
+    assert!(crate::support::processes_with(&ws.path().join("scenario.json").display().to_string()).is_empty());
+}
+
+#[test]
+fn a_second_loop_on_the_same_module_is_refused() {
+    let actions = vec![json!({ "do": "hang", "seconds": 30 })];
+    let (ws, _) = setup(json!([actions]), "");
+    let first = crate::support::spawn(&ws, &["auto", "start", "mod", "--agent", "fake", "--session", "one"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ws.run(&["auto", "status", "mod"]).0 != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (code, _, err) = ws.run(&["auto", "start", "mod", "--agent", "fake", "--session", "two"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("already runs an auto loop") && err.contains("session one"), "{err}");
+    let (code, _, err) = ws.run(&["auto", "stop", "one"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = crate::support::finish(first);
+    assert_eq!(code, 4, "{out}\n{err}");
+}
+
+#[test]
+fn an_empty_target_is_refused_before_anything_starts() {
+    let ws = Ws::empty();
+    let (code, _, err) = ws.run(&["auto", "init", "empty"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = ws.run(&["auto", "start", "empty", "--agent", "claude"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("fill .target.md first"), "{err}");
+    let (code, _, err) = ws.run(&["auto", "start", "/tmp", "--agent", "claude"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("outside the workspace"), "{err}");
 }

@@ -147,16 +147,19 @@ def main():
                 log("quota_answer", keys=got.decode("utf-8", "replace"))
                 write("\x1b[2J\x1b[H(resumed)\n")
             elif do == "hang":
-                got = read_until(lambda b: False, a.get("seconds", 5))
-                if got:
-                    log("input", keys=got.decode("utf-8", "replace"))
+                end = time.time() + a.get("seconds", 5)
+                while time.time() < end:
+                    got = read_available(0.05)
+                    if got:
+                        log("input", keys=got.decode("utf-8", "replace"))
             elif do == "wait_input":
                 write(a.get("text", "") + "\n› ")
                 got = read_until(lambda b: b.endswith(b"\r"), a.get("timeout", 60))
                 log("input", keys=got.decode("utf-8", "replace"))
                 write("\n")
             elif do == "busy_child":
-                p = subprocess.Popen(["sh", "-c", "end=$(($(date +%s)+%d)); while [ $(date +%%s) -lt $end ]; do :; done" % a.get("seconds", 3)])
+                script = "end=$(($(date +%s)+" + str(a.get("seconds", 3)) + ")); while [ $(date +%s) -lt $end ]; do :; done"
+                p = subprocess.Popen(["sh", "-c", script])
                 write("Running the tests…\n")
                 p.wait()
                 write("tests done\n")
