@@ -1,0 +1,325 @@
+//! The pure parts of auto mode on fixtures: screens in each CLI's real wording (from
+//! `shared/research/auto-mode-anchors.md` §4 and `claude-tui-offline.md`), reset times,
+//! signal validation, and seed 002's tables.
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use loopwright_auto::module::{self, Entry, route};
+use loopwright_auto::policy::{Decision, Policy};
+use loopwright_auto::screen::{self, PromptClass, Reading};
+use loopwright_auto::{quota, signal};
+use pretty_assertions::assert_eq;
+
+fn at(s: &str) -> Timestamp {
+    s.parse().expect("a timestamp")
+}
+
+fn utc() -> TimeZone {
+    TimeZone::UTC
+}
+
+/// (fixture, class, pattern, key)
+const PROMPTS: &[(&str, PromptClass, &str, &str)] = &[
+    (
+        "● Write(.auto-signal)\n\n Create file\n .auto-signal\n Do you want to create .auto-signal?\n ❯ 1. Yes\n   2. Yes, allow all edits during this session (shift+tab)\n   3. No\n\n Esc to cancel · Tab to amend",
+        PromptClass::Edit,
+        "claude.edit@2.1",
+        "1",
+    ),
+    (
+        " Bash command\n\n   printf ok > .auto-signal\n   Write the auto signal file\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and always allow access to ws/ from this project\n   3. No\n\n Esc to cancel · Tab to amend · ctrl+e to explain",
+        PromptClass::Command,
+        "claude.command@2.1",
+        "1",
+    ),
+    (
+        " Accessing workspace:\n\n /tmp/ws\n\n Do you trust the files in this folder?\n\n ❯ 1. Yes, I trust this folder\n   2. No, exit\n\n Enter to confirm · Esc to cancel",
+        PromptClass::Trust,
+        "claude.trust@2.1",
+        "1",
+    ),
+    (
+        "  Would you like to make the following edits?\n\n  src/main.rs (+2 -1)\n\n› 1. Yes, proceed (y)\n  2. No, and tell Codex what to do differently (esc)",
+        PromptClass::Edit,
+        "codex.edit@0.5",
+        "y",
+    ),
+    (
+        " Allow execution of [cargo test]?\n\n ● 1. Allow once\n   2. Allow for this session\n   3. Allow for all future sessions\n   4. No, suggest changes (esc)",
+        PromptClass::Command,
+        "gemini.command@0.9",
+        "\r",
+    ),
+    ("Add file to the chat? (Y)es/(N)o/(D)on't ask again [Yes]: ", PromptClass::YesNo, "aider.add@0.8", "y\r"),
+    ("Create new file? (Y)es/(N)o [Yes]: ", PromptClass::Edit, "aider.create@0.8", "y\r"),
+    (
+        "◇  Goose would like to call the above tool, do you allow?\n│  ● Allow\n│  ○ Always Allow\n│  ○ Deny",
+        PromptClass::Command,
+        "goose.tool@1.0",
+        "\r",
+    ),
+    ("Overwrite the generated files? [y/N] ", PromptClass::YesNo, "generic.yes_no", "y\r"),
+    ("Output truncated. Press Enter to continue", PromptClass::Continuation, "generic.continue", "\r"),
+    (
+        "/rate-limit-options\n What do you want to do?\n ❯ 1. Stop and wait for limit to reset\n   2. Add funds to continue with extra usage\n   3. Upgrade your plan\n\n Enter to confirm · Esc to cancel",
+        PromptClass::QuotaMenu,
+        "claude.quota_menu@2.1",
+        "1",
+    ),
+];
+
+#[test]
+fn each_cli_prompt_is_recognised_with_its_key() {
+    let now = at("2026-11-23T10:00:00Z");
+    for (fixture, class, pattern, key) in PROMPTS {
+        match screen::read(fixture, now, &utc()) {
+            Reading::Prompt(p) => {
+                assert_eq!((p.class, p.pattern.as_str(), p.key.as_str()), (*class, *pattern, *key), "{fixture}");
+            }
+            other => panic!("{fixture}: read as {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn an_answered_aider_prompt_and_an_unknown_menu_are_not_answered() {
+    let now = at("2026-11-23T10:00:00Z");
+    // The answer typed after the colon: history, not a question.
+    assert_eq!(
+        screen::read("Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]: y\nRunning cargo test", now, &utc()),
+        Reading::Quiet
+    );
+    // A numbered menu under a question nobody taught the table: unclear, never answered.
+    let Reading::Prompt(p) = screen::read(
+        " Detected a custom API key in your environment\n\n Do you want to use this API key?\n\n   1. Yes\n ❯ 2. No (recommended)",
+        now,
+        &utc(),
+    ) else {
+        panic!("not a prompt")
+    };
+    assert_eq!(p.class, PromptClass::Unclear);
+    assert!(matches!(Policy::default().decide(&p), Decision::Refuse(_)));
+    let Reading::Prompt(p) =
+        screen::read(" Which branch should I rebase onto?\n ❯ 1. main\n   2. develop", now, &utc())
+    else {
+        panic!("not a prompt")
+    };
+    assert_eq!((p.class, p.pattern.as_str()), (PromptClass::Unclear, "generic.menu"));
+}
+
+#[test]
+fn destructive_commands_are_refused_whatever_the_class() {
+    let policy = Policy::default();
+    for command in [
+        "git push --force origin main",
+        "git push -f origin main",
+        "rm -rf /",
+        "rm -rf ~/projects",
+        "rm -fr ../other",
+        "psql -c 'DROP TABLE users'",
+        "git reset --hard HEAD~3",
+        "dd if=/dev/zero of=/dev/sda",
+    ] {
+        let fixture = format!(" Bash command\n\n   {command}\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No");
+        let Reading::Prompt(p) = screen::read(&fixture, at("2026-11-23T10:00:00Z"), &utc()) else {
+            panic!("{command}")
+        };
+        assert!(matches!(policy.decide(&p), Decision::Refuse(r) if r.contains("destructive")), "{command}");
+    }
+    // Inside the task: `rm -rf build` is fine.
+    let Reading::Prompt(p) = screen::read(
+        " Bash command\n\n   rm -rf build\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No",
+        at("2026-11-23T10:00:00Z"),
+        &utc(),
+    ) else {
+        panic!("a prompt")
+    };
+    assert_eq!(policy.decide(&p), Decision::Answer("1".into()));
+    // An extra deny pattern from config.
+    let strict = Policy::new(PromptClass::ALL.into_iter().collect(), &["cargo publish".into()]).expect("policy");
+    let Reading::Prompt(p) = screen::read(
+        " Bash command\n\n   cargo publish\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No",
+        at("2026-11-23T10:00:00Z"),
+        &utc(),
+    ) else {
+        panic!("a prompt")
+    };
+    assert!(matches!(strict.decide(&p), Decision::Refuse(_)));
+}
+
+#[test]
+fn quota_messages_of_each_cli_and_their_reset_times() {
+    let now = at("2026-11-23T10:00:00Z");
+    let cases: &[(&str, &str, Option<&str>)] = &[
+        (
+            "You've hit your session limit · resets 8:30pm (Asia/Tokyo)",
+            "claude.limit@2026",
+            Some("2026-11-23T11:30:00Z"),
+        ),
+        ("You've hit your limit · resets 11pm (America/Anchorage)", "claude.limit@2026", Some("2026-11-24T08:00:00Z")),
+        (
+            "You've hit your limit · resets Apr 10, 7pm (Europe/Paris)",
+            "claude.limit@2026",
+            Some("2027-04-10T17:00:00Z"),
+        ),
+        ("5-hour limit reached ∙ resets 3pm", "claude.limit@2025-10", Some("2026-11-23T15:00:00Z")),
+        ("Claude AI usage limit reached|1795453200", "claude.limit@2025", Some("2026-11-23T17:00:00Z")),
+        (
+            "Claude usage limit reached. Your limit will reset at 1pm (Etc/GMT+5).",
+            "claude.limit@2025",
+            Some("2026-11-23T18:00:00Z"),
+        ),
+        (
+            "You're out of extra usage · resets 11:30am (Asia/Colombo)",
+            "claude.extra@2026",
+            Some("2026-11-24T06:00:00Z"),
+        ),
+        (
+            "■ You've hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit https://chatgpt.com/codex/settings/usage to purchase more credits or try again at Sep 19th, 2027 7:10 AM.",
+            "codex.limit@2026",
+            Some("2027-09-19T07:10:00Z"),
+        ),
+        (
+            "You've hit your usage limit. Upgrade to Pro (…) or try again in 4 days 6 hours 37 minutes.",
+            "codex.limit@2026",
+            Some("2026-11-27T16:37:00Z"),
+        ),
+        ("Quota exceeded. Check your plan and billing details.", "codex.quota@2026", None),
+        (
+            "Usage limit reached for gemini-2.5-pro.\nAccess resets at 6:15 PM UTC.",
+            "gemini.limit@0.9",
+            Some("2026-11-23T18:15:00Z"),
+        ),
+        (
+            "TerminalQuotaError: You have exhausted your capacity on this model. Your quota will reset after 2h52m39s.",
+            "gemini.capacity@0.9",
+            Some("2026-11-23T12:52:39Z"),
+        ),
+    ];
+    for (text, pattern, reset) in cases {
+        match screen::read(text, now, &utc()) {
+            Reading::Quota { pattern: p, resets_at, .. } => {
+                assert_eq!(
+                    (p.as_str(), resets_at.map(|t| t.to_string())),
+                    (*pattern, reset.map(str::to_owned)),
+                    "{text}"
+                );
+            }
+            other => panic!("{text}: read as {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_wrap_up_notice_and_self_healing_retries_are_not_quota_stops() {
+    let now = at("2026-11-23T10:00:00Z");
+    assert_eq!(
+        screen::read("⏺ Approaching your 5-hour usage limit — Claude will wrap up the current step.", now, &utc()),
+        Reading::Quiet
+    );
+    assert!(matches!(
+        screen::read(
+            "The API provider has rate limited you. Try again later or check your quotas.\nRetrying in 0.2 seconds...",
+            now,
+            &utc()
+        ),
+        Reading::Busy { .. }
+    ));
+    assert!(matches!(
+        screen::read("✻ API error · Retrying in 4s · attempt 1/10\n  esc to interrupt", now, &utc()),
+        Reading::Busy { .. }
+    ));
+}
+
+#[test]
+fn spinners_and_clocks_do_not_change_the_hash_but_text_does() {
+    let a = "❯ start the loop\n\n· Zesting… (2s · ↓ 1.2k tokens)\n\n  esc to interrupt · ← for agents";
+    let b = "❯ start the loop\n\n✶ Zesting… (14s · ↓ 4.8k tokens)\n\n  esc to interrupt · ← for agents";
+    let c = "❯ start the loop\n\n● done\n\n  ? for shortcuts";
+    assert_eq!(screen::masked_hash(a), screen::masked_hash(b));
+    assert_ne!(screen::masked_hash(a), screen::masked_hash(c));
+}
+
+#[test]
+fn session_ids_come_from_each_cli_exit_banner() {
+    assert_eq!(
+        screen::session_id("Resume this session with:\nclaude --resume 96d8f244-f3b7-4846-a33e-06e08e32ce6e\n")
+            .as_deref(),
+        Some("96d8f244-f3b7-4846-a33e-06e08e32ce6e")
+    );
+    assert_eq!(
+        screen::session_id("Token usage: total=10 input=5 output=5\nTo continue this session, run codex resume 0199a213-81c0-7800-8aa1-bbab2a035a53").as_deref(),
+        Some("0199a213-81c0-7800-8aa1-bbab2a035a53")
+    );
+    assert_eq!(
+        screen::session_id("Agent powering down. Goodbye!\nTo resume this session: gemini --resume 5f2c9d1a")
+            .as_deref(),
+        Some("5f2c9d1a")
+    );
+    assert_eq!(screen::session_id("$ "), None);
+}
+
+#[test]
+fn signals_are_checked_against_the_whitelists_and_every_problem_is_named() {
+    let ok = signal::parse(r#"{"step":"exec","result":"(step-12)","next":"check","checkpoint":"mid-exec","iteration":4,"timestamp":"2026-11-23T10:00:00Z"}"#)
+        .expect("valid");
+    assert_eq!((ok.result.as_str(), ok.iteration), ("(step-12)", Some(4)));
+    let manual = signal::parse(r#"{"step":"plan","result":"(generated)","next":"check","checkpoint":"post-plan","timestamp":"2026-11-23T10:00:00Z"}"#)
+        .expect("valid without iteration");
+    assert_eq!(manual.iteration, None);
+    let problems = signal::parse(r#"{"step":"deploy","result":"(step-x)","next":"check","checkpoint":"later","iteration":-1,"timestamp":"yesterday"}"#)
+        .expect_err("invalid");
+    assert_eq!(problems.len(), 5, "{problems:?}");
+    assert!(problems[0].starts_with("step: \"deploy\" is not one of plan, check, exec, merge, report"), "{problems:?}");
+    assert_eq!(signal::parse("not json").expect_err("invalid").len(), 1);
+}
+
+#[test]
+fn seed_002_routing_and_entry_tables() {
+    assert_eq!(route("check", "PASS", ""), Some(("exec", "")));
+    assert_eq!(route("check", "NEEDS_FIX", "mid-exec"), Some(("exec", "mid-exec")));
+    assert_eq!(route("check", "NEEDS_FIX", "post-exec"), Some(("exec", "post-exec")));
+    assert_eq!(route("check", "CONTINUE", "mid-exec"), Some(("exec", "")));
+    assert_eq!(route("check", "CONTINUE", "post-exec"), None);
+    assert_eq!(route("exec", "(mid-exec)", ""), Some(("check", "mid-exec")));
+    assert_eq!(route("merge", "conflict", ""), Some(("(stop)", "")));
+    assert_eq!(route("report", "(done)", ""), Some(("(stop)", "")));
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let m = dir.path().join("m");
+    module::init(&m, "").expect("init");
+    assert_eq!(module::entry(&m).expect("entry"), Entry::Stop("fill .target.md first".into()));
+    std::fs::write(m.join(module::TARGET), "# Target\n\nShip the parser.\n").expect("write");
+    assert_eq!(module::entry(&m).expect("entry"), Entry::Step { step: "plan", with: "generate" });
+    let (mut index, body) = module::read_index(&m).expect("index");
+    for (status, phase, expected) in [
+        (module::ModuleStatus::Planning, "", Entry::Step { step: "check", with: "post-plan" }),
+        (module::ModuleStatus::Review, "", Entry::Step { step: "exec", with: "" }),
+        (module::ModuleStatus::Executing, "", Entry::Step { step: "check", with: "post-exec" }),
+        (module::ModuleStatus::RePlanning, "needs-check", Entry::Step { step: "check", with: "post-plan" }),
+        (module::ModuleStatus::RePlanning, "", Entry::Step { step: "plan", with: "generate" }),
+        (module::ModuleStatus::Complete, "", Entry::ReportThenStop),
+        (module::ModuleStatus::Cancelled, "", Entry::Stop("cancelled".into())),
+    ] {
+        index.status = status;
+        index.phase = phase.into();
+        module::write_index(&m, &index, &body).expect("write");
+        assert_eq!(module::entry(&m).expect("entry"), expected, "{status:?} {phase}");
+    }
+    assert!(!module::has_substance("# Target\n\n<!-- what it must achieve -->\nTODO\n<describe it>\n"));
+    assert!(module::has_substance("# Target\n\n<!-- note -->\nAdd a --json flag to status.\n"));
+}
+
+#[test]
+fn a_zone_given_by_name_wins_over_the_local_one() {
+    let now = at("2026-11-23T10:00:00Z");
+    let local = TimeZone::get("America/New_York").expect("zone");
+    assert_eq!(
+        quota::reset_time("resets 3pm", now, &local).map(|t| t.to_string()).as_deref(),
+        Some("2026-11-23T20:00:00Z")
+    );
+    assert_eq!(
+        quota::reset_time("resets 3pm (Europe/Berlin)", now, &local).map(|t| t.to_string()).as_deref(),
+        Some("2026-11-23T14:00:00Z")
+    );
+}
