@@ -231,6 +231,9 @@ pub fn run(dir: &Path) -> Result<(), String> {
     let sock = dir.join(SOCKET);
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
+    // The socket this holder made: a holder started after it (a restart of the agent) binds a
+    // new one at the same path, which this one must not remove when it goes.
+    let ours = std::fs::metadata(&sock).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok();
     let server = Arc::clone(&shared);
     let quit = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let quitting = Arc::clone(&quit);
@@ -263,7 +266,9 @@ pub fn run(dir: &Path) -> Result<(), String> {
     while Instant::now() < until && !quit.load(std::sync::atomic::Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = std::fs::remove_file(&sock);
+    if std::fs::metadata(&sock).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok() == ours {
+        let _ = std::fs::remove_file(&sock);
+    }
     Ok(())
 }
 

@@ -244,12 +244,15 @@ fn a_stalled_agent_is_nudged_until_the_limit_then_stopped_as_failed() {
     assert_eq!(code, 1, "{err}\n{status:#}");
     assert_eq!(status["status"], "failed");
     assert_eq!(status["stop_reason"], "stall_limit");
-    assert_eq!(status["recovery_count_total"], 2);
+    // Two nudges in the iteration the agent hangs in (on a loaded machine the agent may also
+    // be nudged once before its first signal, in the iteration before).
+    assert_eq!(status["recovery_count_step"], 2);
     let entries = supervision(&ws);
     let nudges = entries.iter().filter(|e| e["kind"] == "keys" && e["data"]["why"] == "stalled: nudge").count();
-    assert_eq!(nudges, 2);
+    assert_eq!(Some(nudges as u64), status["recovery_count_total"].as_u64());
+    assert!(nudges >= 2);
     let k = kinds(&entries);
-    assert_eq!(k.iter().filter(|k| *k == "stall").count(), 3, "{k:?}");
+    assert_eq!(k.iter().filter(|k| *k == "stall").count(), nudges + 1, "{k:?}");
     assert!(k.contains(&"limit".to_owned()) && k.contains(&"stop_ignored".to_owned()), "{k:?}");
     // The agent got the nudges as typed lines (it hung, reading).
     assert!(agent_log(&ws).iter().any(|e| e["kind"] == "input"
