@@ -313,8 +313,8 @@ fn serve(stream: UnixStream, shared: &Shared, quit: &std::sync::atomic::AtomicBo
 }
 
 /// Sends `signal` (`TERM`, `KILL`, `INT`, `HUP`) to the process group led by `pid`.
-pub fn signal_group(pid: u32, signal: &str) -> Result<(), String> {
-    use nix::sys::signal::{Signal, killpg};
+fn signal_group(pid: u32, signal: &str) -> Result<(), String> {
+    use nix::sys::signal::Signal;
     let sig = match signal {
         "TERM" => Signal::SIGTERM,
         "KILL" => Signal::SIGKILL,
@@ -322,11 +322,12 @@ pub fn signal_group(pid: u32, signal: &str) -> Result<(), String> {
         "HUP" => Signal::SIGHUP,
         other => return Err(format!("unknown signal {other:?}")),
     };
-    let pid = i32::try_from(pid).map_err(|_| "bad pid".to_owned())?;
-    if pid <= 1 {
+    let pgid = i32::try_from(pid).map_err(|_| "bad pid".to_owned())?;
+    if pgid <= 1 {
         return Err("no agent process".into());
     }
-    killpg(nix::unistd::Pid::from_raw(pid), sig).map_err(|e| e.to_string())
+    loopwright_runners::process::signal_group(pgid, sig);
+    Ok(())
 }
 
 /// Talks to a holder.

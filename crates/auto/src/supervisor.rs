@@ -78,6 +78,15 @@ pub struct AutoStatus {
     pub loop_id: String,
 }
 
+impl AutoStatus {
+    /// Seconds supervised at `now`, quota waits (past and current) excluded.
+    pub fn elapsed_at(&self, now: Timestamp) -> f64 {
+        let secs = |t: &str| t.parse::<Timestamp>().map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0));
+        let waiting = self.quota_wait_since.as_deref().map_or(0.0, secs);
+        (secs(&self.started_at) - self.quota_paused_s - waiting).max(0.0)
+    }
+}
+
 /// One verification command and its outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckRun {
@@ -229,10 +238,7 @@ impl Supervisor {
     }
 
     fn save(&mut self) {
-        let s = &mut self.p.status;
-        let started: Timestamp = s.started_at.parse().unwrap_or_else(|_| now());
-        let waiting = s.quota_wait_since.as_ref().and_then(|t| t.parse::<Timestamp>().ok()).map_or(0.0, since);
-        s.elapsed_s = (since(started) - s.quota_paused_s - waiting).max(0.0);
+        self.p.status.elapsed_s = self.p.status.elapsed_at(now());
         if let Err(e) = self.cx.store.auto_save(&self.p.to_row()) {
             eprintln!("loopwright auto: cannot save the state of {}: {e}", self.p.status.session_name);
         }
@@ -608,7 +614,7 @@ impl Supervisor {
         if self.p.status.stall_count < self.settings.stall_captures {
             return;
         }
-        let cpu = tree_cpu(self.p.internal.agent_pid);
+        let cpu = loopwright_runners::process::descendants_cpu_ticks(self.p.internal.agent_pid);
         let working = cpu > self.p.internal.child_cpu;
         self.p.internal.child_cpu = cpu;
         let window = self.settings.heartbeat_seconds * f64::from(self.settings.stall_captures);
@@ -680,9 +686,7 @@ impl Supervisor {
 
     fn timeout_check(&mut self) {
         let s = &self.p.status;
-        let started: Timestamp = s.started_at.parse().unwrap_or_else(|_| now());
-        let active = since(started) - s.quota_paused_s;
-        if active >= s.timeout_s && s.stop_reason.is_none() {
+        if s.elapsed_at(now()) >= s.timeout_s && s.stop_reason.is_none() {
             self.request_stop(StopReason::Timeout);
         }
     }
@@ -779,21 +783,15 @@ impl Supervisor {
     async fn verify(&mut self) -> bool {
         let checks = module::read_index(&self.task_dir).map(|(i, _)| i.checks).unwrap_or_default();
         let checks = if checks.is_empty() { default_checks(&self.cx.root) } else { checks };
-        let root = self.cx.root.clone();
-        let runs = tokio::task::spawn_blocking(move || {
-            let mut runs = Vec::new();
-            for command in &checks {
-                let run = run_check(command, &root, Duration::from_secs(600));
-                let failed = !run.passed;
-                runs.push(run);
-                if failed {
-                    break;
-                }
+        let mut runs = Vec::new();
+        for command in &checks {
+            let run = run_check(command, &self.cx.root).await;
+            let failed = !run.passed;
+            runs.push(run);
+            if failed {
+                break;
             }
-            runs
-        })
-        .await
-        .unwrap_or_default();
+        }
         for run in &runs {
             self.log("check", json!({ "command": run.command, "exit_code": run.exit_code, "passed": run.passed, "output_tail": run.output_tail }));
         }
@@ -869,60 +867,38 @@ impl Supervisor {
     }
 }
 
-/// The project's default checks when a module declares none: what the closed loop would run
-/// for the project's build tool, if one is recognised.
+/// The project's default checks when a module declares none: its test command, found as the
+/// closed loop finds it (`engine::closed_loop::checks::Project`).
 pub fn default_checks(root: &Path) -> Vec<String> {
-    if root.join("Cargo.toml").exists() {
-        vec!["cargo test --quiet".into()]
-    } else if root.join("package.json").exists() {
-        vec!["npm test --silent".into()]
-    } else if root.join("pyproject.toml").exists() || root.join("pytest.ini").exists() {
-        vec!["python3 -m pytest -q".into()]
-    } else if root.join("go.mod").exists() {
-        vec!["go test ./...".into()]
-    } else if root.join("Makefile").exists() {
-        vec!["make test".into()]
-    } else {
-        vec![]
-    }
+    let files = loopwright_runners::FsChanges::new(root.to_owned(), root.join(".loopwright/state/runs"));
+    loopwright_engine::closed_loop::checks::Project::detect(&files).test_command().into_iter().collect()
 }
 
-fn run_check(command: &str, root: &Path, limit: Duration) -> CheckRun {
-    let mut cmd = std::process::Command::new("sh");
-    cmd.arg("-c").arg(command).current_dir(root).stdin(std::process::Stdio::null());
-    let out = tempfile_path(root);
-    let (exit_code, output) = match std::fs::File::create(&out).and_then(|f| {
-        let f2 = f.try_clone()?;
-        cmd.stdout(f).stderr(f2);
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        cmd.spawn()
-    }) {
-        Err(e) => (None, e.to_string()),
-        Ok(mut child) => {
-            let deadline = std::time::Instant::now() + limit;
-            let code = loop {
-                match child.try_wait() {
-                    Ok(Some(s)) => break s.code(),
-                    Ok(None) if std::time::Instant::now() > deadline => {
-                        let _ = holder::signal_group(child.id(), "KILL");
-                        let _ = child.wait();
-                        break None;
-                    }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                    Err(_) => break None,
-                }
-            };
-            (code, std::fs::read_to_string(&out).unwrap_or_default())
-        }
+/// Runs one check with `sh -c` in the workspace, as the leader of its own process group, for at
+/// most 10 minutes.
+async fn run_check(command: &str, root: &Path) -> CheckRun {
+    use loopwright_runners::process::{self, ProcessEnd};
+    let argv = ["sh".to_owned(), "-c".to_owned(), command.to_owned()];
+    let spawn = process::Spawn {
+        argv: &argv,
+        stdin: None,
+        env: &[],
+        cwd: root,
+        deadline: tokio::time::Instant::now() + Duration::from_secs(600),
+        grace: Duration::from_secs(5),
+        output_cap: 64 * 1024,
     };
-    let _ = std::fs::remove_file(&out);
+    let result = process::run(spawn, |_, _| {}).await;
+    let exit_code = match result.end {
+        ProcessEnd::Exited(code) => Some(code),
+        ProcessEnd::Signaled(_) | ProcessEnd::TimedOut | ProcessEnd::SpawnFailed(_) => None,
+    };
+    let mut output = result.stdout;
+    output.push_str(&result.stderr);
+    if let ProcessEnd::SpawnFailed(e) = &result.end {
+        output.push_str(e);
+    }
     CheckRun { command: command.to_owned(), exit_code, passed: exit_code == Some(0), output_tail: tail(&output, 30) }
-}
-
-fn tempfile_path(root: &Path) -> PathBuf {
-    let dir = root.join(".loopwright").join("tmp");
-    let _ = std::fs::create_dir_all(&dir);
-    dir.join(format!("check-{}-{}.out", std::process::id(), now().as_nanosecond()))
 }
 
 /// The last `n` non-empty lines.
@@ -946,36 +922,6 @@ pub fn new_uuid() -> String {
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
-}
-
-/// CPU time (clock ticks) used by the descendants of `pid`, from `/proc`.
-pub fn tree_cpu(pid: u32) -> u64 {
-    if pid == 0 {
-        return 0;
-    }
-    let mut procs = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
-            // Fields after the command name (which may hold spaces and parentheses).
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            procs.push((p, u32::try_from(num(1)).unwrap_or(0), num(11) + num(12) + num(13) + num(14)));
-        }
-    }
-    let mut total = 0;
-    let mut frontier = vec![pid];
-    while let Some(parent) = frontier.pop() {
-        for &(p, ppid, ticks) in &procs {
-            if ppid == parent {
-                total += ticks;
-                frontier.push(p);
-            }
-        }
-    }
-    total
 }
 
 /// Watches a module directory for changes of its signal and stop files.

@@ -241,6 +241,33 @@ fn state_and_group(pid: u32) -> Option<(char, i32)> {
     Some((state, group))
 }
 
+/// CPU time (clock ticks, user + system, with reaped children's) used by the processes that
+/// descend from `pid`, not counting `pid` itself: a build or a test run an agent started shows
+/// here while the agent's own screen stands still. 0 when `/proc` cannot be read.
+pub fn descendants_cpu_ticks(pid: u32) -> u64 {
+    let Some(pids) = pids().filter(|_| pid != 0) else { return 0 };
+    let procs: Vec<(u32, u32, u64)> = pids
+        .filter_map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            // Fields after the command name: state, ppid, …, utime (12th), stime, cutime, cstime.
+            let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            Some((p, u32::try_from(num(1)).ok()?, num(11) + num(12) + num(13) + num(14)))
+        })
+        .collect();
+    let mut total = 0;
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for &(p, ppid, ticks) in &procs {
+            if ppid == parent {
+                total += ticks;
+                frontier.push(p);
+            }
+        }
+    }
+    total
+}
+
 /// The process groups of live processes whose environment has all of `vars` (Linux /proc;
 /// processes of other users, whose environment cannot be read, are never matched).
 pub fn groups_with_env(vars: &[(&str, &str)]) -> Vec<i32> {

@@ -48,7 +48,7 @@ fn crates_depend_only_downwards() {
             "loopwright-app",
             &["loopwright-auto", "loopwright-engine", "loopwright-runners", "loopwright-spec", "loopwright-store"][..],
         ),
-        ("loopwright-auto", &["loopwright-runners", "loopwright-spec", "loopwright-store"][..]),
+        ("loopwright-auto", &["loopwright-engine", "loopwright-runners", "loopwright-spec", "loopwright-store"][..]),
         ("loopwright-runners", &["loopwright-engine", "loopwright-spec"][..]),
         ("loopwright-store", &["loopwright-journal", "loopwright-spec"][..]),
         ("loopwright-engine", &["loopwright-journal", "loopwright-spec"][..]),

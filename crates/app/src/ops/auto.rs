@@ -216,16 +216,8 @@ pub fn status_of(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> R
 /// (the daemon takes it over), with its elapsed time brought up to now.
 fn shown(p: Persisted) -> AutoStatus {
     let mut s = p.status;
-    if !supervisor::is_final(&s.status)
-        && let Ok(started) = s.started_at.parse::<jiff::Timestamp>()
-    {
-        let waiting = s
-            .quota_wait_since
-            .as_ref()
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-            .map_or(0.0, |t| jiff::Timestamp::now().duration_since(t).as_secs_f64());
-        s.elapsed_s =
-            (jiff::Timestamp::now().duration_since(started).as_secs_f64() - s.quota_paused_s - waiting).max(0.0);
+    if !supervisor::is_final(&s.status) {
+        s.elapsed_s = s.elapsed_at(jiff::Timestamp::now());
     }
     s
 }

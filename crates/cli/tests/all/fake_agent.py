@@ -28,6 +28,15 @@ import datetime
 SPIN = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
+def leave_loop(task):
+    """The protocol's cleanup at loop exit: the transient files go."""
+    for name in (".auto-signal", ".auto-stop"):
+        try:
+            os.remove(os.path.join(task, name))
+        except FileNotFoundError:
+            pass
+
+
 def main():
     scenario_path = sys.argv[1]
     with open(scenario_path) as f:
@@ -167,21 +176,13 @@ def main():
                 if os.path.exists(os.path.join(task, ".auto-stop")):
                     log("saw_stop")
                     if not a.get("ignore"):
-                        for name in (".auto-signal", ".auto-stop"):
-                            try:
-                                os.remove(os.path.join(task, name))
-                            except FileNotFoundError:
-                                pass
+                        leave_loop(task)
                         write("Loop stopped (.auto-stop).\n› ")
                         read_until(lambda b: False, 600)
                         return
             elif do == "loop_end":
                 time.sleep(a.get("pause", 0.3))
-                for name in (".auto-signal", ".auto-stop"):
-                    try:
-                        os.remove(os.path.join(task, name))
-                    except FileNotFoundError:
-                        pass
+                leave_loop(task)
                 write("Loop complete.\n› ")
             elif do == "idle":
                 write("› ")
