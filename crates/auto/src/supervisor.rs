@@ -453,6 +453,8 @@ impl Supervisor {
             Ok(_) => {
                 self.p.internal.last_action_output = screen.output_bytes;
                 self.p.internal.last_action_hash = screen::masked_hash(&screen.screen);
+                // A stall is counted from the last thing typed: the agent needs time to react.
+                self.p.status.stall_count = 0;
                 let shown =
                     if text.len() > 200 { format!("({} characters)", text.chars().count()) } else { text.to_owned() };
                 self.log("keys", json!({ "keys": shown, "why": why, "excerpt": excerpt }));

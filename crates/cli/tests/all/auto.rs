@@ -11,7 +11,8 @@ fn fake_agent() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/all/fake_agent.py")
 }
 
-/// A workspace with the fake agent, fast `[auto]` settings, and a task module `mod` whose
+/// A workspace with the fake agent, fast `[auto]` settings (a stall after 1 s unchanged, long
+/// enough for the Python agent to redraw on a loaded 2-core machine), and a task module `mod` whose
 /// target has substance; `runs` is the agent's script per start.
 fn setup(runs: Value, extra_config: &str) -> (Ws, PathBuf) {
     let ws = Ws::empty();
@@ -19,7 +20,7 @@ fn setup(runs: Value, extra_config: &str) -> (Ws, PathBuf) {
     ws.write(
         ".loopwright/config.toml",
         &format!(
-            "[auto]\nheartbeat_seconds = 0.2\nstall_captures = 3\nquota_jitter_seconds = 0.2\n{grace}{extra_config}"
+            "[auto]\nheartbeat_seconds = 0.2\nstall_captures = 5\nquota_jitter_seconds = 0.2\n{grace}{extra_config}"
         ),
     );
     let (code, _, err) = ws.run(&["auto", "init", "mod", "--target", "Add a greeting file."]);
