@@ -131,6 +131,10 @@ pub struct Internal {
     pub agent_pid: u32,
     /// The agent's CPU time in its children at the last look (clock ticks).
     pub child_cpu: u64,
+    /// The checks that prove the module done, fixed when the loop started (the module's own,
+    /// else the project's test command): the agent edits `.index.md`, so it may add checks
+    /// but not remove or weaken these.
+    pub checks: Vec<String>,
 }
 
 /// The row as stored: status and internals.
@@ -290,9 +294,11 @@ impl Supervisor {
         self.p.internal.supervisor_start = loopwright_runners::process::start_time(std::process::id());
         signal::remove(&self.task_dir, module::STOP);
         signal::remove(&self.task_dir, module::SIGNAL);
+        let declared = module::read_index(&self.task_dir).map(|(i, _)| i.checks).unwrap_or_default();
+        self.p.internal.checks = if declared.is_empty() { default_checks(&self.cx.root) } else { declared };
         self.log(
             "started",
-            json!({ "task_dir": self.p.status.task_dir, "agent": self.p.status.agent, "settings": self.settings }),
+            json!({ "task_dir": self.p.status.task_dir, "agent": self.p.status.agent, "settings": self.settings, "checks": self.p.internal.checks }),
         );
         let message = protocol::render(&self.task_dir);
         if let Err(e) = self.launch(&message, None) {
@@ -359,7 +365,7 @@ impl Supervisor {
     /// `.auto-signal` or `.auto-stop` changed.
     async fn on_files(&mut self) {
         let path = self.task_dir.join(module::SIGNAL);
-        if let Ok(text) = std::fs::read_to_string(&path)
+        if let Some(text) = read_capped(&path, SIGNAL_BYTES)
             && text != self.p.internal.last_signal_text
             && !text.trim().is_empty()
         {
@@ -370,7 +376,7 @@ impl Supervisor {
             }
         }
         let stop_file = self.task_dir.join(module::STOP);
-        match std::fs::read_to_string(&stop_file) {
+        match read_capped(&stop_file, SIGNAL_BYTES).ok_or(()) {
             Ok(text) if self.p.status.stop_reason.is_none() => {
                 let reason = serde_json::from_str::<serde_json::Value>(&text)
                     .ok()
@@ -783,8 +789,12 @@ impl Supervisor {
     /// `executing` with the output in `.summary.md`, the session is told once (a recovery),
     /// and false.
     async fn verify(&mut self) -> bool {
-        let checks = module::read_index(&self.task_dir).map(|(i, _)| i.checks).unwrap_or_default();
-        let checks = if checks.is_empty() { default_checks(&self.cx.root) } else { checks };
+        let mut checks = self.p.internal.checks.clone();
+        for added in module::read_index(&self.task_dir).map(|(i, _)| i.checks).unwrap_or_default() {
+            if !checks.contains(&added) {
+                checks.push(added);
+            }
+        }
         let mut runs = Vec::new();
         for command in &checks {
             let run = run_check(command, &self.cx.root).await;
@@ -924,6 +934,17 @@ pub fn new_uuid() -> String {
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+/// The most of `.auto-signal` read: a signal is a line of JSON; a bigger file (the agent's to
+/// write) is not read whole into memory.
+const SIGNAL_BYTES: u64 = 64 * 1024;
+
+/// A file's text, at most `cap` bytes of it.
+fn read_capped(path: &Path, cap: u64) -> Option<String> {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(std::fs::File::open(path).ok()?, cap), &mut text).ok()?;
+    Some(text)
 }
 
 /// Watches a module directory for changes of its signal and stop files.

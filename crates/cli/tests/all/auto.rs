@@ -380,7 +380,8 @@ fn the_timeout_stops_the_loop_and_an_agent_ignoring_the_stop_is_ended() {
 
 #[test]
 fn a_second_loop_on_the_same_module_is_refused() {
-    let actions = vec![json!({ "do": "hang", "seconds": 30 })];
+    // Busy (not stalled) for as long as the test needs, whatever the machine's load.
+    let actions = vec![json!({ "do": "spin", "seconds": 30 })];
     let (ws, _) = setup(json!([actions]), "");
     let first = crate::support::spawn(&ws, &["auto", "start", "mod", "--agent", "fake", "--session", "one"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -407,4 +408,37 @@ fn an_empty_target_is_refused_before_anything_starts() {
     let (code, _, err) = ws.run(&["auto", "start", "/tmp", "--agent", "claude"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("outside the workspace"), "{err}");
+}
+
+#[test]
+fn the_agent_cannot_weaken_the_checks_it_is_verified_by() {
+    // The agent rewrites `.index.md` with a check that always passes, and a huge garbage
+    // signal; the check declared when the loop started still runs, and fails.
+    let mut actions = vec![
+        json!({ "do": "write", "path": "mod/.index.md", "text": "---\nstatus: executing\nphase: ''\nchecks:\n- 'true'\n---\n\n# Plan\n" }),
+        json!({ "do": "write", "path": "mod/.auto-signal", "text": "x".repeat(200_000) }),
+    ];
+    actions.extend(whole_loop());
+    actions.pop();
+    actions.extend([
+        json!({ "do": "wait_input" }),
+        json!({ "do": "write", "path": "done.txt", "text": "ok" }),
+        sig("report", "(done)", "(stop)", ""),
+        json!({ "do": "loop_end" }),
+        json!({ "do": "idle" }),
+    ]);
+    let (ws, _) = setup(json!([actions]), "");
+    let index = ws.read("mod/.index.md");
+    ws.write("mod/.index.md", &index.replace("status: draft", "status: draft\nchecks:\n- test -f done.txt"));
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 0, "{err}\n{status:#}");
+    let entries = supervision(&ws);
+    let failed =
+        entries.iter().find(|e| e["kind"] == "verification_failed").expect("the declared check ran and failed");
+    assert_eq!(failed["data"]["command"], "test -f done.txt");
+    let checks: Vec<&str> =
+        status["checks"].as_array().expect("checks").iter().filter_map(|c| c["command"].as_str()).collect();
+    assert_eq!(checks, ["test -f done.txt", "true"]);
+    let invalid = entries.iter().find(|e| e["kind"] == "signal_invalid").expect("the garbage signal");
+    assert!(invalid["data"]["text"].as_str().unwrap_or_default().len() <= 64 * 1024);
 }
