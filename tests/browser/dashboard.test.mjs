@@ -80,6 +80,14 @@ stages:
         command: echo 'widget frobnication incomplete for slot 7'; exit 1
 `);
   write('.loopwright/pipelines/broken.yml', 'name: broken\ndescription: d\nversion: 1\nstages:\n  - id: Bad-Id\n    agent: shell\n    run: echo hi\n');
+  // Auto mode: the scripted interactive agent of the CLI tests, busy until told to stop.
+  write('.loopwright/config.toml', '[auto]\nheartbeat_seconds = 0.2\nstall_captures = 25\nstop_grace_seconds = 3\n');
+  const spin = [];
+  for (let i = 0; i < 400; i++) spin.push({ do: 'spin', seconds: 0.3 }, { do: 'check_stop' });
+  write('scenario.json', JSON.stringify({ task_dir: path.join(ws, 'mod'), log: path.join(ws, 'agent.log'), runs: [spin] }));
+  write('.loopwright/agents/fake.md', `---\nrunner: command\ncommand: ["python3", "${path.join(root, 'crates/cli/tests/all/fake_agent.py')}", "${path.join(ws, 'scenario.json')}"]\n---\nA scripted agent.\n`);
+  execFileSync(bin, ['auto', 'init', 'mod', '--target', 'Add a greeting file.'], { cwd: ws });
+  execFileSync(bin, ['auto', 'init', 'empty'], { cwd: ws });
   execFileSync('git', ['init', '-q', '-b', 'main'], { cwd: ws });
   execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', 'add', '-A'], { cwd: ws });
   execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', 'commit', '-qm', 'initial'], { cwd: ws });
@@ -304,4 +312,34 @@ browserTest('dead letters and stats', async (newPage) => {
   assert.match(await page.textContent('main'), /Attempts by failure pattern/);
   assert.match(await page.textContent('main'), /Strategy effectiveness/);
   await shot(page, 'dashboard-stats.png');
+});
+
+browserTest('auto mode: a loop started from the panel with the defaults shown, its screen live, stopped with a click', async (newPage) => {
+  const page = await newPage();
+  await page.goto(`${base}/auto`);
+  assert.equal(await page.inputValue('#auto-form input[name="maxIterations"]'), '20');
+  assert.equal(await page.inputValue('#auto-form input[name="timeoutMinutes"]'), '30');
+  // A module whose target is empty is refused, and the form says why.
+  await page.fill('#auto-form input[name="taskDir"]', 'empty');
+  await page.selectOption('#auto-form select[name="agent"]', 'fake');
+  await page.click('#auto-form button[type="submit"]');
+  await page.locator('#auto-errors', { hasText: 'fill .target.md first' }).waitFor();
+  await page.fill('#auto-form input[name="taskDir"]', 'mod');
+  await page.fill('#auto-form input[name="maxIterations"]', '5');
+  await page.click('#auto-form button[type="submit"]');
+  await page.locator('#loop-mod [data-field="status"]', { hasText: 'running' }).waitFor();
+  await page.locator('#loop-mod pre.terminal', { hasText: 'Working' }).waitFor();
+  assert.match(await page.textContent('#loop-mod [data-field="iteration"]'), /0 \/ 5/);
+  assert.match(await page.textContent('#loop-mod [data-field="elapsed"]'), /\/ 30m 00s/);
+  const started = await api('GET', '/api/sessions/mod/task-auto');
+  assert.equal(started.status, 200);
+  assert.deepEqual([started.body.status, started.body.max_iterations, started.body.agent], ['running', 5, 'fake']);
+  await shot(page, 'dashboard-auto.png');
+  await page.click('#loop-mod button[data-auto-stop="mod"]');
+  await page.locator('#loop-mod [data-field="status"]', { hasText: 'stopped' }).waitFor();
+  assert.match(await page.textContent('#loop-mod [data-field="stop-reason"]'), /user_stop/);
+  assert.equal(await page.locator('#loop-mod button[data-auto-stop]').count(), 0);
+  const ended = await api('GET', '/api/sessions/mod/task-auto');
+  assert.deepEqual([ended.body.status, ended.body.stop_reason], ['stopped', 'user_stop']);
+  assert.ok(fs.readFileSync(path.join(ws, 'agent.log'), 'utf8').includes('"saw_stop"'), 'the agent saw .auto-stop');
 });

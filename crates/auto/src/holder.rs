@@ -8,6 +8,7 @@
 //!
 //! Protocol: one JSON request per line, one JSON response per line.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -88,6 +89,12 @@ pub struct Response {
     pub quiet_ms: u64,
     /// The visible screen, one line per row.
     pub screen: String,
+    /// Per row of `screen`: the output offset from which its text has been on screen without
+    /// interruption (0 for a blank row). A row whose age is not past the output offset of the
+    /// supervisor's last keystroke was already there when it typed: old text, not a new
+    /// prompt — even when output below it keeps coming, or it scrolled up.
+    #[serde(default)]
+    pub row_ages: Vec<u64>,
     /// The agent's exit, once it exited.
     pub exit: Option<Exit>,
     /// What went wrong with the request.
@@ -129,6 +136,49 @@ struct Term {
     output_bytes: u64,
     last_output: Instant,
     exit: Option<Exit>,
+    /// Each visible row's text → its age (see [`Response::row_ages`]), as of the last stamp.
+    ages: HashMap<String, u64>,
+    /// The output offset at the last stamp, and when it was taken.
+    stamped: u64,
+    stamped_at: Instant,
+}
+
+impl Term {
+    /// Records which rows' texts are on screen now. A text not on screen at the last stamp
+    /// gets the age `stamped + 1`: it appeared after that offset (the earliest it can have,
+    /// so a prompt seen before a keystroke never reads as newer than the keystroke). Taken
+    /// when the agent's output pauses (between frames, not in the middle of a redraw that
+    /// erases and rewrites a row) and before every keystroke typed.
+    fn stamp(&mut self) {
+        if self.output_bytes == self.stamped && !self.ages.is_empty() {
+            return;
+        }
+        let mut old = std::mem::take(&mut self.ages);
+        let (_, cols) = self.parser.screen().size();
+        for row in self.parser.screen().rows(0, cols.get()) {
+            let text = row.trim_end();
+            if text.trim().is_empty() {
+                continue;
+            }
+            let age = old.remove(text).unwrap_or(self.stamped + 1);
+            self.ages.insert(text.to_owned(), age);
+        }
+        self.stamped = self.output_bytes;
+        self.stamped_at = Instant::now();
+    }
+
+    /// The age of each row of [`screen_text`].
+    fn row_ages(&self) -> Vec<u64> {
+        let (_, cols) = self.parser.screen().size();
+        self.parser
+            .screen()
+            .rows(0, cols.get())
+            .map(|row| {
+                let text = row.trim_end();
+                if text.trim().is_empty() { 0 } else { self.ages.get(text).copied().unwrap_or(self.stamped + 1) }
+            })
+            .collect()
+    }
 }
 
 struct Shared {
@@ -150,6 +200,7 @@ impl Shared {
             output_bytes: t.output_bytes,
             quiet_ms: u64::try_from(t.last_output.elapsed().as_millis()).unwrap_or(u64::MAX),
             screen: screen_text(t.parser.screen()),
+            row_ages: t.row_ages(),
             exit: t.exit.clone(),
             error: None,
         }
@@ -197,6 +248,9 @@ pub fn run(dir: &Path) -> Result<(), String> {
             output_bytes: 0,
             last_output: Instant::now(),
             exit: None,
+            ages: HashMap::new(),
+            stamped: 0,
+            stamped_at: Instant::now(),
         }),
         exited: Condvar::new(),
         writer: Mutex::new(writer),
@@ -225,6 +279,22 @@ pub fn run(dir: &Path) -> Result<(), String> {
                     }
                 }
             }
+        }
+    });
+
+    // Row ages: stamped when the output pauses for a moment, or at least twice a second.
+    let stamper = Arc::downgrade(&shared);
+    std::thread::spawn(move || {
+        while let Some(shared) = stamper.upgrade() {
+            {
+                let mut t = shared.term();
+                let paused = t.last_output.elapsed() >= Duration::from_millis(30);
+                if t.output_bytes != t.stamped && (paused || t.stamped_at.elapsed() >= Duration::from_millis(500)) {
+                    t.stamp();
+                }
+            }
+            drop(shared);
+            std::thread::sleep(Duration::from_millis(40));
         }
     });
 
@@ -281,6 +351,8 @@ fn serve(stream: UnixStream, shared: &Shared, quit: &std::sync::atomic::AtomicBo
             Err(e) => Response { error: Some(format!("bad request: {e}")), ..Response::default() },
             Ok(Request::Screen) => shared.response(),
             Ok(Request::Send { text }) => {
+                // What is on screen now is older than this keystroke.
+                shared.term().stamp();
                 let mut r = shared.response();
                 if r.exit.is_some() {
                     r.error = Some("the agent has exited".into());

@@ -21,6 +21,9 @@ use crate::screen::{self, PromptClass, Reading};
 use crate::signal::{self, Signal, StopReason};
 use crate::{Settings, protocol};
 
+/// Seconds a CLI that draws nothing is given before its first message is typed anyway.
+const STARTUP_GRACE_S: f64 = 10.0;
+
 /// The status object (SPEC §10): `auto status --json` and `GET /api/sessions/{id}/task-auto`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct AutoStatus {
@@ -117,6 +120,9 @@ pub struct Internal {
     pub stop_requested_at: Option<String>,
     /// The first message still has to be typed.
     pub pending_typed: Option<String>,
+    /// When the agent was last started.
+    #[serde(default)]
+    pub launched_at: Option<String>,
     /// Quota continues sent in a row without the agent resuming (backoff).
     pub quota_retries: u32,
     /// The text of the last `.auto-signal` read (to tell a new one).
@@ -274,8 +280,12 @@ impl Supervisor {
             self.p.status.agent_session_id = Some(id);
         }
         self.p.internal.pending_typed = inv.typed;
+        self.p.internal.launched_at = Some(now().to_string());
         self.p.internal.last_action_output = 0;
         self.p.internal.last_action_hash = 0;
+        // A new process: nothing it shows continues the last one's stall.
+        self.p.internal.last_hash = 0;
+        self.p.status.stall_count = 0;
         let pids: serde_json::Value = std::fs::read(self.cx.session_dir.join(holder::PIDS))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
@@ -289,11 +299,11 @@ impl Supervisor {
     }
 
     /// Starts a new loop: the agent with the protocol as its first message.
+    /// What a past loop left in the module (`.auto-stop`, `.auto-signal`) was removed when
+    /// this one was claimed.
     pub fn start(&mut self) -> Result<(), String> {
         self.p.internal.supervisor_pid = std::process::id();
         self.p.internal.supervisor_start = loopwright_runners::process::start_time(std::process::id());
-        signal::remove(&self.task_dir, module::STOP);
-        signal::remove(&self.task_dir, module::SIGNAL);
         let declared = module::read_index(&self.task_dir).map(|(i, _)| i.checks).unwrap_or_default();
         self.p.internal.checks = if declared.is_empty() { default_checks(&self.cx.root) } else { declared };
         self.log(
@@ -454,18 +464,21 @@ impl Supervisor {
         self.save();
     }
 
+    /// Types `text` into the agent's terminal, at most once: the keystroke and the screen it
+    /// answers are journaled and saved *before* they are sent, so a supervisor that dies at
+    /// any point (a `kill -9` of the daemon) is followed by one that knows this screen was
+    /// answered and does not answer it again. A keystroke lost to such a death is a stall the
+    /// next supervisor recovers from; a doubled one could confirm a second, different prompt.
     fn send(&mut self, text: &str, why: &str, excerpt: &str, screen: &Response) -> bool {
+        self.p.internal.last_action_output = screen.output_bytes;
+        self.p.internal.last_action_hash = screen::masked_hash(&screen.screen);
+        // A stall is counted from the last thing typed: the agent needs time to react.
+        self.p.status.stall_count = 0;
+        let shown = if text.len() > 200 { format!("({} characters)", text.chars().count()) } else { text.to_owned() };
+        self.log("keys", json!({ "keys": shown, "why": why, "excerpt": excerpt }));
+        self.save();
         match self.holder.request(&Request::Send { text: text.to_owned() }) {
-            Ok(_) => {
-                self.p.internal.last_action_output = screen.output_bytes;
-                self.p.internal.last_action_hash = screen::masked_hash(&screen.screen);
-                // A stall is counted from the last thing typed: the agent needs time to react.
-                self.p.status.stall_count = 0;
-                let shown =
-                    if text.len() > 200 { format!("({} characters)", text.chars().count()) } else { text.to_owned() };
-                self.log("keys", json!({ "keys": shown, "why": why, "excerpt": excerpt }));
-                true
-            }
+            Ok(_) => true,
             Err(e) => {
                 self.log("error", json!({ "sending": why, "error": e.to_string() }));
                 false
@@ -536,18 +549,25 @@ impl Supervisor {
             self.finish();
             return;
         }
-        if let Some(text) = self.p.internal.pending_typed.clone()
-            && screen.output_bytes > 0
-            && screen.quiet_ms >= 300
-        {
-            let paste = format!("\x1b[200~{text}\x1b[201~\r");
-            if self.send(&paste, "first message", "", &screen) {
+        // The first message is typed once the CLI drew its screen and paused (ready for
+        // input), or after the startup grace if it draws nothing. Until then the agent has
+        // nothing to do: no stall is counted.
+        if let Some(text) = self.p.internal.pending_typed.clone() {
+            let starting =
+                self.p.internal.launched_at.as_ref().and_then(|t| t.parse::<Timestamp>().ok()).map_or(0.0, since);
+            let grace =
+                (self.settings.heartbeat_seconds * f64::from(self.settings.stall_captures)).max(STARTUP_GRACE_S);
+            if (screen.output_bytes > 0 && screen.quiet_ms >= 300) || starting >= grace {
+                let paste = format!("\x1b[200~{text}\x1b[201~\r");
                 self.p.internal.pending_typed = None;
+                if !self.send(&paste, "first message", "", &screen) {
+                    self.p.internal.pending_typed = Some(text);
+                }
             }
             self.save();
             return;
         }
-        let reading = screen::read(&screen.screen, now(), &jiff::tz::TimeZone::system());
+        let reading = screen::read(&self.new_rows(&screen), now(), &jiff::tz::TimeZone::system());
         let fresh = screen.output_bytes > self.p.internal.last_action_output
             && screen::masked_hash(&screen.screen) != self.p.internal.last_action_hash;
         let hash = screen::masked_hash(&screen.screen);
@@ -609,6 +629,22 @@ impl Supervisor {
         }
         self.timeout_check();
         self.save();
+    }
+
+    /// The screen with the rows that were already there at the last keystroke blanked: only
+    /// output newer than the last action is read for prompts and quota messages (an answered
+    /// prompt that stays on screen while the agent works below it is not answered again).
+    fn new_rows(&self, screen: &Response) -> String {
+        let after = self.p.internal.last_action_output;
+        let rows: Vec<&str> = screen.screen.split('\n').collect();
+        if after == 0 || rows.len() != screen.row_ages.len() {
+            return screen.screen.clone();
+        }
+        rows.iter()
+            .zip(&screen.row_ages)
+            .map(|(row, &age)| if age > after { *row } else { "" })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     fn stall_check(&mut self, screen: &Response, reading: &Reading, hash: u64) {
@@ -740,6 +776,9 @@ impl Supervisor {
             None => protocol::render(&self.task_dir),
         };
         self.log("restart", json!({ "restart_count": self.p.status.restart_count, "resume": resume }));
+        // Counted before the agent starts: a supervisor that dies now is not granted a restart
+        // more than the limit.
+        self.save();
         if let Err(e) = self.launch(&message, resume.as_deref()) {
             self.log("failed", json!({ "reason": e }));
             self.p.internal.ending = Some("failed".into());

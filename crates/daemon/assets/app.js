@@ -45,6 +45,8 @@
   function focusKey(el) {
     if (!el || el === body) return null;
     if (el.id) return `#${CSS.escape(el.id)}`;
+    if (el.dataset && el.dataset.autoStop) return `[data-auto-stop="${CSS.escape(el.dataset.autoStop)}"]`;
+    if (el.tagName === 'SUMMARY' && el.parentElement && el.parentElement.id) return `#${CSS.escape(el.parentElement.id)} > summary`;
     if (el.dataset && el.dataset.action) {
       return `[data-action="${el.dataset.action}"]` + (el.dataset.rollback ? `[data-rollback="${el.dataset.rollback}"]` : '');
     }
@@ -264,6 +266,57 @@
       box.append(ul);
     }
   }
+
+  // ---- Auto loops --------------------------------------------------------------------
+  // The page is fetched again every second while it is open: the screens and the clocks of
+  // the loops change without journal events. Quota countdowns tick in between.
+  if (page === 'auto') {
+    setInterval(scheduleRefresh, 1000);
+    const left = (iso) => {
+      const s = Math.max(0, Math.round((Date.parse(iso) - Date.now()) / 1000));
+      return s >= 3600 ? `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`
+        : s >= 60 ? `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s` : `${s} s`;
+    };
+    setInterval(() => document.querySelectorAll('[data-resets-at]').forEach((el) => { el.textContent = left(el.dataset.resetsAt); }), 1000);
+  }
+  document.addEventListener('click', async (e) => {
+    const button = e.target.closest('button[data-auto-stop]');
+    if (!button) return;
+    const session = button.dataset.autoStop;
+    button.disabled = true;
+    notice(`stopping ${session}…`);
+    const r = await api('DELETE', `/api/sessions/${encodeURIComponent(session)}/task-auto`);
+    notice(r.ok ? `${session}: stop asked (.auto-stop, user_stop); the agent finishes its step` : `stop: ${errorText(r)}`, !r.ok);
+    scheduleRefresh();
+  });
+  document.addEventListener('submit', async (e) => {
+    const form = e.target;
+    if (form.id !== 'auto-form') return;
+    e.preventDefault();
+    const data = new FormData(form);
+    const errors = $('#auto-errors');
+    errors.textContent = '';
+    const taskDir = String(data.get('taskDir') || '').trim();
+    if (!taskDir) { showDiagnostics(errors, 'Name the task module (a directory with .target.md)', []); return; }
+    const base = taskDir.replace(/\/+$/, '').split('/').pop() || 'auto';
+    const session = String(data.get('session') || '').trim() || base.replace(/[^A-Za-z0-9_.-]/g, '-').replace(/^\.+/, '') || 'auto';
+    const payload = { taskDir, agent: data.get('agent') || null };
+    const max = Number(data.get('maxIterations'));
+    const timeout = Number(data.get('timeoutMinutes'));
+    if (data.get('maxIterations') !== '') payload.maxIterations = max;
+    if (data.get('timeoutMinutes') !== '') payload.timeoutMinutes = timeout;
+    const button = form.querySelector('button[type="submit"]');
+    button.disabled = true;
+    const r = await api('POST', `/api/sessions/${encodeURIComponent(session)}/task-auto`, payload);
+    button.disabled = false;
+    if (r.ok) {
+      notice(`${session}: started (${r.data.agent} on ${taskDir})`);
+      form.reset();
+      scheduleRefresh();
+      return;
+    }
+    showDiagnostics(errors, errorText(r), []);
+  });
 
   connect();
   followOutput();

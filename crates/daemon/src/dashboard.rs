@@ -42,6 +42,7 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
         ("run.html", include_str!("../assets/run.html")),
         ("dead_letters.html", include_str!("../assets/dead_letters.html")),
         ("stats.html", include_str!("../assets/stats.html")),
+        ("auto.html", include_str!("../assets/auto.html")),
         ("signin.html", include_str!("../assets/signin.html")),
     ] {
         env.add_template(name, text).expect("the embedded templates parse");
@@ -60,6 +61,7 @@ pub fn router() -> Router<Arc<Shared>> {
         .route("/runs/{run}", get(run_page))
         .route("/dead-letters", get(dead_letters_page))
         .route("/stats", get(stats_page))
+        .route("/auto", get(auto_page))
         .route("/assets/{file}", get(asset))
 }
 
@@ -106,12 +108,31 @@ async fn asset(Path(file): Path<String>) -> Response {
     }
 }
 
-/// What every page shows in its header: how many runs wait for a person.
+/// What every page shows in its header: how many runs and auto loops wait for a person.
 async fn header_context(shared: &Shared, current: &str) -> Value {
     let filter = read::ListFilter { status: Some(RunStatus::Waiting), pipeline: None, limit: 10_000 };
     let waiting = read::list(&shared.store, &filter).await.map_or(0, |r| r.len());
     let feed = shared.store.feed_last().await.unwrap_or(0);
-    json!({"waiting_count": waiting, "current": current, "kinds": Event::KINDS, "feed": feed})
+    let auto_needs = auto_needing_you(shared).await.len();
+    json!({"waiting_count": waiting + auto_needs, "auto_needs": auto_needs, "current": current, "kinds": Event::KINDS, "feed": feed})
+}
+
+/// The auto loops that wait for a person (a prompt the policy will not answer).
+async fn auto_needing_you(shared: &Shared) -> Vec<Value> {
+    let store = Arc::clone(&shared.auto_store);
+    let loops = tokio::task::spawn_blocking(move || ops::auto::list(&store)).await.ok().and_then(Result::ok);
+    loops
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|l| l.status == "needs_human")
+        .map(|l| {
+            json!({
+                "session": l.session_name,
+                "task_dir": shared.ws.shown(std::path::Path::new(&l.task_dir)),
+                "why": l.needs_human.as_deref().and_then(|w| w.lines().next()).unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 fn icon(status: &str) -> &'static str {
@@ -194,6 +215,7 @@ async fn runs_page(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>
         "runs.html",
         json!({
             "header": header_context(&shared, "runs").await,
+            "auto_needs": auto_needing_you(&shared).await,
             "runs": rows,
             "pipelines": pipelines,
             "statuses": statuses,
@@ -431,4 +453,137 @@ async fn stats_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Re
         Err(e) => return page("stats.html", json!({"header": header_ctx, "missing": e.message()})),
     };
     page("stats.html", json!({"header": header_ctx, "stats": stats}))
+}
+
+/// The auto loops' page: each loop's status object in words, its live screen and journal,
+/// the stop button; the start dialog with the defaults of `[auto]`.
+async fn auto_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if !signed_in(&shared, &headers) {
+        return signin(StatusCode::UNAUTHORIZED, false);
+    }
+    let header_ctx = header_context(&shared, "auto").await;
+    let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
+    let gathered = tokio::task::spawn_blocking(move || {
+        let loops = ops::auto::list_with_settings(&store).unwrap_or_default();
+        let now = jiff::Timestamp::now();
+        let mut views: Vec<Value> =
+            loops.into_iter().map(|(l, settings)| auto_view(&ws, &store, l, &settings, now)).collect();
+        // Those that need a person first.
+        views.sort_by_key(|v| v["status"] != "needs_human");
+        (views, ops::auto::modules(&ws))
+    })
+    .await;
+    let (loops, modules) = gathered.unwrap_or_default();
+    let (agents, _) = ops::agents::list(&shared.ws);
+    let mut names: Vec<String> = agents.keys().cloned().collect();
+    for preset in ["claude", "codex", "gemini", "aider", "opencode", "goose"] {
+        if !names.iter().any(|n| n == preset) {
+            names.push(preset.to_owned());
+        }
+    }
+    let defaults = &shared.ws.config.auto;
+    page(
+        "auto.html",
+        json!({
+            "header": header_ctx,
+            "loops": loops,
+            "modules": modules,
+            "agents": names,
+            "default_agent": shared.ws.config.defaults.runner,
+            // `30`, not `30.0`: what a person would type.
+            "defaults": {"max_iterations": defaults.max_iterations, "timeout_minutes": format!("{}", defaults.timeout_minutes)},
+        }),
+    )
+}
+
+/// One loop as the page shows it.
+fn auto_view(
+    ws: &loopwright_app::workspace::Workspace,
+    store: &loopwright_store::SqliteStore,
+    l: loopwright_auto::supervisor::AutoStatus,
+    settings: &loopwright_auto::Settings,
+    now: jiff::Timestamp,
+) -> Value {
+    let active = !loopwright_auto::supervisor::is_final(&l.status);
+    let secs = |s: f64| duration((s * 1000.0) as i64);
+    let screen = ops::auto::screen(ws, store, &l.session_name).ok().filter(|s| s.alive || !s.screen.trim().is_empty());
+    let entries = store.auto_log_since(&l.loop_id, 0).unwrap_or_default();
+    let log: Vec<Value> = entries
+        .iter()
+        .rev()
+        .take(50)
+        .rev()
+        .map(|e| {
+            let at =
+                e.at.parse::<jiff::Timestamp>().map_or_else(|_| e.at.clone(), |t| t.strftime("%H:%M:%S").to_string());
+            json!({"at": at, "kind": e.kind, "data": e.data})
+        })
+        .collect();
+    let quota_left = l.quota_resets_at.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok()).map(|t| {
+        let left = t.duration_since(now).as_secs_f64().max(0.0);
+        secs(left)
+    });
+    let (status_word, status_class) = match l.status.as_str() {
+        "needs_human" => ("needs you", "waiting"),
+        "quota_wait" => ("quota wait", "waiting"),
+        "complete" => ("complete", "success"),
+        "blocked" => ("blocked", "failed"),
+        "stopped" => ("stopped", "cancelled"),
+        "failed" => ("failed", "failed"),
+        other => (other, "running"),
+    };
+    let icon = match l.status.as_str() {
+        "needs_human" => "⚑",
+        "quota_wait" => "⏸",
+        "complete" => "✓",
+        "stopped" => "⊘",
+        "blocked" | "failed" => "✗",
+        _ => "▶",
+    };
+    let started = l.started_at.parse::<jiff::Timestamp>().map(when).unwrap_or_default();
+    json!({
+        "session": l.session_name,
+        "status": l.status,
+        "status_word": status_word,
+        "status_class": status_class,
+        "icon": icon,
+        "active": active,
+        "task_dir": ws.shown(std::path::Path::new(&l.task_dir)),
+        "agent": l.agent,
+        "agent_session_id": l.agent_session_id,
+        "started": started,
+        "iteration": l.iteration,
+        "max_iterations": l.max_iterations,
+        "elapsed": secs(l.elapsed_s),
+        "timeout": secs(l.timeout_s),
+        "paused": (l.quota_paused_s > 0.0 || l.quota_wait_since.is_some()).then(|| {
+            let current = l.quota_wait_since.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0));
+            secs(l.quota_paused_s + current)
+        }),
+        "step": l.step,
+        "result": l.result,
+        "next": l.next,
+        "checkpoint": l.checkpoint,
+        "last_signal_at": l.last_signal_at,
+        "stall_count": l.stall_count,
+        "recovery_count_step": l.recovery_count_step,
+        "recovery_count_total": l.recovery_count_total,
+        "restart_count": l.restart_count,
+        "limits": {
+            "recoveries_per_iteration": settings.recoveries_per_iteration,
+            "recoveries_total": settings.recoveries_total,
+            "restarts": settings.restarts,
+        },
+        "quota_wait_since": l.quota_wait_since,
+        "quota_resets_at": l.quota_resets_at,
+        "quota_left": quota_left,
+        "stop_reason": l.stop_reason,
+        "needs_human": l.needs_human,
+        "checks": l.checks.iter().map(|c| json!({"command": c.command, "passed": c.passed, "output_tail": c.output_tail})).collect::<Vec<_>>(),
+        "screen": screen.as_ref().map(|s| s.screen.clone()),
+        "alive": screen.as_ref().is_some_and(|s| s.alive),
+        "log": log,
+        "log_count": entries.len(),
+    })
 }

@@ -8,6 +8,7 @@
 //! `serve.json`, the token, the journal watcher that feeds live streams, graceful shutdown.
 
 pub mod api;
+pub mod auto;
 pub mod dashboard;
 pub mod host;
 pub mod runs;
@@ -68,6 +69,10 @@ pub struct Shared {
     pub feed: broadcast::Sender<Arc<FeedEntry>>,
     /// Heartbeat interval of event streams.
     pub heartbeat: Duration,
+    /// The auto loops supervised here.
+    pub auto: Arc<auto::Loops>,
+    /// The connection auto mode's reads use (its own: they are blocking).
+    pub auto_store: Arc<SqliteStore>,
     /// True once the daemon is shutting down (event streams end).
     pub shutdown: watch::Receiver<bool>,
 }
@@ -79,6 +84,29 @@ pub struct Started {
     pub addr: SocketAddr,
     /// The dashboard's URL, carrying the token once.
     pub url: String,
+}
+
+/// A daemon serving a workspace, as a client finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its bearer token.
+    pub token: String,
+    /// Its process.
+    pub pid: u32,
+}
+
+/// The daemon serving `ws`, if one is alive: `serve.json` names a live process, and the token
+/// is readable. (Whether it answers is for the caller's first request to find out.)
+pub fn serving(ws: &Workspace) -> Option<Served> {
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ws.state_dir().join("serve.json")).ok()?).ok()?;
+    let pid = u32::try_from(info["pid"].as_u64()?).ok()?;
+    let addr = info["addr"].as_str()?.parse().ok()?;
+    let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(pid).ok()?), None).is_ok();
+    let token = std::fs::read_to_string(ws.state_dir().join("serve.token")).ok()?.trim().to_owned();
+    (alive && !token.is_empty()).then_some(Served { addr, token, pid })
 }
 
 /// The daemon's lock: held while it serves, so a second daemon of the workspace is refused.
@@ -153,6 +181,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     let runs = runs::Runs::new(ws.clone(), options.max_runs, shutdown.clone());
     let (feed, _) = broadcast::channel(1024);
     let open = || loopwright_app::assemble::open_existing_store(&ws);
+    let loops = auto::Loops::new(ws.clone(), open()?);
     let shared = Arc::new(Shared {
         ws: ws.clone(),
         store: open()?,
@@ -163,6 +192,8 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         feed: feed.clone(),
         heartbeat: options.heartbeat,
         shutdown: shutdown.clone(),
+        auto: Arc::clone(&loops),
+        auto_store: Arc::new(open()?),
     });
     let watcher = tokio::spawn(watch_journal(open()?, feed, Arc::clone(&runs), shutdown.clone()));
     let scheduler = tokio::spawn(Arc::clone(&runs).run_scheduler(open()?));
@@ -174,6 +205,11 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         .merge(dashboard::router())
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&shared), api::auth::check))
         .with_state(Arc::clone(&shared));
+    // Auto loops whose supervisor died (a daemon killed, a foreground `auto start` gone):
+    // supervised here from now on; their agents kept running in their holders.
+    for session in loops.take_over().await? {
+        eprintln!("loopwright serve: took over the auto loop of session {session}");
+    }
     ready(&Started { addr, url: format!("http://{addr}/?token={token}") });
 
     let signalled = async move {
@@ -189,6 +225,8 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     // the interruption (resumable; the next daemon takes them up).
     let hosts = Arc::clone(&runs);
     let _ = tokio::task::spawn_blocking(move || hosts.join_all()).await;
+    // Auto loops are not ended: their agents keep working, the next daemon takes them over.
+    loops.detach_all().await;
     watcher.abort();
     scheduler.abort();
     let _ = std::fs::remove_file(ws.state_dir().join("serve.json"));

@@ -96,26 +96,16 @@ const COLUMNS: &str = "session_name, task_dir, status, loop_id, max_iterations, 
 impl SqliteStore {
     /// Claims a new loop: refused while a loop of the same session or task directory is
     /// active; a finished row of either is replaced. One `BEGIN IMMEDIATE` transaction, so two
-    /// starts racing for one directory cannot both win.
-    pub fn auto_claim(&self, new: &AutoRow) -> Result<(), ClaimError> {
+    /// starts racing for one directory cannot both win. `won` runs inside the transaction once
+    /// the claim is certain, before anyone can see the new row (the caller clears what a past
+    /// loop left behind: nothing done for the new loop can be undone by it).
+    pub fn auto_claim(&self, new: &AutoRow, won: impl FnOnce()) -> Result<(), ClaimError> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(backend)?;
-        let active: Option<(String, String, String)> = tx
-            .query_row(
-                "SELECT session_name, task_dir, status FROM task_auto WHERE (session_name = ?1 OR task_dir = ?2) \
-                 AND status IN ('running', 'needs_human', 'quota_wait') LIMIT 1",
-                params![new.session_name, new.task_dir],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()
-            .map_err(backend)?;
-        if let Some((session, dir, status)) = active {
-            return Err(ClaimError::Busy(if session == new.session_name {
-                format!("session {session} already runs an auto loop ({status}) on {dir}")
-            } else {
-                format!("{dir} already runs an auto loop ({status}) in session {session}")
-            }));
+        if let Some(busy) = active(&tx, &new.session_name, &new.task_dir)? {
+            return Err(ClaimError::Busy(busy));
         }
+        won();
         tx.execute(
             "DELETE FROM task_auto WHERE session_name = ?1 OR task_dir = ?2",
             params![new.session_name, new.task_dir],
@@ -124,6 +114,12 @@ impl SqliteStore {
         insert(&tx, new)?;
         tx.commit().map_err(backend)?;
         Ok(())
+    }
+
+    /// Why a loop for `session` on `task_dir` cannot start now (one is active for either), or
+    /// `None`. A hint for an early answer: [`Self::auto_claim`] decides.
+    pub fn auto_active(&self, session: &str, task_dir: &str) -> Result<Option<String>, StoreError> {
+        active(&self.conn(), session, task_dir)
     }
 
     /// Writes a loop's row (it must exist).
@@ -227,4 +223,24 @@ fn insert(tx: &rusqlite::Transaction<'_>, r: &AutoRow) -> Result<(), StoreError>
     )
     .map_err(backend)?;
     Ok(())
+}
+
+/// The loop active for `session` or `task_dir`, as the reason a new one cannot start.
+fn active(conn: &rusqlite::Connection, session: &str, task_dir: &str) -> Result<Option<String>, StoreError> {
+    let found: Option<(String, String, String)> = conn
+        .query_row(
+            "SELECT session_name, task_dir, status FROM task_auto WHERE (session_name = ?1 OR task_dir = ?2) \
+             AND status IN ('running', 'needs_human', 'quota_wait') LIMIT 1",
+            params![session, task_dir],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()
+        .map_err(backend)?;
+    Ok(found.map(|(found_session, dir, status)| {
+        if found_session == session {
+            format!("session {found_session} already runs an auto loop ({status}) on {dir}")
+        } else {
+            format!("{dir} already runs an auto loop ({status}) in session {found_session}")
+        }
+    }))
 }

@@ -43,7 +43,10 @@ fn crates_depend_only_downwards() {
                 "loopwright-store",
             ][..],
         ),
-        ("loopwright-daemon", &["loopwright-app", "loopwright-engine", "loopwright-spec", "loopwright-store"][..]),
+        (
+            "loopwright-daemon",
+            &["loopwright-app", "loopwright-auto", "loopwright-engine", "loopwright-spec", "loopwright-store"][..],
+        ),
         (
             "loopwright-app",
             &["loopwright-auto", "loopwright-engine", "loopwright-runners", "loopwright-spec", "loopwright-store"][..],

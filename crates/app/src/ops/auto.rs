@@ -70,14 +70,16 @@ pub fn task_dir(ws: &Workspace, dir: &Path) -> Result<PathBuf> {
     Ok(canonical)
 }
 
-fn session_name(dir: &Path) -> String {
+/// The session name a loop on `dir` gets when none is given: the directory's name.
+pub fn session_name(dir: &Path) -> String {
     let base = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "auto".into());
     let clean: String =
         base.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' }).collect();
     if clean.trim_matches('-').is_empty() { "auto".into() } else { clean }
 }
 
-fn valid_session(name: &str) -> Result<()> {
+/// Checks a session name: 1 to 64 letters, digits, `-`, `_` or `.`, not starting with `.`.
+pub fn valid_session(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
@@ -136,6 +138,10 @@ pub fn start(
     let dir = task_dir(ws, &req.task_dir)?;
     let session = req.session.clone().unwrap_or_else(|| session_name(&dir));
     valid_session(&session)?;
+    // A busy session or directory is the answer before anything about the module.
+    if let Some(busy) = store.auto_active(&session, &dir.display().to_string())? {
+        return Err(Error::conflict(busy));
+    }
     match module::entry(&dir).map_err(|e| Error::usage(e.to_string()))? {
         Entry::Stop(why) => return Err(Error::usage(format!("{}: {why}", dir.display()))),
         Entry::Step { .. } | Entry::ReportThenStop => {}
@@ -169,8 +175,22 @@ pub fn start(
         loop_id: format!("{session}-{}", started.as_millisecond()),
         ..AutoStatus::default()
     };
-    let p = Persisted { status, internal: Internal { settings, ..Internal::default() } };
-    store.auto_claim(&p.to_row()).map_err(|e| match e {
+    // Supervised by this process from the claim on: an `auto stop` right after it writes
+    // `.auto-stop` for this process to honour, instead of ending a loop it thinks orphaned.
+    let internal = Internal {
+        settings,
+        supervisor_pid: std::process::id(),
+        supervisor_start: loopwright_runners::process::start_time(std::process::id()),
+        ..Internal::default()
+    };
+    let p = Persisted { status, internal };
+    // A past loop's `.auto-stop` and `.auto-signal` are removed inside the claim: a stop asked
+    // for the new loop (possible once the row is visible) is never removed.
+    let stale = || {
+        signal::remove(&dir, module::STOP);
+        signal::remove(&dir, module::SIGNAL);
+    };
+    store.auto_claim(&p.to_row(), stale).map_err(|e| match e {
         ClaimError::Busy(m) => Error::conflict(m),
         ClaimError::Store(e) => Error::from(e),
     })?;
@@ -212,6 +232,37 @@ pub fn status_of(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> R
     Ok(shown(Persisted::from_row(&row).map_err(|e| Error::Internal(anyhow::anyhow!(e)))?))
 }
 
+/// The loop of session `session` (`GET /api/sessions/{id}/task-auto`): by name only.
+pub fn session_status(store: &SqliteStore, session: &str) -> Result<AutoStatus> {
+    let row = store.auto_get(session)?.ok_or_else(|| Error::not_found(format!("no auto loop in session {session}")))?;
+    Ok(shown(Persisted::from_row(&row).map_err(|e| Error::Internal(anyhow::anyhow!(e)))?))
+}
+
+/// What the agent's terminal shows now (the dashboard's live screen, read-only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Screen {
+    /// The session.
+    pub session_name: String,
+    /// The visible rows, one line each; the last screen when the agent exited.
+    pub screen: String,
+    /// True while the agent runs.
+    pub alive: bool,
+}
+
+/// The live screen of session `session`'s agent, from its holder.
+pub fn screen(ws: &Workspace, store: &SqliteStore, session: &str) -> Result<Screen> {
+    let status = session_status(store, session)?;
+    let client = holder::Client::new(&session_dir(ws, &status.session_name));
+    let (screen, alive) = match client.request(&holder::Request::Screen) {
+        Ok(r) => match r.exit {
+            Some(exit) => (exit.screen, false),
+            None => (r.screen, true),
+        },
+        Err(_) => (client.recorded_exit().map(|e| e.screen).unwrap_or_default(), false),
+    };
+    Ok(Screen { session_name: status.session_name, screen, alive })
+}
+
 /// A loop as shown: a loop recorded as active whose supervisor died reads `running` still
 /// (the daemon takes it over), with its elapsed time brought up to now.
 fn shown(p: Persisted) -> AutoStatus {
@@ -224,7 +275,52 @@ fn shown(p: Persisted) -> AutoStatus {
 
 /// Every loop, newest first.
 pub fn list(store: &SqliteStore) -> Result<Vec<AutoStatus>> {
-    Ok(store.auto_list()?.iter().filter_map(|r| Persisted::from_row(r).ok()).map(shown).collect())
+    Ok(list_with_settings(store)?.into_iter().map(|(s, _)| s).collect())
+}
+
+/// Every loop with the settings it runs with (its limits), newest first.
+pub fn list_with_settings(store: &SqliteStore) -> Result<Vec<(AutoStatus, Settings)>> {
+    Ok(store
+        .auto_list()?
+        .iter()
+        .filter_map(|r| Persisted::from_row(r).ok())
+        .map(|p| {
+            let settings = p.internal.settings.clone();
+            (shown(p), settings)
+        })
+        .collect())
+}
+
+/// The task modules of the workspace (directories holding `.index.md`, at most four levels
+/// down, outside `.git`, `.loopwright`, `target` and `node_modules`), relative to its root.
+pub fn modules(ws: &Workspace) -> Vec<String> {
+    fn walk(dir: &Path, root: &Path, depth: usize, seen: &mut usize, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            *seen += 1;
+            if *seen > 20_000 || out.len() >= 200 {
+                return;
+            }
+            let path = entry.path();
+            let name = entry.file_name();
+            let skip = matches!(name.to_str(), Some(".git" | ".loopwright" | "target" | "node_modules"));
+            if skip || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if path.join(module::INDEX).is_file()
+                && let Ok(rel) = path.strip_prefix(root)
+            {
+                out.push(rel.display().to_string());
+            }
+            if depth > 1 {
+                walk(&path, root, depth - 1, seen, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&ws.root, &ws.root, 4, &mut 0, &mut out);
+    out.sort();
+    out
 }
 
 /// `GET /api/task-auto/lookup?taskDir=PATH`.

@@ -212,6 +212,9 @@ fn log_line(at: &str, kind: &str, data: &str) -> String {
 
 async fn start(global: &Global, req: StartRequest) -> Result<u8, CliError> {
     let ws = Workspace::locate(global.dir.as_deref())?;
+    if let Some(daemon) = loopwright_daemon::serving(&ws) {
+        return start_in_daemon(global, &ws, &daemon, req).await;
+    }
     let store = Arc::new(super::open_store(&ws)?);
     let sup = auto::start(&ws, &store, &req, true)?;
     let (session, loop_id) = (sup.status().session_name.clone(), sup.status().loop_id.clone());
@@ -258,6 +261,72 @@ async fn start(global: &Global, req: StartRequest) -> Result<u8, CliError> {
         "stopped" => 4,
         _ => 1,
     })
+}
+
+/// `auto start` when a daemon serves the workspace: the daemon supervises the loop (so it
+/// outlives this command); the status object is printed at once.
+async fn start_in_daemon(
+    global: &Global,
+    ws: &Workspace,
+    daemon: &loopwright_daemon::Served,
+    req: StartRequest,
+) -> Result<u8, CliError> {
+    // Checked here first, for an error that names this command's arguments.
+    let dir = auto::task_dir(ws, &req.task_dir)?;
+    let session = req.session.clone().unwrap_or_else(|| auto::session_name(&dir));
+    auto::valid_session(&session)?;
+    let mut body = serde_json::json!({ "taskDir": dir.display().to_string() });
+    let fields = [
+        ("maxIterations", req.max_iterations.map(serde_json::Value::from)),
+        ("timeoutMinutes", req.timeout_minutes.map(serde_json::Value::from)),
+        ("agent", req.agent.clone().map(serde_json::Value::from)),
+        ("heartbeatSeconds", req.heartbeat_seconds.map(serde_json::Value::from)),
+    ];
+    for (key, value) in fields {
+        if let Some(v) = value {
+            body[key] = v;
+        }
+    }
+    let url = format!("http://{}/api/sessions/{session}/task-auto", daemon.addr);
+    let unreachable = |e: reqwest::Error| {
+        CliError::Internal(anyhow::anyhow!(
+            "the daemon serving this workspace (process {}, http://{}) did not answer: {e}; stop it, or remove .loopwright/state/serve.json if it is gone",
+            daemon.pid,
+            daemon.addr
+        ))
+    };
+    let answer = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(&daemon.token)
+        .json(&body)
+        .timeout(std::time::Duration::from_secs(60))
+        .send()
+        .await
+        .map_err(unreachable)?;
+    let code = answer.status().as_u16();
+    let value: serde_json::Value = answer.json().await.map_err(unreachable)?;
+    if code != 201 {
+        let message = value["error"]["message"].as_str().unwrap_or("the daemon refused the loop").to_owned();
+        return Err(match code {
+            403 => CliError::Forbidden(message),
+            404 => CliError::NotFound(message),
+            409 => CliError::Conflict(message),
+            400..=499 => CliError::Usage(message),
+            _ => CliError::Internal(anyhow::anyhow!("the daemon failed to start the loop: {message}")),
+        });
+    }
+    let status: AutoStatus = serde_json::from_value(value)?;
+    if !global.json {
+        eprintln!(
+            "auto loop {session} started by the daemon (process {}, http://{}): it supervises the loop from now on; follow it with `loopwright auto status {}` or the dashboard, stop it with `loopwright auto stop {}`",
+            daemon.pid,
+            daemon.addr,
+            ws.shown(&dir),
+            ws.shown(&dir)
+        );
+    }
+    print_status(global, &status);
+    Ok(0)
 }
 
 fn print_status(global: &Global, s: &AutoStatus) {

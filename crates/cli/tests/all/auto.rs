@@ -17,11 +17,10 @@ fn fake_agent() -> PathBuf {
 fn setup(runs: Value, extra_config: &str) -> (Ws, PathBuf) {
     let ws = Ws::empty();
     let grace = if extra_config.contains("stop_grace_seconds") { "" } else { "stop_grace_seconds = 3\n" };
+    let stall = if extra_config.contains("stall_captures") { "" } else { "stall_captures = 5\n" };
     ws.write(
         ".loopwright/config.toml",
-        &format!(
-            "[auto]\nheartbeat_seconds = 0.2\nstall_captures = 5\nquota_jitter_seconds = 0.2\n{grace}{extra_config}"
-        ),
+        &format!("[auto]\nheartbeat_seconds = 0.2\n{stall}quota_jitter_seconds = 0.2\n{grace}{extra_config}"),
     );
     let (code, _, err) = ws.run(&["auto", "init", "mod", "--target", "Add a greeting file."]);
     assert_eq!(code, 0, "{err}");
@@ -294,7 +293,7 @@ fn an_agent_that_exits_is_restarted_resuming_its_own_session() {
     ];
     let (ws, _) = setup(json!([first, second]), "");
     let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
-    assert_eq!(code, 0, "{err}\n{status:#}");
+    assert_eq!(code, 0, "{err}\n{status:#}\n{:#?}\n{:#?}", supervision(&ws), agent_log(&ws));
     assert_eq!(status["restart_count"], 1);
     assert_eq!(status["agent_session_id"], id);
     let starts: Vec<Value> = agent_log(&ws).into_iter().filter(|e| e["kind"] == "started").collect();
@@ -441,4 +440,162 @@ fn the_agent_cannot_weaken_the_checks_it_is_verified_by() {
     assert_eq!(checks, ["test -f done.txt", "true"]);
     let invalid = entries.iter().find(|e| e["kind"] == "signal_invalid").expect("the garbage signal");
     assert!(invalid["data"]["text"].as_str().unwrap_or_default().len() <= 64 * 1024);
+}
+
+/// Waits (up to 30 s) until the loop of `session` is `status`, through the API.
+fn wait_loop(d: &crate::daemon::Daemon, session: &str, status: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, s) = d.get(&format!("/api/sessions/{session}/task-auto"));
+        if s["status"] == status {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "loop {session} never became {status}: {s:#}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_daemon_supervises_a_loop_started_from_the_cli_and_the_api_answers_as_seed_002_says() {
+    // Busy (not stalled) for as long as the test needs; it leaves its loop when told to stop.
+    let mut actions = vec![];
+    for _ in 0..100 {
+        actions.push(json!({ "do": "spin", "seconds": 0.3 }));
+        actions.push(check_stop());
+    }
+    let (ws, task) = setup(json!([actions]), "");
+    let (code, _, err) = ws.run(&["auto", "init", "empty"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = ws.run(&["auto", "init", "other", "--target", "Something else."]);
+    assert_eq!(code, 0, "{err}");
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+
+    // Through the daemon: `auto start` returns at once with the status object.
+    let (code, out, err) = ws.run(&["auto", "start", "mod", "--agent", "fake", "--session", "one"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("started by the daemon") && out.contains("session    one  (running)"), "{out}\n{err}");
+    let (_, started) = d.get("/api/sessions/one/task-auto");
+    assert_eq!(
+        (&started["session_name"], &started["status"], &started["agent"], &started["task_dir"]),
+        (&json!("one"), &json!("running"), &json!("fake"), &json!(task.display().to_string()))
+    );
+    assert_eq!((&started["max_iterations"], &started["timeout_s"]), (&json!(20), &json!(1800.0)));
+
+    // The refusals: the same session or the same directory (409), an empty target (422), a
+    // directory outside the workspace (403), no module there (404), an unknown agent (404).
+    let post = |session: &str, body: Value| d.post(&format!("/api/sessions/{session}/task-auto"), &body);
+    let (code, body) = post("one", json!({ "taskDir": "empty", "agent": "fake" }));
+    assert_eq!(code, 409, "{body}");
+    let (code, body) = post("two", json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!((code, body["error"]["code"].as_str()), (409, Some("conflict")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("session one"), "{body}");
+    let (code, body) = post("two", json!({ "taskDir": "empty", "agent": "fake" }));
+    assert_eq!(code, 422, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("fill .target.md first"), "{body}");
+    let outside = tempfile::tempdir().expect("tempdir");
+    let (code, body) = post("two", json!({ "taskDir": outside.path() }));
+    assert_eq!(code, 403, "{body}");
+    let (code, body) = post("two", json!({ "taskDir": "../../etc" }));
+    assert_eq!(code, 403, "{body}");
+    let (code, body) = post("two", json!({ "taskDir": "nowhere" }));
+    assert_eq!(code, 404, "{body}");
+    let (code, body) = post("two", json!({ "taskDir": "other", "agent": "nobody" }));
+    assert_eq!(code, 404, "{body}");
+    let (code, body) = post("bad/name", json!({ "taskDir": "mod" }));
+    assert_eq!(code, 404, "a path segment more is no route: {body}");
+    let (code, body) = post(".hidden", json!({ "taskDir": "other" }));
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = post("two", json!({ "taskDir": "other", "maxIterations": 0 }));
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = post("two", json!({ "taskDir": "mod", "unknown": 1 }));
+    assert_eq!(code, 422, "{body}");
+
+    // Reading it: the status object as `auto status --json` prints it; the lookup; the screen.
+    let (code, got) = d.get("/api/sessions/one/task-auto");
+    assert_eq!(code, 200, "{got}");
+    let (_, cli, _) = ws.json(&["auto", "status", "one"]);
+    let without_clock = |mut v: Value| {
+        v["elapsed_s"] = Value::Null;
+        v["stall_count"] = Value::Null;
+        v
+    };
+    assert_eq!(without_clock(got.clone()), without_clock(cli));
+    assert_eq!(
+        d.get("/api/task-auto/lookup?taskDir=mod"),
+        (200, json!({ "session_name": "one", "status": "running" }))
+    );
+    assert_eq!(d.get("/api/task-auto/lookup?taskDir=empty").0, 404);
+    assert_eq!(d.get(&format!("/api/task-auto/lookup?taskDir={}", outside.path().display())).0, 403);
+    assert_eq!(d.get("/api/sessions/nobody/task-auto").0, 404);
+    let (_, all) = d.get("/api/task-auto");
+    assert_eq!(all.as_array().map(|a| a.len()), Some(1), "{all}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (code, screen) = d.get("/api/sessions/one/task-auto/screen");
+        assert_eq!(code, 200, "{screen}");
+        if screen["alive"] == true && screen["screen"].as_str().unwrap_or_default().contains("Working…") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the screen never showed the agent: {screen}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
+    // DELETE: `.auto-stop` with user_stop; the agent leaves its loop; the loop ends stopped.
+    let (code, body) = d.delete("/api/sessions/one/task-auto");
+    assert_eq!(code, 200, "{body}");
+    let end = wait_loop(&d, "one", "stopped");
+    assert_eq!(end["stop_reason"], "user_stop");
+    assert_eq!(d.delete("/api/sessions/one/task-auto").0, 409);
+    assert!(agent_log(&ws).iter().any(|e| e["kind"] == "saw_stop"));
+    let (code, log) = d.get("/api/sessions/one/task-auto/log");
+    assert_eq!(code, 200);
+    let k = kinds(log.as_array().expect("entries"));
+    assert_eq!(k.first().map(String::as_str), Some("started"), "{k:?}");
+    assert_eq!(k.last().map(String::as_str), Some("finished"), "{k:?}");
+    assert!(!task.join(".auto-stop").exists() && !task.join(".auto-signal").exists());
+    // Ended: the session and the directory are free again.
+    let (code, body) = post("one", json!({ "taskDir": "mod", "agent": "fake", "maxIterations": 1 }));
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["max_iterations"], 1);
+    let (code, _) = d.delete("/api/sessions/one/task-auto");
+    assert_eq!(code, 200);
+    wait_loop(&d, "one", "stopped");
+}
+
+#[test]
+fn a_daemon_killed_mid_loop_is_followed_by_one_that_reattaches_without_typing_anything_twice() {
+    // The agent answers a prompt and keeps it on screen, silent for a while (an answered
+    // screen the next supervisor must not answer again), then walks its loop to the end.
+    let mut actions = vec![
+        json!({ "do": "prompt", "name": "edit", "keep": true,
+            "text": "● Write(plan.md)\n Do you want to create plan.md?\n ❯ 1. Yes\n   2. No\n", "expect": "1" }),
+        json!({ "do": "hang", "seconds": 4 }),
+    ];
+    actions.extend(whole_loop());
+    let (ws, _) = setup(json!([actions]), "stall_captures = 40\n");
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, body) = d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !agent_log(&ws).iter().any(|e| e["kind"] == "answer") {
+        assert!(std::time::Instant::now() < deadline, "the prompt was never answered: {:#?}", agent_log(&ws));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = crate::daemon::nix_kill(d.pid(), "KILL");
+    drop(d);
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let end = wait_loop(&d, "s", "complete");
+    assert_eq!((end["iteration"].as_u64(), end["restart_count"].as_u64()), (Some(6), Some(0)));
+    // The agent was started once and got exactly one keystroke: the answer.
+    let log = agent_log(&ws);
+    assert_eq!(log.iter().filter(|e| e["kind"] == "started").count(), 1, "{log:?}");
+    let typed: Vec<&Value> = log.iter().filter(|e| e["kind"] == "answer" || e["kind"] == "input").collect();
+    assert_eq!(typed.len(), 1, "{typed:#?}");
+    assert_eq!(typed[0]["keys"], "1");
+    let entries = supervision(&ws);
+    let reattached = entries.iter().find(|e| e["kind"] == "reattached").expect("reattached");
+    assert_eq!(reattached["data"]["agent_alive"], true);
+    let answers = entries.iter().filter(|e| e["kind"] == "keys" && e["data"]["why"] == "edit prompt").count();
+    assert_eq!(answers, 1, "{entries:#?}");
+    assert_eq!(kinds(&entries).iter().filter(|k| *k == "agent_started").count(), 1);
 }

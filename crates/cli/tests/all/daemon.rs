@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::support::{Ws, finish, processes_with, spawn, wait_for};
 
 /// A daemon serving a workspace; ended (SIGTERM, then waited for) when dropped.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Option<std::process::Child>,
     addr: String,
     token: String,
@@ -19,7 +19,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(ws: &Ws, extra: &[&str]) -> Self {
+    pub(crate) fn start(ws: &Ws, extra: &[&str]) -> Self {
         let mut args = vec!["serve", "--addr", "127.0.0.1:0", "--heartbeat-ms", "200", "--json"];
         args.extend_from_slice(extra);
         let mut child = spawn(ws, &args);
@@ -35,17 +35,22 @@ impl Daemon {
         Self { child: Some(child), addr: started["addr"].as_str().expect("addr").to_owned(), token, http }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    fn get(&self, path: &str) -> (u16, Value) {
+    pub(crate) fn get(&self, path: &str) -> (u16, Value) {
         let r = self.http.get(self.url(path)).bearer_auth(&self.token).send().expect("GET");
         (r.status().as_u16(), r.json().unwrap_or(Value::Null))
     }
 
-    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+    pub(crate) fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         let r = self.http.post(self.url(path)).bearer_auth(&self.token).json(body).send().expect("POST");
+        (r.status().as_u16(), r.json().unwrap_or(Value::Null))
+    }
+
+    pub(crate) fn delete(&self, path: &str) -> (u16, Value) {
+        let r = self.http.delete(self.url(path)).bearer_auth(&self.token).send().expect("DELETE");
         (r.status().as_u16(), r.json().unwrap_or(Value::Null))
     }
 
@@ -62,12 +67,12 @@ impl Daemon {
         }
     }
 
-    fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
     }
 
     /// SIGTERM, then the exit code and stderr.
-    fn stop(mut self) -> (i32, String) {
+    pub(crate) fn stop(mut self) -> (i32, String) {
         let child = self.child.take().expect("running");
         let _ = nix_kill(child.id() as i32, "TERM");
         let (code, _, stderr) = finish(child);
@@ -84,7 +89,7 @@ impl Drop for Daemon {
     }
 }
 
-fn nix_kill(pid: i32, signal: &str) -> std::io::Result<std::process::ExitStatus> {
+pub(crate) fn nix_kill(pid: i32, signal: &str) -> std::io::Result<std::process::ExitStatus> {
     std::process::Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status()
 }
 

@@ -145,7 +145,8 @@ def main():
                 write(a["text"])
                 got = read_until(lambda b: len(b) >= len(a.get("expect", "x")), a.get("timeout", 30))
                 log("answer", prompt=a.get("name", ""), keys=got.decode("utf-8", "replace"))
-                write("\x1b[2J\x1b[H⎿  answered %r\n" % got.decode("utf-8", "replace"))
+                if not a.get("keep"):
+                    write("\x1b[2J\x1b[H⎿  answered %r\n" % got.decode("utf-8", "replace"))
             elif do == "quota":
                 reset = datetime.datetime.now().astimezone() + datetime.timedelta(seconds=a.get("in_seconds", 3))
                 hour = reset.strftime("%I").lstrip("0") or "12"

@@ -227,3 +227,195 @@ impl utoipa::PartialSchema for Respond {
 }
 
 impl utoipa::ToSchema for Respond {}
+
+/// `POST /api/sessions/{id}/task-auto` (seed 002's body).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StartAuto {
+    /// The task module: a directory inside the workspace holding `.target.md` and `.index.md`
+    /// (`loopwright auto init`), relative to the workspace's root or absolute.
+    #[schema(min_length = 1)]
+    pub task_dir: String,
+    /// Iterations before the loop is stopped (default `[auto] max_iterations`, 20).
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub max_iterations: Option<u32>,
+    /// Minutes before the loop is stopped, quota waits excluded (default `[auto]
+    /// timeout_minutes`, 30).
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0)]
+    pub timeout_minutes: Option<f64>,
+    /// The agent: an agent file's name or a preset (default: the workspace's default runner).
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Seconds between two looks at the agent's screen (default `[auto] heartbeat_seconds`).
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0)]
+    pub heartbeat_seconds: Option<f64>,
+}
+
+/// A verification command the supervisor ran when the loop said it was done.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AutoCheck {
+    /// The command.
+    pub command: String,
+    /// Its exit code (null: ended by a signal or its deadline).
+    pub exit_code: Option<i32>,
+    /// True when it passed.
+    pub passed: bool,
+    /// The end of its output.
+    pub output_tail: String,
+}
+
+/// An auto loop's status object (SPEC §10), as `auto status --json` prints it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AutoLoop {
+    /// The session.
+    pub session_name: String,
+    /// The task module (absolute).
+    pub task_dir: String,
+    /// `running`, `needs_human`, `quota_wait`, `complete`, `blocked`, `stopped` or `failed`.
+    pub status: String,
+    /// The agent.
+    pub agent: String,
+    /// Iterations completed.
+    pub iteration: u64,
+    /// `maxIterations`.
+    pub max_iterations: u64,
+    /// Seconds supervised, quota waits excluded.
+    pub elapsed_s: f64,
+    /// `timeoutMinutes` in seconds.
+    pub timeout_s: f64,
+    /// The latest signal's step.
+    pub step: String,
+    /// Its result.
+    pub result: String,
+    /// What the agent runs next.
+    pub next: String,
+    /// Its checkpoint.
+    pub checkpoint: String,
+    /// When the latest valid signal came.
+    pub last_signal_at: Option<String>,
+    /// Unchanged screens in a row.
+    pub stall_count: u32,
+    /// Recoveries in this iteration.
+    pub recovery_count_step: u32,
+    /// Recoveries in all.
+    pub recovery_count_total: u32,
+    /// Restarts of the agent.
+    pub restart_count: u32,
+    /// When the current quota wait began.
+    pub quota_wait_since: Option<String>,
+    /// When the quota resets.
+    pub quota_resets_at: Option<String>,
+    /// The agent's own conversation id.
+    pub agent_session_id: Option<String>,
+    /// Why the loop was stopped: `timeout`, `max_iterations`, `user_stop` or `stall_limit`.
+    pub stop_reason: Option<String>,
+    /// When the loop started.
+    pub started_at: String,
+    /// What a person must look at (status `needs_human`), with the screen excerpt.
+    pub needs_human: Option<String>,
+    /// The verification checks, latest run.
+    pub checks: Vec<AutoCheck>,
+    /// Seconds spent in quota waits.
+    pub quota_paused_s: f64,
+    /// Which loop of the session this is (keys its supervision journal).
+    pub loop_id: String,
+}
+
+impl From<loopwright_auto::supervisor::AutoStatus> for AutoLoop {
+    fn from(s: loopwright_auto::supervisor::AutoStatus) -> Self {
+        Self {
+            session_name: s.session_name,
+            task_dir: s.task_dir,
+            status: s.status,
+            agent: s.agent,
+            iteration: s.iteration,
+            max_iterations: s.max_iterations,
+            elapsed_s: s.elapsed_s,
+            timeout_s: s.timeout_s,
+            step: s.step,
+            result: s.result,
+            next: s.next,
+            checkpoint: s.checkpoint,
+            last_signal_at: s.last_signal_at,
+            stall_count: s.stall_count,
+            recovery_count_step: s.recovery_count_step,
+            recovery_count_total: s.recovery_count_total,
+            restart_count: s.restart_count,
+            quota_wait_since: s.quota_wait_since,
+            quota_resets_at: s.quota_resets_at,
+            agent_session_id: s.agent_session_id,
+            stop_reason: s.stop_reason,
+            started_at: s.started_at,
+            needs_human: s.needs_human,
+            checks: s
+                .checks
+                .into_iter()
+                .map(|c| AutoCheck {
+                    command: c.command,
+                    exit_code: c.exit_code,
+                    passed: c.passed,
+                    output_tail: c.output_tail,
+                })
+                .collect(),
+            quota_paused_s: s.quota_paused_s,
+            loop_id: s.loop_id,
+        }
+    }
+}
+
+/// `GET /api/task-auto/lookup` query.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct LookupQuery {
+    /// The task module's directory (relative to the workspace's root, or absolute).
+    pub task_dir: String,
+}
+
+/// `GET /api/task-auto/lookup`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AutoLookup {
+    /// The session whose loop works on the directory.
+    pub session_name: String,
+    /// Its status.
+    pub status: String,
+}
+
+/// `GET /api/sessions/{id}/task-auto/screen`: the agent's terminal now, read-only.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AutoScreen {
+    /// The session.
+    pub session_name: String,
+    /// The visible rows, one line each (the last screen once the agent exited).
+    pub screen: String,
+    /// True while the agent runs.
+    pub alive: bool,
+}
+
+/// `GET /api/sessions/{id}/task-auto/log` query.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct AutoLogQuery {
+    /// Only entries after this id.
+    pub after: Option<i64>,
+}
+
+/// An entry of a loop's supervision journal.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AutoLogEntry {
+    /// Its id (increasing).
+    pub id: i64,
+    /// When.
+    pub at: String,
+    /// `started`, `signal`, `signal_invalid`, `verdict`, `keys`, `needs_human`, `stall`,
+    /// `quota_wait`, `quota_resume`, `exited`, `restart`, `stop_requested`, `verified`,
+    /// `finished`, …
+    pub kind: String,
+    /// Its details (the screen excerpt it was based on, …).
+    #[schema(value_type = Object)]
+    pub data: serde_json::Value,
+}

@@ -3,6 +3,7 @@
 //! check around all of it.
 
 pub mod auth;
+pub mod auto;
 pub mod dto;
 pub mod error;
 pub mod events;
@@ -62,6 +63,11 @@ pub fn router() -> (Router<Arc<Shared>>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::stats))
         .routes(routes!(runs::agents))
         .routes(routes!(runs::patterns_test))
+        .routes(routes!(auto::start, auto::get, auto::stop))
+        .routes(routes!(auto::list))
+        .routes(routes!(auto::lookup))
+        .routes(routes!(auto::screen))
+        .routes(routes!(auto::log))
         .split_for_parts();
     doc.info.version = env!("CARGO_PKG_VERSION").into();
     refusals(&mut doc);

@@ -1,0 +1,142 @@
+//! Auto mode's endpoints (SPEC §10, seed 002's paths and bodies): start, stop and read the
+//! loop of a session, find the session working on a task directory; and for the dashboard
+//! every loop, a loop's live screen and its supervision journal.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use loopwright_app::ops::auto::{self, StartRequest};
+
+use super::dto::{AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoScreen, LookupQuery, StartAuto};
+use super::error::{ApiError, ErrorBody, Json, Query};
+use crate::Shared;
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Runs a blocking read of the journal or a holder off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, loopwright_app::Error> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::from(loopwright_app::Error::Internal(e.into())))?
+        .map_err(ApiError::from)
+}
+
+/// Starts an auto loop in session `id`: the agent gets the protocol as its first message and
+/// runs the task module's loop; the daemon supervises it.
+#[utoipa::path(post, path = "/api/sessions/{id}/task-auto", tag = "auto", request_body = StartAuto,
+    params(("id" = String, Path, description = "The session's name (letters, digits, `-`, `_`, `.`)")),
+    responses((status = 201, description = "The loop started", body = AutoLoop),
+              (status = 403, description = "taskDir lies outside the workspace", body = ErrorBody),
+              (status = 404, description = "No task module at taskDir, or no such agent", body = ErrorBody),
+              (status = 409, description = "The session or the task directory already runs a loop", body = ErrorBody),
+              (status = 413, body = ErrorBody),
+              (status = 422, description = "`.target.md` has no substance (\"fill .target.md first\"), or a bad value", body = ErrorBody)))]
+pub async fn start(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Json(body): Json<StartAuto>,
+) -> ApiResult<Response> {
+    let req = StartRequest {
+        task_dir: PathBuf::from(body.task_dir),
+        session: Some(id),
+        agent: body.agent,
+        max_iterations: body.max_iterations,
+        timeout_minutes: body.timeout_minutes,
+        heartbeat_seconds: body.heartbeat_seconds,
+    };
+    let status = shared.auto.start(req).await?;
+    Ok((StatusCode::CREATED, axum::Json(AutoLoop::from(status))).into_response())
+}
+
+/// The status object of session `id`'s loop (the latest one).
+#[utoipa::path(get, path = "/api/sessions/{id}/task-auto", tag = "auto",
+    params(("id" = String, Path, description = "The session's name")),
+    responses((status = 200, body = AutoLoop), (status = 404, body = ErrorBody)))]
+pub async fn get(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<axum::Json<AutoLoop>> {
+    let store = Arc::clone(&shared.auto_store);
+    Ok(axum::Json(blocking(move || auto::session_status(&store, &id)).await?.into()))
+}
+
+/// Asks session `id`'s loop to stop gracefully: `.auto-stop` with reason `user_stop`; the
+/// agent finishes its step and leaves the loop (ended after the stop grace otherwise).
+#[utoipa::path(delete, path = "/api/sessions/{id}/task-auto", tag = "auto",
+    params(("id" = String, Path, description = "The session's name")),
+    responses((status = 200, description = "The stop was asked for: the loop's status", body = AutoLoop),
+              (status = 404, body = ErrorBody),
+              (status = 409, description = "The loop already ended", body = ErrorBody)))]
+pub async fn stop(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<axum::Json<AutoLoop>> {
+    let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
+    Ok(axum::Json(
+        blocking(move || {
+            let status = auto::session_status(&store, &id)?;
+            auto::stop(&ws, &store, &status.session_name)
+        })
+        .await?
+        .into(),
+    ))
+}
+
+/// Every auto loop of the workspace, newest first.
+#[utoipa::path(get, path = "/api/task-auto", tag = "auto", responses((status = 200, body = Vec<AutoLoop>)))]
+pub async fn list(State(shared): State<Arc<Shared>>) -> ApiResult<axum::Json<Vec<AutoLoop>>> {
+    let store = Arc::clone(&shared.auto_store);
+    let all = blocking(move || auto::list(&store)).await?;
+    Ok(axum::Json(all.into_iter().map(AutoLoop::from).collect()))
+}
+
+/// The session whose loop works on a task directory.
+#[utoipa::path(get, path = "/api/task-auto/lookup", tag = "auto", params(LookupQuery),
+    responses((status = 200, body = AutoLookup), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
+pub async fn lookup(
+    State(shared): State<Arc<Shared>>,
+    Query(q): Query<LookupQuery>,
+) -> ApiResult<axum::Json<AutoLookup>> {
+    let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
+    let found = blocking(move || auto::lookup(&ws, &store, std::path::Path::new(&q.task_dir))).await?;
+    Ok(axum::Json(AutoLookup { session_name: found.session_name, status: found.status }))
+}
+
+/// What session `id`'s agent shows in its terminal now (read-only).
+#[utoipa::path(get, path = "/api/sessions/{id}/task-auto/screen", tag = "auto",
+    params(("id" = String, Path, description = "The session's name")),
+    responses((status = 200, body = AutoScreen), (status = 404, body = ErrorBody)))]
+pub async fn screen(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<axum::Json<AutoScreen>> {
+    let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
+    let s = blocking(move || auto::screen(&ws, &store, &id)).await?;
+    Ok(axum::Json(AutoScreen { session_name: s.session_name, screen: s.screen, alive: s.alive }))
+}
+
+/// Session `id`'s supervision journal (its latest loop): every signal, verdict, keystroke
+/// sent with the screen excerpt it answered, wait, restart and stop.
+#[utoipa::path(get, path = "/api/sessions/{id}/task-auto/log", tag = "auto",
+    params(("id" = String, Path, description = "The session's name"), AutoLogQuery),
+    responses((status = 200, body = Vec<AutoLogEntry>), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn log(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Query(q): Query<AutoLogQuery>,
+) -> ApiResult<axum::Json<Vec<AutoLogEntry>>> {
+    let store = Arc::clone(&shared.auto_store);
+    let entries = blocking(move || {
+        let status = auto::session_status(&store, &id)?;
+        Ok(store.auto_log_since(&status.loop_id, q.after.unwrap_or(0))?)
+    })
+    .await?;
+    Ok(axum::Json(
+        entries
+            .into_iter()
+            .map(|e| AutoLogEntry {
+                id: e.id,
+                at: e.at,
+                kind: e.kind,
+                data: serde_json::from_str(&e.data).unwrap_or_else(|_| serde_json::json!({ "text": e.data })),
+            })
+            .collect(),
+    ))
+}
