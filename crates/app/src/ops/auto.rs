@@ -50,15 +50,32 @@ pub fn init(ws: &Workspace, dir: &Path, target: &str) -> Result<PathBuf> {
 /// The task module named by `dir`, absolute and inside the workspace.
 pub fn task_dir(ws: &Workspace, dir: &Path) -> Result<PathBuf> {
     let joined = if dir.is_absolute() { dir.to_owned() } else { ws.root.join(dir) };
+    let root = std::fs::canonicalize(&ws.root).unwrap_or_else(|_| ws.root.clone());
+    let outside = |path: &Path| {
+        Error::Forbidden(format!(
+            "{} lies outside the workspace {}: a loop may only work inside it",
+            path.display(),
+            root.display()
+        ))
+    };
+    // Outside as written (whether it exists or not), then outside once links are resolved.
+    let mut lexical = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                lexical.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    if !lexical.starts_with(&root) && !lexical.starts_with(&ws.root) {
+        return Err(outside(&lexical));
+    }
     let canonical = std::fs::canonicalize(&joined)
         .map_err(|e| Error::not_found(format!("no task module at {}: {e}", joined.display())))?;
-    let root = std::fs::canonicalize(&ws.root).unwrap_or_else(|_| ws.root.clone());
     if !canonical.starts_with(&root) {
-        return Err(Error::Forbidden(format!(
-            "{} lies outside the workspace {}: a loop may only work inside it",
-            canonical.display(),
-            root.display()
-        )));
+        return Err(outside(&canonical));
     }
     if !canonical.join(module::INDEX).is_file() {
         return Err(Error::not_found(format!(

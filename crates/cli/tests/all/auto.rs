@@ -497,6 +497,8 @@ fn the_daemon_supervises_a_loop_started_from_the_cli_and_the_api_answers_as_seed
     assert_eq!(code, 403, "{body}");
     let (code, body) = post("two", json!({ "taskDir": "../../etc" }));
     assert_eq!(code, 403, "{body}");
+    let (code, body) = post("two", json!({ "taskDir": "/nonexistent/module" }));
+    assert_eq!(code, 403, "outside as written, whether it exists or not: {body}");
     let (code, body) = post("two", json!({ "taskDir": "nowhere" }));
     assert_eq!(code, 404, "{body}");
     let (code, body) = post("two", json!({ "taskDir": "other", "agent": "nobody" }));
