@@ -58,6 +58,9 @@ pub struct Exit {
     pub at: String,
 }
 
+/// Between typed text and the Enter that submits it (see [`Request::Send`]).
+const SUBMIT_DELAY: Duration = Duration::from_millis(150);
+
 /// A request to the holder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -68,6 +71,10 @@ pub enum Request {
     Send {
         /// The text (keys as the terminal sends them: `\r` is Enter, `\u{1b}` Esc).
         text: String,
+        /// Then press Enter, a moment later: a TUI that reads a burst of input as a paste
+        /// (Claude Code does) takes an Enter inside the burst for a newline, not a submit.
+        #[serde(default)]
+        submit: bool,
     },
     /// Signal the agent's process group (`TERM`, `KILL`, `INT`).
     Signal {
@@ -350,15 +357,24 @@ fn serve(stream: UnixStream, shared: &Shared, quit: &std::sync::atomic::AtomicBo
         let response = match serde_json::from_str::<Request>(&line) {
             Err(e) => Response { error: Some(format!("bad request: {e}")), ..Response::default() },
             Ok(Request::Screen) => shared.response(),
-            Ok(Request::Send { text }) => {
+            Ok(Request::Send { text, submit }) => {
                 // What is on screen now is older than this keystroke.
                 shared.term().stamp();
                 let mut r = shared.response();
-                if r.exit.is_some() {
-                    r.error = Some("the agent has exited".into());
-                } else if let Err(e) = shared.send(text.as_bytes()) {
-                    r.error = Some(e.to_string());
-                }
+                let sent = if r.exit.is_some() {
+                    Err("the agent has exited".to_owned())
+                } else {
+                    shared.send(text.as_bytes()).map_err(|e| e.to_string())
+                };
+                let sent = sent.and_then(|()| {
+                    if submit {
+                        std::thread::sleep(SUBMIT_DELAY);
+                        shared.send(b"\r").map_err(|e| e.to_string())
+                    } else {
+                        Ok(())
+                    }
+                });
+                r.error = sent.err();
                 r
             }
             Ok(Request::Signal { signal }) => {

@@ -477,7 +477,13 @@ impl Supervisor {
         let shown = if text.len() > 200 { format!("({} characters)", text.chars().count()) } else { text.to_owned() };
         self.log("keys", json!({ "keys": shown, "why": why, "excerpt": excerpt }));
         self.save();
-        match self.holder.request(&Request::Send { text: text.to_owned() }) {
+        // Text that ends with Enter is typed, then submitted with an Enter of its own; a lone
+        // key (`1`, `y`, Enter) is sent as it is.
+        let request = match text.strip_suffix('\r') {
+            Some(body) if !body.is_empty() => Request::Send { text: body.to_owned(), submit: true },
+            _ => Request::Send { text: text.to_owned(), submit: false },
+        };
+        match self.holder.request(&request) {
             Ok(_) => true,
             Err(e) => {
                 self.log("error", json!({ "sending": why, "error": e.to_string() }));

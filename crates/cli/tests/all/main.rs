@@ -5,6 +5,7 @@ mod auto;
 mod bad_input;
 mod bench;
 mod chaos;
+mod claude_tui;
 mod closed_loop;
 mod crashes;
 mod daemon;

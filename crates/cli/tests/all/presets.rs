@@ -78,16 +78,26 @@ fn clis() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/agent-clis")
 }
 
+/// Installs the real CLIs into [`clis`] once per test process (`scripts/install-agent-clis.sh`,
+/// idempotent); the tests that use them call this first, so two never install at once.
+pub fn installed_clis() -> PathBuf {
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let install =
+            std::process::Command::new("bash").arg(root.join("scripts/install-agent-clis.sh")).arg(clis()).output();
+        if let Ok(out) = &install
+            && !out.status.success()
+        {
+            eprintln!("note: some agent CLIs could not be installed:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+    });
+    clis()
+}
+
 #[test]
 fn every_flag_a_preset_uses_is_accepted_by_the_installed_cli() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let install =
-        std::process::Command::new("bash").arg(root.join("scripts/install-agent-clis.sh")).arg(clis()).output();
-    if let Ok(out) = &install
-        && !out.status.success()
-    {
-        eprintln!("note: some agent CLIs could not be installed:\n{}", String::from_utf8_lossy(&out.stderr));
-    }
+    installed_clis();
     let ws = Ws::empty();
     preset_agents(&ws);
     let bin = clis().join("node_modules/.bin");

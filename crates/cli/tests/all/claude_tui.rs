@@ -1,0 +1,308 @@
+//! The real Claude Code TUI (npm `@anthropic-ai/claude-code`, installed by
+//! `scripts/install-agent-clis.sh`) supervised by `loopwright auto start`, offline: its Messages
+//! API is a scripted server on 127.0.0.1 (`ANTHROPIC_BASE_URL`), its HOME a seeded temporary
+//! directory (no onboarding, the key approved, the workspace trusted: see
+//! `../shared/research/claude-tui-offline.md`). What it shows: the CLI starts in loopwright's
+//! pseudo-terminal with the protocol as its first message and `--session-id`; its permission
+//! prompt for a `Write` is read off the real screen and answered with `1`; the `.auto-signal`
+//! it writes is journaled; after `/exit` its exit banner names the session, and the supervisor
+//! restarts it with `claude --resume ID`, the conversation carried over.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{Ws, finish};
+
+/// Anthropic's streamed answer: `event:` + `data:` lines, as the SDK reads them.
+fn stream(blocks: &[Value], stop_reason: &str) -> String {
+    let mut out = String::new();
+    let mut event = |name: &str, data: Value| out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    event(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_lw", "type": "message", "role": "assistant",
+            "model": "claude-test", "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+    );
+    for (i, block) in blocks.iter().enumerate() {
+        match block["type"].as_str() {
+            Some("tool_use") => {
+                let start = json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}});
+                event(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": i, "content_block": start}),
+                );
+                let delta = json!({"type": "input_json_delta", "partial_json": block["input"].to_string()});
+                event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": delta}));
+            }
+            _ => {
+                let start = json!({"type": "text", "text": ""});
+                event(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": i, "content_block": start}),
+                );
+                let delta = json!({"type": "text_delta", "text": block["text"]});
+                event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": delta}));
+            }
+        }
+        event("content_block_stop", json!({"type": "content_block_stop", "index": i}));
+    }
+    event(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 20}}),
+    );
+    event("message_stop", json!({"type": "message_stop"}));
+    out
+}
+
+/// What the scripted model says, by what it is asked: the first turn (the protocol) writes
+/// `.auto-signal`; after the tool's result it is done; a resumed session says so (its last user
+/// message is the supervisor's resume message, merged with the earlier tool result).
+fn answer(body: &Value, signal_path: &Path) -> (&'static str, String) {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().map(Value::to_string).unwrap_or_default();
+    if body["tools"].as_array().is_none_or(Vec::is_empty) {
+        return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+    }
+    if last.contains("You were restarted") {
+        return ("resumed", stream(&[json!({"type": "text", "text": "Resumed where the loop was."})], "end_turn"));
+    }
+    if last.contains("tool_result") {
+        return (
+            "after_tool",
+            stream(&[json!({"type": "text", "text": "Planned: the signal is written."})], "end_turn"),
+        );
+    }
+    if !messages.iter().any(|m| m["role"] == "assistant") {
+        let signal = json!({"step": "plan", "result": "(generated)", "next": "check", "checkpoint": "post-plan",
+            "iteration": 1, "timestamp": "2026-01-01T00:00:00Z"});
+        let write = json!({"type": "tool_use", "id": "toolu_lw1", "name": "Write",
+            "input": {"file_path": signal_path.display().to_string(), "content": signal.to_string()}});
+        return ("first", stream(&[json!({"type": "text", "text": "Writing the plan signal."}), write], "tool_use"));
+    }
+    ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"))
+}
+
+/// The scripted Messages API: every request recorded with the kind of answer it got.
+struct Api {
+    port: u16,
+    seen: Arc<Mutex<Vec<(String, String, Value)>>>,
+}
+
+impl Api {
+    fn start(signal_path: PathBuf) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+                let (mut first, mut length) = (String::new(), 0usize);
+                if reader.read_line(&mut first).unwrap_or(0) == 0 {
+                    continue;
+                }
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let path = first.split_whitespace().nth(1).unwrap_or_default().to_owned();
+                let (kind, reply) = if path.starts_with("/v1/messages") && !path.contains("count_tokens") {
+                    let (kind, text) = answer(&body, &signal_path);
+                    (
+                        kind.to_owned(),
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{text}"
+                        ),
+                    )
+                } else {
+                    let text = r#"{"type":"error","error":{"type":"not_found_error","message":"not here"}}"#;
+                    (
+                        "other".to_owned(),
+                        format!(
+                            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                            text.len()
+                        ),
+                    )
+                };
+                log.lock().expect("lock").push((path, kind, body));
+                let _ = conn.write_all(reply.as_bytes());
+                let _ = conn.flush();
+            }
+        });
+        Self { port, seen }
+    }
+
+    fn kinds(&self) -> Vec<String> {
+        self.seen.lock().expect("lock").iter().map(|(_, k, _)| k.clone()).collect()
+    }
+
+    fn shown(&self) -> String {
+        let seen = self.seen.lock().expect("lock");
+        let lines: Vec<String> = seen
+            .iter()
+            .map(|(path, kind, body)| {
+                let roles: Vec<String> = body["messages"]
+                    .as_array()
+                    .map(|m| m.iter().map(|m| m["role"].as_str().unwrap_or("?").to_owned()).collect())
+                    .unwrap_or_default();
+                format!("{path} → {kind} (messages {roles:?}, tools {})", body["tools"].as_array().map_or(0, Vec::len))
+            })
+            .collect();
+        lines.join("\n")
+    }
+
+    fn body_of(&self, kind: &str) -> Option<Value> {
+        self.seen.lock().expect("lock").iter().find(|(_, k, _)| k == kind).map(|(_, _, b)| b.clone())
+    }
+}
+
+/// One request to the holder of the session (its Unix socket, line-JSON).
+fn holder(ws: &Ws, request: Value) -> Value {
+    let sock = ws.path().join(".loopwright/state/auto/mod/holder.sock");
+    let Ok(mut stream) = std::os::unix::net::UnixStream::connect(&sock) else { return Value::Null };
+    let _ = stream.write_all(format!("{request}\n").as_bytes());
+    let mut line = String::new();
+    let _ = BufReader::new(stream).read_line(&mut line);
+    serde_json::from_str(&line).unwrap_or(Value::Null)
+}
+
+fn wait_until(what: &str, seconds: u64, mut check: impl FnMut() -> bool, shown: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", shown());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_real_claude_code_tui_is_started_answered_and_resumed_after_its_exit() {
+    let claude = crate::presets::installed_clis().join("node_modules/.bin/claude");
+    let version = std::process::Command::new(&claude).arg("--version").output();
+    let Some(version) = version.ok().filter(|v| v.status.success()) else {
+        eprintln!("skipped: Claude Code is not installed ({}): its TUI was not driven", claude.display());
+        return;
+    };
+    eprintln!("driving {}", String::from_utf8_lossy(&version.stdout).trim());
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/config.toml",
+        "[auto]\nheartbeat_seconds = 0.3\nstall_captures = 200\nstop_grace_seconds = 1\n",
+    );
+    ws.write(
+        ".loopwright/agents/claude.md",
+        &format!("---\nrunner: claude\ncommand: [\"{}\"]\n---\nClaude Code.\n", claude.display()),
+    );
+    let (code, _, err) = ws.run(&["auto", "init", "mod", "--target", "Add a greeting file."]);
+    assert_eq!(code, 0, "{err}");
+    ws.init_git();
+    let root = std::fs::canonicalize(ws.path()).expect("root");
+    let task = root.join("mod");
+    let api = Api::start(task.join(".auto-signal"));
+
+    // A HOME where onboarding is done, the key approved and the workspace trusted.
+    let home = tempfile::tempdir().expect("home");
+    let key = "sk-ant-loopwright-offline-test-key";
+    let seed = json!({"hasCompletedOnboarding": true, "numStartups": 1,
+        "customApiKeyResponses": {"approved": [&key[key.len() - 20..]], "rejected": []},
+        "projects": {root.display().to_string(): {"hasTrustDialogAccepted": true, "allowedTools": []}}});
+    std::fs::write(home.path().join(".claude.json"), seed.to_string()).expect("seed");
+
+    let supervisor = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(["auto", "start", "mod", "--agent", "claude"])
+        .current_dir(ws.path())
+        .env("HOME", home.path())
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{}", api.port))
+        .env("ANTHROPIC_API_KEY", key)
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("CLAUDE_CODE_DISABLE_TERMINAL_TITLE", "1")
+        .env("LANG", "C.UTF-8")
+        .env_remove("TMUX")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("auto start");
+    // (Empty until the supervisor created the journal.)
+    let journal = || {
+        let (_, out, _) = ws.run(&["auto", "log", "mod", "--json"]);
+        let log: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+        log["entries"].as_array().cloned().unwrap_or_default()
+    };
+    let kinds = || journal().iter().map(|e| e["kind"].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>();
+    let screen = || holder(&ws, json!({"op": "screen"}))["screen"].as_str().unwrap_or_default().to_owned();
+    let shown = || format!("journal: {:#?}\nrequests:\n{}\nscreen:\n{}", journal(), api.shown(), screen());
+
+    // The permission prompt answered, the signal written by Claude Code and journaled, the turn over.
+    wait_until("the signal", 90, || kinds().contains(&"signal".to_owned()), shown);
+    wait_until(
+        "the end of the turn",
+        60,
+        || api.kinds().contains(&"after_tool".to_owned()) && screen().contains("Planned"),
+        shown,
+    );
+    let entries = journal();
+    let started = entries.iter().find(|e| e["kind"] == "agent_started").expect("agent_started");
+    let argv: Vec<String> = serde_json::from_value(started["data"]["argv"].clone()).expect("argv");
+    let id = started["data"]["session_id"].as_str().expect("session id").to_owned();
+    assert_eq!(argv[1..3], ["--session-id".to_owned(), id.clone()], "{argv:?}");
+    let keys = entries.iter().find(|e| e["kind"] == "keys" && e["data"]["why"] == "edit prompt").expect("an answer");
+    assert_eq!(keys["data"]["keys"], "1");
+    assert!(
+        keys["data"]["excerpt"].as_str().unwrap_or_default().contains("Do you want to create .auto-signal?"),
+        "{keys:#}"
+    );
+    let signal = entries.iter().find(|e| e["kind"] == "signal").expect("signal");
+    assert_eq!(
+        (&signal["data"]["signal"]["step"], &signal["data"]["signal"]["next"]),
+        (&json!("plan"), &json!("check")),
+        "{signal:#}"
+    );
+    let first = api.body_of("first").expect("the first turn");
+    assert!(first["messages"][0].to_string().contains(".auto-signal"), "the protocol was the first message");
+
+    // A person types /exit: the banner names the session; the supervisor resumes it.
+    holder(&ws, json!({"op": "send", "text": "/exit"}));
+    std::thread::sleep(Duration::from_millis(700));
+    holder(&ws, json!({"op": "send", "text": "\r"}));
+    wait_until("the restart", 60, || kinds().contains(&"restart".to_owned()), shown);
+    wait_until("the resumed turn", 60, || api.kinds().contains(&"resumed".to_owned()), shown);
+    let entries = journal();
+    let exited = entries.iter().find(|e| e["kind"] == "exited").expect("exited");
+    assert_eq!((&exited["data"]["code"], &exited["data"]["session_id"]), (&json!(0), &json!(id)), "{exited:#}");
+    assert!(exited["data"]["excerpt"].as_str().unwrap_or_default().contains(&format!("claude --resume {id}")));
+    let again: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "agent_started").collect();
+    assert_eq!(again.len(), 2);
+    let argv: Vec<String> = serde_json::from_value(again[1]["data"]["argv"].clone()).expect("argv");
+    assert_eq!(argv[1..3], ["--resume".to_owned(), id.clone()], "{argv:?}");
+    // The resumed request carries the first turn's conversation.
+    let resumed = api.body_of("resumed").expect("resumed");
+    assert!(resumed["messages"].to_string().contains("toolu_lw1"), "{resumed:#}");
+    assert!(resumed["messages"].to_string().contains("You were restarted."), "{resumed:#}");
+
+    // Stopped: the scripted model never reads `.auto-stop`; after the grace the agent is ended.
+    let (code, _, err) = ws.run(&["auto", "stop", "mod"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = finish(supervisor);
+    assert_eq!(code, 4, "{out}\n{err}\n{}", shown());
+    let (_, status, _) = ws.json(&["auto", "status", "mod"]);
+    assert_eq!(
+        (&status["status"], &status["stop_reason"], &status["restart_count"]),
+        (&json!("stopped"), &json!("user_stop"), &json!(1))
+    );
+}
