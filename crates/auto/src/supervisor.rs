@@ -574,9 +574,13 @@ impl Supervisor {
             return;
         }
         let reading = screen::read(&self.new_rows(&screen), now(), &jiff::tz::TimeZone::system());
-        let fresh = screen.output_bytes > self.p.internal.last_action_output
-            && screen::masked_hash(&screen.screen) != self.p.internal.last_action_hash;
+        // Output since the last keystroke, and what is read of it is new: with the holder's
+        // row ages the old rows are already blanked from the reading (so the same prompt asked
+        // again on an identical screen is answered again); without them, a screen that differs.
         let hash = screen::masked_hash(&screen.screen);
+        let aged = screen.row_ages.len() == screen.screen.split('\n').count();
+        let fresh = screen.output_bytes > self.p.internal.last_action_output
+            && (aged || hash != self.p.internal.last_action_hash);
 
         // Quota wait: the clock is paused, nothing is typed until the reset.
         if self.p.status.quota_wait_since.is_some() {

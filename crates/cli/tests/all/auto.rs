@@ -601,3 +601,22 @@ fn a_daemon_killed_mid_loop_is_followed_by_one_that_reattaches_without_typing_an
     assert_eq!(answers, 1, "{entries:#?}");
     assert_eq!(kinds(&entries).iter().filter(|k| *k == "agent_started").count(), 1);
 }
+
+#[test]
+fn the_same_prompt_asked_again_on_an_identical_screen_is_answered_each_time() {
+    // The agent clears its screen after each answer and asks the very same question again: the
+    // screens at the three questions are identical, yet each question is new output.
+    let prompt = json!({ "do": "prompt", "name": "edit", "expect": "1",
+        "text": "● Write(plan.md)\n Do you want to create plan.md?\n ❯ 1. Yes\n   2. No\n" });
+    let spin = json!({ "do": "spin", "seconds": 0.3 });
+    let mut actions = vec![prompt.clone(), spin.clone(), prompt.clone(), spin, prompt];
+    actions.extend(whole_loop());
+    let (ws, _) = setup(json!([actions]), "");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 0, "{err}\n{status:#}");
+    let answers: Vec<Value> = agent_log(&ws).into_iter().filter(|e| e["kind"] == "answer").collect();
+    assert_eq!(answers.iter().map(|a| a["keys"].as_str().unwrap_or_default()).collect::<Vec<_>>(), ["1", "1", "1"]);
+    let typed =
+        supervision(&ws).into_iter().filter(|e| e["kind"] == "keys" && e["data"]["why"] == "edit prompt").count();
+    assert_eq!(typed, 3);
+}
