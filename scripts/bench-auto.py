@@ -194,7 +194,7 @@ def many(sessions, seconds):
     cycle = []
     for _ in range(int(seconds / 15) + 2):
         cycle += [{"do": "spin", "seconds": 15}, {"do": "prompt", "name": "edit", "text": PROMPT, "expect": "1"}]
-    ws = workspace(names, [cycle], 1)
+    ws = workspace(names, [cycle], 1, "stop_grace_seconds = 3\n")
     daemon = subprocess.Popen([BIN, "serve", "--addr", "127.0.0.1:0", "--json"], cwd=ws,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     addr = json.loads(daemon.stdout.readline())["addr"]
