@@ -8,7 +8,7 @@
 //! it writes is journaled; after `/exit` its exit banner names the session, and the supervisor
 //! restarts it with `claude --resume ID`, the conversation carried over.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -102,24 +102,12 @@ impl Api {
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { return };
-                let mut reader = BufReader::new(conn.try_clone().expect("clone"));
-                let (mut first, mut length) = (String::new(), 0usize);
-                if reader.read_line(&mut first).unwrap_or(0) == 0 {
+                let (head, body) = crate::http::read_request(&conn);
+                if head.is_empty() {
                     continue;
                 }
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                }
-                let mut body = vec![0u8; length];
-                let _ = reader.read_exact(&mut body);
                 let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let path = first.split_whitespace().nth(1).unwrap_or_default().to_owned();
+                let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
                 let (kind, reply) = if path.starts_with("/v1/messages") && !path.contains("count_tokens") {
                     let (kind, text) = answer(&body, &signal_path);
                     (

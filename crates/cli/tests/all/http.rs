@@ -43,6 +43,27 @@ pub fn openai_answer(text: &str, input: u64, output: u64) -> Reply {
     )
 }
 
+/// Reads one HTTP/1.1 request off a connection: its head (request line and headers, each
+/// ending `\r\n`) and its body (`content-length` bytes).
+pub fn read_request(conn: &std::net::TcpStream) -> (String, Vec<u8>) {
+    let mut reader = BufReader::new(conn);
+    let mut head = String::new();
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+        head.push_str(&line);
+    }
+    let mut body = vec![0u8; length];
+    let _ = reader.read_exact(&mut body);
+    (head, body)
+}
+
 /// A server answering connections in order; the requests it got (head and body).
 pub struct Server {
     pub port: u16,
@@ -59,21 +80,7 @@ impl Server {
             let mut held = Vec::new();
             for (reply, conn) in replies.into_iter().zip(listener.incoming()) {
                 let Ok(mut conn) = conn else { return };
-                let mut reader = BufReader::new(conn.try_clone().expect("clone"));
-                let mut head = String::new();
-                let mut length = 0usize;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                    head.push_str(&line);
-                }
-                let mut body = vec![0u8; length];
-                let _ = reader.read_exact(&mut body);
+                let (head, body) = read_request(&conn);
                 seen.lock().expect("lock").push(format!("{head}\n{}", String::from_utf8_lossy(&body)));
                 match reply {
                     Reply::Hang => held.push(conn),
