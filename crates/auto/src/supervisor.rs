@@ -341,7 +341,13 @@ impl Supervisor {
     /// `DELETE`). Returns the final status.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> AutoStatus {
         let (tx, mut files) = mpsc::unbounded_channel::<()>();
-        let _watcher = watch_dir(&self.task_dir, tx);
+        let watcher = watch_dir(&self.task_dir, tx);
+        // Without a watcher (inotify's limits reached, a file system without it) the files are
+        // read at every heartbeat instead: later, never missed.
+        let polling = watcher.is_err();
+        if let Err(e) = &watcher {
+            self.log("watch_unavailable", json!({ "error": e, "fallback": "reading the files every heartbeat" }));
+        }
         let heartbeat = Duration::from_secs_f64(self.settings.heartbeat_seconds.max(0.01));
         let mut tick = tokio::time::interval(heartbeat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -352,7 +358,14 @@ impl Supervisor {
                 break;
             }
             tokio::select! {
-                _ = tick.tick() => self.heartbeat().await,
+                _ = tick.tick() => {
+                    if polling {
+                        self.on_files().await;
+                    }
+                    if !is_final(&self.p.status.status) {
+                        self.heartbeat().await;
+                    }
+                }
                 Some(()) = files.recv() => {
                     while files.try_recv().is_ok() {}
                     self.on_files().await;
@@ -997,8 +1010,11 @@ fn read_capped(path: &Path, cap: u64) -> Option<String> {
 }
 
 /// Watches a module directory for changes of its signal and stop files.
-fn watch_dir(dir: &Path, tx: mpsc::UnboundedSender<()>) -> Option<notify::RecommendedWatcher> {
+fn watch_dir(dir: &Path, tx: mpsc::UnboundedSender<()>) -> Result<notify::RecommendedWatcher, String> {
     use notify::Watcher;
+    if std::env::var_os("LOOPWRIGHT_AUTO_NO_WATCH").is_some() {
+        return Err("LOOPWRIGHT_AUTO_NO_WATCH is set".into());
+    }
     let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
         if let Ok(ev) = ev
             && ev.paths.iter().any(|p| p.file_name().is_some_and(|n| n == module::SIGNAL || n == module::STOP))
@@ -1006,7 +1022,7 @@ fn watch_dir(dir: &Path, tx: mpsc::UnboundedSender<()>) -> Option<notify::Recomm
             let _ = tx.send(());
         }
     })
-    .ok()?;
-    watcher.watch(dir, notify::RecursiveMode::NonRecursive).ok()?;
-    Some(watcher)
+    .map_err(|e| e.to_string())?;
+    watcher.watch(dir, notify::RecursiveMode::NonRecursive).map_err(|e| e.to_string())?;
+    Ok(watcher)
 }

@@ -620,3 +620,21 @@ fn the_same_prompt_asked_again_on_an_identical_screen_is_answered_each_time() {
         supervision(&ws).into_iter().filter(|e| e["kind"] == "keys" && e["data"]["why"] == "edit prompt").count();
     assert_eq!(typed, 3);
 }
+
+#[test]
+fn without_a_file_watcher_the_signals_are_read_at_every_heartbeat() {
+    let (ws, _) = setup(json!([whole_loop()]), "");
+    let out = ws
+        .cmd()
+        .env("LOOPWRIGHT_AUTO_NO_WATCH", "1")
+        .args(["auto", "start", "mod", "--agent", "fake", "--json"])
+        .output()
+        .expect("auto start");
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{}\n{status:#}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!((&status["status"], &status["iteration"]), (&json!("complete"), &json!(6)));
+    let entries = supervision(&ws);
+    let k = kinds(&entries);
+    assert_eq!(k.iter().filter(|k| *k == "watch_unavailable").count(), 1, "{k:?}");
+    assert_eq!(k.iter().filter(|k| *k == "signal").count(), 6, "{k:?}");
+}
