@@ -66,6 +66,10 @@
     const form = $('#respond-form', current);
     const nextForm = $('#respond-form', next);
     if (form && nextForm) nextForm.replaceWith(form);
+    current.querySelectorAll('form.keys-form[id]').forEach((f) => {
+      const twin = next.querySelector(`#${CSS.escape(f.id)}`);
+      if (twin) twin.replaceWith(f);
+    });
     const comment = $('#answer-comment', current);
     const nextComment = $('#answer-comment', next);
     if (comment && nextComment) nextComment.value = comment.value;
@@ -287,6 +291,17 @@
     notice(`stopping ${session}…`);
     const r = await api('DELETE', `/api/sessions/${encodeURIComponent(session)}/task-auto`);
     notice(r.ok ? `${session}: stop asked (.auto-stop, user_stop); the agent finishes its step` : `stop: ${errorText(r)}`, !r.ok);
+    scheduleRefresh();
+  });
+  document.addEventListener('submit', async (e) => {
+    const form = e.target;
+    if (!form.classList.contains('keys-form')) return;
+    e.preventDefault();
+    const data = new FormData(form);
+    const session = form.dataset.session;
+    const r = await api('POST', `/api/sessions/${encodeURIComponent(session)}/task-auto/keys`,
+      { text: String(data.get('text') || ''), enter: data.get('enter') === 'on', by: by() });
+    notice(r.ok ? `${session}: typed (${by()})` : `type: ${errorText(r)}`, !r.ok);
     scheduleRefresh();
   });
   document.addEventListener('submit', async (e) => {

@@ -280,6 +280,53 @@ pub fn screen(ws: &Workspace, store: &SqliteStore, session: &str) -> Result<Scre
     Ok(Screen { session_name: status.session_name, screen, alive })
 }
 
+/// Types `text` into the terminal of session `session`'s agent for a person (`auto send`,
+/// `POST …/task-auto/keys`), then Enter when `enter`: how a prompt the policy would not
+/// answer gets its answer. Journaled as `keys` with who typed and the screen it answered.
+pub fn send_keys(
+    ws: &Workspace,
+    store: &SqliteStore,
+    session: &str,
+    text: &str,
+    enter: bool,
+    by: &str,
+) -> Result<AutoStatus> {
+    let status = session_status(store, session)?;
+    if supervisor::is_final(&status.status) {
+        return Err(Error::conflict(format!(
+            "the auto loop of session {} already ended ({}): there is no agent to type to",
+            status.session_name, status.status
+        )));
+    }
+    if text.is_empty() && !enter {
+        return Err(Error::usage("nothing to type: give the text, or ask for Enter"));
+    }
+    if text.chars().count() > 4096 {
+        return Err(Error::usage("at most 4096 characters at once"));
+    }
+    let client = holder::Client::new(&session_dir(ws, &status.session_name));
+    let excerpt = client
+        .request(&holder::Request::Screen)
+        .map(|r| supervisor::tail(&r.screen, 8))
+        .map_err(|e| Error::conflict(format!("the agent of session {} cannot be reached: {e}", status.session_name)))?;
+    let request = if text.is_empty() {
+        holder::Request::Send { text: "\r".into(), submit: false }
+    } else {
+        holder::Request::Send { text: text.to_owned(), submit: enter }
+    };
+    client.request(&request).map_err(|e| Error::conflict(format!("typing failed: {e}")))?;
+    let shown = format!("{text}{}", if enter { "⏎" } else { "" });
+    let data = serde_json::json!({ "keys": shown, "why": format!("typed by {by}"), "excerpt": excerpt });
+    let _ = store.auto_log(
+        &status.loop_id,
+        &status.session_name,
+        &jiff::Timestamp::now().to_string(),
+        "keys",
+        &data.to_string(),
+    );
+    session_status(store, session)
+}
+
 /// A loop as shown: a loop recorded as active whose supervisor died reads `running` still
 /// (the daemon takes it over), with its elapsed time brought up to now.
 fn shown(p: Persisted) -> AutoStatus {

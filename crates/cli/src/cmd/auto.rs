@@ -61,6 +61,19 @@ pub enum Command {
         #[arg(value_name = "DIR")]
         module: String,
     },
+    /// Type into the agent's terminal, as a person: the answer to a prompt the policy would not
+    /// give (`auto status` shows it). Journaled with who typed.
+    Send {
+        /// The task module (or the session's name).
+        #[arg(value_name = "DIR")]
+        module: String,
+        /// What to type (`1`, `y`, a sentence).
+        #[arg(default_value = "")]
+        text: String,
+        /// Press Enter after the text.
+        #[arg(long)]
+        enter: bool,
+    },
     /// The loop's state, or every loop.
     Status {
         /// The task module (or the session's name).
@@ -126,6 +139,15 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             let ws = Workspace::locate(global.dir.as_deref())?;
             let store = super::open_existing_store(&ws)?;
             let status = auto::stop(&ws, &store, &dir)?;
+            print_status(global, &status);
+            Ok(0)
+        }
+        Command::Send { module: dir, text, enter } => {
+            let ws = Workspace::locate(global.dir.as_deref())?;
+            let store = super::open_existing_store(&ws)?;
+            let session = auto::status_of(&ws, &store, &dir)?.session_name;
+            let by = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+            let status = auto::send_keys(&ws, &store, &session, &text, enter, &by)?;
             print_status(global, &status);
             Ok(0)
         }

@@ -638,3 +638,32 @@ fn without_a_file_watcher_the_signals_are_read_at_every_heartbeat() {
     assert_eq!(k.iter().filter(|k| *k == "watch_unavailable").count(), 1, "{k:?}");
     assert_eq!(k.iter().filter(|k| *k == "signal").count(), 6, "{k:?}");
 }
+
+#[test]
+fn a_person_answers_a_refused_prompt_through_the_api_and_the_loop_goes_on() {
+    let mut actions = vec![json!({ "do": "prompt", "name": "push", "expect": "3", "timeout": 60,
+        "text": " Bash command\n\n   git push --force origin main\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again\n   3. No\n\n Esc to cancel" })];
+    actions.extend(whole_loop());
+    let (ws, _) = setup(json!([actions]), "");
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, body) = d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    let waiting = wait_loop(&d, "s", "needs_human");
+    assert!(waiting["needs_human"].as_str().unwrap_or_default().contains("git push --force"), "{waiting:#}");
+    let (code, body) = d.post("/api/sessions/s/task-auto/keys", &json!({ "text": "", "by": "alice" }));
+    assert_eq!(code, 422, "nothing to type: {body}");
+    let (code, body) = d.post("/api/sessions/s/task-auto/keys", &json!({ "text": "3", "by": "alice" }));
+    assert_eq!(code, 200, "{body}");
+    let end = wait_loop(&d, "s", "complete");
+    assert_eq!(end["iteration"], 6);
+    let answers: Vec<Value> = agent_log(&ws).into_iter().filter(|e| e["kind"] == "answer").collect();
+    assert_eq!(answers.iter().map(|a| a["keys"].clone()).collect::<Vec<_>>(), [json!("3")]);
+    let typed =
+        supervision(&ws).into_iter().find(|e| e["kind"] == "keys" && e["data"]["keys"] == "3").expect("journaled");
+    assert_eq!(typed["data"]["why"], "typed by alice");
+    assert!(typed["data"]["excerpt"].as_str().unwrap_or_default().contains("git push --force"), "{typed:#}");
+    // Ended: nothing to type to.
+    let (code, _, err) = ws.run(&["auto", "send", "s", "y", "--enter"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("already ended"), "{err}");
+}

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use loopwright_app::ops::auto::{self, StartRequest};
 
-use super::dto::{AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoScreen, LookupQuery, StartAuto};
+use super::dto::{AutoKeys, AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoScreen, LookupQuery, StartAuto, who};
 use super::error::{ApiError, ErrorBody, Json, Query};
 use crate::Shared;
 
@@ -139,4 +139,22 @@ pub async fn log(
             })
             .collect(),
     ))
+}
+
+/// Types into session `id`'s agent terminal for a person: the answer to a prompt the policy
+/// would not give (status `needs_human`). Journaled as `keys` with who typed.
+#[utoipa::path(post, path = "/api/sessions/{id}/task-auto/keys", tag = "auto", request_body = AutoKeys,
+    params(("id" = String, Path, description = "The session's name")),
+    responses((status = 200, description = "Typed: the loop's status", body = AutoLoop), (status = 404, body = ErrorBody),
+              (status = 409, description = "The loop ended, or its agent cannot be reached", body = ErrorBody),
+              (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn keys(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Json(body): Json<AutoKeys>,
+) -> ApiResult<axum::Json<AutoLoop>> {
+    let by = who(body.by)?;
+    let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
+    let status = blocking(move || auto::send_keys(&ws, &store, &id, &body.text, body.enter, &by)).await?;
+    Ok(axum::Json(status.into()))
 }

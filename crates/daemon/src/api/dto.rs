@@ -419,3 +419,20 @@ pub struct AutoLogEntry {
     #[schema(value_type = Object)]
     pub data: serde_json::Value,
 }
+
+/// `POST /api/sessions/{id}/task-auto/keys`: what a person types into the agent's terminal.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AutoKeys {
+    /// The text (`1`, `y`, a sentence); may be empty with `enter`.
+    #[serde(default)]
+    #[schema(max_length = 4096)]
+    pub text: String,
+    /// Press Enter after it.
+    #[serde(default)]
+    pub enter: bool,
+    /// Who types (default `api`).
+    #[serde(default)]
+    #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
+    pub by: Option<String>,
+}
