@@ -85,6 +85,18 @@ pub enum Request {
     Quit,
 }
 
+impl Request {
+    /// Typing `text`, then Enter when `enter`: after text, as a keystroke of its own a moment
+    /// later (see [`Request::Send`]); alone, at once.
+    pub fn keys(text: &str, enter: bool) -> Self {
+        if text.is_empty() && enter {
+            Request::Send { text: "\r".into(), submit: false }
+        } else {
+            Request::Send { text: text.to_owned(), submit: enter }
+        }
+    }
+}
+
 /// The holder's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Response {

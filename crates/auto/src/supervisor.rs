@@ -332,7 +332,7 @@ impl Supervisor {
         }
         self.p.status.stall_count = 0;
         self.p.internal.last_hash = 0;
-        let alive = self.holder.request(&Request::Screen).map(|r| r.exit.is_none()).unwrap_or(false);
+        let alive = self.ask(&Request::Screen).map(|r| r.exit.is_none()).unwrap_or(false);
         self.log("reattached", json!({ "agent_alive": alive, "pid": self.p.internal.agent_pid }));
         self.save();
     }
@@ -493,10 +493,10 @@ impl Supervisor {
         // Text that ends with Enter is typed, then submitted with an Enter of its own; a lone
         // key (`1`, `y`, Enter) is sent as it is.
         let request = match text.strip_suffix('\r') {
-            Some(body) if !body.is_empty() => Request::Send { text: body.to_owned(), submit: true },
-            _ => Request::Send { text: text.to_owned(), submit: false },
+            Some(body) => Request::keys(body, true),
+            None => Request::keys(text, false),
         };
-        match self.holder.request(&request) {
+        match self.ask(&request) {
             Ok(_) => true,
             Err(e) => {
                 self.log("error", json!({ "sending": why, "error": e.to_string() }));
@@ -527,7 +527,7 @@ impl Supervisor {
     }
 
     async fn heartbeat(&mut self) {
-        let screen = match self.holder.request(&Request::Screen) {
+        let screen = match self.ask(&Request::Screen) {
             Ok(r) => r,
             Err(_) => match self.holder.recorded_exit() {
                 Some(exit) => Response { exit: Some(exit), ..Response::default() },
@@ -586,14 +586,14 @@ impl Supervisor {
             self.save();
             return;
         }
-        let reading = screen::read(&self.new_rows(&screen), now(), &jiff::tz::TimeZone::system());
+        let new_rows = self.new_rows(&screen);
+        let reading = screen::read(new_rows.as_deref().unwrap_or(&screen.screen), now(), &jiff::tz::TimeZone::system());
         // Output since the last keystroke, and what is read of it is new: with the holder's
         // row ages the old rows are already blanked from the reading (so the same prompt asked
         // again on an identical screen is answered again); without them, a screen that differs.
         let hash = screen::masked_hash(&screen.screen);
-        let aged = screen.row_ages.len() == screen.screen.split('\n').count();
         let fresh = screen.output_bytes > self.p.internal.last_action_output
-            && (aged || hash != self.p.internal.last_action_hash);
+            && (new_rows.is_some() || hash != self.p.internal.last_action_hash);
 
         // Quota wait: the clock is paused, nothing is typed until the reset.
         if self.p.status.quota_wait_since.is_some() {
@@ -657,17 +657,17 @@ impl Supervisor {
     /// The screen with the rows that were already there at the last keystroke blanked: only
     /// output newer than the last action is read for prompts and quota messages (an answered
     /// prompt that stays on screen while the agent works below it is not answered again).
-    fn new_rows(&self, screen: &Response) -> String {
+    /// `None` when the holder gave no row ages.
+    fn new_rows(&self, screen: &Response) -> Option<String> {
         let after = self.p.internal.last_action_output;
         let rows: Vec<&str> = screen.screen.split('\n').collect();
-        if after == 0 || rows.len() != screen.row_ages.len() {
-            return screen.screen.clone();
-        }
-        rows.iter()
-            .zip(&screen.row_ages)
-            .map(|(row, &age)| if age > after { *row } else { "" })
-            .collect::<Vec<_>>()
-            .join("\n")
+        (rows.len() == screen.row_ages.len()).then(|| {
+            rows.iter()
+                .zip(&screen.row_ages)
+                .map(|(row, &age)| if age > after { *row } else { "" })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
     }
 
     fn stall_check(&mut self, screen: &Response, reading: &Reading, hash: u64) {
@@ -764,7 +764,7 @@ impl Supervisor {
             self.p.status.agent_session_id = Some(id.clone());
         }
         self.log("exited", json!({ "code": exit.code, "signal": exit.signal, "session_id": banner_id, "excerpt": tail(&exit.screen, 8) }));
-        let _ = self.holder.request(&Request::Quit);
+        let _ = self.ask(&Request::Quit);
         if self.p.internal.ending.is_none() {
             // The agent may have finished its loop and cleaned up before we read the signal.
             self.on_files().await;
@@ -899,24 +899,32 @@ impl Supervisor {
             failed.command,
             self.task_dir.display()
         );
-        if let Ok(screen) = self.holder.request(&Request::Screen) {
+        if let Ok(screen) = self.ask(&Request::Screen) {
             self.send(&message, "verification failed", &failed.output_tail, &screen);
         }
         self.save();
         false
     }
 
+    /// A request to the holder: blocking socket I/O (the holder may pause before an Enter).
+    fn ask(&self, request: &Request) -> Result<Response, holder::HolderError> {
+        blocking(|| self.holder.request(request))
+    }
+
     /// Ends the agent's process group (it has done its work or ignored the stop).
     fn end_agent(&mut self) {
-        if self.holder.request(&Request::Signal { signal: "TERM".into() }).is_ok() {
-            for _ in 0..50 {
-                std::thread::sleep(Duration::from_millis(20));
-                if self.holder.request(&Request::Screen).map_or(true, |r| r.exit.is_some()) {
-                    break;
+        let holder = &self.holder;
+        blocking(|| {
+            if holder.request(&Request::Signal { signal: "TERM".into() }).is_ok() {
+                for _ in 0..50 {
+                    std::thread::sleep(Duration::from_millis(20));
+                    if holder.request(&Request::Screen).map_or(true, |r| r.exit.is_some()) {
+                        break;
+                    }
                 }
             }
-        }
-        let _ = self.holder.request(&Request::Quit);
+            let _ = holder.request(&Request::Quit);
+        });
     }
 
     /// Seed 002's cleanup on every exit path, and the final status.
@@ -983,6 +991,16 @@ pub fn tail(text: &str, n: usize) -> String {
 
 fn shorten_argv(argv: &[String]) -> Vec<String> {
     argv.iter().map(|a| if a.len() > 120 { format!("({} characters)", a.chars().count()) } else { a.clone() }).collect()
+}
+
+/// Runs blocking work (the holder's socket, waits) from a supervisor's task: on a multi-thread
+/// runtime (the daemon's, a foreground `auto start`'s) the runtime is told, so the other loops'
+/// tasks and the API's move to other threads meanwhile.
+fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }
 
 /// A random UUID (v4) for the agent's session id.

@@ -113,8 +113,15 @@ async fn header_context(shared: &Shared, current: &str) -> Value {
     let filter = read::ListFilter { status: Some(RunStatus::Waiting), pipeline: None, limit: 10_000 };
     let waiting = read::list(&shared.store, &filter).await.map_or(0, |r| r.len());
     let feed = shared.store.feed_last().await.unwrap_or(0);
-    let auto_needs = auto_needing_you(shared).await.len();
-    json!({"waiting_count": waiting + auto_needs, "auto_needs": auto_needs, "current": current, "kinds": Event::KINDS, "feed": feed})
+    let auto_needs = auto_needing_you(shared).await;
+    json!({
+        "waiting_count": waiting + auto_needs.len(),
+        "auto_needs": auto_needs.len(),
+        "auto_needs_list": auto_needs,
+        "current": current,
+        "kinds": Event::KINDS,
+        "feed": feed,
+    })
 }
 
 /// The auto loops that wait for a person (a prompt the policy will not answer).
@@ -215,7 +222,6 @@ async fn runs_page(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>
         "runs.html",
         json!({
             "header": header_context(&shared, "runs").await,
-            "auto_needs": auto_needing_you(&shared).await,
             "runs": rows,
             "pipelines": pipelines,
             "statuses": statuses,

@@ -238,6 +238,11 @@ pub fn take_over(ws: &Workspace, store: &Arc<SqliteStore>) -> Result<Vec<Supervi
 
 /// The loop of a task directory or session (`auto status DIR`, `GET …/task-auto`).
 pub fn status_of(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<AutoStatus> {
+    Ok(shown(loop_of(ws, store, dir_or_session)?))
+}
+
+/// The loop of a task directory or session, as stored.
+fn loop_of(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<Persisted> {
     let row = match store.auto_get(dir_or_session)? {
         Some(r) => Some(r),
         None => match task_dir(ws, Path::new(dir_or_session)) {
@@ -246,7 +251,7 @@ pub fn status_of(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> R
         },
     };
     let row = row.ok_or_else(|| Error::not_found(format!("no auto loop for {dir_or_session}")))?;
-    Ok(shown(Persisted::from_row(&row).map_err(|e| Error::Internal(anyhow::anyhow!(e)))?))
+    Persisted::from_row(&row).map_err(|e| Error::Internal(anyhow::anyhow!(e)))
 }
 
 /// The loop of session `session` (`GET /api/sessions/{id}/task-auto`): by name only.
@@ -309,12 +314,7 @@ pub fn send_keys(
         .request(&holder::Request::Screen)
         .map(|r| supervisor::tail(&r.screen, 8))
         .map_err(|e| Error::conflict(format!("the agent of session {} cannot be reached: {e}", status.session_name)))?;
-    let request = if text.is_empty() {
-        holder::Request::Send { text: "\r".into(), submit: false }
-    } else {
-        holder::Request::Send { text: text.to_owned(), submit: enter }
-    };
-    client.request(&request).map_err(|e| Error::conflict(format!("typing failed: {e}")))?;
+    client.request(&holder::Request::keys(text, enter)).map_err(|e| Error::conflict(format!("typing failed: {e}")))?;
     let shown = format!("{text}{}", if enter { "⏎" } else { "" });
     let data = serde_json::json!({ "keys": shown, "why": format!("typed by {by}"), "excerpt": excerpt });
     let _ = store.auto_log(
@@ -408,15 +408,13 @@ pub fn lookup(ws: &Workspace, store: &SqliteStore, dir: &Path) -> Result<Lookup>
 /// `auto stop`: writes `.auto-stop` (reason `user_stop`). A loop no process supervises any
 /// more is ended here: its agent's process group ended, the transient files removed.
 pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<AutoStatus> {
-    let status = status_of(ws, store, dir_or_session)?;
-    if supervisor::is_final(&status.status) {
+    let mut p = loop_of(ws, store, dir_or_session)?;
+    if supervisor::is_final(&p.status.status) {
         return Err(Error::conflict(format!(
             "the auto loop of session {} already ended ({})",
-            status.session_name, status.status
+            p.status.session_name, p.status.status
         )));
     }
-    let row = store.auto_get(&status.session_name)?.ok_or_else(|| Error::not_found("the loop vanished"))?;
-    let mut p = Persisted::from_row(&row).map_err(|e| Error::Internal(anyhow::anyhow!(e)))?;
     let dir = PathBuf::from(&p.status.task_dir);
     let now = jiff::Timestamp::now();
     if p.status.stop_reason.is_none() {

@@ -39,6 +39,12 @@ fn setup(runs: Value, extra_config: &str) -> (Ws, PathBuf) {
     (ws, task)
 }
 
+/// Declares `command` as the module's check in its `.index.md`.
+fn declare_check(ws: &Ws, command: &str) {
+    let index = ws.read("mod/.index.md");
+    ws.write("mod/.index.md", &index.replace("status: draft", &format!("status: draft\nchecks:\n- {command}")));
+}
+
 fn agent_log(ws: &Ws) -> Vec<Value> {
     std::fs::read_to_string(ws.path().join("agent.log"))
         .unwrap_or_default()
@@ -86,8 +92,7 @@ fn a_loop_runs_through_all_four_phases_is_verified_and_completes() {
     actions.extend(whole_loop());
     let (ws, task) = setup(json!([actions]), "");
     // The module's own check, run by the supervisor when the loop says it is done.
-    let index = ws.read("mod/.index.md");
-    ws.write("mod/.index.md", &index.replace("status: draft", "status: draft\nchecks:\n- test -f mod/.target.md"));
+    declare_check(&ws, "test -f mod/.target.md");
     let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
     assert_eq!(code, 0, "exit 0 when complete\n{err}\n{status:#}");
     assert_eq!(status["status"], "complete");
@@ -321,8 +326,7 @@ fn a_failing_check_sends_the_module_back_and_the_session_is_told_once() {
         json!({ "do": "idle" }),
     ]);
     let (ws, task) = setup(json!([actions]), "");
-    let index = ws.read("mod/.index.md");
-    ws.write("mod/.index.md", &index.replace("status: draft", "status: draft\nchecks:\n- test -f done.txt"));
+    declare_check(&ws, "test -f done.txt");
     let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
     assert_eq!(code, 0, "{err}\n{status:#}");
     assert_eq!(status["status"], "complete");
@@ -428,8 +432,7 @@ fn the_agent_cannot_weaken_the_checks_it_is_verified_by() {
         json!({ "do": "idle" }),
     ]);
     let (ws, _) = setup(json!([actions]), "");
-    let index = ws.read("mod/.index.md");
-    ws.write("mod/.index.md", &index.replace("status: draft", "status: draft\nchecks:\n- test -f done.txt"));
+    declare_check(&ws, "test -f done.txt");
     let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
     assert_eq!(code, 0, "{err}\n{status:#}");
     let entries = supervision(&ws);
