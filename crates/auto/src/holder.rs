@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -484,7 +485,13 @@ impl Client {
 /// Starts a holder for `spawn` in the session directory `dir` with `exe` (the loopwright
 /// binary: `exe auto hold DIR`), in a process group of its own, and waits until it serves.
 pub fn start(exe: &Path, dir: &Path, spawn: &Spawn) -> Result<Client, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Private: whoever can connect to the socket types into the agent's terminal.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .and_then(|()| std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     for stale in [SOCKET, EXIT, PIDS] {
         let _ = std::fs::remove_file(dir.join(stale));
     }

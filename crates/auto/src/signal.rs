@@ -122,6 +122,11 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// The reason spelt `s`.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Timeout, Self::MaxIterations, Self::UserStop, Self::StallLimit].into_iter().find(|r| r.as_str() == s)
+    }
+
     /// The reason as `.auto-stop` and the status object spell it.
     pub fn as_str(self) -> &'static str {
         match self {

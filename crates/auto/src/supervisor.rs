@@ -401,10 +401,14 @@ impl Supervisor {
         let stop_file = self.task_dir.join(module::STOP);
         match read_capped(&stop_file, SIGNAL_BYTES).ok_or(()) {
             Ok(text) if self.p.status.stop_reason.is_none() => {
+                // Anyone may write the file: only the four reasons are taken, anything else is
+                // a person's stop.
                 let reason = serde_json::from_str::<serde_json::Value>(&text)
                     .ok()
-                    .and_then(|v| v["reason"].as_str().map(str::to_owned))
-                    .unwrap_or_else(|| "user_stop".into());
+                    .and_then(|v| v["reason"].as_str().and_then(StopReason::parse))
+                    .unwrap_or(StopReason::UserStop)
+                    .as_str()
+                    .to_owned();
                 self.p.status.stop_reason = Some(reason.clone());
                 self.p.internal.stop_requested_at = Some(now().to_string());
                 self.log("stop_requested", json!({ "reason": reason, "by": "file" }));

@@ -54,6 +54,43 @@ pub struct AutoConfig {
     pub cols: u16,
 }
 
+impl AutoConfig {
+    /// Each setting out of range, with what it must be: durations above 0 (the waits may be
+    /// 0), at least one capture and iteration, a terminal of at least 2 × 20.
+    pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        let not_negative = |x: f64| x.is_finite() && x >= 0.0;
+        let checks = [
+            ("heartbeat_seconds", positive(self.heartbeat_seconds), "must be above 0"),
+            ("timeout_minutes", positive(self.timeout_minutes), "must be above 0"),
+            ("stop_grace_seconds", not_negative(self.stop_grace_seconds), "must be 0 or more"),
+            ("quota_jitter_seconds", not_negative(self.quota_jitter_seconds), "must be 0 or more"),
+            ("quota_fallback_minutes", positive(self.quota_fallback_minutes), "must be above 0"),
+            ("stall_captures", self.stall_captures >= 1, "must be at least 1"),
+            ("max_iterations", self.max_iterations >= 1, "must be at least 1"),
+            ("rows", self.rows >= 2, "must be at least 2"),
+            ("cols", self.cols >= 20, "must be at least 20"),
+        ];
+        checks.into_iter().filter(|(_, ok, _)| !ok).map(|(key, _, problem)| (key, problem)).collect()
+    }
+}
+
+/// Where the value of `key` in `[section]` is written (for a diagnostic about its value).
+fn value_position(text: &str, section: &str, key: &str) -> Option<crate::diag::Position> {
+    let doc = toml::de::DeTable::parse(text).ok()?;
+    let table = doc.get_ref().iter().find(|(k, _)| k.get_ref().as_ref() == section)?.1.get_ref().as_table()?;
+    let span = table.iter().find(|(k, _)| k.get_ref().as_ref() == key)?.1.span();
+    Some(position_of(text, span))
+}
+
+/// The line and column of a byte span of `text`.
+fn position_of(text: &str, span: std::ops::Range<usize>) -> crate::diag::Position {
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    crate::diag::Position { line, column, offset: span.start, len: span.len() }
+}
+
 impl Default for AutoConfig {
     fn default() -> Self {
         Self {
@@ -139,10 +176,7 @@ impl Config {
             Err(e) => {
                 let mut d = Diagnostic::new(source, e.message().to_owned());
                 if let Some(span) = e.span() {
-                    let before = &source.text[..span.start.min(source.text.len())];
-                    let line = before.matches('\n').count() + 1;
-                    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-                    d = d.at(crate::diag::Position { line, column, offset: span.start, len: span.len() });
+                    d = d.at(position_of(&source.text, span));
                 }
                 diags.push(d);
                 return Err(diags);
@@ -156,6 +190,13 @@ impl Config {
         }
         if !(config.defaults.timeout_minutes.is_finite() && config.defaults.timeout_minutes > 0.0) {
             diags.push(Diagnostic::new(source, "`timeout_minutes` must be above 0").field("defaults.timeout_minutes"));
+        }
+        for (key, problem) in config.auto.problems() {
+            let mut d = Diagnostic::new(source, format!("[auto] `{key}` {problem}")).field(format!("auto.{key}"));
+            if let Some(position) = value_position(&source.text, "auto", key) {
+                d = d.at(position);
+            }
+            diags.push(d);
         }
         if diags.is_empty() { Ok(config) } else { Err(diags) }
     }
@@ -173,6 +214,27 @@ mod tests {
     #[test]
     fn empty_config_is_defaults() {
         assert_eq!(Config::parse(&SourceFile::new("c", "")).expect("ok"), Config::default());
+    }
+
+    #[test]
+    fn auto_settings_out_of_range_are_each_reported_where_they_are_written() {
+        let text = "[auto]\nstall_captures = 0\nheartbeat_seconds = -1\nrows = 40\n";
+        let diags = Config::parse(&SourceFile::new("config.toml", text)).expect_err("bad");
+        let found: Vec<String> = diags
+            .items
+            .iter()
+            .map(|d| {
+                let p = d.position.expect("position");
+                format!("{}:{}: {}: {}", p.line, p.column, d.field.as_deref().unwrap_or("?"), d.message)
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "3:21: auto.heartbeat_seconds: [auto] `heartbeat_seconds` must be above 0",
+                "2:18: auto.stall_captures: [auto] `stall_captures` must be at least 1",
+            ]
+        );
     }
 
     #[test]

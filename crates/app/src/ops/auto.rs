@@ -174,12 +174,18 @@ pub fn start(
     if let Some(h) = req.heartbeat_seconds {
         config.heartbeat_seconds = h;
     }
-    let positive = |x: f64| x.is_finite() && x > 0.0;
-    if config.max_iterations == 0 || !positive(config.timeout_minutes) || !positive(config.heartbeat_seconds) {
-        return Err(Error::usage("maxIterations, timeoutMinutes and the heartbeat must be greater than 0"));
+    // The config file was checked when it was read; what a request overrides is checked here.
+    if let Some((key, problem)) = config.problems().first() {
+        let named = match *key {
+            "max_iterations" => "maxIterations (--max-iterations)",
+            "timeout_minutes" => "timeoutMinutes (--timeout-minutes)",
+            "heartbeat_seconds" => "heartbeatSeconds (--heartbeat-seconds)",
+            other => other,
+        };
+        return Err(Error::usage(format!("{named} {problem}")));
     }
     let settings = Settings { config, exit_on_needs_human: needs_human_exits };
-    settings.policy().map_err(Error::usage)?;
+    settings.policy().map_err(|e| Error::usage(format!(".loopwright/config.toml: {e}")))?;
     let started = jiff::Timestamp::now();
     let status = AutoStatus {
         session_name: session.clone(),

@@ -671,3 +671,20 @@ fn a_person_answers_a_refused_prompt_through_the_api_and_the_loop_goes_on() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("already ended"), "{err}");
 }
+
+#[test]
+fn a_stop_file_is_honoured_with_a_known_reason_only_and_the_session_files_are_private() {
+    // The agent writes `.auto-stop` itself, with a reason the SPEC does not know.
+    let actions = vec![
+        json!({ "do": "write", "path": "mod/.auto-stop", "text": "{\"reason\": \"<b>owned</b>\"}" }),
+        json!({ "do": "spin", "seconds": 0.5 }),
+        check_stop(),
+        json!({ "do": "idle" }),
+    ];
+    let (ws, _) = setup(json!([actions]), "");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 4, "{err}\n{status:#}");
+    assert_eq!((&status["status"], &status["stop_reason"]), (&json!("stopped"), &json!("user_stop")));
+    let mode = std::fs::metadata(ws.path().join(".loopwright/state/auto/mod")).expect("session dir");
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o700);
+}
