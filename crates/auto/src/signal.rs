@@ -138,9 +138,10 @@ impl StopReason {
     }
 }
 
-/// Writes `.auto-stop` with `reason`.
-pub fn request_stop(dir: &Path, reason: StopReason, now: jiff::Timestamp) -> Result<(), ModuleError> {
-    let body = serde_json::json!({ "reason": reason.as_str(), "timestamp": now.to_string() });
+/// Writes `.auto-stop` with `reason`, saying who asked (the supervisor journals it when it
+/// reads the file).
+pub fn request_stop(dir: &Path, reason: StopReason, now: jiff::Timestamp, by: &str) -> Result<(), ModuleError> {
+    let body = serde_json::json!({ "reason": reason.as_str(), "timestamp": now.to_string(), "by": by });
     module::write(&dir.join(module::STOP), &format!("{body}\n"))
 }
 

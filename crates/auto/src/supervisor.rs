@@ -403,15 +403,24 @@ impl Supervisor {
             Ok(text) if self.p.status.stop_reason.is_none() => {
                 // Anyone may write the file: only the four reasons are taken, anything else is
                 // a person's stop.
-                let reason = serde_json::from_str::<serde_json::Value>(&text)
-                    .ok()
-                    .and_then(|v| v["reason"].as_str().and_then(StopReason::parse))
+                let asked: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+                let reason = asked["reason"]
+                    .as_str()
+                    .and_then(StopReason::parse)
                     .unwrap_or(StopReason::UserStop)
                     .as_str()
                     .to_owned();
+                let by: String = asked["by"]
+                    .as_str()
+                    .filter(|b| !b.is_empty())
+                    .unwrap_or("file")
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(100)
+                    .collect();
                 self.p.status.stop_reason = Some(reason.clone());
                 self.p.internal.stop_requested_at = Some(now().to_string());
-                self.log("stop_requested", json!({ "reason": reason, "by": "file" }));
+                self.log("stop_requested", json!({ "reason": reason, "by": by }));
                 self.save();
             }
             // The agent consumed the stop file: it left its loop.
@@ -472,7 +481,7 @@ impl Supervisor {
         if self.p.status.stop_reason.is_some() {
             return;
         }
-        if let Err(e) = signal::request_stop(&self.task_dir, reason, now()) {
+        if let Err(e) = signal::request_stop(&self.task_dir, reason, now(), "supervisor") {
             self.log("error", json!({ "writing": ".auto-stop", "error": e.to_string() }));
         }
         self.p.status.stop_reason = Some(reason.as_str().into());

@@ -423,17 +423,21 @@ pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result
     }
     let dir = PathBuf::from(&p.status.task_dir);
     let now = jiff::Timestamp::now();
+    let supervised = p.supervised_elsewhere() || p.supervised_here();
     if p.status.stop_reason.is_none() {
-        signal::request_stop(&dir, StopReason::UserStop, now).map_err(|e| Error::Internal(e.into()))?;
-        let _ = store.auto_log(
-            &p.status.loop_id,
-            &p.status.session_name,
-            &now.to_string(),
-            "stop_requested",
-            r#"{"reason":"user_stop","by":"auto stop"}"#,
-        );
+        signal::request_stop(&dir, StopReason::UserStop, now, "auto stop").map_err(|e| Error::Internal(e.into()))?;
+        // A live supervisor journals the stop when it reads the file; none is left to.
+        if !supervised {
+            let _ = store.auto_log(
+                &p.status.loop_id,
+                &p.status.session_name,
+                &now.to_string(),
+                "stop_requested",
+                r#"{"reason":"user_stop","by":"auto stop"}"#,
+            );
+        }
     }
-    if !p.supervised_elsewhere() && !p.supervised_here() {
+    if !supervised {
         let client = holder::Client::new(&session_dir(ws, &p.status.session_name));
         let _ = client.request(&holder::Request::Quit);
         signal::remove(&dir, module::SIGNAL);

@@ -555,6 +555,10 @@ fn the_daemon_supervises_a_loop_started_from_the_cli_and_the_api_answers_as_seed
     assert!(agent_log(&ws).iter().any(|e| e["kind"] == "saw_stop"));
     let (code, log) = d.get("/api/sessions/one/task-auto/log");
     assert_eq!(code, 200);
+    let stops: Vec<&Value> =
+        log.as_array().expect("entries").iter().filter(|e| e["kind"] == "stop_requested").collect();
+    assert_eq!(stops.len(), 1, "one stop, journaled once: {stops:#?}");
+    assert_eq!((&stops[0]["data"]["reason"], &stops[0]["data"]["by"]), (&json!("user_stop"), &json!("auto stop")));
     let k = kinds(log.as_array().expect("entries"));
     assert_eq!(k.first().map(String::as_str), Some("started"), "{k:?}");
     assert_eq!(k.last().map(String::as_str), Some("finished"), "{k:?}");
