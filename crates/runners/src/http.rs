@@ -45,6 +45,22 @@ pub struct Answer {
     pub usage: Option<Usage>,
 }
 
+/// Makes ring rustls's crypto for this process, once. Every HTTP client of the binary (and of
+/// its tests) is built after this: reqwest is built without a provider of its own.
+pub fn tls() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Fails only when another provider was installed first, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// A client builder with TLS ready ([`tls`]).
+pub fn client() -> reqwest::ClientBuilder {
+    tls();
+    reqwest::Client::builder()
+}
+
 /// The environment variable holding an agent's key.
 pub fn key_var(agent: &Agent) -> String {
     agent.api_key_env.clone().unwrap_or_else(|| {
@@ -148,7 +164,7 @@ async fn ask(
             b
         }
     };
-    let client = reqwest::Client::builder()
+    let client = client()
         .connect_timeout(Duration::from_secs(30))
         .build()
         .map_err(|e| (ExecOutcome::SpawnFailed(format!("cannot make an HTTP client: {e}")), String::new()))?;

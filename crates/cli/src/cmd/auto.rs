@@ -317,7 +317,10 @@ async fn start_in_daemon(
             daemon.addr
         ))
     };
-    let answer = reqwest::Client::new()
+    let client = loopwright_runners::http::client()
+        .build()
+        .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot make an HTTP client: {e}")))?;
+    let answer = client
         .post(&url)
         .bearer_auth(&daemon.token)
         .json(&body)

@@ -31,6 +31,7 @@ impl Daemon {
             panic!("serve printed {line:?} ({e}); stderr: {err}")
         });
         let token = ws.read(".loopwright/state/serve.token");
+        loopwright_runners::http::tls();
         let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
         Self { child: Some(child), addr: started["addr"].as_str().expect("addr").to_owned(), token, http }
     }
@@ -480,6 +481,7 @@ fn demo_serve_runs_the_bundled_demo_under_a_daemon_and_prints_the_dashboard_url(
     let url = started["url"].as_str().expect("url");
     let token = std::fs::read_to_string(dir.join(".loopwright/state/serve.token")).expect("token");
     assert!(url.starts_with("http://127.0.0.1:") && url.ends_with(&format!("/?token={token}")), "{url}");
+    loopwright_runners::http::tls();
     let http =
         reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
     // The URL leaves the token in an HttpOnly, SameSite=Strict cookie.
