@@ -98,6 +98,33 @@ pub enum ExecOutcome {
     SpawnFailed(String),
 }
 
+impl ExecOutcome {
+    /// What the classifier may know of a command that ended this way (SPEC §6): a program
+    /// that could not be found is exit 127 as a shell says it, one that may not be run 126.
+    pub fn context(&self, command: Option<&str>, check_type: Option<&str>) -> crate::patterns::Context {
+        let mut context = crate::patterns::Context {
+            command: command.map(str::to_owned),
+            check_type: check_type.map(str::to_owned),
+            ..Default::default()
+        };
+        match self {
+            ExecOutcome::Exited(code) => context.exit_code = Some(*code),
+            ExecOutcome::Signaled(n) => {
+                context.signal = crate::patterns::signal_name(&n.to_string()).map(str::to_owned);
+            }
+            ExecOutcome::TimedOut => context.timed_out = true,
+            ExecOutcome::SpawnFailed(why) => {
+                if why.contains("program not found") || why.contains("os error 2)") {
+                    context.exit_code = Some(127);
+                } else if why.contains("os error 13)") {
+                    context.exit_code = Some(126);
+                }
+            }
+        }
+        context
+    }
+}
+
 /// What one attempt's execution gave.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Execution {

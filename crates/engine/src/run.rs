@@ -269,7 +269,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     };
                     let full = format!("{}\n{}", execution.stderr, execution.stdout_tail());
                     let summary = format!("the agent {}", error.message);
-                    let f = closed_loop::classify(self.patterns, "generate", failure_type, summary, &full);
+                    let context = execution.outcome.context(None, None);
+                    let f = closed_loop::classify(self.patterns, "generate", failure_type, summary, &full, &context);
                     (Default::default(), Some(Box::new(f)))
                 }
             };
@@ -322,7 +323,11 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             }
             Err(mut error) => {
                 if error.exit_code.is_some() || error.kind == FailureKind::Timeout {
-                    let c = self.patterns.classify(&format!("{}\n{}", error.output_tail, execution.stdout_tail()));
+                    let command = (!stage.run.is_empty()).then(|| stage.run.join(" && "));
+                    let context = execution.outcome.context(command.as_deref(), None);
+                    let c = self
+                        .patterns
+                        .classify_in(&format!("{}\n{}", error.output_tail, execution.stdout_tail()), &context);
                     error.pattern = c.matched_pattern;
                 }
                 self.defer(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error });
@@ -404,7 +409,15 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     violations.iter().map(|v| v.gate.as_str()).collect::<Vec<_>>().join(", ")
                 );
                 let kind = if plan { FailureType::SecurityViolation } else { FailureType::ValidationFailed };
-                Box::new(closed_loop::classify(self.patterns, "pre_validation", kind, summary, &text.join("\n")))
+                let context = crate::patterns::Context::default();
+                Box::new(closed_loop::classify(
+                    self.patterns,
+                    "pre_validation",
+                    kind,
+                    summary,
+                    &text.join("\n"),
+                    &context,
+                ))
             });
             let failed = failure.is_some();
             let gates = closed_loop::checks::GATES.iter().map(|g| (*g).to_owned()).collect();
@@ -458,12 +471,14 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                         FailureType::VerificationFailed
                     };
                     let summary = format!("check `{}` (`{}`) {how}", check.name, check.command);
+                    let context = run.outcome.context(Some(&check.command), Some(check.kind.as_str()));
                     failure = Some(Box::new(closed_loop::classify(
                         self.patterns,
                         &check.name,
                         failure_type,
                         summary,
                         &output,
+                        &context,
                     )));
                     break;
                 }
@@ -498,8 +513,14 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     if regressions.len() == 1 { "" } else { "s" },
                     regressions.iter().map(|r| r.file.as_str()).collect::<Vec<_>>().join(", ")
                 );
-                let mut f =
-                    closed_loop::classify(self.patterns, "regression_check", FailureType::Regression, summary, &report);
+                let mut f = closed_loop::classify(
+                    self.patterns,
+                    "regression_check",
+                    FailureType::Regression,
+                    summary,
+                    &report,
+                    &Default::default(),
+                );
                 if let Some(p) = self.patterns.get("regression-detected") {
                     f.pattern = Some(p.id.clone());
                     f.confidence = 1.0;

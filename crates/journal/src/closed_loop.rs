@@ -153,6 +153,17 @@ impl std::fmt::Display for FailureType {
     }
 }
 
+/// One piece of evidence that counted for a classification (SPEC §6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// `signal` (a text signal), `exit_code`, `exit_signal`, `timeout`, `command` or `check_type`.
+    pub kind: String,
+    /// What matched: the signal as written, `127`, `SIGKILL`, the tool, the check type.
+    pub value: String,
+    /// How sure it made the pattern on its own, as it counted (0..1).
+    pub strength: f64,
+}
+
 /// A classified failure of one iteration: where it came from and what pattern it matched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
@@ -175,6 +186,9 @@ pub struct Failure {
     /// The matched signals.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signals: Vec<String>,
+    /// Everything that decided the pattern: the signals and the command's context.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<Evidence>,
     /// The pattern's first strategy (`analyze_then_fix` when nothing matched).
     pub strategy: String,
     /// The pattern's alternatives.

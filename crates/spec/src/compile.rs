@@ -682,7 +682,7 @@ impl Compiler<'_> {
                     &raw.kind,
                     anchor,
                     &format!("{field}.type"),
-                    "lint, type, test, build, custom, syntax or command",
+                    "lint, format, type, test, build, custom, syntax or command",
                 )
                 .and_then(|k| {
                     CheckKind::ALL.iter().find(|(n, _)| n == k).map(|(_, kind)| *kind).or_else(|| {

@@ -27,6 +27,57 @@ pub enum RawSignal {
     },
 }
 
+/// A fact about the command (SPEC §6): an exit code (`127`), the signal that ended it
+/// (`SIGKILL`), loopwright's own timeout (`timeout`), a tool (`cargo clippy`) or a check type
+/// (`lint`) — alone, or with a strength: `{when: 137, strength: 0.6}`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum RawWhen {
+    /// An exit code.
+    Code(i64),
+    /// A name: a signal, `timeout`, a tool, a check type.
+    Name(String),
+    /// Either, with how sure it makes the pattern.
+    Weighted {
+        /// The exit code or name.
+        when: RawWhenValue,
+        /// 0..1; at 0.95 and over the fact decides whatever the text says.
+        #[serde(default)]
+        strength: Option<f64>,
+    },
+}
+
+/// The value of a weighted [`RawWhen`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum RawWhenValue {
+    /// An exit code.
+    Code(i64),
+    /// A name.
+    Name(String),
+}
+
+impl RawWhen {
+    /// The exit code or name as text (`127`, `SIGKILL`), and the strength when one is given.
+    pub fn parts(&self) -> (String, Option<f64>) {
+        match self {
+            RawWhen::Code(c) | RawWhen::Weighted { when: RawWhenValue::Code(c), strength: _ } => {
+                (c.to_string(), self.strength())
+            }
+            RawWhen::Name(n) | RawWhen::Weighted { when: RawWhenValue::Name(n), strength: _ } => {
+                (n.clone(), self.strength())
+            }
+        }
+    }
+
+    fn strength(&self) -> Option<f64> {
+        match self {
+            RawWhen::Weighted { strength, .. } => *strength,
+            _ => None,
+        }
+    }
+}
+
 /// A pattern as written (every field but `id` optional, so a project can override a few).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -51,6 +102,14 @@ pub struct RawPattern {
     pub language: Option<String>,
     /// Worth retrying at all.
     pub retryable: Option<bool>,
+    /// Tools whose output this pattern's signals speak for (`ruff`, `cargo clippy`): when the
+    /// command runs one of them, its signals weigh more and a failure is evidence by itself.
+    pub commands: Option<Vec<RawWhen>>,
+    /// Exit codes, signals (`SIGKILL`) and `timeout` (loopwright's own) that are evidence.
+    pub exit_codes: Option<Vec<RawWhen>>,
+    /// Check types (`lint`, `format`, `type`, `test`, `build`, `syntax`) whose failure is
+    /// evidence when nothing more specific is printed.
+    pub check_types: Option<Vec<RawWhen>>,
 }
 
 /// A patterns file.

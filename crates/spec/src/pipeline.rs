@@ -260,6 +260,8 @@ pub struct Rollback {
 pub enum CheckKind {
     /// A linter.
     Lint,
+    /// A formatter's check (`cargo fmt --check`, `prettier --check`).
+    Format,
     /// A type checker.
     Type,
     /// A test suite.
@@ -276,8 +278,9 @@ pub enum CheckKind {
 
 impl CheckKind {
     /// All kinds with their names.
-    pub const ALL: [(&'static str, CheckKind); 7] = [
+    pub const ALL: [(&'static str, CheckKind); 8] = [
         ("lint", CheckKind::Lint),
+        ("format", CheckKind::Format),
         ("type", CheckKind::Type),
         ("test", CheckKind::Test),
         ("build", CheckKind::Build),

@@ -1,7 +1,7 @@
 //! `patterns`: classify an error output against the workspace's failure-pattern library, or
 //! list the library (SPEC §6).
 
-use loopwright_engine::patterns::{Classification, Pattern};
+use loopwright_engine::patterns::{Classification, Context, Pattern, signal_name};
 
 use crate::error::Error;
 use crate::workspace::Workspace;
@@ -9,13 +9,30 @@ use crate::workspace::Workspace;
 /// The most text one classification reads (16 MiB).
 pub const MAX_TEXT_BYTES: usize = 16 << 20;
 
-/// Classifies `text` with the workspace's library.
-pub fn test(ws: &Workspace, text: &str) -> Result<Classification, Error> {
+/// Classifies `text` with the workspace's library and what is known of the command that
+/// printed it.
+pub fn test(ws: &Workspace, text: &str, context: &Context) -> Result<Classification, Error> {
     if text.len() > MAX_TEXT_BYTES {
         return Err(Error::usage(format!("the text is {} bytes; at most {MAX_TEXT_BYTES} are classified", text.len())));
     }
-    Ok(crate::assemble::library(ws)?.classify(text))
+    if context.exit_code.is_some() && context.signal.is_some() {
+        return Err(Error::usage("a command ends with an exit code or a signal, not both"));
+    }
+    let mut context = context.clone();
+    if let Some(signal) = &context.signal {
+        let name = signal_name(signal).ok_or_else(|| {
+            Error::usage(format!("`{signal}` is not a signal: give a name (SIGKILL, KILL) or a number (9)"))
+        })?;
+        context.signal = Some(name.to_owned());
+    }
+    if context.command.as_ref().is_some_and(|c| c.len() > MAX_COMMAND_BYTES) {
+        return Err(Error::usage(format!("the command is longer than {MAX_COMMAND_BYTES} bytes")));
+    }
+    Ok(crate::assemble::library(ws)?.classify_in(text, &context))
 }
+
+/// The longest command one classification reads.
+pub const MAX_COMMAND_BYTES: usize = 64 << 10;
 
 /// The effective library: the built-ins with the project's file merged over them.
 pub fn list(ws: &Workspace) -> Result<Vec<Pattern>, Error> {

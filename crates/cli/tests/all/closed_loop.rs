@@ -448,6 +448,36 @@ fn auto_fix_runs_the_projects_formatter_and_dependency_check_reads_the_manifest(
 }
 
 #[test]
+fn a_check_that_exits_127_is_a_missing_command_whatever_it_printed() {
+    // The test script runs a program that is not installed through env(1), whose message
+    // ("env: 'pytset': No such file or directory") no pattern recognises; the shell's 127 does.
+    let ws = Ws::empty();
+    agent(&ws, "dev", "cat > /dev/null\necho looked\n");
+    ws.write("tools/test.sh", "echo running the suite\nexec env pytset -q\n");
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    closed_loop:\n      max_retries: 2\n    checks:\n      - name: tests\n        type: test\n        command: sh tools/test.sh\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", "task-127"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(closed_loop(&result)["failure_pattern"], "command-not-found");
+    assert!(stderr.contains("attempt=1 pattern=command-not-found strategy=dependency_check result=failed"), "{stderr}");
+    let (_, logs, _) = ws.run(&["logs", result["run_id"].as_str().expect("run id"), "--json"]);
+    let evaluated: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("journal line")["event"].clone())
+        .filter(|e| e["type"] == "evaluated")
+        .collect();
+    let failure = &evaluated[0]["failure"];
+    assert_eq!(failure["pattern"], "command-not-found");
+    assert_eq!(failure["strategy"], "dependency_check");
+    assert_eq!(failure["evidence"], json!([{"kind": "exit_code", "value": "127", "strength": 0.95}]));
+    assert_eq!(evaluated[0]["checks"][0]["exit_code"], 127);
+}
+
+#[test]
 fn a_network_failure_waits_with_backoff_and_regenerates() {
     let ws = Ws::empty();
     agent(&ws, "dev", "cat > /dev/null\necho ok\n");

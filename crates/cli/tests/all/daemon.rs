@@ -186,6 +186,18 @@ fn access_errors_and_a_gate_answered_once_of_two_concurrent_approvals() {
     let (code, _) = d.post(&format!("/api/runs/{run}/cancel"), &json!({}));
     assert_eq!(code, 409);
 
+    // The classifier with the command's context, as `patterns test --json`.
+    let text = "env: 'pytset': No such file or directory\n";
+    let (code, got) = d.post(
+        "/api/patterns/test",
+        &json!({"text": text, "command": "sh tools/test.sh", "exit_code": 127, "check_type": "test"}),
+    );
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["matched_pattern"], "command-not-found");
+    assert_eq!(got["evidence"], json!([{"kind": "exit_code", "value": "127", "strength": 0.95}]));
+    let (code, got) = d.post("/api/patterns/test", &json!({"text": text, "signal": "NOPE"}));
+    assert_eq!((code, got["error"]["code"].clone()), (422, json!("invalid")), "{got}");
+
     // A second daemon of the workspace is refused, naming the first.
     let (code, _, stderr) = ws.run(&["serve", "--addr", "127.0.0.1:0"]);
     assert_eq!(code, 2, "{stderr}");

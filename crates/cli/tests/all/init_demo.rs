@@ -126,8 +126,23 @@ fn patterns_test_classifies_real_output_and_project_patterns_merge() {
     assert_eq!(
         out,
         json!({"matched_pattern": "undefined-name", "confidence": 0.95, "strategy": "context_expand",
-               "signals": ["/NameError: name '.+' is not defined/"]})
+               "signals": ["/NameError: name '.+' is not defined/"],
+               "evidence": [{"kind": "signal", "value": "/NameError: name '.+' is not defined/", "strength": 0.95}]})
     );
+    // What is known of the command counts: a shell's 137 with no timeout is the OOM killer.
+    let mut cmd = ws.cmd();
+    let out = cmd
+        .args(["patterns", "test", "-", "--command", "cargo test", "--exit-code", "137", "--check-type", "test"])
+        .write_stdin("running 3 tests\n")
+        .output()
+        .expect("run");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "out-of-memory (confidence 0.60, strategy analyze_then_fix)\n  exit_signal 0.60  SIGKILL\n"
+    );
+    let (code, _, stderr) = ws.run(&["patterns", "test", "/dev/null", "--exit-code", "1", "--signal", "KILL"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
     ws.write(
         ".loopwright/failure-patterns.yml",
         "patterns:\n  - id: flaky-staging\n    description: the staging API is slow\n    signals: ['/staging\\.example\\.com.*timed out/']\n    strategy: retry_with_backoff\n  - id: disk-full\n    strategy: analyze_then_fix\n",

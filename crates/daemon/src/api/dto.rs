@@ -169,6 +169,17 @@ pub struct PatternTest {
     /// Its exit code.
     #[serde(default, deserialize_with = "integral")]
     pub exit_code: Option<i32>,
+    /// The signal that ended it (`SIGKILL`, `KILL`, `9`); not with `exit_code`.
+    #[serde(default)]
+    #[schema(max_length = 16)]
+    pub signal: Option<String>,
+    /// The check's type (`lint`, `format`, `type`, `test`, `build`, `syntax`, …).
+    #[serde(default)]
+    #[schema(max_length = 64)]
+    pub check_type: Option<String>,
+    /// loopwright's own timeout ended it.
+    #[serde(default)]
+    pub timed_out: bool,
 }
 
 /// Who answered, checked: at most 100 characters, no control characters.

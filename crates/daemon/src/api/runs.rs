@@ -287,6 +287,12 @@ pub async fn agents(State(shared): State<Arc<Shared>>) -> Response {
 #[utoipa::path(post, path = "/api/patterns/test", tag = "insight", request_body = PatternTest,
     responses((status = 200, body = Object), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn patterns_test(State(shared): State<Arc<Shared>>, Json(body): Json<PatternTest>) -> ApiResult<Response> {
-    let _ = (body.command, body.exit_code);
-    Ok(json(ops::patterns::test(&shared.ws, &body.text)?))
+    let context = loopwright_engine::patterns::Context {
+        command: body.command,
+        exit_code: body.exit_code,
+        signal: body.signal,
+        check_type: body.check_type,
+        timed_out: body.timed_out,
+    };
+    Ok(json(ops::patterns::test(&shared.ws, &body.text, &context)?))
 }

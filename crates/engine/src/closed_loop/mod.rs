@@ -20,7 +20,7 @@ pub mod context;
 pub mod regression;
 pub mod strategies;
 
-use crate::patterns::{Classification, Library};
+use crate::patterns::{Classification, Context, Library};
 pub use loopwright_journal::closed_loop::*;
 pub use loopwright_journal::state::{Iteration, LoopState};
 
@@ -77,10 +77,17 @@ pub fn is_closed_loop(stage: &loopwright_spec::Stage) -> bool {
     stage.skill.as_deref() == Some(SKILL)
 }
 
-/// Classifies `output` against the library. `full` is the whole output (classified);
-/// the journal keeps its tail.
-pub fn classify(library: &Library, source: &str, failure_type: FailureType, summary: String, full: &str) -> Failure {
-    let c: Classification = library.classify(full);
+/// Classifies `output` against the library, with what is known of the command that printed
+/// it. `full` is the whole output (classified); the journal keeps its tail.
+pub fn classify(
+    library: &Library,
+    source: &str,
+    failure_type: FailureType,
+    summary: String,
+    full: &str,
+    context: &Context,
+) -> Failure {
+    let c: Classification = library.classify_in(full, context);
     let pattern = c.matched_pattern.as_deref().and_then(|id| library.get(id));
     // The lines that decided the pattern, with the lines that say what failed (a test's
     // name, an assertion), in output order; else the output's last lines.
@@ -105,6 +112,7 @@ pub fn classify(library: &Library, source: &str, failure_type: FailureType, summ
         pattern: c.matched_pattern.clone(),
         confidence: c.confidence,
         signals: c.signals,
+        evidence: c.evidence,
         strategy: c.strategy,
         alternatives: pattern.map(|p| p.alternatives.clone()).unwrap_or_default(),
         max_auto_retries: pattern.map(|p| p.max_auto_retries),
@@ -257,6 +265,7 @@ mod tests {
             pattern: pattern.map(str::to_owned),
             confidence: 0.9,
             signals: vec![],
+            evidence: vec![],
             strategy: strategy.into(),
             alternatives: vec!["context_expand".into()],
             max_auto_retries: Some(3),

@@ -6,10 +6,20 @@
 //! combines its matched signals as `1 - Π(1 - strength)`, so more signals never lower it and a
 //! weak signal alone stays weak. Signals on warning lines count for less. Below 0.3 nothing
 //! matches (seed 000) and the strategy is `analyze_then_fix`.
+//!
+//! The text is not all loopwright knows: a [`Context`] carries the command that ran, its exit
+//! code or the signal that ended it, the check's type and whether loopwright's own timeout
+//! fired. A pattern's `exit_codes`, `commands` and `check_types` turn those into evidence
+//! combined with its signals the same way; a fact declared at 0.95 or more (exit 127 for
+//! command-not-found) decides whatever the text says, and a tool the pattern names makes its
+//! signals weigh more. Every piece of evidence that counted is reported.
 
-use loopwright_spec::patterns::{PatternFile, RawPattern, RawSignal};
+pub mod command;
+
+pub use loopwright_journal::closed_loop::Evidence;
+use loopwright_spec::patterns::{PatternFile, RawPattern, RawSignal, RawWhen};
 use regex::{Regex, RegexSet};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Confidence below which nothing matches (seed 000).
 pub const MIN_CONFIDENCE: f64 = 0.3;
@@ -41,6 +51,184 @@ pub struct Pattern {
     pub retryable: bool,
     /// The signals, as written.
     pub signals: Vec<String>,
+    /// The tools whose output it speaks for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<String>,
+    /// Exit codes, signals and `timeout` that are evidence for it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exit_codes: Vec<String>,
+    /// Check types whose failure is evidence for it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub check_types: Vec<String>,
+}
+
+/// What loopwright knows of the command whose output is classified, besides the text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Context {
+    /// The command as run (`cargo clippy -- -D warnings`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Its exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The signal that ended it (`SIGKILL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// The check's type (`lint`, `format`, `type`, `test`, `build`, `syntax`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_type: Option<String>,
+    /// loopwright's own timeout ended it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+}
+
+impl Context {
+    /// Nothing but the text is known.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The tool may have reported a failure of its own: it did not exit 0, and nothing (a
+    /// signal, a timeout) ended it from outside. Only then do its name and the check's type
+    /// say what usually went wrong.
+    fn tool_failed(&self) -> bool {
+        self.exit_code != Some(0) && self.ending_signal().is_none() && !self.timed_out
+    }
+
+    /// The signal that ended the command: the one given, or the one a shell reports as exit
+    /// code 128 + n.
+    fn ending_signal(&self) -> Option<&'static str> {
+        self.signal.as_deref().and_then(signal_name).or_else(|| match self.exit_code {
+            Some(c @ 129..=159) => SIGNALS.get(usize::try_from(c - 128).ok()?).copied().filter(|s| !s.is_empty()),
+            _ => None,
+        })
+    }
+}
+
+/// Linux's signal names by number.
+const SIGNALS: [&str; 32] = [
+    "",
+    "SIGHUP",
+    "SIGINT",
+    "SIGQUIT",
+    "SIGILL",
+    "SIGTRAP",
+    "SIGABRT",
+    "SIGBUS",
+    "SIGFPE",
+    "SIGKILL",
+    "SIGUSR1",
+    "SIGSEGV",
+    "SIGUSR2",
+    "SIGPIPE",
+    "SIGALRM",
+    "SIGTERM",
+    "SIGSTKFLT",
+    "SIGCHLD",
+    "SIGCONT",
+    "SIGSTOP",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+    "SIGURG",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGVTALRM",
+    "SIGPROF",
+    "SIGWINCH",
+    "SIGIO",
+    "SIGPWR",
+    "SIGSYS",
+];
+
+/// `SIGKILL`, `KILL`, `kill` or `9` → `SIGKILL`.
+pub fn signal_name(name: &str) -> Option<&'static str> {
+    let name = name.trim();
+    if let Ok(n) = name.parse::<usize>() {
+        return SIGNALS.get(n).copied().filter(|s| !s.is_empty());
+    }
+    let upper = name.to_ascii_uppercase();
+    let upper = upper.strip_prefix("SIG").unwrap_or(&upper);
+    SIGNALS.iter().copied().find(|s| !s.is_empty() && &s[3..] == upper)
+}
+
+/// A fact at least this sure decides whatever the text says (SPEC §6).
+pub const DECISIVE: f64 = 0.95;
+/// Default strengths of context evidence a pattern declares without one: an exit code or a
+/// signal is a fact (decisive); a tool or a check type only says what usually goes wrong.
+const EXIT_STRENGTH: f64 = 0.95;
+const COMMAND_STRENGTH: f64 = 0.4;
+const CHECK_TYPE_STRENGTH: f64 = 0.4;
+
+/// What a pattern's context entry looks for.
+#[derive(Debug, Clone, PartialEq)]
+enum Fact {
+    Exit(i32),
+    Signal(&'static str),
+    Timeout,
+    Command(String),
+    CheckType(String),
+}
+
+impl Fact {
+    fn kind(&self) -> &'static str {
+        match self {
+            Fact::Exit(_) => "exit_code",
+            Fact::Signal(_) => "exit_signal",
+            Fact::Timeout => "timeout",
+            Fact::Command(_) => "command",
+            Fact::CheckType(_) => "check_type",
+        }
+    }
+
+    fn value(&self) -> String {
+        match self {
+            Fact::Exit(c) => c.to_string(),
+            Fact::Signal(s) => (*s).to_owned(),
+            Fact::Timeout => "timeout".to_owned(),
+            Fact::Command(c) | Fact::CheckType(c) => c.clone(),
+        }
+    }
+}
+
+/// A pattern's context entry, compiled.
+#[derive(Debug, Clone)]
+struct When {
+    pattern: usize,
+    fact: Fact,
+    strength: f64,
+}
+
+/// Compiles one `exit_codes`, `commands` or `check_types` entry.
+fn compile_when(list: &str, entry: &RawWhen) -> Result<(Fact, f64), String> {
+    let (value, strength) = entry.parts();
+    let value = value.trim().to_owned();
+    let fact = match list {
+        "exit_codes" => {
+            if let Ok(code) = value.parse::<i32>() {
+                Fact::Exit(code)
+            } else if value.eq_ignore_ascii_case("timeout") {
+                Fact::Timeout
+            } else if let Some(s) = signal_name(&value) {
+                Fact::Signal(s)
+            } else {
+                return Err(format!("exit_codes: `{value}` is not an exit code, a signal name (SIGKILL) or `timeout`"));
+            }
+        }
+        _ if value.is_empty() => return Err(format!("{list}: an empty entry")),
+        "commands" => Fact::Command(value.to_lowercase()),
+        _ => Fact::CheckType(value.to_lowercase()),
+    };
+    let default = match list {
+        "exit_codes" => EXIT_STRENGTH,
+        "commands" => COMMAND_STRENGTH,
+        _ => CHECK_TYPE_STRENGTH,
+    };
+    match strength {
+        Some(s) if !(0.0..=1.0).contains(&s) => Err(format!("{list}: strength {s} is not between 0 and 1")),
+        Some(s) => Ok((fact, s)),
+        None => Ok((fact, default)),
+    }
 }
 
 /// What `classify` found.
@@ -54,6 +242,9 @@ pub struct Classification {
     pub strategy: String,
     /// The signals of that pattern that matched.
     pub signals: Vec<String>,
+    /// What decided: the text signals, exit code, signal, timeout, tool and check type that
+    /// counted for the matched pattern, strongest first.
+    pub evidence: Vec<Evidence>,
     /// The lines where they matched (at most [`MAX_DECISIVE_LINES`]), for feedback prompts.
     #[serde(skip)]
     pub lines: Vec<String>,
@@ -71,6 +262,8 @@ pub struct Library {
     set: std::sync::OnceLock<RegexSet>,
     /// For each regex of the set: (pattern index, strength, signal as written).
     owners: Vec<(usize, f64, String)>,
+    /// The patterns' context entries.
+    whens: Vec<When>,
 }
 
 /// A broad word that must not decide between patterns on its own.
@@ -128,7 +321,10 @@ fn merge(base: &mut RawPattern, over: RawPattern) {
         auto_fixable,
         fix_command,
         language,
-        retryable
+        retryable,
+        commands,
+        exit_codes,
+        check_types
     );
 }
 
@@ -169,7 +365,28 @@ impl Library {
         let mut patterns = Vec::new();
         let mut sources = Vec::new();
         let mut owners = Vec::new();
+        let mut whens = Vec::new();
+        let mut problems: Vec<String> = Vec::new();
         for (i, p) in raw.into_iter().enumerate() {
+            let [commands, exit_codes, check_types] =
+                [("commands", &p.commands), ("exit_codes", &p.exit_codes), ("check_types", &p.check_types)].map(
+                    |(list, entries)| {
+                        let mut shown = Vec::new();
+                        for entry in entries.iter().flatten() {
+                            match compile_when(list, entry) {
+                                Ok((fact, strength)) => {
+                                    shown.push(fact.value());
+                                    whens.push(When { pattern: i, fact, strength });
+                                }
+                                Err(e) => problems.push(format!("pattern `{}`: {e}", p.id)),
+                            }
+                        }
+                        shown
+                    },
+                );
+            if let Some(problem) = problems.first() {
+                return Err(problem.clone());
+            }
             let mut shown = Vec::new();
             for signal in p.signals.iter().flatten() {
                 let check = checked.contains(&p.id) || !builtin_ids.contains(&p.id);
@@ -189,10 +406,13 @@ impl Library {
                 language: p.language,
                 retryable: p.retryable.unwrap_or(true),
                 signals: shown,
+                commands,
+                exit_codes,
+                check_types,
                 id: p.id,
             });
         }
-        Ok(Self { patterns, sources, set: std::sync::OnceLock::new(), owners })
+        Ok(Self { patterns, sources, set: std::sync::OnceLock::new(), owners, whens })
     }
 
     /// The patterns, in library order.
@@ -210,10 +430,19 @@ impl Library {
             .get_or_init(|| RegexSet::new(&self.sources).expect("every signal was checked when the library was made"))
     }
 
-    /// Classifies one error output.
+    /// Classifies one error output, knowing nothing but the text.
     pub fn classify(&self, output: &str) -> Classification {
+        self.classify_in(output, &Context::default())
+    }
+
+    /// Classifies one error output with what is known of the command that printed it.
+    pub fn classify_in(&self, output: &str, context: &Context) -> Classification {
         let set = self.set();
         let text = strip_ansi(output);
+        let tools = context.command.as_deref().map(command::tools).unwrap_or_default();
+        // Context evidence per pattern: (pattern, fact, strength).
+        let facts: Vec<&When> = self.whens.iter().filter(|w| self.holds(w, context, &tools)).collect();
+        let amplified = |p: usize| facts.iter().any(|w| w.pattern == p && matches!(w.fact, Fact::Command(_)));
         let mut best = vec![0.0f64; self.owners.len()];
         // Lines with matches and their signals, for the winner's decisive lines.
         let mut hits: Vec<(&str, Vec<usize>)> = Vec::new();
@@ -233,42 +462,92 @@ impl Library {
                 hits.push((line, matched));
             }
         }
+        // The tool a pattern speaks for makes its own vocabulary surer: 1 - (1 - s)².
+        for (i, s) in best.iter_mut().enumerate() {
+            if *s > 0.0 && amplified(self.owners[i].0) {
+                *s = 1.0 - (1.0 - *s) * (1.0 - *s);
+            }
+        }
         let mut miss = vec![1.0f64; self.patterns.len()];
+        let mut decided = vec![false; self.patterns.len()];
         for (i, s) in best.iter().enumerate().filter(|(_, s)| **s > 0.0) {
             miss[self.owners[i].0] *= 1.0 - s;
         }
+        for w in &facts {
+            miss[w.pattern] *= 1.0 - w.strength;
+            decided[w.pattern] |= w.strength >= DECISIVE;
+        }
+        // A decisive fact beats any text; among equals the surest, then library order.
         let winner =
             miss.iter().enumerate().map(|(p, m)| (p, 1.0 - m)).fold(None::<(usize, f64)>, |acc, (p, c)| match acc {
-                Some((_, best_c)) if best_c >= c => acc,
+                Some((b, best_c)) if (decided[b], best_c) >= (decided[p], c) => acc,
                 _ => Some((p, c)),
             });
         match winner {
-            Some((p, confidence)) if confidence >= MIN_CONFIDENCE => Classification {
-                matched_pattern: Some(self.patterns[p].id.clone()),
-                confidence: (confidence * 1000.0).round() / 1000.0,
-                strategy: self.patterns[p].strategy.clone(),
-                signals: best
+            Some((p, confidence)) if confidence >= MIN_CONFIDENCE => {
+                let mut evidence: Vec<Evidence> = best
                     .iter()
                     .enumerate()
                     .filter(|(i, s)| **s > 0.0 && self.owners[*i].0 == p)
-                    .map(|(i, _)| self.owners[i].2.clone())
-                    .collect(),
-                lines: hits
-                    .iter()
-                    .filter(|(_, m)| m.iter().any(|i| self.owners[*i].0 == p))
-                    .map(|(l, _)| truncate(l.trim(), 300).to_owned())
-                    .take(MAX_DECISIVE_LINES)
-                    .collect(),
-            },
+                    .map(|(i, s)| Evidence {
+                        kind: "signal".into(),
+                        value: self.owners[i].2.clone(),
+                        strength: round(*s),
+                    })
+                    .chain(facts.iter().filter(|w| w.pattern == p).map(|w| Evidence {
+                        kind: w.fact.kind().into(),
+                        value: w.fact.value(),
+                        strength: round(w.strength),
+                    }))
+                    .collect();
+                evidence.sort_by(|a, b| b.strength.total_cmp(&a.strength));
+                Classification {
+                    matched_pattern: Some(self.patterns[p].id.clone()),
+                    confidence: round(confidence),
+                    strategy: self.patterns[p].strategy.clone(),
+                    signals: best
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, s)| **s > 0.0 && self.owners[*i].0 == p)
+                        .map(|(i, _)| self.owners[i].2.clone())
+                        .collect(),
+                    evidence,
+                    lines: hits
+                        .iter()
+                        .filter(|(_, m)| m.iter().any(|i| self.owners[*i].0 == p))
+                        .map(|(l, _)| truncate(l.trim(), 300).to_owned())
+                        .take(MAX_DECISIVE_LINES)
+                        .collect(),
+                }
+            }
             other => Classification {
                 matched_pattern: None,
-                confidence: other.map_or(0.0, |(_, c)| (c * 1000.0).round() / 1000.0),
+                confidence: other.map_or(0.0, |(_, c)| round(c)),
                 strategy: "analyze_then_fix".into(),
                 signals: Vec::new(),
+                evidence: Vec::new(),
                 lines: Vec::new(),
             },
         }
     }
+
+    /// Whether a pattern's context entry holds for this command. A tool or a check type is
+    /// evidence only of a failure the tool reported itself ([`Context::tool_failed`]).
+    fn holds(&self, when: &When, context: &Context, tools: &[Vec<String>]) -> bool {
+        match &when.fact {
+            Fact::Exit(code) => context.exit_code == Some(*code),
+            Fact::Signal(name) => context.ending_signal() == Some(*name),
+            Fact::Timeout => context.timed_out,
+            Fact::Command(entry) => context.tool_failed() && command::names(entry, tools),
+            Fact::CheckType(t) => {
+                context.tool_failed() && context.check_type.as_deref().is_some_and(|c| c.eq_ignore_ascii_case(t))
+            }
+        }
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 fn truncate(line: &str, max: usize) -> &str {
@@ -399,6 +678,119 @@ mod tests {
         assert_eq!(lib.patterns()[0].id, "flaky-api");
         let only = Library::new(Some(PatternFile { extends: Some("none".into()), ..file })).expect("library");
         assert_eq!(only.patterns().len(), 2);
+    }
+
+    fn context(command: Option<&str>, exit_code: Option<i32>, check_type: Option<&str>) -> Context {
+        Context {
+            command: command.map(str::to_owned),
+            exit_code,
+            check_type: check_type.map(str::to_owned),
+            ..Context::default()
+        }
+    }
+
+    fn kinds(c: &Classification) -> Vec<(&str, &str)> {
+        c.evidence.iter().map(|e| (e.kind.as_str(), e.value.as_str())).collect()
+    }
+
+    #[test]
+    fn exit_127_and_126_decide_whatever_is_printed() {
+        let lib = Library::builtin();
+        let text = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'requests'\n";
+        assert_eq!(lib.classify(text).matched_pattern.as_deref(), Some("import-not-found"));
+        let c = lib.classify_in(text, &context(Some("sh -c 'pytset -q'"), Some(127), Some("test")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("command-not-found"), "{c:?}");
+        assert_eq!(c.strategy, "dependency_check");
+        assert_eq!(kinds(&c), [("exit_code", "127")]);
+        let c = lib.classify_in("", &context(Some("./run-checks.sh"), Some(126), None));
+        assert_eq!((c.matched_pattern.as_deref(), c.confidence), (Some("permission-error"), 0.95));
+    }
+
+    #[test]
+    fn a_kill_is_out_of_memory_unless_loopwright_timed_it_out() {
+        let lib = Library::builtin();
+        for how in [
+            Context { exit_code: Some(137), ..Context::default() },
+            Context { signal: Some("SIGKILL".into()), ..Context::default() },
+        ] {
+            let c = lib.classify_in("running 12 tests\n", &how);
+            assert_eq!(c.matched_pattern.as_deref(), Some("out-of-memory"), "{how:?}");
+            assert_eq!(kinds(&c), [("exit_signal", "SIGKILL")]);
+        }
+        let ours = Context { signal: Some("SIGKILL".into()), timed_out: true, ..Context::default() };
+        let c = lib.classify_in("running 12 tests\n", &ours);
+        assert_eq!(c.matched_pattern.as_deref(), Some("timeout"));
+        assert_eq!(kinds(&c), [("timeout", "timeout")]);
+        let c = lib.classify_in("", &context(Some("timeout 60 make check"), Some(124), Some("test")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("timeout"));
+        let c = lib.classify_in("", &Context { exit_code: Some(139), ..Context::default() });
+        assert_eq!(
+            (c.matched_pattern.as_deref(), kinds(&c)),
+            (Some("runtime-error"), vec![("exit_signal", "SIGSEGV")])
+        );
+    }
+
+    #[test]
+    fn a_failing_checks_type_decides_only_when_nothing_more_specific_is_printed() {
+        let lib = Library::builtin();
+        let plain = "src/app.js\n  3 problems found in 1 file\n";
+        assert_eq!(lib.classify(plain).matched_pattern, None);
+        let c = lib.classify_in(plain, &context(Some("npm run check"), Some(1), Some("lint")));
+        assert_eq!((c.matched_pattern.as_deref(), kinds(&c)), (Some("lint-error"), vec![("check_type", "lint")]));
+        // The same output from a command that succeeded is not a failure of any kind.
+        assert_eq!(
+            lib.classify_in(plain, &context(Some("npm run check"), Some(0), Some("lint"))).matched_pattern,
+            None
+        );
+        let specific = "E   ModuleNotFoundError: No module named 'yaml'\n";
+        let c = lib.classify_in(specific, &context(Some("pytest -q"), Some(2), Some("test")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("import-not-found"), "{c:?}");
+    }
+
+    #[test]
+    fn the_tool_that_ran_weighs_its_own_vocabulary() {
+        let lib = Library::builtin();
+        let out = "In deploy.sh line 3:\necho $1\n     ^-- SC2086 (info): Double quote to prevent globbing and word splitting.\n";
+        let c = lib.classify_in(out, &context(Some("shellcheck deploy.sh"), Some(1), None));
+        assert_eq!(c.matched_pattern.as_deref(), Some("lint-error"), "{c:?}");
+        assert!(kinds(&c).contains(&("command", "shellcheck")), "{c:?}");
+        // Nothing said which tool ran and nothing in the text is strong enough.
+        assert_eq!(lib.classify_in(out, &context(Some("./check.sh"), Some(1), None)).matched_pattern, None);
+    }
+
+    #[test]
+    fn signals_are_named_by_name_or_number() {
+        assert_eq!(signal_name("KILL"), Some("SIGKILL"));
+        assert_eq!(signal_name("sigsegv"), Some("SIGSEGV"));
+        assert_eq!(signal_name("9"), Some("SIGKILL"));
+        assert_eq!(signal_name("0"), None);
+        assert_eq!(signal_name("SIGNOPE"), None);
+    }
+
+    #[test]
+    fn a_project_patterns_context_entries_are_checked_and_used() {
+        let file: PatternFile = serde_saphyr::from_str(
+            "patterns:\n  - id: flaky-db\n    exit_codes: [{when: 75, strength: 0.97}]\n    commands: [dbtool]\n    strategy: retry_with_backoff\n",
+        )
+        .expect("file");
+        let lib = Library::new(Some(file)).expect("library");
+        let c = lib.classify_in("error: something failed\n", &context(Some("dbtool migrate"), Some(75), None));
+        assert_eq!(c.matched_pattern.as_deref(), Some("flaky-db"));
+        assert_eq!(kinds(&c), [("exit_code", "75"), ("command", "dbtool")]);
+        let bad: PatternFile =
+            serde_saphyr::from_str("patterns:\n  - id: odd\n    exit_codes: [SIGNOPE]\n").expect("file");
+        let err = Library::new(Some(bad)).expect_err("bad entry");
+        assert_eq!(
+            err,
+            "pattern `odd`: exit_codes: `SIGNOPE` is not an exit code, a signal name (SIGKILL) or `timeout`"
+        );
+        let bad: PatternFile =
+            serde_saphyr::from_str("patterns:\n  - id: odd\n    check_types: [{when: lint, strength: 2}]\n")
+                .expect("file");
+        assert_eq!(
+            Library::new(Some(bad)).expect_err("bad"),
+            "pattern `odd`: check_types: strength 2 is not between 0 and 1"
+        );
     }
 
     #[test]
