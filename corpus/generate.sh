@@ -938,6 +938,15 @@ if have git; then
   printf -- '--- a/f.txt\n+++ b/f.txt\n@@ -1,3 +1,3 @@\n a\n-x\n+y\n c\n' > change.patch
   printf 'a\nb\nc\n' > f.txt
   case_ merge-conflict patch-hunk-failed patch command patch -p1 -i change.patch
+  # A conflict left in a source file, as each compiler or interpreter reports it.
+  marked='<<<<<<< HEAD\n    let total = 1;\n=======\n    let total = 2;\n>>>>>>> feature\n'
+  fresh mrs && cargo new -q --vcs none app && cd app
+  put src/main.rs "fn main() {\n$marked    println!(\"{total}\");\n}\n"
+  eco=rust; case_ merge-conflict rustc-diff-marker cargo build cargo build; eco=vcs
+  fresh mc && put m.c 'int main(void) {\n<<<<<<< HEAD\n  int total = 1;\n=======\n  int total = 2;\n>>>>>>> feature\n  return total;\n}\n'
+  eco=c; case_ merge-conflict gcc-conflict-marker gcc build gcc -c m.c; eco=vcs
+  fresh mpy && put m.py 'def total():\n<<<<<<< HEAD\n    return 1\n=======\n    return 2\n>>>>>>> feature\n'
+  eco=python; case_ merge-conflict python-conflict-markers python3 command python3 m.py; eco=vcs
   if have hg; then
     fresh hg && hg init -q . && echo base > f.txt && hg add -q f.txt && hg commit -q -u T -m base
     echo ours > f.txt && hg commit -q -u T -m ours && hg update -q 0 && echo theirs > f.txt && hg commit -q -u T -m theirs
