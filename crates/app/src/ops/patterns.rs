@@ -15,9 +15,6 @@ pub fn test(ws: &Workspace, text: &str, context: &Context) -> Result<Classificat
     if text.len() > MAX_TEXT_BYTES {
         return Err(Error::usage(format!("the text is {} bytes; at most {MAX_TEXT_BYTES} are classified", text.len())));
     }
-    if context.exit_code.is_some() && context.signal.is_some() {
-        return Err(Error::usage("a command ends with an exit code or a signal, not both"));
-    }
     let mut context = context.clone();
     if let Some(signal) = &context.signal {
         let name = signal_name(signal).ok_or_else(|| {

@@ -195,6 +195,8 @@ fn access_errors_and_a_gate_answered_once_of_two_concurrent_approvals() {
     assert_eq!(code, 200, "{got}");
     assert_eq!(got["matched_pattern"], "command-not-found");
     assert_eq!(got["evidence"], json!([{"kind": "exit_code", "value": "127", "strength": 0.95}]));
+    let (code, got) = d.post("/api/patterns/test", &json!({"text": "", "signal": "SIGKILL"}));
+    assert_eq!((code, got["matched_pattern"].clone()), (200, json!("out-of-memory")), "{got}");
     let (code, got) = d.post("/api/patterns/test", &json!({"text": text, "signal": "NOPE"}));
     assert_eq!((code, got["error"]["code"].clone()), (422, json!("invalid")), "{got}");
 

@@ -169,10 +169,9 @@ pub struct PatternTest {
     /// Its exit code.
     #[serde(default, deserialize_with = "integral")]
     pub exit_code: Option<i32>,
-    /// The signal that ended it (`SIGKILL`, `KILL`, `9`); not with `exit_code`.
+    /// The signal that ended it.
     #[serde(default)]
-    #[schema(max_length = 16)]
-    pub signal: Option<String>,
+    pub signal: Option<Signal>,
     /// The check's type (`lint`, `format`, `type`, `test`, `build`, `syntax`, …).
     #[serde(default)]
     #[schema(max_length = 64)]
@@ -180,6 +179,43 @@ pub struct PatternTest {
     /// loopwright's own timeout ended it.
     #[serde(default)]
     pub timed_out: bool,
+}
+
+/// A signal that can end a command, by its name.
+#[allow(clippy::upper_case_acronyms, missing_docs)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+pub enum Signal {
+    SIGHUP,
+    SIGINT,
+    SIGQUIT,
+    SIGILL,
+    SIGTRAP,
+    SIGABRT,
+    SIGBUS,
+    SIGFPE,
+    SIGKILL,
+    SIGUSR1,
+    SIGSEGV,
+    SIGUSR2,
+    SIGPIPE,
+    SIGALRM,
+    SIGTERM,
+    SIGSTKFLT,
+    SIGCHLD,
+    SIGCONT,
+    SIGSTOP,
+    SIGTSTP,
+    SIGTTIN,
+    SIGTTOU,
+    SIGURG,
+    SIGXCPU,
+    SIGXFSZ,
+    SIGVTALRM,
+    SIGPROF,
+    SIGWINCH,
+    SIGIO,
+    SIGPWR,
+    SIGSYS,
 }
 
 /// Who answered, checked: at most 100 characters, no control characters.

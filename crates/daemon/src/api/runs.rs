@@ -287,10 +287,13 @@ pub async fn agents(State(shared): State<Arc<Shared>>) -> Response {
 #[utoipa::path(post, path = "/api/patterns/test", tag = "insight", request_body = PatternTest,
     responses((status = 200, body = Object), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn patterns_test(State(shared): State<Arc<Shared>>, Json(body): Json<PatternTest>) -> ApiResult<Response> {
+    if body.check_type.as_ref().is_some_and(|t| t.chars().count() > 64) {
+        return Err(ApiError::invalid("`check_type`: at most 64 characters"));
+    }
     let context = loopwright_engine::patterns::Context {
         command: body.command,
         exit_code: body.exit_code,
-        signal: body.signal,
+        signal: body.signal.map(|s| format!("{s:?}")),
         check_type: body.check_type,
         timed_out: body.timed_out,
     };
