@@ -109,9 +109,7 @@ impl ExecOutcome {
         };
         match self {
             ExecOutcome::Exited(code) => context.exit_code = Some(*code),
-            ExecOutcome::Signaled(n) => {
-                context.signal = crate::patterns::signal_name(&n.to_string()).map(str::to_owned);
-            }
+            ExecOutcome::Signaled(n) => context.signal = crate::patterns::signal_of(*n).map(str::to_owned),
             ExecOutcome::TimedOut => context.timed_out = true,
             ExecOutcome::SpawnFailed(why) => {
                 if why.contains("program not found") || why.contains("os error 2)") {

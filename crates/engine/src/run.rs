@@ -409,14 +409,13 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     violations.iter().map(|v| v.gate.as_str()).collect::<Vec<_>>().join(", ")
                 );
                 let kind = if plan { FailureType::SecurityViolation } else { FailureType::ValidationFailed };
-                let context = crate::patterns::Context::default();
                 Box::new(closed_loop::classify(
                     self.patterns,
                     "pre_validation",
                     kind,
                     summary,
                     &text.join("\n"),
-                    &context,
+                    &Default::default(),
                 ))
             });
             let failed = failure.is_some();

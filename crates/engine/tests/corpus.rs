@@ -121,6 +121,12 @@ impl Tally {
     }
 }
 
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} ({:.1}%)", self.right, self.total, 100.0 * self.rate())
+    }
+}
+
 #[test]
 fn the_library_classifies_tools_it_was_not_written_for() {
     let lib = Library::builtin();
@@ -164,19 +170,7 @@ fn the_library_classifies_tools_it_was_not_written_for() {
         }
     }
     eprintln!(
-        "corpus: tuned tools {}/{} ({:.1}%), held-out tools {}/{} ({:.1}%), clean outputs matched by nothing {}/{} ({:.1}%); without context {}/{} ({:.1}%)",
-        tuned.right,
-        tuned.total,
-        100.0 * tuned.rate(),
-        out.right,
-        out.total,
-        100.0 * out.rate(),
-        clean.right,
-        clean.total,
-        100.0 * clean.rate(),
-        text_only.right,
-        text_only.total,
-        100.0 * text_only.rate(),
+        "corpus: tuned tools {tuned}, held-out tools {out}, clean outputs matched by nothing {clean}; without context {text_only}"
     );
     eprintln!("held-out confusion (want → got: n):");
     for (want, row) in &out.confusion {

@@ -33,11 +33,9 @@ pub enum RawSignal {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum RawWhen {
-    /// An exit code.
-    Code(i64),
-    /// A name: a signal, `timeout`, a tool, a check type.
-    Name(String),
-    /// Either, with how sure it makes the pattern.
+    /// The fact alone.
+    Plain(RawWhenValue),
+    /// The fact with how sure it makes the pattern.
     Weighted {
         /// The exit code or name.
         when: RawWhenValue,
@@ -47,34 +45,28 @@ pub enum RawWhen {
     },
 }
 
-/// The value of a weighted [`RawWhen`].
+/// An exit code or a name, as a [`RawWhen`] writes it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
 pub enum RawWhenValue {
     /// An exit code.
     Code(i64),
-    /// A name.
+    /// A name: a signal, `timeout`, a tool, a check type.
     Name(String),
 }
 
 impl RawWhen {
     /// The exit code or name as text (`127`, `SIGKILL`), and the strength when one is given.
     pub fn parts(&self) -> (String, Option<f64>) {
-        match self {
-            RawWhen::Code(c) | RawWhen::Weighted { when: RawWhenValue::Code(c), strength: _ } => {
-                (c.to_string(), self.strength())
-            }
-            RawWhen::Name(n) | RawWhen::Weighted { when: RawWhenValue::Name(n), strength: _ } => {
-                (n.clone(), self.strength())
-            }
-        }
-    }
-
-    fn strength(&self) -> Option<f64> {
-        match self {
-            RawWhen::Weighted { strength, .. } => *strength,
-            _ => None,
-        }
+        let (value, strength) = match self {
+            RawWhen::Plain(value) => (value, None),
+            RawWhen::Weighted { when, strength } => (when, *strength),
+        };
+        let text = match value {
+            RawWhenValue::Code(c) => c.to_string(),
+            RawWhenValue::Name(n) => n.clone(),
+        };
+        (text, strength)
     }
 }
 

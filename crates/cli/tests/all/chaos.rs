@@ -73,10 +73,9 @@ impl Rng {
 
 /// The journal as (kind, stage) pairs.
 fn journal(ws: &Ws, run: &str) -> Vec<(String, String)> {
-    let (_, logs, _) = ws.run(&["logs", run, "--json"]);
-    logs.lines()
-        .map(|line| {
-            let e: Value = serde_json::from_str(line).expect("a journal line");
+    ws.journal(run)
+        .iter()
+        .map(|e| {
             let event = &e["event"];
             (
                 event["type"].as_str().unwrap_or_default().to_owned(),

@@ -464,10 +464,10 @@ fn a_check_that_exits_127_is_a_missing_command_whatever_it_printed() {
     assert_eq!(code, 1, "{stderr}");
     assert_eq!(closed_loop(&result)["failure_pattern"], "command-not-found");
     assert!(stderr.contains("attempt=1 pattern=command-not-found strategy=dependency_check result=failed"), "{stderr}");
-    let (_, logs, _) = ws.run(&["logs", result["run_id"].as_str().expect("run id"), "--json"]);
-    let evaluated: Vec<serde_json::Value> = logs
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("journal line")["event"].clone())
+    let evaluated: Vec<serde_json::Value> = ws
+        .journal(result["run_id"].as_str().expect("run id"))
+        .into_iter()
+        .map(|e| e["event"].clone())
         .filter(|e| e["type"] == "evaluated")
         .collect();
     let failure = &evaluated[0]["failure"];

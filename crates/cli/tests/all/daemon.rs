@@ -172,9 +172,7 @@ fn access_errors_and_a_gate_answered_once_of_two_concurrent_approvals() {
 
     // The journal over HTTP is what `logs RUN --json` prints.
     let (_, events) = d.get(&format!("/api/runs/{run}/events"));
-    let (_, logs, _) = ws.run(&["logs", &run, "--json"]);
-    let logs: Vec<Value> = logs.lines().map(|l| serde_json::from_str(l).expect("line")).collect();
-    assert_eq!(events, Value::Array(logs));
+    assert_eq!(events, Value::Array(ws.journal(&run)));
     let kinds: Vec<&str> =
         events.as_array().expect("events").iter().filter_map(|e| e["event"]["type"].as_str()).collect();
     assert_eq!(kinds.iter().filter(|k| **k == "approval_granted").count(), 1);

@@ -269,12 +269,10 @@ fn status_lists_recent_runs_and_logs_prints_the_journal() {
         .collect();
     assert_eq!(kinds.first(), Some(&"run started"));
     assert_eq!(kinds.last(), Some(&"run failed"));
-    let (_, json_lines, _) = ws.run(&["logs", first["run_id"].as_str().expect("id"), "--json"]);
-    let types: Vec<String> = json_lines
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).expect("json line")["event"]["type"].as_str().expect("type").to_owned()
-        })
+    let types: Vec<String> = ws
+        .journal(first["run_id"].as_str().expect("id"))
+        .iter()
+        .map(|e| e["event"]["type"].as_str().expect("type").to_owned())
         .collect();
     // A plan-mode stage is snapshotted too: plan mode is enforced, not trusted.
     assert_eq!(&types[..4], &["run_started", "attempt_started", "snapshot_taken", "process_started"]);

@@ -69,6 +69,14 @@ impl Ws {
         )
     }
 
+    /// A run's journal as `logs RUN --json` prints it: one `{seq, at, event}` per line.
+    pub fn journal(&self, run: &str) -> Vec<Value> {
+        let (_, logs, stderr) = self.run(&["logs", run, "--json"]);
+        logs.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("journal line ({e}): {l}\nstderr:\n{stderr}")))
+            .collect()
+    }
+
     /// Runs with `--json` and parses stdout.
     pub fn json(&self, args: &[&str]) -> (i32, Value, String) {
         let mut all = args.to_vec();

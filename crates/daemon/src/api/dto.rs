@@ -181,42 +181,32 @@ pub struct PatternTest {
     pub timed_out: bool,
 }
 
-/// A signal that can end a command, by its name.
-#[allow(clippy::upper_case_acronyms, missing_docs)]
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
-pub enum Signal {
-    SIGHUP,
-    SIGINT,
-    SIGQUIT,
-    SIGILL,
-    SIGTRAP,
-    SIGABRT,
-    SIGBUS,
-    SIGFPE,
-    SIGKILL,
-    SIGUSR1,
-    SIGSEGV,
-    SIGUSR2,
-    SIGPIPE,
-    SIGALRM,
-    SIGTERM,
-    SIGSTKFLT,
-    SIGCHLD,
-    SIGCONT,
-    SIGSTOP,
-    SIGTSTP,
-    SIGTTIN,
-    SIGTTOU,
-    SIGURG,
-    SIGXCPU,
-    SIGXFSZ,
-    SIGVTALRM,
-    SIGPROF,
-    SIGWINCH,
-    SIGIO,
-    SIGPWR,
-    SIGSYS,
+/// A signal that can end a command, by its name (`SIGKILL`): one of the engine's list, which
+/// the schema enumerates.
+#[derive(Debug, Clone, Copy)]
+pub struct Signal(pub &'static str);
+
+impl<'de> Deserialize<'de> for Signal {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let name = String::deserialize(d)?;
+        let known = loopwright_engine::patterns::signal_names().iter().find(|n| **n == name);
+        known.map(|n| Signal(n)).ok_or_else(|| D::Error::custom(format!("`{name}` is not a signal name (SIGKILL)")))
+    }
 }
+
+impl utoipa::PartialSchema for Signal {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(loopwright_engine::patterns::signal_names().iter().copied()))
+            .description(Some("A signal's name"))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Signal {}
 
 /// Who answered, checked: at most 100 characters, no control characters.
 pub fn who(by: Option<String>) -> Result<String, super::error::ApiError> {

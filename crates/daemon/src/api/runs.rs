@@ -293,7 +293,7 @@ pub async fn patterns_test(State(shared): State<Arc<Shared>>, Json(body): Json<P
     let context = loopwright_engine::patterns::Context {
         command: body.command,
         exit_code: body.exit_code,
-        signal: body.signal.map(|s| format!("{s:?}")),
+        signal: body.signal.map(|s| s.0.to_owned()),
         check_type: body.check_type,
         timed_out: body.timed_out,
     };

@@ -83,11 +83,6 @@ pub struct Context {
 }
 
 impl Context {
-    /// Nothing but the text is known.
-    pub fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
-
     /// The tool may have reported a failure of its own: it did not exit 0, and nothing (a
     /// signal, a timeout) ended it from outside. Only then do its name and the check's type
     /// say what usually went wrong.
@@ -99,7 +94,7 @@ impl Context {
     /// code 128 + n.
     fn ending_signal(&self) -> Option<&'static str> {
         self.signal.as_deref().and_then(signal_name).or_else(|| match self.exit_code {
-            Some(c @ 129..=159) => SIGNALS.get(usize::try_from(c - 128).ok()?).copied().filter(|s| !s.is_empty()),
+            Some(c @ 129..=159) => signal_of(c - 128),
             _ => None,
         })
     }
@@ -141,11 +136,21 @@ const SIGNALS: [&str; 32] = [
     "SIGSYS",
 ];
 
+/// Every signal's name, `SIGHUP` to `SIGSYS`.
+pub fn signal_names() -> &'static [&'static str] {
+    &SIGNALS[1..]
+}
+
+/// The name of signal number `n` (9 → `SIGKILL`).
+pub fn signal_of(n: i32) -> Option<&'static str> {
+    SIGNALS.get(usize::try_from(n).ok()?).copied().filter(|s| !s.is_empty())
+}
+
 /// `SIGKILL`, `KILL`, `kill` or `9` → `SIGKILL`.
 pub fn signal_name(name: &str) -> Option<&'static str> {
     let name = name.trim();
-    if let Ok(n) = name.parse::<usize>() {
-        return SIGNALS.get(n).copied().filter(|s| !s.is_empty());
+    if let Ok(n) = name.parse::<i32>() {
+        return signal_of(n);
     }
     let upper = name.to_ascii_uppercase();
     let upper = upper.strip_prefix("SIG").unwrap_or(&upper);
@@ -203,9 +208,9 @@ struct When {
 fn compile_when(list: &str, entry: &RawWhen) -> Result<(Fact, f64), String> {
     let (value, strength) = entry.parts();
     let value = value.trim().to_owned();
-    let fact = match list {
+    let (fact, default) = match list {
         "exit_codes" => {
-            if let Ok(code) = value.parse::<i32>() {
+            let fact = if let Ok(code) = value.parse::<i32>() {
                 Fact::Exit(code)
             } else if value.eq_ignore_ascii_case("timeout") {
                 Fact::Timeout
@@ -213,21 +218,32 @@ fn compile_when(list: &str, entry: &RawWhen) -> Result<(Fact, f64), String> {
                 Fact::Signal(s)
             } else {
                 return Err(format!("exit_codes: `{value}` is not an exit code, a signal name (SIGKILL) or `timeout`"));
-            }
+            };
+            (fact, EXIT_STRENGTH)
         }
         _ if value.is_empty() => return Err(format!("{list}: an empty entry")),
-        "commands" => Fact::Command(value.to_lowercase()),
-        _ => Fact::CheckType(value.to_lowercase()),
-    };
-    let default = match list {
-        "exit_codes" => EXIT_STRENGTH,
-        "commands" => COMMAND_STRENGTH,
-        _ => CHECK_TYPE_STRENGTH,
+        "commands" => (Fact::Command(value.to_lowercase()), COMMAND_STRENGTH),
+        _ => (Fact::CheckType(value.to_lowercase()), CHECK_TYPE_STRENGTH),
     };
     match strength {
         Some(s) if !(0.0..=1.0).contains(&s) => Err(format!("{list}: strength {s} is not between 0 and 1")),
-        Some(s) => Ok((fact, s)),
-        None => Ok((fact, default)),
+        strength => Ok((fact, strength.unwrap_or(default))),
+    }
+}
+
+impl When {
+    /// Whether this entry holds for the command. A tool or a check type is evidence only of a
+    /// failure the tool reported itself ([`Context::tool_failed`]).
+    fn holds(&self, context: &Context, tools: &[Vec<String>]) -> bool {
+        match &self.fact {
+            Fact::Exit(code) => context.exit_code == Some(*code),
+            Fact::Signal(name) => context.ending_signal() == Some(*name),
+            Fact::Timeout => context.timed_out,
+            Fact::Command(entry) => context.tool_failed() && command::names(entry, tools),
+            Fact::CheckType(t) => {
+                context.tool_failed() && context.check_type.as_deref().is_some_and(|c| c.eq_ignore_ascii_case(t))
+            }
+        }
     }
 }
 
@@ -366,27 +382,19 @@ impl Library {
         let mut sources = Vec::new();
         let mut owners = Vec::new();
         let mut whens = Vec::new();
-        let mut problems: Vec<String> = Vec::new();
         for (i, p) in raw.into_iter().enumerate() {
-            let [commands, exit_codes, check_types] =
-                [("commands", &p.commands), ("exit_codes", &p.exit_codes), ("check_types", &p.check_types)].map(
-                    |(list, entries)| {
-                        let mut shown = Vec::new();
-                        for entry in entries.iter().flatten() {
-                            match compile_when(list, entry) {
-                                Ok((fact, strength)) => {
-                                    shown.push(fact.value());
-                                    whens.push(When { pattern: i, fact, strength });
-                                }
-                                Err(e) => problems.push(format!("pattern `{}`: {e}", p.id)),
-                            }
-                        }
-                        shown
-                    },
-                );
-            if let Some(problem) = problems.first() {
-                return Err(problem.clone());
+            // The context entries, compiled, and as `patterns list` shows them.
+            let mut context: [Vec<String>; 3] = Default::default();
+            for (list, entries, shown) in
+                [("commands", &p.commands, 0), ("exit_codes", &p.exit_codes, 1), ("check_types", &p.check_types, 2)]
+            {
+                for entry in entries.iter().flatten() {
+                    let (fact, strength) = compile_when(list, entry).map_err(|e| format!("pattern `{}`: {e}", p.id))?;
+                    context[shown].push(fact.value());
+                    whens.push(When { pattern: i, fact, strength });
+                }
             }
+            let [commands, exit_codes, check_types] = context;
             let mut shown = Vec::new();
             for signal in p.signals.iter().flatten() {
                 let check = checked.contains(&p.id) || !builtin_ids.contains(&p.id);
@@ -441,7 +449,7 @@ impl Library {
         let text = strip_ansi(output);
         let tools = context.command.as_deref().map(command::tools).unwrap_or_default();
         // Context evidence per pattern: (pattern, fact, strength).
-        let facts: Vec<&When> = self.whens.iter().filter(|w| self.holds(w, context, &tools)).collect();
+        let facts: Vec<&When> = self.whens.iter().filter(|w| w.holds(context, &tools)).collect();
         let amplified = |p: usize| facts.iter().any(|w| w.pattern == p && matches!(w.fact, Fact::Command(_)));
         let mut best = vec![0.0f64; self.owners.len()];
         // Lines with matches and their signals, for the winner's decisive lines.
@@ -485,13 +493,18 @@ impl Library {
             });
         match winner {
             Some((p, confidence)) if confidence >= MIN_CONFIDENCE => {
-                let mut evidence: Vec<Evidence> = best
+                // The winner's signals that matched, with how much each counted.
+                let signals: Vec<(&String, f64)> = best
                     .iter()
                     .enumerate()
                     .filter(|(i, s)| **s > 0.0 && self.owners[*i].0 == p)
-                    .map(|(i, s)| Evidence {
+                    .map(|(i, s)| (&self.owners[i].2, *s))
+                    .collect();
+                let mut evidence: Vec<Evidence> = signals
+                    .iter()
+                    .map(|(signal, s)| Evidence {
                         kind: "signal".into(),
-                        value: self.owners[i].2.clone(),
+                        value: (*signal).clone(),
                         strength: round(*s),
                     })
                     .chain(facts.iter().filter(|w| w.pattern == p).map(|w| Evidence {
@@ -505,12 +518,7 @@ impl Library {
                     matched_pattern: Some(self.patterns[p].id.clone()),
                     confidence: round(confidence),
                     strategy: self.patterns[p].strategy.clone(),
-                    signals: best
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, s)| **s > 0.0 && self.owners[*i].0 == p)
-                        .map(|(i, _)| self.owners[i].2.clone())
-                        .collect(),
+                    signals: signals.into_iter().map(|(signal, _)| signal.clone()).collect(),
                     evidence,
                     lines: hits
                         .iter()
@@ -528,20 +536,6 @@ impl Library {
                 evidence: Vec::new(),
                 lines: Vec::new(),
             },
-        }
-    }
-
-    /// Whether a pattern's context entry holds for this command. A tool or a check type is
-    /// evidence only of a failure the tool reported itself ([`Context::tool_failed`]).
-    fn holds(&self, when: &When, context: &Context, tools: &[Vec<String>]) -> bool {
-        match &when.fact {
-            Fact::Exit(code) => context.exit_code == Some(*code),
-            Fact::Signal(name) => context.ending_signal() == Some(*name),
-            Fact::Timeout => context.timed_out,
-            Fact::Command(entry) => context.tool_failed() && command::names(entry, tools),
-            Fact::CheckType(t) => {
-                context.tool_failed() && context.check_type.as_deref().is_some_and(|c| c.eq_ignore_ascii_case(t))
-            }
         }
     }
 }
