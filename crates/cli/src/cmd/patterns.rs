@@ -74,11 +74,12 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::List => {
+            let patterns = loopwright_app::ops::patterns::list(&ws)?;
             if global.json {
-                println!("{}", to_json(&loopwright_app::ops::patterns::list(&ws)?)?);
+                println!("{}", to_json(&patterns)?);
             } else {
                 println!("{:<22} {:<20} {:<9} {:<7} SIGNALS", "ID", "STRATEGY", "RETRYABLE", "RETRIES");
-                for p in loopwright_app::ops::patterns::list(&ws)? {
+                for p in patterns {
                     println!(
                         "{:<22} {:<20} {:<9} {:<7} {}",
                         p.id,

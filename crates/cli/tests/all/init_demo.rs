@@ -165,4 +165,12 @@ fn patterns_test_classifies_real_output_and_project_patterns_merge() {
     let (code, _, stderr) = ws.run(&["patterns", "list"]);
     assert_eq!(code, 2);
     assert!(stderr.contains(".loopwright/failure-patterns.yml:3:5"), "{stderr}");
+    ws.write(".loopwright/failure-patterns.yml", "patterns:\n  - id: x\n    exit_codes: [75, SIGNOPE]\n");
+    let (code, _, stderr) = ws.run(&["patterns", "list"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains(".loopwright/failure-patterns.yml:3:22"), "{stderr}");
+    assert!(
+        stderr.contains("field `patterns[0].exit_codes`: pattern `x`: exit_codes: `SIGNOPE` is not an exit code"),
+        "{stderr}"
+    );
 }

@@ -17,7 +17,8 @@
 pub mod command;
 
 pub use loopwright_journal::closed_loop::Evidence;
-use loopwright_spec::patterns::{PatternFile, RawPattern, RawSignal, RawWhen};
+use loopwright_spec::patterns::{Fact, PatternFile, RawPattern, RawSignal, WhenList};
+pub use loopwright_spec::patterns::{signal_name, signal_names, signal_of};
 use regex::{Regex, RegexSet};
 use serde::{Deserialize, Serialize};
 
@@ -100,63 +101,6 @@ impl Context {
     }
 }
 
-/// Linux's signal names by number.
-const SIGNALS: [&str; 32] = [
-    "",
-    "SIGHUP",
-    "SIGINT",
-    "SIGQUIT",
-    "SIGILL",
-    "SIGTRAP",
-    "SIGABRT",
-    "SIGBUS",
-    "SIGFPE",
-    "SIGKILL",
-    "SIGUSR1",
-    "SIGSEGV",
-    "SIGUSR2",
-    "SIGPIPE",
-    "SIGALRM",
-    "SIGTERM",
-    "SIGSTKFLT",
-    "SIGCHLD",
-    "SIGCONT",
-    "SIGSTOP",
-    "SIGTSTP",
-    "SIGTTIN",
-    "SIGTTOU",
-    "SIGURG",
-    "SIGXCPU",
-    "SIGXFSZ",
-    "SIGVTALRM",
-    "SIGPROF",
-    "SIGWINCH",
-    "SIGIO",
-    "SIGPWR",
-    "SIGSYS",
-];
-
-/// Every signal's name, `SIGHUP` to `SIGSYS`.
-pub fn signal_names() -> &'static [&'static str] {
-    &SIGNALS[1..]
-}
-
-/// The name of signal number `n` (9 → `SIGKILL`).
-pub fn signal_of(n: i32) -> Option<&'static str> {
-    SIGNALS.get(usize::try_from(n).ok()?).copied().filter(|s| !s.is_empty())
-}
-
-/// `SIGKILL`, `KILL`, `kill` or `9` → `SIGKILL`.
-pub fn signal_name(name: &str) -> Option<&'static str> {
-    let name = name.trim();
-    if let Ok(n) = name.parse::<i32>() {
-        return signal_of(n);
-    }
-    let upper = name.to_ascii_uppercase();
-    let upper = upper.strip_prefix("SIG").unwrap_or(&upper);
-    SIGNALS.iter().copied().find(|s| !s.is_empty() && &s[3..] == upper)
-}
-
 /// A fact at least this sure decides whatever the text says (SPEC §6).
 pub const DECISIVE: f64 = 0.95;
 /// Default strengths of context evidence a pattern declares without one: an exit code or a
@@ -165,34 +109,14 @@ const EXIT_STRENGTH: f64 = 0.95;
 const COMMAND_STRENGTH: f64 = 0.4;
 const CHECK_TYPE_STRENGTH: f64 = 0.4;
 
-/// What a pattern's context entry looks for.
-#[derive(Debug, Clone, PartialEq)]
-enum Fact {
-    Exit(i32),
-    Signal(&'static str),
-    Timeout,
-    Command(String),
-    CheckType(String),
-}
-
-impl Fact {
-    fn kind(&self) -> &'static str {
-        match self {
-            Fact::Exit(_) => "exit_code",
-            Fact::Signal(_) => "exit_signal",
-            Fact::Timeout => "timeout",
-            Fact::Command(_) => "command",
-            Fact::CheckType(_) => "check_type",
-        }
-    }
-
-    fn value(&self) -> String {
-        match self {
-            Fact::Exit(c) => c.to_string(),
-            Fact::Signal(s) => (*s).to_owned(),
-            Fact::Timeout => "timeout".to_owned(),
-            Fact::Command(c) | Fact::CheckType(c) => c.clone(),
-        }
+/// How evidence of a fact is named (`exit_code`) and what it shows (`127`).
+fn shown(fact: &Fact) -> (&'static str, String) {
+    match fact {
+        Fact::Exit(c) => ("exit_code", c.to_string()),
+        Fact::Signal(s) => ("exit_signal", (*s).to_owned()),
+        Fact::Timeout => ("timeout", "timeout".to_owned()),
+        Fact::Command(c) => ("command", c.clone()),
+        Fact::CheckType(c) => ("check_type", c.clone()),
     }
 }
 
@@ -202,33 +126,6 @@ struct When {
     pattern: usize,
     fact: Fact,
     strength: f64,
-}
-
-/// Compiles one `exit_codes`, `commands` or `check_types` entry.
-fn compile_when(list: &str, entry: &RawWhen) -> Result<(Fact, f64), String> {
-    let (value, strength) = entry.parts();
-    let value = value.trim().to_owned();
-    let (fact, default) = match list {
-        "exit_codes" => {
-            let fact = if let Ok(code) = value.parse::<i32>() {
-                Fact::Exit(code)
-            } else if value.eq_ignore_ascii_case("timeout") {
-                Fact::Timeout
-            } else if let Some(s) = signal_name(&value) {
-                Fact::Signal(s)
-            } else {
-                return Err(format!("exit_codes: `{value}` is not an exit code, a signal name (SIGKILL) or `timeout`"));
-            };
-            (fact, EXIT_STRENGTH)
-        }
-        _ if value.is_empty() => return Err(format!("{list}: an empty entry")),
-        "commands" => (Fact::Command(value.to_lowercase()), COMMAND_STRENGTH),
-        _ => (Fact::CheckType(value.to_lowercase()), CHECK_TYPE_STRENGTH),
-    };
-    match strength {
-        Some(s) if !(0.0..=1.0).contains(&s) => Err(format!("{list}: strength {s} is not between 0 and 1")),
-        strength => Ok((fact, strength.unwrap_or(default))),
-    }
 }
 
 impl When {
@@ -385,13 +282,18 @@ impl Library {
         for (i, p) in raw.into_iter().enumerate() {
             // The context entries, compiled, and as `patterns list` shows them.
             let mut context: [Vec<String>; 3] = Default::default();
-            for (list, entries, shown) in
-                [("commands", &p.commands, 0), ("exit_codes", &p.exit_codes, 1), ("check_types", &p.check_types, 2)]
-            {
-                for entry in entries.iter().flatten() {
-                    let (fact, strength) = compile_when(list, entry).map_err(|e| format!("pattern `{}`: {e}", p.id))?;
-                    context[shown].push(fact.value());
-                    whens.push(When { pattern: i, fact, strength });
+            for (n, (list, name)) in WhenList::ALL.into_iter().enumerate() {
+                for entry in p.whens(list) {
+                    // A project's file was checked where it was read; the built-ins by tests.
+                    let (fact, strength) =
+                        entry.value.resolve(list).map_err(|e| format!("pattern `{}`: {name}: {e}", p.id))?;
+                    let default = match list {
+                        WhenList::ExitCodes => EXIT_STRENGTH,
+                        WhenList::Commands => COMMAND_STRENGTH,
+                        WhenList::CheckTypes => CHECK_TYPE_STRENGTH,
+                    };
+                    context[n].push(shown(&fact).1);
+                    whens.push(When { pattern: i, fact, strength: strength.unwrap_or(default) });
                 }
             }
             let [commands, exit_codes, check_types] = context;
@@ -507,10 +409,9 @@ impl Library {
                         value: (*signal).clone(),
                         strength: round(*s),
                     })
-                    .chain(facts.iter().filter(|w| w.pattern == p).map(|w| Evidence {
-                        kind: w.fact.kind().into(),
-                        value: w.fact.value(),
-                        strength: round(w.strength),
+                    .chain(facts.iter().filter(|w| w.pattern == p).map(|w| {
+                        let (kind, value) = shown(&w.fact);
+                        Evidence { kind: kind.into(), value, strength: round(w.strength) }
                     }))
                     .collect();
                 evidence.sort_by(|a, b| b.strength.total_cmp(&a.strength));
@@ -750,15 +651,6 @@ mod tests {
         assert!(kinds(&c).contains(&("command", "shellcheck")), "{c:?}");
         // Nothing said which tool ran and nothing in the text is strong enough.
         assert_eq!(lib.classify_in(out, &context(Some("./check.sh"), Some(1), None)).matched_pattern, None);
-    }
-
-    #[test]
-    fn signals_are_named_by_name_or_number() {
-        assert_eq!(signal_name("KILL"), Some("SIGKILL"));
-        assert_eq!(signal_name("sigsegv"), Some("SIGSEGV"));
-        assert_eq!(signal_name("9"), Some("SIGKILL"));
-        assert_eq!(signal_name("0"), None);
-        assert_eq!(signal_name("SIGNOPE"), None);
     }
 
     #[test]
