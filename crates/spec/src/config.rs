@@ -220,16 +220,8 @@ mod tests {
     fn auto_settings_out_of_range_are_each_reported_where_they_are_written() {
         let text = "[auto]\nstall_captures = 0\nheartbeat_seconds = -1\nrows = 40\n";
         let diags = Config::parse(&SourceFile::new("config.toml", text)).expect_err("bad");
-        let found: Vec<String> = diags
-            .items
-            .iter()
-            .map(|d| {
-                let p = d.position.expect("position");
-                format!("{}:{}: {}: {}", p.line, p.column, d.field.as_deref().unwrap_or("?"), d.message)
-            })
-            .collect();
         assert_eq!(
-            found,
+            crate::diag::located(&diags),
             [
                 "3:21: auto.heartbeat_seconds: [auto] `heartbeat_seconds` must be above 0",
                 "2:18: auto.stall_captures: [auto] `stall_captures` must be at least 1",

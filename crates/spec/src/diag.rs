@@ -229,6 +229,19 @@ impl fmt::Display for Diagnostics {
     }
 }
 
+/// Each diagnostic as `line:column: field: message`, for tests that compare them whole.
+#[cfg(test)]
+pub(crate) fn located(diags: &Diagnostics) -> Vec<String> {
+    diags
+        .items
+        .iter()
+        .map(|d| {
+            let p = d.position.expect("position");
+            format!("{}:{}: {}: {}", p.line, p.column, d.field.as_deref().unwrap_or("?"), d.message)
+        })
+        .collect()
+}
+
 /// Turns a YAML (serde-saphyr) error into a diagnostic: message without the trailing
 /// location (the diagnostic carries it), position and a label.
 pub fn yaml_error(

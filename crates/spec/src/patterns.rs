@@ -292,16 +292,8 @@ mod tests {
     fn context_entries_are_checked_where_they_are_written() {
         let text = "patterns:\n  - id: flaky-db\n    exit_codes: [75, SIGNOPE, {when: KILL, strength: 0.6}]\n    check_types: [{when: lint, strength: 1.5}]\n    commands: ['  ']\n";
         let diags = PatternFile::parse(&SourceFile::new("failure-patterns.yml", text)).expect_err("bad entries");
-        let found: Vec<String> = diags
-            .items
-            .iter()
-            .map(|d| {
-                let p = d.position.expect("position");
-                format!("{}:{}: {}: {}", p.line, p.column, d.field.as_deref().unwrap_or("?"), d.message)
-            })
-            .collect();
         assert_eq!(
-            found,
+            crate::diag::located(&diags),
             [
                 "5:16: patterns[0].commands: pattern `flaky-db`: commands: an empty entry",
                 "3:22: patterns[0].exit_codes: pattern `flaky-db`: exit_codes: `SIGNOPE` is not an exit code, a signal name (SIGKILL) or `timeout`",
