@@ -326,10 +326,13 @@ if have python3; then
   case_ dependency-conflict pip-resolution-impossible pip build pip install --dry-run "six==1.16.0" "six==1.15.0"
   printf 'requests>=2\nflask==\n' > requirements.txt
   case_ config-error pip-invalid-requirement pip build pip install --dry-run -r requirements.txt
-  case_ network-error pip-index-refused pip build pip install --index-url http://127.0.0.1:9/simple --retries 0 --timeout 2 leftpad-nothing
-  case_ rate-limit pip-index-429 pip build pip install --index-url http://127.0.0.1:18429/simple --retries 0 leftpad-nothing
-  case_ timeout pip-index-read-timeout pip build pip install --index-url http://127.0.0.1:18430/simple --retries 0 --timeout 1 leftpad-nothing
-  case_ permission-error pip-install-nobody pip build $NOBODY env HOME=/tmp pip install --no-index --no-deps "$(ls /usr/share/python-wheels/*.whl 2>/dev/null | head -1)"
+  # pip retries 5 times by default, printing why before each retry; with --retries 0 it says
+  # only "no matching distribution". One retry keeps the case short and the output as a user
+  # sees it (pip says nothing of a 429 either way).
+  case_ network-error pip-index-refused pip build pip install --index-url http://127.0.0.1:9/simple --retries 1 --timeout 2 leftpad-nothing
+  case_ rate-limit pip-index-429 pip build pip install --index-url http://127.0.0.1:18429/simple --retries 1 leftpad-nothing
+  case_ timeout pip-index-read-timeout pip build pip install --index-url http://127.0.0.1:18430/simple --retries 1 --timeout 1 leftpad-nothing
+  case_ permission-error pip-install-nobody pip build $NOBODY env HOME=/tmp pip install --no-index --no-deps --target /usr/lib/loopwright-corpus "$(ls /usr/share/python-wheels/*.whl 2>/dev/null | head -1)"
   case_ none pip-already-satisfied pip build pip install pyyaml
   printf 'six==1.16.0\nsix==1.15.0\n' > req2.in
   case_ dependency-conflict uv-no-solution uv build uv pip compile --no-cache req2.in
@@ -358,12 +361,14 @@ if have node; then
   noderun runtime-error typeerror-not-a-function 'const config = {};\nconfig.load();\n'
   noderun runtime-error rangeerror-stack 'function f() { return f(); }\nf();\n'
   noderun runtime-error unhandled-rejection 'async function main() { throw new Error("could not parse the response body"); }\nmain();\n'
-  noderun network-error fetch-refused 'fetch("http://127.0.0.1:9/health").then(r => console.log(r.status));\n'
+  # (fetch refuses port 9 itself as a "bad port": a closed port elsewhere)
+  noderun network-error fetch-refused 'fetch("http://127.0.0.1:18431/health").then(r => console.log(r.status));\n'
   noderun network-error http-econnrefused 'require("http").get("http://127.0.0.1:9/", r => {});\n'
   noderun rate-limit fetch-429-thrown 'fetch("http://127.0.0.1:18429/v1/messages").then(r => { if (!r.ok) throw new Error(`HTTP ${r.status} ${r.statusText}`); });\n'
   noderun timeout fetch-abort-timeout 'fetch("http://127.0.0.1:18430/", { signal: AbortSignal.timeout(1000) }).then(r => r.text());\n'
   noderun disk-full write-enospc 'require("fs").writeFileSync("/dev/full", "x".repeat(100000));\n'
-  noderun permission-error write-eacces 'require("fs").writeFileSync("/proc/version", "x");\n'
+  put write-eacces.js 'require("fs").writeFileSync("/etc/loopwright-corpus", "x");\n'
+  case_ permission-error node-write-eacces node command $NOBODY node write-eacces.js
   case_ permission-error node-eacces-nobody node command $NOBODY node -e 'require("fs").readFileSync("/root/.profile")'
   noderun command-not-found spawn-enoent 'const { execFileSync } = require("child_process");\nexecFileSync("protoc", ["--version"]);\n'
   case_ out-of-memory node-heap-out-of-memory node command node --max-old-space-size=20 -e 'const a = []; for (;;) a.push(new Array(1e5).fill(1));'
@@ -502,7 +507,8 @@ if have node; then
   put package.json '{"name": "c", "version": "1.0.0", "dependencies": {"is-number": "7.0.0"}}\n'
   case_ none npm-install-ok npm build npm install --no-audit --no-fund
   case_ permission-error npm-global-eacces npm build $NOBODY env HOME=/tmp npm install -g --no-audit --no-fund is-number@7.0.0
-  git init -q && git add -A && git -c user.email=t@e -c user.name=T commit -qm init && echo x >> package.json
+  put NOTES.md 'notes\n'
+  git init -q && git add -A && git -c user.email=t@e -c user.name=T commit -qm init && echo x >> NOTES.md
   case_ git-error npm-version-dirty-tree npm build npm version patch
 fi
 
