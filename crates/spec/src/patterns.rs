@@ -219,6 +219,9 @@ pub struct RawPattern {
     /// Check types (`lint`, `format`, `type`, `test`, `build`, `syntax`) whose failure is
     /// evidence when nothing more specific is printed.
     pub check_types: Option<Vec<Spanned<RawWhen>>>,
+    /// The pattern names the step that failed (a linter, the tests, the build) rather than
+    /// why: any other pattern that matches with confidence 0.7 or more wins over it.
+    pub generic: Option<bool>,
 }
 
 impl RawPattern {

@@ -61,6 +61,10 @@ pub struct Pattern {
     /// Check types whose failure is evidence for it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub check_types: Vec<String>,
+    /// It names the step that failed (lint, tests, build) rather than why: a specific pattern
+    /// matched with at least [`SPECIFIC`] confidence wins over it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub generic: bool,
 }
 
 /// What loopwright knows of the command whose output is classified, besides the text.
@@ -103,6 +107,11 @@ impl Context {
 
 /// A fact at least this sure decides whatever the text says (SPEC §6).
 pub const DECISIVE: f64 = 0.95;
+/// A specific pattern (one that says why: a syntax error, an undefined name, a refused
+/// connection) this sure wins over a generic one (which says which step failed: the linter,
+/// the tests, the build), however sure that is: a test run that failed on a `NameError` is an
+/// undefined name, a linter's parse error a syntax error.
+pub const SPECIFIC: f64 = 0.7;
 /// Default strengths of context evidence a pattern declares without one: an exit code or a
 /// signal is a fact (decisive); a tool or a check type only says what usually goes wrong.
 const EXIT_STRENGTH: f64 = 0.95;
@@ -237,7 +246,8 @@ fn merge(base: &mut RawPattern, over: RawPattern) {
         retryable,
         commands,
         exit_codes,
-        check_types
+        check_types,
+        generic
     );
 }
 
@@ -319,6 +329,7 @@ impl Library {
                 commands,
                 exit_codes,
                 check_types,
+                generic: p.generic.unwrap_or(false),
                 id: p.id,
             });
         }
@@ -387,10 +398,12 @@ impl Library {
             miss[w.pattern] *= 1.0 - w.strength;
             decided[w.pattern] |= w.strength >= DECISIVE;
         }
-        // A decisive fact beats any text; among equals the surest, then library order.
+        // A decisive fact beats any text, then a specific pattern sure enough beats a generic
+        // one; among equals the surest, then library order.
+        let rank = |p: usize, c: f64| (decided[p], !self.patterns[p].generic && c >= SPECIFIC, c);
         let winner =
             miss.iter().enumerate().map(|(p, m)| (p, 1.0 - m)).fold(None::<(usize, f64)>, |acc, (p, c)| match acc {
-                Some((b, best_c)) if (decided[b], best_c) >= (decided[p], c) => acc,
+                Some((b, best_c)) if rank(b, best_c) >= rank(p, c) => acc,
                 _ => Some((p, c)),
             });
         match winner {
@@ -567,7 +580,7 @@ mod tests {
         .expect("file");
         let lib = Library::new(Some(file.clone())).expect("library");
         assert_eq!(lib.get("disk-full").map(|p| p.strategy.as_str()), Some("analyze_then_fix"));
-        assert_eq!(lib.get("disk-full").map(|p| p.signals.len()), Some(2), "signals kept from the built-in");
+        assert_eq!(lib.get("disk-full").map(|p| p.signals.len()), Some(3), "signals kept from the built-in");
         let c = lib.classify("GET https://staging.example.com/v1 timed out after 30s\n");
         assert_eq!(c.matched_pattern.as_deref(), Some("flaky-api"));
         assert_eq!(lib.patterns()[0].id, "flaky-api");
@@ -653,6 +666,31 @@ mod tests {
         assert_eq!(lib.classify_in(out, &context(Some("./check.sh"), Some(1), None)).matched_pattern, None);
     }
 
+    #[test]
+    fn a_specific_cause_wins_over_the_step_that_reported_it() {
+        let lib = Library::builtin();
+        // eslint's own summary is a strong lint-error signal; the rule says why it failed.
+        let eslint =
+            "/work/undef.js\n  1:28  error  'itemz' is not defined  no-undef\n\n✖ 1 problem (1 error, 0 warnings)\n";
+        let c = lib.classify_in(eslint, &context(Some("npx eslint ."), Some(1), Some("lint")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("undefined-name"), "{c:?}");
+        let pytest = "=================================== FAILURES ===================================\nE       MemoryError\nFAILED test_mem.py::test_big - MemoryError\n1 failed in 0.02s\n";
+        let c = lib.classify_in(pytest, &context(Some("pytest -q"), Some(1), Some("test")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("out-of-memory"), "{c:?}");
+        // A weak word of a specific pattern does not: the tests failed.
+        let weak = "=================================== FAILURES ===================================\nE   assert 'syntax error' == 'ok'\n1 failed in 0.02s\n";
+        let c = lib.classify_in(weak, &context(Some("pytest -q"), Some(1), Some("test")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("test-failure"), "{c:?}");
+        // Two generic patterns are compared by confidence: a build script that panicked is a
+        // failed build, not a crash.
+        let cargo =
+            "error: failed to run custom build command for `app v0.1.0`\n  thread 'main' panicked at build.rs:2:5:\n";
+        let c = lib.classify_in(cargo, &context(Some("cargo build"), Some(101), Some("build")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("build-error"), "{c:?}");
+        assert!(
+            lib.get("build-error").is_some_and(|p| p.generic) && lib.get("undefined-name").is_some_and(|p| !p.generic)
+        );
+    }
     #[test]
     fn a_project_patterns_context_entries_are_checked_and_used() {
         let file: PatternFile = serde_saphyr::from_str(
