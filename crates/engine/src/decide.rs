@@ -53,6 +53,14 @@ pub enum Step {
         /// The attempt.
         attempt: u32,
     },
+    /// Closed loop, ANALYZE: decide what to do about an attempt's failure (with the
+    /// strategies' measured effectiveness, which the engine holds).
+    Analyze {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+    },
     /// Closed loop: run the strategy ANALYZE chose for an attempt's failure.
     Fix {
         /// The stage.
@@ -350,11 +358,7 @@ fn loop_step(pipeline: &Pipeline, state: &RunState, stage: &Stage, now: jiff::Ti
         return Step::Evaluate { stage: id, attempt: it.attempt };
     }
     let Some(analysis) = &it.analysis else {
-        return Step::Record(Event::Analyzed {
-            stage: id,
-            attempt: it.attempt,
-            analysis: closed_loop::analyze(stage, lp),
-        });
+        return Step::Analyze { stage: id, attempt: it.attempt };
     };
     match analysis.next {
         NextAction::Fix => match (&it.fix, it.fix_at) {

@@ -76,6 +76,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 }
                 Step::Baseline { stage } => self.baseline(&mut state, stage).await?,
                 Step::Evaluate { stage, attempt } => self.evaluate(&mut state, stage, attempt).await?,
+                Step::Analyze { stage, attempt } => self.analyze(&mut state, stage, attempt).await?,
                 Step::Fix { stage, attempt } => self.fix(&mut state, stage, attempt).await?,
                 Step::Done(_) => {
                     self.flush(&mut state).await?;
@@ -133,6 +134,27 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         for record in &records {
             self.observer.on_event(record, state, self.pipeline);
         }
+        Ok(())
+    }
+
+    /// ANALYZE (seed 000): a decision over the journal and the strategies' measured
+    /// effectiveness, journaled before the FIX it chooses.
+    async fn analyze(&mut self, state: &mut RunState, stage_id: StageId, attempt: u32) -> Result<(), StoreError> {
+        let measured = match self.settings.effectiveness.get() {
+            Some(measured) => measured,
+            None => {
+                let measured = closed_loop::effectiveness::Effectiveness::measure(
+                    self.store,
+                    closed_loop::effectiveness::MEASURED_RUNS,
+                )
+                .await?;
+                self.settings.effectiveness.get_or_init(|| measured)
+            }
+        };
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
+        let lp = state.stage(stage_id.as_str()).and_then(|s| s.closed.as_deref()).expect("a looping stage has a loop");
+        let analysis = closed_loop::analyze(stage, lp, measured);
+        self.defer(state, Event::Analyzed { stage: stage_id, attempt, analysis });
         Ok(())
     }
 

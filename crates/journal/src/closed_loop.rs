@@ -258,6 +258,10 @@ pub struct Analysis {
     pub next: NextAction,
     /// Why, in a sentence.
     pub reason: String,
+    /// When the strategy was chosen by measured success across runs rather than the
+    /// pattern's fixed order: the figures that decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<String>,
 }
 
 /// What FIX did.

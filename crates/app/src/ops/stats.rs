@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use loopwright_engine::closed_loop::effectiveness::Effectiveness;
 use loopwright_engine::event::{Answer, Event, FeedbackAction};
 use loopwright_engine::{RunState, StageStatus, Store};
 use serde::Serialize;
@@ -64,6 +65,52 @@ pub struct Stats {
     pub by_pattern: BTreeMap<String, PatternStats>,
     /// How often each fix strategy was applied, and how often the attempt after it succeeded.
     pub by_strategy: BTreeMap<String, StrategyStats>,
+    /// Each (pattern, strategy) pair's measured success, as the closed loop orders strategies by.
+    pub effectiveness: Effectiveness,
+    /// Pattern-learning candidates, by what a human did with them.
+    pub candidates: Candidates,
+}
+
+/// Pattern-learning candidates (`.loopwright/state/dead-letters/candidate-pattern-*.md`): a
+/// human accepts one by adding its pattern to `failure-patterns.yml` (or setting its
+/// `status: accepted`), rejects it with `status: rejected`.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Candidates {
+    /// Still waiting for review.
+    pub proposed: usize,
+    /// Accepted.
+    pub accepted: usize,
+    /// Rejected.
+    pub rejected: usize,
+}
+
+impl Candidates {
+    /// Counts the candidates in `dir` against the workspace's pattern library.
+    fn count(dir: &std::path::Path, library: &loopwright_engine::patterns::Library) -> Self {
+        let mut counts = Self::default();
+        let Ok(entries) = std::fs::read_dir(dir) else { return counts };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(hash) = name.strip_prefix("candidate-pattern-").and_then(|n| n.strip_suffix(".md")) else {
+                continue;
+            };
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let status = text
+                .lines()
+                .skip(1)
+                .take_while(|l| *l != "---")
+                .find_map(|l| l.strip_prefix("status:"))
+                .map(str::trim)
+                .unwrap_or("proposed");
+            match status {
+                _ if library.get(&format!("learned-{hash}")).is_some() => counts.accepted += 1,
+                "accepted" => counts.accepted += 1,
+                "rejected" => counts.rejected += 1,
+                _ => counts.proposed += 1,
+            }
+        }
+        counts
+    }
 }
 
 /// One fix strategy's record.
@@ -87,9 +134,11 @@ pub async fn stats(ws: &Workspace, runs: usize) -> Result<Stats, Error> {
     let (mut validations, mut validation_catches) = (0usize, BTreeMap::<String, usize>::new());
     let (mut regression_runs, mut regression_skipped, mut regressions_found) = (0usize, 0usize, 0usize);
     let mut by_strategy: BTreeMap<String, StrategyStats> = BTreeMap::new();
+    let mut effectiveness = Effectiveness::default();
     for summary in store.runs(runs).await? {
         let events = store.events(&summary.run_id).await?;
         let state = RunState::replay(summary.run_id.clone(), &events);
+        effectiveness.observe_run(&state);
         let mut patterns: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let succeeded: std::collections::BTreeSet<(&str, u32)> = events
             .iter()
@@ -187,6 +236,8 @@ pub async fn stats(ws: &Workspace, runs: usize) -> Result<Stats, Error> {
         regressions_found,
         by_pattern,
         by_strategy,
+        effectiveness,
+        candidates: Candidates::count(&crate::files::dead_letters_dir(&ws.runs_dir()), &lib),
     })
 }
 
@@ -232,6 +283,11 @@ impl Stats {
                 "applied": s.applied, "succeeded": s.succeeded,
                 "success_rate": s.succeeded as f64 / s.applied.max(1) as f64,
             }))).collect::<serde_json::Map<String, serde_json::Value>>(),
+            "strategy_effectiveness": self.effectiveness.pairs().map(|(pattern, strategy, r)| json!({
+                "pattern": pattern, "strategy": strategy, "attempts": r.attempts, "succeeded": r.succeeded,
+                "success_rate": r.rate(), "verdict": r.verdict(),
+            })).collect::<Vec<_>>(),
+            "candidate_patterns": self.candidates,
         })
     }
 }

@@ -2,6 +2,7 @@
 //! journal. Failed attempts are classified with the workspace's failure-pattern library.
 
 use loopwright_app::ops::stats::{PatternStats, Stats};
+use loopwright_engine::closed_loop::effectiveness::{MIN_SAMPLES, RELIABLE, UNRELIABLE, Verdict};
 
 use super::Global;
 use crate::error::CliError;
@@ -76,6 +77,33 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
                 f64::from(s.total_attempts) / s.stages.max(1) as f64
             );
         }
+    }
+    let pairs: Vec<_> = stats.effectiveness.pairs().collect();
+    if !pairs.is_empty() {
+        println!(
+            "\n### Strategy Effectiveness\n\nA fix counts when the attempt after it passed. With {MIN_SAMPLES} outcomes or more a pair is measured, and the closed loop tries a pattern's strategies by measured success.\n\n| Pattern | Strategy | Fixes | Next attempt passed | Verdict |\n|---------|----------|-------|---------------------|---------|"
+        );
+        for (pattern, strategy, r) in pairs {
+            let verdict = match r.verdict() {
+                Verdict::TooFew => format!("too few samples ({} of {MIN_SAMPLES})", r.attempts),
+                Verdict::Flagged => format!("flagged: under {UNRELIABLE}"),
+                Verdict::Measured => "measured".to_owned(),
+                Verdict::Reliable => format!("reliable: over {RELIABLE}"),
+            };
+            println!(
+                "| {pattern} | {strategy} | {} | {} ({}) | {verdict} |",
+                r.attempts,
+                r.succeeded,
+                pct(r.succeeded as usize, r.attempts as usize)
+            );
+        }
+    }
+    let c = &stats.candidates;
+    if c.proposed + c.accepted + c.rejected > 0 {
+        println!(
+            "\nCandidate patterns: {} accepted, {} rejected, {} waiting for review (.loopwright/state/dead-letters/candidate-pattern-*.md)",
+            c.accepted, c.rejected, c.proposed
+        );
     }
     Ok(0)
 }

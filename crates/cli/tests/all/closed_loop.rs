@@ -223,7 +223,18 @@ fn unclassified_failures_seen_four_times_propose_a_candidate_pattern() {
     assert!(
         candidate.contains("- {regex: 'widget frobnication incomplete for slot \\d+', strength: 0.8}"),
         "{candidate}"
-    );
+    ); // `stats` counts what a human did with it: waiting, rejected, then accepted by adding
+    // its pattern to the project's file.
+    let counts = |ws: &Ws| ws.json(&["stats"]).1["candidate_patterns"].clone();
+    assert_eq!(counts(&ws), json!({"proposed": 1, "accepted": 0, "rejected": 0}));
+    let path = format!(".loopwright/state/dead-letters/{}", candidates[0]);
+    ws.write(&path, &candidate.replace("status: proposed", "status: rejected"));
+    assert_eq!(counts(&ws), json!({"proposed": 0, "accepted": 0, "rejected": 1}));
+    let proposal = candidate.split("```yaml\n").nth(1).and_then(|y| y.split("```").next()).expect("a yaml proposal");
+    ws.write(".loopwright/failure-patterns.yml", proposal);
+    assert_eq!(counts(&ws), json!({"proposed": 0, "accepted": 1, "rejected": 0}));
+    let (_, text, _) = ws.run(&["stats"]);
+    assert!(text.contains("Candidate patterns: 1 accepted, 0 rejected, 0 waiting for review"), "{text}");
 }
 
 #[test]
@@ -549,4 +560,73 @@ fn a_stage_retry_runs_the_whole_loop_again_before_the_dead_letter() {
     let run = result["run_id"].as_str().expect("run id");
     let prompt = ws.read(&format!(".loopwright/state/runs/{run}/prompts/implement-4.md"));
     assert!(prompt.contains("This is retry attempt 4 of 4."), "{prompt}");
+}
+
+#[test]
+fn measured_strategy_success_across_runs_reorders_a_patterns_strategies() {
+    // A project pattern whose own strategy never helps here: the widget passes on the third
+    // attempt of every run, after the alternative context_expand has run.
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/failure-patterns.yml",
+        "patterns:\n  - id: widget-drift\n    description: The widget drifted\n    signals: ['/widget drifted by \\d+/']\n    strategy: analyze_then_fix\n    alternatives: [context_expand]\n",
+    );
+    agent(
+        &ws,
+        "dev",
+        "cat > prompt-$LOOPWRIGHT_ATTEMPT.txt\nif [ \"$LOOPWRIGHT_ATTEMPT\" -ge 3 ]; then echo fixed > widget.txt; fi\necho worked\n",
+    );
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    closed_loop:\n      max_retries: 4\n    checks:\n      - name: widget\n        type: custom\n        command: grep -q fixed widget.txt 2>/dev/null || { echo 'widget drifted by 3 mm'; exit 1; }\n",
+    );
+    // The first analysis of each run, and the reason it gave.
+    let first_analysis = |result: &serde_json::Value| -> serde_json::Value {
+        ws.journal(result["run_id"].as_str().expect("run id"))
+            .into_iter()
+            .map(|e| e["event"].clone())
+            .find(|e| e["type"] == "analyzed")
+            .expect("an analysis")["analysis"]
+            .clone()
+    };
+    for n in 1..=10 {
+        let _ = std::fs::remove_file(ws.path().join("widget.txt"));
+        let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", &format!("task-{n}")]);
+        assert_eq!(code, 0, "run {n}: {stderr}");
+        assert_eq!(closed_loop(&result)["attempts"], 3, "run {n}");
+        let a = first_analysis(&result);
+        assert_eq!((a["strategy"].as_str(), a.get("measured")), (Some("analyze_then_fix"), None), "run {n}: {a}");
+        assert!(
+            stderr.contains("attempt=2 pattern=widget-drift strategy=context_expand result=failed next=fix"),
+            "{stderr}"
+        );
+    }
+    // Ten outcomes each: analyze_then_fix never helped, context_expand always did.
+    let (code, stats, _) = ws.json(&["stats"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        stats["strategy_effectiveness"],
+        json!([
+            {"pattern": "widget-drift", "strategy": "analyze_then_fix", "attempts": 10, "succeeded": 0, "success_rate": 0.0, "verdict": "flagged"},
+            {"pattern": "widget-drift", "strategy": "context_expand", "attempts": 10, "succeeded": 10, "success_rate": 1.0, "verdict": "reliable"},
+        ])
+    );
+    let (_, text, _) = ws.run(&["stats"]);
+    assert!(text.contains("| widget-drift | analyze_then_fix | 10 | 0 (0%) | flagged: under 0.3 |"), "{text}");
+    assert!(text.contains("| widget-drift | context_expand | 10 | 10 (100%) | reliable: over 0.8 |"), "{text}");
+    // The eleventh run tries the measured best first, says why, and passes one attempt sooner.
+    let _ = std::fs::remove_file(ws.path().join("widget.txt"));
+    ws.write(".loopwright/agents/dev.sh", "cat > prompt-$LOOPWRIGHT_ATTEMPT.txt\nif [ \"$LOOPWRIGHT_ATTEMPT\" -ge 2 ]; then echo fixed > widget.txt; fi\necho worked\n");
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", "task-11"]);
+    assert_eq!(code, 0, "{stderr}");
+    let measured = "measured across runs for widget-drift: analyze_then_fix 0/10 (0.00), context_expand 10/10 (1.00); strategies without 10 outcomes count as 0.5";
+    let a = first_analysis(&result);
+    assert_eq!(a["strategy"], "context_expand");
+    assert_eq!(a["measured"], measured);
+    assert_eq!(a["reason"], format!("widget-drift (confidence 0.90): strategy context_expand ({measured})"));
+    assert!(stderr.contains("attempt=1 pattern=widget-drift strategy=context_expand result=failed"), "{stderr}");
+    let prompt = ws.read("prompt-2.txt");
+    assert!(prompt.contains(&format!("chosen by measured success ({measured})")), "{prompt}");
 }

@@ -48,9 +48,15 @@ pub fn loop_failures(state: &LoopState) -> Vec<PriorFailure> {
                 summary: f.summary.clone(),
                 details: details(f),
                 files: it.files.described(),
-                suggested_fix: it.fix.as_ref().map(|x| x.applied.clone()).or_else(|| {
-                    it.analysis.as_ref().and_then(|a| a.strategy.as_ref()).map(|s| format!("strategy {s}"))
-                }),
+                suggested_fix: it
+                    .fix
+                    .as_ref()
+                    .map(|x| x.applied.clone())
+                    .or_else(|| it.analysis.as_ref().and_then(|a| a.strategy.as_ref()).map(|s| format!("strategy {s}")))
+                    .map(|fix| match it.analysis.as_ref().and_then(|a| a.measured.as_deref()) {
+                        Some(measured) => format!("{fix}\nchosen by measured success ({measured})"),
+                        None => fix,
+                    }),
                 context: it.fix.as_ref().and_then(|x| x.context.clone().map(|c| (x.strategy.clone(), c))),
                 pattern: Some((
                     f.key().to_owned(),

@@ -17,6 +17,7 @@
 
 pub mod checks;
 pub mod context;
+pub mod effectiveness;
 pub mod regression;
 pub mod strategies;
 
@@ -41,11 +42,18 @@ pub struct Settings {
     /// First `retry_with_backoff` wait (seed 000: 5 s; `strategies.retry_with_backoff.initial_delay_seconds`
     /// in failure-patterns.yml).
     pub backoff_initial: std::time::Duration,
+    /// How well each (pattern, strategy) pair has done in earlier runs: measured from the
+    /// journal when a failure is first analyzed (a run whose stages pass never reads it).
+    pub effectiveness: std::cell::OnceCell<effectiveness::Effectiveness>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { regression: regression::Settings::default(), backoff_initial: std::time::Duration::from_secs(5) }
+        Self {
+            regression: regression::Settings::default(),
+            backoff_initial: std::time::Duration::from_secs(5),
+            effectiveness: std::cell::OnceCell::new(),
+        }
     }
 }
 
@@ -133,8 +141,10 @@ pub fn budget(stage: &loopwright_spec::Stage, failure: &Failure) -> u32 {
 /// exhausted budget goes to the dead letter; the same pattern failing again with the same
 /// strategy and a substantially similar output (>80% token overlap) must switch to an
 /// alternative strategy not yet tried for that pattern, or escalate when none is left;
-/// otherwise the pattern's strategy runs.
-pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState) -> Analysis {
+/// otherwise the pattern's strategy runs. Once a strategy of the pattern has enough measured
+/// outcomes across runs, the strategies are tried in order of measured success instead of the
+/// fixed order ([`effectiveness`]), and the reason says so.
+pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState, measured: &effectiveness::Effectiveness) -> Analysis {
     let current = state.iterations.last().expect("ANALYZE follows a failed iteration");
     let failure = current.failure.as_ref().expect("ANALYZE follows a failure");
     let window = &state.iterations[state.base.min(state.iterations.len() - 1)..];
@@ -152,6 +162,7 @@ pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState) -> Analysis {
         budget_remaining: remaining,
         next,
         reason,
+        measured: None,
     };
     if failure.failure_type == FailureType::SecurityViolation {
         return decision(
@@ -174,37 +185,43 @@ pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState) -> Analysis {
             format!("retry budget exhausted: {used} of {budget} attempts failed (last: {})", failure.key()),
         );
     }
-    let primary = failure.strategy.clone();
+    // The pattern's strategies in the order they are tried: its own, its alternatives, the
+    // universal fallbacks — by measured success once some of them have enough outcomes.
+    let mut fixed: Vec<String> = Vec::new();
+    for s in std::iter::once(failure.strategy.as_str())
+        .chain(failure.alternatives.iter().map(String::as_str))
+        .chain(UNIVERSAL_FALLBACKS)
+    {
+        if s != "escalate" && !fixed.iter().any(|f| f == s) {
+            fixed.push(s.to_owned());
+        }
+    }
+    let order = measured.order(failure.key(), &fixed);
+    let why_order = order.because.as_ref().map(|b| format!(" ({b})")).unwrap_or_default();
+    let primary = order.strategies.first().cloned().unwrap_or_else(|| failure.strategy.clone());
     let repeated = same.iter().find(|i| {
         i.analysis.as_ref().and_then(|a| a.strategy.as_deref()) == Some(primary.as_str())
             && token_overlap(&i.failure.as_ref().expect("filtered").output, &failure.output) > SAME_ERROR_OVERLAP
     });
+    let measured_fix = |strategy: &String, reason: String| Analysis {
+        measured: order.because.clone(),
+        ..decision(NextAction::Fix, Some(strategy.clone()), reason)
+    };
     let Some(repeated) = repeated else {
-        return decision(
-            NextAction::Fix,
-            Some(primary.clone()),
+        return measured_fix(
+            &primary,
             match failure.pattern.as_deref() {
-                Some(p) => format!("{p} (confidence {:.2}): strategy {primary}", failure.confidence),
-                None => format!("no pattern matched with confidence >= 0.3: generic {primary}"),
+                Some(p) => format!("{p} (confidence {:.2}): strategy {primary}{why_order}", failure.confidence),
+                None => format!("no pattern matched with confidence >= 0.3: generic {primary}{why_order}"),
             },
         );
     };
     let tried: Vec<&str> = same.iter().filter_map(|i| i.analysis.as_ref()?.strategy.as_deref()).collect();
-    let mut options: Vec<String> = Vec::new();
-    for s in std::iter::once(primary.as_str())
-        .chain(failure.alternatives.iter().map(String::as_str))
-        .chain(UNIVERSAL_FALLBACKS)
-    {
-        if s != "escalate" && !tried.contains(&s) && !options.iter().any(|o| o == s) {
-            options.push(s.to_owned());
-        }
-    }
-    match options.into_iter().next() {
-        Some(alternate) => decision(
-            NextAction::Fix,
-            Some(alternate.clone()),
+    match order.strategies.iter().find(|s| !tried.contains(&s.as_str())) {
+        Some(alternate) => measured_fix(
+            alternate,
             format!(
-                "same {} failure as attempt {} after {primary}: identical retries are forbidden, trying {alternate}",
+                "same {} failure as attempt {} after {primary}: identical retries are forbidden, trying {alternate}{why_order}",
                 failure.key(),
                 repeated.attempt
             ),
@@ -291,6 +308,7 @@ mod tests {
                 budget_remaining: 2,
                 next: NextAction::Fix,
                 reason: String::new(),
+                measured: None,
             }),
             fix: None,
             fix_at: None,
@@ -315,7 +333,7 @@ mod tests {
             iterations: vec![iteration(1, failure(Some("test-failure"), "analyze_then_fix", "assert 1 == 2"), None)],
             ..LoopState::default()
         };
-        let a = analyze(&stage(None), &state);
+        let a = analyze(&stage(None), &state, &Default::default());
         assert_eq!((a.next, a.strategy.as_deref(), a.budget_remaining), (NextAction::Fix, Some("analyze_then_fix"), 2));
     }
 
@@ -327,11 +345,11 @@ mod tests {
             iterations: vec![iteration(1, f(), Some("analyze_then_fix")), iteration(2, f(), None)],
             ..LoopState::default()
         };
-        let a = analyze(&stage(Some(9)), &state);
+        let a = analyze(&stage(Some(9)), &state, &Default::default());
         assert_eq!((a.next, a.strategy.as_deref(), a.same_pattern_count), (NextAction::Fix, Some("context_expand"), 1));
         state.iterations[1].analysis = Some(a);
         state.iterations.push(iteration(3, f(), None));
-        let a = analyze(&stage(Some(9)), &state);
+        let a = analyze(&stage(Some(9)), &state, &Default::default());
         assert_eq!(a.next, NextAction::Escalate);
         assert_eq!(
             a.reason,
@@ -352,7 +370,7 @@ mod tests {
             ],
             ..LoopState::default()
         };
-        assert_eq!(analyze(&stage(None), &state).strategy.as_deref(), Some("analyze_then_fix"));
+        assert_eq!(analyze(&stage(None), &state, &Default::default()).strategy.as_deref(), Some("analyze_then_fix"));
     }
 
     #[test]
@@ -362,11 +380,11 @@ mod tests {
             iterations: vec![iteration(1, f("a"), Some("analyze_then_fix")), iteration(2, f("b"), None)],
             ..LoopState::default()
         };
-        assert_eq!(analyze(&stage(Some(2)), &state).next, NextAction::DeadLetter);
+        assert_eq!(analyze(&stage(Some(2)), &state, &Default::default()).next, NextAction::DeadLetter);
         let mut perm = failure(Some("permission-error"), "escalate", "EACCES");
         perm.retryable = false;
         let state = LoopState { iterations: vec![iteration(1, perm, None)], ..LoopState::default() };
-        assert_eq!(analyze(&stage(None), &state).next, NextAction::Escalate);
+        assert_eq!(analyze(&stage(None), &state, &Default::default()).next, NextAction::Escalate);
     }
 
     #[test]
