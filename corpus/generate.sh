@@ -668,8 +668,10 @@ if have go; then
   case_ disk-full go-write-dev-full go command go run .
   put main.go 'package main\n\nimport (\n\t"log"\n\t"net/http"\n)\n\nfunc main() {\n\tif _, err := http.Get("http://127.0.0.1:9/health"); err != nil {\n\t\tlog.Fatal(err)\n\t}\n}\n'
   case_ network-error go-http-connection-refused go command go run .
-  put main.go 'package main\n\nimport (\n\t"log"\n\t"os"\n)\n\nfunc main() {\n\tif err := os.WriteFile("/proc/version", []byte("x"), 0o644); err != nil {\n\t\tlog.Fatal(err)\n\t}\n}\n'
-  case_ permission-error go-write-permission-denied go command go run .
+  # (root may write anywhere, and /proc answers EIO: the program runs as nobody)
+  put main.go 'package main\n\nimport (\n\t"log"\n\t"os"\n)\n\nfunc main() {\n\tif err := os.WriteFile("/etc/loopwright-corpus", []byte("x"), 0o644); err != nil {\n\t\tlog.Fatal(err)\n\t}\n}\n'
+  go build -o perm . 2>/dev/null
+  case_ permission-error go-write-permission-denied go command $NOBODY ./perm
   put main.go 'package main\n\nfunc main() {\n\tb := make([][]byte, 0)\n\tfor {\n\t\tb = append(b, make([]byte, 1<<20))\n\t}\n}\n'
   go build -o hog . 2>/dev/null
   shc out-of-memory go-runtime-out-of-memory go command 'ulimit -v 400000; ./hog'
@@ -718,9 +720,9 @@ if have javac; then
   put Full.java 'import java.io.*;\npublic class Full { public static void main(String[] a) throws Exception { try (OutputStream o = new FileOutputStream("/dev/full")) { o.write(new byte[65536]); o.flush(); } } }\n'
   javac Full.java 2>/dev/null
   case_ disk-full java-ioexception-no-space java command java Full
-  put Perm.java 'import java.io.*;\npublic class Perm { public static void main(String[] a) throws Exception { new FileOutputStream("/proc/version").write(1); } }\n'
+  put Perm.java 'import java.io.*;\npublic class Perm { public static void main(String[] a) throws Exception { new FileOutputStream("/etc/loopwright-corpus").write(1); } }\n'
   javac Perm.java 2>/dev/null
-  case_ permission-error java-filenotfound-permission-denied java command java Perm
+  case_ permission-error java-filenotfound-permission-denied java command $NOBODY env HOME=/tmp java Perm
   put Net.java 'import java.net.*;\npublic class Net { public static void main(String[] a) throws Exception { new URL("http://127.0.0.1:9/health").openStream(); } }\n'
   javac Net.java 2>/dev/null
   case_ network-error java-connectexception java command java Net
