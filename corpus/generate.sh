@@ -402,11 +402,13 @@ if have node; then
   case_ syntax-error tsc-ts1109 tsc type tsc --noEmit --pretty false syn.ts
   put ok.ts 'export const add = (a: number, b: number): number => a + b;\n'
   case_ none tsc-clean tsc type tsc --noEmit --pretty false ok.ts
-  put tsconfig.json '{\n  "compilerOptions": {\n    "target": "es2022",\n    "strict": true,\n  \n'
-  case_ config-error tsc-bad-tsconfig tsc type tsc --noEmit -p tsconfig.json
-  put tsconfig.json '{\n  "compilerOptions": {\n    "target": "es2099"\n  }\n}\n'
-  case_ config-error tsc-bad-target tsc type tsc --noEmit -p tsconfig.json
-  rm tsconfig.json
+  # (a project of its own: a tsconfig without `files` compiles every .ts here, syn.ts too)
+  put cfg/ok.ts 'export const add = (a: number, b: number): number => a + b;\n'
+  put cfg/tsconfig.json '{\n  "compilerOptions": {\n    "target": "es2022",\n    "strict": true,\n  \n'
+  case_ config-error tsc-bad-tsconfig tsc type tsc --noEmit -p cfg/tsconfig.json
+  put cfg/tsconfig.json '{\n  "compilerOptions": {\n    "target": "es2099"\n  }\n}\n'
+  case_ config-error tsc-bad-target tsc type tsc --noEmit -p cfg/tsconfig.json
+  rm -r cfg
 
   fresh es
   ln -s "$T/node_modules" node_modules

@@ -690,7 +690,18 @@ mod tests {
         assert!(
             lib.get("build-error").is_some_and(|p| p.generic) && lib.get("undefined-name").is_some_and(|p| !p.generic)
         );
+        // A project's own pattern may be generic too; without `generic` it is specific.
+        let text = "deploy step failed\nError: connect ECONNREFUSED 10.0.0.7:5432\n";
+        for (generic, want) in [("true", "network-error"), ("false", "deploy-failed")] {
+            let file: PatternFile = serde_saphyr::from_str(&format!(
+                "patterns:\n  - id: deploy-failed\n    generic: {generic}\n    signals: [{{literal: deploy step failed, strength: 0.99}}]\n"
+            ))
+            .expect("file");
+            let c = Library::new(Some(file)).expect("library").classify(text);
+            assert_eq!(c.matched_pattern.as_deref(), Some(want), "generic: {generic}");
+        }
     }
+
     #[test]
     fn a_project_patterns_context_entries_are_checked_and_used() {
         let file: PatternFile = serde_saphyr::from_str(
