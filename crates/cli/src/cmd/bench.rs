@@ -265,8 +265,24 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         log.lines().count()
     );
 
+    // 5. Strategy effectiveness, measured from the journal as the closed loop does before its
+    // first analysis: the cost is reading and folding events, here the engine run's.
+    let events = loopwright_engine::Store::events(&store, &state.run_id).await?.len();
+    let t = Instant::now();
+    let _ = loopwright_engine::closed_loop::effectiveness::Effectiveness::measure(
+        &store,
+        loopwright_engine::closed_loop::effectiveness::MEASURED_RUNS,
+    )
+    .await?;
+    let measure_ms = ms(t.elapsed());
+    eprintln!(
+        "  effectiveness: the journal read and folded in {measure_ms:.1} ms ({events} events, {:.2} µs per event)",
+        measure_ms * 1000.0 / events.max(1) as f64
+    );
+
     let figures = json!({
         "classify_1mb_ms": classify_ms,
+        "effectiveness_measure": {"ms": measure_ms, "events": events},
         "stages": n,
         "rounds": args.rounds.max(1),
         "shell_loop_ms": shell_loop_ms,
