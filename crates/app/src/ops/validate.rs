@@ -1,5 +1,5 @@
-//! `validate` and the daemon's pipeline list: every pipeline and agent file checked, every
-//! problem reported.
+//! `validate` and the daemon's pipeline list: every pipeline and agent file, and the project's
+//! `failure-patterns.yml`, checked, every problem reported.
 
 use std::path::PathBuf;
 
@@ -31,7 +31,7 @@ pub struct Checked {
 pub struct Report {
     /// Each pipeline checked.
     pub pipelines: Vec<Checked>,
-    /// Every problem: the pipelines', then the agent files'.
+    /// Every problem: the pipelines', then the agent files', then the pattern file's.
     pub diagnostics: Diagnostics,
 }
 
@@ -43,7 +43,7 @@ impl Report {
 }
 
 /// Checks the named pipelines (names or paths), or all of the workspace's when `names` is
-/// empty, and the agent files.
+/// empty, the agent files and `failure-patterns.yml`.
 pub fn validate(ws: &Workspace, names: &[String]) -> Result<Report, Error> {
     let paths: Vec<PathBuf> = if names.is_empty() {
         let all = ws.pipeline_files();
@@ -57,7 +57,22 @@ pub fn validate(ws: &Workspace, names: &[String]) -> Result<Report, Error> {
     } else {
         names.iter().map(|p| ws.find_pipeline(p)).collect::<Result<Vec<_>, _>>()?
     };
-    check(ws, &paths)
+    let mut report = check(ws, &paths)?;
+    match crate::assemble::library(ws) {
+        Ok(_) => {}
+        Err(Error::Invalid(d)) => report.diagnostics.extend(d),
+        // A file that parses but does not compile (a bad regex): the message names the pattern.
+        Err(Error::Usage(message)) => {
+            let path = ws.root.join(".loopwright/failure-patterns.yml");
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let source = loopwright_spec::SourceFile::new(ws.shown(&path), text);
+            let message = message.strip_prefix(&format!("{}: ", source.name)).unwrap_or(&message).to_owned();
+            report.diagnostics.add_source(&source);
+            report.diagnostics.push(Diagnostic::new(&source, message));
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(report)
 }
 
 /// Every pipeline of the workspace, checked (none is no error).

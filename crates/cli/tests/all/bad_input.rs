@@ -107,6 +107,29 @@ fn a_bad_config_file_names_its_line() {
 }
 
 #[test]
+fn validate_checks_the_failure_pattern_file_too() {
+    let ws = Ws::seed();
+    ws.write(".loopwright/failure-patterns.yml", "patterns:\n  - id: x\n    exit_codes: [75, SIGNOPE]\n");
+    let (code, _, stderr) = ws.run(&["validate"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains(".loopwright/failure-patterns.yml:3:22"), "{stderr}");
+    ws.write(".loopwright/failure-patterns.yml", "patterns:\n  - id: broken\n    signals: ['/unclosed(/']\n");
+    let (code, _, stderr) = ws.run(&["validate"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("× pattern `broken`: signal /unclosed(/: regex parse error")
+            && stderr.contains("in .loopwright/failure-patterns.yml"),
+        "{stderr}"
+    );
+    ws.write(
+        ".loopwright/failure-patterns.yml",
+        "patterns:\n  - id: deploy\n    generic: true\n    signals: ['deploy failed']\n",
+    );
+    let (code, _, stderr) = ws.run(&["validate"]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
 fn an_agent_cli_that_is_not_installed_is_refused_before_anything_runs() {
     let ws = Ws::seed();
     // A Claude Code sub-agent file runs with the `claude` preset: without `claude` installed,
