@@ -630,3 +630,36 @@ fn measured_strategy_success_across_runs_reorders_a_patterns_strategies() {
     let prompt = ws.read("prompt-2.txt");
     assert!(prompt.contains(&format!("chosen by measured success ({measured})")), "{prompt}");
 }
+
+#[test]
+fn an_unreadable_earlier_journal_does_not_stop_the_measure_or_the_run() {
+    let ws = Ws::empty();
+    agent(
+        &ws,
+        "dev",
+        "cat > /dev/null\nif [ \"$LOOPWRIGHT_ATTEMPT\" -ge 2 ]; then echo fixed > widget.txt; fi\necho worked\n",
+    );
+    pipeline(
+        &ws,
+        "dev",
+        "agent",
+        "    closed_loop:\n      max_retries: 3\n    checks:\n      - name: widget\n        type: custom\n        command: grep -q fixed widget.txt 2>/dev/null || { echo 'widget drifted by 3 mm'; exit 1; }\n",
+    );
+    let (code, first, stderr) = ws.json(&["run", "loop", "--task-id", "task-a"]);
+    assert_eq!(code, 0, "{stderr}");
+    // Another process (or a disk) damaged one event of that run.
+    let db = rusqlite::Connection::open(ws.path().join(".loopwright/state/state.db")).expect("db");
+    let damaged = db
+        .execute(
+            "UPDATE events SET payload = '{' WHERE run_id = ?1 AND seq = 2",
+            [first["run_id"].as_str().expect("run id")],
+        )
+        .expect("update");
+    assert_eq!(damaged, 1);
+    drop(db);
+    std::fs::remove_file(ws.path().join("widget.txt")).expect("reset");
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", "task-b"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(closed_loop(&result)["attempts"], 2);
+    assert!(stderr.contains("attempt=1 pattern=unclassified strategy=analyze_then_fix result=failed next=fix"), "{stderr}");
+}

@@ -84,12 +84,15 @@ pub struct Ordered {
 }
 
 impl Effectiveness {
-    /// Measures the newest `runs` runs of the journal.
+    /// Measures the newest `runs` runs of the journal. The measure only orders strategies: an
+    /// earlier run whose journal cannot be read is left out rather than failing the run being
+    /// analyzed (a store that cannot list its runs still fails).
     pub async fn measure<S: Store + ?Sized>(store: &S, runs: usize) -> Result<Self, StoreError> {
         let mut measured = Self::default();
         for summary in store.runs(runs).await? {
-            let events = store.events(&summary.run_id).await?;
-            measured.observe_run(&RunState::replay(summary.run_id, &events));
+            if let Ok(events) = store.events(&summary.run_id).await {
+                measured.observe_run(&RunState::replay(summary.run_id, &events));
+            }
         }
         Ok(measured)
     }
