@@ -661,5 +661,8 @@ fn an_unreadable_earlier_journal_does_not_stop_the_measure_or_the_run() {
     let (code, result, stderr) = ws.json(&["run", "loop", "--task-id", "task-b"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(closed_loop(&result)["attempts"], 2);
-    assert!(stderr.contains("attempt=1 pattern=unclassified strategy=analyze_then_fix result=failed next=fix"), "{stderr}");
+    assert!(
+        stderr.contains("attempt=1 pattern=unclassified strategy=analyze_then_fix result=failed next=fix"),
+        "{stderr}"
+    );
 }
