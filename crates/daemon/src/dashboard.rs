@@ -385,6 +385,41 @@ fn stage_word(status: StageStatus) -> &'static str {
     }
 }
 
+/// A closed-loop phase's field as a person reads it: a classified failure as its pattern,
+/// confidence, strategy, summary and the evidence that decided; ANALYZE's decision as what
+/// comes next and why; a fix as its strategy and what it did; anything else as written.
+fn fact_text(key: &str, value: &Value) -> Option<String> {
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+    Some(match (key, value) {
+        (_, Value::Null) => return None,
+        ("failure", f @ Value::Object(_)) => {
+            let pattern = f.get("pattern").and_then(Value::as_str).unwrap_or("unclassified");
+            let confidence = f.get("confidence").and_then(Value::as_f64).unwrap_or(0.0);
+            let mut shown = format!("{pattern} ({confidence:.2}) → {}: {}", text(f, "strategy"), text(f, "summary"));
+            let evidence: Vec<String> = f
+                .get("evidence")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    format!("{} {} {}", text(e, "kind"), text(e, "value"), e.get("strength").unwrap_or(&Value::Null))
+                })
+                .collect();
+            if !evidence.is_empty() {
+                shown.push_str(&format!("; evidence: {}", evidence.join(", ")));
+            }
+            shown
+        }
+        ("analysis", a @ Value::Object(_)) => {
+            let strategy = a.get("strategy").and_then(Value::as_str).map(|s| format!(" {s}")).unwrap_or_default();
+            format!("{}{strategy}: {}", text(a, "next"), text(a, "reason"))
+        }
+        ("fix", f @ Value::Object(_)) => format!("{}: {}", text(f, "strategy"), text(f, "applied")),
+        (_, Value::String(s)) => s.clone(),
+        (_, other) => other.to_string(),
+    })
+}
+
 fn attempt_context(a: &read::Attempt) -> Value {
     let usage = a.usage.as_ref().map(|u| {
         let tokens = u["input_tokens"].as_u64().unwrap_or(0) + u["output_tokens"].as_u64().unwrap_or(0);
@@ -404,12 +439,9 @@ fn attempt_context(a: &read::Attempt) -> Value {
                     if matches!(k.as_str(), "type" | "stage" | "attempt") {
                         continue;
                     }
-                    let text = match v {
-                        Value::String(s) => s.clone(),
-                        Value::Null => continue,
-                        other => other.to_string(),
-                    };
-                    facts.insert(k.clone(), text);
+                    if let Some(text) = fact_text(k, v) {
+                        facts.insert(k.clone(), text);
+                    }
                 }
             }
             json!({"kind": kind, "facts": facts})
@@ -592,4 +624,32 @@ fn auto_view(
         "log": log,
         "log_count": entries.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fact_text;
+    use serde_json::json;
+
+    #[test]
+    fn closed_loop_facts_read_as_sentences() {
+        let failure = json!({"source": "tests", "pattern": "command-not-found", "confidence": 0.95,
+            "strategy": "dependency_check", "summary": "check `tests` failed (exit 127)",
+            "evidence": [{"kind": "exit_code", "value": "127", "strength": 0.95}]});
+        assert_eq!(
+            fact_text("failure", &failure).as_deref(),
+            Some(
+                "command-not-found (0.95) → dependency_check: check `tests` failed (exit 127); evidence: exit_code 127 0.95"
+            )
+        );
+        let analysis = json!({"strategy": "context_expand", "next": "fix", "reason": "widget-drift (confidence 0.90): strategy context_expand"});
+        assert_eq!(
+            fact_text("analysis", &analysis).as_deref(),
+            Some("fix context_expand: widget-drift (confidence 0.90): strategy context_expand")
+        );
+        let fix = json!({"strategy": "auto_fix", "applied": "ran cargo fmt"});
+        assert_eq!(fact_text("fix", &fix).as_deref(), Some("auto_fix: ran cargo fmt"));
+        assert_eq!(fact_text("dependents", &json!(["a.py"])).as_deref(), Some("[\"a.py\"]"));
+        assert_eq!(fact_text("failure", &serde_json::Value::Null), None);
+    }
 }
