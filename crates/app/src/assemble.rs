@@ -9,7 +9,7 @@ use loopwright_engine::{Engine, Observer, Stopper, SystemClock};
 use loopwright_runners::secrets::Redactor;
 use loopwright_runners::{FsChanges, ProcessRunner};
 use loopwright_spec::patterns::PatternFile;
-use loopwright_spec::{Pipeline, SourceFile};
+use loopwright_spec::{Diagnostic, Diagnostics, Pipeline, SourceFile};
 use loopwright_store::SqliteStore;
 
 use crate::error::Error;
@@ -40,14 +40,19 @@ pub fn open_existing_store(ws: &Workspace) -> Result<SqliteStore, Error> {
     SqliteStore::open(&ws.db_path(), ws.config.store.synchronous).map_err(|e| Error::usage(e.to_string()))
 }
 
-/// The workspace's `failure-patterns.yml`, if it has one.
-fn project_patterns(ws: &Workspace) -> Result<Option<PatternFile>, Error> {
+/// The workspace's `failure-patterns.yml` as read, if it has one.
+fn pattern_source(ws: &Workspace) -> Result<Option<SourceFile>, Error> {
     let path = ws.root.join(".loopwright/failure-patterns.yml");
     match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(Some(PatternFile::parse(&SourceFile::new(ws.shown(&path), text)).map_err(Error::Invalid)?)),
+        Ok(text) => Ok(Some(SourceFile::new(ws.shown(&path), text))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::usage(format!("cannot read {}: {e}", path.display()))),
     }
+}
+
+/// The workspace's `failure-patterns.yml`, if it has one.
+fn project_patterns(ws: &Workspace) -> Result<Option<PatternFile>, Error> {
+    pattern_source(ws)?.map(|source| PatternFile::parse(&source).map_err(Error::Invalid)).transpose()
 }
 
 /// The workspace's effective failure-pattern library: the built-ins with the project's file
@@ -55,6 +60,22 @@ fn project_patterns(ws: &Workspace) -> Result<Option<PatternFile>, Error> {
 pub fn library(ws: &Workspace) -> Result<Library, Error> {
     let path = ws.root.join(".loopwright/failure-patterns.yml");
     Library::new(project_patterns(ws)?).map_err(|e| Error::usage(format!("{}: {e}", ws.shown(&path))))
+}
+
+/// Every problem of the workspace's `failure-patterns.yml` (none when it has none): an entry
+/// that does not parse at its line, a pattern that does not compile (a bad regex) by its name.
+pub fn library_problems(ws: &Workspace) -> Result<Diagnostics, Error> {
+    let Some(source) = pattern_source(ws)? else { return Ok(Diagnostics::default()) };
+    let file = match PatternFile::parse(&source) {
+        Ok(file) => file,
+        Err(problems) => return Ok(problems),
+    };
+    let mut problems = Diagnostics::default();
+    if let Err(e) = Library::new(Some(file)) {
+        problems.add_source(&source);
+        problems.push(Diagnostic::new(&source, e.to_string()));
+    }
+    Ok(problems)
 }
 
 /// The closed loop's settings: `verification-gates.yml` and the `strategies` section of

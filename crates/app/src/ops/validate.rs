@@ -58,20 +58,7 @@ pub fn validate(ws: &Workspace, names: &[String]) -> Result<Report, Error> {
         names.iter().map(|p| ws.find_pipeline(p)).collect::<Result<Vec<_>, _>>()?
     };
     let mut report = check(ws, &paths)?;
-    match crate::assemble::library(ws) {
-        Ok(_) => {}
-        Err(Error::Invalid(d)) => report.diagnostics.extend(d),
-        // A file that parses but does not compile (a bad regex): the message names the pattern.
-        Err(Error::Usage(message)) => {
-            let path = ws.root.join(".loopwright/failure-patterns.yml");
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let source = loopwright_spec::SourceFile::new(ws.shown(&path), text);
-            let message = message.strip_prefix(&format!("{}: ", source.name)).unwrap_or(&message).to_owned();
-            report.diagnostics.add_source(&source);
-            report.diagnostics.push(Diagnostic::new(&source, message));
-        }
-        Err(e) => return Err(e),
-    }
+    report.diagnostics.extend(crate::assemble::library_problems(ws)?);
     Ok(report)
 }
 
