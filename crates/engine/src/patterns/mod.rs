@@ -365,6 +365,9 @@ impl Library {
         let facts: Vec<&When> = self.whens.iter().filter(|w| w.holds(context, &tools)).collect();
         let amplified = |p: usize| facts.iter().any(|w| w.pattern == p && matches!(w.fact, Fact::Command(_)));
         let mut best = vec![0.0f64; self.owners.len()];
+        // Signals on a warning line or a skipped test's line: they say less about why the
+        // command failed.
+        let mut muted = vec![0.0f64; self.owners.len()];
         // Lines with matches and their signals, for the winner's decisive lines.
         let mut hits: Vec<(&str, Vec<usize>)> = Vec::new();
         for line in text.lines() {
@@ -372,16 +375,22 @@ impl Library {
             if !set.is_match(line) {
                 continue;
             }
-            let lower = line.to_ascii_lowercase();
-            // A signal on a warning line says less about why the command failed.
-            let weight = if lower.contains("warning") && !lower.contains("error") { 0.3 } else { 1.0 };
             let matched: Vec<usize> = set.matches(line).into_iter().collect();
+            let into = if is_muted(line) { &mut muted } else { &mut best };
             for &i in &matched {
-                best[i] = best[i].max(self.owners[i].1 * weight);
+                into[i] = into[i].max(self.owners[i].1);
             }
             if hits.len() < 256 {
                 hits.push((line, matched));
             }
+        }
+        // A command known to have failed whose only matches are on such lines (`merge:
+        // warning: conflicts during merge`, exit 1): they are all it said. Otherwise they
+        // count for 0.3 of their strength.
+        let only_muted = best.iter().all(|s| *s == 0.0) && context.exit_code.is_some_and(|c| c != 0);
+        let weight = if only_muted { 1.0 } else { MUTED };
+        for (b, m) in best.iter_mut().zip(&muted) {
+            *b = b.max(m * weight);
         }
         // The tool a pattern speaks for makes its own vocabulary surer: 1 - (1 - s)².
         for (i, s) in best.iter_mut().enumerate() {
@@ -456,6 +465,19 @@ impl Library {
 
 fn round(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
+}
+
+/// How much a signal counts on a warning line or a skipped test's line, beside others.
+const MUTED: f64 = 0.3;
+
+/// A warning (that does not also say error), or a test skipped or expected to fail: the
+/// line reports something other than why the command failed.
+fn is_muted(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    (lower.contains("warning") && !lower.contains("error"))
+        || line.contains(" SKIPPED")
+        || line.contains(" XFAIL")
+        || lower.contains("# skip")
 }
 
 fn truncate(line: &str, max: usize) -> &str {
@@ -664,6 +686,29 @@ mod tests {
         assert!(kinds(&c).contains(&("command", "shellcheck")), "{c:?}");
         // Nothing said which tool ran and nothing in the text is strong enough.
         assert_eq!(lib.classify_in(out, &context(Some("./check.sh"), Some(1), None)).matched_pattern, None);
+    }
+
+    #[test]
+    fn warning_and_skipped_lines_count_for_little_unless_they_are_all_a_failed_command_said() {
+        let lib = Library::builtin();
+        // rcs merge's only line is a warning; it exited 1: the warning is why.
+        let merge = "merge: warning: conflicts during merge\n";
+        let c = lib.classify_in(merge, &context(Some("merge a.txt base.txt b.txt"), Some(1), None));
+        assert_eq!((c.matched_pattern.as_deref(), c.confidence), (Some("merge-conflict"), 0.95), "{c:?}");
+        // The same line from a command that succeeded, or said nothing of its exit: 0.3 of it.
+        for exit in [Some(0), None] {
+            let c = lib.classify_in(merge, &context(None, exit, None));
+            assert_eq!((c.matched_pattern, c.confidence), (None, 0.285), "exit {exit:?}");
+        }
+        // A skipped test's reason is not a failure, even in words that would be one.
+        let pytest =
+            "test_errors.py::test_ok PASSED\ntest_errors.py::test_remote SKIPPED (flaky on CI: connection refused)\n";
+        let c = lib.classify_in(pytest, &context(Some("pytest -v"), Some(0), Some("test")));
+        assert_eq!(c.matched_pattern, None, "{c:?}");
+        // Beside a line that says error, a warning's match counts for 0.3: the error decides.
+        let mixed = "warning: request timed out, retrying\nerror: cannot find value `total` in this scope\n";
+        let c = lib.classify_in(mixed, &context(Some("cargo build"), Some(101), Some("build")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("undefined-name"), "{c:?}");
     }
 
     #[test]
