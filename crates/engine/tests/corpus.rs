@@ -17,6 +17,8 @@ use loopwright_engine::patterns::{Context, Library};
 const TUNED_FLOOR: f64 = 0.98;
 /// Top-1 accuracy on failures of the held-out tools.
 const HELD_OUT_FLOOR: f64 = 0.5;
+/// Held-out failures whose answer leads to the strategy their label's pattern chooses.
+const SAME_STRATEGY_FLOOR: f64 = 0.64;
 /// Clean outputs (exit 0, nothing wrong) that match no pattern, over both splits.
 const CLEAN_FLOOR: f64 = 0.95;
 
@@ -133,6 +135,9 @@ fn the_library_classifies_tools_it_was_not_written_for() {
     let held = held_out();
     let (mut tuned, mut out, mut clean, mut text_only) =
         (Tally::default(), Tally::default(), Tally::default(), Tally::default());
+    // Held-out failures whose answer, right or wrong, leads to the strategy the label's
+    // pattern would choose (an unmatched failure gets analyze_then_fix).
+    let mut same_strategy = Tally::default();
     for s in samples() {
         let text = std::fs::read_to_string(root().join(format!("{}.txt", s.file))).expect("sample");
         let got = lib.classify_in(&text, &s.context);
@@ -160,6 +165,11 @@ fn the_library_classifies_tools_it_was_not_written_for() {
         } else {
             tally.misses.push(miss);
         }
+        if held.contains(&s.tool) && s.category != "none" {
+            let want = lib.get(&s.category).unwrap_or_else(|| panic!("no pattern {}", s.category));
+            same_strategy.total += 1;
+            same_strategy.right += usize::from(got.strategy == want.strategy);
+        }
         if held.contains(&s.tool) {
             *out.confusion.entry(s.category.clone()).or_default().entry(got_id).or_default() += 1;
         }
@@ -172,6 +182,7 @@ fn the_library_classifies_tools_it_was_not_written_for() {
     eprintln!(
         "corpus: tuned tools {tuned}, held-out tools {out}, clean outputs matched by nothing {clean}; without context {text_only}"
     );
+    eprintln!("held-out failures whose answer chooses the label's strategy: {same_strategy}");
     eprintln!("held-out confusion (want → got: n):");
     for (want, row) in &out.confusion {
         let cells: Vec<String> = row.iter().map(|(got, n)| format!("{got}: {n}")).collect();
@@ -184,6 +195,11 @@ fn the_library_classifies_tools_it_was_not_written_for() {
     }
     assert!(tuned.rate() >= TUNED_FLOOR, "tuned tools: {:.3} < {TUNED_FLOOR}", tuned.rate());
     assert!(out.rate() >= HELD_OUT_FLOOR, "held-out tools: {:.3} < {HELD_OUT_FLOOR}", out.rate());
+    assert!(
+        same_strategy.rate() >= SAME_STRATEGY_FLOOR,
+        "held-out strategy: {:.3} < {SAME_STRATEGY_FLOOR}",
+        same_strategy.rate()
+    );
     assert!(clean.rate() >= CLEAN_FLOOR, "clean outputs: {:.3} < {CLEAN_FLOOR}", clean.rate());
 }
 
