@@ -94,18 +94,20 @@ impl Candidates {
             let Some(hash) = name.strip_prefix("candidate-pattern-").and_then(|n| n.strip_suffix(".md")) else {
                 continue;
             };
+            /// The part of a candidate's frontmatter counted here.
+            #[derive(serde::Deserialize)]
+            struct Front {
+                status: Option<String>,
+            }
             let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-            let status = text
-                .lines()
-                .skip(1)
-                .take_while(|l| *l != "---")
-                .find_map(|l| l.strip_prefix("status:"))
-                .map(str::trim)
-                .unwrap_or("proposed");
-            match status {
+            let status = loopwright_spec::agent::split_frontmatter(&text)
+                .ok()
+                .and_then(|f| serde_saphyr::from_str::<Front>(f.yaml).ok())
+                .and_then(|f| f.status);
+            match status.as_deref() {
                 _ if library.get(&format!("learned-{hash}")).is_some() => counts.accepted += 1,
-                "accepted" => counts.accepted += 1,
-                "rejected" => counts.rejected += 1,
+                Some("accepted") => counts.accepted += 1,
+                Some("rejected") => counts.rejected += 1,
                 _ => counts.proposed += 1,
             }
         }

@@ -435,8 +435,8 @@ impl DeadLetter<'_> {
         let mut text = String::new();
         let _ = writeln!(
             text,
-            "---\ncategory: candidate-pattern\nstatus: proposed\nerror_signature: \"{}\"\nsimilar_failures: {}\ncreated_at: {}\n---\n",
-            me.error_signature,
+            "---\ncategory: candidate-pattern\nstatus: proposed\nerror_signature: {}\nsimilar_failures: {}\ncreated_at: {}\n---\n",
+            serde_json::to_string(&me.error_signature).unwrap_or_default(),
             similar.len(),
             self.blocked_at
         );
