@@ -59,6 +59,11 @@ pub struct Exit {
     pub at: String,
 }
 
+/// Rows the terminal model keeps above the screen.
+const SCROLLBACK_KEPT: usize = 400;
+/// Rows of them sent with each screen.
+pub const SCROLLBACK_READ: usize = 200;
+
 /// Between typed text and the Enter that submits it (see [`Request::Send`]).
 const SUBMIT_DELAY: Duration = Duration::from_millis(150);
 
@@ -115,6 +120,10 @@ pub struct Response {
     /// prompt — even when output below it keeps coming, or it scrolled up.
     #[serde(default)]
     pub row_ages: Vec<u64>,
+    /// The rows that scrolled off the top of the screen, oldest first, at most
+    /// [`SCROLLBACK_READ`] of them: where the beginning of a long command a prompt asks about is.
+    #[serde(default)]
+    pub above: String,
     /// The agent's exit, once it exited.
     pub exit: Option<Exit>,
     /// What went wrong with the request.
@@ -214,12 +223,13 @@ impl Shared {
     }
 
     fn response(&self) -> Response {
-        let t = self.term();
+        let mut t = self.term();
         Response {
             pid: self.pid,
             output_bytes: t.output_bytes,
             quiet_ms: u64::try_from(t.last_output.elapsed().as_millis()).unwrap_or(u64::MAX),
             screen: screen_text(t.parser.screen()),
+            above: scrollback_text(&mut t.parser, SCROLLBACK_READ),
             row_ages: t.row_ages(),
             exit: t.exit.clone(),
             error: None,
@@ -238,6 +248,24 @@ pub fn screen_text(screen: &vt100::Screen) -> String {
     let (_, cols) = screen.size();
     let rows: Vec<String> = screen.rows(0, cols.get()).map(|r| r.trim_end().to_owned()).collect();
     rows.join("\n")
+}
+
+/// The last `max` rows above the screen, oldest first (the view is put back after).
+fn scrollback_text<CB: vt100::Callbacks>(parser: &mut vt100::Parser<CB>, max: usize) -> String {
+    let screen = parser.screen_mut();
+    let (rows, cols) = screen.size();
+    let (rows, cols) = (usize::from(rows.get()), cols.get());
+    let want = screen.scrollback_len().min(max);
+    let mut out: Vec<String> = Vec::with_capacity(want);
+    let mut offset = want;
+    while offset > 0 {
+        screen.set_scrollback(offset);
+        let take = offset.min(rows);
+        out.extend(screen.rows(0, cols).take(take).map(|r| r.trim_end().to_owned()));
+        offset -= take;
+    }
+    screen.set_scrollback(0);
+    out.join("\n")
 }
 
 /// Runs the holder for the session directory `dir` (reads `spawn.json`); returns when the
@@ -264,7 +292,7 @@ pub fn run(dir: &Path) -> Result<(), String> {
     let cols = std::num::NonZeroU16::new(size.cols).ok_or("zero columns")?;
     let shared = Arc::new(Shared {
         term: Mutex::new(Term {
-            parser: vt100::Parser::new_with_callbacks(rows, cols, 0, Queries::default()),
+            parser: vt100::Parser::new_with_callbacks(rows, cols, SCROLLBACK_KEPT, Queries::default()),
             output_bytes: 0,
             last_output: Instant::now(),
             exit: None,

@@ -53,6 +53,6 @@ impl Settings {
                     .ok_or_else(|| format!("[auto] answer: unknown prompt class {name:?} (expected one of edit, command, trust, yes_no, continuation, quota_menu)"))?,
             );
         }
-        policy::Policy::new(classes, &self.config.deny)
+        policy::Policy::new(classes, &self.config.deny, &self.config.policy.allow)
     }
 }

@@ -1,14 +1,27 @@
-//! The answer policy: which prompt classes the supervisor may answer, and the commands it
-//! never approves. It fails closed: an unknown prompt, a class not allowed, or a prompt that
-//! mentions a destructive command is left for a person.
+//! The answer policy: which prompts the supervisor may answer. It fails closed — an allow list
+//! decides, never a list of bad spellings:
+//!
+//! - a prompt about a shell command is answered only when the whole command was read off the
+//!   screen ([`Subject::Command`]), splits into shell words, is one simple command or a chain
+//!   of them joined by `&&` or `|`, and every part starts with an allowed argv prefix
+//!   ([`DEFAULT_ALLOW`] plus `[auto.policy] allow`), with arguments that cannot expand, run
+//!   anything else or name a path outside the workspace; redirections only into the workspace;
+//! - a prompt about an edit is answered only when the file it names was read off the screen
+//!   and lies inside the workspace, reached through real folders, outside `.git/` and
+//!   `.loopwright/` (`runners::guard`);
+//! - everything else a person answers, with the command shown.
+//!
+//! The deny list ([`DENY`] plus `[auto] deny`) is only a second opinion that can refuse.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use regex::Regex;
 
-use crate::screen::{Prompt, PromptClass};
+use crate::screen::{Prompt, PromptClass, Subject};
 
-/// Commands no prompt is ever approved for (matched against the prompt's excerpt).
+/// Commands never approved, whatever the allow list says (matched against the prompt's
+/// excerpt and its command): a second opinion that can only refuse.
 pub const DENY: &[&str] = &[
     r"git\s+push\b[^\n]*(?:--force\b|--force-with-lease\b|\s-f\b|\s\+\S)",
     r"\brm\s+(?:-[a-zA-Z]*[rR][a-zA-Z]*\s+|--recursive\s+)+(?:-\S+\s+)*(?:/|~|\$HOME|\.\.|\*)",
@@ -22,7 +35,111 @@ pub const DENY: &[&str] = &[
     r"\bdd\s+[^\n]*of=/dev/",
     r"chmod\s+-R\s+[0-7]{3,4}\s+/",
     r":\(\)\s*\{\s*:\|:&\s*\};:",
+    // pytest empties the folder it is given as its temporary base.
+    r"--basetemp\b",
 ];
+
+/// The commands answered without a person, as argv prefixes: tests, builds, linters and
+/// formatters of the common ecosystems, read-only git, and shell commands that only read or
+/// print (a redirection of their output must stay inside the workspace). Left out on purpose:
+/// anything that runs a program named in its arguments (`find -exec`, `xargs`, `sed`, `awk`,
+/// `rg --pre`, `git grep -O`, `env`, `sh -c`), a bare `make`, `git` with options before its
+/// subcommand (`-C`, `-c`), and every git command that writes.
+pub const DEFAULT_ALLOW: &[&str] = &[
+    // Rust
+    "cargo test",
+    "cargo build",
+    "cargo check",
+    "cargo clippy",
+    "cargo fmt",
+    "cargo nextest run",
+    "cargo doc",
+    "cargo tree",
+    "cargo metadata",
+    // Python
+    "pytest",
+    "python -m pytest",
+    "python3 -m pytest",
+    "uv run pytest",
+    "tox",
+    "mypy",
+    "ruff check",
+    "ruff format",
+    "flake8",
+    "pylint",
+    "black",
+    // JavaScript and TypeScript
+    "npm test",
+    "npm run test",
+    "npm run build",
+    "npm run lint",
+    "npm run typecheck",
+    "yarn test",
+    "pnpm test",
+    "tsc",
+    "npx tsc",
+    "npx eslint",
+    "npx jest",
+    "npx vitest run",
+    "npx prettier --check",
+    "eslint",
+    "jest",
+    "deno test",
+    "bun test",
+    // Go, JVM, .NET, Ruby, Elixir, C and C++
+    "go test",
+    "go build",
+    "go vet",
+    "gofmt -l",
+    "mvn test",
+    "mvn -q test",
+    "gradle test",
+    "./gradlew test",
+    "dotnet build",
+    "dotnet test",
+    "bundle exec rspec",
+    "rspec",
+    "mix test",
+    "make test",
+    "make check",
+    "make build",
+    "make lint",
+    "ctest",
+    // git, read-only
+    "git status",
+    "git diff",
+    "git log",
+    "git show",
+    "git rev-parse",
+    "git ls-files",
+    "git blame",
+    "git branch --show-current",
+    // Shell commands that read or print
+    "ls",
+    "pwd",
+    "cat",
+    "head",
+    "tail",
+    "wc",
+    "grep",
+    "diff",
+    "echo",
+    "printf",
+    "true",
+    "test",
+    "which",
+    "file",
+    "stat",
+    "tree",
+    "sort",
+    "uniq",
+    "mkdir",
+    "touch",
+];
+
+/// Commands whose arguments are printed, never run or expanded as paths by the command itself:
+/// their words may hold any text but what makes a shell run or expand something.
+const DATA_COMMANDS: &[&str] = &["echo", "printf"];
 
 /// What to do about a prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,26 +155,36 @@ pub enum Decision {
 pub struct Policy {
     answer: BTreeSet<PromptClass>,
     deny: Vec<(String, Regex)>,
+    allow: Vec<Vec<String>>,
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Self::new(PromptClass::ALL.iter().copied().collect(), &[]).expect("the built-in deny list compiles")
+        Self::new(PromptClass::ALL.iter().copied().collect(), &[], &[]).expect("the built-in lists compile")
     }
 }
 
 impl Policy {
-    /// A policy answering `answer`'s classes, never for a prompt matching the built-in deny
-    /// list or one of `extra_deny` (regular expressions).
-    pub fn new(answer: BTreeSet<PromptClass>, extra_deny: &[String]) -> Result<Self, String> {
+    /// A policy answering `answer`'s classes; commands allowed by [`DEFAULT_ALLOW`] and
+    /// `extra_allow` (argv prefixes, written as shell words); never a prompt matching the
+    /// built-in deny list or one of `extra_deny` (regular expressions).
+    pub fn new(answer: BTreeSet<PromptClass>, extra_deny: &[String], extra_allow: &[String]) -> Result<Self, String> {
         let mut deny = Vec::new();
         for p in DENY.iter().map(|s| (*s).to_owned()).chain(extra_deny.iter().cloned()) {
             let re = Regex::new(&p).map_err(|e| format!("deny pattern {p:?}: {e}"))?;
             deny.push((p, re));
         }
+        let mut allow = Vec::new();
+        for entry in DEFAULT_ALLOW.iter().map(|s| (*s).to_owned()).chain(extra_allow.iter().cloned()) {
+            let words = shell_words::split(&entry).map_err(|e| format!("allow entry {entry:?}: {e}"))?;
+            if words.is_empty() {
+                return Err(format!("allow entry {entry:?}: an empty command would allow every command"));
+            }
+            allow.push(words);
+        }
         let mut answer = answer;
         answer.remove(&PromptClass::Unclear);
-        Ok(Self { answer, deny })
+        Ok(Self { answer, deny, allow })
     }
 
     /// The classes answered.
@@ -65,9 +192,16 @@ impl Policy {
         &self.answer
     }
 
-    /// Decides on a prompt.
-    pub fn decide(&self, prompt: &Prompt) -> Decision {
-        if let Some((p, _)) = self.deny.iter().find(|(_, re)| re.is_match(&prompt.excerpt)) {
+    /// Decides on a prompt shown by an agent working in `workspace`.
+    pub fn decide(&self, prompt: &Prompt, workspace: &Path) -> Decision {
+        let subject_text = match &prompt.subject {
+            Subject::Command(c) => c.clone(),
+            Subject::Files(f) => f.join("\n"),
+            Subject::Unseen => String::new(),
+        };
+        if let Some((p, _)) =
+            self.deny.iter().find(|(_, re)| re.is_match(&prompt.excerpt) || re.is_match(&subject_text))
+        {
             return Decision::Refuse(format!("the prompt is about a destructive command (deny pattern {p})"));
         }
         if prompt.class == PromptClass::Unclear || prompt.key.is_empty() {
@@ -76,6 +210,188 @@ impl Policy {
         if !self.answer.contains(&prompt.class) {
             return Decision::Refuse(format!("the policy does not answer {} prompts", prompt.class.as_str()));
         }
-        Decision::Answer(prompt.key.clone())
+        let verdict = match (prompt.class, &prompt.subject) {
+            (PromptClass::Command, Subject::Command(command)) => self.judge_command(command, workspace),
+            (PromptClass::Command, _) => {
+                Err(format!("the command of this prompt ({}) is not shown whole where it can be read", prompt.pattern))
+            }
+            (PromptClass::Edit, Subject::Files(files)) if !files.is_empty() => judge_files(files, workspace),
+            (PromptClass::Edit, _) => Err(format!(
+                "the file this edit prompt ({}) is about is not shown where it can be read",
+                prompt.pattern
+            )),
+            _ => Ok(()),
+        };
+        match verdict {
+            Ok(()) => Decision::Answer(prompt.key.clone()),
+            Err(why) => Decision::Refuse(why),
+        }
+    }
+
+    /// Whether `command` may run without a person: `Err` says why not.
+    pub fn judge_command(&self, command: &str, workspace: &Path) -> Result<(), String> {
+        // A backslash at the end of a line joins it to the next, as the shell does.
+        let joined = command.replace("\\\r\n", "").replace("\\\n", "");
+        if joined.trim().is_empty() {
+            return Err("the command is empty".into());
+        }
+        if joined.contains('\n') || joined.contains('\r') {
+            return Err("the command spans several lines: a script is answered by a person".into());
+        }
+        let words =
+            shell_words::split(&joined).map_err(|e| format!("the command cannot be read as shell words: {e}"))?;
+        let mut part: Vec<String> = Vec::new();
+        let mut parts: Vec<Vec<String>> = Vec::new();
+        let mut words = words.into_iter();
+        while let Some(word) = words.next() {
+            match word.as_str() {
+                "&&" | "|" => parts.push(std::mem::take(&mut part)),
+                _ if is_operator(&word) => {
+                    return Err(format!("`{word}` joins commands in a way only `&&` and `|` are answered for"));
+                }
+                _ => {
+                    if let Some((op, target)) = redirection(&word) {
+                        let target = match target {
+                            Some(t) => t.to_owned(),
+                            None => words.next().ok_or_else(|| format!("`{word}` redirects to nothing"))?,
+                        };
+                        judge_redirection(op, &target, workspace)?;
+                    } else {
+                        part.push(word);
+                    }
+                }
+            }
+        }
+        parts.push(part);
+        for argv in &parts {
+            self.judge_simple(argv)?;
+        }
+        Ok(())
+    }
+
+    /// One simple command (redirections already taken out).
+    fn judge_simple(&self, argv: &[String]) -> Result<(), String> {
+        let Some(program) = argv.first() else {
+            return Err("an empty command in a chain".into());
+        };
+        if program.contains('=') && !program.starts_with('=') {
+            return Err(format!("`{program}` sets a variable for the command: answered by a person"));
+        }
+        let data = DATA_COMMANDS.contains(&program.as_str());
+        for word in argv {
+            judge_word(word, data)?;
+        }
+        if self.allow.iter().any(|prefix| argv.len() >= prefix.len() && argv[..prefix.len()] == prefix[..]) {
+            Ok(())
+        } else {
+            Err(format!("`{}` is not on the allow list ([auto.policy] allow)", shown(argv)))
+        }
+    }
+}
+
+/// A word made only of a shell's control operators (`;`, `||`, `&`, `(`, …).
+fn is_operator(word: &str) -> bool {
+    !word.is_empty() && word.chars().all(|c| matches!(c, ';' | '&' | '|' | '(' | ')' | '!' | '{' | '}'))
+}
+
+/// `>`, `>>`, `2>`, `<` and the like, with the target when it is in the same word.
+fn redirection(word: &str) -> Option<(&str, Option<&str>)> {
+    let digits = word.chars().take_while(char::is_ascii_digit).count();
+    let rest = &word[digits..];
+    let op = ["&>>", "&>", ">>", ">|", ">", "<<", "<"].into_iter().find(|op| rest.starts_with(op))?;
+    let target = &rest[op.len()..];
+    Some((op, (!target.is_empty()).then_some(target)))
+}
+
+fn judge_redirection(op: &str, target: &str, workspace: &Path) -> Result<(), String> {
+    match (op, target) {
+        (">", "&1" | "&2") => Ok(()),
+        (">" | ">>" | "<", "/dev/null") => Ok(()),
+        (">" | ">>", path) => {
+            judge_word(path, false)?;
+            loopwright_runners::guard::writable(workspace, path)
+                .map(|_| ())
+                .map_err(|e| format!("a redirection into {path}: {e}"))
+        }
+        ("<", path) => {
+            judge_word(path, false)?;
+            loopwright_runners::guard::components(path)
+                .map(|_| ())
+                .map_err(|e| format!("a redirection from {path}: {e}"))
+        }
+        _ => Err(format!("the redirection `{op}{target}` is answered by a person")),
+    }
+}
+
+/// A word may not expand (variables, globs, `~`), run something (`$(…)`, backticks), join
+/// commands, or name a path outside the workspace. Words of a data command (`echo`, `printf`)
+/// may hold any other text.
+fn judge_word(word: &str, data: bool) -> Result<(), String> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:@%+,=^".contains(c);
+    let unsafe_in_data = |c: char| "`$;&|<>".contains(c) || c.is_control();
+    if data {
+        if let Some(c) = word.chars().find(|&c| unsafe_in_data(c)) {
+            return Err(format!("`{word}` holds `{}`, which the shell would act on", c.escape_default()));
+        }
+        return Ok(());
+    }
+    if let Some(c) = word.chars().find(|&c| !plain(c)) {
+        return Err(format!("`{word}` holds `{}`: only plain words are answered without a person", c.escape_default()));
+    }
+    // The value of `--option=VALUE` is a word of its own for this purpose.
+    let value = word.strip_prefix('-').and_then(|w| w.split_once('=')).map_or(word, |(_, v)| v);
+    for candidate in [word, value] {
+        if candidate.starts_with('/') && candidate != "/dev/null" {
+            return Err(format!("`{word}` names a path outside the workspace"));
+        }
+        if candidate.split(['/', '=', ':', ',']).any(|c| c == "..") {
+            return Err(format!("`{word}` leads out of the folder with `..`"));
+        }
+    }
+    Ok(())
+}
+
+/// Every file an edit prompt names must be one loopwright itself would write.
+fn judge_files(files: &[String], workspace: &Path) -> Result<(), String> {
+    for file in files {
+        if file.starts_with('~') {
+            return Err(format!("an edit of {file} is in the home folder, outside the workspace"));
+        }
+        let relative = match Path::new(file).strip_prefix(workspace) {
+            Ok(rel) if Path::new(file).is_absolute() => rel.to_string_lossy().into_owned(),
+            _ => file.clone(),
+        };
+        loopwright_runners::guard::writable(workspace, &relative)
+            .map_err(|e| format!("an edit of {file} is not answered without a person: {e}"))?;
+    }
+    Ok(())
+}
+
+fn shown(argv: &[String]) -> String {
+    shell_words::join(argv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judge(command: &str) -> Result<(), String> {
+        let dir = std::env::temp_dir();
+        Policy::default().judge_command(command, &dir)
+    }
+
+    #[test]
+    fn word_rules() {
+        assert!(judge("cargo test -p loopwright-auto -- --nocapture").is_ok());
+        assert!(judge("git log --oneline HEAD~3..HEAD").is_err(), "`..` in a revision range is refused too");
+        assert!(judge("git log --oneline -n 3").is_ok());
+        assert!(judge("cargo test 2>&1 | tail -20").is_ok());
+        assert!(judge("echo '{\"step\": \"plan\"}' > sig.json").is_ok());
+        assert!(judge("echo $(id) > sig.json").is_err());
+        assert!(judge("echo 'ok' > /tmp/x").is_err());
+        assert!(judge("cat ~/.ssh/id_rsa").is_err());
+        assert!(judge("FOO=1 cargo test").is_err());
+        assert!(judge("cargo test; ls").is_err());
+        assert!(judge("cargo test || ls").is_err());
     }
 }

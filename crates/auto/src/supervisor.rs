@@ -600,7 +600,13 @@ impl Supervisor {
             return;
         }
         let new_rows = self.new_rows(&screen);
-        let reading = screen::read(new_rows.as_deref().unwrap_or(&screen.screen), now(), &jiff::tz::TimeZone::system());
+        let reading = screen::read_view(
+            new_rows.as_deref().unwrap_or(&screen.screen),
+            &screen.screen,
+            &screen.above,
+            now(),
+            &jiff::tz::TimeZone::system(),
+        );
         // Output since the last keystroke, and what is read of it is new: with the holder's
         // row ages the old rows are already blanked from the reading (so the same prompt asked
         // again on an identical screen is answered again); without them, a screen that differs.
@@ -619,7 +625,7 @@ impl Supervisor {
         }
         match &reading {
             Reading::Prompt(prompt) if fresh => {
-                match self.policy.decide(prompt) {
+                match self.policy.decide(prompt, &self.cx.root) {
                     Decision::Answer(key) => {
                         if prompt.class == PromptClass::Continuation && !self.spend_recovery("continuation") {
                             self.save();

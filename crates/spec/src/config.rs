@@ -48,10 +48,21 @@ pub struct AutoConfig {
     pub answer: Vec<String>,
     /// More regular expressions of commands never approved (added to the built-in list).
     pub deny: Vec<String>,
+    /// `[auto.policy]`: which commands are answered without a person.
+    pub policy: AutoPolicy,
     /// Terminal size of the agent's pseudo-terminal.
     pub rows: u16,
     /// Terminal columns.
     pub cols: u16,
+}
+
+/// `[auto.policy]`: the commands a permission prompt is answered for without a person.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AutoPolicy {
+    /// More commands allowed, as argv prefixes written as shell words (`"cargo xtask lint"`),
+    /// added to the built-in ones (tests, builds, linters, read-only git).
+    pub allow: Vec<String>,
 }
 
 impl AutoConfig {
@@ -106,6 +117,7 @@ impl Default for AutoConfig {
             quota_fallback_minutes: 60.0,
             answer: ["edit", "command", "trust", "yes_no", "continuation", "quota_menu"].map(str::to_owned).to_vec(),
             deny: vec![],
+            policy: AutoPolicy::default(),
             rows: 40,
             cols: 120,
         }

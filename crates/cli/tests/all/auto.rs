@@ -162,12 +162,7 @@ fn each_cli_prompt_is_answered_with_the_key_that_cli_expects() {
             "\n  Would you like to run the following command?\n\n  $ cargo test\n\n› 1. Yes, proceed (y)\n  2. No, and tell Codex what to do differently (esc)\n\n  Press enter to confirm or esc to cancel",
             "y",
         ),
-        prompt("aider", "Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]: ", "y\r"),
-        prompt(
-            "gemini",
-            " Apply this change?\n\n ● 1. Allow once\n   2. Allow for this session\n   3. No, suggest changes (esc)\n",
-            "\r",
-        ),
+        prompt("aider", "\ncargo test --quiet\nRun shell command? (Y)es/(N)o/(D)on't ask again [Yes]: ", "y\r"),
         prompt(
             "claude",
             " Bash command\n\n   cargo build\n   Build the project\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and always allow access to ws/ from this project\n   3. No\n\n Esc to cancel",
@@ -185,7 +180,7 @@ fn each_cli_prompt_is_answered_with_the_key_that_cli_expects() {
             (e["prompt"].as_str().unwrap_or_default().to_owned(), e["keys"].as_str().unwrap_or_default().to_owned())
         })
         .collect();
-    let expected: Vec<(String, String)> = [("codex", "y"), ("aider", "y\r"), ("gemini", "\r"), ("claude", "1")]
+    let expected: Vec<(String, String)> = [("codex", "y"), ("aider", "y\r"), ("claude", "1")]
         .iter()
         .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
         .collect();
@@ -578,7 +573,7 @@ fn a_daemon_killed_mid_loop_is_followed_by_one_that_reattaches_without_typing_an
     // screen the next supervisor must not answer again), then walks its loop to the end.
     let mut actions = vec![
         json!({ "do": "prompt", "name": "edit", "keep": true,
-            "text": "● Write(plan.md)\n Do you want to create plan.md?\n ❯ 1. Yes\n   2. No\n", "expect": "1" }),
+            "text": "● Write(plan.md)\n Create file\n plan.md\n Do you want to create plan.md?\n ❯ 1. Yes\n   2. No\n", "expect": "1" }),
         json!({ "do": "hang", "seconds": 4 }),
     ];
     actions.extend(whole_loop());
@@ -615,7 +610,7 @@ fn the_same_prompt_asked_again_on_an_identical_screen_is_answered_each_time() {
     // The agent clears its screen after each answer and asks the very same question again: the
     // screens at the three questions are identical, yet each question is new output.
     let prompt = json!({ "do": "prompt", "name": "edit", "expect": "1",
-        "text": "● Write(plan.md)\n Do you want to create plan.md?\n ❯ 1. Yes\n   2. No\n" });
+        "text": "● Write(plan.md)\n Create file\n plan.md\n Do you want to create plan.md?\n ❯ 1. Yes\n   2. No\n" });
     let spin = json!({ "do": "spin", "seconds": 0.3 });
     let mut actions = vec![prompt.clone(), spin.clone(), prompt.clone(), spin, prompt];
     actions.extend(whole_loop());

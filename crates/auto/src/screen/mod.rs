@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::quota;
 
+mod subject;
+
 /// The kinds of prompt the policy decides on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
@@ -72,6 +74,23 @@ pub struct Prompt {
     pub key: String,
     /// The screen rows of the prompt (the question and what it is about).
     pub excerpt: String,
+    /// What the prompt asks about, read whole off the screen (and the scrollback above it).
+    #[serde(default)]
+    pub subject: Subject,
+}
+
+/// What a command or edit prompt is about, as far as the screen shows it whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Subject {
+    /// The whole shell command (its lines joined with `\n`).
+    Command(String),
+    /// The files an edit changes, as the CLI names them.
+    Files(Vec<String>),
+    /// Not shown where this CLI puts it, cut off at the top of what is kept, or a prompt that
+    /// is about neither: a command or an edit prompt with it is never answered.
+    #[default]
+    Unseen,
 }
 
 /// What the screen shows.
@@ -210,7 +229,15 @@ static SESSION_ID: LazyLock<Regex> =
 
 /// Reads a screen (the visible rows, `\n`-separated) at `now`.
 pub fn read(screen: &str, now: Timestamp, local: &TimeZone) -> Reading {
-    let rows: Vec<&str> = screen.lines().collect();
+    read_view(screen, screen, "", now, local)
+}
+
+/// Reads `view` — the screen with the rows that are old news blanked, row for row as `full`
+/// — for a prompt, a quota message or a busy marker; what a prompt is about is read from
+/// `full` and the rows `above` it that scrolled off (oldest first), so a long command is read
+/// whole.
+pub fn read_view(view: &str, full: &str, above: &str, now: Timestamp, local: &TimeZone) -> Reading {
+    let rows: Vec<&str> = view.split('\n').collect();
     let filled: Vec<(usize, &str)> = rows.iter().copied().enumerate().filter(|(_, r)| !r.trim().is_empty()).collect();
     let recent: Vec<(usize, &str)> = filled.iter().rev().take(PROMPT_ROWS).rev().copied().collect();
 
@@ -246,7 +273,13 @@ pub fn read(screen: &str, now: Timestamp, local: &TimeZone) -> Reading {
             Some(k) => (pattern.class, k),
             None => (PromptClass::Unclear, String::new()),
         };
-        return Reading::Prompt(Prompt { class, pattern: pattern.id.to_owned(), key, excerpt });
+        let context: Vec<&str> = above.split('\n').filter(|_| !above.is_empty()).chain(full.split('\n')).collect();
+        let offset = if above.is_empty() { 0 } else { above.split('\n').count() };
+        let subject = match context.get(offset + at) {
+            Some(row) if pattern.question.is_match(row) => subject::of(pattern.id, &context, offset + at),
+            _ => Subject::Unseen,
+        };
+        return Reading::Prompt(Prompt { class, pattern: pattern.id.to_owned(), key, excerpt, subject });
     }
 
     for &(_, row) in recent.iter().rev() {
@@ -275,6 +308,7 @@ pub fn read(screen: &str, now: Timestamp, local: &TimeZone) -> Reading {
             pattern: "generic.menu".into(),
             key: String::new(),
             excerpt,
+            subject: Subject::Unseen,
         });
     }
 

@@ -1,0 +1,204 @@
+//! What a command or edit prompt is about, read whole off the rows around its question — or
+//! [`Subject::Unseen`] when the layout is not the one this CLI draws, the block is cut off at
+//! the top of what the terminal kept, or a row could belong to something else. Only the CLIs
+//! whose layouts are known are read (Claude Code, Codex, aider); for the others a command or
+//! an edit is left to a person.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::{NUMBERED_MENU, Subject, re};
+
+/// How far above its question a prompt's block may start.
+const MAX_BLOCK_ROWS: usize = 400;
+
+static CLAUDE_EDIT_HEADER: LazyLock<Regex> =
+    LazyLock::new(|| re(r"^\s*(?:Create|Edit|Overwrite|Update|Delete|Write) file\s*$"));
+static CLAUDE_EDIT_QUESTION: LazyLock<Regex> =
+    LazyLock::new(|| re(r"Do you want to (?:create|make this edit to|overwrite|delete) (.+)\?\s*$"));
+static CODEX_FILE: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(\S+) \(\+\d+ -\d+\)\s*$"));
+/// A row that ends a prompt's block: a frame's rule, a question, a menu.
+static BOUNDARY: LazyLock<Regex> =
+    LazyLock::new(|| re(r"^\s*[─━]{3,}|Do you want to |Would you like to |\(Y\)es/\(N\)o|^\s*(?:❯|>|›)?\s*1\.\s"));
+
+/// The subject of the prompt recognised by pattern `id` whose question is row `at` of `rows`.
+pub(super) fn of(id: &str, rows: &[&str], at: usize) -> Subject {
+    let read = match id {
+        "claude.command@2.1" => claude_command(rows, at),
+        "claude.edit@2.1" => claude_edit(rows, at),
+        "codex.command@0.5" => codex_command(rows, at),
+        "codex.edit@0.5" => codex_edit(rows, at),
+        "aider.command@0.8" => block_above(rows, at).map(|lines| Subject::Command(lines.join("\n"))),
+        "aider.create@0.8" => match block_above(rows, at).as_deref() {
+            Some([file]) => Some(Subject::Files(vec![file.clone()])),
+            _ => None,
+        },
+        _ => None,
+    };
+    read.unwrap_or(Subject::Unseen)
+}
+
+/// Claude Code's Bash prompt: a ` Bash command` header, a blank row, the command's rows (and
+/// the description the model gave, on the last row), a blank row, the question.
+fn claude_command(rows: &[&str], at: usize) -> Option<Subject> {
+    let header = header_above(rows, at, |r| r.trim() == "Bash command" || r.trim().starts_with("Bash command ("))?;
+    let mut lines = dedent(&rows[header + 1..at]);
+    if lines.len() >= 2 && is_description(&lines[lines.len() - 1], &lines[lines.len() - 2]) {
+        lines.pop();
+    }
+    (!lines.is_empty()).then(|| Subject::Command(lines.join("\n")))
+}
+
+/// Claude Code's edit prompt: a `Create file` (`Edit file`, …) header, the path on the next
+/// row by itself, the change, the question naming the file's name. The path is taken only
+/// when that name is its last part (a path wrapped over two rows is not).
+fn claude_edit(rows: &[&str], at: usize) -> Option<Subject> {
+    let named = CLAUDE_EDIT_QUESTION.captures(rows[at])?.get(1)?.as_str().trim().to_owned();
+    let header = header_above(rows, at, |r| CLAUDE_EDIT_HEADER.is_match(r))?;
+    let path_row = (header + 1..at).find(|&i| !rows[i].trim().is_empty())?;
+    let path = rows[path_row].trim();
+    let next = rows.get(path_row + 1).map_or("", |r| r.trim());
+    let ends = next.is_empty() || next.starts_with('╌') || next.starts_with('─') || path_row + 1 == at;
+    let last = path.rsplit('/').next().unwrap_or(path);
+    (ends && last == named && !path.contains(char::is_whitespace)).then(|| Subject::Files(vec![path.to_owned()]))
+}
+
+/// Codex's approval overlay: the question, then `$ command` (its rows), then the menu.
+fn codex_command(rows: &[&str], at: usize) -> Option<Subject> {
+    let lines = dedent(&rows[at + 1..menu_below(rows, at)?]);
+    let first = lines.first()?.strip_prefix("$ ")?.to_owned();
+    let mut command = vec![first];
+    command.extend(lines[1..].iter().cloned());
+    Some(Subject::Command(command.join("\n")))
+}
+
+/// Codex's edit overlay: the question, then one `path (+A -D)` row per file, then the menu.
+fn codex_edit(rows: &[&str], at: usize) -> Option<Subject> {
+    let mut files = Vec::new();
+    for row in rows[at + 1..menu_below(rows, at)?].iter().filter(|r| !r.trim().is_empty()) {
+        files.push(CODEX_FILE.captures(row)?.get(1)?.as_str().to_owned());
+    }
+    (!files.is_empty()).then_some(Subject::Files(files))
+}
+
+/// The row of the header above `at` that `is_header` recognises, with nothing between that
+/// belongs to another block.
+fn header_above(rows: &[&str], at: usize, is_header: impl Fn(&str) -> bool) -> Option<usize> {
+    let lowest = at.saturating_sub(MAX_BLOCK_ROWS);
+    for i in (lowest..at).rev() {
+        if is_header(rows[i]) {
+            return Some(i);
+        }
+        if BOUNDARY.is_match(rows[i]) {
+            return None;
+        }
+    }
+    None
+}
+
+/// The first menu row below the question at `at`.
+fn menu_below(rows: &[&str], at: usize) -> Option<usize> {
+    (at + 1..rows.len().min(at + MAX_BLOCK_ROWS)).find(|&i| NUMBERED_MENU.is_match(rows[i]))
+}
+
+/// aider prints what it asks about on the rows right above its question, after a blank row.
+fn block_above(rows: &[&str], at: usize) -> Option<Vec<String>> {
+    let top = (at.saturating_sub(MAX_BLOCK_ROWS)..at).rev().find(|&i| rows[i].trim().is_empty())?;
+    let lines = dedent(&rows[top + 1..at]);
+    (!lines.is_empty() && !lines.iter().any(|l| BOUNDARY.is_match(l))).then_some(lines)
+}
+
+/// The rows with blank rows at either end dropped and the indentation they share removed.
+fn dedent(rows: &[&str]) -> Vec<String> {
+    let first = rows.iter().position(|r| !r.trim().is_empty());
+    let last = rows.iter().rposition(|r| !r.trim().is_empty());
+    let (Some(first), Some(last)) = (first, last) else { return Vec::new() };
+    let block = &rows[first..=last];
+    let indent = block
+        .iter()
+        .filter(|r| !r.trim().is_empty())
+        .map(|r| r.len() - r.trim_start_matches(' ').len())
+        .min()
+        .unwrap_or(0);
+    block.iter().map(|r| r.get(indent..).unwrap_or("").trim_end().to_owned()).collect()
+}
+
+/// Whether `line`, the last of a Bash prompt's block, is the description Claude Code draws
+/// under the command rather than part of the command. Taken as prose only when it could run
+/// nothing: the line before does not continue onto it, it has no shell syntax, and its first
+/// word is a capitalised plain word that names no program on `PATH`. Anything else counts as
+/// command — a line too many makes the command refused, never answered.
+fn is_description(line: &str, before: &str) -> bool {
+    let before = before.trim_end();
+    if before.ends_with('\\') || before.ends_with("&&") || before.ends_with('|') {
+        return false;
+    }
+    if line.chars().any(|c| "`$;&|<>()\\=\"'{}".contains(c)) {
+        return false;
+    }
+    let mut words = line.split_whitespace();
+    let Some(first) = words.next() else { return false };
+    let capitalised = first.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+    capitalised && first.chars().all(|c| c.is_ascii_alphabetic()) && words.next().is_some() && !on_path(first)
+}
+
+/// A program of that name on `PATH`.
+fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(path) = std::env::var_os("PATH") else { return false };
+    std::env::split_paths(&path)
+        .any(|dir| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subject(id: &str, screen: &str, question: &str) -> Subject {
+        let rows: Vec<&str> = screen.split('\n').collect();
+        let at = rows.iter().position(|r| r.contains(question)).expect("the question");
+        of(id, &rows, at)
+    }
+
+    #[test]
+    fn claude_bash_blocks() {
+        let prompt = |body: &str| format!(" Bash command\n\n{body}\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No");
+        let cases: &[(&str, Subject)] = &[
+            ("   cargo build\n   Build the project", Subject::Command("cargo build".into())),
+            ("   cargo build", Subject::Command("cargo build".into())),
+            ("   ls\n   rm -rf ~/", Subject::Command("ls\nrm -rf ~/".into())),
+            ("   cargo test && \\\n     Publish it", Subject::Command("cargo test && \\\n  Publish it".into())),
+            ("   cargo test\n   Cleanup = yes", Subject::Command("cargo test\nCleanup = yes".into())),
+        ];
+        for (body, expected) in cases {
+            assert_eq!(&subject("claude.command@2.1", &prompt(body), "Do you want to proceed?"), expected, "{body}");
+        }
+        // The header scrolled away: an older prompt's rows above are not taken for it.
+        let cut = "   rm -rf ~/\n Do you want to proceed?\n ❯ 1. Yes\n   echo ok\n   Print\n\n Do you want to proceed?";
+        let rows: Vec<&str> = cut.split('\n').collect();
+        assert_eq!(of("claude.command@2.1", &rows, rows.len() - 1), Subject::Unseen);
+    }
+
+    #[test]
+    fn claude_edit_paths() {
+        let screen = " Create file\n src/plan.md\n╌╌╌╌\n  1 hello\n╌╌╌╌\n Do you want to create plan.md?\n ❯ 1. Yes";
+        assert_eq!(subject("claude.edit@2.1", screen, "Do you want"), Subject::Files(vec!["src/plan.md".into()]));
+        let wrapped = " Edit file\n /w/sub/\n ../../etc/x\n Do you want to make this edit to x?\n ❯ 1. Yes";
+        assert_eq!(subject("claude.edit@2.1", wrapped, "Do you want"), Subject::Unseen);
+        let bare = "● Write(plan.md)\n Do you want to create plan.md?\n ❯ 1. Yes";
+        assert_eq!(subject("claude.edit@2.1", bare, "Do you want"), Subject::Unseen);
+    }
+
+    #[test]
+    fn codex_and_aider() {
+        let codex = "  Would you like to run the following command?\n\n  $ cargo test\n\n› 1. Yes, proceed (y)";
+        assert_eq!(subject("codex.command@0.5", codex, "Would you"), Subject::Command("cargo test".into()));
+        let edits = "  Would you like to make the following edits?\n\n  src/main.rs (+2 -1)\n\n› 1. Yes, proceed (y)";
+        assert_eq!(subject("codex.edit@0.5", edits, "Would you"), Subject::Files(vec!["src/main.rs".into()]));
+        let aider = "\ncargo test     \nRun shell command? (Y)es/(N)o/(D)on't ask again [Yes]: ";
+        assert_eq!(subject("aider.command@0.8", aider, "Run shell"), Subject::Command("cargo test".into()));
+        let gemini = " Allow execution of [cargo test]?\n ● 1. Allow once";
+        assert_eq!(subject("gemini.command@0.9", gemini, "Allow"), Subject::Unseen);
+    }
+}
