@@ -137,11 +137,66 @@ pub fn init(dir: &Path, target: &str) -> Result<(), ModuleError> {
     Ok(())
 }
 
-/// Writes a file whole (a temporary file renamed over it), so a reader never sees half.
+/// Writes a file whole (a temporary file renamed over it), so a reader never sees half. The
+/// agent may write the same folder: the folder must be a real one (not a link it planted), the
+/// temporary file is created exclusively under a name nobody can guess (a link or file waiting
+/// at that name makes the write fail instead of being followed), and the rename replaces
+/// whatever is at `path` itself — a link there is replaced, not followed.
 pub fn write(path: &Path, contents: &str) -> Result<(), ModuleError> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, contents).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let meta = std::fs::symlink_metadata(parent).map_err(io(parent))?;
+    if !meta.is_dir() {
+        let why = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a real folder (a symbolic link?)");
+        return Err(io(parent)(why));
+    }
+    let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let tmp = parent.join(format!(".{name}.{}.{:016x}.tmp", std::process::id(), random()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .mode(0o644)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    if let Err(e) = file.write_all(contents.as_bytes()).and_then(|()| file.sync_data()) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(&tmp)(e));
+    }
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(path)(e)
+    })
+}
+
+/// 64 random bits (the kernel's), for names nobody can guess.
+fn random() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return u64::try_from(t.as_nanos() & u128::from(u64::MAX)).unwrap_or(0);
+    }
+    u64::from_le_bytes(b)
+}
+
+/// The most of a module file that is read.
+pub const FILE_BYTES: u64 = 1024 * 1024;
+
+/// Reads a file of the module, which the agent may have replaced by anything: opened without
+/// blocking (a FIFO or a device answers at once) and without following a link, taken only when
+/// it is a regular file, and at most `cap` bytes of it.
+pub fn read_file(path: &Path, cap: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOFOLLOW;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags.bits()).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut text = String::new();
+    file.take(cap).read_to_string(&mut text)?;
+    Ok(text)
 }
 
 /// Writes `.index.md`: the frontmatter, then `body`.
@@ -155,7 +210,7 @@ pub fn write_index(dir: &Path, index: &Index, body: &str) -> Result<(), ModuleEr
 /// Reads `.index.md`'s frontmatter and the text after it.
 pub fn read_index(dir: &Path) -> Result<(Index, String), ModuleError> {
     let path = dir.join(INDEX);
-    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    let text = read_file(&path, FILE_BYTES).map_err(io(&path))?;
     let shown = path.display().to_string();
     let bad = |message: String| ModuleError::Index { path: shown.clone(), message };
     let rest =
@@ -186,7 +241,7 @@ pub fn entry(dir: &Path) -> Result<Entry, ModuleError> {
     Ok(match index.status {
         ModuleStatus::Draft => {
             let path = dir.join(TARGET);
-            let target = std::fs::read_to_string(&path).unwrap_or_default();
+            let target = read_file(&path, FILE_BYTES).unwrap_or_default();
             if has_substance(&target) {
                 Entry::Step { step: "plan", with: "generate" }
             } else {

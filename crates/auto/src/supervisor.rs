@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use crate::holder::{self, Client, Request, Response};
 use crate::module::{self, Index, ModuleStatus};
 use crate::policy::{Decision, Policy};
-use crate::screen::{self, PromptClass, Reading};
+use crate::screen::{self, PromptClass, Reading, Subject};
 use crate::signal::{self, Signal, StopReason};
 use crate::{Settings, protocol};
 
@@ -79,6 +79,10 @@ pub struct AutoStatus {
     pub quota_paused_s: f64,
     /// Which loop of the session (keys `auto log`).
     pub loop_id: String,
+    /// Checks the agent added to `.index.md` after the loop started: shown, and run only once
+    /// a person approved them (`auto approve-checks`, `POST …/task-auto/checks`).
+    #[serde(default)]
+    pub checks_to_approve: Vec<String>,
 }
 
 impl AutoStatus {
@@ -88,6 +92,15 @@ impl AutoStatus {
         let waiting = self.quota_wait_since.as_deref().map_or(0.0, secs);
         (secs(&self.started_at) - self.quota_paused_s - waiting).max(0.0)
     }
+}
+
+/// A person's approval of checks the agent added (`checks_approved` in the journal).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChecksApproved {
+    /// The commands approved.
+    pub checks: Vec<String>,
+    /// Who approved them.
+    pub by: String,
 }
 
 /// One verification command and its outcome.
@@ -641,11 +654,17 @@ impl Supervisor {
                     }
                     Decision::Refuse(reason) => {
                         self.p.status.status = "needs_human".into();
-                        self.p.status.needs_human = Some(format!("{reason}\n{}", prompt.excerpt));
+                        // The person sees the whole command, also when its start scrolled away.
+                        let about = match &prompt.subject {
+                            Subject::Command(c) => format!("command:\n{c}\n\n"),
+                            Subject::Files(f) => format!("files: {}\n\n", f.join(", ")),
+                            Subject::Unseen => String::new(),
+                        };
+                        self.p.status.needs_human = Some(format!("{reason}\n{about}{}", prompt.excerpt));
                         // Seen: do not decide on this screen again.
                         self.p.internal.last_action_output = screen.output_bytes;
                         self.p.internal.last_action_hash = hash;
-                        self.log("needs_human", json!({ "class": prompt.class, "pattern": prompt.pattern, "reason": reason, "excerpt": prompt.excerpt }));
+                        self.log("needs_human", json!({ "class": prompt.class, "pattern": prompt.pattern, "reason": reason, "subject": prompt.subject, "excerpt": prompt.excerpt }));
                     }
                 }
                 self.p.status.stall_count = 0;
@@ -658,7 +677,9 @@ impl Supervisor {
                 self.enter_quota_wait(&pattern, &excerpt, resets_at);
             }
             _ if self.p.status.status == "needs_human" => {
-                if hash != self.p.internal.last_action_hash && screen.output_bytes > self.p.internal.last_action_output
+                if hash != self.p.internal.last_action_hash
+                    && screen.output_bytes > self.p.internal.last_action_output
+                    && self.p.status.checks_to_approve.is_empty()
                 {
                     self.p.status.status = "running".into();
                     self.p.status.needs_human = None;
@@ -832,6 +853,9 @@ impl Supervisor {
     /// The loop said it ended (signal `(stop)`, the stop file consumed): verify if it claims
     /// completion, then end the session.
     async fn finish_when_ended(&mut self) {
+        if !self.awaiting_approval() {
+            return;
+        }
         if self.p.internal.ending.as_deref() == Some("complete") && self.p.status.checks.is_empty() {
             // Verification runs once per claim; `verify` clears `checks` when it sends the
             // module back.
@@ -845,6 +869,9 @@ impl Supervisor {
     }
 
     async fn finish_after_exit(&mut self) {
+        if !self.awaiting_approval() {
+            return;
+        }
         if self.p.internal.ending.as_deref() == Some("complete") && self.p.status.checks.is_empty() {
             let passed = self.verify().await;
             if !passed {
@@ -869,11 +896,20 @@ impl Supervisor {
     /// Runs the module's checks. All pass: true. One fails: the module goes back to
     /// `executing` with the output in `.summary.md`, the session is told once (a recovery),
     /// and false.
+    /// A check the agent added after the start runs only once a person approved it: until
+    /// then the fixed ones run, and the loop waits for the person with the added ones shown.
     async fn verify(&mut self) -> bool {
         let mut checks = self.p.internal.checks.clone();
+        let approved = self.approved_checks();
+        let mut waiting = Vec::new();
         for added in module::read_index(&self.task_dir).map(|(i, _)| i.checks).unwrap_or_default() {
-            if !checks.contains(&added) {
+            if checks.contains(&added) || waiting.contains(&added) {
+                continue;
+            }
+            if approved.contains(&added) {
                 checks.push(added);
+            } else {
+                waiting.push(added);
             }
         }
         let mut runs = Vec::new();
@@ -889,13 +925,29 @@ impl Supervisor {
             self.log("check", json!({ "command": run.command, "exit_code": run.exit_code, "passed": run.passed, "output_tail": run.output_tail }));
         }
         self.p.status.checks = runs.clone();
+        if runs.iter().all(|r| r.passed) && !waiting.is_empty() {
+            if self.p.status.checks_to_approve != waiting {
+                self.log("checks_need_approval", json!({ "checks": waiting }));
+            }
+            self.p.status.needs_human = Some(format!(
+                "the agent added checks that were not declared when the loop started; they run only once a person approves them (loopwright auto approve-checks {}):\n{}",
+                self.task_dir.display(),
+                waiting.iter().map(|c| format!("- {c}")).collect::<Vec<_>>().join("\n")
+            ));
+            self.p.status.checks_to_approve = waiting;
+            self.p.status.status = "needs_human".into();
+            self.save();
+            return false;
+        }
+        self.p.status.checks_to_approve.clear();
         if runs.iter().all(|r| r.passed) {
             self.log("verified", json!({ "checks": runs.len() }));
             return true;
         }
         let Some(failed) = runs.last().cloned() else { return true };
         self.log("verification_failed", json!({ "command": failed.command }));
-        let mut summary = std::fs::read_to_string(self.task_dir.join(module::SUMMARY)).unwrap_or_default();
+        let mut summary =
+            module::read_file(&self.task_dir.join(module::SUMMARY), module::FILE_BYTES).unwrap_or_default();
         summary.push_str(&format!(
             "\n\n## Verification failed (loopwright ran the checks)\n\n`{}` exited with {}:\n\n```\n{}\n```\n",
             failed.command,
@@ -923,6 +975,35 @@ impl Supervisor {
         }
         self.save();
         false
+    }
+
+    /// False while added checks wait for a person (the loop stays `needs_human`); once all are
+    /// approved, the verification runs again with them.
+    fn awaiting_approval(&mut self) -> bool {
+        if self.p.status.checks_to_approve.is_empty() {
+            return true;
+        }
+        let approved = self.approved_checks();
+        if self.p.status.checks_to_approve.iter().all(|c| approved.contains(c)) {
+            self.p.status.checks_to_approve.clear();
+            self.p.status.checks.clear();
+            self.p.status.needs_human = None;
+            self.p.status.status = "running".into();
+            return true;
+        }
+        self.p.status.status = "needs_human".into();
+        false
+    }
+
+    /// The checks a person approved for this loop (`checks_approved` in its journal).
+    fn approved_checks(&self) -> Vec<String> {
+        let entries = self.cx.store.auto_log_since(&self.p.status.loop_id, 0).unwrap_or_default();
+        entries
+            .iter()
+            .filter(|e| e.kind == "checks_approved")
+            .filter_map(|e| serde_json::from_str::<ChecksApproved>(&e.data).ok())
+            .flat_map(|a| a.checks)
+            .collect()
     }
 
     /// A request to the holder: blocking socket I/O (the holder may pause before an Enter).
@@ -1041,9 +1122,7 @@ const SIGNAL_BYTES: u64 = 64 * 1024;
 
 /// A file's text, at most `cap` bytes of it.
 fn read_capped(path: &Path, cap: u64) -> Option<String> {
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::Read::take(std::fs::File::open(path).ok()?, cap), &mut text).ok()?;
-    Some(text)
+    module::read_file(path, cap).ok()
 }
 
 /// Watches a module directory for changes of its signal and stop files.

@@ -333,6 +333,31 @@ pub fn send_keys(
     session_status(store, session)
 }
 
+/// A person approves the checks the agent added to the module of `dir_or_session` after its
+/// loop started (`auto approve-checks`, `POST …/task-auto/checks`): journaled as
+/// `checks_approved` with who approved; the supervisor runs them at its next look. A conflict
+/// when no check waits.
+pub fn approve_checks(ws: &Workspace, store: &SqliteStore, dir_or_session: &str, by: &str) -> Result<AutoStatus> {
+    let p = loop_of(ws, store, dir_or_session)?;
+    let status = &p.status;
+    if supervisor::is_final(&status.status) || status.checks_to_approve.is_empty() {
+        return Err(Error::conflict(format!(
+            "no added check of the auto loop of session {} waits for approval ({})",
+            status.session_name, status.status
+        )));
+    }
+    let approval = supervisor::ChecksApproved { checks: status.checks_to_approve.clone(), by: by.to_owned() };
+    let data = serde_json::to_string(&approval).map_err(|e| Error::Internal(e.into()))?;
+    store.auto_log(
+        &status.loop_id,
+        &status.session_name,
+        &jiff::Timestamp::now().to_string(),
+        "checks_approved",
+        &data,
+    )?;
+    Ok(shown(p))
+}
+
 /// A loop as shown: a loop recorded as active whose supervisor died reads `running` still
 /// (the daemon takes it over), with its elapsed time brought up to now.
 fn shown(p: Persisted) -> AutoStatus {

@@ -74,6 +74,14 @@ pub enum Command {
         #[arg(long)]
         enter: bool,
     },
+    /// Approve the checks the agent added to the module's .index.md after the loop started
+    /// (`auto status` lists them): until a person does, they do not run and the loop waits.
+    /// Journaled with who approved.
+    ApproveChecks {
+        /// The task module (or the session's name).
+        #[arg(value_name = "DIR")]
+        module: String,
+    },
     /// The loop's state, or every loop.
     Status {
         /// The task module (or the session's name).
@@ -148,6 +156,14 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             let session = auto::status_of(&ws, &store, &dir)?.session_name;
             let by = std::env::var("USER").unwrap_or_else(|_| "cli".into());
             let status = auto::send_keys(&ws, &store, &session, &text, enter, &by)?;
+            print_status(global, &status);
+            Ok(0)
+        }
+        Command::ApproveChecks { module: dir } => {
+            let ws = Workspace::locate(global.dir.as_deref())?;
+            let store = super::open_existing_store(&ws)?;
+            let by = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+            let status = auto::approve_checks(&ws, &store, &dir, &by)?;
             print_status(global, &status);
             Ok(0)
         }

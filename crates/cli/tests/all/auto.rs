@@ -687,3 +687,177 @@ fn a_stop_file_is_honoured_with_a_known_reason_only_and_the_session_files_are_pr
     let mode = std::fs::metadata(ws.path().join(".loopwright/state/auto/mod")).expect("session dir");
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o700);
 }
+
+/// The commands of the policy's table test (`crates/auto/tests/fixtures/policy-commands.json`).
+fn policy_commands(which: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../auto/tests/fixtures/policy-commands.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+    doc[which].as_array().expect("a list").iter().map(|c| c.as_str().unwrap_or_default().to_owned()).collect()
+}
+
+/// Claude Code's Bash permission prompt as its TUI draws it.
+fn claude_bash(command: &str, description: &str) -> String {
+    let body: Vec<String> = command.lines().map(|l| format!("   {l}")).collect();
+    format!(
+        " Bash command\n\n{}\n   {description}\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again for this command\n   3. No\n\n Esc to cancel",
+        body.join("\n")
+    )
+}
+
+/// Waits (up to `secs`) until the loop of `session` is `status`, through the API.
+fn wait_loop_for(d: &crate::daemon::Daemon, session: &str, status: &str, secs: u64) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let (_, s) = d.get(&format!("/api/sessions/{session}/task-auto"));
+        if s["status"] == status {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "loop {session} never became {status}: {s:#}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn through_a_real_terminal_no_destructive_command_is_answered_and_the_safe_ones_are() {
+    // The agent shows Claude Code's Bash prompt for every command of the policy's table, on a
+    // terminal of 8 rows: the header and the command scroll off the top, so the policy reads
+    // them from the holder's scrollback. A destructive prompt gets no key (the agent gives up
+    // after 0.6 s); a safe one gets `1`.
+    let (destructive, safe) = (policy_commands("destructive"), policy_commands("safe"));
+    let spin = json!({ "do": "spin", "seconds": 0.3 });
+    let mut actions = vec![];
+    for (i, c) in destructive.iter().enumerate() {
+        actions.push(json!({ "do": "prompt", "name": format!("d{i}"), "text": claude_bash(c, "Clean up"), "expect": "1", "timeout": 0.6 }));
+        actions.push(spin.clone());
+    }
+    for (i, c) in safe.iter().enumerate() {
+        actions.push(json!({ "do": "prompt", "name": format!("s{i}"), "text": claude_bash(c, "Run it"), "expect": "1", "timeout": 10 }));
+        actions.push(spin.clone());
+    }
+    actions.extend(whole_loop());
+    let (ws, _) = setup(json!([actions]), "rows = 8\nstall_captures = 40\n");
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, body) = d.post("/api/sessions/p/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    wait_loop_for(&d, "p", "complete", 180);
+    let answers: Vec<(String, String)> = agent_log(&ws)
+        .iter()
+        .filter(|e| e["kind"] == "answer")
+        .map(|e| {
+            (e["prompt"].as_str().unwrap_or_default().to_owned(), e["keys"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    let expected: Vec<(String, String)> = (0..destructive.len())
+        .map(|i| (format!("d{i}"), String::new()))
+        .chain((0..safe.len()).map(|i| (format!("s{i}"), "1".to_owned())))
+        .collect();
+    assert_eq!(answers, expected);
+    // Each refusal showed the person the whole command, read off the scrollback.
+    let refused: Vec<Value> = supervision(&ws).into_iter().filter(|e| e["kind"] == "needs_human").collect();
+    let shown: Vec<String> =
+        refused.iter().filter_map(|e| e["data"]["subject"]["value"].as_str().map(str::to_owned)).collect();
+    let expected_shown: Vec<String> = destructive.iter().map(|c| c.trim_end().to_owned()).collect();
+    assert_eq!(shown, expected_shown);
+}
+
+#[test]
+fn a_check_the_agent_adds_runs_only_after_a_person_approves_it() {
+    // The agent adds a check that deletes a folder outside the workspace, then says it is done.
+    let outside = tempfile::tempdir().expect("tmp");
+    let important = outside.path().join("important");
+    std::fs::create_dir(&important).expect("mkdir");
+    let added = format!("rm -rf {}", important.display());
+    let mut actions = vec![json!({ "do": "write", "path": "mod/.index.md",
+        "text": format!("---\nstatus: executing\nphase: ''\nchecks:\n- 'true'\n- '{added}'\n---\n\n# Plan\n") })];
+    actions.extend(whole_loop());
+    let (ws, _) = setup(json!([actions]), "");
+    declare_check(&ws, "true");
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, body) = d.post("/api/sessions/c/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    let waiting = wait_loop_for(&d, "c", "needs_human", 60);
+    assert_eq!(waiting["checks_to_approve"], json!([added]));
+    assert!(waiting["needs_human"].as_str().unwrap_or_default().contains(&added), "{waiting:#}");
+    // It stays waiting, and the added check has not run.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(important.is_dir(), "an added check ran without a person");
+    let (_, still) = d.get("/api/sessions/c/task-auto");
+    assert_eq!(still["status"], "needs_human");
+    let ran: Vec<Value> = supervision(&ws).into_iter().filter(|e| e["kind"] == "check").collect();
+    assert_eq!(ran.iter().map(|e| e["data"]["command"].clone()).collect::<Vec<_>>(), [json!("true")]);
+    // A person approves it (from the CLI): it runs, and the loop completes.
+    let (code, _, err) = ws.run(&["auto", "approve-checks", "mod"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, again) = d.post("/api/sessions/c/task-auto/checks", &json!({}));
+    assert!(code == 409 || code == 200, "{again}");
+    let end = wait_loop_for(&d, "c", "complete", 60);
+    assert_eq!(end["checks_to_approve"], json!([]));
+    assert!(!important.exists(), "the approved check ran");
+    let approved = supervision(&ws).into_iter().find(|e| e["kind"] == "checks_approved").expect("journaled");
+    assert_eq!(approved["data"]["checks"], json!([added]));
+}
+
+#[test]
+fn the_supervisors_own_writes_follow_no_link_the_agent_planted() {
+    // The agent turns `.summary.md` into a link to a file outside the workspace; the declared
+    // check fails, so the supervisor writes the failure into the summary.
+    let outside = tempfile::tempdir().expect("tmp");
+    let bashrc = outside.path().join(".bashrc");
+    std::fs::write(&bashrc, "# mine\n").expect("write");
+    let mut actions = vec![json!({ "do": "link", "path": "mod/.summary.md", "target": bashrc })];
+    actions.extend(whole_loop());
+    actions.pop();
+    actions.extend([
+        json!({ "do": "wait_input" }),
+        json!({ "do": "write", "path": "done.txt", "text": "ok" }),
+        sig("report", "(done)", "(stop)", ""),
+        json!({ "do": "loop_end" }),
+        json!({ "do": "idle" }),
+    ]);
+    let (ws, task) = setup(json!([actions]), "");
+    declare_check(&ws, "test -f done.txt");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 0, "{err}\n{status:#}");
+    assert_eq!(std::fs::read_to_string(&bashrc).expect("read"), "# mine\n");
+    let meta = std::fs::symlink_metadata(task.join(".summary.md")).expect("summary");
+    assert!(meta.is_file(), "the link was replaced by a file");
+    assert!(std::fs::read_to_string(task.join(".summary.md")).unwrap_or_default().contains("## Verification failed"));
+    let leftovers: Vec<String> = std::fs::read_dir(&task)
+        .expect("dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert_eq!(leftovers, Vec::<String>::new());
+}
+
+#[test]
+fn a_fifo_signal_file_blocks_nothing_and_sigterm_ends_the_daemon() {
+    // The agent makes `.auto-signal` (and `.index.md`) FIFOs nobody writes to.
+    let mut actions =
+        vec![json!({ "do": "fifo", "path": "mod/.auto-signal" }), json!({ "do": "fifo", "path": "mod/.auto-stop" })];
+    actions.push(json!({ "do": "fifo", "path": "mod/.index.md" }));
+    for _ in 0..100 {
+        actions.push(json!({ "do": "spin", "seconds": 0.3 }));
+    }
+    actions.push(json!({ "do": "idle" }));
+    let (ws, _) = setup(json!([actions]), "");
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, body) = d.post("/api/sessions/f/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    let quick =
+        reqwest::blocking::Client::builder().timeout(std::time::Duration::from_secs(1)).build().expect("client");
+    let mut answered = 0;
+    for _ in 0..40 {
+        let r = quick.get(d.url("/api/health")).send();
+        assert!(r.is_ok_and(|r| r.status().as_u16() == 200), "health not answered within 1 s");
+        answered += 1;
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(answered, 40);
+    let (_, s) = d.get("/api/sessions/f/task-auto");
+    assert!(s["status"] == "running" || s["status"] == "needs_human", "{s:#}");
+    let started = std::time::Instant::now();
+    let (code, stderr) = d.stop();
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "SIGTERM took {:?}", started.elapsed());
+    assert_eq!(code, 0, "{stderr}");
+}

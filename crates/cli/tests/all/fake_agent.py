@@ -139,6 +139,14 @@ def main():
             elif do == "write":
                 with open(a["path"], "w") as f:
                     f.write(a["text"])
+            elif do == "fifo":
+                if os.path.exists(a["path"]):
+                    os.remove(a["path"])
+                os.mkfifo(a["path"])
+            elif do == "link":
+                if os.path.lexists(a["path"]):
+                    os.remove(a["path"])
+                os.symlink(a["target"], a["path"])
             elif do == "print":
                 write(a["text"] + "\n")
             elif do == "prompt":

@@ -10,7 +10,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use loopwright_app::ops::auto::{self, StartRequest};
 
-use super::dto::{AutoKeys, AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoScreen, LookupQuery, StartAuto, who};
+use super::dto::{
+    AutoApproveChecks, AutoKeys, AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoScreen, LookupQuery, StartAuto,
+    who,
+};
 use super::error::{ApiError, ErrorBody, Json, Query};
 use crate::Shared;
 
@@ -156,5 +159,28 @@ pub async fn keys(
     let by = who(body.by)?;
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
     let status = blocking(move || auto::send_keys(&ws, &store, &id, &body.text, body.enter, &by)).await?;
+    Ok(axum::Json(status.into()))
+}
+
+/// A person approves the checks the agent added to session `id`'s module after its loop
+/// started (`checks_to_approve` in the status): journaled as `checks_approved` with who; the
+/// supervisor runs them at its next look.
+#[utoipa::path(post, path = "/api/sessions/{id}/task-auto/checks", tag = "auto", request_body = AutoApproveChecks,
+    params(("id" = String, Path, description = "The session's name")),
+    responses((status = 200, description = "Approved: the loop's status", body = AutoLoop), (status = 404, body = ErrorBody),
+              (status = 409, description = "No added check waits for approval", body = ErrorBody),
+              (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn approve_checks(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    Json(body): Json<AutoApproveChecks>,
+) -> ApiResult<axum::Json<AutoLoop>> {
+    let by = who(body.by)?;
+    let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
+    let status = blocking(move || {
+        auto::session_status(&store, &id)?;
+        auto::approve_checks(&ws, &store, &id, &by)
+    })
+    .await?;
     Ok(axum::Json(status.into()))
 }

@@ -307,6 +307,8 @@ pub struct AutoCheck {
 /// An auto loop's status object (SPEC §10), as `auto status --json` prints it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AutoLoop {
+    /// Checks the agent added after the loop started, waiting for a person's approval.
+    pub checks_to_approve: Vec<String>,
     /// The session.
     pub session_name: String,
     /// The task module (absolute).
@@ -399,6 +401,7 @@ impl From<loopwright_auto::supervisor::AutoStatus> for AutoLoop {
                 .collect(),
             quota_paused_s: s.quota_paused_s,
             loop_id: s.loop_id,
+            checks_to_approve: s.checks_to_approve,
         }
     }
 }
@@ -469,6 +472,16 @@ pub struct AutoKeys {
     #[serde(default)]
     pub enter: bool,
     /// Who types (default `api`).
+    #[serde(default)]
+    #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
+    pub by: Option<String>,
+}
+
+/// `POST /api/sessions/{id}/task-auto/checks`: a person approves the checks the agent added.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AutoApproveChecks {
+    /// Who approves (default `api`).
     #[serde(default)]
     #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub by: Option<String>,
