@@ -21,6 +21,7 @@ pub fn open_store(ws: &Workspace) -> Result<SqliteStore, Error> {
     let state = ws.state_dir();
     std::fs::create_dir_all(ws.runs_dir())
         .map_err(|e| Error::usage(format!("cannot create the state directory {}: {e}", state.display())))?;
+    private_state(&state);
     let probe = state.join(".write-test");
     std::fs::write(&probe, b"")
         .map_err(|e| Error::usage(format!("the state directory {} is not writable: {e}", state.display())))?;
@@ -37,7 +38,37 @@ pub fn open_existing_store(ws: &Workspace) -> Result<SqliteStore, Error> {
     if !ws.db_path().is_file() {
         return Err(Error::not_found(format!("no runs yet in {} (no {})", ws.root.display(), ws.shown(&ws.db_path()))));
     }
+    private_state(&ws.state_dir());
     SqliteStore::open(&ws.db_path(), ws.config.store.synchronous).map_err(|e| Error::usage(e.to_string()))
+}
+
+/// The state directory holds the journal, the daemon's token, what agents printed and their
+/// terminals' sockets: it is the owner's only (0700). One that an older version left open to
+/// others is closed, and everything in it made the owner's only too (folders 0700, files 0600);
+/// links are not followed.
+pub fn private_state(state: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(state) else { return };
+    if !meta.is_dir() || meta.permissions().mode() & 0o077 == 0 {
+        return;
+    }
+    fn close(path: &Path, depth: usize) {
+        let Ok(meta) = std::fs::symlink_metadata(path) else { return };
+        let mode = if meta.is_dir() {
+            0o700
+        } else if meta.is_file() {
+            0o600
+        } else {
+            return;
+        };
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+        if meta.is_dir() && depth < 16 {
+            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+                close(&entry.path(), depth + 1);
+            }
+        }
+    }
+    close(state, 0);
 }
 
 /// The workspace's `failure-patterns.yml` as read, if it has one.

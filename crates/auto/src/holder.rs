@@ -305,7 +305,7 @@ pub fn run(dir: &Path) -> Result<(), String> {
         pid,
     });
     let pids = serde_json::json!({ "holder": std::process::id(), "agent": pid });
-    crate::module::write(&dir.join(PIDS), &pids.to_string()).map_err(|e| e.to_string())?;
+    crate::module::write_private(&dir.join(PIDS), &pids.to_string()).map_err(|e| e.to_string())?;
 
     // The terminal: every byte the agent writes goes through the model; queries are answered.
     let term = Arc::clone(&shared);
@@ -378,7 +378,11 @@ pub fn run(dir: &Path) -> Result<(), String> {
         exit
     };
     shared.exited.notify_all();
-    crate::module::write(&dir.join(EXIT), &serde_json::to_string(&exit).unwrap_or_default())
+    // The file keeps the last screen after the holder is gone: without the secrets the
+    // agent may have printed (those of the environment it was started with).
+    let secrets = loopwright_runners::secrets::Redactor::from_env(&[]);
+    let kept = Exit { screen: secrets.redact(&exit.screen).into_owned(), ..exit };
+    crate::module::write_private(&dir.join(EXIT), &serde_json::to_string(&kept).unwrap_or_default())
         .map_err(|e| e.to_string())?;
     let until = Instant::now() + Duration::from_secs_f64(spawn.linger_seconds.max(0.0));
     while Instant::now() < until && !quit.load(std::sync::atomic::Ordering::SeqCst) {
@@ -523,7 +527,7 @@ pub fn start(exe: &Path, dir: &Path, spawn: &Spawn) -> Result<Client, String> {
     for stale in [SOCKET, EXIT, PIDS] {
         let _ = std::fs::remove_file(dir.join(stale));
     }
-    crate::module::write(&dir.join(SPAWN), &serde_json::to_string_pretty(spawn).map_err(|e| e.to_string())?)
+    crate::module::write_private(&dir.join(SPAWN), &serde_json::to_string_pretty(spawn).map_err(|e| e.to_string())?)
         .map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join("holder.log")).map_err(|e| e.to_string())?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;

@@ -143,6 +143,15 @@ pub fn init(dir: &Path, target: &str) -> Result<(), ModuleError> {
 /// at that name makes the write fail instead of being followed), and the rename replaces
 /// whatever is at `path` itself — a link there is replaced, not followed.
 pub fn write(path: &Path, contents: &str) -> Result<(), ModuleError> {
+    write_mode(path, contents, 0o644)
+}
+
+/// [`write`] for loopwright's own state (the holder's files): readable by the owner only.
+pub fn write_private(path: &Path, contents: &str) -> Result<(), ModuleError> {
+    write_mode(path, contents, 0o600)
+}
+
+fn write_mode(path: &Path, contents: &str, mode: u32) -> Result<(), ModuleError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -157,7 +166,7 @@ pub fn write(path: &Path, contents: &str) -> Result<(), ModuleError> {
         .write(true)
         .create_new(true)
         .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .mode(0o644)
+        .mode(mode)
         .open(&tmp)
         .map_err(io(&tmp))?;
     if let Err(e) = file.write_all(contents.as_bytes()).and_then(|()| file.sync_data()) {

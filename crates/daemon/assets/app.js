@@ -27,7 +27,8 @@
     const res = await fetch(path, {
       method,
       credentials: 'same-origin',
-      headers: payload === undefined ? {} : { 'Content-Type': 'application/json' },
+      // Every change is sent as JSON: the daemon refuses any other body (no form can act).
+      headers: method === 'GET' ? {} : { 'Content-Type': 'application/json' },
       body: payload === undefined ? undefined : JSON.stringify(payload),
     });
     let data = null;

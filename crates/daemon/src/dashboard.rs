@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::Shared;
-use crate::api::auth::{COOKIE, cookie_token, same_token};
+use crate::api::auth::{cookie_token, same_token};
 
 /// The embedded files: (path under `/assets/`, content type, bytes).
 const ASSETS: &[(&str, &str, &str)] = &[
@@ -89,14 +89,15 @@ fn page(template: &str, context: Value) -> Response {
 }
 
 /// The page a visitor without the cookie gets.
-fn signin(status: StatusCode, wrong: bool) -> Response {
-    let mut response = page("signin.html", json!({"wrong": wrong}));
+fn signin(shared: &Shared, status: StatusCode, wrong: bool) -> Response {
+    let days = shared.session_seconds / 86_400;
+    let mut response = page("signin.html", json!({"wrong": wrong, "days": days}));
     *response.status_mut() = status;
     response
 }
 
 fn signed_in(shared: &Shared, headers: &HeaderMap) -> bool {
-    cookie_token(headers).is_some_and(|t| same_token(&t, &shared.token))
+    cookie_token(headers, &shared.cookie).is_some_and(|t| same_token(&t, &shared.token))
 }
 
 async fn asset(Path(file): Path<String>) -> Response {
@@ -173,14 +174,15 @@ fn when(t: jiff::Timestamp) -> String {
 async fn runs_page(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>, headers: HeaderMap) -> Response {
     if let Some(token) = q.token {
         if !same_token(&token, &shared.token) {
-            return signin(StatusCode::UNAUTHORIZED, true);
+            return signin(&shared, StatusCode::UNAUTHORIZED, true);
         }
-        let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+        let cookie =
+            format!("{}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}", shared.cookie, shared.session_seconds);
         return (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie), (header::LOCATION, "/".to_owned())])
             .into_response();
     }
     if !signed_in(&shared, &headers) {
-        return signin(StatusCode::UNAUTHORIZED, false);
+        return signin(&shared, StatusCode::UNAUTHORIZED, false);
     }
     let status = q.status.as_deref().filter(|s| !s.is_empty());
     let pipeline = q.pipeline.as_deref().filter(|s| !s.is_empty());
@@ -233,7 +235,7 @@ async fn runs_page(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>
 
 async fn run_page(State(shared): State<Arc<Shared>>, Path(run): Path<String>, headers: HeaderMap) -> Response {
     if !signed_in(&shared, &headers) {
-        return signin(StatusCode::UNAUTHORIZED, false);
+        return signin(&shared, StatusCode::UNAUTHORIZED, false);
     }
     let header_ctx = header_context(&shared, "run").await;
     let not_found = |message: String| {
@@ -465,7 +467,7 @@ fn attempt_context(a: &read::Attempt) -> Value {
 
 async fn dead_letters_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     if !signed_in(&shared, &headers) {
-        return signin(StatusCode::UNAUTHORIZED, false);
+        return signin(&shared, StatusCode::UNAUTHORIZED, false);
     }
     let letters: Vec<Value> = ops::dead_letters::list(&shared.ws)
         .into_iter()
@@ -483,7 +485,7 @@ async fn dead_letters_page(State(shared): State<Arc<Shared>>, headers: HeaderMap
 
 async fn stats_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     if !signed_in(&shared, &headers) {
-        return signin(StatusCode::UNAUTHORIZED, false);
+        return signin(&shared, StatusCode::UNAUTHORIZED, false);
     }
     let header_ctx = header_context(&shared, "stats").await;
     let stats = match ops::stats::stats(&shared.ws, 10_000).await {
@@ -497,7 +499,7 @@ async fn stats_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Re
 /// the stop button; the start dialog with the defaults of `[auto]`.
 async fn auto_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     if !signed_in(&shared, &headers) {
-        return signin(StatusCode::UNAUTHORIZED, false);
+        return signin(&shared, StatusCode::UNAUTHORIZED, false);
     }
     let header_ctx = header_context(&shared, "auto").await;
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));

@@ -16,6 +16,7 @@ pub mod runs;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +38,10 @@ pub struct Options {
     pub allow_remote: bool,
     /// How often an idle event stream sends a heartbeat comment.
     pub heartbeat: Duration,
+    /// The URL people reach the daemon at through a reverse proxy (`--public-url`).
+    pub public_url: Option<String>,
+    /// At most this many connections are served at once (`--max-connections`).
+    pub max_connections: usize,
 }
 
 impl Default for Options {
@@ -47,6 +52,8 @@ impl Default for Options {
             max_runs: 4,
             allow_remote: false,
             heartbeat: Duration::from_secs(15),
+            public_url: None,
+            max_connections: 512,
         }
     }
 }
@@ -75,6 +82,48 @@ pub struct Shared {
     pub auto_store: Arc<SqliteStore>,
     /// True once the daemon is shutting down (event streams end).
     pub shutdown: watch::Receiver<bool>,
+    /// The name of the dashboard's cookie (unique to this daemon).
+    pub cookie: String,
+    /// How long the dashboard's cookie lasts, in seconds (`[serve] session_days`).
+    pub session_seconds: u64,
+    /// `--public-url`, when given.
+    pub public: Option<PublicUrl>,
+}
+
+/// The URL a reverse proxy serves the daemon at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicUrl {
+    /// As given, without a trailing slash (`https://loops.example.com`).
+    pub url: String,
+    /// Its origin (scheme, host and port).
+    pub origin: String,
+    /// Its host.
+    pub host: String,
+}
+
+impl PublicUrl {
+    /// Parses `--public-url`: an `http` or `https` URL with a host and no path, query or
+    /// fragment other than `/`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let uri: axum::http::Uri = text.parse().map_err(|e| format!("--public-url {text}: {e}"))?;
+        let scheme = uri.scheme_str().unwrap_or_default().to_ascii_lowercase();
+        if !matches!(scheme.as_str(), "http" | "https") {
+            return Err(format!("--public-url {text}: expected an http:// or https:// URL"));
+        }
+        let authority = uri.authority().ok_or_else(|| format!("--public-url {text}: no host"))?;
+        if authority.as_str().contains('@') || !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+            return Err(format!(
+                "--public-url {text}: expected scheme://host[:port] only (the dashboard is served at /)"
+            ));
+        }
+        let host = authority.host().to_ascii_lowercase();
+        let default_port = if scheme == "https" { 443 } else { 80 };
+        let origin = match authority.port_u16() {
+            Some(p) if p != default_port => format!("{scheme}://{host}:{p}"),
+            _ => format!("{scheme}://{host}"),
+        };
+        Ok(Self { url: origin.clone(), origin, host: host.trim_matches(['[', ']']).to_owned() })
+    }
 }
 
 /// What the daemon tells its caller once it serves.
@@ -95,6 +144,8 @@ pub struct Served {
     pub token: String,
     /// Its process.
     pub pid: u32,
+    /// The dashboard's sign-in URL.
+    pub url: String,
 }
 
 /// The daemon serving `ws`, if one is alive: `serve.json` names a live process, and the token
@@ -106,7 +157,9 @@ pub fn serving(ws: &Workspace) -> Option<Served> {
     let addr = info["addr"].as_str()?.parse().ok()?;
     let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(pid).ok()?), None).is_ok();
     let token = std::fs::read_to_string(ws.state_dir().join("serve.token")).ok()?.trim().to_owned();
-    (alive && !token.is_empty()).then_some(Served { addr, token, pid })
+    let public = info["public_url"].as_str().and_then(|u| PublicUrl::parse(u).ok());
+    let url = sign_in_url(public.as_ref(), addr, &token);
+    (alive && !token.is_empty()).then_some(Served { addr, token, pid, url })
 }
 
 /// The daemon's lock: held while it serves, so a second daemon of the workspace is refused.
@@ -132,13 +185,31 @@ fn take_lock(ws: &Workspace) -> Result<Flock<std::fs::File>, Error> {
 }
 
 /// The token: read from `serve.token`, or created (random, mode 0600) at the first start.
-fn token(ws: &Workspace) -> Result<String, Error> {
-    let path = ws.state_dir().join("serve.token");
-    if let Ok(text) = std::fs::read_to_string(&path) {
+fn token_path(ws: &Workspace) -> PathBuf {
+    ws.state_dir().join("serve.token")
+}
+
+/// True when the token file is there but others could read it (or it is a link, or not a
+/// file): it may have been read, so a new token replaces it. Looked at before anything
+/// tightens the state directory's modes.
+fn token_exposed(ws: &Workspace) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(token_path(ws)).is_ok_and(|m| !m.is_file() || m.permissions().mode() & 0o077 != 0)
+}
+
+/// The workspace's token: the one kept in `serve.token`, else (or when `exposed`) a new one.
+fn token(ws: &Workspace, exposed: bool) -> Result<String, Error> {
+    let path = token_path(ws);
+    if !exposed && let Ok(text) = std::fs::read_to_string(&path) {
         let text = text.trim().to_owned();
         if text.len() >= 32 && text.chars().all(|c| c.is_ascii_alphanumeric()) {
             return Ok(text);
         }
+    } else if exposed {
+        eprintln!(
+            "loopwright serve: {} could be read by others (or was not a plain file): a new token replaces it",
+            path.display()
+        );
     }
     let mut bytes = [0u8; 24];
     std::fs::File::open("/dev/urandom")
@@ -166,14 +237,22 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
             options.addr
         )));
     }
+    let public = options.public_url.as_deref().map(PublicUrl::parse).transpose().map_err(Error::usage)?;
+    if public.is_some() && !options.allow_remote {
+        return Err(Error::usage("--public-url: the daemon is reached through a proxy only with --allow-remote"));
+    }
+    let exposed = token_exposed(&ws);
     let _store_created = loopwright_app::assemble::open_store(&ws)?;
     let _lock = take_lock(&ws)?;
-    let token = token(&ws)?;
+    let token = token(&ws, exposed)?;
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await
         .map_err(|e| Error::usage(format!("cannot listen on {}: {e}", options.addr)))?;
     let addr = listener.local_addr().map_err(|e| Error::Internal(e.into()))?;
-    let info = serde_json::json!({"pid": std::process::id(), "addr": addr.to_string(), "started_at": jiff::Timestamp::now().to_string()});
+    let mut info = serde_json::json!({"pid": std::process::id(), "addr": addr.to_string(), "started_at": jiff::Timestamp::now().to_string()});
+    if let Some(p) = &public {
+        info["public_url"] = serde_json::Value::String(p.url.clone());
+    }
     loopwright_app::workspace::write_atomic(&ws.state_dir().join("serve.json"), &info.to_string())
         .map_err(|e| Error::usage(format!("cannot write serve.json: {e}")))?;
 
@@ -194,6 +273,9 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         shutdown: shutdown.clone(),
         auto: Arc::clone(&loops),
         auto_store: Arc::new(open()?),
+        cookie: api::auth::cookie_name(&token),
+        session_seconds: u64::from(ws.config.serve.session_days) * 86_400,
+        public: public.clone(),
     });
     let watcher = tokio::spawn(watch_journal(open()?, feed, Arc::clone(&runs), shutdown.clone()));
     let scheduler = tokio::spawn(Arc::clone(&runs).run_scheduler(open()?));
@@ -210,7 +292,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     for session in loops.take_over().await? {
         eprintln!("loopwright serve: took over the auto loop of session {session}");
     }
-    ready(&Started { addr, url: format!("http://{addr}/?token={token}") });
+    ready(&Started { addr, url: sign_in_url(public.as_ref(), addr, &token) });
 
     let signalled = async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -231,6 +313,14 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     scheduler.abort();
     let _ = std::fs::remove_file(ws.state_dir().join("serve.json"));
     served.map_err(|e| Error::Internal(e.into()))
+}
+
+/// The dashboard's sign-in URL: it carries the token once (then a cookie keeps it).
+pub fn sign_in_url(public: Option<&PublicUrl>, addr: SocketAddr, token: &str) -> String {
+    match public {
+        Some(p) => format!("{}/?token={token}", p.url),
+        None => format!("http://{addr}/?token={token}"),
+    }
 }
 
 /// Follows the journal: whenever it changed (SQLite's `data_version`: a commit by any other

@@ -17,6 +17,22 @@ pub struct Config {
     pub prices: std::collections::BTreeMap<String, Price>,
     /// Auto mode's supervision settings.
     pub auto: AutoConfig,
+    /// The daemon's settings (`loopwright serve`).
+    pub serve: ServeConfig,
+}
+
+/// `[serve]`: the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// Days a dashboard stays signed in (its cookie persists across browser restarts).
+    pub session_days: u32,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self { session_days: 7 }
+    }
 }
 
 /// `[auto]`: how auto mode supervises an agent session (SPEC §10). Durations accept fractions

@@ -111,7 +111,7 @@ impl SqliteStore {
             params![new.session_name, new.task_dir],
         )
         .map_err(backend)?;
-        insert(&tx, new)?;
+        insert(&tx, &AutoRow { state: self.scrubbed(&new.state).into_owned(), ..new.clone() })?;
         tx.commit().map_err(backend)?;
         Ok(())
     }
@@ -141,7 +141,7 @@ impl SqliteStore {
                 r.stall_count,
                 r.quota_wait_since,
                 r.last_signal_at,
-                r.state,
+                self.scrubbed(&r.state),
                 r.loop_id
             ],
         )
@@ -179,7 +179,7 @@ impl SqliteStore {
         let conn = self.conn();
         conn.execute(
             "INSERT INTO auto_log (loop_id, session_name, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![loop_id, session, at, kind, data],
+            params![loop_id, session, at, kind, self.scrubbed(data)],
         )
         .map_err(backend)?;
         Ok(conn.last_insert_rowid())

@@ -83,6 +83,25 @@ fn corrupt(run: &RunId, seq: i64, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("event {seq} of run {run}: {e}"))
 }
 
+/// The journal holds what agents printed and people answered: the database file is made (or
+/// made again) readable by its owner only before SQLite opens it, and so are its WAL and
+/// shared-memory files, which SQLite creates with the database's mode.
+fn private(path: &Path) {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let file = std::path::PathBuf::from(name);
+        if let Ok(meta) = std::fs::symlink_metadata(&file)
+            && meta.is_file()
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600));
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path` and migrates it to the current schema.
     /// Several processes may open a new store at once (concurrent runs): switching it to WAL
@@ -108,6 +127,7 @@ impl SqliteStore {
     fn open_once(path: &Path, synchronous: Synchronous) -> Result<Self, Error> {
         let shown = path.display().to_string();
         let open_err = |source| Error::Open { path: shown.clone(), source };
+        private(path);
         let mut conn = Connection::open(path).map_err(open_err)?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(open_err)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
@@ -151,6 +171,14 @@ impl SqliteStore {
     /// Redacts every event stored from now on with `scrub` (once; a second call is ignored).
     pub fn set_scrubber(&self, scrub: Scrubber) {
         let _ = self.scrub.set(scrub);
+    }
+
+    /// `text` as the scrubber leaves it (as it is without one).
+    pub(crate) fn scrubbed<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match self.scrub.get().and_then(|scrub| scrub(text)) {
+            Some(clean) => std::borrow::Cow::Owned(clean),
+            None => std::borrow::Cow::Borrowed(text),
+        }
     }
 
     /// The schema version (number of migrations applied).

@@ -8,6 +8,7 @@ use loopwright_auto::module::{self, Entry};
 use loopwright_auto::signal::{self, StopReason};
 use loopwright_auto::supervisor::{self, AutoStatus, Context, Internal, Persisted, Supervisor};
 use loopwright_auto::{Settings, holder};
+use loopwright_runners::secrets::Redactor;
 use loopwright_spec::{Agent, SourceFile};
 use loopwright_store::SqliteStore;
 use loopwright_store::auto::{AutoLogEntry, ClaimError};
@@ -131,7 +132,29 @@ pub fn session_dir(ws: &Workspace, session: &str) -> PathBuf {
     ws.state_dir().join("auto").join(session)
 }
 
+/// The secrets auto mode may see on an agent's screen: the values of secret-looking
+/// environment variables and of every agent's `api_key_env`.
+fn secrets(ws: &Workspace) -> Redactor {
+    let (agents, _) = ws.agents();
+    let keys: Vec<String> = agents.values().filter_map(|a| a.api_key_env.clone()).collect();
+    Redactor::from_env(&keys)
+}
+
+/// Keeps those secrets out of everything auto mode stores through `store` (the supervision
+/// journal, the status object), whoever writes it: the supervisor, a person's keys, approvals.
+pub fn keep_secrets_out(ws: &Workspace, store: &SqliteStore) {
+    let redactor = secrets(ws);
+    if redactor.is_empty() {
+        return;
+    }
+    store.set_scrubber(Box::new(move |text| match redactor.redact(text) {
+        std::borrow::Cow::Owned(clean) => Some(clean),
+        std::borrow::Cow::Borrowed(_) => None,
+    }));
+}
+
 fn context(ws: &Workspace, store: &Arc<SqliteStore>, p: &Persisted) -> Result<Context> {
+    keep_secrets_out(ws, store);
     let agent = agent(ws, Some(&p.status.agent))?;
     let exe = std::env::current_exe()
         .map_err(|e| Error::Internal(anyhow::anyhow!("cannot find the loopwright binary: {e}")))?;
@@ -288,6 +311,7 @@ pub fn screen(ws: &Workspace, store: &SqliteStore, session: &str) -> Result<Scre
         },
         Err(_) => (client.recorded_exit().map(|e| e.screen).unwrap_or_default(), false),
     };
+    let screen = secrets(ws).redact(&screen).into_owned();
     Ok(Screen { session_name: status.session_name, screen, alive })
 }
 
@@ -302,6 +326,7 @@ pub fn send_keys(
     enter: bool,
     by: &str,
 ) -> Result<AutoStatus> {
+    keep_secrets_out(ws, store);
     let status = session_status(store, session)?;
     if supervisor::is_final(&status.status) {
         return Err(Error::conflict(format!(
@@ -338,6 +363,7 @@ pub fn send_keys(
 /// `checks_approved` with who approved; the supervisor runs them at its next look. A conflict
 /// when no check waits.
 pub fn approve_checks(ws: &Workspace, store: &SqliteStore, dir_or_session: &str, by: &str) -> Result<AutoStatus> {
+    keep_secrets_out(ws, store);
     let p = loop_of(ws, store, dir_or_session)?;
     let status = &p.status;
     if supervisor::is_final(&status.status) || status.checks_to_approve.is_empty() {

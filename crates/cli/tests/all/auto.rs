@@ -861,3 +861,77 @@ fn a_fifo_signal_file_blocks_nothing_and_sigterm_ends_the_daemon() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "SIGTERM took {:?}", started.elapsed());
     assert_eq!(code, 0, "{stderr}");
 }
+
+#[test]
+fn a_key_the_agent_prints_is_stored_and_shown_nowhere_and_no_other_user_reads_the_state() {
+    let key = "sk-live-4f9c2a7e1b3d5f6a8c0e2b4d6f8a0c1e";
+    let mut actions = vec![
+        json!({ "do": "print", "text": format!("export TEAM_API_KEY={key}") }),
+        json!({ "do": "prompt", "name": "leak", "timeout": 1.5, "expect": "1",
+            "text": claude_bash(&format!("curl -H 'x-api-key: {key}' https://api.example/v1"), "Call the API") }),
+    ];
+    actions.extend(whole_loop());
+    let (ws, _) = setup(json!([actions]), "");
+    // The workspace as a user's home would be: others may enter it.
+    std::fs::set_permissions(ws.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let d = crate::daemon::Daemon::start_env(&ws, &[], &[("TEAM_API_KEY", key)]);
+    let (code, body) = d.post("/api/sessions/k/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    let waiting = wait_loop_for(&d, "k", "needs_human", 60);
+    let shown = waiting.to_string();
+    assert!(!shown.contains(key) && shown.contains("[REDACTED:TEAM_API_KEY]"), "{waiting:#}");
+    let (_, screen) = d.get("/api/sessions/k/task-auto/screen");
+    assert!(!screen.to_string().contains(key), "{screen:#}");
+    wait_loop_for(&d, "k", "complete", 60);
+    let mut answers = vec![d.get("/api/sessions/k/task-auto").1, d.get("/api/sessions/k/task-auto/log").1];
+    answers.push(d.get("/api/sessions/k/task-auto/screen").1);
+    answers.push(d.get("/api/sessions").1);
+    for a in &answers {
+        assert!(!a.to_string().contains(key), "an API answer shows the key: {a:#}");
+    }
+    for args in [&["auto", "status", "mod"][..], &["auto", "log", "mod"], &["auto", "status"]] {
+        let (_, out, err) = ws.run(args);
+        assert!(!out.contains(key) && !err.contains(key), "{args:?}: {out}{err}");
+    }
+    drop(d);
+    // No file under .loopwright/ holds it (the journal, its WAL, the holder's files).
+    let leaked: Vec<String> = crate::support::files_under(&ws.path().join(".loopwright"))
+        .into_iter()
+        .filter(|f| std::fs::read(f).is_ok_and(|b| b.windows(key.len()).any(|w| w == key.as_bytes())))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert_eq!(leaked, Vec::<String>::new());
+    // Another local user reads nothing of the state: not the folder, not a file in it.
+    let state = ws.path().join(".loopwright/state");
+    let mut tried = vec![state.clone()];
+    tried.extend(crate::support::files_under(&state));
+    for path in tried {
+        let as_nobody = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", "cat"])
+            .arg(&path)
+            .output()
+            .expect("setpriv");
+        assert!(!as_nobody.status.success(), "nobody read {}", path.display());
+    }
+    // The folder is the owner's only; so are the files that hold the journal, the token and
+    // what the agent's terminal showed.
+    let mode = |p: &Path| {
+        std::fs::symlink_metadata(p).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+    };
+    assert_eq!(mode(&state).ok(), Some(0o700));
+    let sensitive: Vec<(String, Option<u32>)> = crate::support::files_under(&state)
+        .into_iter()
+        .filter(|f| {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.starts_with("state.db")
+                || name == "serve.token"
+                || (name.ends_with(".json") && f.to_string_lossy().contains("/auto/"))
+        })
+        .map(|f| (f.display().to_string(), mode(&f).ok()))
+        .collect();
+    assert!(sensitive.len() >= 5, "{sensitive:?}");
+    assert_eq!(
+        sensitive.iter().filter(|(_, m)| *m != Some(0o600)).collect::<Vec<_>>(),
+        Vec::<&(String, Option<u32>)>::new()
+    );
+}

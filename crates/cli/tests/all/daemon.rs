@@ -20,9 +20,17 @@ pub(crate) struct Daemon {
 
 impl Daemon {
     pub(crate) fn start(ws: &Ws, extra: &[&str]) -> Self {
-        let mut args = vec!["serve", "--addr", "127.0.0.1:0", "--heartbeat-ms", "200", "--json"];
+        Self::start_env(ws, extra, &[])
+    }
+
+    /// [`Daemon::start`] with more environment variables.
+    pub(crate) fn start_env(ws: &Ws, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut args = vec!["serve", "--heartbeat-ms", "200", "--json"];
+        if !extra.contains(&"--addr") {
+            args.extend(["--addr", "127.0.0.1:0"]);
+        }
         args.extend_from_slice(extra);
-        let mut child = spawn(ws, &args);
+        let mut child = crate::support::spawn_env(ws, &args, env);
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read the first line");
         let started: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
@@ -500,14 +508,16 @@ fn demo_serve_runs_the_bundled_demo_under_a_daemon_and_prints_the_dashboard_url(
     let opened = http.get(url).send().expect("open");
     assert_eq!(opened.status().as_u16(), 303);
     let cookie = opened.headers()["set-cookie"].to_str().expect("cookie").to_owned();
-    assert_eq!(cookie, format!("loopwright_token={token}; HttpOnly; SameSite=Strict; Path=/"));
+    let (name, _) = cookie.split_once('=').expect("name=value");
+    assert!(name.starts_with("loopwright_") && name.len() == "loopwright_".len() + 16, "{cookie}");
+    assert_eq!(cookie, format!("{name}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age=604800"));
     let base = url.split("/?").next().expect("base");
     let run = started["run_id"].as_str().expect("run");
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         let result: Value = http
             .get(format!("{base}/api/runs/{run}"))
-            .header("Cookie", format!("loopwright_token={token}"))
+            .header("Cookie", format!("{name}={token}"))
             .send()
             .expect("get")
             .json()
@@ -675,4 +685,124 @@ fn the_output_of_the_stage_in_flight_streams_live_for_daemon_and_cli_runs() {
         assert_eq!(read_sse(output_stream(&d, &run), |f| f.1 == "end"), vec![(None, "end".into(), "{}".into())]);
     }
     assert_eq!(d.get("/api/runs/20990101-000000-00000000/output").0, 404);
+}
+
+#[test]
+fn another_local_port_a_form_or_a_text_body_changes_nothing_and_each_daemon_has_its_own_cookie() {
+    let ws = gate_ws();
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": "count"}));
+    assert_eq!(code, 202, "{accepted}");
+    let run = accepted["run_id"].as_str().expect("run id").to_owned();
+    d.wait_status(&run, "waiting");
+    let port = d.addr.rsplit(':').next().expect("port").to_owned();
+    let http =
+        reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let cookie = http.get(d.url(&format!("/?token={}", d.token))).send().expect("sign in");
+    let cookie = cookie.headers()["set-cookie"].to_str().expect("cookie").split(';').next().expect("pair").to_owned();
+    let approve = d.url(&format!("/api/runs/{run}/approve"));
+    let attempt = |origin: Option<&str>, content_type: Option<&str>, body: &str| {
+        let mut r = http.post(&approve).header("Cookie", &cookie).body(body.to_owned());
+        if let Some(o) = origin {
+            r = r.header("Origin", o);
+        }
+        if let Some(t) = content_type {
+            r = r.header("Content-Type", t);
+        }
+        r.send().expect("post").status().as_u16()
+    };
+    let own = format!("http://127.0.0.1:{port}");
+    let other_port = format!("http://127.0.0.1:{}", if port == "9" { "10" } else { "9" });
+    let answers = [
+        attempt(Some(&other_port), Some("application/json"), r#"{"by": "page"}"#),
+        attempt(Some("http://localhost:1"), Some("application/json"), "{}"),
+        attempt(Some(&format!("https://127.0.0.1:{port}")), Some("application/json"), "{}"),
+        attempt(Some(&other_port), Some("text/plain"), r#"{"by": "page"}"#),
+        attempt(Some(&own), Some("text/plain"), r#"{"by": "page"}"#),
+        attempt(Some(&own), Some("application/x-www-form-urlencoded"), "by=page"),
+        attempt(Some(&own), Some("multipart/form-data; boundary=x"), "--x--"),
+        attempt(None, None, ""),
+    ];
+    assert_eq!(answers, [403, 403, 403, 403, 415, 415, 415, 415]);
+    let (_, still) = d.get(&format!("/api/runs/{run}"));
+    assert_eq!(still["status"], "waiting", "{still:#}");
+    // The dashboard's own request (its origin, JSON) is answered.
+    assert_eq!(attempt(Some(&own), Some("application/json; charset=utf-8"), r#"{"by": "me"}"#), 200);
+    // A script with the token may send a request without a body and without a type.
+    let resume = http.post(d.url(&format!("/api/runs/{run}/resume"))).bearer_auth(&d.token).send().expect("resume");
+    assert_ne!(resume.status().as_u16(), 415);
+
+    // A visit without the cookie gets the sign-in page (HTML, 401) saying how to get a link.
+    let page = http.get(d.url("/")).send().expect("page");
+    assert_eq!(page.status().as_u16(), 401);
+    assert!(page.headers()["content-type"].to_str().unwrap_or_default().starts_with("text/html"));
+    let html = page.text().expect("text");
+    assert!(html.contains("loopwright serve --url") && html.contains("7 days"), "{html}");
+    let (code, out, err) = ws.run(&["serve", "--url"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), format!("http://{}/?token={}", d.addr, d.token));
+
+    // A second workspace's daemon on the same machine names its cookie otherwise.
+    let ws2 = gate_ws();
+    let d2 = Daemon::start(&ws2, &[]);
+    let other = http.get(d2.url(&format!("/?token={}", d2.token))).send().expect("sign in");
+    let other = other.headers()["set-cookie"].to_str().expect("cookie").split('=').next().expect("name").to_owned();
+    assert_ne!(other, cookie.split('=').next().expect("name"));
+}
+
+#[test]
+fn allow_remote_answers_through_the_machines_address_and_a_proxy_at_the_public_url() {
+    let ws = gate_ws();
+    let d =
+        Daemon::start(&ws, &["--addr", "0.0.0.0:0", "--allow-remote", "--public-url", "https://Loops.Example.com/"]);
+    let port = d.addr.rsplit(':').next().expect("port").to_owned();
+    let local = format!("http://127.0.0.1:{port}");
+    let http = reqwest::blocking::Client::new();
+    let post = |host: &str, origin: &str| {
+        let r =
+            http.post(format!("{local}/api/runs")).bearer_auth(&d.token).header("Host", host).header("Origin", origin);
+        r.json(&json!({"pipeline": "gate"})).send().expect("post").status().as_u16()
+    };
+    // Through the machine's own address, as a browser on another machine sends it.
+    assert_eq!(post(&format!("192.0.2.7:{port}"), &format!("http://192.0.2.7:{port}")), 202);
+    // Through the proxy: its Host (or the one it passes on) and its origin.
+    assert_eq!(post("loops.example.com", "https://loops.example.com"), 202);
+    assert_eq!(post(&format!("127.0.0.1:{port}"), "https://loops.example.com"), 202);
+    // Another name, or another origin, is refused.
+    assert_eq!(post("evil.example.com", "https://loops.example.com"), 403);
+    assert_eq!(post("loops.example.com", "https://evil.example.com"), 403);
+    assert_eq!(post("loops.example.com", "https://loops.example.com:8443"), 403);
+    let (code, out, err) = ws.run(&["serve", "--url"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), format!("https://loops.example.com/?token={}", d.token));
+    // --public-url needs --allow-remote, and a URL with nothing but scheme, host and port.
+    let (code, _, err) = ws.run(&["serve", "--addr", "127.0.0.1:0", "--public-url", "https://x.example/app"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--public-url"), "{err}");
+}
+
+#[test]
+fn state_an_older_version_left_open_is_closed_at_start_and_an_open_token_replaced() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = gate_ws();
+    let (code, _, err) = ws.run(&["run", "gate", "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    let state = ws.path().join(".loopwright/state");
+    let old_token = "a".repeat(48);
+    ws.write(".loopwright/state/serve.token", &old_token);
+    for (path, mode) in [(state.clone(), 0o755), (state.join("state.db"), 0o644), (state.join("serve.token"), 0o644)] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    let d = Daemon::start(&ws, &[]);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777).ok();
+    assert_eq!(mode(&state), Some(0o700));
+    assert_eq!(mode(&state.join("state.db")), Some(0o600));
+    assert_eq!(mode(&state.join("serve.token")), Some(0o600));
+    assert_ne!(d.token, old_token, "a token others could read is replaced");
+    let (code, _) = d.get("/api/runs");
+    assert_eq!(code, 200);
+    let old = reqwest::blocking::Client::new().get(d.url("/api/runs")).bearer_auth(&old_token).send().expect("get");
+    assert_eq!(old.status().as_u16(), 401);
+    let (_, stderr) = d.stop();
+    assert!(stderr.contains("a new token replaces it"), "{stderr}");
 }

@@ -171,8 +171,14 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
 
 /// Starts `loopwright ARGS` in `ws` without waiting (stdout and stderr piped).
 pub fn spawn(ws: &Ws, args: &[&str]) -> std::process::Child {
+    spawn_env(ws, args, &[])
+}
+
+/// [`spawn`] with more environment variables.
+pub fn spawn_env(ws: &Ws, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
     std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(ws.path())
         .env("NO_COLOR", "1")
         .env("USER", "tester")
