@@ -11,6 +11,7 @@ pub mod api;
 pub mod auto;
 pub mod dashboard;
 pub mod host;
+pub mod listen;
 pub mod runs;
 
 use std::io::Write;
@@ -229,6 +230,10 @@ fn token(ws: &Workspace, exposed: bool) -> Result<String, Error> {
     Ok(token)
 }
 
+/// The longest a daemon takes to stop after SIGINT/SIGTERM: its runs are interrupted (their
+/// process groups get TERM, then KILL after a grace of their own) well within it.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
 /// Serves the workspace until SIGINT/SIGTERM; `ready` is told the address once it serves.
 pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)) -> Result<(), Error> {
     if !options.addr.ip().is_loopback() && !options.allow_remote {
@@ -244,6 +249,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     let exposed = token_exposed(&ws);
     let _store_created = loopwright_app::assemble::open_store(&ws)?;
     let _lock = take_lock(&ws)?;
+    listen::raise_open_files();
     let token = token(&ws, exposed)?;
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await
@@ -301,8 +307,14 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         };
         tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
         let _ = stop.send(true);
+        // Whatever hangs (a blocking call that never returns), the daemon ends within its grace.
+        std::thread::spawn(|| {
+            std::thread::sleep(SHUTDOWN_GRACE);
+            eprintln!("loopwright serve: not stopped {} s after the signal; exiting", SHUTDOWN_GRACE.as_secs());
+            std::process::exit(1);
+        });
     };
-    let served = axum::serve(listener, app).with_graceful_shutdown(signalled).await;
+    listen::serve(listener, app, options.max_connections, signalled).await;
     // The runs driven here were told to stop: each ends its stage's process group and journals
     // the interruption (resumable; the next daemon takes them up).
     let hosts = Arc::clone(&runs);
@@ -312,7 +324,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     watcher.abort();
     scheduler.abort();
     let _ = std::fs::remove_file(ws.state_dir().join("serve.json"));
-    served.map_err(|e| Error::Internal(e.into()))
+    Ok(())
 }
 
 /// The dashboard's sign-in URL: it carries the token once (then a cookie keeps it).

@@ -429,14 +429,18 @@ fn the_agent_cannot_weaken_the_checks_it_is_verified_by() {
     let (ws, _) = setup(json!([actions]), "");
     declare_check(&ws, "test -f done.txt");
     let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
-    assert_eq!(code, 0, "{err}\n{status:#}");
+    // The declared check passes in the end; the one the agent added waits for a person.
+    assert_eq!(code, 3, "{err}\n{status:#}");
+    assert_eq!(status["status"], "needs_human");
+    assert_eq!(status["checks_to_approve"], json!(["true"]));
     let entries = supervision(&ws);
     let failed =
         entries.iter().find(|e| e["kind"] == "verification_failed").expect("the declared check ran and failed");
     assert_eq!(failed["data"]["command"], "test -f done.txt");
     let checks: Vec<&str> =
         status["checks"].as_array().expect("checks").iter().filter_map(|c| c["command"].as_str()).collect();
-    assert_eq!(checks, ["test -f done.txt", "true"]);
+    assert_eq!(checks, ["test -f done.txt"]);
+    let _ = ws.run(&["auto", "stop", "mod"]);
     let invalid = entries.iter().find(|e| e["kind"] == "signal_invalid").expect("the garbage signal");
     assert!(invalid["data"]["text"].as_str().unwrap_or_default().len() <= 64 * 1024);
 }

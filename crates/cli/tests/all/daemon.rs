@@ -757,6 +757,7 @@ fn allow_remote_answers_through_the_machines_address_and_a_proxy_at_the_public_u
         Daemon::start(&ws, &["--addr", "0.0.0.0:0", "--allow-remote", "--public-url", "https://Loops.Example.com/"]);
     let port = d.addr.rsplit(':').next().expect("port").to_owned();
     let local = format!("http://127.0.0.1:{port}");
+    loopwright_runners::http::tls();
     let http = reqwest::blocking::Client::new();
     let post = |host: &str, origin: &str| {
         let r =
@@ -799,10 +800,79 @@ fn state_an_older_version_left_open_is_closed_at_start_and_an_open_token_replace
     assert_eq!(mode(&state.join("state.db")), Some(0o600));
     assert_eq!(mode(&state.join("serve.token")), Some(0o600));
     assert_ne!(d.token, old_token, "a token others could read is replaced");
+    loopwright_runners::http::tls();
     let (code, _) = d.get("/api/runs");
     assert_eq!(code, 200);
     let old = reqwest::blocking::Client::new().get(d.url("/api/runs")).bearer_auth(&old_token).send().expect("get");
     assert_eq!(old.status().as_u16(), 401);
     let (_, stderr) = d.stop();
     assert!(stderr.contains("a new token replaces it"), "{stderr}");
+}
+
+#[test]
+fn a_thousand_idle_connections_and_a_slow_sender_do_not_keep_others_from_being_answered() {
+    // The daemon starts with the soft limit of open files an ordinary login has (1024); another
+    // local process opens 1100 connections that send nothing and one that sends its headers a
+    // byte a second.
+    let ws = gate_ws();
+    let mut child = std::process::Command::new("prlimit")
+        .args(["--nofile=1024:8192", "--"])
+        .arg(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--json"])
+        .current_dir(ws.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("prlimit");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("line");
+    let addr = serde_json::from_str::<Value>(&line).expect("json")["addr"].as_str().expect("addr").to_owned();
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).expect("limits");
+    let open_files = limits.lines().find(|l| l.starts_with("Max open files")).expect("line").to_owned();
+    assert!(open_files.split_whitespace().nth(3) == Some("8192"), "the soft limit is raised: {open_files}");
+    let (host, port) = addr.rsplit_once(':').expect("addr");
+    let hold = r#"
+import resource, socket, sys, time
+resource.setrlimit(resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+host, port = sys.argv[1], int(sys.argv[2])
+held = []
+for _ in range(1100):
+    s = socket.socket(); s.setblocking(False)
+    try: s.connect((host, port))
+    except BlockingIOError: pass
+    held.append(s)
+slow = socket.create_connection((host, port))
+print("holding", flush=True)
+for b in b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n":
+    try: slow.send(bytes([b]))
+    except OSError: break
+    time.sleep(1)
+time.sleep(60)
+"#;
+    let mut holder = std::process::Command::new("python3")
+        .args(["-c", hold, host, port])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut said = String::new();
+    BufReader::new(holder.stdout.take().expect("stdout")).read_line(&mut said).expect("line");
+    assert_eq!(said.trim(), "holding");
+    std::thread::sleep(Duration::from_secs(1));
+    loopwright_runners::http::tls();
+    let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
+    let started = Instant::now();
+    let health = http.get(format!("http://{addr}/api/health")).send().expect("answered");
+    let waited = started.elapsed();
+    assert_eq!(health.status().as_u16(), 200);
+    eprintln!("answered after {waited:?} with 1101 connections held");
+    assert!(waited < Duration::from_secs(40), "{waited:?}");
+    // And again at once, on a connection of its own.
+    let again = reqwest::blocking::Client::new().get(format!("http://{addr}/api/health")).send().expect("again");
+    assert_eq!(again.status().as_u16(), 200);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = nix_kill(child.id() as i32, "TERM");
+    let (code, _, stderr) = finish(child);
+    assert_eq!(code, 0, "{stderr}");
 }
