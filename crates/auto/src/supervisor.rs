@@ -234,6 +234,49 @@ pub struct Supervisor {
     holder: Client,
     task_dir: PathBuf,
     settings: Settings,
+    signals: SignalJournal,
+}
+
+/// Journal entries about `.auto-signal` (valid or not) in one second of one loop; more are
+/// counted, not written: an agent rewriting the file in a loop cannot grow the journal faster.
+pub const SIGNAL_ENTRIES_PER_SECOND: u32 = 4;
+
+/// The most of an invalid signal's text kept in its journal entry.
+pub const SIGNAL_TEXT_KEPT: usize = 2048;
+
+/// Which signals are journaled: a valid one when it says something new (the loop's end and a
+/// new iteration always), any at most [`SIGNAL_ENTRIES_PER_SECOND`] a second; the rest counted
+/// and the count written with the next entry.
+#[derive(Debug, Default)]
+pub struct SignalJournal {
+    window: Option<std::time::Instant>,
+    in_window: u32,
+    unjournaled: u64,
+    last: Option<Signal>,
+}
+
+impl SignalJournal {
+    /// Whether a signal seen at `now` is journaled (`important` ones always): `Some` with how
+    /// many were left out since the last one journaled.
+    pub fn admit(&mut self, now: std::time::Instant, important: bool) -> Option<u64> {
+        if self.window.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(1)) {
+            self.window = Some(now);
+            self.in_window = 0;
+        }
+        if !important && self.in_window >= SIGNAL_ENTRIES_PER_SECOND {
+            self.unjournaled += 1;
+            return None;
+        }
+        self.in_window += 1;
+        Some(std::mem::take(&mut self.unjournaled))
+    }
+
+    /// Whether a valid signal repeats the last one (its time aside).
+    pub fn repeats(&mut self, sig: &Signal) -> bool {
+        let same = self.last.as_ref().is_some_and(|l| Signal { timestamp: sig.timestamp.clone(), ..l.clone() } == *sig);
+        self.last = Some(sig.clone());
+        same
+    }
 }
 
 fn now() -> Timestamp {
@@ -252,7 +295,7 @@ impl Supervisor {
         let policy = settings.policy()?;
         let task_dir = PathBuf::from(&p.status.task_dir);
         let holder = Client::new(&cx.session_dir);
-        Ok(Self { cx, p, policy, holder, task_dir, settings })
+        Ok(Self { cx, p, policy, holder, task_dir, settings, signals: SignalJournal::default() })
     }
 
     /// The status object now.
@@ -407,7 +450,15 @@ impl Supervisor {
         {
             self.p.internal.last_signal_text = text.clone();
             match signal::parse(&text) {
-                Err(problems) => self.log("signal_invalid", json!({ "text": text, "problems": problems })),
+                Err(problems) => {
+                    if let Some(unjournaled) = self.signals.admit(std::time::Instant::now(), false) {
+                        let kept: String = text.chars().take(SIGNAL_TEXT_KEPT).collect();
+                        self.log(
+                            "signal_invalid",
+                            json!({ "text": kept, "bytes": text.len(), "problems": problems, "unjournaled": unjournaled }),
+                        );
+                    }
+                }
                 Ok(sig) => self.on_signal(sig),
             }
         }
@@ -472,7 +523,17 @@ impl Supervisor {
             s.needs_human = None;
         }
         let routed = module::route(&sig.step, &sig.result, &sig.checkpoint);
-        self.log("signal", json!({ "signal": sig, "table_next": routed.map(|r| r.0) }));
+        let repeats = self.signals.repeats(&sig);
+        let important = advanced || sig.is_stop();
+        let journaled = if important || !repeats {
+            self.signals.admit(std::time::Instant::now(), important)
+        } else {
+            self.signals.unjournaled += 1;
+            None
+        };
+        if let Some(unjournaled) = journaled {
+            self.log("signal", json!({ "signal": sig, "table_next": routed.map(|r| r.0), "unjournaled": unjournaled }));
+        }
         if sig.is_stop() {
             let ending = if self.p.status.stop_reason.is_some() {
                 "stopped"
@@ -1141,4 +1202,35 @@ fn watch_dir(dir: &Path, tx: mpsc::UnboundedSender<()>) -> Result<notify::Recomm
     .map_err(|e| e.to_string())?;
     watcher.watch(dir, notify::RecursiveMode::NonRecursive).map_err(|e| e.to_string())?;
     Ok(watcher)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(step: &str, at: &str) -> Signal {
+        Signal {
+            step: step.into(),
+            result: "(done)".into(),
+            next: "check".into(),
+            checkpoint: String::new(),
+            iteration: Some(1),
+            timestamp: at.into(),
+        }
+    }
+
+    #[test]
+    fn signals_are_journaled_when_new_at_most_a_few_a_second_and_the_rest_counted() {
+        let mut j = SignalJournal::default();
+        let t0 = std::time::Instant::now();
+        let admitted: Vec<Option<u64>> = (0..6).map(|_| j.admit(t0, false)).collect();
+        assert_eq!(admitted, [Some(0), Some(0), Some(0), Some(0), None, None]);
+        // An important one goes through anyway, and says nothing of the two left out...
+        assert_eq!(j.admit(t0, true), Some(2));
+        // ...which the next second's first entry does not count again.
+        assert_eq!(j.admit(t0 + Duration::from_millis(1000), false), Some(0));
+        assert!(!j.repeats(&sig("exec", "t1")));
+        assert!(j.repeats(&sig("exec", "t2")), "the same signal at another time");
+        assert!(!j.repeats(&sig("check", "t3")));
+    }
 }

@@ -182,7 +182,11 @@ impl SqliteStore {
             params![loop_id, session, at, kind, self.scrubbed(data)],
         )
         .map_err(backend)?;
-        Ok(conn.last_insert_rowid())
+        let id = conn.last_insert_rowid();
+        if id % TRIM_EVERY == 0 {
+            trim(&conn, loop_id, session, at)?;
+        }
+        Ok(id)
     }
 
     /// A loop's journal after position `after`, oldest first.
@@ -198,6 +202,57 @@ impl SqliteStore {
             .map_err(backend)?;
         rows.collect::<Result<_, _>>().map_err(backend)
     }
+}
+
+/// The most entries a loop's journal keeps: past it, all but the first [`AUTO_LOG_HEAD`] and
+/// the newest are summarised in one `trimmed` entry (how many of each kind were removed).
+pub const AUTO_LOG_CAP: i64 = 10_000;
+/// The first entries of a loop that are always kept (its start, settings, first signals).
+pub const AUTO_LOG_HEAD: i64 = 100;
+/// How often (in entries written, all loops) the cap is checked.
+const TRIM_EVERY: i64 = 256;
+
+fn trim(conn: &rusqlite::Connection, loop_id: &str, session: &str, at: &str) -> Result<(), StoreError> {
+    let count: i64 = conn
+        .query_row("SELECT count(*) FROM auto_log WHERE loop_id = ?1", params![loop_id], |r| r.get(0))
+        .map_err(backend)?;
+    if count <= AUTO_LOG_CAP {
+        return Ok(());
+    }
+    // Keep the head and the newest half of the cap; the rest becomes one summary.
+    let ids = "SELECT id FROM auto_log WHERE loop_id = ?1 ORDER BY id";
+    let head_end: i64 = conn
+        .query_row(&format!("{ids} LIMIT 1 OFFSET ?2"), params![loop_id, AUTO_LOG_HEAD - 1], |r| r.get(0))
+        .map_err(backend)?;
+    let tail_start: i64 = conn
+        .query_row(&format!("{ids} DESC LIMIT 1 OFFSET ?2"), params![loop_id, AUTO_LOG_CAP / 2 - 1], |r| r.get(0))
+        .map_err(backend)?;
+    let mut kinds = serde_json::Map::new();
+    {
+        let mut stmt = conn
+            .prepare("SELECT kind, count(*) FROM auto_log WHERE loop_id = ?1 AND id > ?2 AND id < ?3 GROUP BY kind")
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map(params![loop_id, head_end, tail_start], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .map_err(backend)?;
+        for row in rows {
+            let (kind, n) = row.map_err(backend)?;
+            kinds.insert(kind, n.into());
+        }
+    }
+    let removed = conn
+        .execute(
+            "DELETE FROM auto_log WHERE loop_id = ?1 AND id > ?2 AND id < ?3",
+            params![loop_id, head_end, tail_start],
+        )
+        .map_err(backend)?;
+    let data = serde_json::json!({ "removed": removed, "kinds": kinds, "kept_first": AUTO_LOG_HEAD });
+    conn.execute(
+        "INSERT INTO auto_log (loop_id, session_name, at, kind, data) VALUES (?1, ?2, ?3, 'trimmed', ?4)",
+        params![loop_id, session, at, data.to_string()],
+    )
+    .map_err(backend)?;
+    Ok(())
 }
 
 fn insert(tx: &rusqlite::Transaction<'_>, r: &AutoRow) -> Result<(), StoreError> {

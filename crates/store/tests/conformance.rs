@@ -132,3 +132,30 @@ async fn the_owner_column_is_filled_from_the_journal_when_the_store_is_migrated(
         .collect();
     assert_eq!(owners, vec![("old-2".into(), Some((99, true))), ("old-1".into(), Some((7, false)))]);
 }
+
+#[test]
+fn a_loops_supervision_journal_is_capped_and_what_was_removed_summarised() {
+    use loopwright_store::auto::{AUTO_LOG_CAP, AUTO_LOG_HEAD};
+    let store = SqliteStore::in_memory().expect("store");
+    let total = AUTO_LOG_CAP + 1_000;
+    for i in 0..total {
+        let kind = if i % 2 == 0 { "signal" } else { "signal_invalid" };
+        store.auto_log("loop-1", "s", "2026-11-25T00:00:00Z", kind, &format!("{{\"n\": {i}}}")).expect("log");
+    }
+    // Another loop's journal is left alone.
+    store.auto_log("loop-2", "t", "2026-11-25T00:00:00Z", "started", "{}").expect("log");
+    let entries = store.auto_log_since("loop-1", 0).expect("read");
+    assert!(entries.len() as i64 <= AUTO_LOG_CAP, "{} entries", entries.len());
+    let first: Vec<String> = entries.iter().take(3).map(|e| e.data.clone()).collect();
+    assert_eq!(first, ["{\"n\": 0}", "{\"n\": 1}", "{\"n\": 2}"]);
+    let last = entries.iter().rev().find(|e| e.kind != "trimmed").expect("an entry");
+    assert_eq!(last.data, format!("{{\"n\": {}}}", total - 1));
+    let summaries: Vec<serde_json::Value> =
+        entries.iter().filter(|e| e.kind == "trimmed").map(|e| serde_json::from_str(&e.data).expect("json")).collect();
+    let removed: i64 = summaries.iter().map(|s| s["removed"].as_i64().unwrap_or(0)).sum();
+    let kept = entries.iter().filter(|e| e.kind != "trimmed").count() as i64;
+    assert_eq!(removed + kept, total, "every entry is either kept or counted");
+    assert_eq!(summaries[0]["kept_first"], AUTO_LOG_HEAD);
+    assert!(summaries[0]["kinds"]["signal"].as_i64().unwrap_or(0) > 0, "{summaries:?}");
+    assert_eq!(store.auto_log_since("loop-2", 0).expect("read").len(), 1);
+}

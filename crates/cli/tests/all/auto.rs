@@ -939,3 +939,43 @@ fn a_key_the_agent_prints_is_stored_and_shown_nowhere_and_no_other_user_reads_th
         Vec::<&(String, Option<u32>)>::new()
     );
 }
+
+#[test]
+fn a_burst_of_signal_rewrites_grows_neither_the_journal_nor_the_daemon_without_bound() {
+    let mut actions = vec![json!({ "do": "spin", "seconds": 0.5 }), json!({ "do": "burst", "count": 3000 })];
+    for _ in 0..10 {
+        actions.push(json!({ "do": "spin", "seconds": 0.3 }));
+    }
+    actions.extend(whole_loop());
+    let (ws, _) = setup(json!([actions]), "stall_captures = 40\n");
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let db = |ws: &crate::support::Ws| {
+        ["state.db", "state.db-wal"]
+            .iter()
+            .map(|f| std::fs::metadata(ws.path().join(".loopwright/state").join(f)).map_or(0, |m| m.len()))
+            .sum::<u64>()
+    };
+    let before = db(&ws);
+    let (code, body) = d.post("/api/sessions/b/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    wait_loop_for(&d, "b", "complete", 120);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).expect("status");
+    let peak_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .expect("VmHWM");
+    let grown = db(&ws).saturating_sub(before);
+    let entries = supervision(&ws);
+    let signals = entries.iter().filter(|e| e["kind"] == "signal" || e["kind"] == "signal_invalid").count();
+    let unjournaled: u64 = entries.iter().filter_map(|e| e["data"]["unjournaled"].as_u64()).sum();
+    eprintln!(
+        "3000 signal rewrites: {signals} journaled, {unjournaled} counted only; journal grew {grown} bytes; daemon peak {peak_kb} kB"
+    );
+    assert!(signals < 300, "{signals} signal entries");
+    assert!(grown < 8 << 20, "the journal grew {grown} bytes");
+    assert!(peak_kb < 120 * 1024, "the daemon peaked at {peak_kb} kB");
+    let longest = entries.iter().map(|e| e["data"].to_string().len()).max().unwrap_or(0);
+    assert!(longest < 8 * 1024, "an entry of {longest} bytes");
+}

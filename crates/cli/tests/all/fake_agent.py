@@ -139,6 +139,18 @@ def main():
             elif do == "write":
                 with open(a["path"], "w") as f:
                     f.write(a["text"])
+            elif do == "burst":
+                # Rewrites the signal file as fast as it can: large garbage and the same valid
+                # signal, alternately.
+                same = json.dumps({"step": "exec", "result": "(done)", "next": "check", "checkpoint": "post-exec",
+                                   "iteration": 1, "timestamp": "2026-01-01T00:00:00Z"})
+                for i in range(a.get("count", 3000)):
+                    text = ("x" * 60000 + str(i)) if i % 2 else same
+                    tmp = os.path.join(task, ".auto-signal.tmp")
+                    with open(tmp, "w") as f:
+                        f.write(text)
+                    os.rename(tmp, os.path.join(task, ".auto-signal"))
+                write("burst done\n")
             elif do == "fifo":
                 if os.path.exists(a["path"]):
                     os.remove(a["path"])
