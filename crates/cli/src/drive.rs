@@ -160,7 +160,7 @@ pub fn report(global: &Global, state: &RunState) -> Result<u8, CliError> {
         let json = serde_json::to_string_pretty(&result).map_err(|e| CliError::Internal(e.into()))?;
         println!("{json}");
     } else {
-        print!("{}", render::result(&result, state));
+        print!("{}", crate::terminal::safe(&render::result(&result, state)));
     }
     Ok(state.status.exit_code())
 }

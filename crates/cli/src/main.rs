@@ -11,6 +11,7 @@ mod input;
 mod observe;
 mod render;
 mod stop;
+mod terminal;
 mod workspace {
     //! The workspace, from the application layer.
     pub use loopwright_app::workspace::*;

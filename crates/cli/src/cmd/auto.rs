@@ -220,7 +220,7 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
                 );
             } else {
                 for e in &entries {
-                    println!("{}", log_line(&e.at, &e.kind, &e.data));
+                    println!("{}", crate::terminal::safe(&log_line(&e.at, &e.kind, &e.data)));
                 }
             }
             Ok(0)
@@ -280,7 +280,7 @@ async fn start(global: &Global, req: StartRequest) -> Result<u8, CliError> {
                 if let Ok(entries) = store.auto_log_since(&loop_id, after) {
                     for e in entries {
                         after = e.id;
-                        eprintln!("  {}", log_line(&e.at, &e.kind, &e.data));
+                        eprintln!("  {}", crate::terminal::safe(&log_line(&e.at, &e.kind, &e.data)));
                     }
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -375,6 +375,14 @@ fn print_status(global: &Global, s: &AutoStatus) {
         println!("{}", serde_json::to_string_pretty(s).unwrap_or_default());
         return;
     }
+    // What the agent showed (the prompt a person must answer, a check's command) is in it.
+    let mut out = String::new();
+    macro_rules! println {
+        ($($arg:tt)*) => {{
+            out.push_str(&format!($($arg)*));
+            out.push('\n');
+        }};
+    }
     println!("session    {}  ({})", s.session_name, s.status);
     println!("task       {}", s.task_dir);
     println!(
@@ -421,4 +429,5 @@ fn print_status(global: &Global, s: &AutoStatus) {
     for c in &s.checks {
         println!("check      {} {}", if c.passed { "passed" } else { "FAILED" }, c.command);
     }
+    print!("{}", crate::terminal::safe(&out));
 }

@@ -1,5 +1,6 @@
 //! `loopwright logs RUN`: the run's journal, event by event.
 
+use crate::terminal::safe;
 use std::time::Duration;
 
 use loopwright_engine::{Event, EventRecord, RunState, Store};
@@ -63,18 +64,18 @@ fn stage_logs(
                 _ => false,
             };
             if belongs {
-                println!("{}", line(r));
+                println!("{}", safe(&line(r)));
             }
         }
         let read = |name: String| std::fs::read_to_string(dir.join(name)).ok();
         match read(format!("prompts/{stage}-{attempt}.md")) {
-            Some(prompt) => println!("--- prompt\n{}", prompt.trim_end()),
+            Some(prompt) => println!("--- prompt\n{}", safe(prompt.trim_end())),
             None => println!("--- prompt\n(a shell stage: its prompt file is rewritten for each stage and not kept)"),
         }
         let (out, err) = loopwright_runners::live::output_files(&dir, stage, attempt);
         for (label, path) in [("stdout", out), ("stderr", err)] {
             if let Ok(text) = std::fs::read_to_string(path) {
-                println!("--- {label}\n{}", text.trim_end());
+                println!("--- {label}\n{}", safe(text.trim_end()));
             }
         }
     }
@@ -308,7 +309,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             if global.json {
                 println!("{}", serde_json::to_string(r)?);
             } else {
-                println!("{}", line(r));
+                println!("{}", safe(&line(r)));
             }
             printed = r.seq;
             state.apply(r);
@@ -326,7 +327,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         }
         while store.data_version().await? == version {
             for chunk in follow.read() {
-                print!("{}", output_lines(&chunk));
+                print!("{}", safe(&output_lines(&chunk)));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

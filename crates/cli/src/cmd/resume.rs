@@ -125,7 +125,9 @@ async fn give(opened: Opened, global: &Global, event: Event, quiet: bool) -> Res
         record_for_owner(&store, &mut state, event).await?;
         let pid = state.owner.map_or(0, |o| o.pid);
         eprintln!("loopwright: run {run} is driven by the daemon (process {pid}); it continues there");
-        return report(global, &state);
+        // The answer was taken: that is what this command reports (the run itself goes on).
+        report(global, &state)?;
+        return Ok(0);
     }
     continue_run(global, &ws, &store, &pipeline, state, Some(event), quiet).await
 }

@@ -979,3 +979,24 @@ fn a_burst_of_signal_rewrites_grows_neither_the_journal_nor_the_daemon_without_b
     let longest = entries.iter().map(|e| e["data"].to_string().len()).max().unwrap_or(0);
     assert!(longest < 8 * 1024, "an entry of {longest} bytes");
 }
+
+#[test]
+fn auto_status_and_auto_log_print_none_of_the_agents_escape_sequences() {
+    let actions = vec![
+        json!({ "do": "print", "text": "\u{1b}]52;c;cm0gLXJmIH4=\u{7}\u{1b}]0;owned\u{7}" }),
+        json!({ "do": "prompt", "name": "push", "timeout": 2, "expect": "1",
+            "text": claude_bash("git push --force origin main \u{9b}8mhidden\u{1b}[0m", "Publish \u{1b}]52;c;eA==\u{7}") }),
+        json!({ "do": "idle" }),
+    ];
+    let (ws, _) = setup(json!([actions]), "");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 3, "{err}\n{status:#}");
+    for args in [&["auto", "status", "mod"][..], &["auto", "log", "mod"], &["auto", "status"]] {
+        let (_, out, err) = ws.run(args);
+        let bad = |t: &str| t.chars().any(|c| c.is_control() && c != '\n' && c != '\t');
+        assert!(!bad(&out) && !bad(&err), "{args:?} printed control characters: {out:?}");
+    }
+    let (_, out, _) = ws.run(&["auto", "status", "mod"]);
+    assert!(out.contains("git push --force origin main"), "{out}");
+    let _ = ws.run(&["auto", "stop", "mod"]);
+}

@@ -876,3 +876,41 @@ time.sleep(60)
     let (code, _, stderr) = finish(child);
     assert_eq!(code, 0, "{stderr}");
 }
+
+#[test]
+fn the_cli_approving_a_run_the_daemon_drives_exits_0_and_the_daemon_goes_on() {
+    let ws = gate_ws();
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": "count"}));
+    assert_eq!(code, 202, "{accepted}");
+    let run = accepted["run_id"].as_str().expect("run id").to_owned();
+    d.wait_status(&run, "waiting");
+    let (code, out, err) = ws.run(&["approve", &run, "--by", "carol"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("driven by the daemon"), "{err}");
+    d.wait_status(&run, "success");
+    assert_eq!(ws.read("count.txt"), "one\ntwo\n");
+}
+
+#[test]
+fn escape_sequences_an_agent_printed_never_reach_the_terminal() {
+    // A stage prints OSC 52 (set the clipboard), a colour, a title and a bell.
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/pipelines/esc.yml",
+        "name: esc\ndescription: d\nversion: 1\nstages:\n  - id: loud\n    agent: shell\n    mode: plan\n    description: d\n    run: \"printf 'copy\\\\033]52;c;cm0gLXJmIH4=\\\\007 \\\\033[31mred\\\\033[0m \\\\033]0;owned\\\\007 bell\\\\007 done'; exit 3\"\n",
+    );
+    ws.init_git();
+    let (_, _, _) = ws.run(&["run", "esc"]);
+    let (_, runs) = ws.json(&["status"]).1.as_array().cloned().map(|r| (0, r)).unwrap_or_default();
+    let run = runs[0]["run_id"].as_str().expect("run").to_owned();
+    for args in
+        [vec!["status", run.as_str()], vec!["logs", run.as_str()], vec!["logs", run.as_str(), "--stage", "loud"]]
+    {
+        let (_, out, err) = ws.run(&args);
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}') && !err.contains('\u{1b}'), "{args:?}: {out:?}");
+        if args.len() == 4 {
+            assert!(out.contains("copy red  bell done"), "{out}");
+        }
+    }
+}
