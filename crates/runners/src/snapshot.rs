@@ -84,6 +84,11 @@ pub struct Entry {
     /// Where a symbolic link points.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<String>,
+    /// Plan mode, git's and loopwright's own files: a hash of the content, so a file that git
+    /// rewrote with the same content (another run's `git branch -D` rewrites the shared config)
+    /// is not taken for a change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<u64>,
 }
 
 /// A snapshot's manifest: relative path -> entry.
@@ -179,7 +184,13 @@ pub struct Found {
 impl Found {
     /// Its manifest entry, with its content kept as `object`.
     fn entry(&self, object: String) -> Entry {
-        Entry { key: key_of(&self.meta), mode: self.meta.permissions().mode(), object, link: self.link.clone() }
+        Entry {
+            key: key_of(&self.meta),
+            mode: self.meta.permissions().mode(),
+            object,
+            link: self.link.clone(),
+            content: None,
+        }
     }
 
     fn same(&self, entry: &Entry) -> bool {
@@ -286,19 +297,36 @@ impl Fnv {
     }
 }
 
-/// The folders whose files a plan-mode stage may not change besides the workspace's: the git
-/// directory (and the common one of a worktree) and `.loopwright/` (its state excepted).
+/// What a plan-mode stage may not change besides the workspace's files: the git directory and
+/// `.loopwright/` (its state excepted). In a linked worktree, only what is the worktree's own:
+/// its git directory (HEAD, the index), its branch, and the shared config, hooks and `info/`
+/// that run code for it — never the other branches or the main checkout's HEAD, which other
+/// people and other runs move while the stage reads (a commit in the main checkout, another
+/// run's merge), and which a restore must not write back. Each entry is a folder or a file.
 fn control_dirs(root: &Path) -> Vec<PathBuf> {
+    let canonical = |arg: &str| {
+        let dir = crate::git::git(root, &["rev-parse", arg]).ok()?;
+        root.join(dir.trim()).canonicalize().ok()
+    };
     let mut dirs = Vec::new();
-    for arg in ["--absolute-git-dir", "--git-common-dir"] {
-        if let Ok(dir) = crate::git::git(root, &["rev-parse", arg]) {
-            let dir = root.join(dir.trim());
-            if let Ok(dir) = dir.canonicalize()
-                && !dirs.contains(&dir)
-            {
-                dirs.push(dir);
+    match (canonical("--absolute-git-dir"), canonical("--git-common-dir")) {
+        (Some(own), Some(common)) if own != common => {
+            dirs.push(own);
+            for shared in ["config", "config.worktree", "hooks", "info"] {
+                let path = common.join(shared);
+                if path.exists() {
+                    dirs.push(path);
+                }
+            }
+            if let Ok(branch) = crate::git::git(root, &["symbolic-ref", "-q", "HEAD"]) {
+                let path = common.join(branch.trim());
+                if branch.trim().starts_with("refs/heads/") && path.is_file() {
+                    dirs.push(path);
+                }
             }
         }
+        (Some(own), _) => dirs.push(own),
+        (None, _) => {}
     }
     if root.join(".loopwright").is_dir() {
         dirs.push(root.join(".loopwright"));
@@ -313,6 +341,13 @@ fn control_dirs(root: &Path) -> Vec<PathBuf> {
 fn control_files(dir: &Path, into: &mut BTreeMap<String, Found>) -> io::Result<()> {
     const SKIP: [&str; 10] =
         ["objects", "logs", "index", "state", "lfs", "FETCH_HEAD", "ORIG_HEAD", "worktrees", "modules", "loopwright"];
+    let top = fs::symlink_metadata(dir)?;
+    if !top.is_dir() {
+        // A single file of the scope (a worktree's own branch, the shared config).
+        let link = top.file_type().is_symlink().then(|| fs::read_link(dir).map(|l| l.to_string_lossy().into_owned()));
+        into.insert(dir.to_string_lossy().into_owned(), Found { meta: top, link: link.transpose()? });
+        return Ok(());
+    }
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for entry in fs::read_dir(&d)? {
@@ -336,6 +371,18 @@ fn control_files(dir: &Path, into: &mut BTreeMap<String, Found>) -> io::Result<(
         }
     }
     Ok(())
+}
+
+/// A hash of a regular control file's content (those of up to 1 MiB; git's and loopwright's
+/// own files are small).
+fn content_hash(path: &Path, meta: &fs::Metadata) -> Option<u64> {
+    if !meta.is_file() || meta.len() > 1 << 20 {
+        return None;
+    }
+    let bytes = fs::read(path).ok()?;
+    let mut hash = Fnv::default();
+    hash.feed(&bytes);
+    Some(hash.0)
 }
 
 /// The staged content of the index (`git ls-files -s`), hashed; `None` outside git.
@@ -440,7 +487,8 @@ pub fn take(
                     object
                 }
             };
-            let entry = found.entry(object);
+            let mut entry = found.entry(object);
+            entry.content = content_hash(Path::new(path), &found.meta);
             manifest.control.insert(path.clone(), entry);
         }
         manifest.control_dirs = dirs.iter().map(|d| d.to_string_lossy().into_owned()).collect();
@@ -493,11 +541,19 @@ pub fn changes(root: &Path, manifest: &Manifest) -> io::Result<Diff> {
     if !manifest.control_dirs.is_empty() {
         let mut control = BTreeMap::new();
         for dir in &manifest.control_dirs {
-            if Path::new(dir).is_dir() {
+            if fs::symlink_metadata(dir).is_ok() {
                 control_files(Path::new(dir), &mut control)?;
             }
         }
         (diff.control_modified, diff.control_deleted, diff.control_created) = compare(&manifest.control, &control);
+        // Rewritten with the same content and mode: not a change.
+        diff.control_modified.retain(|path| {
+            let (Some(then), Some(now)) = (manifest.control.get(path), control.get(path)) else { return true };
+            then.content.is_none()
+                || then.content != content_hash(Path::new(path), &now.meta)
+                || then.mode != now.meta.permissions().mode()
+                || then.link != now.link
+        });
         diff.index = manifest.index.as_ref().is_some_and(|(hash, _)| index_hash(root) != Some(*hash));
         for dir in skipped.iter().filter(|d| !manifest.fingerprints.contains_key(*d)) {
             diff.dirs.push(format!("{dir}/ (created)"));
