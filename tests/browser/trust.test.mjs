@@ -16,10 +16,11 @@ const bin = process.env.LOOPWRIGHT_BIN || path.join(root, 'target/debug/loopwrig
 const shots = path.join(root, 'target/screenshots');
 
 /** A workspace with the gate pipeline, served by a daemon of its own. */
-async function serveWorkspace() {
+async function serveWorkspace(prepare = () => {}) {
   const ws = fs.mkdtempSync(path.join(os.tmpdir(), 'loopwright-trust-'));
   fs.mkdirSync(path.join(ws, '.loopwright/pipelines'), { recursive: true });
   fs.copyFileSync(path.join(root, 'tests/fixtures/gate.yml'), path.join(ws, '.loopwright/pipelines/gate.yml'));
+  prepare(ws);
   execFileSync('git', ['init', '-q', '-b', 'main'], { cwd: ws });
   execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', 'commit', '-q', '--allow-empty', '-m', 'initial'], { cwd: ws });
   const daemon = spawn(bin, ['serve', '--addr', '127.0.0.1:0', '--json'], { cwd: ws, stdio: ['ignore', 'pipe', 'inherit'] });
@@ -161,4 +162,57 @@ test('a page on another local port cannot approve a gate or type into an agent',
     method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{"by": "me"}' })).status, run);
   assert.equal(answered, 200);
   await context.close();
+});
+
+/** A scripted agent (the CLI tests' fake agent) that adds a check, then says the module is done. */
+function prepareAuto(ws) {
+  const sig = (step, result, next, checkpoint = '') => ({ do: 'signal', step, result, next, checkpoint });
+  const actions = [
+    { do: 'write', path: 'mod/.index.md', text: "---\nstatus: executing\nphase: ''\nchecks:\n- 'true'\n- 'touch approved.txt'\n---\n\n# Plan\n" },
+    sig('plan', '(generated)', 'check', 'post-plan'), sig('check', 'PASS', 'exec'), sig('exec', '(done)', 'check', 'post-exec'),
+    sig('check', 'ACCEPT', 'merge'), sig('merge', 'success', 'report'), sig('report', '(done)', '(stop)'),
+    { do: 'loop_end' }, { do: 'idle' },
+  ];
+  const write = (rel, text) => { fs.mkdirSync(path.dirname(path.join(ws, rel)), { recursive: true }); fs.writeFileSync(path.join(ws, rel), text); };
+  write('.loopwright/config.toml', '[auto]\nheartbeat_seconds = 0.2\nstall_captures = 40\nstop_grace_seconds = 3\n');
+  write('scenario.json', JSON.stringify({ task_dir: path.join(ws, 'mod'), log: path.join(ws, 'agent.log'), runs: [actions] }));
+  write('.loopwright/agents/fake.md', `---\nrunner: command\ncommand: ["python3", "${path.join(root, 'crates/cli/tests/all/fake_agent.py')}", "${path.join(ws, 'scenario.json')}"]\n---\nA scripted agent.\n`);
+  execFileSync(bin, ['auto', 'init', 'mod', '--target', 'Add a greeting file.'], { cwd: ws });
+  const index = path.join(ws, 'mod/.index.md');
+  fs.writeFileSync(index, fs.readFileSync(index, 'utf8').replace('status: draft', "status: draft\nchecks:\n- 'true'"));
+}
+
+test('a check the agent added runs only once a person approves it on the Auto page', async () => {
+  // The agent and fast supervision settings are in place before the daemon reads them.
+  const d = await serveWorkspace((ws) => prepareAuto(ws));
+  try {
+    const started = await d.api('POST', '/api/sessions/m/task-auto', { taskDir: 'mod', agent: 'fake' });
+    assert.equal(started.status, 201, JSON.stringify(started.body));
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const page = await context.newPage();
+    await page.goto(d.url);
+    await waitFor('the added check to wait for a person', async () => {
+      const s = (await d.api('GET', '/api/sessions/m/task-auto')).body;
+      assert.notEqual(s.status, 'complete', JSON.stringify(s));
+      return s.checks_to_approve && s.checks_to_approve.length > 0;
+    });
+    await page.goto(`${d.base}/auto`);
+    const button = page.locator('button[data-approve-checks="m"]');
+    await button.waitFor({ timeout: 10000 });
+    assert.match(await page.locator('.added-checks').innerText(), /touch approved\.txt/);
+    fs.mkdirSync(shots, { recursive: true });
+    await page.screenshot({ path: path.join(shots, 'auto-checks-to-approve.png') });
+    assert.equal(fs.existsSync(path.join(d.ws, 'approved.txt')), false, 'the added check ran before anyone approved it');
+    await button.click();
+    await waitFor('the loop to complete', async () => (await d.api('GET', '/api/sessions/m/task-auto')).body.status === 'complete');
+    assert.equal(fs.existsSync(path.join(d.ws, 'approved.txt')), true);
+    const log = (await d.api('GET', '/api/sessions/m/task-auto/log')).body;
+    const approved = log.find((e) => e.kind === 'checks_approved');
+    assert.deepEqual(approved.data.checks, ['touch approved.txt']);
+    await context.close();
+  } finally {
+    d.daemon.kill('SIGTERM');
+    await new Promise((r) => d.daemon.once('exit', r));
+    fs.rmSync(d.ws, { recursive: true, force: true });
+  }
 });

@@ -294,6 +294,15 @@
     notice(r.ok ? `${session}: stop asked (.auto-stop, user_stop); the agent finishes its step` : `stop: ${errorText(r)}`, !r.ok);
     scheduleRefresh();
   });
+  document.addEventListener('click', async (e) => {
+    const button = e.target.closest('button[data-approve-checks]');
+    if (!button) return;
+    const session = button.dataset.approveChecks;
+    button.disabled = true;
+    const r = await api('POST', `/api/sessions/${encodeURIComponent(session)}/task-auto/checks`, { by: by() });
+    notice(r.ok ? `${session}: checks approved (${by()}); they run at the next look` : `approve: ${errorText(r)}`, !r.ok);
+    scheduleRefresh();
+  });
   document.addEventListener('submit', async (e) => {
     const form = e.target;
     if (!form.classList.contains('keys-form')) return;

@@ -618,6 +618,7 @@ fn auto_view(
         "quota_wait_since": l.quota_wait_since,
         "quota_resets_at": l.quota_resets_at,
         "quota_left": quota_left,
+        "checks_to_approve": l.checks_to_approve,
         "stop_reason": l.stop_reason,
         "needs_human": l.needs_human,
         "checks": l.checks.iter().map(|c| json!({"command": c.command, "passed": c.passed, "output_tail": c.output_tail})).collect::<Vec<_>>(),
