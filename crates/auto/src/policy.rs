@@ -347,6 +347,13 @@ fn judge_word(word: &str, data: bool) -> Result<(), String> {
         if candidate.split(['/', '=', ':', ',']).any(|c| c == "..") {
             return Err(format!("`{word}` leads out of the folder with `..`"));
         }
+        // Git's and loopwright's own files are written by neither the agent nor its commands
+        // (`git diff --output=.git/hooks/pre-commit`, `touch .loopwright/x`).
+        if let Err(refused @ loopwright_runners::guard::Refused::Control { .. }) =
+            loopwright_runners::guard::components(candidate)
+        {
+            return Err(format!("`{word}`: {refused}"));
+        }
     }
     Ok(())
 }
