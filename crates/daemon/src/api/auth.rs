@@ -104,20 +104,20 @@ pub async fn check(State(shared): State<Arc<Shared>>, request: Request, next: Ne
                 .into_response();
         }
     }
-    let bodiless_with_token = bearer(headers).is_some() && headers.get(header::CONTENT_TYPE).is_none();
-    if changes && !declares_json(headers) && !bodiless_with_token {
+    let path = request.uri().path();
+    let open = path == "/api/health" && request.method() == Method::GET;
+    if path.starts_with("/api/") && !open && !token_of(&shared, headers).is_some_and(|t| same_token(&t, &shared.token))
+    {
+        return ApiError::unauthorized().into_response();
+    }
+    let token_without_body_type = bearer(headers).is_some() && headers.get(header::CONTENT_TYPE).is_none();
+    if changes && !declares_json(headers) && !token_without_body_type {
         return ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "invalid",
             "a request that changes something must send `Content-Type: application/json`",
         )
         .into_response();
-    }
-    let path = request.uri().path();
-    let open = path == "/api/health" && request.method() == Method::GET;
-    if path.starts_with("/api/") && !open && !token_of(&shared, headers).is_some_and(|t| same_token(&t, &shared.token))
-    {
-        return ApiError::unauthorized().into_response();
     }
     next.run(request).await
 }
