@@ -127,6 +127,21 @@ fn a_loop_runs_through_all_four_phases_is_verified_and_completes() {
     assert_eq!(again["status"], "complete");
 }
 
+/// The four phases, then — told that the check `test -f done.txt` failed — the fix and the
+/// report again.
+fn done_after_one_failed_check() -> Vec<Value> {
+    let mut actions = whole_loop();
+    actions.pop();
+    actions.extend([
+        json!({ "do": "wait_input" }),
+        json!({ "do": "write", "path": "done.txt", "text": "ok" }),
+        sig("report", "(done)", "(stop)", ""),
+        json!({ "do": "loop_end" }),
+        json!({ "do": "idle" }),
+    ]);
+    actions
+}
+
 fn check_stop() -> Value {
     json!({ "do": "check_stop" })
 }
@@ -417,15 +432,7 @@ fn the_agent_cannot_weaken_the_checks_it_is_verified_by() {
         json!({ "do": "write", "path": "mod/.index.md", "text": "---\nstatus: executing\nphase: ''\nchecks:\n- 'true'\n---\n\n# Plan\n" }),
         json!({ "do": "write", "path": "mod/.auto-signal", "text": "x".repeat(200_000) }),
     ];
-    actions.extend(whole_loop());
-    actions.pop();
-    actions.extend([
-        json!({ "do": "wait_input" }),
-        json!({ "do": "write", "path": "done.txt", "text": "ok" }),
-        sig("report", "(done)", "(stop)", ""),
-        json!({ "do": "loop_end" }),
-        json!({ "do": "idle" }),
-    ]);
+    actions.extend(done_after_one_failed_check());
     let (ws, _) = setup(json!([actions]), "");
     declare_check(&ws, "test -f done.txt");
     let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
@@ -809,15 +816,7 @@ fn the_supervisors_own_writes_follow_no_link_the_agent_planted() {
     let bashrc = outside.path().join(".bashrc");
     std::fs::write(&bashrc, "# mine\n").expect("write");
     let mut actions = vec![json!({ "do": "link", "path": "mod/.summary.md", "target": bashrc })];
-    actions.extend(whole_loop());
-    actions.pop();
-    actions.extend([
-        json!({ "do": "wait_input" }),
-        json!({ "do": "write", "path": "done.txt", "text": "ok" }),
-        sig("report", "(done)", "(stop)", ""),
-        json!({ "do": "loop_end" }),
-        json!({ "do": "idle" }),
-    ]);
+    actions.extend(done_after_one_failed_check());
     let (ws, task) = setup(json!([actions]), "");
     declare_check(&ws, "test -f done.txt");
     let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);

@@ -76,6 +76,15 @@ impl Daemon {
         }
     }
 
+    /// Starts the gate pipeline through the API and waits until it waits at its gate.
+    fn run_waiting_at_the_gate(&self) -> String {
+        let (code, accepted) = self.post("/api/runs", &json!({"pipeline": "gate", "task": "count"}));
+        assert_eq!(code, 202, "{accepted}");
+        let run = accepted["run_id"].as_str().expect("run id").to_owned();
+        self.wait_status(&run, "waiting");
+        run
+    }
+
     pub(crate) fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
     }
@@ -691,10 +700,7 @@ fn the_output_of_the_stage_in_flight_streams_live_for_daemon_and_cli_runs() {
 fn another_local_port_a_form_or_a_text_body_changes_nothing_and_each_daemon_has_its_own_cookie() {
     let ws = gate_ws();
     let d = Daemon::start(&ws, &[]);
-    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": "count"}));
-    assert_eq!(code, 202, "{accepted}");
-    let run = accepted["run_id"].as_str().expect("run id").to_owned();
-    d.wait_status(&run, "waiting");
+    let run = d.run_waiting_at_the_gate();
     let port = d.addr.rsplit(':').next().expect("port").to_owned();
     let http =
         reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
@@ -881,10 +887,7 @@ time.sleep(60)
 fn the_cli_approving_a_run_the_daemon_drives_exits_0_and_the_daemon_goes_on() {
     let ws = gate_ws();
     let d = Daemon::start(&ws, &[]);
-    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": "count"}));
-    assert_eq!(code, 202, "{accepted}");
-    let run = accepted["run_id"].as_str().expect("run id").to_owned();
-    d.wait_status(&run, "waiting");
+    let run = d.run_waiting_at_the_gate();
     let (code, out, err) = ws.run(&["approve", &run, "--by", "carol"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(err.contains("driven by the daemon"), "{err}");
