@@ -454,15 +454,7 @@ fn the_agent_cannot_weaken_the_checks_it_is_verified_by() {
 
 /// Waits (up to 30 s) until the loop of `session` is `status`, through the API.
 fn wait_loop(d: &crate::daemon::Daemon, session: &str, status: &str) -> Value {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let (_, s) = d.get(&format!("/api/sessions/{session}/task-auto"));
-        if s["status"] == status {
-            return s;
-        }
-        assert!(std::time::Instant::now() < deadline, "loop {session} never became {status}: {s:#}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_loop_for(d, session, status, 30)
 }
 
 #[test]
