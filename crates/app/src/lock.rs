@@ -29,13 +29,12 @@ fn open(path: &Path) -> Result<File, Error> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Error::usage(format!("cannot create {}: {e}", dir.display())))?;
     }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| Error::usage(format!("cannot open the lock {}: {e}", path.display())))
+    std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false),
+        0o600,
+    )
+    .open(path)
+    .map_err(|e| Error::usage(format!("cannot open the lock {}: {e}", path.display())))
 }
 
 /// The lock file of the working tree `root`: the workspace's own, or its worktree's.

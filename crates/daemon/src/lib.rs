@@ -171,6 +171,7 @@ fn take_lock(ws: &Workspace) -> Result<Flock<std::fs::File>, Error> {
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
         .open(&path)
         .map_err(|e| Error::usage(format!("cannot open {}: {e}", path.display())))?;
     Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| {
@@ -259,7 +260,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     if let Some(p) = &public {
         info["public_url"] = serde_json::Value::String(p.url.clone());
     }
-    loopwright_app::workspace::write_atomic(&ws.state_dir().join("serve.json"), &info.to_string())
+    loopwright_app::workspace::write_atomic_private(&ws.state_dir().join("serve.json"), &info.to_string())
         .map_err(|e| Error::usage(format!("cannot write serve.json: {e}")))?;
 
     let (stop, shutdown) = watch::channel(false);

@@ -908,8 +908,8 @@ fn a_key_the_agent_prints_is_stored_and_shown_nowhere_and_no_other_user_reads_th
             .expect("setpriv");
         assert!(!as_nobody.status.success(), "nobody read {}", path.display());
     }
-    // The folder is the owner's only; so are the files that hold the journal, the token and
-    // what the agent's terminal showed.
+    // The folder is the owner's only; so are the files that hold the journal, the token, the
+    // daemon's address and locks, and what the agent's terminal showed.
     let mode = |p: &Path| {
         std::fs::symlink_metadata(p).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
     };
@@ -919,12 +919,13 @@ fn a_key_the_agent_prints_is_stored_and_shown_nowhere_and_no_other_user_reads_th
         .filter(|f| {
             let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             name.starts_with("state.db")
-                || name == "serve.token"
+                || matches!(name, "serve.token" | "serve.json")
+                || name.ends_with(".lock")
                 || (name.ends_with(".json") && f.to_string_lossy().contains("/auto/"))
         })
         .map(|f| (f.display().to_string(), mode(&f).ok()))
         .collect();
-    assert!(sensitive.len() >= 5, "{sensitive:?}");
+    assert!(sensitive.len() >= 6, "{sensitive:?}");
     assert_eq!(
         sensitive.iter().filter(|(_, m)| *m != Some(0o600)).collect::<Vec<_>>(),
         Vec::<&(String, Option<u32>)>::new()
