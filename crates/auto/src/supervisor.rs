@@ -1193,7 +1193,18 @@ fn watch_dir(dir: &Path, tx: mpsc::UnboundedSender<()>) -> Result<notify::Recomm
         return Err("LOOPWRIGHT_AUTO_NO_WATCH is set".into());
     }
     let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        use notify::event::{AccessKind, AccessMode, EventKind};
+        // Reading a file is an event too: the supervisor's own reads of `.auto-signal` must not
+        // make it read the file again (a loop that kept a core busy). Only writes, creations,
+        // removals and renames count.
+        let read_only = |kind: &EventKind| {
+            matches!(
+                kind,
+                EventKind::Access(AccessKind::Open(_) | AccessKind::Close(AccessMode::Read) | AccessKind::Read)
+            )
+        };
         if let Ok(ev) = ev
+            && !read_only(&ev.kind)
             && ev.paths.iter().any(|p| p.file_name().is_some_and(|n| n == module::SIGNAL || n == module::STOP))
         {
             let _ = tx.send(());
