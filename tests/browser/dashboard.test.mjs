@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
-import { chromium } from 'playwright-core';
+import { callApi, launchChromium, waitFor } from './support.mjs';
 
 const root = path.resolve(import.meta.dirname, '../..');
 const bin = process.env.LOOPWRIGHT_BIN || path.join(root, 'target/debug/loopwright');
@@ -106,24 +106,8 @@ async function startDaemon() {
   return started.url;
 }
 
-async function api(method, route, body) {
-  const res = await fetch(base + route, {
-    method,
-    headers: { Authorization: `Bearer ${token}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  return { status: res.status, body: await res.json() };
-}
+const api = (method, route, body) => callApi(base, token, method, route, body);
 
-async function waitFor(what, check, seconds = 30) {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 function sleepers() {
   const found = [];
@@ -182,11 +166,7 @@ function browserTest(name, body) {
 before(async () => {
   setUpWorkspace();
   const url = await startDaemon();
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
+  browser = await launchChromium();
   // The printed URL carries the token once; the browser keeps the cookie.
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await context.newPage();

@@ -9,7 +9,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
-import { chromium } from 'playwright-core';
+import { callApi, launchChromium, waitFor } from './support.mjs';
 
 const root = path.resolve(import.meta.dirname, '../..');
 const bin = process.env.LOOPWRIGHT_BIN || path.join(root, 'target/debug/loopwright');
@@ -31,26 +31,10 @@ async function serveWorkspace(prepare = () => {}) {
   const started = JSON.parse(first);
   const token = fs.readFileSync(path.join(ws, '.loopwright/state/serve.token'), 'utf8').trim();
   const base = `http://${started.addr}`;
-  const api = async (method, route, body) => {
-    const res = await fetch(base + route, {
-      method,
-      headers: { Authorization: `Bearer ${token}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    return { status: res.status, body: await res.json() };
-  };
+  const api = (method, route, body) => callApi(base, token, method, route, body);
   return { ws, daemon, base, url: started.url, token, api };
 }
 
-async function waitFor(what, check, seconds = 30) {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 let one;
 let two;
@@ -60,11 +44,7 @@ let hostile;
 before(async () => {
   one = await serveWorkspace();
   two = await serveWorkspace();
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {
@@ -91,6 +71,13 @@ test('a visit without the cookie gets a sign-in page that says how to get a link
   fs.mkdirSync(shots, { recursive: true });
   await page.screenshot({ path: path.join(shots, 'signin.png') });
   await context.close();
+  // On a phone it reads without scrolling sideways.
+  const phone = await browser.newContext({ viewport: { width: 390, height: 844 } });
+  const small = await phone.newPage();
+  await small.goto(`${one.base}/`);
+  assert.ok(await small.evaluate(() => document.documentElement.scrollWidth <= 390), 'the sign-in page is wider than the phone');
+  await small.screenshot({ path: path.join(shots, 'signin-phone.png') });
+  await phone.close();
 });
 
 test('two workspaces\' dashboards stay signed in side by side, across a browser restart', async () => {
@@ -202,6 +189,9 @@ test('a check the agent added runs only once a person approves it on the Auto pa
     assert.match(await page.locator('.added-checks').innerText(), /touch approved\.txt/);
     fs.mkdirSync(shots, { recursive: true });
     await page.screenshot({ path: path.join(shots, 'auto-checks-to-approve.png') });
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.screenshot({ path: path.join(shots, 'auto-checks-to-approve-phone.png') });
+    await page.setViewportSize({ width: 1280, height: 800 });
     assert.equal(fs.existsSync(path.join(d.ws, 'approved.txt')), false, 'the added check ran before anyone approved it');
     await button.click();
     await waitFor('the loop to complete', async () => (await d.api('GET', '/api/sessions/m/task-auto')).body.status === 'complete');

@@ -161,7 +161,7 @@ fn write_mode(path: &Path, contents: &str, mode: u32) -> Result<(), ModuleError>
         return Err(io(parent)(why));
     }
     let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let tmp = parent.join(format!(".{name}.{}.{:016x}.tmp", std::process::id(), random()));
+    let tmp = parent.join(format!(".{name}.{}.{:016x}.tmp", std::process::id(), u64::from_le_bytes(random_bytes())));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -179,14 +179,17 @@ fn write_mode(path: &Path, contents: &str, mode: u32) -> Result<(), ModuleError>
     })
 }
 
-/// 64 random bits (the kernel's), for names nobody can guess.
-fn random() -> u64 {
-    let mut b = [0u8; 8];
+/// `N` random bytes from the kernel (the clock's nanoseconds where it has none to give): for
+/// names nobody can guess and the agent's session ids.
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
     if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        return u64::try_from(t.as_nanos() & u128::from(u64::MAX)).unwrap_or(0);
+        for (byte, from) in b.iter_mut().zip(t.as_nanos().to_le_bytes().iter().cycle()) {
+            *byte = *from;
+        }
     }
-    u64::from_le_bytes(b)
+    b
 }
 
 /// The most of a module file that is read.

@@ -1166,11 +1166,7 @@ fn blocking<T>(work: impl FnOnce() -> T) -> T {
 
 /// A random UUID (v4) for the agent's session id.
 pub fn new_uuid() -> String {
-    let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b)).is_err() {
-        let n = now().as_nanosecond().to_le_bytes();
-        b.copy_from_slice(&n[..16]);
-    }
+    let mut b: [u8; 16] = module::random_bytes();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();

@@ -53,6 +53,17 @@ fn agent_log(ws: &Ws) -> Vec<Value> {
         .collect()
 }
 
+/// Each prompt the agent showed, with the keys it got (empty: none), in order.
+fn answers(ws: &Ws) -> Vec<(String, String)> {
+    agent_log(ws)
+        .iter()
+        .filter(|e| e["kind"] == "answer")
+        .map(|e| {
+            (e["prompt"].as_str().unwrap_or_default().to_owned(), e["keys"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
 fn supervision(ws: &Ws) -> Vec<Value> {
     let (code, log, err) = ws.json(&["auto", "log", "mod"]);
     assert_eq!(code, 0, "{err}");
@@ -188,13 +199,7 @@ fn each_cli_prompt_is_answered_with_the_key_that_cli_expects() {
     let (ws, _) = setup(json!([actions]), "");
     let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
     assert_eq!(code, 0, "{err}\n{status:#}");
-    let answers: Vec<(String, String)> = agent_log(&ws)
-        .iter()
-        .filter(|e| e["kind"] == "answer")
-        .map(|e| {
-            (e["prompt"].as_str().unwrap_or_default().to_owned(), e["keys"].as_str().unwrap_or_default().to_owned())
-        })
-        .collect();
+    let answers = answers(&ws);
     let expected: Vec<(String, String)> = [("codex", "y"), ("aider", "y\r"), ("claude", "1")]
         .iter()
         .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
@@ -743,13 +748,7 @@ fn through_a_real_terminal_no_destructive_command_is_answered_and_the_safe_ones_
     let (code, body) = d.post("/api/sessions/p/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
     assert_eq!(code, 201, "{body}");
     wait_loop_for(&d, "p", "complete", 180);
-    let answers: Vec<(String, String)> = agent_log(&ws)
-        .iter()
-        .filter(|e| e["kind"] == "answer")
-        .map(|e| {
-            (e["prompt"].as_str().unwrap_or_default().to_owned(), e["keys"].as_str().unwrap_or_default().to_owned())
-        })
-        .collect();
+    let answers = answers(&ws);
     let expected: Vec<(String, String)> = (0..destructive.len())
         .map(|i| (format!("d{i}"), String::new()))
         .chain((0..safe.len()).map(|i| (format!("s{i}"), "1".to_owned())))
