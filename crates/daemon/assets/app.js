@@ -299,7 +299,10 @@
     if (!button) return;
     const session = button.dataset.approveChecks;
     button.disabled = true;
-    const r = await api('POST', `/api/sessions/${encodeURIComponent(session)}/task-auto/checks`, { by: by() });
+    // The list this page showed: if the agent added another meanwhile, nothing is approved.
+    const box = button.closest('.needs');
+    const checks = box ? [...box.querySelectorAll('.added-checks code')].map((c) => c.textContent) : [];
+    const r = await api('POST', `/api/sessions/${encodeURIComponent(session)}/task-auto/checks`, { checks, by: by() });
     notice(r.ok ? `${session}: checks approved (${by()}); they run at the next look` : `approve: ${errorText(r)}`, !r.ok);
     scheduleRefresh();
   });

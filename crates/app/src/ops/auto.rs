@@ -360,9 +360,17 @@ pub fn send_keys(
 
 /// A person approves the checks the agent added to the module of `dir_or_session` after its
 /// loop started (`auto approve-checks`, `POST …/task-auto/checks`): journaled as
-/// `checks_approved` with who approved; the supervisor runs them at its next look. A conflict
-/// when no check waits.
-pub fn approve_checks(ws: &Workspace, store: &SqliteStore, dir_or_session: &str, by: &str) -> Result<AutoStatus> {
+/// `checks_approved` with who approved; the supervisor runs them at its next look. `seen`, when
+/// given, is the list the person was shown: if the agent added another meanwhile, nothing is
+/// approved (a conflict) — a person approves only what they read. A conflict when no check
+/// waits.
+pub fn approve_checks(
+    ws: &Workspace,
+    store: &SqliteStore,
+    dir_or_session: &str,
+    seen: Option<&[String]>,
+    by: &str,
+) -> Result<AutoStatus> {
     keep_secrets_out(ws, store);
     let p = loop_of(ws, store, dir_or_session)?;
     let status = &p.status;
@@ -370,6 +378,14 @@ pub fn approve_checks(ws: &Workspace, store: &SqliteStore, dir_or_session: &str,
         return Err(Error::conflict(format!(
             "no added check of the auto loop of session {} waits for approval ({})",
             status.session_name, status.status
+        )));
+    }
+    if let Some(seen) = seen
+        && seen != status.checks_to_approve.as_slice()
+    {
+        return Err(Error::conflict(format!(
+            "the checks waiting for approval changed: now {}; look again before approving",
+            status.checks_to_approve.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
         )));
     }
     let approval = supervisor::ChecksApproved { checks: status.checks_to_approve.clone(), by: by.to_owned() };

@@ -81,6 +81,10 @@ pub enum Command {
         /// The task module (or the session's name).
         #[arg(value_name = "DIR")]
         module: String,
+        /// A check you read (repeat for each): nothing is approved if the waiting list is not
+        /// exactly these (the agent added another meanwhile).
+        #[arg(long = "check", value_name = "COMMAND")]
+        check: Vec<String>,
     },
     /// The loop's state, or every loop.
     Status {
@@ -159,11 +163,12 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             print_status(global, &status);
             Ok(0)
         }
-        Command::ApproveChecks { module: dir } => {
+        Command::ApproveChecks { module: dir, check } => {
             let ws = Workspace::locate(global.dir.as_deref())?;
             let store = super::open_existing_store(&ws)?;
             let by = std::env::var("USER").unwrap_or_else(|_| "cli".into());
-            let status = auto::approve_checks(&ws, &store, &dir, &by)?;
+            let seen = (!check.is_empty()).then_some(check.as_slice());
+            let status = auto::approve_checks(&ws, &store, &dir, seen, &by)?;
             print_status(global, &status);
             Ok(0)
         }

@@ -787,8 +787,17 @@ fn a_check_the_agent_adds_runs_only_after_a_person_approves_it() {
     assert_eq!(still["status"], "needs_human");
     let ran: Vec<Value> = supervision(&ws).into_iter().filter(|e| e["kind"] == "check").collect();
     assert_eq!(ran.iter().map(|e| e["data"]["command"].clone()).collect::<Vec<_>>(), [json!("true")]);
-    // A person approves it (from the CLI): it runs, and the loop completes.
-    let (code, _, err) = ws.run(&["auto", "approve-checks", "mod"]);
+    // An approval of another list than the one waiting (the agent added one meanwhile) approves
+    // nothing.
+    let (code, stale) = d.post("/api/sessions/c/task-auto/checks", &json!({ "checks": ["true"] }));
+    assert_eq!(code, 409, "{stale}");
+    let (code, _, err) = ws.run(&["auto", "approve-checks", "mod", "--check", "rm -rf /elsewhere"]);
+    assert_eq!(code, 2, "{err}");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert!(important.is_dir());
+    assert!(!supervision(&ws).iter().any(|e| e["kind"] == "checks_approved"));
+    // A person approves it (from the CLI, naming what they read): it runs, and the loop completes.
+    let (code, _, err) = ws.run(&["auto", "approve-checks", "mod", "--check", &added]);
     assert_eq!(code, 0, "{err}");
     let (code, again) = d.post("/api/sessions/c/task-auto/checks", &json!({}));
     assert!(code == 409 || code == 200, "{again}");

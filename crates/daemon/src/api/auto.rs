@@ -168,7 +168,7 @@ pub async fn keys(
 #[utoipa::path(post, path = "/api/sessions/{id}/task-auto/checks", tag = "auto", request_body = AutoApproveChecks,
     params(("id" = String, Path, description = "The session's name")),
     responses((status = 200, description = "Approved: the loop's status", body = AutoLoop), (status = 404, body = ErrorBody),
-              (status = 409, description = "No added check waits for approval", body = ErrorBody),
+              (status = 409, description = "No added check waits for approval, or the list changed since `checks`", body = ErrorBody),
               (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn approve_checks(
     State(shared): State<Arc<Shared>>,
@@ -179,7 +179,7 @@ pub async fn approve_checks(
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
     let status = blocking(move || {
         auto::session_status(&store, &id)?;
-        auto::approve_checks(&ws, &store, &id, &by)
+        auto::approve_checks(&ws, &store, &id, body.checks.as_deref(), &by)
     })
     .await?;
     Ok(axum::Json(status.into()))

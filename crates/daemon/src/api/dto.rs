@@ -481,6 +481,11 @@ pub struct AutoKeys {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AutoApproveChecks {
+    /// The checks the person was shown (`checks_to_approve`): when the list changed since,
+    /// nothing is approved (409).
+    #[serde(default)]
+    #[schema(max_items = 100)]
+    pub checks: Option<Vec<String>>,
     /// Who approves (default `api`).
     #[serde(default)]
     #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
