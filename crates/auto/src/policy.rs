@@ -176,9 +176,13 @@ impl Policy {
         }
         let mut allow = Vec::new();
         for entry in DEFAULT_ALLOW.iter().map(|s| (*s).to_owned()).chain(extra_allow.iter().cloned()) {
-            let words = shell_words::split(&entry).map_err(|e| format!("allow entry {entry:?}: {e}"))?;
+            let words = shell_words::split(&entry).map_err(|e| {
+                format!("[auto.policy] allow: the entry {entry:?}: {e} (write each command as shell words, like \"cargo xtask lint\")")
+            })?;
             if words.is_empty() {
-                return Err(format!("allow entry {entry:?}: an empty command would allow every command"));
+                return Err(format!(
+                    "[auto.policy] allow: the entry {entry:?} is empty, which would allow every command"
+                ));
             }
             allow.push(words);
         }
