@@ -82,6 +82,17 @@ pub enum Request {
         #[serde(default)]
         submit: bool,
     },
+    /// The status and the screen once output came after `after` and then paused for
+    /// `quiet_ms` (a frame drawn whole), or the agent exited, or `timeout_ms` passed: how the
+    /// supervisor reads a prompt as it appears instead of at its next heartbeat.
+    Settled {
+        /// The output offset already seen.
+        after: u64,
+        /// Milliseconds without output that count as settled.
+        quiet_ms: u64,
+        /// The longest wait.
+        timeout_ms: u64,
+    },
     /// Signal the agent's process group (`TERM`, `KILL`, `INT`).
     Signal {
         /// The signal's name.
@@ -165,8 +176,10 @@ struct Term {
     output_bytes: u64,
     last_output: Instant,
     exit: Option<Exit>,
-    /// Each visible row's text → its age (see [`Response::row_ages`]), as of the last stamp.
-    ages: HashMap<String, u64>,
+    /// Each visible row's text and which of the rows with that text it is, counted from the
+    /// top → its age (see [`Response::row_ages`]), as of the last stamp. The count tells a
+    /// line repeated below an old one (a second identical limit message) from the old one.
+    ages: HashMap<(String, usize), u64>,
     /// The output offset at the last stamp, and when it was taken.
     stamped: u64,
     stamped_at: Instant,
@@ -183,36 +196,54 @@ impl Term {
             return;
         }
         let mut old = std::mem::take(&mut self.ages);
-        let (_, cols) = self.parser.screen().size();
-        for row in self.parser.screen().rows(0, cols.get()) {
-            let text = row.trim_end();
-            if text.trim().is_empty() {
-                continue;
-            }
-            let age = old.remove(text).unwrap_or(self.stamped + 1);
-            self.ages.insert(text.to_owned(), age);
+        for key in self.row_keys().into_iter().flatten() {
+            let age = old.remove(&key).unwrap_or(self.stamped + 1);
+            self.ages.insert(key, age);
         }
         self.stamped = self.output_bytes;
         self.stamped_at = Instant::now();
     }
 
-    /// The age of each row of [`screen_text`].
-    fn row_ages(&self) -> Vec<u64> {
+    /// Stamps when the output has paused (the stamper thread would, within 40 ms).
+    fn stamp_if_paused(&mut self) {
+        if self.output_bytes != self.stamped && self.last_output.elapsed() >= Duration::from_millis(30) {
+            self.stamp();
+        }
+    }
+
+    /// Each visible row's key: its text and its rank among the rows with that text (`None`
+    /// for a blank row).
+    fn row_keys(&self) -> Vec<Option<(String, usize)>> {
         let (_, cols) = self.parser.screen().size();
+        let mut seen: HashMap<String, usize> = HashMap::new();
         self.parser
             .screen()
             .rows(0, cols.get())
             .map(|row| {
                 let text = row.trim_end();
-                if text.trim().is_empty() { 0 } else { self.ages.get(text).copied().unwrap_or(self.stamped + 1) }
+                if text.trim().is_empty() {
+                    return None;
+                }
+                let rank = seen.entry(text.to_owned()).or_insert(0);
+                *rank += 1;
+                Some((text.to_owned(), *rank - 1))
             })
+            .collect()
+    }
+
+    /// The age of each row of [`screen_text`].
+    fn row_ages(&self) -> Vec<u64> {
+        self.row_keys()
+            .into_iter()
+            .map(|key| key.map_or(0, |k| self.ages.get(&k).copied().unwrap_or(self.stamped + 1)))
             .collect()
     }
 }
 
 struct Shared {
     term: Mutex<Term>,
-    exited: Condvar,
+    /// Notified when the agent writes or exits.
+    changed: Condvar,
     writer: Mutex<Box<dyn Write + Send>>,
     pid: u32,
 }
@@ -234,6 +265,37 @@ impl Shared {
             exit: t.exit.clone(),
             error: None,
         }
+    }
+
+    /// Waits until output came after `after` and then paused for `quiet`, or the agent
+    /// exited, or `timeout` passed; then the response.
+    fn settled(&self, after: u64, quiet: Duration, timeout: Duration) -> Response {
+        let deadline = Instant::now() + timeout;
+        let mut t = self.term();
+        loop {
+            let now = Instant::now();
+            if t.exit.is_some() || now >= deadline {
+                break;
+            }
+            let wait = if t.output_bytes > after {
+                let paused = t.last_output.elapsed();
+                if paused >= quiet {
+                    break;
+                }
+                quiet - paused
+            } else {
+                deadline - now
+            };
+            t = self
+                .changed
+                .wait_timeout(t, wait.min(deadline - now))
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        drop(t);
+        // The rows' ages are stamped when output pauses: take the stamp now, not a moment later.
+        self.term().stamp_if_paused();
+        self.response()
     }
 
     fn send(&self, bytes: &[u8]) -> std::io::Result<()> {
@@ -300,7 +362,7 @@ pub fn run(dir: &Path) -> Result<(), String> {
             stamped: 0,
             stamped_at: Instant::now(),
         }),
-        exited: Condvar::new(),
+        changed: Condvar::new(),
         writer: Mutex::new(writer),
         pid,
     });
@@ -322,6 +384,7 @@ pub fn run(dir: &Path) -> Result<(), String> {
                         t.last_output = Instant::now();
                         std::mem::take(&mut t.parser.callbacks_mut().replies)
                     };
+                    term.changed.notify_all();
                     if !replies.is_empty() {
                         let _ = term.send(&replies);
                     }
@@ -377,7 +440,7 @@ pub fn run(dir: &Path) -> Result<(), String> {
         t.exit = Some(exit.clone());
         exit
     };
-    shared.exited.notify_all();
+    shared.changed.notify_all();
     // The file keeps the last screen after the holder is gone: without the secrets the
     // agent may have printed (those of the environment it was started with).
     let secrets = loopwright_runners::secrets::Redactor::from_env(&[]);
@@ -402,6 +465,9 @@ fn serve(stream: UnixStream, shared: &Shared, quit: &std::sync::atomic::AtomicBo
         let response = match serde_json::from_str::<Request>(&line) {
             Err(e) => Response { error: Some(format!("bad request: {e}")), ..Response::default() },
             Ok(Request::Screen) => shared.response(),
+            Ok(Request::Settled { after, quiet_ms, timeout_ms }) => {
+                shared.settled(after, Duration::from_millis(quiet_ms), Duration::from_millis(timeout_ms.min(4000)))
+            }
             Ok(Request::Send { text, submit }) => {
                 // What is on screen now is older than this keystroke.
                 shared.term().stamp();

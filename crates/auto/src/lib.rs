@@ -9,15 +9,23 @@
 //! - [`screen`]: what the screen shows (prompts, quota messages, busy markers, exit banners).
 //! - [`quota`]: reset times in quota messages.
 //! - [`policy`]: which prompts may be answered; never a destructive one.
-//! - [`supervisor`]: the loop that ties them together and journals every decision.
+//! - [`state`]: a loop's typed state (the status object and what the supervisor keeps).
+//! - [`event`]: the supervision journal, one typed entry per kind.
+//! - [`decide`]: every rule, as a pure function of the state, an observation and the time.
+//! - [`report`]: the night's summary of a loop, from its journal.
+//! - [`supervisor`]: the driver that gathers observations and performs `decide`'s actions.
 
+pub mod decide;
+pub mod event;
 pub mod holder;
 pub mod module;
 pub mod policy;
 pub mod protocol;
 pub mod quota;
+pub mod report;
 pub mod screen;
 pub mod signal;
+pub mod state;
 pub mod supervisor;
 
 use std::collections::BTreeSet;

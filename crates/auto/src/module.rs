@@ -16,6 +16,9 @@ pub const SUMMARY: &str = ".summary.md";
 pub const SIGNAL: &str = ".auto-signal";
 /// The supervisor's stop request (transient).
 pub const STOP: &str = ".auto-stop";
+/// The protocol the agent follows, kept on disk beside the module so a compaction of the
+/// agent's context cannot lose it (rewritten at every start of the agent).
+pub const PROTOCOL: &str = ".protocol.md";
 
 /// The template `.target.md` starts from; a target that still equals it (or has only
 /// headings, comments and placeholders) has no substance.
@@ -133,7 +136,7 @@ pub fn init(dir: &Path, target: &str) -> Result<(), ModuleError> {
     let index = Index { status: ModuleStatus::Draft, phase: String::new(), checks: vec![], extra: BTreeMap::new() };
     write_index(dir, &index, "# Plan\n\n(no plan yet)\n")?;
     write(&dir.join(SUMMARY), "# Summary\n\n(nothing done yet)\n")?;
-    write(&dir.join(".gitignore"), &format!("{SIGNAL}\n{STOP}\n"))?;
+    write(&dir.join(".gitignore"), &format!("{SIGNAL}\n{STOP}\n{PROTOCOL}\n"))?;
     Ok(())
 }
 

@@ -25,6 +25,9 @@ static DATE: LazyLock<Regex> = LazyLock::new(|| {
     re(r"(?i)\b(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+(\d{1,2})(?:st|nd|rd|th)?(?:,?\s+(\d{4}))?")
 });
 
+/// How long ago a reset time of day may have passed and still be read as now.
+const JUST_PASSED: SignedDuration = SignedDuration::from_hours(1);
+
 /// When the quota a message describes resets, read from `text` at `now`; `local` is the zone
 /// of times given without one. `None` when the text names no time.
 pub fn reset_time(text: &str, now: Timestamp, local: &TimeZone) -> Option<Timestamp> {
@@ -78,9 +81,15 @@ pub fn reset_time(text: &str, now: Timestamp, local: &TimeZone) -> Option<Timest
         }
         return Some(when.timestamp());
     }
-    let mut when = today.date().to_datetime(at).to_zoned(zone.clone()).ok()?;
+    // A time of day with no date is the next one — unless it passed within the hour: the
+    // message was drawn before its reset and read a little late (the dashboard must not say
+    // "continue in 23h 53m" for a reset seven minutes ago).
+    let when = today.date().to_datetime(at).to_zoned(zone.clone()).ok()?;
     if when.timestamp() <= now {
-        when = today.date().tomorrow().ok()?.to_datetime(at).to_zoned(zone).ok()?;
+        if now.duration_since(when.timestamp()) <= JUST_PASSED {
+            return Some(now);
+        }
+        return Some(today.date().tomorrow().ok()?.to_datetime(at).to_zoned(zone).ok()?.timestamp());
     }
     Some(when.timestamp())
 }

@@ -138,6 +138,12 @@ impl StopReason {
     }
 }
 
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Writes `.auto-stop` with `reason`, saying who asked (the supervisor journals it when it
 /// reads the file).
 pub fn request_stop(dir: &Path, reason: StopReason, now: jiff::Timestamp, by: &str) -> Result<(), ModuleError> {

@@ -272,22 +272,42 @@ fn quota_messages_of_each_cli_and_their_reset_times() {
 }
 
 #[test]
-fn a_wrap_up_notice_and_self_healing_retries_are_not_quota_stops() {
+fn a_wrap_up_notice_is_nothing_and_the_providers_rate_limit_is_a_backoff_not_a_quota() {
     let now = at("2026-11-23T10:00:00Z");
     assert_eq!(
         screen::read("⏺ Approaching your 5-hour usage limit — Claude will wrap up the current step.", now, &utc()),
         Reading::Quiet
     );
+    let rate = |text: &str| match screen::read(text, now, &utc()) {
+        Reading::RateLimited { excerpt, retry_in_s, .. } => (excerpt, retry_in_s),
+        other => panic!("{text}: read as {other:?}"),
+    };
+    // The CLI retries by itself: how long until it does is read.
+    assert_eq!(
+        rate(
+            "The API provider has rate limited you. Try again later or check your quotas.\nRetrying in 0.2 seconds..."
+        ),
+        ("The API provider has rate limited you. Try again later or check your quotas.".into(), Some(0))
+    );
+    assert_eq!(
+        rate("✻ API error · Retrying in 4s · attempt 1/10\n  esc to interrupt"),
+        ("✻ API error · Retrying in 4s · attempt 1/10".into(), Some(4))
+    );
+    // It gave up: the last error, and nothing to retry.
+    assert_eq!(
+        rate(
+            "⎿  API Error: 429 {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\"}}\n\n❯ \n  ? for shortcuts"
+        ),
+        ("⎿  API Error: 429 {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\"}}".into(), None)
+    );
+    assert_eq!(rate("  ⎿  API Error: 529 Overloaded").1, None);
+    // Work below the old error: the agent went on.
     assert!(matches!(
         screen::read(
-            "The API provider has rate limited you. Try again later or check your quotas.\nRetrying in 0.2 seconds...",
+            "API Error: 529 Overloaded\n● Read(src/lib.rs)\n● Edit(src/lib.rs)\n● Bash(cargo test)\n● thinking\n● more\n· Zesting…\n  esc to interrupt",
             now,
             &utc()
         ),
-        Reading::Busy { .. }
-    ));
-    assert!(matches!(
-        screen::read("✻ API error · Retrying in 4s · attempt 1/10\n  esc to interrupt", now, &utc()),
         Reading::Busy { .. }
     ));
 }
@@ -383,4 +403,14 @@ fn a_zone_given_by_name_wins_over_the_local_one() {
         quota::reset_time("resets 3pm (Europe/Berlin)", now, &local).map(|t| t.to_string()).as_deref(),
         Some("2026-11-23T14:00:00Z")
     );
+}
+
+#[test]
+fn a_reset_time_that_just_passed_is_now_and_one_long_past_is_tomorrow() {
+    let now = at("2026-11-23T15:07:00Z");
+    let utc = TimeZone::UTC;
+    let read = |text: &str| quota::reset_time(text, now, &utc).map(|t| t.to_string());
+    assert_eq!(read("You've hit your limit · resets 3pm (UTC)").as_deref(), Some("2026-11-23T15:07:00Z"));
+    assert_eq!(read("You've hit your limit · resets 1pm (UTC)").as_deref(), Some("2026-11-24T13:00:00Z"));
+    assert_eq!(read("You've hit your limit · resets 4pm (UTC)").as_deref(), Some("2026-11-23T16:00:00Z"));
 }

@@ -37,7 +37,9 @@ impl Loops {
     /// as it is once the agent started.
     pub async fn start(self: &Arc<Self>, req: StartRequest) -> Result<AutoStatus, Error> {
         let this = Arc::clone(self);
-        let sup = tokio::task::spawn_blocking(move || auto::start(&this.ws, &this.store, &req, false))
+        // Starting the agent blocks (the holder is waited for): off the runtime's workers.
+        let handle = tokio::runtime::Handle::current();
+        let sup = tokio::task::spawn_blocking(move || handle.block_on(auto::start(&this.ws, &this.store, &req, false)))
             .await
             .map_err(|e| Error::Internal(e.into()))??;
         let status = sup.status().clone();

@@ -132,7 +132,7 @@ async fn auto_needing_you(shared: &Shared) -> Vec<Value> {
     loops
         .unwrap_or_default()
         .into_iter()
-        .filter(|l| l.status == "needs_human")
+        .filter(|l| l.status == loopwright_auto::state::LoopStatus::NeedsHuman)
         .map(|l| {
             json!({
                 "session": l.session_name,
@@ -544,7 +544,7 @@ fn auto_view(
     settings: &loopwright_auto::Settings,
     now: jiff::Timestamp,
 ) -> Value {
-    let active = !loopwright_auto::supervisor::is_final(&l.status);
+    let active = !l.status.is_final();
     let secs = |s: f64| duration((s * 1000.0) as i64);
     let screen = ops::auto::screen(ws, store, &l.session_name).ok().filter(|s| s.alive || !s.screen.trim().is_empty());
     let entries = store.auto_log_since(&l.loop_id, 0).unwrap_or_default();
@@ -559,7 +559,7 @@ fn auto_view(
             json!({"at": at, "kind": e.kind, "data": e.data})
         })
         .collect();
-    let quota_left = l.quota_resets_at.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok()).map(|t| {
+    let quota_left = l.quota_resets_at.map(|t| {
         let left = t.duration_since(now).as_secs_f64().max(0.0);
         secs(left)
     });
@@ -580,7 +580,7 @@ fn auto_view(
         "blocked" | "failed" => "✗",
         _ => "▶",
     };
-    let started = l.started_at.parse::<jiff::Timestamp>().map(when).unwrap_or_default();
+    let started = when(l.started_at);
     json!({
         "session": l.session_name,
         "status": l.status,
@@ -597,7 +597,7 @@ fn auto_view(
         "elapsed": secs(l.elapsed_s),
         "timeout": secs(l.timeout_s),
         "paused": (l.quota_paused_s > 0.0 || l.quota_wait_since.is_some()).then(|| {
-            let current = l.quota_wait_since.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            let current = l.quota_wait_since
                 .map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0));
             secs(l.quota_paused_s + current)
         }),

@@ -284,7 +284,8 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         session_seconds: u64::from(ws.config.serve.session_days) * 86_400,
         public: public.clone(),
     });
-    let watcher = tokio::spawn(watch_journal(open()?, feed, Arc::clone(&runs), shutdown.clone()));
+    let written = journal_writes(&ws.state_dir());
+    let watcher = tokio::spawn(watch_journal(open()?, feed, Arc::clone(&runs), written, shutdown.clone()));
     let scheduler = tokio::spawn(Arc::clone(&runs).run_scheduler(open()?));
 
     let (api, doc) = api::router();
@@ -336,27 +337,66 @@ pub fn sign_in_url(public: Option<&PublicUrl>, addr: SocketAddr, token: &str) ->
     }
 }
 
+/// The shortest and the longest pause between two looks at the journal's version: short
+/// while it changes, doubling while it does not (an idle daemon wakes about once a second).
+const JOURNAL_POLL_MIN: Duration = Duration::from_millis(20);
+const JOURNAL_POLL_MAX: Duration = Duration::from_millis(1000);
+
+/// Told when a file of the journal (`state.db`, its WAL) is written — by a CLI run, another
+/// process — so the idle daemon need not poll often. `None` without a file watcher: the
+/// polling alone finds the changes, at most a second late.
+fn journal_writes(state: &std::path::Path) -> Option<(notify::RecommendedWatcher, Arc<tokio::sync::Notify>)> {
+    use notify::Watcher;
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    let written = Arc::new(tokio::sync::Notify::new());
+    let tell = Arc::clone(&written);
+    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        let Ok(ev) = ev else { return };
+        let write = matches!(ev.kind, EventKind::Modify(_) | EventKind::Create(_))
+            || matches!(ev.kind, EventKind::Access(AccessKind::Close(AccessMode::Write)));
+        if write && ev.paths.iter().any(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("state.db")))
+        {
+            tell.notify_one();
+        }
+    })
+    .ok()?;
+    watcher.watch(state, notify::RecursiveMode::NonRecursive).ok()?;
+    Some((watcher, written))
+}
+
 /// Follows the journal: whenever it changed (SQLite's `data_version`: a commit by any other
 /// connection, this daemon's hosts or another process), or a host says it wrote, reads the
-/// feed past the last position and broadcasts each event; then wakes the scheduler.
+/// feed past the last position and broadcasts each event; then wakes the scheduler. It looks
+/// when a host pokes it, when a journal file is written, and otherwise at a pause that grows
+/// while nothing changes.
 async fn watch_journal(
     store: SqliteStore,
     feed: broadcast::Sender<Arc<FeedEntry>>,
     runs: Arc<runs::Runs>,
+    written: Option<(notify::RecommendedWatcher, Arc<tokio::sync::Notify>)>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut cursor = store.feed_last().await.unwrap_or(0);
     let mut version = store.data_version().await.unwrap_or(0);
+    let wrote = written.as_ref().map_or_else(|| Arc::new(tokio::sync::Notify::new()), |(_, n)| Arc::clone(n));
+    let mut pause = JOURNAL_POLL_MIN;
     loop {
         tokio::select! {
             () = runs.poke.notified() => {}
-            () = tokio::time::sleep(Duration::from_millis(20)) => {
+            () = wrote.notified() => {
                 if store.data_version().await.unwrap_or(0) == version {
+                    continue;
+                }
+            }
+            () = tokio::time::sleep(pause) => {
+                if store.data_version().await.unwrap_or(0) == version {
+                    pause = (pause * 2).min(JOURNAL_POLL_MAX);
                     continue;
                 }
             }
             _ = shutdown.changed() => return,
         }
+        pause = JOURNAL_POLL_MIN;
         // The version before the read: a commit after it moves the version again, so the next
         // tick reads it; what this read sees is not read twice for a poke that preceded it.
         version = store.data_version().await.unwrap_or(version);

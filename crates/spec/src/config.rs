@@ -48,8 +48,18 @@ pub struct AutoConfig {
     pub recoveries_per_iteration: u32,
     /// Recoveries allowed in the whole loop.
     pub recoveries_total: u32,
-    /// Restarts of an agent that exited.
+    /// Restarts of an agent that exited allowed in any `restart_window_minutes`.
     pub restarts: u32,
+    /// The window the restart budget counts in, in minutes.
+    pub restart_window_minutes: f64,
+    /// Seconds before the first restart in a window; each further one waits twice as long
+    /// (at most five minutes).
+    pub restart_backoff_seconds: f64,
+    /// Seconds a (re)started agent is given to load before it is typed to anyway or nudged.
+    pub startup_grace_seconds: f64,
+    /// Minutes a model call may show nothing new (spinner aside, no child working) before it
+    /// is interrupted and retried.
+    pub hung_call_minutes: f64,
     /// Iterations before the loop is stopped (`maxIterations`).
     pub max_iterations: u32,
     /// Minutes before the loop is stopped, quota waits excluded (`timeoutMinutes`).
@@ -91,6 +101,10 @@ impl AutoConfig {
             ("heartbeat_seconds", positive(self.heartbeat_seconds), "must be above 0"),
             ("timeout_minutes", positive(self.timeout_minutes), "must be above 0"),
             ("stop_grace_seconds", not_negative(self.stop_grace_seconds), "must be 0 or more"),
+            ("restart_window_minutes", positive(self.restart_window_minutes), "must be above 0"),
+            ("restart_backoff_seconds", not_negative(self.restart_backoff_seconds), "must be 0 or more"),
+            ("startup_grace_seconds", not_negative(self.startup_grace_seconds), "must be 0 or more"),
+            ("hung_call_minutes", positive(self.hung_call_minutes), "must be above 0"),
             ("quota_jitter_seconds", not_negative(self.quota_jitter_seconds), "must be 0 or more"),
             ("quota_fallback_minutes", positive(self.quota_fallback_minutes), "must be above 0"),
             ("stall_captures", self.stall_captures >= 1, "must be at least 1"),
@@ -126,6 +140,10 @@ impl Default for AutoConfig {
             recoveries_per_iteration: 3,
             recoveries_total: 10,
             restarts: 3,
+            restart_window_minutes: 60.0,
+            restart_backoff_seconds: 5.0,
+            startup_grace_seconds: 10.0,
+            hung_call_minutes: 15.0,
             max_iterations: 20,
             timeout_minutes: 30.0,
             stop_grace_seconds: 120.0,

@@ -4,8 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use loopwright_auto::event::AutoEvent;
 use loopwright_auto::module::{self, Entry};
 use loopwright_auto::signal::{self, StopReason};
+use loopwright_auto::state::{ChecksApproved, LoopStatus};
 use loopwright_auto::supervisor::{self, AutoStatus, Context, Internal, Persisted, Supervisor};
 use loopwright_auto::{Settings, holder};
 use loopwright_runners::secrets::Redactor;
@@ -169,7 +171,7 @@ fn context(ws: &Workspace, store: &Arc<SqliteStore>, p: &Persisted) -> Result<Co
 
 /// Claims a loop and starts its agent: the supervisor, ready to [`Supervisor::run`].
 /// `needs_human_exits`: the supervisor returns when a person is needed (foreground).
-pub fn start(
+pub async fn start(
     ws: &Workspace,
     store: &Arc<SqliteStore>,
     req: &StartRequest,
@@ -213,11 +215,11 @@ pub fn start(
     let status = AutoStatus {
         session_name: session.clone(),
         task_dir: dir.display().to_string(),
-        status: "running".into(),
+        status: LoopStatus::Running,
         agent: agent.name.clone(),
         max_iterations: settings.max_iterations.into(),
         timeout_s: settings.timeout_minutes * 60.0,
-        started_at: started.to_string(),
+        started_at: started,
         loop_id: format!("{session}-{}", started.as_millisecond()),
         ..AutoStatus::default()
     };
@@ -241,7 +243,7 @@ pub fn start(
         ClaimError::Store(e) => Error::from(e),
     })?;
     let mut sup = Supervisor::new(context(ws, store, &p)?, p).map_err(Error::usage)?;
-    sup.start().map_err(|e| Error::Internal(anyhow::anyhow!("cannot start the agent: {e}")))?;
+    sup.start().await.map_err(|e| Error::Internal(anyhow::anyhow!("cannot start the agent: {e}")))?;
     Ok(sup)
 }
 
@@ -328,7 +330,7 @@ pub fn send_keys(
 ) -> Result<AutoStatus> {
     keep_secrets_out(ws, store);
     let status = session_status(store, session)?;
-    if supervisor::is_final(&status.status) {
+    if status.status.is_final() {
         return Err(Error::conflict(format!(
             "the auto loop of session {} already ended ({}): there is no agent to type to",
             status.session_name, status.status
@@ -347,14 +349,7 @@ pub fn send_keys(
         .map_err(|e| Error::conflict(format!("the agent of session {} cannot be reached: {e}", status.session_name)))?;
     client.request(&holder::Request::keys(text, enter)).map_err(|e| Error::conflict(format!("typing failed: {e}")))?;
     let shown = format!("{text}{}", if enter { "⏎" } else { "" });
-    let data = serde_json::json!({ "keys": shown, "why": format!("typed by {by}"), "excerpt": excerpt });
-    let _ = store.auto_log(
-        &status.loop_id,
-        &status.session_name,
-        &jiff::Timestamp::now().to_string(),
-        "keys",
-        &data.to_string(),
-    );
+    let _ = journal(store, &status, &AutoEvent::Keys { keys: shown, why: format!("typed by {by}"), excerpt });
     session_status(store, session)
 }
 
@@ -374,7 +369,7 @@ pub fn approve_checks(
     keep_secrets_out(ws, store);
     let p = loop_of(ws, store, dir_or_session)?;
     let status = &p.status;
-    if supervisor::is_final(&status.status) || status.checks_to_approve.is_empty() {
+    if status.status.is_final() || status.checks_to_approve.is_empty() {
         return Err(Error::conflict(format!(
             "no added check of the auto loop of session {} waits for approval ({})",
             status.session_name, status.status
@@ -388,23 +383,23 @@ pub fn approve_checks(
             status.checks_to_approve.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
         )));
     }
-    let approval = supervisor::ChecksApproved { checks: status.checks_to_approve.clone(), by: by.to_owned() };
-    let data = serde_json::to_string(&approval).map_err(|e| Error::Internal(e.into()))?;
-    store.auto_log(
-        &status.loop_id,
-        &status.session_name,
-        &jiff::Timestamp::now().to_string(),
-        "checks_approved",
-        &data,
-    )?;
+    let approval = ChecksApproved { checks: status.checks_to_approve.clone(), by: by.to_owned() };
+    journal(store, status, &AutoEvent::ChecksApproved(approval))?;
     Ok(shown(p))
+}
+
+/// Writes `event` into the supervision journal of `status`'s loop.
+fn journal(store: &SqliteStore, status: &AutoStatus, event: &AutoEvent) -> Result<()> {
+    let (kind, data) = event.to_entry();
+    store.auto_log(&status.loop_id, &status.session_name, &jiff::Timestamp::now().to_string(), &kind, &data)?;
+    Ok(())
 }
 
 /// A loop as shown: a loop recorded as active whose supervisor died reads `running` still
 /// (the daemon takes it over), with its elapsed time brought up to now.
 fn shown(p: Persisted) -> AutoStatus {
     let mut s = p.status;
-    if !supervisor::is_final(&s.status) {
+    if !s.status.is_final() {
         s.elapsed_s = s.elapsed_at(jiff::Timestamp::now());
     }
     s
@@ -482,7 +477,7 @@ pub fn lookup(ws: &Workspace, store: &SqliteStore, dir: &Path) -> Result<Lookup>
 /// more is ended here: its agent's process group ended, the transient files removed.
 pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<AutoStatus> {
     let mut p = loop_of(ws, store, dir_or_session)?;
-    if supervisor::is_final(&p.status.status) {
+    if p.status.status.is_final() {
         return Err(Error::conflict(format!(
             "the auto loop of session {} already ended ({})",
             p.status.session_name, p.status.status
@@ -495,13 +490,8 @@ pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result
         signal::request_stop(&dir, StopReason::UserStop, now, "auto stop").map_err(|e| Error::Internal(e.into()))?;
         // A live supervisor journals the stop when it reads the file; none is left to.
         if !supervised {
-            let _ = store.auto_log(
-                &p.status.loop_id,
-                &p.status.session_name,
-                &now.to_string(),
-                "stop_requested",
-                r#"{"reason":"user_stop","by":"auto stop"}"#,
-            );
+            let asked = AutoEvent::StopRequested { reason: StopReason::UserStop, by: Some("auto stop".into()) };
+            let _ = journal(store, &p.status, &asked);
         }
     }
     if !supervised {
@@ -509,16 +499,19 @@ pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result
         let _ = client.request(&holder::Request::Quit);
         signal::remove(&dir, module::SIGNAL);
         signal::remove(&dir, module::STOP);
-        p.status.status = "stopped".into();
-        p.status.stop_reason.get_or_insert_with(|| "user_stop".into());
+        p.status.status = LoopStatus::Stopped;
+        p.status.stop_reason.get_or_insert(StopReason::UserStop);
+        p.status.quota_wait_since = None;
+        p.status.quota_resets_at = None;
+        p.internal.pending_typed = None;
         store.auto_save(&p.to_row())?;
-        let _ = store.auto_log(
-            &p.status.loop_id,
-            &p.status.session_name,
-            &now.to_string(),
-            "finished",
-            r#"{"status":"stopped","by":"auto stop (no supervisor alive)"}"#,
-        );
+        let finished = AutoEvent::Finished {
+            status: LoopStatus::Stopped,
+            stop_reason: p.status.stop_reason,
+            iteration: p.status.iteration,
+            by: Some("auto stop (no supervisor alive)".into()),
+        };
+        let _ = journal(store, &p.status, &finished);
         return Ok(p.status);
     }
     status_of(ws, store, &p.status.session_name)
@@ -529,4 +522,45 @@ pub fn log(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<
     let status = status_of(ws, store, dir_or_session)?;
     let entries = store.auto_log_since(&status.loop_id, 0)?;
     Ok((status, entries))
+}
+
+/// `auto report`: the night's summary of the loop of `dir_or_session`, from its journal.
+pub fn report(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<loopwright_auto::report::Report> {
+    let p = loop_of(ws, store, dir_or_session)?;
+    let entries: Vec<(jiff::Timestamp, AutoEvent)> = store
+        .auto_log_since(&p.status.loop_id, 0)?
+        .iter()
+        .filter_map(|e| Some((e.at.parse().ok()?, AutoEvent::from_entry(&e.kind, &e.data)?)))
+        .collect();
+    let changes = module_changes(&ws.root, Path::new(&p.status.task_dir), p.internal.start_commit.as_deref());
+    let status = shown(p);
+    Ok(loopwright_auto::report::Report::build(&status, &entries, changes, jiff::Timestamp::now()))
+}
+
+/// What changed in the module `dir` since `start` (a commit of the workspace `root`).
+fn module_changes(root: &Path, dir: &Path, start: Option<&str>) -> loopwright_auto::report::Changes {
+    use loopwright_auto::report::Changes;
+    let Some(start) = start else {
+        return Changes {
+            unavailable: Some("the loop did not start in a git repository with a commit".into()),
+            ..Changes::default()
+        };
+    };
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .current_dir(root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let path = dir.display().to_string();
+    let Some(stat) = git(&["diff", "--stat", start, "--", &path]) else {
+        return Changes { unavailable: Some(format!("git could not compare with {start}")), ..Changes::default() };
+    };
+    let untracked = git(&["ls-files", "--others", "--exclude-standard", "--", &path])
+        .map(|s| s.lines().map(str::to_owned).collect())
+        .unwrap_or_default();
+    Changes { stat, untracked, unavailable: None }
 }

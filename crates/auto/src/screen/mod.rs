@@ -77,6 +77,14 @@ pub struct Prompt {
     /// What the prompt asks about, read whole off the screen (and the scrollback above it).
     #[serde(default)]
     pub subject: Subject,
+    /// The screen rows of the prompt's block: what it is about, the question and its
+    /// numbered menu.
+    #[serde(skip)]
+    pub rows: std::ops::Range<usize>,
+    /// Nothing but a footer (at most two rows) is drawn below the block: the prompt is the
+    /// latest thing on screen, not history with output below it.
+    #[serde(skip)]
+    pub at_bottom: bool,
 }
 
 /// What a command or edit prompt is about, as far as the screen shows it whole.
@@ -107,6 +115,20 @@ pub enum Reading {
         excerpt: String,
         /// When it resets, if the message says.
         resets_at: Option<Timestamp>,
+        /// The screen row of the line.
+        #[serde(default)]
+        row: usize,
+    },
+    /// The provider refused a request (429, 529 overloaded): the CLI retries by itself, or
+    /// gave up and waits.
+    RateLimited {
+        /// The line.
+        excerpt: String,
+        /// The CLI retries by itself in this many seconds (`Retrying in 4s`).
+        retry_in_s: Option<u32>,
+        /// The screen row of the line.
+        #[serde(default)]
+        row: usize,
     },
     /// The agent says it is working (or retrying by itself).
     Busy {
@@ -182,6 +204,7 @@ static PROMPTS: LazyLock<Vec<PromptPattern>> = LazyLock::new(|| {
 
 static NUMBERED_YES: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*1\.\s+(?:Yes|Allow)\b"));
 static NUMBERED_MENU: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*[12]\.\s+\S"));
+static MENU_ROW: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*\d+\.\s+\S"));
 static QUESTION: LazyLock<Regex> = LazyLock::new(|| re(r"\?\s*$"));
 
 struct QuotaPattern {
@@ -210,6 +233,15 @@ static QUOTAS: LazyLock<Vec<QuotaPattern>> = LazyLock::new(|| {
 static NOT_QUOTA: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?i)Approaching your .*usage limit|rate_limit_error|rate limited you"));
 static GEMINI_RESET: LazyLock<Regex> = LazyLock::new(|| re(r"Access resets at .+"));
+
+/// The provider refused a request: Claude's `API Error: 429 …` / `API error · Retrying in 4s`,
+/// a 529 `overloaded_error`, aider's `rate limited you`.
+static RATE_LIMIT: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)API Error:?\s*(?:429|529)\b|API error · Retrying|overloaded_error|rate_limit_error|\bOverloaded\b.*(?:retry|try again)|rate limited you",
+    )
+});
+static RETRYING: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)Retrying in (\d+)(?:\.\d+)?\s*s"));
 
 static BUSY: LazyLock<Regex> = LazyLock::new(|| {
     re(
@@ -247,7 +279,8 @@ pub fn read_view(view: &str, full: &str, above: &str, now: Timestamp, local: &Ti
             matches!(pattern.id, "generic.yes_no" | "generic.continue") || pattern.id.starts_with("aider.");
         let candidates: &[(usize, &str)] =
             if last_line_only { &recent[recent.len().saturating_sub(1)..] } else { &recent };
-        let Some(&(at, _)) = candidates.iter().find(|(_, r)| pattern.question.is_match(r)) else { continue };
+        // The lowest such question: one further up is history.
+        let Some(&(at, _)) = candidates.iter().rev().find(|(_, r)| pattern.question.is_match(r)) else { continue };
         let below: Vec<&str> = rows[at..].to_vec();
         let key = match pattern.key {
             Some(k) => Some(k.to_owned()),
@@ -279,24 +312,27 @@ pub fn read_view(view: &str, full: &str, above: &str, now: Timestamp, local: &Ti
             Some(row) if pattern.question.is_match(row) => subject::of(pattern.id, &context, offset + at),
             _ => Subject::Unseen,
         };
-        return Reading::Prompt(Prompt { class, pattern: pattern.id.to_owned(), key, excerpt, subject });
+        // The block ends after the question's menu (its numbered options, if any).
+        let end = (at + 1..rows.len()).find(|&i| !MENU_ROW.is_match(rows[i])).unwrap_or(rows.len());
+        let below = rows[end..].iter().filter(|r| !r.trim().is_empty()).count();
+        return Reading::Prompt(Prompt {
+            class,
+            pattern: pattern.id.to_owned(),
+            key,
+            excerpt,
+            subject,
+            rows: start..end,
+            at_bottom: below <= 2,
+        });
     }
 
-    for &(_, row) in recent.iter().rev() {
-        if NOT_QUOTA.is_match(row) {
-            continue;
-        }
-        for q in QUOTAS.iter() {
-            if let Some(m) = q.line.find(row) {
-                let mut source = m.as_str().to_owned();
-                if let Some(r) = rows.iter().find_map(|r| GEMINI_RESET.find(r)) {
-                    source.push(' ');
-                    source.push_str(r.as_str());
-                }
-                let resets_at = quota::reset_time(&source, now, local);
-                return Reading::Quota { pattern: q.id.to_owned(), excerpt: row.trim().to_owned(), resets_at };
-            }
-        }
+    if let Some(quota) = quota_line(&rows, &recent, now, local) {
+        return quota;
+    }
+    // The provider's rate limit: the lowest such line, unless the agent went on below it.
+    if let Some(&(row, line)) = recent.iter().rev().take(6).find(|(_, r)| RATE_LIMIT.is_match(r)) {
+        let retry_in_s = rows[row..].iter().find_map(|r| RETRYING.captures(r)).and_then(|c| c[1].parse().ok());
+        return Reading::RateLimited { excerpt: line.trim().to_owned(), retry_in_s, row };
     }
 
     // A numbered menu under a question the table does not know: someone must look.
@@ -309,6 +345,8 @@ pub fn read_view(view: &str, full: &str, above: &str, now: Timestamp, local: &Ti
             key: String::new(),
             excerpt,
             subject: Subject::Unseen,
+            rows: at.saturating_sub(4)..rows.len(),
+            at_bottom: true,
         });
     }
 
@@ -316,6 +354,40 @@ pub fn read_view(view: &str, full: &str, above: &str, now: Timestamp, local: &Ti
         return Reading::Busy { marker: m.as_str().to_owned() };
     }
     Reading::Quiet
+}
+
+/// The lowest quota line among `recent` rows, with its reset time.
+fn quota_line(rows: &[&str], recent: &[(usize, &str)], now: Timestamp, local: &TimeZone) -> Option<Reading> {
+    for &(at, row) in recent.iter().rev() {
+        if NOT_QUOTA.is_match(row) {
+            continue;
+        }
+        for q in QUOTAS.iter() {
+            if let Some(m) = q.line.find(row) {
+                let mut source = m.as_str().to_owned();
+                if let Some(r) = rows.iter().find_map(|r| GEMINI_RESET.find(r)) {
+                    source.push(' ');
+                    source.push_str(r.as_str());
+                }
+                let resets_at = quota::reset_time(&source, now, local);
+                return Some(Reading::Quota {
+                    pattern: q.id.to_owned(),
+                    excerpt: row.trim().to_owned(),
+                    resets_at,
+                    row: at,
+                });
+            }
+        }
+    }
+    None
+}
+
+/// The quota line on a screen that shows a quota menu (Claude's `/rate-limit-options` is drawn
+/// under the limit line that says when it resets).
+pub fn quota_of(screen: &str, now: Timestamp, local: &TimeZone) -> Option<Reading> {
+    let rows: Vec<&str> = screen.split('\n').collect();
+    let filled: Vec<(usize, &str)> = rows.iter().copied().enumerate().filter(|(_, r)| !r.trim().is_empty()).collect();
+    quota_line(&rows, &filled, now, local)
 }
 
 /// A hash of the screen with the rows that change by themselves (spinners, elapsed times,
@@ -326,6 +398,11 @@ pub fn masked_hash(screen: &str) -> u64 {
         if MASK.is_match(row) { "" } else { row.trim_end() }.hash(&mut h);
     }
     h.finish()
+}
+
+/// A hash of `text` that stays the same across processes and versions (FNV-1a, 64 bits).
+pub fn text_hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The session id an exit banner gives (`claude --resume ID`, `codex resume ID`,

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use loopwright_app::ops::auto::{self, StartRequest};
+use loopwright_auto::event::AutoEvent;
+use loopwright_auto::state::LoopStatus;
 use loopwright_auto::supervisor::AutoStatus;
 
 use super::Global;
@@ -97,6 +99,21 @@ pub enum Command {
         /// The task module (or the session's name).
         #[arg(value_name = "DIR")]
         module: String,
+    },
+    /// The loop's summary, for the morning after: each step the agent reported, the checks
+    /// and their results, waits for usage and rate limits, stalls, recoveries and restarts
+    /// with why, what a person was asked, the module's changes since the start, and the cost
+    /// where the agent's CLI printed it. Markdown (also with --markdown), or --json.
+    Report {
+        /// The task module (or the session's name).
+        #[arg(value_name = "DIR")]
+        module: String,
+        /// Markdown (the default; for a file or a chat message).
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the protocol the agent is given.
     Protocol {
@@ -205,6 +222,17 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             }
             Ok(0)
         }
+        Command::Report { module: dir, markdown: _, json } => {
+            let ws = Workspace::locate(global.dir.as_deref())?;
+            let store = super::open_existing_store(&ws)?;
+            let report = auto::report(&ws, &store, &dir)?;
+            if json || global.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", crate::terminal::safe(&report.to_markdown()));
+            }
+            Ok(0)
+        }
         Command::Log { module: dir } => {
             let ws = Workspace::locate(global.dir.as_deref())?;
             let store = super::open_existing_store(&ws)?;
@@ -233,24 +261,12 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     }
 }
 
-/// One journal entry as a line: time, kind, the details.
+/// One journal entry as a line: its time, its kind and what it says in words (an entry of a
+/// kind this version does not know: its fields).
 fn log_line(at: &str, kind: &str, data: &str) -> String {
     let time = at.parse::<jiff::Timestamp>().map_or_else(|_| at.to_owned(), |t| t.strftime("%H:%M:%S").to_string());
-    let data: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
-    let mut detail = String::new();
-    if let Some(obj) = data.as_object() {
-        for (k, v) in obj {
-            if k == "excerpt" || k == "settings" || k == "output_tail" {
-                continue;
-            }
-            let v = match v {
-                serde_json::Value::String(s) => format!("{s:?}"),
-                other => other.to_string(),
-            };
-            detail.push_str(&format!(" {k}={v}"));
-        }
-    }
-    format!("{time} {kind:<18}{detail}")
+    let said = AutoEvent::from_entry(kind, data).map_or_else(|| data.to_owned(), |e| e.describe());
+    format!("{time} {kind:<20} {said}")
 }
 
 async fn start(global: &Global, req: StartRequest) -> Result<u8, CliError> {
@@ -259,7 +275,7 @@ async fn start(global: &Global, req: StartRequest) -> Result<u8, CliError> {
         return start_in_daemon(global, &ws, &daemon, req).await;
     }
     let store = Arc::new(super::open_store(&ws)?);
-    let sup = auto::start(&ws, &store, &req, true)?;
+    let sup = auto::start(&ws, &store, &req, true).await?;
     let (session, loop_id) = (sup.status().session_name.clone(), sup.status().loop_id.clone());
     if !global.json {
         eprintln!(
@@ -298,11 +314,11 @@ async fn start(global: &Global, req: StartRequest) -> Result<u8, CliError> {
         p.abort();
     }
     print_status(global, &status);
-    Ok(match status.status.as_str() {
-        "complete" => 0,
-        "needs_human" => 3,
-        "stopped" => 4,
-        _ => 1,
+    Ok(match status.status {
+        LoopStatus::Complete => 0,
+        LoopStatus::NeedsHuman => 3,
+        LoopStatus::Stopped => 4,
+        LoopStatus::Running | LoopStatus::QuotaWait | LoopStatus::Blocked | LoopStatus::Failed => 1,
     })
 }
 
@@ -318,18 +334,13 @@ async fn start_in_daemon(
     let dir = auto::task_dir(ws, &req.task_dir)?;
     let session = req.session.clone().unwrap_or_else(|| auto::session_name(&dir));
     auto::valid_session(&session)?;
-    let mut body = serde_json::json!({ "taskDir": dir.display().to_string() });
-    let fields = [
-        ("maxIterations", req.max_iterations.map(serde_json::Value::from)),
-        ("timeoutMinutes", req.timeout_minutes.map(serde_json::Value::from)),
-        ("agent", req.agent.clone().map(serde_json::Value::from)),
-        ("heartbeatSeconds", req.heartbeat_seconds.map(serde_json::Value::from)),
-    ];
-    for (key, value) in fields {
-        if let Some(v) = value {
-            body[key] = v;
-        }
-    }
+    let body = loopwright_daemon::api::dto::StartAuto {
+        task_dir: dir.display().to_string(),
+        max_iterations: req.max_iterations,
+        timeout_minutes: req.timeout_minutes,
+        agent: req.agent.clone(),
+        heartbeat_seconds: req.heartbeat_seconds,
+    };
     let url = format!("http://{}/api/sessions/{session}/task-auto", daemon.addr);
     let unreachable = |e: reqwest::Error| {
         CliError::Internal(anyhow::anyhow!(

@@ -162,18 +162,31 @@ def main():
             elif do == "print":
                 write(a["text"] + "\n")
             elif do == "prompt":
-                write(a["text"])
+                # `redraw`: the screen is cleared and the prompt drawn in the same write, as a
+                # TUI replaces one permission prompt by the next in one frame.
+                log("asked", prompt=a.get("name", ""))
+                write(("\x1b[2J\x1b[H" if a.get("redraw") else "") + a["text"])
                 got = read_until(lambda b: len(b) >= len(a.get("expect", "x")), a.get("timeout", 30))
                 log("answer", prompt=a.get("name", ""), keys=got.decode("utf-8", "replace"))
                 if not a.get("keep"):
                     write("\x1b[2J\x1b[H⎿  answered %r\n" % got.decode("utf-8", "replace"))
             elif do == "quota":
                 reset = datetime.datetime.now().astimezone() + datetime.timedelta(seconds=a.get("in_seconds", 3))
+                if a.get("next_minute"):
+                    # Claude gives the time to the minute: the next minute's start.
+                    reset = (datetime.datetime.now().astimezone() + datetime.timedelta(minutes=1)).replace(second=0, microsecond=0)
+                    log("reset_at", at=reset.timestamp())
                 hour = reset.strftime("%I").lstrip("0") or "12"
                 text = a["text"].replace("{time}", "%s:%s%s" % (hour, reset.strftime("%M"), reset.strftime("%p").lower()))
                 text = text.replace("{seconds}", str(a.get("in_seconds", 3)))
                 write(text + "\n")
-                got = read_until(lambda b: b.endswith(b"\r"), a.get("timeout", 120))
+                got = b""
+                while not got.endswith(b"\r"):
+                    chunk = read_until(lambda b: True, a.get("timeout", 120))
+                    if not chunk:
+                        break
+                    got += chunk
+                    log("quota_key", keys=chunk.decode("utf-8", "replace"))
                 log("quota_answer", keys=got.decode("utf-8", "replace"))
                 write("\x1b[2J\x1b[H(resumed)\n")
             elif do == "hang":

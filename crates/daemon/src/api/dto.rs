@@ -265,8 +265,8 @@ impl utoipa::PartialSchema for Respond {
 
 impl utoipa::ToSchema for Respond {}
 
-/// `POST /api/sessions/{id}/task-auto` (seed 002's body).
-#[derive(Debug, Default, Deserialize, ToSchema)]
+/// `POST /api/sessions/{id}/task-auto` (seed 002's body; `auto start` sends it to a daemon).
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StartAuto {
     /// The task module: a directory inside the workspace holding `.target.md` and `.index.md`
@@ -274,19 +274,19 @@ pub struct StartAuto {
     #[schema(min_length = 1)]
     pub task_dir: String,
     /// Iterations before the loop is stopped (default `[auto] max_iterations`, 20).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub max_iterations: Option<u32>,
     /// Minutes before the loop is stopped, quota waits excluded (default `[auto]
     /// timeout_minutes`, 30).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(exclusive_minimum = 0)]
     pub timeout_minutes: Option<f64>,
     /// The agent: an agent file's name or a preset (default: the workspace's default runner).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
     /// Seconds between two looks at the agent's screen (default `[auto] heartbeat_seconds`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(exclusive_minimum = 0)]
     pub heartbeat_seconds: Option<f64>,
 }
@@ -368,7 +368,7 @@ impl From<loopwright_auto::supervisor::AutoStatus> for AutoLoop {
         Self {
             session_name: s.session_name,
             task_dir: s.task_dir,
-            status: s.status,
+            status: s.status.as_str().to_owned(),
             agent: s.agent,
             iteration: s.iteration,
             max_iterations: s.max_iterations,
@@ -378,16 +378,16 @@ impl From<loopwright_auto::supervisor::AutoStatus> for AutoLoop {
             result: s.result,
             next: s.next,
             checkpoint: s.checkpoint,
-            last_signal_at: s.last_signal_at,
+            last_signal_at: s.last_signal_at.map(|t| t.to_string()),
             stall_count: s.stall_count,
             recovery_count_step: s.recovery_count_step,
             recovery_count_total: s.recovery_count_total,
             restart_count: s.restart_count,
-            quota_wait_since: s.quota_wait_since,
-            quota_resets_at: s.quota_resets_at,
+            quota_wait_since: s.quota_wait_since.map(|t| t.to_string()),
+            quota_resets_at: s.quota_resets_at.map(|t| t.to_string()),
             agent_session_id: s.agent_session_id,
-            stop_reason: s.stop_reason,
-            started_at: s.started_at,
+            stop_reason: s.stop_reason.map(|r| r.as_str().to_owned()),
+            started_at: s.started_at.to_string(),
             needs_human: s.needs_human,
             checks: s
                 .checks
