@@ -17,6 +17,7 @@ use crate::policy::{Decision, Policy};
 use crate::screen::{self, Prompt, PromptClass, Reading, Subject};
 use crate::signal::{self, Signal, StopReason};
 use crate::state::{CheckRun, Ending, LoopStatus, Persisted, WaitKind, seconds_between};
+pub use crate::state::{SIGNAL_ENTRIES_PER_SECOND, SignalJournal};
 
 /// Milliseconds without output after which a screen is read for a prompt (a frame drawn
 /// whole, not one in the middle of a redraw).
@@ -24,10 +25,6 @@ pub const SETTLE_MS: u64 = 250;
 
 /// Agents that exit during their startup in a row before the loop fails.
 pub const FAILED_STARTS: u32 = 3;
-
-/// Journal entries about `.auto-signal` (valid or not) in one second of one loop; more are
-/// counted, not written: an agent rewriting the file in a loop cannot grow the journal faster.
-pub const SIGNAL_ENTRIES_PER_SECOND: u32 = 4;
 
 /// The most of an invalid signal's text kept in its journal entry.
 pub const SIGNAL_TEXT_KEPT: usize = 2048;
@@ -227,41 +224,6 @@ pub fn plan_checks(fixed: &[String], approved: &[String], declared: &[String]) -
         }
     }
     (run, waiting)
-}
-
-/// Which signals are journaled: a valid one when it says something new (the loop's end and a
-/// new iteration always), any at most [`SIGNAL_ENTRIES_PER_SECOND`] a second; the rest counted
-/// and the count written with the next entry.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct SignalJournal {
-    window: Option<Timestamp>,
-    in_window: u32,
-    unjournaled: u64,
-    last: Option<Signal>,
-}
-
-impl SignalJournal {
-    /// Whether a signal seen at `now` is journaled (`important` ones always): `Some` with how
-    /// many were left out since the last one journaled.
-    pub fn admit(&mut self, now: Timestamp, important: bool) -> Option<u64> {
-        if self.window.is_none_or(|w| seconds_between(w, now) >= 1.0 || now < w) {
-            self.window = Some(now);
-            self.in_window = 0;
-        }
-        if !important && self.in_window >= SIGNAL_ENTRIES_PER_SECOND {
-            self.unjournaled += 1;
-            return None;
-        }
-        self.in_window += 1;
-        Some(std::mem::take(&mut self.unjournaled))
-    }
-
-    /// Whether a valid signal repeats the last one (its time aside).
-    pub fn repeats(&mut self, sig: &Signal) -> bool {
-        let same = self.last.as_ref().is_some_and(|l| Signal { timestamp: sig.timestamp.clone(), ..l.clone() } == *sig);
-        self.last = Some(sig.clone());
-        same
-    }
 }
 
 struct Step<'a> {
@@ -554,7 +516,7 @@ impl Step<'_> {
         let journaled = if important || !repeats {
             self.p.internal.signals.admit(self.now, important)
         } else {
-            self.p.internal.signals.unjournaled += 1;
+            self.p.internal.signals.skip();
             None
         };
         if let Some(unjournaled) = journaled {

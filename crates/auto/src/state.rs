@@ -8,7 +8,7 @@ use loopwright_store::auto::AutoRow;
 use serde::{Deserialize, Serialize};
 
 use crate::Settings;
-use crate::signal::StopReason;
+use crate::signal::{Signal, StopReason};
 
 /// Where a loop is (the status object's `status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -284,7 +284,51 @@ pub struct Internal {
     pub start_commit: Option<String>,
     /// Which signals are journaled (not stored: a new supervisor starts counting afresh).
     #[serde(skip)]
-    pub signals: crate::decide::SignalJournal,
+    pub signals: SignalJournal,
+}
+
+/// Journal entries about `.auto-signal` (valid or not) in one second of one loop; more are
+/// counted, not written: an agent rewriting the file in a loop cannot grow the journal faster.
+pub const SIGNAL_ENTRIES_PER_SECOND: u32 = 4;
+
+/// Which signals are journaled: a valid one when it says something new (the loop's end and a
+/// new iteration always), any at most [`SIGNAL_ENTRIES_PER_SECOND`] a second; the rest counted
+/// and the count written with the next entry.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SignalJournal {
+    window: Option<Timestamp>,
+    in_window: u32,
+    unjournaled: u64,
+    last: Option<Signal>,
+}
+
+impl SignalJournal {
+    /// Whether a signal seen at `now` is journaled (`important` ones always): `Some` with how
+    /// many were left out since the last one journaled.
+    pub fn admit(&mut self, now: Timestamp, important: bool) -> Option<u64> {
+        if self.window.is_none_or(|w| seconds_between(w, now) >= 1.0 || now < w) {
+            self.window = Some(now);
+            self.in_window = 0;
+        }
+        if !important && self.in_window >= SIGNAL_ENTRIES_PER_SECOND {
+            self.unjournaled += 1;
+            return None;
+        }
+        self.in_window += 1;
+        Some(std::mem::take(&mut self.unjournaled))
+    }
+
+    /// Counts a signal that is not journaled (its count goes with the next entry).
+    pub fn skip(&mut self) {
+        self.unjournaled += 1;
+    }
+
+    /// Whether a valid signal repeats the last one (its time aside).
+    pub fn repeats(&mut self, sig: &Signal) -> bool {
+        let same = self.last.as_ref().is_some_and(|l| Signal { timestamp: sig.timestamp.clone(), ..l.clone() } == *sig);
+        self.last = Some(sig.clone());
+        same
+    }
 }
 
 /// The row as stored: status and internals.

@@ -1000,3 +1000,195 @@ fn auto_status_and_auto_log_print_none_of_the_agents_escape_sequences() {
     assert!(out.contains("git push --force origin main"), "{out}");
     let _ = ws.run(&["auto", "stop", "mod"]);
 }
+
+/// What the fake agent logged of `kind`, in order.
+fn agent_events(ws: &crate::support::Ws, kind: &str) -> Vec<Value> {
+    agent_log(ws).into_iter().filter(|e| e["kind"] == kind).collect()
+}
+
+fn at_of(e: &Value) -> f64 {
+    e["at"].as_f64().unwrap_or_default()
+}
+
+/// Claude Code's permission prompt for a shell command.
+fn claude_bash_prompt(name: &str, command: &str) -> Value {
+    json!({ "do": "prompt", "name": name, "redraw": true, "keep": true, "expect": "1",
+        "text": format!(" Bash command\n\n   {command}\n   Run it\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again for this command\n   3. No\n\n Esc to cancel · Tab to amend\n") })
+}
+
+#[test]
+fn at_the_default_heartbeat_the_first_message_and_back_to_back_prompts_are_answered_as_they_appear() {
+    // Three permission prompts, each replacing the last in one frame (several tool calls in
+    // one answer): the same menu rows at the same place each time.
+    let mut actions = vec![
+        claude_bash_prompt("a", "pytest -q"),
+        claude_bash_prompt("b", "cargo test"),
+        claude_bash_prompt("c", "cargo build"),
+    ];
+    actions.extend(whole_loop());
+    let (ws, _) = setup(json!([actions]), "");
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, body) =
+        d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake", "heartbeatSeconds": 60 }));
+    assert_eq!(code, 201, "{body}");
+    wait_loop_for(&d, "s", "complete", 60);
+    assert_eq!(answers(&ws), [("a".into(), "1".into()), ("b".into(), "1".into()), ("c".into(), "1".into())]);
+    // Each within 2 s of appearing, though the heartbeat is a minute.
+    let started = at_of(&agent_events(&ws, "started")[0]);
+    let first = at_of(&agent_events(&ws, "first_message")[0]);
+    assert!(first - started < 2.0, "the first message came {:.1} s after the start", first - started);
+    let asked = agent_events(&ws, "asked");
+    let answered = agent_events(&ws, "answer");
+    let delays: Vec<f64> = asked.iter().zip(&answered).map(|(q, a)| at_of(a) - at_of(q)).collect();
+    assert!(delays.len() == 3 && delays.iter().all(|d| *d < 2.0), "answers came after {delays:?} s");
+}
+
+#[test]
+fn a_usage_limit_menu_is_answered_and_waited_out_to_the_reset_time_it_shows_with_one_continue() {
+    let mut actions = vec![
+        sig("plan", "(generated)", "check", "post-plan"),
+        json!({ "do": "quota", "next_minute": true,
+            "text": "  ⎿  You've hit your limit · resets {time}\n\n What do you want to do?\n\n ❯ 1. Stop and wait for limit to reset\n   2. Add funds to continue with extra usage\n   3. Upgrade your plan\n\n Enter to confirm · Esc to cancel" }),
+    ];
+    actions.extend(whole_loop().into_iter().skip(2));
+    let (ws, _) = setup(json!([actions]), "");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!(code, 0, "{err}\n{status:#}");
+    let keys: Vec<(String, f64)> = agent_events(&ws, "quota_key")
+        .iter()
+        .map(|e| (e["keys"].as_str().unwrap_or_default().to_owned(), at_of(e)))
+        .collect();
+    let reset = at_of(&agent_events(&ws, "reset_at")[0]);
+    // The menu answered at once; the one continue (typed, then Enter) after the reset (the
+    // jitter is 0.2 s).
+    let typed: String = keys.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!((keys[0].0.as_str(), typed.as_str()), ("1", "1continue\r"), "{keys:?}");
+    assert!(keys[0].1 < reset, "{keys:?} reset {reset}");
+    assert!(keys[1].1 >= reset && keys[1].1 < reset + 5.0, "continue at {} for a reset at {reset}", keys[1].1);
+    let entries = supervision(&ws);
+    let wait = entries.iter().find(|e| e["kind"] == "quota_wait").expect("a wait");
+    assert_eq!(wait["data"]["given"], true, "{wait:#}");
+    assert_eq!(
+        wait["data"]["resets_at"].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()).map(|t| t.as_second()),
+        Some(reset as i64)
+    );
+    assert_eq!(status["quota_paused_s"].as_f64().map(|p| p > 0.0), Some(true), "{status:#}");
+}
+
+#[test]
+fn a_burst_of_the_providers_rate_limits_is_waited_out_never_nudged_and_the_loop_completes() {
+    let retry = |n: u32| json!({ "do": "print", "text": format!("✻ API error · Retrying in 1s · attempt {n}/10") });
+    let mut actions = vec![
+        sig("plan", "(generated)", "check", "post-plan"),
+        retry(1),
+        json!({ "do": "hang", "seconds": 1.2 }),
+        retry(2),
+        json!({ "do": "hang", "seconds": 1.2 }),
+        json!({ "do": "print", "text": "  ⎿  API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}" }),
+        json!({ "do": "wait_input", "text": "" }),
+    ];
+    actions.extend(whole_loop().into_iter().skip(2));
+    // A stall would be seen after 1 s of an unchanged screen.
+    let (ws, _) = setup(json!([actions]), "stall_captures = 5\n");
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!((code, status["status"].as_str()), (0, Some("complete")), "{err}\n{status:#}");
+    let entries = supervision(&ws);
+    let waits: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "quota_wait").collect();
+    assert!(!waits.is_empty() && waits.iter().all(|w| w["data"]["wait"] == "rate_limit"), "{waits:#?}");
+    let typed: Vec<&str> = entries
+        .iter()
+        .filter(|e| e["kind"] == "keys")
+        .filter_map(|e| e["data"]["why"].as_str())
+        .filter(|w| *w != "first message")
+        .collect();
+    assert_eq!(typed, ["quota reset: one continue"]);
+    assert!(!kinds(&entries).contains(&"stall".to_owned()));
+    let inputs: Vec<Value> = agent_events(&ws, "input").iter().map(|e| e["keys"].clone()).collect();
+    assert_eq!(inputs, [json!("continue\r")]);
+}
+
+#[test]
+fn an_agent_that_cannot_start_is_tried_with_fresh_sessions_and_the_loop_fails_saying_why() {
+    let (ws, _) = setup(json!([[]]), "restart_backoff_seconds = 0.1\n");
+    ws.write(
+        ".loopwright/agents/broken.md",
+        "---\nrunner: command\ncommand: [\"sh\", \"-c\", \"echo 'fatal: no API key configured'; exit 3\"]\n---\nAn agent that cannot start.\n",
+    );
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "broken"]);
+    assert_eq!(code, 1, "{err}\n{status:#}");
+    assert_eq!((status["status"].as_str(), status["stop_reason"].as_str()), (Some("failed"), None), "{status:#}");
+    let entries = supervision(&ws);
+    let started: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "agent_started").collect();
+    assert_eq!(started.len(), 3, "{entries:#?}");
+    assert!(started.iter().all(|e| e["data"]["resume"].is_null()));
+    let failed = entries.iter().find(|e| e["kind"] == "failed").expect("failed");
+    let reason = failed["data"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("the agent exited during its startup 3 times in a row (last: code 3)")
+            && reason.contains("fatal: no API key configured"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn after_a_reboot_the_daemon_restarts_each_running_loop_with_its_recorded_session() {
+    // The first start exits with a resume banner (restart 1, resuming it); the second works
+    // until the machine "reboots" (daemon, holder and agent killed at once, nothing written);
+    // the third — started by the next daemon — walks the loop.
+    let runs = json!([
+        [{ "do": "spin", "seconds": 0.5 }, { "do": "exit", "code": 1, "banner": "sess-night-1" }],
+        [{ "do": "spin", "seconds": 120 }],
+        whole_loop(),
+    ]);
+    let (ws, _) = setup(runs, "restart_backoff_seconds = 0.1\n");
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, body) = d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while agent_events(&ws, "started").len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "never restarted: {:#?}", agent_log(&ws));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pids: Value =
+        serde_json::from_str(&ws.read(".loopwright/state/auto/s/holder.json")).expect("the holder's pids");
+    let _ = crate::daemon::nix_kill(d.pid(), "KILL");
+    for who in ["holder", "agent"] {
+        let pid = pids[who].as_u64().expect("pid");
+        let _ = crate::daemon::nix_kill(i32::try_from(pid).expect("pid"), "KILL");
+    }
+    drop(d);
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let end = wait_loop_for(&d, "s", "complete", 60);
+    assert_eq!(end["restart_count"], 2, "{end:#}");
+    let starts = agent_events(&ws, "started");
+    assert_eq!(
+        starts.iter().map(|s| s["resume"].as_str().unwrap_or_default()).collect::<Vec<_>>(),
+        ["", "sess-night-1", "sess-night-1"]
+    );
+    let entries = supervision(&ws);
+    let restarts: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "restart").collect();
+    assert_eq!(restarts.len(), 2, "{restarts:#?}");
+    assert!(restarts.iter().all(|r| r["data"]["resume"] == "sess-night-1"));
+    // The report tells the night: the steps, the restarts with why, the end.
+    let (code, report, err) = ws.json(&["auto", "report", "mod"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(report["status"], "complete");
+    assert_eq!(report["iterations"], 6);
+    assert_eq!(
+        report["steps"]
+            .as_array()
+            .map(|s| s.iter().map(|x| x["step"].as_str().unwrap_or_default()).collect::<Vec<_>>()),
+        Some(vec!["plan", "check", "exec", "check", "merge", "report"])
+    );
+    let restarts: Vec<&str> =
+        report["restarts"].as_array().expect("restarts").iter().filter_map(|r| r["what"].as_str()).collect();
+    assert!(restarts.iter().filter(|r| r.starts_with("restart ")).count() == 2, "{restarts:?}");
+    assert!(restarts.iter().any(|r| r.starts_with("supervisor took over; the agent is gone")), "{restarts:?}");
+    let (code, markdown, err) = ws.run(&["auto", "report", "mod", "--markdown"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(markdown.starts_with("# Auto loop `s`: complete\n"), "{markdown}");
+    assert!(
+        markdown.contains("## Restarts\n\n- ") && markdown.contains("resuming its session: the agent exited mid-loop"),
+        "{markdown}"
+    );
+}
