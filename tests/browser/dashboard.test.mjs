@@ -315,6 +315,19 @@ browserTest('auto mode: a loop started from the panel with the defaults shown, i
   assert.equal(started.status, 200);
   assert.deepEqual([started.body.status, started.body.max_iterations, started.body.agent], ['running', 5, 'fake']);
   await shot(page, 'dashboard-auto.png');
+  // The journal in words and times in the reader's: no raw timestamps, no JSON.
+  await page.locator('#log-mod > summary').click();
+  await page.locator('#log-mod .said', { hasText: 'loop started with fake' }).waitFor();
+  const text = await page.innerText('#loop-mod');
+  assert.doesNotMatch(text, /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/, 'a raw timestamp on the auto page');
+  assert.doesNotMatch(text, /\{"/, 'JSON on the auto page');
+  assert.match(await page.innerText('#loop-mod p.task time'), /\d\d:\d\d:\d\d( [AP]M)? \(\d+ (s|min) ago\)/);
+  // Readable on a phone: nothing wider than the screen.
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth),
+    `the auto page is ${await page.evaluate(() => document.documentElement.scrollWidth)} px wide at 390`);
+  await shot(page, 'dashboard-auto-phone.png');
+  await page.setViewportSize({ width: 1280, height: 800 });
   await page.click('#loop-mod button[data-auto-stop="mod"]');
   await page.locator('#loop-mod [data-field="status"]', { hasText: 'stopped' }).waitFor();
   assert.match(await page.textContent('#loop-mod [data-field="stop-reason"]'), /user_stop/);
@@ -322,4 +335,10 @@ browserTest('auto mode: a loop started from the panel with the defaults shown, i
   const ended = await api('GET', '/api/sessions/mod/task-auto');
   assert.deepEqual([ended.body.status, ended.body.stop_reason], ['stopped', 'user_stop']);
   assert.ok(fs.readFileSync(path.join(ws, 'agent.log'), 'utf8').includes('"saw_stop"'), 'the agent saw .auto-stop');
+  // The ended loop links its summary: the report, as `auto report --markdown` prints it.
+  await page.click('#loop-mod a[href="/auto/mod/report"]');
+  await page.locator('pre.report', { hasText: '# Auto loop `mod`: stopped' }).waitFor();
+  assert.match(await page.innerText('pre.report'), /## Steps\n\nNo step reported\./);
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the summary is wider than a phone');
 });

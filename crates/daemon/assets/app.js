@@ -76,8 +76,26 @@
     if (comment && nextComment) nextComment.value = comment.value;
     const key = current.contains(document.activeElement) ? focusKey(document.activeElement) : null;
     current.replaceWith(next);
+    localTimes(next);
     if (key) { const again = $(key); if (again) again.focus(); }
   }
+
+  // Times the page gives in UTC (`<time datetime>`) said in the reader's zone and words.
+  function localTimes(root) {
+    root.querySelectorAll('time[datetime]').forEach((t) => {
+      const iso = t.getAttribute('datetime');
+      const ms = Date.parse(iso);
+      if (Number.isNaN(ms)) return;
+      const d = new Date(ms);
+      const clock = d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+      const day = new Date().toDateString() === d.toDateString() ? '' : `${d.toLocaleDateString([], { month: 'short', day: 'numeric' })} `;
+      const s = Math.round((Date.now() - ms) / 1000);
+      const span = (n) => (n < 60 ? `${n} s` : n < 3600 ? `${Math.floor(n / 60)} min` : `${Math.floor(n / 3600)} h ${Math.floor((n % 3600) / 60)} min`);
+      t.textContent = `${day}${clock} (${s >= 0 ? `${span(s)} ago` : `in ${span(-s)}`})`;
+      t.title = iso;
+    });
+  }
+  localTimes(document);
 
   function swapBadge(doc) {
     const badge = $('#badge');

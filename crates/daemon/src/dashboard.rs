@@ -22,6 +22,7 @@ use loopwright_engine::event::Event;
 use loopwright_engine::state::StageStatus;
 use loopwright_engine::{RunId, RunState, RunStatus, Store};
 use serde::Deserialize;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::Shared;
@@ -43,6 +44,7 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
         ("dead_letters.html", include_str!("../assets/dead_letters.html")),
         ("stats.html", include_str!("../assets/stats.html")),
         ("auto.html", include_str!("../assets/auto.html")),
+        ("auto_report.html", include_str!("../assets/auto_report.html")),
         ("signin.html", include_str!("../assets/signin.html")),
     ] {
         env.add_template(name, text).expect("the embedded templates parse");
@@ -62,6 +64,7 @@ pub fn router() -> Router<Arc<Shared>> {
         .route("/dead-letters", get(dead_letters_page))
         .route("/stats", get(stats_page))
         .route("/auto", get(auto_page))
+        .route("/auto/{session}/report", get(auto_report_page))
         .route("/assets/{file}", get(asset))
 }
 
@@ -506,10 +509,10 @@ async fn auto_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Res
     let gathered = tokio::task::spawn_blocking(move || {
         let loops = ops::auto::list_with_settings(&store).unwrap_or_default();
         let now = jiff::Timestamp::now();
-        let mut views: Vec<Value> =
+        let mut views: Vec<LoopView> =
             loops.into_iter().map(|(l, settings)| auto_view(&ws, &store, l, &settings, now)).collect();
         // Those that need a person first.
-        views.sort_by_key(|v| v["status"] != "needs_human");
+        views.sort_by_key(|v| v.status != "needs_human");
         (views, ops::auto::modules(&ws))
     })
     .await;
@@ -536,97 +539,220 @@ async fn auto_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Res
     )
 }
 
-/// One loop as the page shows it.
+/// One loop as the auto page shows it.
+#[derive(Debug, Serialize)]
+struct LoopView {
+    session: String,
+    status: &'static str,
+    status_word: &'static str,
+    status_class: &'static str,
+    icon: &'static str,
+    active: bool,
+    task_dir: String,
+    agent: String,
+    agent_session_id: Option<String>,
+    started: Moment,
+    iteration: u64,
+    max_iterations: u64,
+    elapsed: String,
+    timeout: String,
+    /// Time waited for the provider (not counted), if any.
+    paused: Option<String>,
+    step: String,
+    result: String,
+    next: String,
+    checkpoint: String,
+    last_signal_at: Option<Moment>,
+    stall_count: u32,
+    recovery_count_step: u32,
+    recovery_count_total: u32,
+    restart_count: u32,
+    limits: LoopLimits,
+    quota_wait_since: Option<Moment>,
+    quota_resets_at: Option<Moment>,
+    quota_left: Option<String>,
+    /// A wait for the provider's rate limit rather than a usage limit.
+    rate_limited: bool,
+    checks_to_approve: Vec<String>,
+    stop_reason: Option<&'static str>,
+    needs_human: Option<String>,
+    checks: Vec<loopwright_auto::state::CheckRun>,
+    screen: Option<String>,
+    alive: bool,
+    log: Vec<LogLine>,
+    log_count: usize,
+}
+
+/// A moment: ISO 8601 for the page's script (which says it in the viewer's zone and words)
+/// and UTC text for a page without it.
+#[derive(Debug, Serialize)]
+struct Moment {
+    iso: String,
+    text: String,
+}
+
+impl Moment {
+    fn of(t: jiff::Timestamp) -> Self {
+        Self { iso: t.to_string(), text: when(t) }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct LoopLimits {
+    recoveries_per_iteration: u32,
+    recoveries_total: u32,
+    restarts: u32,
+    /// The window the restart budget counts in, in words.
+    restart_window: String,
+}
+
+/// One supervision journal entry, in words.
+#[derive(Debug, Serialize)]
+struct LogLine {
+    at: Moment,
+    kind: String,
+    said: String,
+}
+
+/// A loop's summary page.
+#[derive(Debug, Serialize)]
+struct ReportView {
+    session: String,
+    status: &'static str,
+    steps: usize,
+    checks_passed: usize,
+    checks_failed: usize,
+    waits: usize,
+    recoveries: usize,
+    restarts: usize,
+    needs_human: usize,
+    cost: Option<String>,
+    markdown: String,
+}
+
+/// `/auto/{session}/report`: the night's summary of a loop (git is asked for the module's
+/// changes: on demand, not in the page that refreshes every second).
+async fn auto_report_page(
+    State(shared): State<Arc<Shared>>,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !signed_in(&shared, &headers) {
+        return signin(&shared, StatusCode::UNAUTHORIZED, false);
+    }
+    let header_ctx = header_context(&shared, "auto").await;
+    let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
+    let found = tokio::task::spawn_blocking(move || {
+        let status = ops::auto::session_status(&store, &session)?;
+        ops::auto::report(&ws, &store, &status.session_name)
+    })
+    .await;
+    let Ok(Ok(r)) = found else {
+        return (StatusCode::NOT_FOUND, Html("no such auto loop".to_owned())).into_response();
+    };
+    let view = ReportView {
+        session: r.session_name.clone(),
+        status: r.status.as_str(),
+        steps: r.steps.len(),
+        checks_passed: r.checks.iter().filter(|c| c.passed).count(),
+        checks_failed: r.checks.iter().filter(|c| !c.passed).count(),
+        waits: r.waits.len(),
+        recoveries: r.recoveries.len(),
+        restarts: r.restarts.iter().filter(|h| h.what.starts_with("restart ")).count(),
+        needs_human: r.needs_human.len(),
+        cost: r.cost.clone(),
+        markdown: r.to_markdown(),
+    };
+    page("auto_report.html", json!({ "header": header_ctx, "report": view }))
+}
+
 fn auto_view(
     ws: &loopwright_app::workspace::Workspace,
     store: &loopwright_store::SqliteStore,
     l: loopwright_auto::supervisor::AutoStatus,
     settings: &loopwright_auto::Settings,
     now: jiff::Timestamp,
-) -> Value {
+) -> LoopView {
+    use loopwright_auto::event::AutoEvent;
+    use loopwright_auto::state::{LoopStatus, WaitKind};
     let active = !l.status.is_final();
     let secs = |s: f64| duration((s * 1000.0) as i64);
     let screen = ops::auto::screen(ws, store, &l.session_name).ok().filter(|s| s.alive || !s.screen.trim().is_empty());
     let entries = store.auto_log_since(&l.loop_id, 0).unwrap_or_default();
-    let log: Vec<Value> = entries
+    let log: Vec<LogLine> = entries
         .iter()
         .rev()
         .take(50)
         .rev()
         .map(|e| {
             let at =
-                e.at.parse::<jiff::Timestamp>().map_or_else(|_| e.at.clone(), |t| t.strftime("%H:%M:%S").to_string());
-            json!({"at": at, "kind": e.kind, "data": e.data})
+                e.at.parse::<jiff::Timestamp>()
+                    .map_or_else(|_| Moment { iso: e.at.clone(), text: e.at.clone() }, Moment::of);
+            let said = AutoEvent::from_entry(&e.kind, &e.data).map_or_else(|| e.data.clone(), |ev| ev.describe());
+            LogLine { at, kind: e.kind.clone(), said }
         })
         .collect();
-    let quota_left = l.quota_resets_at.map(|t| {
-        let left = t.duration_since(now).as_secs_f64().max(0.0);
-        secs(left)
-    });
-    let (status_word, status_class) = match l.status.as_str() {
-        "needs_human" => ("needs you", "waiting"),
-        "quota_wait" => ("quota wait", "waiting"),
-        "complete" => ("complete", "success"),
-        "blocked" => ("blocked", "failed"),
-        "stopped" => ("stopped", "cancelled"),
-        "failed" => ("failed", "failed"),
-        other => (other, "running"),
+    let waiting_for_rate = entries
+        .iter()
+        .rev()
+        .find(|e| e.kind == "quota_wait")
+        .and_then(|e| AutoEvent::from_entry(&e.kind, &e.data))
+        .is_some_and(|e| matches!(e, AutoEvent::QuotaWait { wait: WaitKind::RateLimit, .. }));
+    let (status_word, status_class, icon) = match l.status {
+        LoopStatus::NeedsHuman => ("needs you", "waiting", "⚑"),
+        LoopStatus::QuotaWait if waiting_for_rate => ("rate limited", "waiting", "⏸"),
+        LoopStatus::QuotaWait => ("quota wait", "waiting", "⏸"),
+        LoopStatus::Complete => ("complete", "success", "✓"),
+        LoopStatus::Blocked => ("blocked", "failed", "✗"),
+        LoopStatus::Stopped => ("stopped", "cancelled", "⊘"),
+        LoopStatus::Failed => ("failed", "failed", "✗"),
+        LoopStatus::Running => ("running", "running", "▶"),
     };
-    let icon = match l.status.as_str() {
-        "needs_human" => "⚑",
-        "quota_wait" => "⏸",
-        "complete" => "✓",
-        "stopped" => "⊘",
-        "blocked" | "failed" => "✗",
-        _ => "▶",
-    };
-    let started = when(l.started_at);
-    json!({
-        "session": l.session_name,
-        "status": l.status,
-        "status_word": status_word,
-        "status_class": status_class,
-        "icon": icon,
-        "active": active,
-        "task_dir": ws.shown(std::path::Path::new(&l.task_dir)),
-        "agent": l.agent,
-        "agent_session_id": l.agent_session_id,
-        "started": started,
-        "iteration": l.iteration,
-        "max_iterations": l.max_iterations,
-        "elapsed": secs(l.elapsed_s),
-        "timeout": secs(l.timeout_s),
-        "paused": (l.quota_paused_s > 0.0 || l.quota_wait_since.is_some()).then(|| {
-            let current = l.quota_wait_since
-                .map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0));
-            secs(l.quota_paused_s + current)
-        }),
-        "step": l.step,
-        "result": l.result,
-        "next": l.next,
-        "checkpoint": l.checkpoint,
-        "last_signal_at": l.last_signal_at,
-        "stall_count": l.stall_count,
-        "recovery_count_step": l.recovery_count_step,
-        "recovery_count_total": l.recovery_count_total,
-        "restart_count": l.restart_count,
-        "limits": {
-            "recoveries_per_iteration": settings.recoveries_per_iteration,
-            "recoveries_total": settings.recoveries_total,
-            "restarts": settings.restarts,
+    let current_wait = l.quota_wait_since.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0));
+    LoopView {
+        session: l.session_name.clone(),
+        status: l.status.as_str(),
+        status_word,
+        status_class,
+        icon,
+        active,
+        task_dir: ws.shown(std::path::Path::new(&l.task_dir)),
+        agent: l.agent.clone(),
+        agent_session_id: l.agent_session_id.clone(),
+        started: Moment::of(l.started_at),
+        iteration: l.iteration,
+        max_iterations: l.max_iterations,
+        elapsed: secs(l.elapsed_s),
+        timeout: secs(l.timeout_s),
+        paused: (l.quota_paused_s > 0.0 || l.quota_wait_since.is_some()).then(|| secs(l.quota_paused_s + current_wait)),
+        step: l.step.clone(),
+        result: l.result.clone(),
+        next: l.next.clone(),
+        checkpoint: l.checkpoint.clone(),
+        last_signal_at: l.last_signal_at.map(Moment::of),
+        stall_count: l.stall_count,
+        recovery_count_step: l.recovery_count_step,
+        recovery_count_total: l.recovery_count_total,
+        restart_count: l.restart_count,
+        limits: LoopLimits {
+            recoveries_per_iteration: settings.recoveries_per_iteration,
+            recoveries_total: settings.recoveries_total,
+            restarts: settings.restarts,
+            restart_window: secs(settings.restart_window_minutes * 60.0),
         },
-        "quota_wait_since": l.quota_wait_since,
-        "quota_resets_at": l.quota_resets_at,
-        "quota_left": quota_left,
-        "checks_to_approve": l.checks_to_approve,
-        "stop_reason": l.stop_reason,
-        "needs_human": l.needs_human,
-        "checks": l.checks.iter().map(|c| json!({"command": c.command, "passed": c.passed, "output_tail": c.output_tail})).collect::<Vec<_>>(),
-        "screen": screen.as_ref().map(|s| s.screen.clone()),
-        "alive": screen.as_ref().is_some_and(|s| s.alive),
-        "log": log,
-        "log_count": entries.len(),
-    })
+        quota_wait_since: l.quota_wait_since.map(Moment::of),
+        quota_resets_at: l.quota_resets_at.map(Moment::of),
+        quota_left: l.quota_resets_at.map(|t| secs(t.duration_since(now).as_secs_f64().max(0.0))),
+        rate_limited: waiting_for_rate,
+        checks_to_approve: l.checks_to_approve.clone(),
+        stop_reason: l.stop_reason.map(|r| r.as_str()),
+        needs_human: l.needs_human.clone(),
+        checks: l.checks.clone(),
+        screen: screen.as_ref().map(|s| s.screen.clone()),
+        alive: screen.as_ref().is_some_and(|s| s.alive),
+        log,
+        log_count: entries.len(),
+    }
 }
 
 #[cfg(test)]

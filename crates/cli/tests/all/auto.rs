@@ -1058,13 +1058,19 @@ fn a_usage_limit_menu_is_answered_and_waited_out_to_the_reset_time_it_shows_with
         .iter()
         .map(|e| (e["keys"].as_str().unwrap_or_default().to_owned(), at_of(e)))
         .collect();
-    let reset = at_of(&agent_events(&ws, "reset_at")[0]);
+    let reset = agent_events(&ws, "reset_at")[0]["reset"].as_f64().expect("the reset time");
     // The menu answered at once; the one continue (typed, then Enter) after the reset (the
     // jitter is 0.2 s).
     let typed: String = keys.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!((keys[0].0.as_str(), typed.as_str()), ("1", "1continue\r"), "{keys:?}");
     assert!(keys[0].1 < reset, "{keys:?} reset {reset}");
-    assert!(keys[1].1 >= reset && keys[1].1 < reset + 5.0, "continue at {} for a reset at {reset}", keys[1].1);
+    let journal: Vec<String> =
+        supervision(&ws).iter().map(|e| format!("{} {} {}", e["at"], e["kind"], e["data"])).collect();
+    assert!(
+        keys[1].1 >= reset && keys[1].1 < reset + 5.0,
+        "continue at {} for a reset at {reset}: {journal:#?}",
+        keys[1].1
+    );
     let entries = supervision(&ws);
     let wait = entries.iter().find(|e| e["kind"] == "quota_wait").expect("a wait");
     assert_eq!(wait["data"]["given"], true, "{wait:#}");
@@ -1191,4 +1197,10 @@ fn after_a_reboot_the_daemon_restarts_each_running_loop_with_its_recorded_sessio
         markdown.contains("## Restarts\n\n- ") && markdown.contains("resuming its session: the agent exited mid-loop"),
         "{markdown}"
     );
+    // The API gives the same report.
+    let (code, api) = d.get("/api/sessions/s/task-auto/report");
+    assert_eq!(code, 200, "{api}");
+    assert_eq!((api["status"].as_str(), api["restarts"].as_u64()), (Some("complete"), Some(2)));
+    assert_eq!(api["markdown"].as_str(), Some(markdown.as_str()));
+    assert_eq!(api["report"]["steps"], report["steps"]);
 }

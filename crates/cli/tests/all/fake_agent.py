@@ -175,7 +175,7 @@ def main():
                 if a.get("next_minute"):
                     # Claude gives the time to the minute: the next minute's start.
                     reset = (datetime.datetime.now().astimezone() + datetime.timedelta(minutes=1)).replace(second=0, microsecond=0)
-                    log("reset_at", at=reset.timestamp())
+                    log("reset_at", reset=reset.timestamp())
                 hour = reset.strftime("%I").lstrip("0") or "12"
                 text = a["text"].replace("{time}", "%s:%s%s" % (hour, reset.strftime("%M"), reset.strftime("%p").lower()))
                 text = text.replace("{seconds}", str(a.get("in_seconds", 3)))

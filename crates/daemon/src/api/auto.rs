@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Response};
 use loopwright_app::ops::auto::{self, StartRequest};
 
 use super::dto::{
-    AutoApproveChecks, AutoKeys, AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoScreen, LookupQuery, StartAuto,
-    who,
+    AutoApproveChecks, AutoKeys, AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoReport, AutoScreen, LookupQuery,
+    StartAuto, who,
 };
 use super::error::{ApiError, ErrorBody, Json, Query};
 use crate::Shared;
@@ -113,6 +113,22 @@ pub async fn screen(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
     let s = blocking(move || auto::screen(&ws, &store, &id)).await?;
     Ok(axum::Json(AutoScreen { session_name: s.session_name, screen: s.screen, alive: s.alive }))
+}
+
+/// The night's summary of session `id`'s loop (its latest): each step the agent reported,
+/// the checks, waits for the provider, recoveries and restarts with why, what a person was
+/// asked, the module's changes since the start and the cost where the CLI printed it.
+#[utoipa::path(get, path = "/api/sessions/{id}/task-auto/report", tag = "auto",
+    params(("id" = String, Path, description = "The session's name")),
+    responses((status = 200, body = AutoReport), (status = 404, body = ErrorBody)))]
+pub async fn report(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<axum::Json<AutoReport>> {
+    let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
+    let r = blocking(move || {
+        let status = auto::session_status(&store, &id)?;
+        auto::report(&ws, &store, &status.session_name)
+    })
+    .await?;
+    Ok(axum::Json(r.into()))
 }
 
 /// Session `id`'s supervision journal (its latest loop): every signal, verdict, keystroke

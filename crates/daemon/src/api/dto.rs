@@ -363,6 +363,23 @@ pub struct AutoLoop {
     pub loop_id: String,
 }
 
+impl From<loopwright_auto::report::Report> for AutoReport {
+    fn from(r: loopwright_auto::report::Report) -> Self {
+        Self {
+            session_name: r.session_name.clone(),
+            status: r.status.as_str().to_owned(),
+            iterations: r.iterations,
+            elapsed_s: r.elapsed_s,
+            waited_s: r.waited_s,
+            restarts: r.restarts.iter().filter(|h| h.what.starts_with("restart ")).count(),
+            needs_human: r.needs_human.len(),
+            cost: r.cost.clone(),
+            markdown: r.to_markdown(),
+            report: serde_json::to_value(&r).unwrap_or_default(),
+        }
+    }
+}
+
 impl From<loopwright_auto::supervisor::AutoStatus> for AutoLoop {
     fn from(s: loopwright_auto::supervisor::AutoStatus) -> Self {
         Self {
@@ -433,6 +450,33 @@ pub struct AutoScreen {
     pub screen: String,
     /// True while the agent runs.
     pub alive: bool,
+}
+
+/// `GET /api/sessions/{id}/task-auto/report`: the night's summary of a loop.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AutoReport {
+    /// The session.
+    pub session_name: String,
+    /// The loop's status.
+    pub status: String,
+    /// Iterations completed.
+    pub iterations: u64,
+    /// Seconds supervised, waits for the provider excluded.
+    pub elapsed_s: f64,
+    /// Seconds waited for the provider.
+    pub waited_s: f64,
+    /// Restarts of the agent.
+    pub restarts: usize,
+    /// Times a person was needed.
+    pub needs_human: usize,
+    /// The cost or token use the agent's CLI printed, if it did.
+    pub cost: Option<String>,
+    /// The whole report as Markdown (`loopwright auto report --markdown`).
+    pub markdown: String,
+    /// The whole report: steps, checks, waits, recoveries, restarts, what a person was asked
+    /// and the module's changes (`loopwright auto report --json`).
+    #[schema(value_type = Object)]
+    pub report: serde_json::Value,
 }
 
 /// `GET /api/sessions/{id}/task-auto/log` query.

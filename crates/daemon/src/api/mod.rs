@@ -68,6 +68,7 @@ pub fn router() -> (Router<Arc<Shared>>, utoipa::openapi::OpenApi) {
         .routes(routes!(auto::lookup))
         .routes(routes!(auto::screen))
         .routes(routes!(auto::log))
+        .routes(routes!(auto::report))
         .routes(routes!(auto::keys))
         .routes(routes!(auto::approve_checks))
         .split_for_parts();
