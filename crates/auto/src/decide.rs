@@ -86,6 +86,12 @@ pub enum Observation {
     Tick,
     /// A person asked to stop (Ctrl-C, `DELETE`).
     StopAsked,
+    /// A person stops a loop no process supervises any more (`auto stop` after its supervisor
+    /// died): it ends here, its agent's holder ended.
+    Abandoned {
+        /// Who stopped it.
+        by: String,
+    },
     /// The checks ran (stopping at the first failure); `waiting` are the added ones no person
     /// approved yet.
     Verified {
@@ -266,6 +272,15 @@ impl Step<'_> {
             Observation::Exited { exit, module } => self.exited(&exit, module),
             Observation::Tick => self.tick(),
             Observation::StopAsked => self.request_stop(StopReason::UserStop, Some("a person (Ctrl-C or the API)")),
+            Observation::Abandoned { by } => {
+                if self.p.status.stop_reason.is_none() {
+                    self.p.status.stop_reason = Some(StopReason::UserStop);
+                    self.p.internal.stop_requested_at = Some(self.now);
+                    self.journal(AutoEvent::StopRequested { reason: StopReason::UserStop, by: Some(by.clone()) });
+                }
+                self.actions.push(Action::QuitHolder);
+                self.end_by(Ending::Stopped, Some(by));
+            }
             Observation::Verified { runs, waiting } => self.verified(runs, waiting),
             Observation::Approved(approved) => self.approved(approved),
             Observation::Launched { argv, resume, session_id, typed, pid } => {
@@ -1013,6 +1028,11 @@ impl Step<'_> {
 
     /// Seed 002's cleanup on every exit path, and the final status.
     fn end(&mut self, ending: Ending) {
+        self.end_by(ending, None);
+    }
+
+    /// The same, saying who ended it when not the supervisor.
+    fn end_by(&mut self, ending: Ending, by: Option<String>) {
         if self.status().is_final() {
             return;
         }
@@ -1030,7 +1050,7 @@ impl Step<'_> {
             status,
             stop_reason: self.p.status.stop_reason,
             iteration: self.p.status.iteration,
-            by: None,
+            by,
         });
     }
 }

@@ -359,6 +359,33 @@ impl AutoEvent {
     }
 }
 
+/// What a person is told about a loop wherever they are (the notices stream; the
+/// notifications build on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeKind {
+    /// The loop waits for a person: a prompt the policy will not answer, or added checks.
+    NeedsHuman,
+    /// The loop ended (complete, blocked, stopped or failed).
+    Ended,
+}
+
+impl NoticeKind {
+    /// The journal kinds that raise a notice.
+    pub const JOURNAL_KINDS: [&'static str; 3] = ["needs_human", "checks_need_approval", "finished"];
+}
+
+impl AutoEvent {
+    /// The notice this entry raises, if it raises one.
+    pub fn notice(&self) -> Option<NoticeKind> {
+        match self {
+            Self::NeedsHuman { .. } | Self::ChecksNeedApproval { .. } => Some(NoticeKind::NeedsHuman),
+            Self::Finished { .. } => Some(NoticeKind::Ended),
+            _ => None,
+        }
+    }
+}
+
 fn quoted(items: &[String]) -> String {
     items.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
 }

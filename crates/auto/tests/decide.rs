@@ -524,3 +524,21 @@ fn the_timeout_counts_supervised_time_only_and_max_iterations_stops_the_loop() {
     assert_eq!(kinds(&actions), ["signal", "writestop", "stop_requested"]);
     assert_eq!((next.status.iteration, next.status.stop_reason), (3, Some(StopReason::MaxIterations)));
 }
+
+#[test]
+fn a_loop_nobody_supervises_is_ended_by_a_persons_stop_with_its_wait_cleared() {
+    let w = World::new();
+    let mut p = running(|_| {});
+    p.status.status = LoopStatus::QuotaWait;
+    p.status.quota_wait_since = Some(at(-60.0));
+    p.status.quota_resets_at = Some(at(600.0));
+    p.internal.pending_typed = Some("the protocol".into());
+    let (ended, actions) = w.decide(&p, Observation::Abandoned { by: "auto stop".into() }, at(0.0));
+    assert_eq!(kinds(&actions), ["stop_requested", "quitholder", "cleanup", "finished"]);
+    assert_eq!((ended.status.status, ended.status.stop_reason), (LoopStatus::Stopped, Some(StopReason::UserStop)));
+    assert_eq!((ended.status.quota_wait_since, ended.status.quota_resets_at), (None, None));
+    assert_eq!((ended.status.quota_paused_s, ended.internal.pending_typed.as_deref()), (60.0, None));
+    // Ended: nothing more happens, whatever is observed.
+    let (same, actions) = w.decide(&ended, Observation::StopAsked, at(1.0));
+    assert_eq!((actions, same), (vec![], ended));
+}

@@ -204,6 +204,33 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Entries of the kinds `kinds` in every loop's journal after position `after`, oldest
+    /// first, at most `limit`, each with its session: what a person is told about (a loop
+    /// that needs them, one that ended).
+    pub fn auto_log_of_kinds(
+        &self,
+        kinds: &[&str],
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, AutoLogEntry)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, session_name, at, kind, data FROM auto_log WHERE id > ?1 AND kind IN (SELECT value FROM json_each(?2)) ORDER BY id LIMIT ?3",
+            )
+            .map_err(backend)?;
+        let kinds = serde_json::to_string(kinds).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt
+            .query_map(params![after, kinds, limit], |r| {
+                Ok((r.get(1)?, AutoLogEntry { id: r.get(0)?, at: r.get(2)?, kind: r.get(3)?, data: r.get(4)? }))
+            })
+            .map_err(backend)?;
+        rows.collect::<Result<_, _>>().map_err(backend)
+    }
+}
+
 /// The most entries a loop's journal keeps: past it, all but the first [`AUTO_LOG_HEAD`] and
 /// the newest are summarised in one `trimmed` entry (how many of each kind were removed).
 pub const AUTO_LOG_CAP: i64 = 10_000;

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use loopwright_auto::decide;
 use loopwright_auto::event::AutoEvent;
 use loopwright_auto::module::{self, Entry};
 use loopwright_auto::signal::{self, StopReason};
@@ -476,7 +477,7 @@ pub fn lookup(ws: &Workspace, store: &SqliteStore, dir: &Path) -> Result<Lookup>
 /// `auto stop`: writes `.auto-stop` (reason `user_stop`). A loop no process supervises any
 /// more is ended here: its agent's process group ended, the transient files removed.
 pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<AutoStatus> {
-    let mut p = loop_of(ws, store, dir_or_session)?;
+    let p = loop_of(ws, store, dir_or_session)?;
     if p.status.status.is_final() {
         return Err(Error::conflict(format!(
             "the auto loop of session {} already ended ({})",
@@ -486,33 +487,38 @@ pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result
     let dir = PathBuf::from(&p.status.task_dir);
     let now = jiff::Timestamp::now();
     let supervised = p.supervised_elsewhere() || p.supervised_here();
-    if p.status.stop_reason.is_none() {
-        signal::request_stop(&dir, StopReason::UserStop, now, "auto stop").map_err(|e| Error::Internal(e.into()))?;
-        // A live supervisor journals the stop when it reads the file; none is left to.
-        if !supervised {
-            let asked = AutoEvent::StopRequested { reason: StopReason::UserStop, by: Some("auto stop".into()) };
-            let _ = journal(store, &p.status, &asked);
+    if supervised {
+        // The supervisor journals the stop when it reads the file.
+        if p.status.stop_reason.is_none() {
+            signal::request_stop(&dir, StopReason::UserStop, now, "auto stop")
+                .map_err(|e| Error::Internal(e.into()))?;
         }
-    }
-    if !supervised {
-        let client = holder::Client::new(&session_dir(ws, &p.status.session_name));
-        let _ = client.request(&holder::Request::Quit);
-        signal::remove(&dir, module::SIGNAL);
-        signal::remove(&dir, module::STOP);
-        p.status.status = LoopStatus::Stopped;
-        p.status.stop_reason.get_or_insert(StopReason::UserStop);
-        p.status.quota_wait_since = None;
-        p.status.quota_resets_at = None;
-        p.internal.pending_typed = None;
-        store.auto_save(&p.to_row())?;
-        let finished = AutoEvent::Finished {
-            status: LoopStatus::Stopped,
-            stop_reason: p.status.stop_reason,
-            iteration: p.status.iteration,
-            by: Some("auto stop (no supervisor alive)".into()),
-        };
-        let _ = journal(store, &p.status, &finished);
-        return Ok(p.status);
+    } else {
+        // Ended here, through the loop's own rules: the holder ended, the transient files
+        // removed, the wait and the pending first message cleared, journaled with who.
+        let policy = p.internal.settings.policy().map_err(Error::usage)?;
+        let zone = jiff::tz::TimeZone::system();
+        let rules = decide::Rules { policy: &policy, root: &ws.root, zone: &zone };
+        let by = "auto stop (no supervisor alive)".to_owned();
+        let (next, actions) = decide::decide(&p, decide::Observation::Abandoned { by }, &rules, now);
+        for action in actions {
+            match action {
+                decide::Action::Journal(e) => {
+                    let _ = journal(store, &next.status, &e);
+                }
+                decide::Action::QuitHolder | decide::Action::EndAgent => {
+                    let client = holder::Client::new(&session_dir(ws, &p.status.session_name));
+                    let _ = client.request(&holder::Request::Quit);
+                }
+                decide::Action::Cleanup => {
+                    signal::remove(&dir, module::SIGNAL);
+                    signal::remove(&dir, module::STOP);
+                }
+                _ => {}
+            }
+        }
+        store.auto_save(&next.to_row())?;
+        return Ok(next.status);
     }
     status_of(ws, store, &p.status.session_name)
 }
@@ -563,4 +569,38 @@ fn module_changes(root: &Path, dir: &Path, start: Option<&str>) -> loopwright_au
         .map(|s| s.lines().map(str::to_owned).collect())
         .unwrap_or_default();
     Changes { stat, untracked, unavailable: None }
+}
+
+/// Something a person should know about a loop: it needs them, or it ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Notice {
+    /// Its position in the supervision journals (resume after it).
+    pub id: i64,
+    /// The loop's session.
+    pub session_name: String,
+    /// When.
+    pub at: jiff::Timestamp,
+    /// What.
+    pub kind: loopwright_auto::event::NoticeKind,
+    /// In words.
+    pub text: String,
+}
+
+/// The notices after position `after` in every loop's journal, oldest first, at most `limit`.
+pub fn notices(store: &SqliteStore, after: i64, limit: usize) -> Result<Vec<Notice>> {
+    use loopwright_auto::event::NoticeKind;
+    Ok(store
+        .auto_log_of_kinds(&NoticeKind::JOURNAL_KINDS, after, limit)?
+        .into_iter()
+        .filter_map(|(session_name, e)| {
+            let event = AutoEvent::from_entry(&e.kind, &e.data)?;
+            Some(Notice {
+                id: e.id,
+                session_name,
+                at: e.at.parse().ok()?,
+                kind: event.notice()?,
+                text: event.describe(),
+            })
+        })
+        .collect())
 }

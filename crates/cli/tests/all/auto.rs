@@ -237,6 +237,20 @@ fn a_prompt_about_a_destructive_command_is_never_answered_and_waits_for_a_human(
     assert_eq!(stopped["status"], "stopped");
     assert_eq!(stopped["stop_reason"], "user_stop");
     assert!(!task.join(".auto-stop").exists());
+    let tail: Vec<(String, Value)> = supervision(&ws)
+        .iter()
+        .rev()
+        .take(2)
+        .rev()
+        .map(|e| (e["kind"].as_str().unwrap_or_default().to_owned(), e["data"]["by"].clone()))
+        .collect();
+    let by = json!("auto stop (no supervisor alive)");
+    assert_eq!(tail, [("stop_requested".to_owned(), by.clone()), ("finished".to_owned(), by)]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !crate::support::processes_with(&ws.path().join("scenario.json").display().to_string()).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the agent outlived its holder");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -657,8 +671,14 @@ fn a_person_answers_a_refused_prompt_through_the_api_and_the_loop_goes_on() {
     actions.extend(whole_loop());
     let (ws, _) = setup(json!([actions]), "");
     let d = crate::daemon::Daemon::start(&ws, &[]);
+    // Someone follows the notices from the start: the loop needing a person reaches them.
+    let notices = d.stream("/api/task-auto/notices");
     let (code, body) = d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
     assert_eq!(code, 201, "{body}");
+    let frames = crate::daemon::read_sse(notices, |f| f.1 == "needs_human");
+    let needs: Value = serde_json::from_str(&frames.last().expect("a notice").2).expect("JSON");
+    assert_eq!((needs["session_name"].as_str(), needs["kind"].as_str()), (Some("s"), Some("needs_human")));
+    assert!(needs["text"].as_str().unwrap_or_default().contains("`git push --force origin main`"), "{needs:#}");
     let waiting = wait_loop(&d, "s", "needs_human");
     assert!(waiting["needs_human"].as_str().unwrap_or_default().contains("git push --force"), "{waiting:#}");
     let (code, body) = d.post("/api/sessions/s/task-auto/keys", &json!({ "text": "", "by": "alice" }));
@@ -667,6 +687,17 @@ fn a_person_answers_a_refused_prompt_through_the_api_and_the_loop_goes_on() {
     assert_eq!(code, 200, "{body}");
     let end = wait_loop(&d, "s", "complete");
     assert_eq!(end["iteration"], 6);
+    // Its end is a notice too; one read after the first sees only the end.
+    let first = frames.last().and_then(|f| f.0).expect("an id");
+    let (code, later) = d.get(&format!("/api/task-auto/notices?after={first}"));
+    assert_eq!(code, 200, "{later}");
+    let later: Vec<(&str, &str)> = later
+        .as_array()
+        .expect("notices")
+        .iter()
+        .map(|n| (n["kind"].as_str().unwrap_or_default(), n["text"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(later, [("ended", "loop complete")]);
     let answers: Vec<Value> = agent_log(&ws).into_iter().filter(|e| e["kind"] == "answer").collect();
     assert_eq!(answers.iter().map(|a| a["keys"].clone()).collect::<Vec<_>>(), [json!("3")]);
     let typed =

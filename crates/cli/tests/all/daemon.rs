@@ -48,6 +48,16 @@ impl Daemon {
         format!("http://{}{path}", self.addr)
     }
 
+    /// A live stream from `path` (`Accept: text/event-stream`).
+    pub(crate) fn stream(&self, path: &str) -> reqwest::blocking::Response {
+        self.http
+            .get(self.url(path))
+            .bearer_auth(&self.token)
+            .header("Accept", "text/event-stream")
+            .send()
+            .expect("a stream")
+    }
+
     pub(crate) fn get(&self, path: &str) -> (u16, Value) {
         let r = self.http.get(self.url(path)).bearer_auth(&self.token).send().expect("GET");
         (r.status().as_u16(), r.json().unwrap_or(Value::Null))
@@ -307,7 +317,7 @@ fn slow_ws(stages: u32, seconds: &str) -> Ws {
 }
 
 /// Reads SSE frames from a response until `stop` says so: (id, event, data) per frame.
-fn read_sse(
+pub(crate) fn read_sse(
     response: reqwest::blocking::Response,
     mut stop: impl FnMut(&(Option<u64>, String, String)) -> bool,
 ) -> Vec<(Option<u64>, String, String)> {

@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Response};
 use loopwright_app::ops::auto::{self, StartRequest};
 
 use super::dto::{
-    AutoApproveChecks, AutoKeys, AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoReport, AutoScreen, LookupQuery,
-    StartAuto, who,
+    AutoApproveChecks, AutoKeys, AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoNotice, AutoReport, AutoScreen,
+    LookupQuery, NoticesQuery, StartAuto, who,
 };
 use super::error::{ApiError, ErrorBody, Json, Query};
 use crate::Shared;
@@ -113,6 +113,61 @@ pub async fn screen(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
     let s = blocking(move || auto::screen(&ws, &store, &id)).await?;
     Ok(axum::Json(AutoScreen { session_name: s.session_name, screen: s.screen, alive: s.alive }))
+}
+
+/// The most notices sent at once.
+const NOTICES: usize = 200;
+
+/// What people should hear about the loops: one needs a person (a prompt the policy will not
+/// answer, added checks to approve), one ended. JSON, or a live stream with `Accept:
+/// text/event-stream` (each event named by its kind, its `id:` the position to resume after).
+#[utoipa::path(get, path = "/api/task-auto/notices", tag = "auto",
+    params(NoticesQuery, ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "Resume a stream after this position")),
+    responses((status = 200, description = "The notices (a JSON array, or `text/event-stream`)",
+               content((Vec<AutoNotice> = "application/json"), (String = "text/event-stream"))),
+              (status = 422, body = ErrorBody)))]
+pub async fn notices(
+    State(shared): State<Arc<Shared>>,
+    Query(q): Query<NoticesQuery>,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<Response> {
+    let after = super::events::resume_from(&headers, q.after)?;
+    let after = i64::try_from(after).map_err(|_| ApiError::invalid("after: too large"))?;
+    let store = Arc::clone(&shared.auto_store);
+    if !super::events::wants_stream(&headers) {
+        let list = blocking(move || auto::notices(&store, after, NOTICES)).await?;
+        return Ok(axum::Json(list.into_iter().map(AutoNotice::from).collect::<Vec<_>>()).into_response());
+    }
+    let shutdown = shared.shutdown.clone();
+    let state = (store, after, std::collections::VecDeque::<AutoNotice>::new(), shutdown);
+    let stream = futures_util::stream::unfold(state, |(store, mut last, mut pending, mut shutdown)| async move {
+        loop {
+            if let Some(n) = pending.pop_front() {
+                last = n.id;
+                let data = serde_json::to_string(&n).unwrap_or_default();
+                let kind =
+                    serde_json::to_value(n.kind).ok().and_then(|k| k.as_str().map(str::to_owned)).unwrap_or_default();
+                let sse = axum::response::sse::Event::default().id(n.id.to_string()).event(kind).data(data);
+                return Some((Ok::<_, std::convert::Infallible>(sse), (store, last, pending, shutdown)));
+            }
+            if *shutdown.borrow() {
+                return None;
+            }
+            let reader = Arc::clone(&store);
+            let found = tokio::task::spawn_blocking(move || auto::notices(&reader, last, NOTICES)).await;
+            match found {
+                Ok(Ok(list)) if !list.is_empty() => pending.extend(list.into_iter().map(AutoNotice::from)),
+                Ok(Ok(_)) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                        _ = shutdown.changed() => return None,
+                    }
+                }
+                _ => return None,
+            }
+        }
+    });
+    Ok(super::events::sse_response(&shared, stream))
 }
 
 /// The night's summary of session `id`'s loop (its latest): each step the agent reported,

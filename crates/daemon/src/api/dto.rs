@@ -479,6 +479,38 @@ pub struct AutoReport {
     pub report: serde_json::Value,
 }
 
+/// `GET /api/task-auto/notices`: a loop needs a person, or ended.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AutoNotice {
+    /// Its position (resume after it: `?after=` or `Last-Event-ID`).
+    pub id: i64,
+    /// The loop's session.
+    pub session_name: String,
+    /// When (RFC 3339).
+    pub at: String,
+    /// What.
+    #[schema(value_type = String, example = "needs_human")]
+    pub kind: loopwright_auto::event::NoticeKind,
+    /// In words.
+    pub text: String,
+}
+
+impl From<loopwright_app::ops::auto::Notice> for AutoNotice {
+    fn from(n: loopwright_app::ops::auto::Notice) -> Self {
+        Self { id: n.id, session_name: n.session_name, at: n.at.to_string(), kind: n.kind, text: n.text }
+    }
+}
+
+/// `GET /api/task-auto/notices` query.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct NoticesQuery {
+    /// Only notices after this position (`Last-Event-ID` does the same for streams).
+    #[param(minimum = 0)]
+    pub after: Option<u64>,
+}
+
 /// `GET /api/sessions/{id}/task-auto/log` query.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

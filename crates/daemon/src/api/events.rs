@@ -23,7 +23,7 @@ use crate::Shared;
 /// The most events read from the journal at once when a stream catches up.
 const BATCH: usize = 500;
 
-fn wants_stream(headers: &HeaderMap) -> bool {
+pub(super) fn wants_stream(headers: &HeaderMap) -> bool {
     headers
         .get(axum::http::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -31,7 +31,7 @@ fn wants_stream(headers: &HeaderMap) -> bool {
 }
 
 /// Where a stream resumes: `Last-Event-ID`, else `?after=`.
-fn resume_from(headers: &HeaderMap, after: Option<u64>) -> Result<u64, ApiError> {
+pub(super) fn resume_from(headers: &HeaderMap, after: Option<u64>) -> Result<u64, ApiError> {
     match headers.get("last-event-id").map(|v| v.to_str().unwrap_or("").trim().to_owned()) {
         Some(id) if !id.is_empty() => {
             id.parse().map_err(|_| ApiError::invalid(format!("Last-Event-ID `{id}`: expected a sequence number")))
@@ -63,7 +63,10 @@ fn sse_of(record: &EventRecord, id: u64, run: Option<&RunId>) -> Sse {
     Sse::default().id(id.to_string()).event(record.event.kind()).data(data.to_string())
 }
 
-fn sse_response(shared: &Shared, stream: impl Stream<Item = Result<Sse, Infallible>> + Send + 'static) -> Response {
+pub(super) fn sse_response(
+    shared: &Shared,
+    stream: impl Stream<Item = Result<Sse, Infallible>> + Send + 'static,
+) -> Response {
     axum::response::Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(shared.heartbeat).text("heartbeat"))
         .into_response()

@@ -69,6 +69,7 @@ pub fn router() -> (Router<Arc<Shared>>, utoipa::openapi::OpenApi) {
         .routes(routes!(auto::screen))
         .routes(routes!(auto::log))
         .routes(routes!(auto::report))
+        .routes(routes!(auto::notices))
         .routes(routes!(auto::keys))
         .routes(routes!(auto::approve_checks))
         .split_for_parts();
