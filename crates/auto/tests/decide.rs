@@ -542,3 +542,132 @@ fn a_loop_nobody_supervises_is_ended_by_a_persons_stop_with_its_wait_cleared() {
     let (same, actions) = w.decide(&ended, Observation::StopAsked, at(1.0));
     assert_eq!((actions, same), (vec![], ended));
 }
+
+/// A loop's status, stop reason and ending after a step.
+type Outcome = (LoopStatus, Option<StopReason>, Option<Ending>);
+
+fn signal(step: &str, result: &str, next: &str, iteration: u64) -> String {
+    format!(
+        r#"{{"step":"{step}","result":"{result}","next":"{next}","checkpoint":"","iteration":{iteration},"timestamp":"2026-11-25T02:00:00Z"}}"#
+    )
+}
+
+#[test]
+fn the_files_the_agent_writes_move_the_loop_by_seed_002s_tables() {
+    let w = World::new();
+    let p = running(|_| {});
+    let files =
+        |signal: Option<String>, stop: Option<&str>| Observation::Files { signal, stop: stop.map(str::to_owned) };
+    // Table: (state change, file contents, journal kinds, then status, stop reason, ending).
+    let mut waiting = p.clone();
+    waiting.status.status = LoopStatus::NeedsHuman;
+    waiting.status.needs_human = Some("a prompt".into());
+    let mut asked = p.clone();
+    asked.status.stop_reason = Some(StopReason::Timeout);
+    asked.internal.stop_requested_at = Some(at(-5.0));
+    let cases: Vec<(&str, &Persisted, Observation, Vec<&str>, Outcome)> = vec![
+        (
+            "a new iteration",
+            &p,
+            files(Some(signal("exec", "(done)", "check", 3)), None),
+            vec!["signal"],
+            (LoopStatus::Running, None, None),
+        ),
+        (
+            "not a signal",
+            &p,
+            files(Some("{\"step\": \"dance\"}".into()), None),
+            vec!["signal_invalid"],
+            (LoopStatus::Running, None, None),
+        ),
+        (
+            "a blocked end",
+            &p,
+            files(Some(signal("exec", "(blocked)", "(stop)", 3)), None),
+            vec!["signal", "loop_ended"],
+            (LoopStatus::Running, None, Some(Ending::Blocked)),
+        ),
+        (
+            "a signal after a person answered",
+            &waiting,
+            files(Some(signal("exec", "(done)", "check", 3)), None),
+            vec!["signal"],
+            (LoopStatus::Running, None, None),
+        ),
+        (
+            "a stop the agent wrote, reason unknown",
+            &p,
+            files(None, Some("{\"reason\": \"<b>owned</b>\"}")),
+            vec!["stop_requested"],
+            (LoopStatus::Running, Some(StopReason::UserStop), None),
+        ),
+        (
+            "a stop with a known reason",
+            &p,
+            files(None, Some("{\"reason\": \"max_iterations\", \"by\": \"ann\"}")),
+            vec!["stop_requested"],
+            (LoopStatus::Running, Some(StopReason::MaxIterations), None),
+        ),
+        (
+            "the stop file consumed: the agent left",
+            &asked,
+            files(None, None),
+            vec!["stop_honoured"],
+            (LoopStatus::Running, Some(StopReason::Timeout), Some(Ending::Stopped)),
+        ),
+    ];
+    for (what, state, obs, journal, outcome) in cases {
+        let (next, actions) = w.decide(state, obs, at(0.0));
+        assert_eq!(kinds(&actions), journal, "{what}");
+        assert_eq!((next.status.status, next.status.stop_reason, next.internal.ending), outcome, "{what}");
+    }
+}
+
+#[test]
+fn a_person_answering_a_refused_prompt_resumes_supervision_when_the_screen_moves_on() {
+    let w = World::new();
+    let mut p = running(|_| {});
+    p.status.status = LoopStatus::NeedsHuman;
+    p.status.needs_human = Some("a destructive command".into());
+    p.internal.last_action_output = 500;
+    p.internal.last_action_hash = loopwright_auto::screen::masked_hash("old");
+    let same = Response { screen: "old".into(), output_bytes: 500, quiet_ms: 900, ..Response::default() };
+    let (still, actions) = w.decide(&p, heartbeat(same, 0), at(1.0));
+    assert_eq!((still.status.status, actions.len()), (LoopStatus::NeedsHuman, 0));
+    let moved = screen(&[("⎿  answered", 600), ("· Zesting…", 600), ("  esc to interrupt", 600)], 700);
+    let (resumed, actions) = w.decide(&p, look(moved), at(2.0));
+    assert_eq!((resumed.status.status, resumed.status.needs_human), (LoopStatus::Running, None));
+    assert_eq!(kinds(&actions), ["verdict"]);
+}
+
+#[test]
+fn limit_messages_without_a_time_or_with_a_relative_one_and_a_cli_that_continues_by_itself() {
+    let w = World::new();
+    let mut p = running(|_| {});
+    p.internal.last_action_output = 100;
+    let wait_of = |line: &str| {
+        let (next, _) = w.decide(&p, look(screen(&[(line, 150)], 200)), at(0.0));
+        (next.status.status, next.status.quota_resets_at)
+    };
+    assert_eq!(
+        wait_of("Quota exceeded. Check your plan and billing details."),
+        (LoopStatus::QuotaWait, Some(at(3600.0)))
+    );
+    assert_eq!(
+        wait_of("■ You've hit your usage limit. Upgrade to Pro (…) or try again in 2 hours 5 minutes."),
+        (LoopStatus::QuotaWait, Some(at(7500.0)))
+    );
+    assert_eq!(
+        wait_of(
+            "TerminalQuotaError: You have exhausted your capacity on this model. Your quota will reset after 1h2m3s."
+        ),
+        (LoopStatus::QuotaWait, Some(at(3723.0)))
+    );
+    // Waiting; the CLI goes back to work by itself at the reset: the wait ends, nothing typed.
+    let (waiting, _) =
+        w.decide(&p, look(screen(&[("Quota exceeded. Check your plan and billing details.", 150)], 200)), at(0.0));
+    let working = screen(&[("· Zesting…", 300), ("  esc to interrupt", 300)], 400);
+    let (back, actions) = w.decide(&waiting, look(working), at(100.0));
+    assert_eq!((back.status.status, back.status.quota_paused_s), (LoopStatus::Running, 100.0));
+    assert_eq!(kinds(&actions), ["quota_resume"]);
+}
