@@ -82,7 +82,20 @@ fn answer(body: &Value, signal_path: &Path) -> (&'static str, String) {
             "iteration": 1, "timestamp": "2026-01-01T00:00:00Z"});
         let write = json!({"type": "tool_use", "id": "toolu_lw1", "name": "Write",
             "input": {"file_path": signal_path.display().to_string(), "content": signal.to_string()}});
-        return ("first", stream(&[json!({"type": "text", "text": "Writing the plan signal."}), write], "tool_use"));
+        // Two shell commands in the same answer: their permission prompts come back to back.
+        let bash = |id: &str, command: &str| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"command": command, "description": "Note progress"}});
+        return (
+            "first",
+            stream(
+                &[
+                    json!({"type": "text", "text": "Noting progress, then writing the plan signal."}),
+                    bash("toolu_lw2", "echo one > one.txt"),
+                    bash("toolu_lw3", "echo two > two.txt"),
+                    write,
+                ],
+                "tool_use",
+            ),
+        );
     }
     ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"))
 }
@@ -188,7 +201,8 @@ fn the_real_claude_code_tui_is_started_answered_and_resumed_after_its_exit() {
     let ws = Ws::empty();
     ws.write(
         ".loopwright/config.toml",
-        "[auto]\nheartbeat_seconds = 0.3\nstall_captures = 200\nstop_grace_seconds = 1\n",
+        // The default heartbeat (a minute): prompts are answered as they appear, not at a look.
+        "[auto]\nstall_captures = 200\nstop_grace_seconds = 1\nrestart_backoff_seconds = 0.5\n",
     );
     ws.write(
         ".loopwright/agents/claude.md",
@@ -236,8 +250,9 @@ fn the_real_claude_code_tui_is_started_answered_and_resumed_after_its_exit() {
     let screen = || holder(&ws, json!({"op": "screen"}))["screen"].as_str().unwrap_or_default().to_owned();
     let shown = || format!("journal: {:#?}\nrequests:\n{}\nscreen:\n{}", journal(), api.shown(), screen());
 
-    // The permission prompt answered, the signal written by Claude Code and journaled, the turn over.
-    wait_until("the signal", 90, || kinds().contains(&"signal".to_owned()), shown);
+    // Three permission prompts back to back (two commands, one file), each answered once, the
+    // signal written by Claude Code and journaled, the turn over — well within the heartbeat.
+    wait_until("the signal", 50, || kinds().contains(&"signal".to_owned()), shown);
     wait_until(
         "the end of the turn",
         60,
@@ -249,6 +264,14 @@ fn the_real_claude_code_tui_is_started_answered_and_resumed_after_its_exit() {
     let argv: Vec<String> = serde_json::from_value(started["data"]["argv"].clone()).expect("argv");
     let id = started["data"]["session_id"].as_str().expect("session id").to_owned();
     assert_eq!(argv[1..3], ["--session-id".to_owned(), id.clone()], "{argv:?}");
+    let answered: Vec<(&str, &str)> = entries
+        .iter()
+        .filter(|e| e["kind"] == "keys" && e["data"]["why"] != "first message")
+        .map(|e| (e["data"]["why"].as_str().unwrap_or_default(), e["data"]["keys"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(answered, [("command prompt", "1"), ("command prompt", "1"), ("edit prompt", "1")], "{}", shown());
+    assert_eq!((ws.read("one.txt"), ws.read("two.txt")), ("one\n".to_owned(), "two\n".to_owned()));
+    assert!(!kinds().contains(&"needs_human".to_owned()), "{}", shown());
     let keys = entries.iter().find(|e| e["kind"] == "keys" && e["data"]["why"] == "edit prompt").expect("an answer");
     assert_eq!(keys["data"]["keys"], "1");
     assert!(
