@@ -131,8 +131,9 @@ pub async fn notices(
     Query(q): Query<NoticesQuery>,
     headers: axum::http::HeaderMap,
 ) -> ApiResult<Response> {
-    let after = super::events::resume_from(&headers, q.after)?;
-    let after = i64::try_from(after).map_err(|_| ApiError::invalid("after: too large"))?;
+    let after = q.after.map(|a| u64::try_from(a).map_err(|_| ApiError::invalid("after: expected a position ≥ 0")));
+    let after = super::events::resume_from(&headers, after.transpose()?)?;
+    let after = i64::try_from(after).map_err(|_| ApiError::invalid("Last-Event-ID: too large for a position"))?;
     let store = Arc::clone(&shared.auto_store);
     if !super::events::wants_stream(&headers) {
         let list = blocking(move || auto::notices(&store, after, NOTICES)).await?;

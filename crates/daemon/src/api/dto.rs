@@ -508,7 +508,7 @@ impl From<loopwright_app::ops::auto::Notice> for AutoNotice {
 pub struct NoticesQuery {
     /// Only notices after this position (`Last-Event-ID` does the same for streams).
     #[param(minimum = 0)]
-    pub after: Option<u64>,
+    pub after: Option<i64>,
 }
 
 /// `GET /api/sessions/{id}/task-auto/log` query.
