@@ -131,6 +131,9 @@ pub async fn notices(
     Query(q): Query<NoticesQuery>,
     headers: axum::http::HeaderMap,
 ) -> ApiResult<Response> {
+    if headers.get("last-event-id").is_some_and(|v| v.to_str().map_or(true, |t| t.trim().is_empty())) {
+        return Err(ApiError::invalid("Last-Event-ID: expected a position (a number)"));
+    }
     let after = q.after.map(|a| u64::try_from(a).map_err(|_| ApiError::invalid("after: expected a position ≥ 0")));
     let after = super::events::resume_from(&headers, after.transpose()?)?;
     let after = i64::try_from(after).map_err(|_| ApiError::invalid("Last-Event-ID: too large for a position"))?;
