@@ -230,6 +230,16 @@ browserTest('a gate: started through the form, waiting with the badge, approved 
   const granted = events.filter((e) => e.event.type === 'approval_granted');
   assert.deepEqual(granted.map((e) => [e.event.stage, e.event.by]), [['ship', 'alice']]);
   assert.deepEqual(errors, []);
+
+  // The finished run opened afresh: no box for the output of a stage in flight, no stream.
+  const done = await newPage();
+  const streams = [];
+  done.on('request', (r) => { if (r.url().includes(`/api/runs/${run}/output`)) streams.push(r.url()); });
+  await done.goto(`${base}/runs/${run}`);
+  assert.equal(await done.getAttribute('body', 'data-final'), 'true');
+  await done.waitForTimeout(1000);
+  assert.ok(await done.locator('section.live-output').isHidden(), 'a finished run shows a live-output box');
+  assert.deepEqual(streams, [], 'a finished run opened an output stream');
 });
 
 browserTest('an escalation answered with fix and a hint, and the run goes on', async (newPage) => {
@@ -238,8 +248,10 @@ browserTest('an escalation answered with fix and a hint, and the run goes on', a
   await page.getByText('is escalated to you').waitFor();
   assert.match(await page.textContent('.report'), /Task Escalation Required/);
   await shot(page, 'dashboard-run-escalation.png');
-  await page.check('#respond-form input[value="fix"]');
+  // Guidance typed with "Retry" still selected is the fix the person meant, not dropped.
+  assert.ok(await page.isChecked('#respond-form input[value="retry"]'));
   await page.fill('#respond-form textarea[name="text"]', 'make it executable with chmod +x');
+  assert.ok(await page.isChecked('#respond-form input[value="fix"]'), 'typing guidance chose "Fix"');
   await page.click('#respond-form button[type="submit"]');
   await page.locator('#run-status', { hasText: 'success' }).waitFor();
   assert.ok(await notReloaded(page));
@@ -260,11 +272,22 @@ browserTest('a running stage: its output live, cancelled with a click, its proce
   await page.locator('#live-output', { hasText: 'started sleeping' }).waitFor();
   assert.match(await page.textContent('#output-which'), /wait, attempt 1/);
   await waitFor('the stage process', () => sleepers().length === 1);
+  // The stage in flight shows how long it has run so far, its bar the longest.
+  await page.waitForTimeout(1200);
+  const viewer = await newPage();
+  await viewer.goto(page.url());
+  const row = viewer.locator('.stage-row.status-running');
+  assert.match(await row.locator('.num').textContent(), /1 attempt · [1-9]\.\d s/);
+  assert.equal(await row.locator('.bar').evaluate((b) => b.classList.contains('w100')), true);
+  await viewer.close();
   await shot(page, 'dashboard-run-running.png');
   await page.click('button[data-action="cancel"][data-rollback="false"]');
   await page.locator('#run-status', { hasText: 'cancelled' }).waitFor();
   assert.ok(await notReloaded(page));
   await waitFor('the stage process to be gone', () => sleepers().length === 0, 10);
+  // The run ended with the stage in flight: the stage says so, not "running".
+  await page.reload();
+  assert.equal(await page.locator('.stage-row.status-running').count(), 0);
 });
 
 browserTest('an invalid pipeline: the form shows where and what', async (newPage) => {

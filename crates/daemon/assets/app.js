@@ -200,6 +200,13 @@
   }
 
   // ---- Actions -------------------------------------------------------------------------
+  // Typing guidance for the next attempt chooses "Fix with this guidance".
+  document.addEventListener('input', (e) => {
+    if (e.target.matches('#respond-form textarea[name="text"]') && e.target.value.trim()) {
+      const fix = $('#respond-form input[value="fix"]');
+      if (fix) fix.checked = true;
+    }
+  });
   document.addEventListener('click', async (e) => {
     const button = e.target.closest('button[data-action]');
     if (!button || !runId) return;
@@ -227,8 +234,9 @@
     if (form.id === 'respond-form' && runId) {
       e.preventDefault();
       const data = new FormData(form);
-      const answer = data.get('answer');
       const text = String(data.get('text') || '').trim();
+      // Guidance written is guidance meant: with Retry still selected it is sent as a fix.
+      const answer = data.get('answer') === 'retry' && text ? 'fix' : data.get('answer');
       if (answer === 'fix' && !text) { notice('fix: write the guidance for the next attempt', true); return; }
       const r = await api('POST', `/api/runs/${encodeURIComponent(runId)}/respond`, { answer, text: answer === 'fix' ? text : null, by: by() });
       notice(r.ok ? `answered ${answer} (${by()})` : `respond: ${errorText(r)}`, !r.ok);

@@ -282,7 +282,21 @@ fn run_context(
         (Some(f), Some(l)) => (if status.is_final() { l } else { now }).duration_since(f).as_millis() as i64,
         _ => 0,
     };
-    let longest = state.stages.iter().map(|s| s.duration_ms).max().unwrap_or(0).max(1);
+    // A stage in flight has run for its finished attempts and the current one so far.
+    let in_attempt_since = |id: &loopwright_spec::StageId| {
+        events.iter().rev().find_map(|e| match &e.event {
+            Event::AttemptStarted { stage, .. } if stage == id => Some(e.at),
+            _ => None,
+        })
+    };
+    let shown_ms = |st: &loopwright_engine::state::StageState| {
+        let running = matches!(st.status, StageStatus::Running | StageStatus::Looping) && !status.is_final();
+        let current = in_attempt_since(&st.id)
+            .filter(|_| running)
+            .map_or(0, |at| u64::try_from(now.duration_since(at).as_millis()).unwrap_or(0));
+        st.duration_ms + current
+    };
+    let longest = state.stages.iter().map(shown_ms).max().unwrap_or(0).max(1);
     let in_flight = output::in_flight(state);
     let result = loopwright_engine::result::PipelineResult::from_state(state);
     // The stage at a gate or escalation the run waits on.
@@ -298,7 +312,15 @@ fn run_context(
             }));
             continue;
         };
-        let status_word = if waiting_at == Some(st.id.as_str()) { "waiting" } else { stage_word(st.status) };
+        let status_word = if waiting_at == Some(st.id.as_str()) {
+            "waiting"
+        } else if status.is_final() && matches!(st.status, StageStatus::Running | StageStatus::Looping) {
+            // The run ended (interrupted, cancelled) while this stage was in flight.
+            "interrupted"
+        } else {
+            stage_word(st.status)
+        };
+        let ms = shown_ms(st);
         let attempts: Vec<Value> =
             attempts.get(st.id.as_str()).map(|a| a.iter().map(attempt_context).collect()).unwrap_or_default();
         let budget = pipeline.stage(st.id.as_str()).map(|s| s.budget).unwrap_or_default();
@@ -326,8 +348,8 @@ fn run_context(
             "status": status_word,
             "icon": icon(status_word),
             "attempts_count": st.attempts,
-            "duration": duration(st.duration_ms as i64),
-            "width": (st.duration_ms as f64 / longest as f64 * 100.0).clamp(1.0, 100.0).round(),
+            "duration": duration(ms as i64),
+            "width": (ms as f64 / longest as f64 * 100.0).clamp(1.0, 100.0).round(),
             "marks": (1..=st.attempts).collect::<Vec<u32>>(),
             "attempts": attempts,
             "spend": spend_line,
