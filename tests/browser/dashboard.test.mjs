@@ -260,6 +260,10 @@ browserTest('an escalation answered with fix and a hint, and the run goes on', a
   assert.equal(answers.length, 1);
   assert.deepEqual(answers[0].answer, { answer: 'fix', text: 'make it executable with chmod +x' });
   assert.equal(answers[0].by, 'alice');
+  // Every attempt of the closed loop says how long it took.
+  const attempts = (await api('GET', `/api/runs/${run}/stages/implement/attempts`)).body;
+  assert.ok(attempts.length >= 2, JSON.stringify(attempts));
+  for (const a of attempts) assert.ok(a.duration_ms > 0, `attempt ${a.number} took ${a.duration_ms} ms`);
   // The hint reached the next attempt's prompt, shown on the page.
   await page.locator('#attempt-implement-2').evaluate((d) => { d.open = true; });
   await page.locator('#attempt-implement-2 details').first().evaluate((d) => { d.open = true; });

@@ -273,6 +273,13 @@ pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&Eve
                 _ => {}
             }
         }
+        // A closed-loop attempt ends in a phase (its fix, its analysis), not in an attempt's
+        // end, and a failed one may be journaled with no time: its span is what it took.
+        if let (Some(start), Some(end)) = (a.started_at, a.ended_at)
+            && a.duration_ms.is_none_or(|d| d == 0)
+        {
+            a.duration_ms = Some(u64::try_from(end.duration_since(start).as_millis()).unwrap_or(0));
+        }
         out.push(a);
     }
     out
