@@ -229,6 +229,8 @@ browserTest('a gate: started through the form, waiting with the badge, approved 
   const events = (await api('GET', `/api/runs/${run}/events`)).body;
   const granted = events.filter((e) => e.event.type === 'approval_granted');
   assert.deepEqual(granted.map((e) => [e.event.stage, e.event.by]), [['ship', 'alice']]);
+  // Who answered is shown on the run page.
+  await page.locator('#answers li', { hasText: 'alice approved ship' }).waitFor();
   assert.deepEqual(errors, []);
 
   // The finished run opened afresh: no box for the output of a stage in flight, no stream.
@@ -260,6 +262,7 @@ browserTest('an escalation answered with fix and a hint, and the run goes on', a
   assert.equal(answers.length, 1);
   assert.deepEqual(answers[0].answer, { answer: 'fix', text: 'make it executable with chmod +x' });
   assert.equal(answers[0].by, 'alice');
+  assert.match(await page.innerText('#answers'), /alice answered implement: fix — make it executable with chmod \+x/);
   // Every attempt of the closed loop says how long it took.
   const attempts = (await api('GET', `/api/runs/${run}/stages/implement/attempts`)).body;
   assert.ok(attempts.length >= 2, JSON.stringify(attempts));

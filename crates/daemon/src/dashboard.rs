@@ -395,6 +395,7 @@ fn run_context(
         "resumable": resumable,
         "stages": stages,
         "waiting": waiting,
+        "answers": read::answers(events).into_iter().map(AnswerView::of).collect::<Vec<_>>(),
         "artifacts": result.artifacts,
         "failed_stage": result.failed_stage,
         "rollback": rollback,
@@ -559,6 +560,30 @@ async fn auto_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Res
             "defaults": {"max_iterations": defaults.max_iterations, "timeout_minutes": format!("{}", defaults.timeout_minutes)},
         }),
     )
+}
+
+/// An answer a person gave the run, as its page shows it.
+#[derive(Debug, Serialize)]
+struct AnswerView {
+    at: Moment,
+    by: String,
+    verb: &'static str,
+    stage: Option<String>,
+    detail: Option<String>,
+    comment: Option<String>,
+}
+
+impl AnswerView {
+    fn of(a: read::PersonAnswer) -> Self {
+        Self {
+            at: Moment::of(a.at),
+            by: a.by,
+            verb: a.action.verb(),
+            stage: a.stage,
+            detail: a.detail,
+            comment: a.comment,
+        }
+    }
 }
 
 /// One loop as the auto page shows it.

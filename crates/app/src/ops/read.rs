@@ -308,3 +308,97 @@ pub fn escalation_report(state: &RunState) -> Option<(loopwright_spec::StageId, 
     );
     Some((stage.id.clone(), message))
 }
+
+/// What a person did to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PersonAction {
+    /// Approved a gate.
+    Approved,
+    /// Rejected a gate.
+    Rejected,
+    /// Answered an escalation.
+    Answered,
+    /// Asked for the run to be cancelled.
+    Cancelled,
+}
+
+impl PersonAction {
+    /// As a verb in a sentence.
+    pub fn verb(self) -> &'static str {
+        match self {
+            Self::Approved => "approved",
+            Self::Rejected => "rejected",
+            Self::Answered => "answered",
+            Self::Cancelled => "cancelled the run",
+        }
+    }
+}
+
+/// Who answered a run, when, what and with which words: the run page's "Answers".
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PersonAnswer {
+    /// When.
+    pub at: jiff::Timestamp,
+    /// Who.
+    pub by: String,
+    /// What.
+    pub action: PersonAction,
+    /// The stage it was about.
+    pub stage: Option<String>,
+    /// The answer in words (an escalation's choice, a rollback asked for).
+    pub detail: Option<String>,
+    /// Their comment or guidance.
+    pub comment: Option<String>,
+}
+
+/// Every answer people gave a run, in order, from its journal.
+pub fn answers(events: &[EventRecord]) -> Vec<PersonAnswer> {
+    use loopwright_engine::Event;
+    use loopwright_engine::event::Answer;
+    events
+        .iter()
+        .filter_map(|r| {
+            let at = r.at;
+            let one = |by: &str, action, stage: Option<&str>, detail: Option<String>, comment: Option<&String>| {
+                PersonAnswer {
+                    at,
+                    by: by.to_owned(),
+                    action,
+                    stage: stage.map(str::to_owned),
+                    detail,
+                    comment: comment.cloned(),
+                }
+            };
+            match &r.event {
+                Event::ApprovalGranted { stage, by, comment } => {
+                    Some(one(by, PersonAction::Approved, Some(stage.as_str()), None, comment.as_ref()))
+                }
+                Event::ApprovalRejected { stage, by, comment, rollback } => Some(one(
+                    by,
+                    PersonAction::Rejected,
+                    Some(stage.as_str()),
+                    rollback.then(|| "and rolled back".to_owned()),
+                    comment.as_ref(),
+                )),
+                Event::EscalationAnswered { stage, answer, by } => {
+                    let (detail, guidance) = match answer {
+                        Answer::Retry => ("retry", None),
+                        Answer::Fix { text } => ("fix", Some(text)),
+                        Answer::Skip => ("skip the stage", None),
+                        Answer::Abort => ("abort the run", None),
+                    };
+                    Some(one(by, PersonAction::Answered, Some(stage.as_str()), Some(detail.to_owned()), guidance))
+                }
+                Event::CancelRequested { by, rollback } => Some(one(
+                    by,
+                    PersonAction::Cancelled,
+                    None,
+                    rollback.then(|| "and asked for a rollback".to_owned()),
+                    None,
+                )),
+                _ => None,
+            }
+        })
+        .collect()
+}
