@@ -364,15 +364,7 @@ fn run_context(
             .map(|s| ops::answer::skip_impact(pipeline, state, &s));
         json!({"kind": w.kind, "stage": w.stage, "report": report, "skip_impact": impact})
     });
-    let rollback: Vec<String> = events
-        .iter()
-        .filter_map(|r| match &r.event {
-            Event::RollbackStarted { .. } | Event::StageRolledBack { .. } | Event::RollbackFinished { .. } => {
-                Some(format!("{} {}", r.event.kind(), serde_json::to_string(&r.event).unwrap_or_default()))
-            }
-            _ => None,
-        })
-        .collect();
+    let rollback: Vec<String> = events.iter().filter_map(|r| rollback_line(&r.event)).collect();
     let letters: Vec<Value> = ops::dead_letters::list(&shared.ws)
         .into_iter()
         .filter(|row| row.run_id == state.run_id.as_str())
@@ -560,6 +552,30 @@ async fn auto_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Res
             "defaults": {"max_iterations": defaults.max_iterations, "timeout_minutes": format!("{}", defaults.timeout_minutes)},
         }),
     )
+}
+
+/// A rollback's step in words: what was undone, how, and how it went.
+fn rollback_line(event: &Event) -> Option<String> {
+    use loopwright_spec::pipeline::RollbackStrategy;
+    let names = |stages: &[loopwright_spec::StageId]| stages.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
+    Some(match event {
+        Event::RollbackStarted { trigger: Some(t), stages } => {
+            format!("Rolling back {} after {} failed", names(stages), t.as_str())
+        }
+        Event::RollbackStarted { trigger: None, stages } => format!("Rolling back {} (asked for)", names(stages)),
+        Event::StageRolledBack { stage, strategy, status, detail } => {
+            let how = match strategy {
+                RollbackStrategy::GitRevert => "its commits reverted",
+                RollbackStrategy::FileRestore => "its files restored",
+                RollbackStrategy::MemoryCleanup => "its artifacts and state removed",
+                RollbackStrategy::Manual => "manual steps",
+            };
+            let detail = if detail.trim().is_empty() { String::new() } else { format!(": {}", detail.trim()) };
+            format!("{} — {how}, {}{detail}", stage.as_str(), status.as_str())
+        }
+        Event::RollbackFinished { overall } => format!("Rollback finished: {}", overall.as_str()),
+        _ => return None,
+    })
 }
 
 /// An answer a person gave the run, as its page shows it.
@@ -804,6 +820,47 @@ fn auto_view(
 
 #[cfg(test)]
 mod tests {
+    use super::rollback_line;
+    use loopwright_engine::Event;
+    use loopwright_engine::event::RollbackStatus;
+    use loopwright_spec::StageId;
+    use loopwright_spec::pipeline::RollbackStrategy;
+
+    #[test]
+    fn a_rollback_reads_as_what_was_undone_and_how_it_went() {
+        let id = |s: &str| StageId::parse(s).expect("stage id");
+        let lines: Vec<Option<String>> = [
+            Event::RollbackStarted { trigger: Some(id("deploy")), stages: vec![id("build"), id("plan")] },
+            Event::StageRolledBack {
+                stage: id("build"),
+                strategy: RollbackStrategy::GitRevert,
+                status: RollbackStatus::Success,
+                detail: "reverted 2 commits".into(),
+            },
+            Event::StageRolledBack {
+                stage: id("plan"),
+                strategy: RollbackStrategy::Manual,
+                status: RollbackStatus::Pending,
+                detail: " ".into(),
+            },
+            Event::RollbackFinished { overall: RollbackStatus::Partial },
+            Event::RunQueued {},
+        ]
+        .iter()
+        .map(rollback_line)
+        .collect();
+        assert_eq!(
+            lines,
+            [
+                Some("Rolling back build, plan after deploy failed".to_owned()),
+                Some("build — its commits reverted, success: reverted 2 commits".to_owned()),
+                Some("plan — manual steps, pending".to_owned()),
+                Some("Rollback finished: partial".to_owned()),
+                None,
+            ]
+        );
+    }
+
     use super::fact_text;
     use serde_json::json;
 
