@@ -248,7 +248,10 @@ browserTest('an escalation answered with fix and a hint, and the run goes on', a
   const page = await newPage();
   const run = await startThroughForm(page, 'fixit', 'Add the check script');
   await page.getByText('is escalated to you').waitFor();
-  assert.match(await page.textContent('.report'), /Task Escalation Required/);
+  // The escalation report is rendered: headings and tables, no Markdown marks left.
+  await page.locator('.report.rendered h2', { hasText: 'Task Escalation Required' }).waitFor();
+  assert.ok(await page.locator('.report.rendered table').count() > 0, 'the attempt history is a table');
+  assert.doesNotMatch(await page.innerText('.report.rendered'), /\*\*Task:\*\*|^## /m);
   await shot(page, 'dashboard-run-escalation.png');
   // Guidance typed with "Retry" still selected is the fix the person meant, not dropped.
   assert.ok(await page.isChecked('#respond-form input[value="retry"]'));
@@ -317,6 +320,14 @@ browserTest('dead letters and stats', async (newPage) => {
   await page.goto(`${base}/dead-letters`);
   await page.locator('details.letter summary').first().click();
   assert.match(await page.textContent('details.letter'), /widget frobnication incomplete/);
+  // What to do comes first, rendered; the record's fields are apart, closed, at the end.
+  const letter = page.locator('details.letter').first();
+  assert.ok(await letter.locator('.report.rendered h2, .report.rendered h1').count() > 0, 'the dead letter is rendered');
+  assert.equal(await letter.locator('details.fields').getAttribute('open'), null);
+  assert.doesNotMatch(await letter.locator('.report.rendered').innerText(), /^task_id:/m);
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'dead letters wider than a phone');
+  await page.setViewportSize({ width: 1280, height: 800 });
   await shot(page, 'dashboard-dead-letters.png');
   await page.goto(`${base}/stats`);
   assert.match(await page.textContent('main'), /Attempts by failure pattern/);

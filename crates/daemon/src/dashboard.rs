@@ -358,7 +358,9 @@ fn run_context(
         }));
     }
     let waiting = result.waiting.as_ref().filter(|_| status == RunStatus::Waiting).map(|w| {
-        let report = (w.kind == "escalation").then(|| read::escalation_report(state).map(|(_, m)| m)).flatten();
+        let report = (w.kind == "escalation")
+            .then(|| read::escalation_report(state).map(|(_, m)| render_markdown(&m)))
+            .flatten();
         let impact = loopwright_spec::StageId::parse(&w.stage)
             .filter(|_| w.kind == "escalation")
             .map(|s| ops::answer::skip_impact(pipeline, state, &s));
@@ -369,7 +371,7 @@ fn run_context(
         .into_iter()
         .filter(|row| row.run_id == state.run_id.as_str())
         .filter_map(|row| ops::dead_letters::show(&shared.ws, &row.task_id).ok())
-        .map(|l| json!({"task_id": l.task_id, "text": l.text}))
+        .map(|l| json!({"task_id": l.task_id, "text": render_markdown(&l.text)}))
         .collect();
     let resumable = matches!(ops::resume::check(state), Ok(ops::resume::Resumable::Yes))
         && matches!(status, RunStatus::Interrupted);
@@ -490,7 +492,8 @@ async fn dead_letters_page(State(shared): State<Arc<Shared>>, headers: HeaderMap
     let letters: Vec<Value> = ops::dead_letters::list(&shared.ws)
         .into_iter()
         .map(|row| {
-            let text = ops::dead_letters::show(&shared.ws, &row.task_id).map(|l| l.text).unwrap_or_default();
+            let text =
+                render_markdown(&ops::dead_letters::show(&shared.ws, &row.task_id).map(|l| l.text).unwrap_or_default());
             json!({
                 "task_id": row.task_id, "stage": row.stage, "run_id": row.run_id, "pattern": row.final_pattern,
                 "attempts": row.total_attempts, "blocked_at": row.blocked_at, "reason": row.blocked_reason,
@@ -552,6 +555,34 @@ async fn auto_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Res
             "defaults": {"max_iterations": defaults.max_iterations, "timeout_minutes": format!("{}", defaults.timeout_minutes)},
         }),
     )
+}
+
+/// A report written in Markdown (an escalation, a dead letter) as the page shows it: its body
+/// rendered, its YAML frontmatter (the record's fields) apart, for the end.
+#[derive(Debug, Serialize)]
+struct Rendered {
+    /// The body as HTML: headings, lists, tables, code; no raw HTML, link or image of the
+    /// text's own (what an agent or a model wrote is in it).
+    html: String,
+    /// The frontmatter, as written.
+    frontmatter: Option<String>,
+}
+
+fn render_markdown(text: &str) -> Rendered {
+    use pulldown_cmark::{Event as Md, Options, Parser, Tag, TagEnd};
+    let (frontmatter, body) = match text.strip_prefix("---\n").and_then(|rest| rest.split_once("\n---\n")) {
+        Some((front, body)) => (Some(front.to_owned()), body),
+        None => (None, text),
+    };
+    let events = Parser::new_ext(body, Options::ENABLE_TABLES).filter_map(|e| match e {
+        // HTML in the text is shown as text; links and images keep only their words.
+        Md::Html(raw) | Md::InlineHtml(raw) => Some(Md::Text(raw)),
+        Md::Start(Tag::Link { .. } | Tag::Image { .. }) | Md::End(TagEnd::Link | TagEnd::Image) => None,
+        other => Some(other),
+    });
+    let mut html = String::new();
+    pulldown_cmark::html::push_html(&mut html, events);
+    Rendered { html, frontmatter }
 }
 
 /// A rollback's step in words: what was undone, how, and how it went.
@@ -825,6 +856,19 @@ mod tests {
     use loopwright_engine::event::RollbackStatus;
     use loopwright_spec::StageId;
     use loopwright_spec::pipeline::RollbackStrategy;
+
+    #[test]
+    fn a_report_is_rendered_without_the_texts_own_html_links_or_images_and_its_fields_apart() {
+        let text = "---\ntask_id: t-1\nattempts: 3\n---\n## Error chain\n\n1. `check` failed: <script>alert(1)</script>\n\n[click](javascript:alert(1)) ![x](http://evil/x.png)\n\n| a | b |\n|---|---|\n| 1 | 2 |\n";
+        let r = super::render_markdown(text);
+        assert_eq!(r.frontmatter.as_deref(), Some("task_id: t-1\nattempts: 3"));
+        assert_eq!(
+            r.html,
+            "<h2>Error chain</h2>\n<ol>\n<li><code>check</code> failed: &lt;script&gt;alert(1)&lt;/script&gt;</li>\n</ol>\n<p>click x</p>\n<table><thead><tr><th>a</th><th>b</th></tr></thead><tbody>\n<tr><td>1</td><td>2</td></tr>\n</tbody></table>\n"
+        );
+        // No frontmatter: all of it is the body.
+        assert_eq!(super::render_markdown("plain *text*").html, "<p>plain <em>text</em></p>\n");
+    }
 
     #[test]
     fn a_rollback_reads_as_what_was_undone_and_how_it_went() {
