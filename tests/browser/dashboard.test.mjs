@@ -274,6 +274,12 @@ browserTest('an escalation answered with fix and a hint, and the run goes on', a
   await page.locator('#attempt-implement-2').evaluate((d) => { d.open = true; });
   await page.locator('#attempt-implement-2 details').first().evaluate((d) => { d.open = true; });
   assert.match(await page.textContent('#attempt-implement-2'), /make it executable with chmod \+x/);
+  // Every attempt and phase in words: no raw JSON anywhere on the page, attempts not named by
+  // their journal events.
+  await page.evaluate(() => document.querySelectorAll('details').forEach((d) => { d.open = true; }));
+  const text = await page.innerText('main');
+  assert.doesNotMatch(text, /\{"/, `raw JSON on the run page: ${(text.match(/.{0,200}\{".{0,200}/s) || [''])[0]}`);
+  assert.match(await page.innerText('#attempt-implement-1 > summary'), /Attempt 1 — failed; escalated to a person/);
 });
 
 browserTest('a running stage: its output live, cancelled with a click, its process gone', async (newPage) => {

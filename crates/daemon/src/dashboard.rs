@@ -437,9 +437,72 @@ fn fact_text(key: &str, value: &Value) -> Option<String> {
             format!("{}{strategy}: {}", text(a, "next"), text(a, "reason"))
         }
         ("fix", f @ Value::Object(_)) => format!("{}: {}", text(f, "strategy"), text(f, "applied")),
-        (_, Value::String(s)) => s.clone(),
-        (_, other) => other.to_string(),
+        ("duration_ms", Value::Number(n)) => duration(n.as_i64().unwrap_or(0)),
+        ("checks", Value::Array(checks)) => checks
+            .iter()
+            .map(|c| {
+                let name = c.get("name").and_then(Value::as_str).or_else(|| c.get("command").and_then(Value::as_str));
+                let outcome =
+                    match (c.get("passed").and_then(Value::as_bool), c.get("exit_code").and_then(Value::as_i64)) {
+                        (Some(true), _) => "passed".to_owned(),
+                        (_, Some(code)) => format!("exit code {code}"),
+                        _ => "failed".to_owned(),
+                    };
+                format!("`{}` {outcome}", name.unwrap_or("a check"))
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        (_, other) => words(other),
     })
+}
+
+/// Any journaled value as plain words: lists joined, fields as `name: value`, no braces or
+/// quotes (nothing on a page reads as raw JSON).
+fn words(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::Bool(b) => if *b { "yes" } else { "no" }.to_owned(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items.iter().map(words).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(", "),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| (k, words(v)))
+            .filter(|(_, w)| !w.is_empty())
+            .map(|(k, w)| format!("{}: {w}", k.replace('_', " ")))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+/// How an attempt ended, in words (a closed-loop attempt ends in one of its phases).
+fn attempt_word(status: &str) -> String {
+    match status {
+        "generated" => "generated, not checked yet",
+        "validated" => "validated, its checks next",
+        "evaluated" => "checked",
+        "regression_checked" => "checked for regressions",
+        "analyzed" => "failed; its failure analyzed",
+        "fix_applied" => "failed; a fix was applied for the next attempt",
+        "loop_escalated" => "failed; escalated to a person",
+        "dead_lettered" => "failed; given up (dead letter)",
+        other => other,
+    }
+    .to_owned()
+}
+
+/// A stage's error in words: what failed, how it ended and the pattern it matched.
+fn error_words(e: &loopwright_engine::StageError) -> String {
+    let mut text = e.message.trim().to_owned();
+    if let Some(code) = e.exit_code
+        && !text.contains(&format!("exit code {code}"))
+    {
+        text.push_str(&format!(" (exit code {code})"));
+    }
+    if let Some(p) = &e.pattern {
+        text.push_str(&format!(" — failure pattern {p}"));
+    }
+    text
 }
 
 fn attempt_context(a: &read::Attempt) -> Value {
@@ -471,14 +534,15 @@ fn attempt_context(a: &read::Attempt) -> Value {
         .collect();
     json!({
         "number": a.number,
-        "status": a.status,
+        "status": attempt_word(&a.status),
         "icon": icon(&a.status),
         "started": a.started_at.map(when),
         "duration": a.duration_ms.map(|d| duration(d as i64)),
         "prompt": a.prompt,
         "output": a.output,
         "stderr": a.stderr,
-        "error": a.error.as_ref().map(|e| serde_json::to_string_pretty(e).unwrap_or_default()),
+        "error": a.error.as_ref().map(error_words),
+        "error_output": a.error.as_ref().map(|e| e.output_tail.clone()).filter(|t| !t.trim().is_empty()),
         "retry_context": a.retry_context,
         "usage": usage,
         "phases": phases,
@@ -871,6 +935,28 @@ mod tests {
     }
 
     #[test]
+    fn any_phase_field_reads_as_words_never_as_json() {
+        let facts = [
+            ("files", json!({"created": ["scripts/check.sh"], "deleted": []})),
+            ("gates", json!(["syntax", "workspace_boundary"])),
+            ("checks", json!([{"command": "./check.sh", "exit_code": 126}, {"name": "lint", "passed": true}])),
+            ("duration_ms", json!(2300)),
+            ("clean", json!(false)),
+        ];
+        let shown: Vec<Option<String>> = facts.iter().map(|(k, v)| super::fact_text(k, v)).collect();
+        assert_eq!(
+            shown,
+            [
+                Some("created: scripts/check.sh".to_owned()),
+                Some("syntax, workspace_boundary".to_owned()),
+                Some("`./check.sh` exit code 126, `lint` passed".to_owned()),
+                Some("2.3 s".to_owned()),
+                Some("no".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
     fn a_rollback_reads_as_what_was_undone_and_how_it_went() {
         let id = |s: &str| StageId::parse(s).expect("stage id");
         let lines: Vec<Option<String>> = [
@@ -926,7 +1012,7 @@ mod tests {
         );
         let fix = json!({"strategy": "auto_fix", "applied": "ran cargo fmt"});
         assert_eq!(fact_text("fix", &fix).as_deref(), Some("auto_fix: ran cargo fmt"));
-        assert_eq!(fact_text("dependents", &json!(["a.py"])).as_deref(), Some("[\"a.py\"]"));
+        assert_eq!(fact_text("dependents", &json!(["a.py", "b.py"])).as_deref(), Some("a.py, b.py"));
         assert_eq!(fact_text("failure", &serde_json::Value::Null), None);
     }
 }

@@ -186,7 +186,7 @@ pub struct Attempt {
     /// What it printed on stderr.
     pub stderr: Option<String>,
     /// Why it failed.
-    pub error: Option<serde_json::Value>,
+    pub error: Option<loopwright_engine::StageError>,
     /// The `<retry_context>` block of its prompt, when it was a retry.
     pub retry_context: Option<String>,
     /// Tokens and cost.
@@ -251,7 +251,7 @@ pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&Eve
                 }
                 Event::AttemptFailed { attempt, duration_ms, error, .. } if *attempt == number => {
                     (a.status, a.ended_at, a.duration_ms) = ("failed".into(), Some(r.at), Some(*duration_ms));
-                    a.error = serde_json::to_value(error).ok();
+                    a.error = Some(error.clone());
                 }
                 Event::UsageRecorded { attempt, usage, .. } if *attempt == number => {
                     a.usage = serde_json::to_value(usage).ok();
