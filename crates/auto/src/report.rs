@@ -42,8 +42,10 @@ pub struct Report {
     /// Each time the agent was helped along, with why: stalls (nudged), hung calls, failed
     /// verifications, continuations.
     pub recoveries: Vec<Happening>,
-    /// Each restart of the agent, with why.
+    /// Each restart of the agent (and each exit and takeover around it), with why.
     pub restarts: Vec<Happening>,
+    /// How many times the agent was started again.
+    pub restart_count: usize,
     /// Each time a person was needed, with why.
     pub needs_human: Vec<Happening>,
     /// What the agent changed in the module since the loop started.
@@ -135,6 +137,7 @@ impl Report {
             waits: vec![],
             recoveries: vec![],
             restarts: vec![],
+            restart_count: 0,
             needs_human: vec![],
             changes,
             cost: None,
@@ -169,9 +172,11 @@ impl Report {
                 AutoEvent::Keys { why, .. } if why == "continuation prompt" => {
                     r.recoveries.push(happened("a continuation prompt answered".into()));
                 }
-                AutoEvent::Restart { .. } | AutoEvent::Reattached { .. } | AutoEvent::Failed { .. } => {
+                AutoEvent::Restart { .. } => {
+                    r.restart_count += 1;
                     r.restarts.push(happened(e.describe()));
                 }
+                AutoEvent::Reattached { .. } | AutoEvent::Failed { .. } => r.restarts.push(happened(e.describe())),
                 AutoEvent::Exited { excerpt, .. } => {
                     if let Some(cost) = cost_line(excerpt) {
                         r.cost = Some(cost);
@@ -420,6 +425,7 @@ mod tests {
         let report = Report::build(&status, &entries, changes, at("2026-11-25T09:00:00Z"));
         assert_eq!(report.cost.as_deref(), Some("Total cost: $1.20"));
         assert_eq!(report.ended_at, Some(at("2026-11-25T02:31:00Z")));
+        assert_eq!(report.restart_count, 1);
         assert_eq!(
             report.to_markdown(),
             "# Auto loop `night`: complete

@@ -816,7 +816,7 @@ async fn auto_report_page(
         checks_failed: r.checks.iter().filter(|c| !c.passed).count(),
         waits: r.waits.len(),
         recoveries: r.recoveries.len(),
-        restarts: r.restarts.iter().filter(|h| h.what.starts_with("restart ")).count(),
+        restarts: r.restart_count,
         needs_human: r.needs_human.len(),
         cost: r.cost.clone(),
         markdown: r.to_markdown(),

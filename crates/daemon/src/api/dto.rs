@@ -371,7 +371,7 @@ impl From<loopwright_auto::report::Report> for AutoReport {
             iterations: r.iterations,
             elapsed_s: r.elapsed_s,
             waited_s: r.waited_s,
-            restarts: r.restarts.iter().filter(|h| h.what.starts_with("restart ")).count(),
+            restarts: r.restart_count,
             needs_human: r.needs_human.len(),
             cost: r.cost.clone(),
             markdown: r.to_markdown(),
