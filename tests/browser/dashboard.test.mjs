@@ -233,6 +233,16 @@ browserTest('a gate: started through the form, waiting with the badge, approved 
   await page.locator('#answers li', { hasText: 'alice approved ship' }).waitFor();
   assert.deepEqual(errors, []);
 
+  // A gate rejected with a comment: the run's header says who and why, not just "cancelled".
+  const other = await api('POST', '/api/runs', { pipeline: 'gate' });
+  await waitFor('the second gate', async () => (await api('GET', `/api/runs/${other.body.run_id}`)).body.status === 'waiting');
+  const rejected = await api('POST', `/api/runs/${other.body.run_id}/reject`, { by: 'carol', comment: 'Not on a Friday' });
+  assert.equal(rejected.status, 200, JSON.stringify(rejected.body));
+  const why = await newPage();
+  await why.goto(`${base}/runs/${other.body.run_id}`);
+  assert.equal(await why.innerText('#ended-by'), 'Rejected by carol at ship: Not on a Friday');
+  assert.match(await why.innerText('#answers'), /carol rejected ship — Not on a Friday/);
+
   // The finished run opened afresh: no box for the output of a stage in flight, no stream.
   const done = await newPage();
   const streams = [];
@@ -297,10 +307,14 @@ browserTest('a running stage: its output live, cancelled with a click, its proce
   assert.equal(await row.locator('.bar').evaluate((b) => b.classList.contains('w100')), true);
   await viewer.close();
   await shot(page, 'dashboard-run-running.png');
+  await page.fill('#who', 'bob');
+  await page.dispatchEvent('#who', 'change');
   await page.click('button[data-action="cancel"][data-rollback="false"]');
   await page.locator('#run-status', { hasText: 'cancelled' }).waitFor();
   assert.ok(await notReloaded(page));
   await waitFor('the stage process to be gone', () => sleepers().length === 0, 10);
+  // The header says who ended it, not only "cancelled".
+  await page.locator('#ended-by', { hasText: 'Cancelled by bob' }).waitFor();
   // The run ended with the stage in flight: the stage says so, not "running".
   await page.reload();
   assert.equal(await page.locator('.stage-row.status-running').count(), 0);

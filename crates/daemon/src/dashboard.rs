@@ -390,6 +390,7 @@ fn run_context(
         "stages": stages,
         "waiting": waiting,
         "answers": read::answers(events).into_iter().map(AnswerView::of).collect::<Vec<_>>(),
+        "ended_by": ended_by(status, events),
         "artifacts": result.artifacts,
         "failed_stage": result.failed_stage,
         "rollback": rollback,
@@ -670,6 +671,24 @@ fn rollback_line(event: &Event) -> Option<String> {
         }
         Event::RollbackFinished { overall } => format!("Rollback finished: {}", overall.as_str()),
         _ => return None,
+    })
+}
+
+/// Why a cancelled run ended, when a person ended it: a rejected gate (and the comment) or a
+/// cancel, with who — so the header does not just say "cancelled".
+fn ended_by(status: RunStatus, events: &[loopwright_engine::EventRecord]) -> Option<String> {
+    if status != RunStatus::Cancelled {
+        return None;
+    }
+    read::answers(events).into_iter().rev().find_map(|a| match a.action {
+        read::PersonAction::Rejected => Some(format!(
+            "Rejected by {} at {}{}",
+            a.by,
+            a.stage.as_deref().unwrap_or("its gate"),
+            a.comment.map(|c| format!(": {c}")).unwrap_or_default()
+        )),
+        read::PersonAction::Cancelled => Some(format!("Cancelled by {}", a.by)),
+        _ => None,
     })
 }
 
