@@ -642,7 +642,7 @@ impl Step<'_> {
             // Sent back after the agent exited: started again to go on (not a restart).
             self.launch(FirstMessage::Resume, self.p.status.agent_session_id.clone());
         } else {
-            self.type_keys(&message, "verification failed", 0, 0);
+            self.type_keys(&message, "verification failed", "", 0, 0);
         }
     }
 
@@ -654,12 +654,9 @@ impl Step<'_> {
     // ---- the screen ------------------------------------------------------------------------
 
     fn look(&mut self, screen: &Response, heartbeat: bool, cpu_ticks: Option<u64>) {
-        if let Some(exit) = &screen.exit {
-            // Exits are observed as `Exited` by the driver (with the module's status).
-            let _ = exit;
-            return;
-        }
-        if self.p.internal.restart_after.is_some() {
+        // Exits are observed as `Exited` (with the module's status); a restart waits for its
+        // backoff.
+        if screen.exit.is_some() || self.p.internal.restart_after.is_some() {
             return;
         }
         let launched = self.p.internal.launched_at.map_or(f64::MAX, |t| self.since(t));
@@ -693,7 +690,7 @@ impl Step<'_> {
                 self.p.internal.pending_typed = None;
                 self.p.internal.session_started = true;
                 let paste = format!("\x1b[200~{text}\x1b[201~\r");
-                self.type_keys(&paste, FIRST_MESSAGE, screen.output_bytes, hash);
+                self.type_keys(&paste, FIRST_MESSAGE, "", screen.output_bytes, hash);
             }
             return;
         }
@@ -770,7 +767,8 @@ impl Step<'_> {
                     pattern: Some(prompt.pattern.clone()),
                     cpu_ticks: None,
                 });
-                self.type_keys_about(&key, &format!("{} prompt", prompt.class.as_str()), &prompt.excerpt, screen, hash);
+                let why = format!("{} prompt", prompt.class.as_str());
+                self.type_keys(&key, &why, &prompt.excerpt, screen.output_bytes, hash);
                 if prompt.class == PromptClass::QuotaMenu {
                     // The menu is drawn under the limit line that says when it resets.
                     match screen::quota_of(&screen.screen, self.now, self.rules.zone) {
@@ -811,15 +809,9 @@ impl Step<'_> {
     /// Types `text`, at most once: the keystroke and the screen it answers are journaled and
     /// saved *before* they are sent (the driver saves before every `Type`), so a supervisor
     /// that dies at any point is followed by one that knows this screen was answered.
-    fn type_keys(&mut self, text: &str, why: &str, output: u64, hash: u64) {
-        self.type_keys_with(text, why, "", output, hash);
-    }
-
-    fn type_keys_about(&mut self, text: &str, why: &str, excerpt: &str, screen: &Response, hash: u64) {
-        self.type_keys_with(text, why, excerpt, screen.output_bytes, hash);
-    }
-
-    fn type_keys_with(&mut self, text: &str, why: &str, excerpt: &str, output: u64, hash: u64) {
+    /// `excerpt`: the screen rows it answers; `output` and `hash`: the screen it was decided on
+    /// (0 and 0 for none).
+    fn type_keys(&mut self, text: &str, why: &str, excerpt: &str, output: u64, hash: u64) {
         if output > 0 || hash != 0 {
             self.p.internal.last_action_output = output;
             self.p.internal.last_action_hash = hash;
@@ -915,7 +907,7 @@ impl Step<'_> {
         self.p.status.stall_count = 0;
         if self.spend_recovery("stall") {
             let nudge = format!("{}\r", crate::protocol::nudge(&self.task_dir()));
-            self.type_keys(&nudge, "stalled: nudge", screen.output_bytes, hash);
+            self.type_keys(&nudge, "stalled: nudge", "", screen.output_bytes, hash);
         }
     }
 
@@ -942,7 +934,7 @@ impl Step<'_> {
         self.p.internal.busy_since = None;
         self.journal(AutoEvent::HungCall { busy_s: busy_s.round(), excerpt: tail(&screen.screen, 6) });
         if self.spend_recovery("hung model call") {
-            self.type_keys("\x1b", "hung model call: interrupt", screen.output_bytes, hash);
+            self.type_keys("\x1b", "hung model call: interrupt", "", screen.output_bytes, hash);
         }
     }
 
@@ -1012,7 +1004,7 @@ impl Step<'_> {
         }
         self.leave_wait("reset passed");
         self.p.internal.quota_retries += 1;
-        self.type_keys_about("continue\r", "quota reset: one continue", &tail(&screen.screen, 4), screen, hash);
+        self.type_keys("continue\r", "quota reset: one continue", &tail(&screen.screen, 4), screen.output_bytes, hash);
     }
 
     fn leave_wait(&mut self, why: &str) {

@@ -399,9 +399,10 @@ pub fn run(dir: &Path) -> Result<(), String> {
         while let Some(shared) = stamper.upgrade() {
             {
                 let mut t = shared.term();
-                let paused = t.last_output.elapsed() >= Duration::from_millis(30);
-                if t.output_bytes != t.stamped && (paused || t.stamped_at.elapsed() >= Duration::from_millis(500)) {
+                if t.stamped_at.elapsed() >= Duration::from_millis(500) && t.output_bytes != t.stamped {
                     t.stamp();
+                } else {
+                    t.stamp_if_paused();
                 }
             }
             drop(shared);

@@ -22,7 +22,6 @@ use crate::holder::{self, Client, Request, Response};
 use crate::module::{self, Index, ModuleStatus};
 use crate::policy::Policy;
 use crate::signal;
-use crate::state::ChecksApproved;
 pub use crate::state::{AutoStatus, CheckRun, Ending, Internal, LoopStatus, Persisted, is_final};
 use crate::{Settings, protocol};
 
@@ -402,9 +401,11 @@ impl Supervisor {
         let entries = self.cx.store.auto_log_since(&self.p.status.loop_id, 0).unwrap_or_default();
         entries
             .iter()
-            .filter(|e| e.kind == "checks_approved")
-            .filter_map(|e| serde_json::from_str::<ChecksApproved>(&e.data).ok())
-            .flat_map(|a| a.checks)
+            .filter_map(|e| match AutoEvent::from_entry(&e.kind, &e.data) {
+                Some(AutoEvent::ChecksApproved(a)) => Some(a.checks),
+                _ => None,
+            })
+            .flatten()
             .collect()
     }
 

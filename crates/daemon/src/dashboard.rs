@@ -373,6 +373,7 @@ fn run_context(
         .filter_map(|row| ops::dead_letters::show(&shared.ws, &row.task_id).ok())
         .map(|l| json!({"task_id": l.task_id, "text": render_markdown(&l.text)}))
         .collect();
+    let answers = read::answers(events);
     let resumable = matches!(ops::resume::check(state), Ok(ops::resume::Resumable::Yes))
         && matches!(status, RunStatus::Interrupted);
     json!({
@@ -389,8 +390,8 @@ fn run_context(
         "resumable": resumable,
         "stages": stages,
         "waiting": waiting,
-        "answers": read::answers(events).into_iter().map(AnswerView::of).collect::<Vec<_>>(),
-        "ended_by": ended_by(status, events),
+        "ended_by": ended_by(status, &answers),
+        "answers": answers.into_iter().map(AnswerView::of).collect::<Vec<_>>(),
         "artifacts": result.artifacts,
         "failed_stage": result.failed_stage,
         "rollback": rollback,
@@ -676,16 +677,16 @@ fn rollback_line(event: &Event) -> Option<String> {
 
 /// Why a cancelled run ended, when a person ended it: a rejected gate (and the comment) or a
 /// cancel, with who — so the header does not just say "cancelled".
-fn ended_by(status: RunStatus, events: &[loopwright_engine::EventRecord]) -> Option<String> {
+fn ended_by(status: RunStatus, answers: &[read::PersonAnswer]) -> Option<String> {
     if status != RunStatus::Cancelled {
         return None;
     }
-    read::answers(events).into_iter().rev().find_map(|a| match a.action {
+    answers.iter().rev().find_map(|a| match a.action {
         read::PersonAction::Rejected => Some(format!(
             "Rejected by {} at {}{}",
             a.by,
             a.stage.as_deref().unwrap_or("its gate"),
-            a.comment.map(|c| format!(": {c}")).unwrap_or_default()
+            a.comment.as_ref().map(|c| format!(": {c}")).unwrap_or_default()
         )),
         read::PersonAction::Cancelled => Some(format!("Cancelled by {}", a.by)),
         _ => None,

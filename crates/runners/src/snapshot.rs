@@ -12,6 +12,7 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use loopwright_engine::hash::Fnv;
 use serde::{Deserialize, Serialize};
 
 /// Folders never snapshotted (version control, build output, dependencies, tool caches,
@@ -275,26 +276,7 @@ fn fingerprint(dir: &Path) -> io::Result<u64> {
             }
         }
     }
-    Ok(hash.0)
-}
-
-/// 64-bit FNV-1a: stable across builds of loopwright (std's hasher is not), and enough to
-/// tell "changed" from "unchanged".
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    fn feed(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
+    Ok(hash.finish())
 }
 
 /// What a plan-mode stage may not change besides the workspace's files: the git directory and
@@ -382,7 +364,7 @@ fn content_hash(path: &Path, meta: &fs::Metadata) -> Option<u64> {
     let bytes = fs::read(path).ok()?;
     let mut hash = Fnv::default();
     hash.feed(&bytes);
-    Some(hash.0)
+    Some(hash.finish())
 }
 
 /// The staged content of the index (`git ls-files -s`), hashed; `None` outside git.
@@ -390,7 +372,7 @@ fn index_hash(root: &Path) -> Option<u64> {
     let staged = crate::git::git_bytes(root, &["ls-files", "-s", "-z"]).ok()?;
     let mut hash = Fnv::default();
     hash.feed(&staged);
-    Some(hash.0)
+    Some(hash.finish())
 }
 
 /// Where unchanged tracked files of a git work tree can be read back from, so a snapshot need

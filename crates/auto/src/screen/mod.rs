@@ -400,9 +400,9 @@ pub fn masked_hash(screen: &str) -> u64 {
     h.finish()
 }
 
-/// A hash of `text` that stays the same across processes and versions (FNV-1a, 64 bits).
+/// A hash of `text` that stays the same across processes and versions.
 pub fn text_hash(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    loopwright_engine::hash::fnv1a(text.as_bytes())
 }
 
 /// The session id an exit banner gives (`claude --resume ID`, `codex resume ID`,

@@ -28,7 +28,7 @@ use crate::Shared;
 /// a hash of the token (one name per daemon; the hash says nothing useful about the token).
 pub fn cookie_name(token: &str) -> String {
     // FNV-1a: stable across builds, unlike the standard library's hasher.
-    let hash = token.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = loopwright_engine::hash::fnv1a(token.as_bytes());
     format!("loopwright_{hash:016x}")
 }
 

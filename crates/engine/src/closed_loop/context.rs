@@ -423,13 +423,7 @@ impl DeadLetter<'_> {
         if similar.len() < 3 || me.confident {
             return None;
         }
-        let hash = {
-            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-            for b in me.error_signature.bytes() {
-                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-            }
-            format!("{:08x}", h as u32)
-        };
+        let hash = format!("{:08x}", crate::hash::fnv1a(me.error_signature.as_bytes()) as u32);
         let signal =
             regex::Regex::new(r"\d+").expect("valid").replace_all(&regex::escape(&me.error_line), r"\d+").into_owned();
         let mut text = String::new();
