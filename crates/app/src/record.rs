@@ -44,7 +44,7 @@ pub async fn moved_on(store: &SqliteStore, run: &RunId, read: u64, error: StoreE
                     .unwrap_or_default();
                 format!("the escalation of stage `{stage}` was already answered (`{answer}`) by {by}")
             }
-            Event::RunResumed { owner } => format!("it was already taken up by process {}", owner.pid),
+            Event::RunResumed { owner, .. } => format!("it was already taken up by process {}", owner.pid),
             Event::CancelRequested { by, .. } | Event::RunCancelled { by, .. } => {
                 format!("it was already cancelled by {by}")
             }

@@ -53,6 +53,9 @@ enum Command {
     Validate(cmd::validate::Args),
     /// Run a pipeline in the foreground until it ends or waits for a human.
     Run(cmd::run::Args),
+    /// Run a run again: the same pipeline, task, variables and inputs, from its first stage or
+    /// from --from STAGE (the earlier stages' outputs taken from the earlier run).
+    Rerun(cmd::run::RerunArgs),
     /// Continue an interrupted or waiting run from where its journal says it stands.
     Resume(cmd::resume::ResumeArgs),
     /// Approve the approval gate a run waits at, then continue the run.
@@ -135,6 +138,7 @@ fn main() -> ExitCode {
             Command::Init(args) => cmd::init::run(&global, args),
             Command::Validate(args) => cmd::validate::run(&global, args),
             Command::Run(args) => cmd::run::run(&global, args).await,
+            Command::Rerun(args) => cmd::run::rerun(&global, args).await,
             Command::Resume(args) => cmd::resume::resume(&global, args).await,
             Command::Approve(args) => cmd::resume::answer(&global, args, true).await,
             Command::Reject(args) => cmd::resume::answer(&global, args, false).await,

@@ -15,7 +15,8 @@
     who.value = localStorage.getItem('loopwright.who') || '';
     who.addEventListener('change', () => localStorage.setItem('loopwright.who', who.value.trim()));
   }
-  const by = () => (who && who.value.trim()) || 'dashboard';
+  // Signed in as a person, the daemon journals their name whatever `by` says.
+  const by = () => body.dataset.person || (who && who.value.trim()) || 'dashboard';
 
   const notice = (text, isError) => {
     const n = $('#notice');
@@ -128,6 +129,53 @@
     }
   }
 
+  // ---- The runs list: rows updated in place --------------------------------------------
+  // An event of a run on the page fetches that run's row alone (coalesced per run); a run
+  // started since the page was rendered is added at the top of the first unfiltered page,
+  // else a link offers to show it. The list is never fetched whole for an event.
+  const rowTimers = new Map();
+  const rowOf = (run) => document.getElementById(`row-${run}`);
+  async function updateRow(run, isNew) {
+    rowTimers.delete(run);
+    const res = await fetch(`/runs/${encodeURIComponent(run)}/row`, { credentials: 'same-origin', cache: 'no-store' });
+    if (!res.ok) return;
+    const waiting = res.headers.get('x-waiting-count');
+    if (waiting !== null) {
+      $('#badge-count').textContent = waiting;
+      $('#badge').classList.toggle('badge-none', waiting === '0');
+      $('#badge').setAttribute('aria-label', `${waiting} run(s) or loop(s) need you`);
+    }
+    const holder = document.createElement('tbody');
+    holder.innerHTML = (await res.text()).trim();
+    const row = holder.querySelector('tr');
+    if (!row) return;
+    localTimes(row);
+    const old = rowOf(run);
+    if (old) { old.replaceWith(row); return; }
+    if (!isNew) return;
+    const rows = $('#runs-rows');
+    const table = $('.runs-table');
+    if (rows && table && table.dataset.page === '1' && table.dataset.filtered === 'false') {
+      rows.prepend(row);
+      const total = $('#runs-total');
+      if (total) total.textContent = String(Number(total.textContent) + 1);
+    } else {
+      const more = $('#new-runs');
+      if (more) more.hidden = false;
+    }
+  }
+  // Kinds that may change how many runs wait for a person (the badge).
+  const waitingKinds = ['approval_requested', 'loop_escalated', 'feedback_checked', 'worktree_conflict', 'approval_granted',
+    'approval_rejected', 'escalation_answered', 'run_finished', 'run_cancelled'];
+  function onRunsEvent(kind, run) {
+    if (!run) return;
+    const isNew = kind === 'run_started';
+    if (!rowOf(run) && !isNew && !waitingKinds.includes(kind)) return;
+    if (!$('#runs-rows') && isNew) { scheduleRefresh(); return; }
+    if (rowTimers.has(run)) return;
+    rowTimers.set(run, setTimeout(() => updateRow(run, isNew), 150));
+  }
+
   // ---- Live events ---------------------------------------------------------------------
   const connection = $('#connection');
   const setConnection = (state, text) => { connection.dataset.state = state; connection.textContent = text; };
@@ -135,6 +183,7 @@
   function onEvent(kind, data) {
     let run = null;
     try { run = JSON.parse(data).run_id; } catch (_) { /* not JSON */ }
+    if (page === 'runs') { onRunsEvent(kind, run); return; }
     if (page === 'run' && run !== runId) {
       // Another run: only the badge may change.
       if (['approval_requested', 'loop_escalated', 'approval_granted', 'approval_rejected', 'escalation_answered',
@@ -220,6 +269,17 @@
       if (action === 'reject') payload.rollback = rollback;
     } else if (action === 'cancel') {
       payload = { by: by(), rollback };
+    } else if (action === 'resume') {
+      payload = { by: by() };
+    } else if (action === 'rerun' || action === 'rerun-from') {
+      const from = action === 'rerun-from' ? $('#rerun-from').value : null;
+      button.disabled = true;
+      notice(from ? `retrying from ${from}…` : 'running again…');
+      const r = await api('POST', `${base}/rerun`, { by: by(), from });
+      button.disabled = false;
+      if (r.ok) { window.location.assign(`/runs/${encodeURIComponent(r.data.run_id)}`); return; }
+      notice(`${action}: ${errorText(r)}`, true);
+      return;
     }
     button.disabled = true;
     notice(`${action}…`);

@@ -13,10 +13,12 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
+use axum::Extension;
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
+use loopwright_app::ops::people::Role;
 use loopwright_app::ops::{self, output, read};
 use loopwright_engine::event::Event;
 use loopwright_engine::state::StageStatus;
@@ -26,7 +28,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::Shared;
-use crate::api::auth::{cookie_token, same_token};
+use crate::api::auth::{Caller, caller_of_token};
 
 /// The embedded files: (path under `/assets/`, content type, bytes).
 const ASSETS: &[(&str, &str, &str)] = &[
@@ -40,6 +42,7 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
     for (name, text) in [
         ("base.html", include_str!("../assets/base.html")),
         ("runs.html", include_str!("../assets/runs.html")),
+        ("run_row.html", include_str!("../assets/run_row.html")),
         ("run.html", include_str!("../assets/run.html")),
         ("dead_letters.html", include_str!("../assets/dead_letters.html")),
         ("stats.html", include_str!("../assets/stats.html")),
@@ -61,6 +64,7 @@ pub fn router() -> Router<Arc<Shared>> {
     Router::new()
         .route("/", get(runs_page))
         .route("/runs/{run}", get(run_page))
+        .route("/runs/{run}/row", get(run_row))
         .route("/dead-letters", get(dead_letters_page))
         .route("/stats", get(stats_page))
         .route("/auto", get(auto_page))
@@ -68,12 +72,11 @@ pub fn router() -> Router<Arc<Shared>> {
         .route("/assets/{file}", get(asset))
 }
 
-/// `/?token=…`, and the filters of the runs page.
+/// `/?token=…` and the runs list's page number.
 #[derive(Debug, Default, Deserialize)]
 struct RunsQuery {
     token: Option<String>,
-    status: Option<String>,
-    pipeline: Option<String>,
+    page: Option<String>,
 }
 
 fn page(template: &str, context: Value) -> Response {
@@ -99,10 +102,6 @@ fn signin(shared: &Shared, status: StatusCode, wrong: bool) -> Response {
     response
 }
 
-fn signed_in(shared: &Shared, headers: &HeaderMap) -> bool {
-    cookie_token(headers, &shared.cookie).is_some_and(|t| same_token(&t, &shared.token))
-}
-
 async fn asset(Path(file): Path<String>) -> Response {
     match ASSETS.iter().find(|(name, ..)| *name == file) {
         Some((_, kind, body)) => {
@@ -112,20 +111,35 @@ async fn asset(Path(file): Path<String>) -> Response {
     }
 }
 
-/// What every page shows in its header: how many runs and auto loops wait for a person.
-async fn header_context(shared: &Shared, current: &str) -> Value {
-    let filter = read::ListFilter { status: Some(RunStatus::Waiting), pipeline: None, limit: 10_000 };
-    let waiting = read::list(&shared.store, &filter).await.map_or(0, |r| r.len());
+/// What every page shows in its header: who is signed in and what they may do, how many runs
+/// and auto loops wait for a person.
+async fn header_context(shared: &Shared, caller: &Caller, current: &str) -> Value {
+    let waiting = runs_waiting(shared).await;
     let feed = shared.store.feed_last().await.unwrap_or(0);
     let auto_needs = auto_needing_you(shared).await;
     json!({
-        "waiting_count": waiting + auto_needs.len(),
+        "waiting_count": waiting + auto_needs.len() as u64,
         "auto_needs": auto_needs.len(),
         "auto_needs_list": auto_needs,
         "current": current,
+        "person": caller.person,
+        "role": caller.role.as_str(),
+        "can_answer": caller.role.may_answer(),
+        "can_admin": caller.role >= Role::Admin,
         "kinds": Event::KINDS,
         "feed": feed,
     })
+}
+
+/// How many runs wait for a person.
+async fn runs_waiting(shared: &Shared) -> u64 {
+    let filter = read::PageFilter { status: Some(RunStatus::Waiting), limit: 1, ..Default::default() };
+    read::page(&shared.store, &filter).await.map_or(0, |p| p.total)
+}
+
+/// How many runs and auto loops wait for a person (the header's badge).
+async fn waiting_count(shared: &Shared) -> u64 {
+    runs_waiting(shared).await + auto_needing_you(shared).await.len() as u64
 }
 
 /// The auto loops that wait for a person (a prompt the policy will not answer).
@@ -174,9 +188,145 @@ fn when(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
-async fn runs_page(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>, headers: HeaderMap) -> Response {
+/// How many runs a page of the list shows.
+const PAGE_SIZE: usize = 50;
+
+/// A row of the runs list.
+#[derive(Debug, Serialize)]
+struct RowView {
+    run_id: String,
+    pipeline: String,
+    task_id: String,
+    /// The task's first line, at most 140 characters.
+    task: String,
+    status: &'static str,
+    icon: &'static str,
+    started: Moment,
+    /// How long it waited in the queue (empty when it did not wait a second).
+    queued: String,
+    /// How long it has worked (empty while queued).
+    ran: String,
+    people: Vec<String>,
+}
+
+impl RowView {
+    fn of(r: &loopwright_engine::RunSummary, now: jiff::Timestamp) -> Self {
+        let end = if r.status.is_final() { r.updated_at } else { now };
+        let ms = |from: jiff::Timestamp, to: jiff::Timestamp| to.duration_since(from).as_millis().max(0) as i64;
+        let queued_ms = ms(r.created_at, r.running_at.unwrap_or(end));
+        let first_line = r.task.lines().next().unwrap_or_default();
+        let task = if first_line.chars().count() > 140 {
+            format!("{}…", first_line.chars().take(139).collect::<String>())
+        } else {
+            first_line.to_owned()
+        };
+        Self {
+            run_id: r.run_id.to_string(),
+            pipeline: r.pipeline.clone(),
+            task_id: r.task_id.to_string(),
+            task,
+            status: r.status.as_str(),
+            icon: icon(r.status.as_str()),
+            started: Moment::of(r.created_at),
+            queued: if queued_ms >= 1000 { duration(queued_ms) } else { String::new() },
+            ran: r.running_at.map(|at| duration(ms(at, end))).unwrap_or_default(),
+            people: r.people.clone(),
+        }
+    }
+}
+
+/// `/?…`: the filters, the search and the page of the runs list.
+#[derive(Debug, Default, Deserialize, Serialize)]
+struct ListParams {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pipeline: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    q: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    by: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    since: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    until: String,
+}
+
+impl ListParams {
+    /// The filter these ask for, or what is wrong with them.
+    fn filter(&self, page: usize) -> Result<read::PageFilter, String> {
+        let some = |s: &str| Some(s.trim().to_owned()).filter(|s| !s.is_empty());
+        let status = match some(&self.status) {
+            Some(s) => Some(RunStatus::parse(&s).ok_or_else(|| format!("unknown status `{s}`"))?),
+            None => None,
+        };
+        let day = |text: &str, name: &str, next: bool| -> Result<Option<jiff::Timestamp>, String> {
+            let Some(text) = some(text) else { return Ok(None) };
+            let date: jiff::civil::Date =
+                text.parse().map_err(|_| format!("{name} `{text}`: expected a date such as 2026-11-25"))?;
+            let date = if next { date.tomorrow().map_err(|e| e.to_string())? } else { date };
+            Ok(Some(date.to_zoned(jiff::tz::TimeZone::UTC).map_err(|e| e.to_string())?.timestamp()))
+        };
+        Ok(read::PageFilter {
+            status,
+            pipeline: some(&self.pipeline),
+            text: some(&self.q).map(|t| t.chars().take(200).collect()),
+            person: some(&self.by).map(|t| t.chars().take(100).collect()),
+            since: day(&self.since, "from", false)?,
+            // The "to" day is included: runs created before the next day begins.
+            until: day(&self.until, "to", true)?,
+            offset: page.saturating_sub(1) * PAGE_SIZE,
+            limit: PAGE_SIZE,
+        })
+    }
+
+    fn any(&self) -> bool {
+        [&self.status, &self.pipeline, &self.q, &self.by, &self.since, &self.until].iter().any(|s| !s.trim().is_empty())
+    }
+
+    /// The query string of page `page` with these filters.
+    fn link(&self, page: usize) -> String {
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        let page_text = page.to_string();
+        for (k, v) in [
+            ("status", &self.status),
+            ("pipeline", &self.pipeline),
+            ("q", &self.q),
+            ("by", &self.by),
+            ("since", &self.since),
+            ("until", &self.until),
+        ] {
+            if !v.trim().is_empty() {
+                pairs.push((k, v.as_str()));
+            }
+        }
+        if page > 1 {
+            pairs.push(("page", &page_text));
+        }
+        let encoded: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={}", url_encode(v))).collect();
+        if encoded.is_empty() { "/".into() } else { format!("/?{}", encoded.join("&")) }
+    }
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `/?token=…` signs in; `/` is the runs list (filters, search, a page of runs).
+async fn runs_page(
+    State(shared): State<Arc<Shared>>,
+    Query(q): Query<RunsQuery>,
+    Query(params): Query<ListParams>,
+    caller: Option<Extension<Caller>>,
+) -> Response {
     if let Some(token) = q.token {
-        if !same_token(&token, &shared.token) {
+        if caller_of_token(&shared, &token).is_none() {
             return signin(&shared, StatusCode::UNAUTHORIZED, true);
         }
         let cookie =
@@ -184,39 +334,23 @@ async fn runs_page(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>
         return (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie), (header::LOCATION, "/".to_owned())])
             .into_response();
     }
-    if !signed_in(&shared, &headers) {
-        return signin(&shared, StatusCode::UNAUTHORIZED, false);
-    }
-    let status = q.status.as_deref().filter(|s| !s.is_empty());
-    let pipeline = q.pipeline.as_deref().filter(|s| !s.is_empty());
-    let mut problem = None;
-    let status_filter = match status.map(RunStatus::parse) {
-        Some(Some(s)) => Some(s),
-        Some(None) => {
-            problem = Some(format!("unknown status `{}`", status.unwrap_or_default()));
-            None
-        }
-        None => None,
+    let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
+    let page_no =
+        q.page.as_deref().and_then(|p| p.parse::<usize>().ok()).filter(|p| (1..=1_000_000).contains(p)).unwrap_or(1);
+    let (filter, problem) = match params.filter(page_no) {
+        Ok(f) => (f, None),
+        Err(problem) => (read::PageFilter { limit: PAGE_SIZE, ..Default::default() }, Some(problem)),
     };
-    let filter = read::ListFilter { status: status_filter, pipeline: pipeline.map(str::to_owned), limit: 200 };
-    let mut runs = read::list(&shared.store, &filter).await.unwrap_or_default();
-    read::waiting_first(&mut runs);
+    let found = read::page(&shared.store, &filter).await;
+    let (runs, total, problem) = match found {
+        Ok(p) => (p.runs, p.total, problem),
+        Err(e) => (Vec::new(), 0, Some(e.message())),
+    };
     let now = jiff::Timestamp::now();
-    let rows: Vec<Value> = runs
-        .iter()
-        .map(|r| {
-            let end = if r.status.is_final() { r.updated_at } else { now };
-            json!({
-                "run_id": r.run_id.as_str(),
-                "pipeline": r.pipeline,
-                "task_id": r.task_id.as_str(),
-                "status": r.status.as_str(),
-                "icon": icon(r.status.as_str()),
-                "started": when(r.created_at),
-                "duration": duration(end.duration_since(r.created_at).as_millis() as i64),
-            })
-        })
-        .collect();
+    let rows: Vec<RowView> = runs.iter().map(|r| RowView::of(r, now)).collect();
+    let first = filter.offset + 1;
+    let last = filter.offset + rows.len();
+    let pages = (total as usize).div_ceil(PAGE_SIZE).max(1);
     let pipelines: Vec<Value> = ops::validate::pipelines(&shared.ws)
         .map(|p| {
             p.into_iter().map(|c| json!({"name": c.name, "valid": c.valid, "description": c.description})).collect()
@@ -226,21 +360,52 @@ async fn runs_page(State(shared): State<Arc<Shared>>, Query(q): Query<RunsQuery>
     page(
         "runs.html",
         json!({
-            "header": header_context(&shared, "runs").await,
+            "header": header_context(&shared, &caller, "runs").await,
             "runs": rows,
             "pipelines": pipelines,
             "statuses": statuses,
-            "filter": {"status": status.unwrap_or(""), "pipeline": pipeline.unwrap_or("")},
+            "filter": params,
+            "filtered": params.any(),
+            "paging": {
+                "total": total, "first": first, "last": last, "page": page_no, "pages": pages,
+                "here": params.link(page_no),
+                "previous": (page_no > 1).then(|| params.link(page_no - 1)),
+                "next": (page_no < pages).then(|| params.link(page_no + 1)),
+            },
             "problem": problem,
         }),
     )
 }
 
-async fn run_page(State(shared): State<Arc<Shared>>, Path(run): Path<String>, headers: HeaderMap) -> Response {
-    if !signed_in(&shared, &headers) {
-        return signin(&shared, StatusCode::UNAUTHORIZED, false);
+/// `/runs/{run}/row`: one row of the runs list, for the page to update in place; the count of
+/// runs and loops that wait for a person in `X-Waiting-Count`.
+async fn run_row(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    caller: Option<Extension<Caller>>,
+) -> Response {
+    if caller.is_none() {
+        return StatusCode::UNAUTHORIZED.into_response();
     }
-    let header_ctx = header_context(&shared, "run").await;
+    let Some(run) = RunId::parse(&run) else { return StatusCode::NOT_FOUND.into_response() };
+    let filter = read::PageFilter { text: Some(run.to_string()), limit: 5, ..Default::default() };
+    let Ok(found) = read::page(&shared.store, &filter).await else { return StatusCode::NOT_FOUND.into_response() };
+    let Some(summary) = found.runs.iter().find(|r| r.run_id == run) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let mut response = page("run_row.html", json!({"r": RowView::of(summary, jiff::Timestamp::now())}));
+    let waiting = waiting_count(&shared).await;
+    response.headers_mut().insert("x-waiting-count", waiting.into());
+    response
+}
+
+async fn run_page(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    caller: Option<Extension<Caller>>,
+) -> Response {
+    let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
+    let header_ctx = header_context(&shared, &caller, "run").await;
     let not_found = |message: String| {
         let mut r = page("run.html", json!({"header": header_ctx, "missing": message}));
         *r.status_mut() = StatusCode::NOT_FOUND;
@@ -386,6 +551,7 @@ fn run_context(
         "started": first.map(when),
         "duration": duration(elapsed),
         "final": status.is_final(),
+        "retry_from": state.stages.iter().find(|s| s.status == StageStatus::Failed).map(|s| s.id.as_str()),
         "cancellable": !status.is_final(),
         "resumable": resumable,
         "stages": stages,
@@ -551,10 +717,8 @@ fn attempt_context(a: &read::Attempt) -> Value {
     })
 }
 
-async fn dead_letters_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if !signed_in(&shared, &headers) {
-        return signin(&shared, StatusCode::UNAUTHORIZED, false);
-    }
+async fn dead_letters_page(State(shared): State<Arc<Shared>>, caller: Option<Extension<Caller>>) -> Response {
+    let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
     let letters: Vec<Value> = ops::dead_letters::list(&shared.ws)
         .into_iter()
         .map(|row| {
@@ -567,14 +731,15 @@ async fn dead_letters_page(State(shared): State<Arc<Shared>>, headers: HeaderMap
             })
         })
         .collect();
-    page("dead_letters.html", json!({"header": header_context(&shared, "dead-letters").await, "letters": letters}))
+    page(
+        "dead_letters.html",
+        json!({"header": header_context(&shared, &caller, "dead-letters").await, "letters": letters}),
+    )
 }
 
-async fn stats_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if !signed_in(&shared, &headers) {
-        return signin(&shared, StatusCode::UNAUTHORIZED, false);
-    }
-    let header_ctx = header_context(&shared, "stats").await;
+async fn stats_page(State(shared): State<Arc<Shared>>, caller: Option<Extension<Caller>>) -> Response {
+    let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
+    let header_ctx = header_context(&shared, &caller, "stats").await;
     let stats = match ops::stats::stats(&shared.ws, 10_000).await {
         Ok(s) => s.to_json(),
         Err(e) => return page("stats.html", json!({"header": header_ctx, "missing": e.message()})),
@@ -584,11 +749,9 @@ async fn stats_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Re
 
 /// The auto loops' page: each loop's status object in words, its live screen and journal,
 /// the stop button; the start dialog with the defaults of `[auto]`.
-async fn auto_page(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if !signed_in(&shared, &headers) {
-        return signin(&shared, StatusCode::UNAUTHORIZED, false);
-    }
-    let header_ctx = header_context(&shared, "auto").await;
+async fn auto_page(State(shared): State<Arc<Shared>>, caller: Option<Extension<Caller>>) -> Response {
+    let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
+    let header_ctx = header_context(&shared, &caller, "auto").await;
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
     let gathered = tokio::task::spawn_blocking(move || {
         let loops = ops::auto::list_with_settings(&store).unwrap_or_default();
@@ -813,12 +976,10 @@ struct ReportView {
 async fn auto_report_page(
     State(shared): State<Arc<Shared>>,
     Path(session): Path<String>,
-    headers: HeaderMap,
+    caller: Option<Extension<Caller>>,
 ) -> Response {
-    if !signed_in(&shared, &headers) {
-        return signin(&shared, StatusCode::UNAUTHORIZED, false);
-    }
-    let header_ctx = header_context(&shared, "auto").await;
+    let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
+    let header_ctx = header_context(&shared, &caller, "auto").await;
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
     let found = tokio::task::spawn_blocking(move || {
         let status = ops::auto::session_status(&store, &session)?;

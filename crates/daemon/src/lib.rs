@@ -43,6 +43,10 @@ pub struct Options {
     pub public_url: Option<String>,
     /// At most this many connections are served at once (`--max-connections`).
     pub max_connections: usize,
+    /// The header a trusted reverse proxy names its user in (`--trust-proxy-header`).
+    pub trust_proxy_header: Option<String>,
+    /// The addresses that proxy connects from (`--trust-proxy-from`, CIDRs).
+    pub trust_proxy_from: Vec<String>,
 }
 
 impl Default for Options {
@@ -55,6 +59,8 @@ impl Default for Options {
             heartbeat: Duration::from_secs(15),
             public_url: None,
             max_connections: 512,
+            trust_proxy_header: None,
+            trust_proxy_from: Vec::new(),
         }
     }
 }
@@ -89,6 +95,10 @@ pub struct Shared {
     pub session_seconds: u64,
     /// `--public-url`, when given.
     pub public: Option<PublicUrl>,
+    /// The people with tokens of their own.
+    pub people: api::auth::People,
+    /// The reverse proxy trusted to name its users (`--trust-proxy-header`, `--trust-proxy-from`).
+    pub proxy: Option<api::auth::TrustedProxy>,
 }
 
 /// The URL a reverse proxy serves the daemon at.
@@ -147,6 +157,15 @@ pub struct Served {
     pub pid: u32,
     /// The dashboard's sign-in URL.
     pub url: String,
+    /// `--public-url`, when it was given.
+    pub public: Option<PublicUrl>,
+}
+
+impl Served {
+    /// The sign-in link of another token (a person's) to this daemon's dashboard.
+    pub fn sign_in_url(&self, token: &str) -> String {
+        sign_in_url(self.public.as_ref(), self.addr, token)
+    }
 }
 
 /// The daemon serving `ws`, if one is alive: `serve.json` names a live process, and the token
@@ -160,7 +179,7 @@ pub fn serving(ws: &Workspace) -> Option<Served> {
     let token = std::fs::read_to_string(ws.state_dir().join("serve.token")).ok()?.trim().to_owned();
     let public = info["public_url"].as_str().and_then(|u| PublicUrl::parse(u).ok());
     let url = sign_in_url(public.as_ref(), addr, &token);
-    (alive && !token.is_empty()).then_some(Served { addr, token, pid, url })
+    (alive && !token.is_empty()).then_some(Served { addr, token, pid, url, public })
 }
 
 /// The daemon's lock: held while it serves, so a second daemon of the workspace is refused.
@@ -231,6 +250,34 @@ fn token(ws: &Workspace, exposed: bool) -> Result<String, Error> {
     Ok(token)
 }
 
+/// The trusted proxy `options` name: both the header and at least one address, or neither.
+fn trusted_proxy(options: &Options) -> Result<Option<api::auth::TrustedProxy>, Error> {
+    match (&options.trust_proxy_header, options.trust_proxy_from.is_empty()) {
+        (None, true) => Ok(None),
+        (Some(_), true) | (None, false) => Err(Error::usage(
+            "--trust-proxy-header and --trust-proxy-from go together: the header is believed only from those addresses",
+        )),
+        (Some(name), false) => {
+            let header = axum::http::HeaderName::try_from(name.as_str())
+                .map_err(|_| Error::usage(format!("--trust-proxy-header {name}: not a header name")))?;
+            let from = options
+                .trust_proxy_from
+                .iter()
+                .map(|cidr| {
+                    cidr.parse::<ipnet::IpNet>()
+                        .or_else(|_| cidr.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                        .map_err(|_| {
+                            Error::usage(format!(
+                                "--trust-proxy-from {cidr}: expected an address or a network such as 10.0.0.0/8"
+                            ))
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(Some(api::auth::TrustedProxy { header, from }))
+        }
+    }
+}
+
 /// The longest a daemon takes to stop after SIGINT/SIGTERM: its runs are interrupted (their
 /// process groups get TERM, then KILL after a grace of their own) well within it.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -247,6 +294,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     if public.is_some() && !options.allow_remote {
         return Err(Error::usage("--public-url: the daemon is reached through a proxy only with --allow-remote"));
     }
+    let proxy = trusted_proxy(&options)?;
     let exposed = token_exposed(&ws);
     let _store_created = loopwright_app::assemble::open_store(&ws)?;
     let _lock = take_lock(&ws)?;
@@ -283,6 +331,8 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         cookie: api::auth::cookie_name(&token),
         session_seconds: u64::from(ws.config.serve.session_days) * 86_400,
         public: public.clone(),
+        people: api::auth::People::new(loopwright_app::ops::people::path(&ws)),
+        proxy,
     });
     let written = journal_writes(&ws.state_dir());
     let watcher = tokio::spawn(watch_journal(open()?, feed, Arc::clone(&runs), written, shutdown.clone()));

@@ -12,7 +12,6 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -38,7 +37,7 @@ pub async fn serve(listener: TcpListener, app: Router, max_connections: usize, s
         };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 // Out of file descriptors or a connection reset before it was accepted: wait a
                 // little (the others go on) and accept again.
                 Err(_) => {
@@ -48,8 +47,14 @@ pub async fn serve(listener: TcpListener, app: Router, max_connections: usize, s
             },
             () = &mut stop => break,
         };
+        let (stream, peer) = stream;
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        // The peer's address goes with each request (a trusted proxy is known by it).
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+            tower_service::Service::call(&mut app.clone(), request.map(axum::body::Body::new))
+        });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(HEADER_TIMEOUT)

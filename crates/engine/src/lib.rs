@@ -20,7 +20,7 @@ pub use loopwright_journal::{event, hash, ids, state};
 
 pub use event::{Event, EventRecord, FailureKind, Outputs, Owner, RunStarted, RunStatus, SkipReason, StageError};
 pub use ids::{RunId, TaskId};
-pub use loopwright_journal::{FeedEntry, RunSummary};
+pub use loopwright_journal::{FeedEntry, RunPage, RunQuery, RunSummary};
 pub use ports::{
     Changes, Clock, NeverStop, NoChanges, NoObserverExt, Observer, Runner, Stop, Stopper, Store, StoreError,
     SystemClock,

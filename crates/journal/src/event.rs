@@ -244,6 +244,10 @@ pub enum Event {
     RunResumed {
         /// The process now driving the run.
         owner: Owner,
+        /// Who asked for it, when a person did (the daemon's `resume`; not a restart's
+        /// recovery or a process taking up a run it was answered for).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// Someone asked, from another process, to cancel the run; its owner stops it.
     CancelRequested {
@@ -554,6 +558,33 @@ impl Event {
         }
     }
 
+    /// The person this event names as having acted on the run: who started or re-ran it (from
+    /// the daemon), approved, rejected, answered, asked to cancel or to resume it.
+    pub fn person(&self) -> Option<&str> {
+        match self {
+            Event::RunStarted(started) => started.by.as_deref(),
+            Event::RunResumed { by, .. } => by.as_deref(),
+            Event::ApprovalGranted { by, .. }
+            | Event::ApprovalRejected { by, .. }
+            | Event::EscalationAnswered { by, .. }
+            | Event::CancelRequested { by, .. } => Some(by),
+            _ => None,
+        }
+    }
+
+    /// True when the event is the run at work (it left the queue): anything but its start,
+    /// its queueing, and its ending while still queued.
+    pub fn is_work(&self) -> bool {
+        !matches!(
+            self,
+            Event::RunStarted(_)
+                | Event::RunQueued {}
+                | Event::CancelRequested { .. }
+                | Event::RunCancelled { .. }
+                | Event::RunFinished { .. }
+        )
+    }
+
     /// The run status this event moves the run to, when it changes it.
     pub fn run_status(&self) -> Option<RunStatus> {
         match self {
@@ -614,6 +645,12 @@ pub struct RunStarted {
     /// The pipeline's run budget when the run started (shown with the spend).
     #[serde(default, skip_serializing_if = "loopwright_spec::pipeline::Budget::is_unlimited")]
     pub budget: loopwright_spec::pipeline::Budget,
+    /// Who started it, when a person did through the daemon (the CLI's runs name nobody).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// The run this one runs again (a re-run, or a retry from a stage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<crate::ids::RunId>,
 }
 
 /// How a worktree's branch went back into the workspace.

@@ -16,4 +16,4 @@ pub mod store;
 pub use event::{Event, EventRecord, FailureKind, Outputs, Owner, RunStarted, RunStatus, SkipReason, StageError};
 pub use ids::{RunId, TaskId};
 pub use state::{RunState, StageStatus};
-pub use store::{FeedEntry, RunSummary, Store, StoreError};
+pub use store::{FeedEntry, RunPage, RunQuery, RunSummary, Store, StoreError};

@@ -546,7 +546,7 @@ impl RunState {
                 let group = crate::event::ProcessGroup { pgid: *pgid, start_time: *start_time };
                 self.stage_mut(stage).process_groups.push(group);
             }
-            Event::RunResumed { owner } => self.owner = Some(*owner),
+            Event::RunResumed { owner, .. } => self.owner = Some(*owner),
             Event::FeedbackChecked { stage, iteration, action, .. } => {
                 if let crate::event::FeedbackAction::ReImplement { target, reset, brief } = action {
                     for id in reset {

@@ -65,10 +65,69 @@ pub struct RunSummary {
     pub created_at: jiff::Timestamp,
     /// When its last event was recorded.
     pub updated_at: jiff::Timestamp,
+    /// What it was asked to achieve.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub task: String,
+    /// When it left the queue and began to work (none while it waits in the queue, or when
+    /// it was cancelled there): the time before it is queued time, not work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_at: Option<jiff::Timestamp>,
+    /// The people who acted on it — started, re-ran, approved, rejected, answered, cancelled
+    /// or resumed it — each once, in the order they first did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub people: Vec<String>,
     /// Who drives it (the last owner its journal named: `run_started`, `run_resumed`), so a
     /// list can tell a run whose process died without reading its journal. Not shown.
     #[serde(skip)]
     pub owner: Option<crate::event::Owner>,
+}
+
+/// Which runs a page of the runs list shows.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RunQuery {
+    /// Only runs whose stored status is one of these (all when empty).
+    pub statuses: Vec<RunStatus>,
+    /// Only runs of this pipeline.
+    pub pipeline: Option<String>,
+    /// Only runs whose task text, task id or run id contains this (ignoring ASCII case).
+    pub text: Option<String>,
+    /// Only runs this person acted on (exactly their name).
+    pub person: Option<String>,
+    /// Only runs created at or after this.
+    pub since: Option<jiff::Timestamp>,
+    /// Only runs created before this.
+    pub until: Option<jiff::Timestamp>,
+    /// Runs waiting for a person before the others (each group newest first).
+    pub waiting_first: bool,
+    /// Skip this many.
+    pub offset: usize,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl RunQuery {
+    /// True when `run` is one the query selects (paging aside): what every store's `WHERE`
+    /// means, said once for stores that filter in memory.
+    pub fn selects(&self, run: &RunSummary) -> bool {
+        let contains = |hay: &str, needle: &str| hay.to_ascii_lowercase().contains(&needle.to_ascii_lowercase());
+        (self.statuses.is_empty() || self.statuses.contains(&run.status))
+            && self.pipeline.as_ref().is_none_or(|p| &run.pipeline == p)
+            && self.text.as_ref().is_none_or(|t| {
+                contains(&run.task, t) || contains(run.task_id.as_str(), t) || contains(run.run_id.as_str(), t)
+            })
+            && self.person.as_ref().is_none_or(|p| run.people.contains(p))
+            && self.since.is_none_or(|s| run.created_at >= s)
+            && self.until.is_none_or(|u| run.created_at < u)
+    }
+}
+
+/// A page of the runs list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPage {
+    /// The runs on the page.
+    pub runs: Vec<RunSummary>,
+    /// How many runs the query selects in all.
+    pub total: u64,
 }
 
 /// The durable journal. An append is durable when it returns; nothing is reported before.
@@ -108,6 +167,9 @@ pub trait Store {
     async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<(String, bool)>, StoreError>;
     /// The runs whose status is one of `statuses`, oldest first.
     async fn runs_in(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError>;
+    /// A page of the runs `query` selects, newest first (waiting ones first when asked), with
+    /// how many it selects in all.
+    async fn runs_page(&self, query: &RunQuery) -> Result<RunPage, StoreError>;
 
     /// Every run's events committed after feed position `after`, in commit order, at most
     /// `limit`. Positions start at 1 and grow by one with every event of any run, so a watcher

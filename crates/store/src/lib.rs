@@ -11,7 +11,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use loopwright_journal::{
-    Event, EventRecord, FeedEntry, Outputs, Owner, RunId, RunStatus, RunSummary, Store, StoreError, TaskId,
+    Event, EventRecord, FeedEntry, Outputs, Owner, RunId, RunPage, RunQuery, RunStatus, RunSummary, Store, StoreError,
+    TaskId,
 };
 use loopwright_spec::StageId;
 use loopwright_spec::config::Synchronous;
@@ -27,6 +28,7 @@ fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/002_feed.sql")),
         M::up(include_str!("migrations/003_owner.sql")),
         M::up(include_str!("migrations/004_task_auto.sql")),
+        M::up(include_str!("migrations/005_runs_list.sql")),
     ])
 }
 
@@ -316,7 +318,28 @@ impl SqliteStore {
                 .and_then(|mut stmt| stmt.execute(params![run.as_str(), seq, at_text, status.as_str()]))
                 .map_err(backend)?;
         }
-        if let Event::RunResumed { owner } = event {
+        // What the runs list shows, as stored (redacted).
+        let shown = stored.as_ref().unwrap_or(event);
+        if let Event::RunStarted(started) = shown {
+            conn.prepare_cached("UPDATE runs SET task = ?2 WHERE run_id = ?1")
+                .and_then(|mut stmt| stmt.execute(params![run.as_str(), started.task]))
+                .map_err(backend)?;
+        }
+        if shown.is_work() {
+            conn.prepare_cached("UPDATE runs SET running_at = ?2 WHERE run_id = ?1 AND running_at IS NULL")
+                .and_then(|mut stmt| stmt.execute(params![run.as_str(), at_text]))
+                .map_err(backend)?;
+        }
+        if let Some(person) = shown.person() {
+            conn.prepare_cached(
+                "UPDATE runs SET people = CASE WHEN people = '' THEN char(10) || ?2 || char(10)
+                     ELSE people || ?2 || char(10) END
+                 WHERE run_id = ?1 AND instr(people, char(10) || ?2 || char(10)) = 0",
+            )
+            .and_then(|mut stmt| stmt.execute(params![run.as_str(), person]))
+            .map_err(backend)?;
+        }
+        if let Event::RunResumed { owner, .. } = event {
             conn.prepare_cached("UPDATE runs SET owner = ?2 WHERE run_id = ?1")
                 .and_then(|mut stmt| stmt.execute(params![run.as_str(), owner_json(Some(owner))?]))
                 .map_err(backend)?;
@@ -380,7 +403,10 @@ impl SqliteStore {
 
     fn runs_in_sync(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError> {
         let wanted: Vec<String> = statuses.iter().map(|s| format!("'{}'", s.as_str())).collect();
-        let mut runs = self.runs_where(&format!("WHERE r.status IN ({})", wanted.join(", ")), usize::MAX)?;
+        let mut runs = self.runs_where(
+            &format!("WHERE r.status IN ({}) ORDER BY r.created_at DESC, r.run_id DESC", wanted.join(", ")),
+            &[],
+        )?;
         runs.reverse();
         Ok(runs)
     }
@@ -425,36 +451,94 @@ impl SqliteStore {
     }
 
     fn runs_sync(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
-        self.runs_where("", limit)
+        self.runs_where(
+            "ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1",
+            &[&i64::try_from(limit).unwrap_or(i64::MAX)],
+        )
     }
 
-    /// Runs, newest first; `filter` is a `WHERE` clause over `runs r` made of constants only.
-    fn runs_where(&self, filter: &str, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
+    /// A page of the runs list: the `WHERE` built from the query's fields (each a parameter),
+    /// the count and the page in one read transaction.
+    fn runs_page_sync(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
+        use rusqlite::types::Value;
+        let mut wheres: Vec<String> = Vec::new();
+        let mut args: Vec<Value> = Vec::new();
+        let arg = |v: Value, args: &mut Vec<Value>| {
+            args.push(v);
+            format!("?{}", args.len())
+        };
+        if !query.statuses.is_empty() {
+            let names: Vec<String> =
+                query.statuses.iter().map(|s| arg(Value::Text(s.as_str().to_owned()), &mut args)).collect();
+            wheres.push(format!("r.status IN ({})", names.join(", ")));
+        }
+        if let Some(p) = &query.pipeline {
+            wheres.push(format!("r.pipeline = {}", arg(Value::Text(p.clone()), &mut args)));
+        }
+        if let Some(t) = &query.text {
+            // LIKE ignores ASCII case; `\` escapes the text's own `%` and `_`.
+            let escaped = t.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+            let p = arg(Value::Text(format!("%{escaped}%")), &mut args);
+            wheres.push(format!(
+                "(r.task LIKE {p} ESCAPE '\\' OR r.task_id LIKE {p} ESCAPE '\\' OR r.run_id LIKE {p} ESCAPE '\\')"
+            ));
+        }
+        if let Some(person) = &query.person {
+            let p = arg(Value::Text(format!("\n{person}\n")), &mut args);
+            wheres.push(format!("instr(r.people, {p}) > 0"));
+        }
+        if let Some(since) = query.since {
+            wheres.push(format!("r.created_at >= {}", arg(Value::Text(since.to_string()), &mut args)));
+        }
+        if let Some(until) = query.until {
+            wheres.push(format!("r.created_at < {}", arg(Value::Text(until.to_string()), &mut args)));
+        }
+        let filter = if wheres.is_empty() { String::new() } else { format!("WHERE {}", wheres.join(" AND ")) };
+        let params: Vec<&dyn rusqlite::ToSql> = args.iter().map(|v| v as &dyn rusqlite::ToSql).collect();
+        let total: i64 = {
+            let conn = self.conn();
+            conn.prepare_cached(&format!("SELECT COUNT(*) FROM runs r {filter}"))
+                .and_then(|mut stmt| stmt.query_row(params.as_slice(), |r| r.get(0)))
+                .map_err(backend)?
+        };
+        let waiting = if query.waiting_first { "r.status = 'waiting' DESC, " } else { "" };
+        let (limit, offset) = (args.len() + 1, args.len() + 2);
+        let page_args: Vec<i64> =
+            [query.limit, query.offset].iter().map(|n| i64::try_from(*n).unwrap_or(i64::MAX)).collect();
+        let mut all = params;
+        all.extend(page_args.iter().map(|n| n as &dyn rusqlite::ToSql));
+        let runs = self.runs_where(
+            &format!("{filter} ORDER BY {waiting}r.created_at DESC, r.run_id DESC LIMIT ?{limit} OFFSET ?{offset}"),
+            &all,
+        )?;
+        Ok(RunPage { runs, total: u64::try_from(total).unwrap_or(0) })
+    }
+
+    /// Runs as `rest` (`WHERE …`, `ORDER BY …`, `LIMIT …` over `runs r`) selects them, with
+    /// `params` bound.
+    fn runs_where(&self, rest: &str, params: &[&dyn rusqlite::ToSql]) -> Result<Vec<RunSummary>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(&format!(
                 "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at,
                         (SELECT e.at FROM events e WHERE e.run_id = r.run_id ORDER BY e.seq DESC LIMIT 1),
-                        r.owner
-                 FROM runs r {filter} ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1"
+                        r.owner, r.task, r.running_at, r.people
+                 FROM runs r {rest}"
             ))
             .map_err(backend)?;
         let rows = stmt
-            .query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+            .query_map(params, |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, Option<String>>(6)?,
+                    (r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?),
+                    (r.get::<_, String>(4)?, r.get::<_, String>(5)?, r.get::<_, Option<String>>(6)?),
+                    (r.get::<_, String>(7)?, r.get::<_, Option<String>>(8)?, r.get::<_, String>(9)?),
                 ))
             })
             .map_err(backend)?;
         let mut out = Vec::new();
         for row in rows {
-            let (run_id, pipeline, task_id, status, created_at, updated_at, owner) = row.map_err(backend)?;
+            let ((run_id, pipeline, task_id, status), (created_at, updated_at, owner), (task, running_at, people)) =
+                row.map_err(backend)?;
             let bad = |what: String| StoreError::Corrupt(format!("run {run_id}: {what}"));
             out.push(RunSummary {
                 status: RunStatus::parse(&status).ok_or_else(|| bad(format!("unknown status `{status}`")))?,
@@ -463,6 +547,9 @@ impl SqliteStore {
                 created_at: created_at.parse().map_err(|e| bad(format!("{e}")))?,
                 updated_at: updated_at.parse().map_err(|e| bad(format!("{e}")))?,
                 owner: owner.map(|o| serde_json::from_str(&o)).transpose().map_err(|e| bad(format!("owner: {e}")))?,
+                task,
+                running_at: running_at.map(|t| t.parse()).transpose().map_err(|e| bad(format!("{e}")))?,
+                people: people.split('\n').filter(|p| !p.is_empty()).map(str::to_owned).collect(),
                 run_id: RunId::new(run_id.clone()),
             });
         }
@@ -565,6 +652,10 @@ impl Store for SqliteStore {
 
     async fn runs_in(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError> {
         self.runs_in_sync(statuses)
+    }
+
+    async fn runs_page(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
+        self.runs_page_sync(query)
     }
 
     async fn feed_since(&self, after: u64, limit: usize) -> Result<Vec<FeedEntry>, StoreError> {

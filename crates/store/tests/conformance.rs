@@ -20,7 +20,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     {
         let store = SqliteStore::open(&path, Synchronous::Full).expect("open");
         suite(&store).await;
-        assert_eq!(store.schema_version().expect("version"), 4);
+        assert_eq!(store.schema_version().expect("version"), 5);
         // Another connection's commit (another process) moves this one's data version; its
         // own commits and reads do not.
         let before = store.data_version().await.expect("version");
@@ -32,7 +32,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     }
     let reopened = SqliteStore::open(&path, Synchronous::Normal).expect("reopen");
     assert_eq!(reopened.events(&RunId::new("r1")).await.expect("events").len(), 6);
-    assert_eq!(reopened.runs(20).await.expect("runs").len(), 18);
+    assert_eq!(reopened.runs(30).await.expect("runs").len(), 22);
     let mode: String = rusqlite::Connection::open(&path)
         .expect("open")
         .pragma_query_value(None, "journal_mode", |r| r.get(0))
@@ -93,6 +93,7 @@ async fn the_owner_column_is_filled_from_the_journal_when_the_store_is_migrated(
     };
     let resumed = serde_json::to_string(&Event::RunResumed {
         owner: loopwright_journal::Owner { pid: 99, start_time: None, daemon: true },
+        by: None,
     })
     .expect("json");
     {
@@ -122,7 +123,7 @@ async fn the_owner_column_is_filled_from_the_journal_when_the_store_is_migrated(
         }
     }
     let store = SqliteStore::open(&path, Synchronous::Normal).expect("migrate");
-    assert_eq!(store.schema_version().expect("version"), 4);
+    assert_eq!(store.schema_version().expect("version"), 5);
     let owners: Vec<(String, Option<(u32, bool)>)> = store
         .runs(10)
         .await
@@ -131,6 +132,69 @@ async fn the_owner_column_is_filled_from_the_journal_when_the_store_is_migrated(
         .map(|r| (r.run_id.to_string(), r.owner.map(|o| (o.pid, o.daemon))))
         .collect();
     assert_eq!(owners, vec![("old-2".into(), Some((99, true))), ("old-1".into(), Some((7, false)))]);
+}
+
+#[tokio::test]
+async fn the_runs_list_columns_are_filled_from_the_journal_when_the_store_is_migrated() {
+    // A store written by the version before migration 5: each run's task text, when it left
+    // the queue and who acted on it are read from its journal.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let owner = loopwright_journal::Owner { pid: 99, start_time: None, daemon: true };
+    let mut first = loopwright_testkit::run_started("task-15");
+    first.task = "Fix the login page".into();
+    first.by = Some("carol".into());
+    let events = [
+        Event::RunStarted(Box::new(first)),
+        Event::RunQueued {},
+        Event::RunResumed { owner, by: Some("dan".into()) },
+        Event::ApprovalGranted {
+            stage: loopwright_spec::StageId::parse("ship").expect("id"),
+            by: "carol".into(),
+            comment: None,
+        },
+    ];
+    {
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        let old = [
+            include_str!("../src/migrations/001_journal.sql"),
+            include_str!("../src/migrations/002_feed.sql"),
+            include_str!("../src/migrations/003_owner.sql"),
+            include_str!("../src/migrations/004_task_auto.sql"),
+        ];
+        for (i, sql) in old.iter().enumerate() {
+            conn.execute_batch(sql).expect("old schema");
+            conn.pragma_update(None, "user_version", i as i64 + 1).expect("version");
+        }
+        conn.execute(
+            "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES ('old', 'bug-fix', 'task-15', 'running', '2026-08-01T00:00:00Z', '2026-08-01T00:00:03Z', 4)",
+            [],
+        )
+        .expect("run row");
+        for (i, event) in events.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO events (run_id, seq, at, kind, payload) VALUES ('old', ?1, ?2, ?3, ?4)",
+                rusqlite::params![
+                    i as i64 + 1,
+                    format!("2026-08-01T00:00:0{i}Z"),
+                    event.kind(),
+                    serde_json::to_string(event).expect("json")
+                ],
+            )
+            .expect("event");
+        }
+    }
+    let store = SqliteStore::open(&path, Synchronous::Normal).expect("migrate");
+    let runs = store.runs_page(&loopwright_journal::RunQuery { limit: 5, ..Default::default() }).await.expect("page");
+    let got: Vec<_> = runs.runs.iter().map(|r| (r.task.clone(), r.running_at, r.people.clone())).collect();
+    assert_eq!(
+        got,
+        vec![(
+            "Fix the login page".to_owned(),
+            Some(t("2026-08-01T00:00:02Z")),
+            vec!["carol".to_owned(), "dan".to_owned()]
+        )]
+    );
 }
 
 #[test]

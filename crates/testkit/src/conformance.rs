@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use loopwright_journal::event::{FailureKind, StageError};
-use loopwright_journal::{Event, Owner, RunId, RunStatus, RunSummary, Store, StoreError, TaskId};
+use loopwright_journal::{Event, Owner, RunId, RunQuery, RunStatus, RunSummary, Store, StoreError, TaskId};
 use loopwright_spec::StageId;
 use pretty_assertions::assert_eq;
 
@@ -203,6 +203,83 @@ pub async fn suite(store: &impl Store) {
     the_feed_holds_every_event_once_in_commit_order(store).await;
     runs_are_found_by_status_oldest_first(store).await;
     a_summary_names_the_last_owner(store).await;
+    a_page_of_runs_is_filtered_counted_and_ordered(store).await;
+}
+
+async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
+    let start = |text: &str, by: Option<&str>| {
+        let mut s = crate::run_started("task-page");
+        s.pipeline = "paging".into();
+        s.task = text.into();
+        s.by = by.map(Into::into);
+        Event::RunStarted(Box::new(s))
+    };
+    let owner = Owner { pid: 1, start_time: None, daemon: true };
+    let journals: [(&str, &str, Vec<Event>); 4] = [
+        (
+            "p1",
+            "2026-05-01",
+            vec![
+                start("Fix the LOGIN page", Some("carol")),
+                Event::RunQueued {},
+                Event::RunResumed { owner, by: Some("dan".into()) },
+                Event::ApprovalRequested { stage: stage("ship") },
+                Event::ApprovalGranted { stage: stage("ship"), by: "carol".into(), comment: None },
+                Event::RunFinished { status: RunStatus::Success },
+            ],
+        ),
+        ("p2", "2026-05-02", vec![start("add 100% coverage", None), Event::ApprovalRequested { stage: stage("ship") }]),
+        ("p3", "2026-05-03", vec![start("unrelated", None), Event::RunFinished { status: RunStatus::Failed }]),
+        (
+            "p4",
+            "2026-05-04",
+            vec![
+                start("never ran", None),
+                Event::RunQueued {},
+                Event::CancelRequested { by: "erin".into(), rollback: false },
+                Event::RunCancelled { stage: None, by: "erin".into(), rollback: false },
+            ],
+        ),
+    ];
+    for (id, day, events) in &journals {
+        for (i, event) in events.iter().enumerate() {
+            let at = t(&format!("{day}T00:00:{i:02}Z"));
+            store.append(&RunId::new(*id), event, at).await.expect("append");
+        }
+    }
+    let base = RunQuery { pipeline: Some("paging".into()), limit: 10, ..RunQuery::default() };
+    let page = |q: RunQuery| async move {
+        let got = store.runs_page(&q).await.expect("page");
+        (got.runs.iter().map(|r| r.run_id.to_string()).collect::<Vec<_>>(), got.total)
+    };
+    let ids = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(page(base.clone()).await, (ids(&["p4", "p3", "p2", "p1"]), 4));
+    assert_eq!(page(RunQuery { waiting_first: true, ..base.clone() }).await, (ids(&["p2", "p4", "p3", "p1"]), 4));
+    assert_eq!(page(RunQuery { offset: 1, limit: 2, ..base.clone() }).await, (ids(&["p3", "p2"]), 4));
+    assert_eq!(page(RunQuery { text: Some("login".into()), ..base.clone() }).await, (ids(&["p1"]), 1));
+    assert_eq!(page(RunQuery { text: Some("100%".into()), ..base.clone() }).await, (ids(&["p2"]), 1));
+    // `%` and `_` in the text are themselves, not wildcards.
+    assert_eq!(page(RunQuery { text: Some("1_0".into()), ..base.clone() }).await, (ids(&[]), 0));
+    assert_eq!(page(RunQuery { text: Some("P3".into()), ..base.clone() }).await, (ids(&["p3"]), 1));
+    assert_eq!(page(RunQuery { person: Some("carol".into()), ..base.clone() }).await, (ids(&["p1"]), 1));
+    assert_eq!(page(RunQuery { person: Some("car".into()), ..base.clone() }).await, (ids(&[]), 0));
+    assert_eq!(page(RunQuery { person: Some("erin".into()), ..base.clone() }).await, (ids(&["p4"]), 1));
+    let (since, until) = (Some(t("2026-05-02T00:00:00Z")), Some(t("2026-05-04T00:00:00Z")));
+    assert_eq!(page(RunQuery { since, until, ..base.clone() }).await, (ids(&["p3", "p2"]), 2));
+    let cancelled = RunQuery { statuses: vec![RunStatus::Cancelled, RunStatus::Waiting], ..base.clone() };
+    assert_eq!(page(cancelled).await, (ids(&["p4", "p2"]), 2));
+    let all = store.runs_page(&base).await.expect("page").runs;
+    let shown: Vec<(&str, &str, Option<jiff::Timestamp>, Vec<String>)> =
+        all.iter().map(|r| (r.run_id.as_str(), r.task.as_str(), r.running_at, r.people.clone())).collect();
+    assert_eq!(
+        shown,
+        vec![
+            ("p4", "never ran", None, vec!["erin".to_owned()]),
+            ("p3", "unrelated", None, vec![]),
+            ("p2", "add 100% coverage", Some(t("2026-05-02T00:00:01Z")), vec![]),
+            ("p1", "Fix the LOGIN page", Some(t("2026-05-01T00:00:02Z")), vec!["carol".to_owned(), "dan".to_owned()]),
+        ]
+    );
 }
 
 async fn the_feed_holds_every_event_once_in_commit_order(store: &impl Store) {
@@ -261,7 +338,10 @@ async fn a_summary_names_the_last_owner(store: &impl Store) {
     store.append(&run, &Event::RunStarted(start), t("2027-03-01T00:00:00Z")).await.expect("start");
     let owner_of = |runs: Vec<RunSummary>| runs.into_iter().find(|r| r.run_id == run).and_then(|r| r.owner);
     assert_eq!(owner_of(store.runs(1000).await.expect("runs")), Some(first));
-    store.append(&run, &Event::RunResumed { owner: second }, t("2027-03-01T00:00:01Z")).await.expect("resume");
+    store
+        .append(&run, &Event::RunResumed { owner: second, by: None }, t("2027-03-01T00:00:01Z"))
+        .await
+        .expect("resume");
     assert_eq!(owner_of(store.runs(1000).await.expect("runs")), Some(second));
     assert_eq!(owner_of(store.runs_in(&[RunStatus::Running]).await.expect("runs_in")), Some(second));
 }

@@ -8,7 +8,8 @@ use loopwright_engine::ports::{CommandRequest, ExecOutcome, Execution, Notice, P
 use loopwright_engine::{Clock, Runner};
 use loopwright_journal::event::RollbackStatus;
 use loopwright_journal::{
-    Event, EventRecord, FeedEntry, Outputs, Owner, RunId, RunStatus, RunSummary, Store, StoreError, TaskId,
+    Event, EventRecord, FeedEntry, Outputs, Owner, RunId, RunPage, RunQuery, RunStatus, RunSummary, Store, StoreError,
+    TaskId,
 };
 use loopwright_spec::StageId;
 use loopwright_spec::pipeline::RollbackStrategy;
@@ -55,7 +56,7 @@ impl Memory {
         if let Some(status) = event.run_status() {
             journal.status = status;
         }
-        if let Event::RunResumed { owner } = event {
+        if let Event::RunResumed { owner, .. } = event {
             journal.owner = Some(*owner);
         }
         match event {
@@ -85,6 +86,21 @@ impl Memory {
             status: j.status,
             created_at: j.created_at,
             updated_at: j.events.last().map_or(j.created_at, |r| r.at),
+            task: j
+                .events
+                .iter()
+                .find_map(|r| match &r.event {
+                    Event::RunStarted(started) => Some(started.task.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default(),
+            running_at: j.events.iter().find(|r| r.event.is_work()).map(|r| r.at),
+            people: j.events.iter().filter_map(|r| r.event.person()).fold(Vec::new(), |mut people, p| {
+                if !people.iter().any(|q| q == p) {
+                    people.push(p.to_owned());
+                }
+                people
+            }),
             owner: j.owner,
         }
     }
@@ -195,6 +211,16 @@ impl Store for MemoryStore {
             self.memory.borrow().newest_first().into_iter().filter(|r| statuses.contains(&r.status)).collect();
         runs.reverse();
         Ok(runs)
+    }
+
+    async fn runs_page(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
+        let mut runs: Vec<RunSummary> =
+            self.memory.borrow().newest_first().into_iter().filter(|r| query.selects(r)).collect();
+        if query.waiting_first {
+            runs.sort_by_key(|r| r.status != RunStatus::Waiting);
+        }
+        let total = runs.len() as u64;
+        Ok(RunPage { runs: runs.into_iter().skip(query.offset).take(query.limit).collect(), total })
     }
 
     async fn feed_since(&self, after: u64, limit: usize) -> Result<Vec<FeedEntry>, StoreError> {

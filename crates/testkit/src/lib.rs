@@ -34,6 +34,8 @@ pub fn run_started(task: &str) -> RunStarted {
         owner: None,
         prices: Default::default(),
         budget: Default::default(),
+        by: None,
+        rerun_of: None,
         worktree: None,
     }
 }

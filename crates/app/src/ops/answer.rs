@@ -111,7 +111,7 @@ pub async fn claim<X: Stopper>(
     owner: Owner,
 ) -> Result<(), Error> {
     let read = state.last_seq;
-    let claim = claim_events(state, answer, owner);
+    let claim = claim_events(state, answer, owner, None);
     if claim.is_empty() {
         return Ok(());
     }
@@ -130,7 +130,17 @@ pub async fn claim_in_store(
     answer: Option<Event>,
     owner: Owner,
 ) -> Result<(), Error> {
-    let claim = claim_events(state, answer, owner);
+    let claim = claim_events(state, answer, owner, None);
+    if claim.is_empty() {
+        return Ok(());
+    }
+    record::after_read(store, state, claim).await
+}
+
+/// Claims an interrupted run for `owner` because `by` asked to resume it (compare-and-append,
+/// as [`claim_in_store`]); `run_resumed` names who asked.
+pub async fn resume_in_store(store: &SqliteStore, state: &mut RunState, owner: Owner, by: String) -> Result<(), Error> {
+    let claim = claim_events(state, None, owner, Some(by));
     if claim.is_empty() {
         return Ok(());
     }
@@ -138,14 +148,14 @@ pub async fn claim_in_store(
 }
 
 /// The events that claim a run: the answer, then `run_resumed` when the run goes on after it.
-fn claim_events(state: &RunState, answer: Option<Event>, owner: Owner) -> Vec<Event> {
+fn claim_events(state: &RunState, answer: Option<Event>, owner: Owner, by: Option<String>) -> Vec<Event> {
     let mut claim: Vec<Event> = answer.into_iter().collect();
     let mut after = state.clone();
     for event in &claim {
         after.apply(&EventRecord { seq: after.last_seq + 1, at: jiff::Timestamp::now(), event: event.clone() });
     }
     if resumable(after.status) {
-        claim.push(Event::RunResumed { owner });
+        claim.push(Event::RunResumed { owner, by });
     }
     claim
 }

@@ -476,7 +476,9 @@ pub fn lookup(ws: &Workspace, store: &SqliteStore, dir: &Path) -> Result<Lookup>
 
 /// `auto stop`: writes `.auto-stop` (reason `user_stop`). A loop no process supervises any
 /// more is ended here: its agent's process group ended, the transient files removed.
-pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result<AutoStatus> {
+///
+/// `by` is who asks (journaled with the stop).
+pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str, by: &str) -> Result<AutoStatus> {
     let p = loop_of(ws, store, dir_or_session)?;
     if p.status.status.is_final() {
         return Err(Error::conflict(format!(
@@ -490,8 +492,7 @@ pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result
     if supervised {
         // The supervisor journals the stop when it reads the file.
         if p.status.stop_reason.is_none() {
-            signal::request_stop(&dir, StopReason::UserStop, now, "auto stop")
-                .map_err(|e| Error::Internal(e.into()))?;
+            signal::request_stop(&dir, StopReason::UserStop, now, by).map_err(|e| Error::Internal(e.into()))?;
         }
     } else {
         // Ended here, through the loop's own rules: the holder ended, the transient files
@@ -499,7 +500,7 @@ pub fn stop(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Result
         let policy = p.internal.settings.policy().map_err(Error::usage)?;
         let zone = jiff::tz::TimeZone::system();
         let rules = decide::Rules { policy: &policy, root: &ws.root, zone: &zone };
-        let by = "auto stop (no supervisor alive)".to_owned();
+        let by = format!("{by} (no supervisor alive)");
         let (next, actions) = decide::decide(&p, decide::Observation::Abandoned { by }, &rules, now);
         for action in actions {
             match action {

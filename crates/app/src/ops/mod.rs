@@ -8,6 +8,7 @@ pub mod cancel;
 pub mod dead_letters;
 pub mod output;
 pub mod patterns;
+pub mod people;
 pub mod read;
 pub mod resume;
 pub mod start;

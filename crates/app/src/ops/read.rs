@@ -150,6 +150,70 @@ pub async fn list(store: &SqliteStore, filter: &ListFilter) -> Result<Vec<RunSum
     Ok(runs)
 }
 
+/// Which page of runs to show: [`ListFilter`]'s filters, and search.
+#[derive(Debug, Clone, Default)]
+pub struct PageFilter {
+    /// Only runs in this status (as shown to people).
+    pub status: Option<RunStatus>,
+    /// Only runs of this pipeline.
+    pub pipeline: Option<String>,
+    /// Only runs whose task text, task id or run id contains this.
+    pub text: Option<String>,
+    /// Only runs this person acted on.
+    pub person: Option<String>,
+    /// Only runs created at or after this.
+    pub since: Option<jiff::Timestamp>,
+    /// Only runs created before this.
+    pub until: Option<jiff::Timestamp>,
+    /// Skip this many.
+    pub offset: usize,
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// A page of runs, waiting ones first, then newest first, with the status shown to people
+/// and the count of all the filter selects.
+pub async fn page(store: &SqliteStore, filter: &PageFilter) -> Result<loopwright_engine::RunPage, Error> {
+    use loopwright_engine::{RunPage, RunQuery};
+    let query = RunQuery {
+        statuses: Vec::new(),
+        pipeline: filter.pipeline.clone(),
+        text: filter.text.clone(),
+        person: filter.person.clone(),
+        since: filter.since,
+        until: filter.until,
+        waiting_first: true,
+        offset: filter.offset,
+        limit: filter.limit,
+    };
+    match filter.status {
+        // Whether a run recorded as running still is depends on its owner being alive: the
+        // runs recorded running (few: as many as processes drive) are sorted out here.
+        Some(wanted @ (RunStatus::Running | RunStatus::Interrupted)) => {
+            let statuses = if wanted == RunStatus::Running {
+                vec![RunStatus::Running]
+            } else {
+                vec![RunStatus::Running, RunStatus::Interrupted]
+            };
+            let all = RunQuery { statuses, offset: 0, limit: usize::MAX >> 1, ..query };
+            let mut runs = store.runs_page(&all).await?.runs;
+            for r in &mut runs {
+                r.status = shown(r.status, r.owner.as_ref());
+            }
+            runs.retain(|r| r.status == wanted);
+            let total = runs.len() as u64;
+            Ok(RunPage { runs: runs.into_iter().skip(filter.offset).take(filter.limit).collect(), total })
+        }
+        status => {
+            let mut page = store.runs_page(&RunQuery { statuses: status.into_iter().collect(), ..query }).await?;
+            for r in &mut page.runs {
+                r.status = shown(r.status, r.owner.as_ref());
+            }
+            Ok(page)
+        }
+    }
+}
+
 /// Orders runs as the API and the dashboard list them: those waiting for a person first, each
 /// group as [`list`] gave it (newest first).
 pub fn waiting_first(runs: &mut [RunSummary]) {
@@ -321,6 +385,12 @@ pub enum PersonAction {
     Answered,
     /// Asked for the run to be cancelled.
     Cancelled,
+    /// Started the run.
+    Started,
+    /// Started the run as a re-run of another (or a retry from a stage).
+    Reran,
+    /// Asked for the interrupted run to be resumed.
+    Resumed,
 }
 
 impl PersonAction {
@@ -331,6 +401,9 @@ impl PersonAction {
             Self::Rejected => "rejected",
             Self::Answered => "answered",
             Self::Cancelled => "cancelled the run",
+            Self::Started => "started the run",
+            Self::Reran => "re-ran",
+            Self::Resumed => "resumed the run",
         }
     }
 }
@@ -397,6 +470,23 @@ pub fn answers(events: &[EventRecord]) -> Vec<PersonAnswer> {
                     rollback.then(|| "and asked for a rollback".to_owned()),
                     None,
                 )),
+                Event::RunStarted(started) => {
+                    let by = started.by.as_deref()?;
+                    Some(match &started.rerun_of {
+                        Some(earlier) => one(
+                            by,
+                            PersonAction::Reran,
+                            None,
+                            Some(match &started.start_from {
+                                Some(from) => format!("run {earlier} from stage {from}"),
+                                None => format!("run {earlier}"),
+                            }),
+                            None,
+                        ),
+                        None => one(by, PersonAction::Started, None, None, None),
+                    })
+                }
+                Event::RunResumed { by: Some(by), .. } => Some(one(by, PersonAction::Resumed, None, None, None)),
                 _ => None,
             }
         })

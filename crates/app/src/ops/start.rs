@@ -34,6 +34,54 @@ pub struct StartRequest {
     pub approve_all: bool,
     /// Work in a git worktree of its own.
     pub worktree: bool,
+    /// Who starts it (a person signed in to the daemon).
+    pub by: Option<String>,
+    /// The run this one runs again.
+    pub rerun_of: Option<RunId>,
+}
+
+/// A request that runs `earlier` again: the same pipeline (as its file says now), task, task
+/// id, variables, inputs, skipped stages and worktree choice; from its first stage, or from
+/// `from` with the earlier stages' outputs taken from the journal of the same task. Gates ask
+/// again: an earlier `--yes` is not carried over.
+///
+/// `inside_only` (requests from the network) refuses a run whose pipeline file lies outside
+/// the workspace: the daemon reads only the workspace's own pipelines.
+pub fn rerun(
+    ws: &Workspace,
+    earlier: &loopwright_engine::RunState,
+    from: Option<String>,
+    by: Option<String>,
+    inside_only: bool,
+) -> Result<StartRequest, Error> {
+    let started = earlier
+        .started
+        .as_ref()
+        .ok_or_else(|| Error::conflict(format!("run {} has no start in its journal", earlier.run_id)))?;
+    let earlier = &earlier.run_id;
+    let path = ws.root.join(&started.pipeline_path);
+    let inside = std::path::Path::new(&started.pipeline_path).is_relative()
+        && !std::path::Path::new(&started.pipeline_path).components().any(|c| c == std::path::Component::ParentDir);
+    if inside_only && !inside {
+        return Err(Error::Forbidden(format!(
+            "run {earlier} ran the pipeline file {}, outside the workspace: run it again from the command line",
+            started.pipeline_path
+        )));
+    }
+    Ok(StartRequest {
+        pipeline: path.display().to_string(),
+        name_only: false,
+        task: Some(started.task.clone()),
+        task_id: Some(started.task_id.to_string()),
+        vars: started.vars.clone(),
+        inputs: started.inputs.clone(),
+        start_from: from,
+        skip: started.skip.iter().map(ToString::to_string).collect(),
+        approve_all: false,
+        worktree: started.worktree.is_some(),
+        by,
+        rerun_of: Some(earlier.clone()),
+    })
 }
 
 /// A run ready to start: nothing is journaled yet (a worktree, when asked for, exists).
@@ -139,6 +187,8 @@ pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<
         prices: ws.config.prices.clone(),
         worktree,
         budget: pipeline.budget,
+        by: req.by,
+        rerun_of: req.rerun_of,
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
     Ok(Prepared { run_id, pipeline, started, root, notes })

@@ -167,7 +167,7 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         Command::Stop { module: dir } => {
             let ws = Workspace::locate(global.dir.as_deref())?;
             let store = super::open_existing_store(&ws)?;
-            let status = auto::stop(&ws, &store, &dir)?;
+            let status = auto::stop(&ws, &store, &dir, &crate::drive::os_user())?;
             print_status(global, &status);
             Ok(0)
         }

@@ -33,6 +33,133 @@ pub struct Args {
     /// each are reported.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Instead: measure the dashboard's runs list over this many stored runs (seeded into a
+    /// temporary workspace and served by a daemon of their own).
+    #[arg(long = "list-runs", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub list_runs: Option<u32>,
+    /// With --list-runs: only add the runs to this workspace's journal (-C), measure nothing.
+    #[arg(long = "seed-only", requires = "list_runs")]
+    pub seed_only: bool,
+}
+
+/// The pipeline the seeded runs say they ran.
+const SEEDED_PIPELINE: &str = "name: fix\ndescription: seeded\nversion: 1\nstages:\n  - {id: build, description: d, agent: shell, mode: agent, run: 'true'}\n  - {id: ship, description: d, agent: shell, mode: agent, requires_approval: true, run: 'true'}\n";
+
+/// Writes `n` finished runs into `ws`'s journal, one a minute back from now: most succeeded,
+/// every seventh failed, every thirteenth waits at a gate; every fifth was approved by a
+/// person. Task `i` says "refactor the parser, part i".
+pub async fn seed_runs(ws: &Workspace, n: u32) -> Result<(), CliError> {
+    use loopwright_engine::{Event, Store};
+    let store = super::open_store(ws)?;
+    let now = jiff::Timestamp::now();
+    let stage = |s: &str| loopwright_spec::StageId::parse(s).ok_or_else(|| CliError::usage("stage id"));
+    let (build, ship) = (stage("build")?, stage("ship")?);
+    for i in 0..n {
+        let at = now - jiff::SignedDuration::from_secs(60 * i64::from(n - i));
+        let started = RunStarted {
+            pipeline: if i % 3 == 0 { "release".into() } else { "fix".into() },
+            pipeline_path: ".loopwright/pipelines/fix.yml".into(),
+            pipeline_source: SEEDED_PIPELINE.into(),
+            task_id: TaskId::generate(&format!("part {i}"), u64::from(i)),
+            task: format!("refactor the parser, part {i}"),
+            vars: Default::default(),
+            inputs: Default::default(),
+            start_from: None,
+            skip: vec![],
+            auto_approve: false,
+            prior_outputs: Default::default(),
+            workspace: ws.root.display().to_string(),
+            owner: None,
+            prices: Default::default(),
+            budget: Default::default(),
+            by: (i % 4 == 0).then(|| "dana".to_owned()),
+            rerun_of: None,
+            worktree: None,
+        };
+        let later = |s: i64| at + jiff::SignedDuration::from_secs(s);
+        let mut batch = vec![
+            (Event::RunStarted(Box::new(started)), at),
+            (Event::AttemptStarted { stage: build.clone(), attempt: 1 }, later(2)),
+        ];
+        let status = if i % 13 == 5 {
+            batch.push((Event::ApprovalRequested { stage: ship.clone() }, later(9)));
+            None
+        } else if i % 7 == 3 {
+            Some(loopwright_engine::RunStatus::Failed)
+        } else {
+            if i % 5 == 0 {
+                batch.push((Event::ApprovalRequested { stage: ship.clone() }, later(9)));
+                batch.push((
+                    Event::ApprovalGranted { stage: ship.clone(), by: "carol".into(), comment: None },
+                    later(30),
+                ));
+            }
+            Some(loopwright_engine::RunStatus::Success)
+        };
+        if let Some(status) = status {
+            batch.push((Event::RunFinished { status }, later(40)));
+        }
+        store.append_all(&RunId::generate(at, u64::from(i) << 8 | 7), &batch).await?;
+    }
+    Ok(())
+}
+
+/// `bench --list-runs N`: N runs in a temporary workspace, a daemon serving it, and the first
+/// page of the runs list (the dashboard's `/` and `GET /api/runs`) fetched 40 times each.
+async fn list_runs(n: u32) -> Result<u8, CliError> {
+    let base = std::env::temp_dir().join(format!("loopwright-bench-list-{:08x}", random_u64() as u32));
+    std::fs::create_dir_all(base.join(".loopwright/pipelines")).map_err(|e| CliError::Internal(e.into()))?;
+    let ws = Workspace::locate(Some(&base))?;
+    let t = Instant::now();
+    seed_runs(&ws, n).await?;
+    eprintln!("loopwright bench: {n} runs written to {} in {:.1} s", base.display(), t.elapsed().as_secs_f64());
+    let exe = std::env::current_exe().map_err(|e| CliError::Internal(e.into()))?;
+    let mut daemon = std::process::Command::new(exe)
+        .args(["-C", &base.display().to_string(), "serve", "--addr", "127.0.0.1:0", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| CliError::Internal(e.into()))?;
+    let mut line = String::new();
+    if let Some(out) = daemon.stdout.take() {
+        use std::io::BufRead;
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+    }
+    let measured = async {
+        let started: serde_json::Value = serde_json::from_str(&line).map_err(|e| CliError::Internal(e.into()))?;
+        let addr = started["addr"].as_str().unwrap_or_default().to_owned();
+        let token = std::fs::read_to_string(ws.state_dir().join("serve.token")).map_err(|e| CliError::Internal(e.into()))?;
+        let cookie = format!("{}={}", loopwright_daemon::api::auth::cookie_name(token.trim()), token.trim());
+        let http = reqwest::Client::new();
+        let mut figures = Vec::new();
+        for (what, path, auth) in [("dashboard /", "/", false), ("GET /api/runs", "/api/runs?limit=50", true)] {
+            let mut times = Vec::new();
+            let mut bytes = 0;
+            for _ in 0..40 {
+                let request = http.get(format!("http://{addr}{path}"));
+                let request = if auth { request.bearer_auth(token.trim()) } else { request.header("Cookie", &cookie) };
+                let t = Instant::now();
+                let body = request.send().await.and_then(|r| r.error_for_status()).map_err(|e| CliError::Internal(e.into()))?.bytes().await.map_err(|e| CliError::Internal(e.into()))?;
+                times.push(ms(t.elapsed()));
+                bytes = body.len();
+            }
+            let first = times[0];
+            times.sort_by(f64::total_cmp);
+            eprintln!(
+                "  {what:<14} over {n} runs: first {first:.1} ms, median {:.1} ms, p95 {:.1} ms ({bytes} bytes)",
+                median(times.clone()),
+                times[times.len() * 95 / 100]
+            );
+            figures.push(json!({"what": what, "runs": n, "first_ms": first, "median_ms": median(times.clone()), "p95_ms": times[times.len() * 95 / 100], "bytes": bytes}));
+        }
+        Ok::<_, CliError>(figures)
+    }
+    .await;
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = daemon.wait();
+    let _ = std::fs::remove_dir_all(&base);
+    println!("{}", json!({ "list_runs": measured? }));
+    Ok(0)
 }
 
 /// CPU time (user + system, ms) of all waited-for children so far.
@@ -104,6 +231,15 @@ fn ms(d: Duration) -> f64 {
 
 /// `loopwright bench`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
+    if let Some(n) = args.list_runs {
+        if args.seed_only {
+            let ws = Workspace::locate(global.dir.as_deref())?;
+            seed_runs(&ws, n).await?;
+            eprintln!("loopwright bench: {n} runs added to {}", ws.root.display());
+            return Ok(0);
+        }
+        return list_runs(n).await;
+    }
     let n = args.stages.max(2);
     let base = std::env::temp_dir().join(format!("loopwright-bench-{:08x}", random_u64() as u32));
     let (in_process, child) = (base.join("in-process"), base.join("child"));
@@ -133,6 +269,8 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         owner: Some(loopwright_app::ownership::this_process(false)),
         prices: Default::default(),
         budget: Default::default(),
+        by: None,
+        rerun_of: None,
         worktree: None,
     };
     // This process's own CPU time while the engine runs: the stages' processes are children,

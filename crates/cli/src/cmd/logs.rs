@@ -164,7 +164,7 @@ pub fn line(r: &EventRecord) -> String {
             "run interrupted by {signal}{}; `loopwright resume` continues it",
             stage.as_ref().map(|s| format!(" during stage {s}")).unwrap_or_default()
         ),
-        Event::RunResumed { owner } => {
+        Event::RunResumed { owner, .. } => {
             format!("run resumed by {} {}", if owner.daemon { "the daemon, process" } else { "process" }, owner.pid)
         }
         Event::RunQueued {} => "run queued by the daemon (waits for a free slot)".to_owned(),

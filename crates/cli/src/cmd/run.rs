@@ -104,6 +104,38 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         skip: args.skip,
         approve_all: args.yes,
         worktree: args.worktree,
+        by: None,
+        rerun_of: None,
     };
+    drive::start(global, &ws, request, args.quiet).await
+}
+
+/// Arguments of `rerun`.
+#[derive(Debug, clap::Args)]
+pub struct RerunArgs {
+    /// The run to run again (`latest` for the most recent).
+    pub run: String,
+    /// Start at this stage instead of the first; the earlier stages' outputs come from the
+    /// earlier run (the same task).
+    #[arg(long, value_name = "STAGE")]
+    pub from: Option<String>,
+    /// Approve every approval gate of the new run up front (for CI); the earlier run's
+    /// `--yes` is not carried over.
+    #[arg(long)]
+    pub yes: bool,
+    /// Print no progress on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `loopwright rerun`: a new run of the same pipeline (as its file says now), task,
+/// variables and inputs, from the first stage or `--from`, journaled with who asked.
+pub async fn rerun(global: &Global, args: RerunArgs) -> Result<u8, CliError> {
+    let ws = Workspace::locate(global.dir.as_deref())?;
+    let store = super::open_existing_store(&ws)?;
+    let run = loopwright_app::ops::read::resolve_run(&store, &args.run).await?;
+    let state = loopwright_app::ops::read::state(&store, &run).await?;
+    let mut request = loopwright_app::ops::start::rerun(&ws, &state, args.from, Some(drive::os_user()), false)?;
+    request.approve_all = args.yes;
     drive::start(global, &ws, request, args.quiet).await
 }

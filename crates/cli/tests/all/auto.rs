@@ -244,7 +244,7 @@ fn a_prompt_about_a_destructive_command_is_never_answered_and_waits_for_a_human(
         .rev()
         .map(|e| (e["kind"].as_str().unwrap_or_default().to_owned(), e["data"]["by"].clone()))
         .collect();
-    let by = json!("auto stop (no supervisor alive)");
+    let by = json!("tester (no supervisor alive)");
     assert_eq!(tail, [("stop_requested".to_owned(), by.clone()), ("finished".to_owned(), by)]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !crate::support::processes_with(&ws.path().join("scenario.json").display().to_string()).is_empty() {
@@ -575,7 +575,7 @@ fn the_daemon_supervises_a_loop_started_from_the_cli_and_the_api_answers_as_seed
     let stops: Vec<&Value> =
         log.as_array().expect("entries").iter().filter(|e| e["kind"] == "stop_requested").collect();
     assert_eq!(stops.len(), 1, "one stop, journaled once: {stops:#?}");
-    assert_eq!((&stops[0]["data"]["reason"], &stops[0]["data"]["by"]), (&json!("user_stop"), &json!("auto stop")));
+    assert_eq!((&stops[0]["data"]["reason"], &stops[0]["data"]["by"]), (&json!("user_stop"), &json!("api")));
     let k = kinds(log.as_array().expect("entries"));
     assert_eq!(k.first().map(String::as_str), Some("started"), "{k:?}");
     assert_eq!(k.last().map(String::as_str), Some("finished"), "{k:?}");

@@ -68,13 +68,45 @@ impl Daemon {
         (r.status().as_u16(), r.json().unwrap_or(Value::Null))
     }
 
+    /// A request with `token` (none: no `Authorization`) and extra headers: status, body and
+    /// the response's headers.
+    pub(crate) fn request_as(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value, reqwest::header::HeaderMap) {
+        let mut r = self.http.request(method.parse().expect("method"), self.url(path));
+        if let Some(token) = token {
+            r = r.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            r = r.json(body);
+        }
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let r = r.send().expect("request");
+        let (status, head) = (r.status().as_u16(), r.headers().clone());
+        (status, r.json().unwrap_or(Value::Null), head)
+    }
+
+    /// A page of the dashboard as `token` sees it (signed in by the cookie).
+    pub(crate) fn page_as(&self, path: &str, token: &str) -> (u16, String) {
+        let cookie = format!("{}={token}", loopwright_daemon::api::auth::cookie_name(&self.token));
+        let r = self.http.get(self.url(path)).header("Cookie", cookie).send().expect("GET page");
+        (r.status().as_u16(), r.text().unwrap_or_default())
+    }
+
     pub(crate) fn delete(&self, path: &str) -> (u16, Value) {
         let r = self.http.delete(self.url(path)).bearer_auth(&self.token).send().expect("DELETE");
         (r.status().as_u16(), r.json().unwrap_or(Value::Null))
     }
 
     /// Waits (up to 30 s) until the run's status is `status`.
-    fn wait_status(&self, run: &str, status: &str) -> Value {
+    pub(crate) fn wait_status(&self, run: &str, status: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let (_, result) = self.get(&format!("/api/runs/{run}"));

@@ -18,5 +18,6 @@ mod presets;
 mod rollback;
 mod run;
 mod support;
+mod team;
 mod validate;
 mod worktree;

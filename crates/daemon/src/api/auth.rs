@@ -9,20 +9,137 @@
 //! - a state-changing request must say `Content-Type: application/json` (415): no HTML form
 //!   and no `text/plain` body can act. Only a request with the bearer token (which no page of
 //!   another origin can add without the browser asking first) may omit it when it has no body;
-//! - `/api/` needs the bearer token, or the dashboard's cookie, except `GET /api/health`.
+//! - `/api/` needs a token — the workspace's (`serve.token`, an admin) or a person's
+//!   (`loopwright serve token create`, kept hashed) — as a bearer token or the dashboard's
+//!   cookie, except `GET /api/health`; or, from an address `--trust-proxy-from` names, the
+//!   person a reverse proxy vouches for in the `--trust-proxy-header` header;
+//! - the [`Caller`] found is handed to the handlers: answers are journaled under a person's
+//!   name (their `by` is ignored), and a viewer may change nothing (403).
 //!
 //! The cookie's name is unique to the daemon's token, so two workspaces' dashboards on one
 //! machine (cookies are shared by every port of a host) never sign each other out.
 
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use loopwright_app::ops::people::{self, Person, Role};
+
 use super::error::ApiError;
 use crate::Shared;
+
+/// Who a request comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The person, when known (a person's token, or a trusted proxy's header); `None` for the
+    /// workspace's token, whose holder says who they are with `by`.
+    pub person: Option<String>,
+    /// What they may do.
+    pub role: Role,
+}
+
+impl Caller {
+    /// The name an answer is journaled under: the person's, else the `by` given (checked).
+    pub fn by(&self, given: Option<String>) -> Result<String, ApiError> {
+        match &self.person {
+            Some(name) => Ok(name.clone()),
+            None => super::dto::who(given),
+        }
+    }
+
+    /// Refuses unless the caller may do what `role` may.
+    pub fn needs(&self, role: Role) -> Result<(), ApiError> {
+        if self.role >= role {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "{} is a {}: this needs the {} role (`loopwright serve token create NAME --role {}`)",
+            self.person.as_deref().unwrap_or("this token"),
+            self.role.as_str(),
+            role.as_str(),
+            role.as_str()
+        )))
+    }
+}
+
+/// The people of the workspace, read again whenever `people.json` changes (a token created
+/// or revoked from the command line counts from the next request).
+pub struct People {
+    file: PathBuf,
+    read: Mutex<(Option<Stamp>, Vec<Person>)>,
+}
+
+type Stamp = (std::time::SystemTime, u64, u64);
+
+impl People {
+    /// The people kept at `file`.
+    pub fn new(file: PathBuf) -> Self {
+        Self { file, read: Mutex::new((None, Vec::new())) }
+    }
+
+    fn stamp(&self) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&self.file).ok()?;
+        Some((m.modified().ok()?, m.len(), m.ino()))
+    }
+
+    /// The people as the file says now (none when it cannot be read: nobody signs in by it).
+    fn current<T>(&self, look: impl FnOnce(&[Person]) -> T) -> T {
+        let stamp = self.stamp();
+        let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if read.0 != stamp || stamp.is_none() {
+            *read = (stamp, people::load(&self.file).unwrap_or_default());
+        }
+        look(&read.1)
+    }
+
+    /// The person whose token is `token`.
+    pub fn by_token(&self, token: &str) -> Option<Person> {
+        self.current(|all| people::find(all, token).cloned())
+    }
+
+    /// The role given to `name`, if they have a token.
+    pub fn role_of(&self, name: &str) -> Option<Role> {
+        self.current(|all| all.iter().find(|p| p.name == name).map(|p| p.role))
+    }
+}
+
+/// A reverse proxy trusted to say who its users are.
+#[derive(Debug, Clone)]
+pub struct TrustedProxy {
+    /// The header naming the user (`X-Forwarded-User`).
+    pub header: axum::http::HeaderName,
+    /// The addresses the proxy connects from.
+    pub from: Vec<ipnet::IpNet>,
+}
+
+/// Who `token` signs in as: the workspace's token is an admin without a name; a person's
+/// token is that person.
+pub fn caller_of_token(shared: &Shared, token: &str) -> Option<Caller> {
+    if same_token(token, &shared.token) {
+        return Some(Caller { person: None, role: Role::Admin });
+    }
+    shared.people.by_token(token).map(|p| Caller { person: Some(p.name), role: p.role })
+}
+
+/// The person a trusted proxy names, when the request came from it. A name the people file
+/// knows has that person's role; anyone else is a viewer.
+fn caller_from_proxy(shared: &Shared, request: &Request) -> Option<Caller> {
+    let proxy = shared.proxy.as_ref()?;
+    let ConnectInfo(peer) = request.extensions().get::<ConnectInfo<SocketAddr>>()?;
+    let ip = peer.ip().to_canonical();
+    if !proxy.from.iter().any(|net| net.contains(&ip)) {
+        return None;
+    }
+    let name = request.headers().get(&proxy.header)?.to_str().ok()?.trim();
+    people::check_name(name).ok()?;
+    Some(Caller { person: Some(name.to_owned()), role: shared.people.role_of(name).unwrap_or(Role::Viewer) })
+}
 
 /// The name of the cookie the dashboard keeps `token` in: `loopwright_` and 16 hex digits of
 /// a hash of the token (one name per daemon; the hash says nothing useful about the token).
@@ -106,9 +223,17 @@ pub async fn check(State(shared): State<Arc<Shared>>, request: Request, next: Ne
     }
     let path = request.uri().path();
     let open = path == "/api/health" && request.method() == Method::GET;
-    if path.starts_with("/api/") && !open && !token_of(&shared, headers).is_some_and(|t| same_token(&t, &shared.token))
-    {
+    let caller = caller_from_proxy(&shared, &request)
+        .or_else(|| token_of(&shared, headers).and_then(|t| caller_of_token(&shared, &t)));
+    if path.starts_with("/api/") && !open && caller.is_none() {
         return ApiError::unauthorized().into_response();
+    }
+    if changes
+        && path.starts_with("/api/")
+        && let Some(c) = &caller
+        && let Err(refused) = c.needs(Role::Approver)
+    {
+        return refused.into_response();
     }
     let token_without_body_type = bearer(headers).is_some() && headers.get(header::CONTENT_TYPE).is_none();
     if changes && !declares_json(headers) && !token_without_body_type {
@@ -119,5 +244,19 @@ pub async fn check(State(shared): State<Arc<Shared>>, request: Request, next: Ne
         )
         .into_response();
     }
+    let mut request = request;
+    if let Some(caller) = caller {
+        request.extensions_mut().insert(caller);
+    }
     next.run(request).await
+}
+
+/// A handler that takes a [`Caller`] gets the one the access check found (every `/api/`
+/// route but the health check has one).
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Caller>().cloned().ok_or_else(ApiError::unauthorized)
+    }
 }

@@ -10,12 +10,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use loopwright_app::ops::auto::{self, StartRequest};
 
+use super::auth::Caller;
 use super::dto::{
     AutoApproveChecks, AutoKeys, AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoNotice, AutoReport, AutoScreen,
-    LookupQuery, NoticesQuery, StartAuto, who,
+    LookupQuery, NoticesQuery, StartAuto,
 };
 use super::error::{ApiError, ErrorBody, Json, Query};
 use crate::Shared;
+use loopwright_app::ops::people::Role;
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -41,9 +43,11 @@ async fn blocking<T: Send + 'static>(
               (status = 422, description = "`.target.md` has no substance (\"fill .target.md first\"), or a bad value", body = ErrorBody)))]
 pub async fn start(
     State(shared): State<Arc<Shared>>,
+    caller: Caller,
     Path(id): Path<String>,
     Json(body): Json<StartAuto>,
 ) -> ApiResult<Response> {
+    caller.needs(Role::Admin)?;
     let req = StartRequest {
         task_dir: PathBuf::from(body.task_dir),
         session: Some(id),
@@ -72,12 +76,17 @@ pub async fn get(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> A
     responses((status = 200, description = "The stop was asked for: the loop's status", body = AutoLoop),
               (status = 404, body = ErrorBody),
               (status = 409, description = "The loop already ended", body = ErrorBody)))]
-pub async fn stop(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<axum::Json<AutoLoop>> {
+pub async fn stop(
+    State(shared): State<Arc<Shared>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<AutoLoop>> {
+    let by = caller.by(None)?;
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
     Ok(axum::Json(
         blocking(move || {
             let status = auto::session_status(&store, &id)?;
-            auto::stop(&ws, &store, &status.session_name)
+            auto::stop(&ws, &store, &status.session_name, &by)
         })
         .await?
         .into(),
@@ -228,10 +237,11 @@ pub async fn log(
               (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn keys(
     State(shared): State<Arc<Shared>>,
+    caller: Caller,
     Path(id): Path<String>,
     Json(body): Json<AutoKeys>,
 ) -> ApiResult<axum::Json<AutoLoop>> {
-    let by = who(body.by)?;
+    let by = caller.by(body.by)?;
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
     let status = blocking(move || auto::send_keys(&ws, &store, &id, &body.text, body.enter, &by)).await?;
     Ok(axum::Json(status.into()))
@@ -247,10 +257,11 @@ pub async fn keys(
               (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn approve_checks(
     State(shared): State<Arc<Shared>>,
+    caller: Caller,
     Path(id): Path<String>,
     Json(body): Json<AutoApproveChecks>,
 ) -> ApiResult<axum::Json<AutoLoop>> {
-    let by = who(body.by)?;
+    let by = caller.by(body.by)?;
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
     let status = blocking(move || {
         auto::session_status(&store, &id)?;

@@ -86,6 +86,20 @@ pub struct ListQuery {
     /// At most this many (default 50, at most 1000).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
+    /// Skip this many (paging; the total is in `X-Total-Count`).
+    #[param(minimum = 0, maximum = 100000000)]
+    pub offset: Option<u32>,
+    /// Only runs whose task text, task id or run id contains this (ignoring case).
+    #[param(max_length = 200)]
+    pub q: Option<String>,
+    /// Only runs this person acted on (started, re-ran, approved, rejected, answered,
+    /// cancelled or resumed).
+    #[param(max_length = 100)]
+    pub by: Option<String>,
+    /// Only runs created at or after this: an RFC 3339 time or a date (`2026-11-25`, UTC).
+    pub since: Option<String>,
+    /// Only runs created before this: an RFC 3339 time or a date (the day before it ends).
+    pub until: Option<String>,
 }
 
 /// A row of `GET /api/runs`, as `status --json` prints it.
@@ -103,6 +117,12 @@ pub struct RunRow {
     pub created_at: String,
     /// When its last event was recorded.
     pub updated_at: String,
+    /// What it was asked to achieve (absent when empty).
+    pub task: Option<String>,
+    /// When it left the queue and began to work (absent while queued).
+    pub running_at: Option<String>,
+    /// Who acted on it, each once (absent when nobody did).
+    pub people: Option<Vec<String>>,
 }
 
 /// `GET /api/runs/{run}/events` query.
@@ -155,6 +175,31 @@ pub struct Cancel {
     /// Roll back the completed stages that declare a `rollback`.
     #[serde(default)]
     pub rollback: bool,
+}
+
+/// `POST /api/runs/{run}/rerun`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Rerun {
+    /// Start at this stage (a retry from a stage); the earlier stages' outputs come from the
+    /// journal of the same task. Default: the first stage.
+    #[serde(default)]
+    #[schema(max_length = 64, pattern = "^[a-z][a-z0-9_]*$")]
+    pub from: Option<String>,
+    /// Who asks (ignored when the token is a person's; default `api`).
+    #[serde(default)]
+    #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
+    pub by: Option<String>,
+}
+
+/// `POST /api/runs/{run}/resume`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resume {
+    /// Who asks (ignored when the token is a person's; default `api`).
+    #[serde(default)]
+    #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
+    pub by: Option<String>,
 }
 
 /// `POST /api/patterns/test`.

@@ -58,6 +58,7 @@ pub fn router() -> (Router<Arc<Shared>>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::respond))
         .routes(routes!(runs::cancel))
         .routes(routes!(runs::resume))
+        .routes(routes!(runs::rerun))
         .routes(routes!(runs::dead_letters))
         .routes(routes!(runs::dead_letter))
         .routes(routes!(runs::stats))

@@ -11,8 +11,9 @@ use loopwright_app::ownership::this_process;
 use loopwright_engine::result::PipelineResult;
 use loopwright_engine::{RunId, RunStatus};
 
+use super::auth::Caller;
 use super::dto::{
-    Accepted, Approval, Cancel, Health, ListQuery, PatternTest, PipelineInfo, Respond, RunRow, StartRun, who,
+    Accepted, Approval, Cancel, Health, ListQuery, PatternTest, PipelineInfo, Rerun, Respond, Resume, RunRow, StartRun,
 };
 use super::error::{ApiError, ErrorBody, Json, OptionalJson, Query};
 use crate::Shared;
@@ -58,7 +59,11 @@ pub async fn pipelines(State(shared): State<Arc<Shared>>) -> ApiResult<axum::Jso
 #[utoipa::path(post, path = "/api/runs", tag = "runs", request_body = StartRun,
     responses((status = 202, body = Accepted), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
               (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
-pub async fn start(State(shared): State<Arc<Shared>>, Json(body): Json<StartRun>) -> ApiResult<Response> {
+pub async fn start(
+    State(shared): State<Arc<Shared>>,
+    caller: Caller,
+    Json(body): Json<StartRun>,
+) -> ApiResult<Response> {
     let request = ops::start::StartRequest {
         pipeline: body.pipeline,
         name_only: true,
@@ -70,7 +75,14 @@ pub async fn start(State(shared): State<Arc<Shared>>, Json(body): Json<StartRun>
         skip: body.skip,
         approve_all: body.approve_all,
         worktree: body.worktree,
+        by: caller.person,
+        rerun_of: None,
     };
+    queue(&shared, request).await
+}
+
+/// Prepares and queues a run; 202 with its id.
+async fn queue(shared: &Shared, request: ops::start::StartRequest) -> ApiResult<Response> {
     let prepared = ops::start::prepare(&shared.ws, request, this_process(true)).await?;
     let run = ops::start::enqueue(&shared.store, prepared).await?;
     shared.runs.wake.notify_one();
@@ -78,9 +90,33 @@ pub async fn start(State(shared): State<Arc<Shared>>, Json(body): Json<StartRun>
     Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response())
 }
 
-/// Recent runs, those waiting for a human first.
+/// Runs a run again — the same pipeline (as its file says now), task, variables and inputs —
+/// from its first stage, or from `from` with the earlier stages' outputs taken from the
+/// journal of the same task. The new run names the old one and who asked.
+#[utoipa::path(post, path = "/api/runs/{run}/rerun", tag = "runs", request_body(content = Rerun, description = "Optional"),
+    params(("run" = String, Path, description = "The run to run again")),
+    responses((status = 202, body = Accepted), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+              (status = 409, body = ErrorBody)))]
+pub async fn rerun(
+    State(shared): State<Arc<Shared>>,
+    caller: Caller,
+    Path(run): Path<String>,
+    OptionalJson(body): OptionalJson<Rerun>,
+) -> ApiResult<Response> {
+    let run = run_id(&run)?;
+    let by = caller.by(body.by)?;
+    let (_, state) = read::load_run(&shared.ws, &shared.store, &run).await?;
+    let from = body.from.filter(|f| !f.is_empty());
+    let request = ops::start::rerun(&shared.ws, &state, from, Some(by), true)?;
+    queue(&shared, request).await
+}
+
+/// Recent runs, those waiting for a human first, a page at a time; `X-Total-Count` says how
+/// many the filters select in all.
 #[utoipa::path(get, path = "/api/runs", tag = "runs", params(ListQuery),
-    responses((status = 200, body = Vec<RunRow>), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = Vec<RunRow>,
+               headers(("X-Total-Count" = u64, description = "How many runs the filters select, over all pages"))),
+              (status = 422, body = ErrorBody)))]
 pub async fn list(State(shared): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> ApiResult<Response> {
     let status = match q.status.as_deref().filter(|s| !s.is_empty()) {
         Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
@@ -94,10 +130,43 @@ pub async fn list(State(shared): State<Arc<Shared>>, Query(q): Query<ListQuery>)
         n @ 1..=1000 => n as usize,
         n => return Err(ApiError::invalid(format!("limit {n}: expected 1 to 1000"))),
     };
-    let filter = read::ListFilter { status, pipeline: q.pipeline.filter(|p| !p.is_empty()), limit };
-    let mut runs = read::list(&shared.store, &filter).await?;
-    read::waiting_first(&mut runs);
-    Ok(json(runs))
+    let offset = match q.offset.unwrap_or(0) {
+        n @ 0..=100_000_000 => n as usize,
+        n => return Err(ApiError::invalid(format!("offset {n}: expected 0 to 100000000"))),
+    };
+    let text = |v: Option<String>, name: &str, max: usize| -> ApiResult<Option<String>> {
+        match v.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()) {
+            Some(t) if t.chars().count() > max || t.chars().any(char::is_control) => {
+                Err(ApiError::invalid(format!("`{name}`: at most {max} characters, no control characters")))
+            }
+            other => Ok(other),
+        }
+    };
+    let filter = read::PageFilter {
+        status,
+        pipeline: q.pipeline.filter(|p| !p.is_empty()),
+        text: text(q.q, "q", 200)?,
+        person: text(q.by, "by", 100)?,
+        since: q.since.as_deref().map(|t| moment(t, "since")).transpose()?,
+        until: q.until.as_deref().map(|t| moment(t, "until")).transpose()?,
+        offset,
+        limit,
+    };
+    let page = read::page(&shared.store, &filter).await?;
+    let mut response = json(&page.runs);
+    response.headers_mut().insert("x-total-count", page.total.into());
+    Ok(response)
+}
+
+/// A time in a query: RFC 3339, or a date (its midnight, UTC).
+pub fn moment(text: &str, name: &str) -> ApiResult<jiff::Timestamp> {
+    text.parse::<jiff::Timestamp>()
+        .or_else(|_| {
+            text.parse::<jiff::civil::Date>().and_then(|d| d.to_zoned(jiff::tz::TimeZone::UTC)).map(|z| z.timestamp())
+        })
+        .map_err(|_| {
+            ApiError::invalid(format!("`{name}` {text}: expected a time (2026-11-25T09:00:00Z) or a date (2026-11-25)"))
+        })
 }
 
 /// One run: the same result as `status RUN --json`.
@@ -127,11 +196,17 @@ async fn result_of(shared: &Shared, run: &RunId) -> ApiResult<PipelineResult> {
     Ok(shared.folds.status(&shared.store, run).await?.0)
 }
 
-async fn approve_or_reject(shared: Arc<Shared>, run: String, body: Approval, granted: bool) -> ApiResult<Response> {
+async fn approve_or_reject(
+    shared: Arc<Shared>,
+    caller: Caller,
+    run: String,
+    body: Approval,
+    granted: bool,
+) -> ApiResult<Response> {
     let run = run_id(&run)?;
     let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
     let rollback = body.rollback && !granted;
-    let event = answer::approval(&state, granted, who(body.by)?, body.comment, rollback)?;
+    let event = answer::approval(&state, granted, caller.by(body.by)?, body.comment, rollback)?;
     answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
     if rollback {
         shared.runs.host(Job { run: run.clone(), claim: false });
@@ -147,10 +222,11 @@ async fn approve_or_reject(shared: Arc<Shared>, run: String, body: Approval, gra
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn approve(
     State(shared): State<Arc<Shared>>,
+    caller: Caller,
     Path(run): Path<String>,
     OptionalJson(body): OptionalJson<Approval>,
 ) -> ApiResult<Response> {
-    approve_or_reject(shared, run, body, true).await
+    approve_or_reject(shared, caller, run, body, true).await
 }
 
 /// Rejects the gate the run waits at: the run is cancelled (and rolled back with `rollback`).
@@ -160,10 +236,11 @@ pub async fn approve(
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn reject(
     State(shared): State<Arc<Shared>>,
+    caller: Caller,
     Path(run): Path<String>,
     OptionalJson(body): OptionalJson<Approval>,
 ) -> ApiResult<Response> {
-    approve_or_reject(shared, run, body, false).await
+    approve_or_reject(shared, caller, run, body, false).await
 }
 
 /// Answers the escalation the run waits on.
@@ -173,6 +250,7 @@ pub async fn reject(
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn respond(
     State(shared): State<Arc<Shared>>,
+    caller: Caller,
     Path(run): Path<String>,
     Json(body): Json<Respond>,
 ) -> ApiResult<Response> {
@@ -182,7 +260,7 @@ pub async fn respond(
     }
     let reply = answer::parse_answer(&body.answer, body.text.as_deref())?;
     let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
-    let (_, event) = answer::escalation(&state, reply, who(body.by)?)?;
+    let (_, event) = answer::escalation(&state, reply, caller.by(body.by)?)?;
     answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
     shared.runs.wake.notify_one();
     Ok(json(result_of(&shared, &run).await?))
@@ -196,12 +274,13 @@ pub async fn respond(
               (status = 422, body = ErrorBody)))]
 pub async fn cancel(
     State(shared): State<Arc<Shared>>,
+    caller: Caller,
     Path(run): Path<String>,
     OptionalJson(body): OptionalJson<Cancel>,
 ) -> ApiResult<Response> {
     use loopwright_app::ops::cancel::Cancelled;
     let run = run_id(&run)?;
-    let by = who(body.by)?;
+    let by = caller.by(body.by)?;
     let runs = Arc::clone(&shared.runs);
     let outcome =
         ops::cancel::cancel(&shared.ws, &shared.store, &run, by, body.rollback, |r| runs.is_hosted(r)).await?;
@@ -220,9 +299,14 @@ pub async fn cancel(
 }
 
 /// Continues an interrupted run (or one a crashed process left running) in the daemon.
-#[utoipa::path(post, path = "/api/runs/{run}/resume", tag = "answers", params(("run" = String, Path, description = "The run id")),
+#[utoipa::path(post, path = "/api/runs/{run}/resume", tag = "answers", request_body(content = Resume, description = "Optional"), params(("run" = String, Path, description = "The run id")),
     responses((status = 202, body = Accepted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
-pub async fn resume(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> ApiResult<Response> {
+pub async fn resume(
+    State(shared): State<Arc<Shared>>,
+    caller: Caller,
+    Path(run): Path<String>,
+    OptionalJson(body): OptionalJson<Resume>,
+) -> ApiResult<Response> {
     use loopwright_app::ops::resume::Resumable;
     let run = run_id(&run)?;
     let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
@@ -251,7 +335,8 @@ pub async fn resume(State(shared): State<Arc<Shared>>, Path(run): Path<String>) 
         }
     }
     loopwright_app::session::same_workspace(&shared.ws, &state)?;
-    answer::claim_in_store(&shared.store, &mut state, None, this_process(true)).await?;
+    let by = caller.by(body.by)?;
+    answer::resume_in_store(&shared.store, &mut state, this_process(true), by).await?;
     shared.runs.wake.notify_one();
     Ok((StatusCode::ACCEPTED, axum::Json(Accepted { run_id: run.to_string(), status: state.status.as_str().into() }))
         .into_response())

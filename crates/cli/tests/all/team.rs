@@ -1,0 +1,283 @@
+//! A team on one daemon: people with tokens and roles (created, listed and revoked from the
+//! CLI), a trusted proxy's user header, answers journaled under the person's name, re-runs and
+//! retries from a stage (API and CLI), and the runs list paged, counted and searched.
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+use crate::daemon::Daemon;
+use crate::support::Ws;
+
+/// `first`, a gate, then `second`, each appending to `count.txt`.
+const GATE: &str = "name: gate\ndescription: a gate\nversion: 1\nstages:\n  - id: first\n    agent: shell\n    mode: agent\n    description: d\n    run: echo one >> count.txt\n  - id: second\n    agent: shell\n    mode: agent\n    description: d\n    requires_approval: true\n    run: echo two >> count.txt\n";
+
+/// Two stages with no gate; `b` fails while `fail-b` exists.
+const TWO: &str = "name: two\ndescription: two stages\nversion: 1\nstages:\n  - id: a\n    agent: shell\n    mode: agent\n    description: d\n    run: echo a >> log.txt\n  - id: b\n    agent: shell\n    mode: agent\n    description: d\n    run: test ! -e fail-b && echo b >> log.txt\n";
+
+fn team_ws() -> Ws {
+    let ws = Ws::empty();
+    ws.write(".loopwright/pipelines/gate.yml", GATE);
+    ws.write(".loopwright/pipelines/two.yml", TWO);
+    ws
+}
+
+/// `serve token create NAME --role ROLE --json`: the token.
+fn create(ws: &Ws, name: &str, role: &str) -> String {
+    let (code, out, err) = ws.json(&["serve", "token", "create", name, "--role", role]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((&out["name"], &out["role"]), (&json!(name), &json!(role)));
+    out["token"].as_str().expect("token").to_owned()
+}
+
+fn kinds_and_people(ws: &Ws, run: &str) -> Vec<(String, Option<String>)> {
+    ws.journal(run)
+        .iter()
+        .map(|e| &e["event"])
+        .filter(|e| e.get("by").is_some())
+        .map(|e| (e["type"].as_str().unwrap_or_default().to_owned(), e["by"].as_str().map(str::to_owned)))
+        .collect()
+}
+
+#[test]
+fn people_sign_in_with_their_own_tokens_and_act_within_their_roles() {
+    let ws = team_ws();
+    let carol = create(&ws, "carol", "approver");
+    let vic = create(&ws, "vic", "viewer");
+    // Only hashes are kept; the list names people and roles, never tokens.
+    let kept = ws.read(".loopwright/state/people.json");
+    assert!(!kept.contains(&carol) && !kept.contains(&vic), "{kept}");
+    let (code, list, _) = ws.json(&["serve", "token", "list"]);
+    assert_eq!(code, 0);
+    let listed: Vec<(String, String)> = list
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap_or_default().into(), p["role"].as_str().unwrap_or_default().into()))
+        .collect();
+    assert_eq!(listed, vec![("carol".to_owned(), "approver".to_owned()), ("vic".to_owned(), "viewer".to_owned())]);
+    let (code, _, err) = ws.run(&["serve", "token", "create", "carol"]);
+    assert_eq!((code, err.contains("already has a token")), (2, true), "{err}");
+
+    let d = Daemon::start(&ws, &[]);
+    // A viewer reads, and may change nothing.
+    let (code, _, _) = d.request_as("GET", "/api/runs", Some(&vic), None, &[]);
+    assert_eq!(code, 200);
+    let (code, body, _) = d.request_as("POST", "/api/runs", Some(&vic), Some(&json!({"pipeline": "gate"})), &[]);
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "vic is a viewer: this needs the approver role (`loopwright serve token create NAME --role approver`)"
+    );
+    // An approver starts a run and answers its gate; the `by` it sends is not who it is.
+    let (code, accepted, _) =
+        d.request_as("POST", "/api/runs", Some(&carol), Some(&json!({"pipeline": "gate", "task": "count"})), &[]);
+    assert_eq!(code, 202, "{accepted}");
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    let (code, _, _) =
+        d.request_as("POST", &format!("/api/runs/{run}/approve"), Some(&vic), Some(&json!({"by": "vic"})), &[]);
+    assert_eq!(code, 403);
+    let (code, body, _) = d.request_as(
+        "POST",
+        &format!("/api/runs/{run}/approve"),
+        Some(&carol),
+        Some(&json!({"by": "mallory", "comment": "ship it"})),
+        &[],
+    );
+    assert_eq!(code, 200, "{body}");
+    d.wait_status(&run, "success");
+    assert_eq!(
+        kinds_and_people(&ws, &run),
+        vec![
+            ("run_started".to_owned(), Some("carol".to_owned())),
+            ("approval_granted".to_owned(), Some("carol".to_owned()))
+        ]
+    );
+    // Starting an auto loop launches an agent: admins only.
+    let (code, body, _) =
+        d.request_as("POST", "/api/sessions/night/task-auto", Some(&carol), Some(&json!({"taskDir": "mod"})), &[]);
+    assert_eq!((code, body["error"]["code"].clone()), (403, json!("forbidden")), "{body}");
+
+    // The list finds the run by who acted on it, and counts.
+    let (code, rows, head) = d.request_as("GET", "/api/runs?by=carol", Some(&vic), None, &[]);
+    assert_eq!(code, 200);
+    let found: Vec<(&str, &Value)> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r["run_id"].as_str().unwrap_or_default(), &r["people"]))
+        .collect();
+    assert_eq!(found, vec![(run.as_str(), &json!(["carol"]))]);
+    assert_eq!(head.get("x-total-count").and_then(|v| v.to_str().ok()), Some("1"));
+
+    // The dashboard says who is signed in; a viewer gets no buttons that change anything.
+    let (code, page) = d.page_as(&format!("/runs/{run}"), &vic);
+    assert_eq!(code, 200);
+    assert!(page.contains("Signed in as <strong>vic</strong>"), "{page}");
+    assert!(!page.contains("data-action=") && !page.contains("id=\"who\""), "a viewer's page has buttons");
+    let (_, page) = d.page_as(&format!("/runs/{run}"), &carol);
+    assert!(page.contains("Signed in as <strong>carol</strong>") && page.contains("data-action=\"rerun\""));
+    assert!(page.contains("<strong>carol</strong> approved <code>second</code> — <q>ship it</q>"), "{page}");
+    let (_, page) = d.page_as("/", &vic);
+    assert!(!page.contains("id=\"start-form\""), "a viewer may not start runs");
+
+    // A revoked token signs in as nobody from the next request on.
+    let (code, out, _) = ws.json(&["serve", "token", "revoke", "carol"]);
+    assert_eq!((code, out), (0, json!({"name": "carol", "revoked": true})));
+    let (code, _, _) = d.request_as("GET", "/api/runs", Some(&carol), None, &[]);
+    assert_eq!(code, 401);
+    let (code, page) = d.page_as("/", &carol);
+    assert_eq!(code, 401, "{page}");
+}
+
+#[test]
+fn a_trusted_proxy_names_the_person_only_from_its_own_addresses() {
+    let ws = team_ws();
+    create(&ws, "carol", "approver");
+    let d = Daemon::start(&ws, &["--trust-proxy-header", "X-Forwarded-User", "--trust-proxy-from", "127.0.0.0/8"]);
+    fn as_user(name: &str) -> [(&'static str, &str); 1] {
+        [("X-Forwarded-User", name)]
+    }
+    // No token: the proxy vouches. A name with a token has its role; anyone else only reads.
+    let (code, _, _) = d.request_as("GET", "/api/runs", None, None, &as_user("zed"));
+    assert_eq!(code, 200);
+    let start = json!({"pipeline": "gate", "task": "count"});
+    let (code, _, _) = d.request_as("POST", "/api/runs", None, Some(&start), &as_user("zed"));
+    assert_eq!(code, 403);
+    let (code, accepted, _) = d.request_as("POST", "/api/runs", None, Some(&start), &as_user("carol"));
+    assert_eq!(code, 202, "{accepted}");
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    let (code, _, _) = d.request_as(
+        "POST",
+        &format!("/api/runs/{run}/reject"),
+        None,
+        Some(&json!({"by": "someone else", "comment": "Not on a Friday"})),
+        &as_user("carol"),
+    );
+    assert_eq!(code, 200);
+    d.wait_status(&run, "cancelled");
+    assert_eq!(
+        kinds_and_people(&ws, &run),
+        vec![
+            ("run_started".to_owned(), Some("carol".to_owned())),
+            ("approval_rejected".to_owned(), Some("carol".to_owned()))
+        ]
+    );
+    // A name that is not a plain word is no one.
+    let (code, _, _) = d.request_as("GET", "/api/runs", None, None, &as_user("carol\tadmin"));
+    assert_eq!(code, 401);
+    drop(d);
+
+    // From an address the proxy does not connect from, the header is anyone's to write.
+    let d = Daemon::start(&ws, &["--trust-proxy-header", "X-Forwarded-User", "--trust-proxy-from", "10.0.0.0/8"]);
+    let (code, _, _) = d.request_as("GET", "/api/runs", None, None, &as_user("carol"));
+    assert_eq!(code, 401);
+    drop(d);
+    let (code, _, err) = ws.run(&["serve", "--trust-proxy-header", "X-Forwarded-User"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = ws.run(&[
+        "serve",
+        "--trust-proxy-header",
+        "X-Forwarded-User",
+        "--trust-proxy-from",
+        "everyone",
+        "--addr",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(
+        (code, err.contains("--trust-proxy-from everyone: expected an address or a network")),
+        (2, true),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_run_runs_again_whole_or_from_a_stage_through_the_api_and_the_cli() {
+    let ws = team_ws();
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted) =
+        d.post("/api/runs", &json!({"pipeline": "two", "task": "letters", "vars": {"complexity": "low"}}));
+    assert_eq!(code, 202);
+    let first = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&first, "success");
+    assert_eq!(ws.read("log.txt"), "a\nb\n");
+
+    let (code, again) = d.post(&format!("/api/runs/{first}/rerun"), &json!({"by": "dan"}));
+    assert_eq!(code, 202, "{again}");
+    let second = again["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&second, "success");
+    assert_eq!(ws.read("log.txt"), "a\nb\na\nb\n");
+    let (code, from_b) = d.post(&format!("/api/runs/{first}/rerun"), &json!({"from": "b"}));
+    assert_eq!(code, 202, "{from_b}");
+    let third = from_b["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&third, "success");
+    assert_eq!(ws.read("log.txt"), "a\nb\na\nb\nb\n");
+    // The new runs name the old one, the stage and who asked; the task and variables are the
+    // same.
+    let start_of = |run: &str| ws.journal(run).into_iter().next().expect("run_started")["event"].clone();
+    let (s2, s3) = (start_of(&second), start_of(&third));
+    let picked = |s: &Value| json!({"rerun_of": s["rerun_of"], "start_from": s["start_from"], "by": s["by"], "task": s["task"], "vars": s["vars"], "task_id": s["task_id"]});
+    let task_id = start_of(&first)["task_id"].clone();
+    assert_eq!(
+        (picked(&s2), picked(&s3)),
+        (
+            json!({"rerun_of": first, "start_from": null, "by": "dan", "task": "letters", "vars": {"complexity": "low"}, "task_id": task_id}),
+            json!({"rerun_of": first, "start_from": "b", "by": "api", "task": "letters", "vars": {"complexity": "low"}, "task_id": task_id}),
+        )
+    );
+    let (code, body) = d.post(&format!("/api/runs/{first}/rerun"), &json!({"from": "nope"}));
+    assert_eq!((code, body["error"]["code"].clone()), (422, json!("invalid")), "{body}");
+    let (code, _) = d.post("/api/runs/no-such-run/rerun", &json!({}));
+    assert_eq!(code, 404);
+    drop(d);
+
+    // The CLI runs it again in the foreground, as whoever is at the keyboard.
+    ws.write("fail-b", "");
+    let (code, _, err) = ws.run(&["rerun", &first, "--from", "b", "--quiet"]);
+    assert_eq!(code, 1, "{err}");
+    std::fs::remove_file(ws.path().join("fail-b")).expect("rm");
+    let (code, result, err) = ws.json(&["rerun", "latest", "--from", "b", "--quiet"]);
+    assert_eq!((code, result["status"].clone()), (0, json!("success")), "{err}");
+    assert_eq!(ws.read("log.txt"), "a\nb\na\nb\nb\nb\n");
+    let (code, _, err) = ws.run(&["rerun", &first, "--from", "zzz"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn the_runs_list_pages_counts_and_searches_on_the_server() {
+    let ws = team_ws();
+    let (code, _, err) = ws.run(&["bench", "--list-runs", "120", "--seed-only"]);
+    assert_eq!(code, 0, "{err}");
+    let d = Daemon::start(&ws, &[]);
+    let ids = |rows: &Value| -> Vec<String> {
+        rows.as_array().expect("rows").iter().map(|r| r["run_id"].as_str().unwrap_or_default().to_owned()).collect()
+    };
+    let (_, first, head) = d.request_as("GET", "/api/runs?limit=50", Some(&token(&ws)), None, &[]);
+    assert_eq!(head.get("x-total-count").and_then(|v| v.to_str().ok()), Some("120"));
+    let (_, second, _) = d.request_as("GET", "/api/runs?limit=50&offset=50", Some(&token(&ws)), None, &[]);
+    let (_, third, _) = d.request_as("GET", "/api/runs?limit=50&offset=100", Some(&token(&ws)), None, &[]);
+    let all: Vec<String> = [ids(&first), ids(&second), ids(&third)].concat();
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!((all.len(), unique.len()), (120, 120));
+    // Search by task text (the seeded task 57 says "refactor the parser, part 57").
+    let (_, found, head) = d.request_as("GET", "/api/runs?q=PARSER%2C%20part%2057", Some(&token(&ws)), None, &[]);
+    assert_eq!(head.get("x-total-count").and_then(|v| v.to_str().ok()), Some("1"));
+    assert_eq!(found[0]["task"], "refactor the parser, part 57");
+    let (code, body, _) = d.request_as("GET", "/api/runs?since=yesterday", Some(&token(&ws)), None, &[]);
+    assert_eq!(code, 422, "{body}");
+    // The dashboard pages 50 at a time and says how many there are.
+    let (_, page) = d.page_as("/?page=3", &token(&ws));
+    assert!(page.contains("Runs 101–120 of <strong id=\"runs-total\">120</strong>"), "{page}");
+    assert_eq!(page.matches("<tr class=\"status-").count(), 20);
+    // (minijinja writes `/` in attributes as `&#x2f;`.)
+    assert!(page.contains("rel=\"prev\" href=\"&#x2f;?page=2\"") && !page.contains("rel=\"next\""), "{page}");
+    let (_, page) = d.page_as("/?q=part+57", &token(&ws));
+    assert!(page.contains("Runs 1–1 of <strong id=\"runs-total\">1</strong> matching"), "{page}");
+}
+
+fn token(ws: &Ws) -> String {
+    ws.read(".loopwright/state/serve.token").trim().to_owned()
+}
