@@ -35,6 +35,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("app.js", "text/javascript; charset=utf-8", include_str!("../assets/app.js")),
     ("app.css", "text/css; charset=utf-8", include_str!("../assets/app.css")),
     ("feed-worker.js", "text/javascript; charset=utf-8", include_str!("../assets/feed-worker.js")),
+    ("link.js", "text/javascript; charset=utf-8", include_str!("../assets/link.js")),
 ];
 
 static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
@@ -42,6 +43,7 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
     for (name, text) in [
         ("base.html", include_str!("../assets/base.html")),
         ("runs.html", include_str!("../assets/runs.html")),
+        ("headline.html", include_str!("../assets/headline.html")),
         ("run_row.html", include_str!("../assets/run_row.html")),
         ("run.html", include_str!("../assets/run.html")),
         ("dead_letters.html", include_str!("../assets/dead_letters.html")),
@@ -49,6 +51,7 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
         ("auto.html", include_str!("../assets/auto.html")),
         ("auto_report.html", include_str!("../assets/auto_report.html")),
         ("signin.html", include_str!("../assets/signin.html")),
+        ("link.html", include_str!("../assets/link.html")),
     ] {
         env.add_template(name, text).expect("the embedded templates parse");
     }
@@ -65,6 +68,7 @@ pub fn router() -> Router<Arc<Shared>> {
         .route("/", get(runs_page))
         .route("/runs/{run}", get(run_page))
         .route("/runs/{run}/row", get(run_row))
+        .route("/a/{token}", get(link_page).post(link_answer))
         .route("/dead-letters", get(dead_letters_page))
         .route("/stats", get(stats_page))
         .route("/auto", get(auto_page))
@@ -377,6 +381,170 @@ async fn runs_page(
     )
 }
 
+/// A one-tap link checked: the link and the run it answers, or the page that refuses it.
+async fn open_link(shared: &Shared, token: &str) -> Result<(LinkFor, RunState, loopwright_spec::Pipeline), Refusal> {
+    use crate::notifications::{LinkAction, LinkRefused};
+    let link = shared.signer.check(token, jiff::Timestamp::now()).map_err(|r| match r {
+        LinkRefused::Forged => {
+            Refusal(StatusCode::FORBIDDEN, "This link was not made by this loopwright, or it was changed.".into())
+        }
+        LinkRefused::Expired => {
+            Refusal(StatusCode::GONE, "This link has expired. Open the run in the dashboard to answer it.".into())
+        }
+    })?;
+    let store = Arc::clone(&shared.auto_store);
+    let key = link.key.clone();
+    let used = tokio::task::spawn_blocking(move || store.notify_link_used(&key)).await;
+    match used {
+        Ok(Ok(Some(None))) => {}
+        Ok(Ok(Some(Some(at)))) => {
+            return Err(Refusal(
+                StatusCode::GONE,
+                format!("This link was already used ({at}). Each link answers once."),
+            ));
+        }
+        _ => {
+            return Err(Refusal(
+                StatusCode::FORBIDDEN,
+                "This link's notification is not in this workspace's journal.".into(),
+            ));
+        }
+    }
+    if shared.people.role_of(&link.answer_as).is_some_and(|r| !r.may_answer()) {
+        return Err(Refusal(
+            StatusCode::FORBIDDEN,
+            format!("{} may not answer: their role is viewer.", link.answer_as),
+        ));
+    }
+    let run = RunId::parse(&link.run).ok_or_else(|| Refusal(StatusCode::NOT_FOUND, "No such run.".into()))?;
+    let (pipeline, state) = read::load_run(&shared.ws, &shared.store, &run)
+        .await
+        .map_err(|e| Refusal(StatusCode::NOT_FOUND, e.message()))?;
+    let result = loopwright_engine::result::PipelineResult::from_state(&state);
+    let gate = matches!(link.action, LinkAction::Approve | LinkAction::Reject);
+    let waits = result
+        .waiting
+        .as_ref()
+        .is_some_and(|w| w.stage == link.stage && (w.kind == "approval") == gate && state.status == RunStatus::Waiting);
+    if !waits {
+        return Err(Refusal(
+            StatusCode::CONFLICT,
+            format!(
+                "Run {run} no longer waits at {}: it is {}. Nothing was answered.",
+                link.stage,
+                state.status.as_str()
+            ),
+        ));
+    }
+    Ok((LinkFor { link, run }, state, pipeline))
+}
+
+/// A link that was checked, with its run's id.
+struct LinkFor {
+    link: crate::notifications::Link,
+    run: RunId,
+}
+
+/// Why a link page refuses: its status and words.
+struct Refusal(StatusCode, String);
+
+impl Refusal {
+    fn page(self) -> Response {
+        let mut response = page("link.html", json!({"refused": self.1}));
+        *response.status_mut() = self.0;
+        response
+    }
+}
+
+/// `/a/{token}`: the confirmation page of a one-tap link — the headline, and the change so far
+/// (a gate) or the escalation's report (the question).
+async fn link_page(State(shared): State<Arc<Shared>>, Path(token): Path<String>) -> Response {
+    let (found, state, pipeline) = match open_link(&shared, &token).await {
+        Ok(found) => found,
+        Err(refusal) => return refusal.page(),
+    };
+    let status = loopwright_app::ownership::shown_status(&state);
+    let link = &found.link;
+    let report = read::escalation_report(&state).map(|(_, m)| render_markdown(&m));
+    let gate =
+        matches!(link.action, crate::notifications::LinkAction::Approve | crate::notifications::LinkAction::Reject);
+    page(
+        "link.html",
+        json!({
+            "run": found.run.as_str(),
+            "pipeline": state.started.as_ref().map(|s| s.pipeline.clone()),
+            "task": state.started.as_ref().map(|s| s.task.clone()),
+            "stage": link.stage,
+            "action": link.action,
+            "label": link.action.label(),
+            "as": link.answer_as,
+            "headline": ops::why::run_headline(&state, status, &pipeline),
+            "diff": if gate { read::run_diff(&state, 400) } else { None },
+            "report": if gate { None } else { report },
+            "gate": gate,
+        }),
+    )
+}
+
+/// What a person adds when confirming a link.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkConfirm {
+    #[serde(default)]
+    comment: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+/// `POST /a/{token}`: answers as the link says, once.
+async fn link_answer(
+    State(shared): State<Arc<Shared>>,
+    Path(token): Path<String>,
+    crate::api::error::OptionalJson(body): crate::api::error::OptionalJson<LinkConfirm>,
+) -> Response {
+    use crate::notifications::LinkAction;
+    let refuse = |code: StatusCode, message: String| {
+        (code, axum::Json(json!({"error": {"code": "conflict", "message": message}}))).into_response()
+    };
+    let (found, _, _) = match open_link(&shared, &token).await {
+        Ok(found) => found,
+        Err(Refusal(code, message)) => return refuse(code, message),
+    };
+    let link = found.link;
+    let text = body.text.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+    if link.action == LinkAction::Fix && text.is_none() {
+        return refuse(StatusCode::UNPROCESSABLE_ENTITY, "Write the guidance for the next attempt.".into());
+    }
+    let comment = body.comment.map(|c| c.trim().chars().take(2000).collect::<String>()).filter(|c| !c.is_empty());
+    // The link is spent before the answer is recorded: two taps at once answer once.
+    let (store, key, at) = (Arc::clone(&shared.auto_store), link.key.clone(), jiff::Timestamp::now().to_string());
+    match tokio::task::spawn_blocking(move || store.notify_use_link(&key, &at)).await {
+        Ok(Ok(loopwright_store::notify::LinkUse::First)) => {}
+        _ => return refuse(StatusCode::GONE, "This link was already used. Each link answers once.".into()),
+    }
+    use loopwright_engine::event::Answer;
+    let by = link.answer_as.clone();
+    let answered = match link.action {
+        LinkAction::Approve => crate::api::runs::answer_gate(&shared, &found.run, true, by, comment, false).await,
+        LinkAction::Reject => crate::api::runs::answer_gate(&shared, &found.run, false, by, comment, false).await,
+        LinkAction::Retry => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Retry, by).await,
+        LinkAction::Fix => {
+            let text = text.unwrap_or_default().chars().take(20_000).collect();
+            crate::api::runs::answer_escalation(&shared, &found.run, Answer::Fix { text }, by).await
+        }
+        LinkAction::Skip => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Skip, by).await,
+        LinkAction::Abort => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Abort, by).await,
+    };
+    match answered {
+        Ok(()) => axum::Json(json!({
+            "done": format!("{} — answered as {} on run {}", link.action.label(), link.answer_as, found.run),
+            "run_url": format!("/runs/{}", found.run),
+        }))
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
 /// `/runs/{run}/row`: one row of the runs list, for the page to update in place; the count of
 /// runs and loops that wait for a person in `X-Waiting-Count`.
 async fn run_row(
@@ -520,6 +688,7 @@ fn run_context(
             "spend": spend_line,
             "in_flight": in_flight.as_ref().is_some_and(|f| f.stage == st.id.as_str()),
             "outputs": st.outputs.keys().collect::<Vec<_>>(),
+            "headline": ops::why::stage_headline(st, pipeline),
         }));
     }
     let waiting = result.waiting.as_ref().filter(|_| status == RunStatus::Waiting).map(|w| {
@@ -557,6 +726,7 @@ fn run_context(
         "stages": stages,
         "waiting": waiting,
         "ended_by": ended_by(status, &answers),
+        "headline": ops::why::run_headline(state, status, pipeline),
         "answers": answers.into_iter().map(AnswerView::of).collect::<Vec<_>>(),
         "artifacts": result.artifacts,
         "failed_stage": result.failed_stage,
@@ -572,74 +742,6 @@ fn stage_word(status: StageStatus) -> &'static str {
         StageStatus::RetryWaiting => "retry_waiting",
         StageStatus::Looping => "looping",
         other => other.as_str(),
-    }
-}
-
-/// A closed-loop phase's field as a person reads it: a classified failure as its pattern,
-/// confidence, strategy, summary and the evidence that decided; ANALYZE's decision as what
-/// comes next and why; a fix as its strategy and what it did; anything else as written.
-fn fact_text(key: &str, value: &Value) -> Option<String> {
-    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-    Some(match (key, value) {
-        (_, Value::Null) => return None,
-        ("failure", f @ Value::Object(_)) => {
-            let pattern = f.get("pattern").and_then(Value::as_str).unwrap_or("unclassified");
-            let confidence = f.get("confidence").and_then(Value::as_f64).unwrap_or(0.0);
-            let mut shown = format!("{pattern} ({confidence:.2}) → {}: {}", text(f, "strategy"), text(f, "summary"));
-            let evidence: Vec<String> = f
-                .get("evidence")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|e| {
-                    format!("{} {} {}", text(e, "kind"), text(e, "value"), e.get("strength").unwrap_or(&Value::Null))
-                })
-                .collect();
-            if !evidence.is_empty() {
-                shown.push_str(&format!("; evidence: {}", evidence.join(", ")));
-            }
-            shown
-        }
-        ("analysis", a @ Value::Object(_)) => {
-            let strategy = a.get("strategy").and_then(Value::as_str).map(|s| format!(" {s}")).unwrap_or_default();
-            format!("{}{strategy}: {}", text(a, "next"), text(a, "reason"))
-        }
-        ("fix", f @ Value::Object(_)) => format!("{}: {}", text(f, "strategy"), text(f, "applied")),
-        ("duration_ms", Value::Number(n)) => duration(n.as_i64().unwrap_or(0)),
-        ("checks", Value::Array(checks)) => checks
-            .iter()
-            .map(|c| {
-                let name = c.get("name").and_then(Value::as_str).or_else(|| c.get("command").and_then(Value::as_str));
-                let outcome =
-                    match (c.get("passed").and_then(Value::as_bool), c.get("exit_code").and_then(Value::as_i64)) {
-                        (Some(true), _) => "passed".to_owned(),
-                        (_, Some(code)) => format!("exit code {code}"),
-                        _ => "failed".to_owned(),
-                    };
-                format!("`{}` {outcome}", name.unwrap_or("a check"))
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
-        (_, other) => words(other),
-    })
-}
-
-/// Any journaled value as plain words: lists joined, fields as `name: value`, no braces or
-/// quotes (nothing on a page reads as raw JSON).
-fn words(value: &Value) -> String {
-    match value {
-        Value::Null => String::new(),
-        Value::Bool(b) => if *b { "yes" } else { "no" }.to_owned(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => s.clone(),
-        Value::Array(items) => items.iter().map(words).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(", "),
-        Value::Object(map) => map
-            .iter()
-            .map(|(k, v)| (k, words(v)))
-            .filter(|(_, w)| !w.is_empty())
-            .map(|(k, w)| format!("{}: {w}", k.replace('_', " ")))
-            .collect::<Vec<_>>()
-            .join("; "),
     }
 }
 
@@ -680,26 +782,8 @@ fn attempt_context(a: &read::Attempt) -> Value {
         let estimated = if u["estimated"].as_bool() == Some(true) { " (estimated)" } else { "" };
         format!("{tokens} tokens{cost}{estimated}")
     });
-    let phases: Vec<Value> = a
-        .phases
-        .iter()
-        .map(|p| {
-            let kind = p["type"].as_str().unwrap_or("phase").to_owned();
-            // What the closed loop decided, in words: pattern, confidence, strategy, findings.
-            let mut facts = BTreeMap::new();
-            if let Some(map) = p.as_object() {
-                for (k, v) in map {
-                    if matches!(k.as_str(), "type" | "stage" | "attempt") {
-                        continue;
-                    }
-                    if let Some(text) = fact_text(k, v) {
-                        facts.insert(k.clone(), text);
-                    }
-                }
-            }
-            json!({"kind": kind, "facts": facts})
-        })
-        .collect();
+    // What the closed loop did and decided, phase by phase, in sentences.
+    let phases: Vec<ops::why::Phase> = a.phases.iter().filter_map(ops::why::phase).collect();
     json!({
         "number": a.number,
         "status": attempt_word(&a.status),
@@ -1116,28 +1200,6 @@ mod tests {
     }
 
     #[test]
-    fn any_phase_field_reads_as_words_never_as_json() {
-        let facts = [
-            ("files", json!({"created": ["scripts/check.sh"], "deleted": []})),
-            ("gates", json!(["syntax", "workspace_boundary"])),
-            ("checks", json!([{"command": "./check.sh", "exit_code": 126}, {"name": "lint", "passed": true}])),
-            ("duration_ms", json!(2300)),
-            ("clean", json!(false)),
-        ];
-        let shown: Vec<Option<String>> = facts.iter().map(|(k, v)| super::fact_text(k, v)).collect();
-        assert_eq!(
-            shown,
-            [
-                Some("created: scripts/check.sh".to_owned()),
-                Some("syntax, workspace_boundary".to_owned()),
-                Some("`./check.sh` exit code 126, `lint` passed".to_owned()),
-                Some("2.3 s".to_owned()),
-                Some("no".to_owned()),
-            ]
-        );
-    }
-
-    #[test]
     fn a_rollback_reads_as_what_was_undone_and_how_it_went() {
         let id = |s: &str| StageId::parse(s).expect("stage id");
         let lines: Vec<Option<String>> = [
@@ -1170,30 +1232,5 @@ mod tests {
                 None,
             ]
         );
-    }
-
-    use super::fact_text;
-    use serde_json::json;
-
-    #[test]
-    fn closed_loop_facts_read_as_sentences() {
-        let failure = json!({"source": "tests", "pattern": "command-not-found", "confidence": 0.95,
-            "strategy": "dependency_check", "summary": "check `tests` failed (exit 127)",
-            "evidence": [{"kind": "exit_code", "value": "127", "strength": 0.95}]});
-        assert_eq!(
-            fact_text("failure", &failure).as_deref(),
-            Some(
-                "command-not-found (0.95) → dependency_check: check `tests` failed (exit 127); evidence: exit_code 127 0.95"
-            )
-        );
-        let analysis = json!({"strategy": "context_expand", "next": "fix", "reason": "widget-drift (confidence 0.90): strategy context_expand"});
-        assert_eq!(
-            fact_text("analysis", &analysis).as_deref(),
-            Some("fix context_expand: widget-drift (confidence 0.90): strategy context_expand")
-        );
-        let fix = json!({"strategy": "auto_fix", "applied": "ran cargo fmt"});
-        assert_eq!(fact_text("fix", &fix).as_deref(), Some("auto_fix: ran cargo fmt"));
-        assert_eq!(fact_text("dependents", &json!(["a.py", "b.py"])).as_deref(), Some("a.py, b.py"));
-        assert_eq!(fact_text("failure", &serde_json::Value::Null), None);
     }
 }

@@ -12,6 +12,7 @@ pub mod auto;
 pub mod dashboard;
 pub mod host;
 pub mod listen;
+pub mod notifications;
 pub mod runs;
 
 use std::io::Write;
@@ -99,6 +100,8 @@ pub struct Shared {
     pub people: api::auth::People,
     /// The reverse proxy trusted to name its users (`--trust-proxy-header`, `--trust-proxy-from`).
     pub proxy: Option<api::auth::TrustedProxy>,
+    /// Signs and checks the notifications' one-tap links.
+    pub signer: Arc<notifications::Signer>,
 }
 
 /// The URL a reverse proxy serves the daemon at.
@@ -333,7 +336,11 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         public: public.clone(),
         people: api::auth::People::new(loopwright_app::ops::people::path(&ws)),
         proxy,
+        signer: Arc::new(notifications::Signer::load(&ws.state_dir())?),
     });
+    // Notifications follow the journal as the live streams do, in a task of their own.
+    let notifier = notifications::Notifier::new(Arc::clone(&shared), Arc::clone(&shared.signer))
+        .map(|n| tokio::spawn(n.run(feed.subscribe())));
     let written = journal_writes(&ws.state_dir());
     let watcher = tokio::spawn(watch_journal(open()?, feed, Arc::clone(&runs), written, shutdown.clone()));
     let scheduler = tokio::spawn(Arc::clone(&runs).run_scheduler(open()?));
@@ -375,6 +382,9 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     loops.detach_all().await;
     watcher.abort();
     scheduler.abort();
+    if let Some(n) = notifier {
+        n.abort();
+    }
     let _ = std::fs::remove_file(ws.state_dir().join("serve.json"));
     Ok(())
 }

@@ -19,6 +19,89 @@ pub struct Config {
     pub auto: AutoConfig,
     /// The daemon's settings (`loopwright serve`).
     pub serve: ServeConfig,
+    /// `[[notify]]`: where the daemon sends word of runs and auto loops that need a person or
+    /// ended.
+    pub notify: Vec<Notify>,
+}
+
+/// One `[[notify]]` target.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Notify {
+    /// Where to send: an `http://` or `https://` URL.
+    pub url: String,
+    /// The body's format.
+    #[serde(default)]
+    pub kind: NotifyKind,
+    /// Which happenings are sent (default: every one).
+    #[serde(default = "NotifyEvent::all")]
+    pub events: Vec<NotifyEvent>,
+    /// Only runs of these pipelines (default: all); auto loops are not filtered.
+    #[serde(default)]
+    pub pipelines: Vec<String>,
+    /// The person the one-tap links answer as (default `notification`).
+    #[serde(default, rename = "as")]
+    pub answer_as: Option<String>,
+    /// Hours a one-tap link stays valid.
+    #[serde(default = "Notify::default_link_hours")]
+    pub link_hours: u32,
+}
+
+impl Notify {
+    fn default_link_hours() -> u32 {
+        24
+    }
+}
+
+/// How a notification's body is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NotifyKind {
+    /// JSON: event, run, pipeline, task, stage, headline, url, actions.
+    #[default]
+    Webhook,
+    /// A Slack incoming-webhook message with the headline and buttons.
+    Slack,
+    /// An ntfy message, its links in `Actions` headers.
+    Ntfy,
+}
+
+/// What a notification is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotifyEvent {
+    /// A run waits at a gate or an escalation.
+    NeedsHuman,
+    /// A run failed.
+    Failed,
+    /// A task went to the dead letters.
+    DeadLetter,
+    /// A run succeeded or was cancelled.
+    Finished,
+    /// An auto loop waits for a person.
+    AutoNeedsHuman,
+    /// An auto loop ended.
+    AutoFinished,
+}
+
+impl NotifyEvent {
+    /// Every event, in the order they are documented.
+    pub fn all() -> Vec<NotifyEvent> {
+        use NotifyEvent::*;
+        vec![NeedsHuman, Failed, DeadLetter, Finished, AutoNeedsHuman, AutoFinished]
+    }
+
+    /// As written in config.toml and in a webhook's body.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifyEvent::NeedsHuman => "needs_human",
+            NotifyEvent::Failed => "failed",
+            NotifyEvent::DeadLetter => "dead_letter",
+            NotifyEvent::Finished => "finished",
+            NotifyEvent::AutoNeedsHuman => "auto_needs_human",
+            NotifyEvent::AutoFinished => "auto_finished",
+        }
+    }
 }
 
 /// `[serve]`: the daemon.
@@ -244,6 +327,26 @@ impl Config {
             }
             diags.push(d);
         }
+        for (i, target) in config.notify.iter().enumerate() {
+            let field = format!("notify[{i}].url");
+            let url = target.url.to_ascii_lowercase();
+            if !(url.starts_with("http://") || url.starts_with("https://")) || target.url.contains(char::is_whitespace)
+            {
+                diags.push(
+                    Diagnostic::new(
+                        source,
+                        format!("[[notify]] url `{}`: expected an http:// or https:// URL", target.url),
+                    )
+                    .field(field),
+                );
+            }
+            if !(1..=24 * 30).contains(&target.link_hours) {
+                diags.push(
+                    Diagnostic::new(source, "[[notify]] `link_hours` must be 1 to 720")
+                        .field(format!("notify[{i}].link_hours")),
+                );
+            }
+        }
         if diags.is_empty() { Ok(config) } else { Err(diags) }
     }
 
@@ -273,6 +376,39 @@ mod tests {
                 "2:18: auto.stall_captures: [auto] `stall_captures` must be at least 1",
             ]
         );
+    }
+
+    #[test]
+    fn notify_targets_are_typed_and_checked() {
+        let text = "[[notify]]\nurl = \"http://127.0.0.1:9/hook\"\nkind = \"slack\"\nevents = [\"needs_human\", \"failed\"]\nas = \"carol\"\n\n[[notify]]\nurl = \"https://ntfy.sh/loops\"\nkind = \"ntfy\"\n";
+        let config = Config::parse(&SourceFile::new("config.toml", text)).expect("ok");
+        assert_eq!(
+            config.notify,
+            vec![
+                Notify {
+                    url: "http://127.0.0.1:9/hook".into(),
+                    kind: NotifyKind::Slack,
+                    events: vec![NotifyEvent::NeedsHuman, NotifyEvent::Failed],
+                    pipelines: vec![],
+                    answer_as: Some("carol".into()),
+                    link_hours: 24,
+                },
+                Notify {
+                    url: "https://ntfy.sh/loops".into(),
+                    kind: NotifyKind::Ntfy,
+                    events: NotifyEvent::all(),
+                    pipelines: vec![],
+                    answer_as: None,
+                    link_hours: 24,
+                },
+            ]
+        );
+        let bad = "[[notify]]\nurl = \"file:///etc/passwd\"\nevents = [\"needs_humans\"]\n";
+        let diags = Config::parse(&SourceFile::new("config.toml", bad)).expect_err("bad");
+        assert!(diags.items[0].message.contains("unknown variant `needs_humans`"), "{}", diags.items[0].message);
+        let diags = Config::parse(&SourceFile::new("config.toml", "[[notify]]\nurl = \"file:///etc/passwd\"\n"))
+            .expect_err("bad");
+        assert_eq!(diags.items[0].message, "[[notify]] url `file:///etc/passwd`: expected an http:// or https:// URL");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use rusqlite_migration::{M, Migrations};
 
 pub mod auto;
+pub mod notify;
 
 /// The schema's migrations, oldest first.
 fn migrations() -> Migrations<'static> {
@@ -29,6 +30,7 @@ fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/003_owner.sql")),
         M::up(include_str!("migrations/004_task_auto.sql")),
         M::up(include_str!("migrations/005_runs_list.sql")),
+        M::up(include_str!("migrations/006_notifications.sql")),
     ])
 }
 

@@ -43,9 +43,17 @@ fn crates_depend_only_downwards() {
                 "loopwright-store",
             ][..],
         ),
+        // The daemon sends notifications over HTTPS with the runners' TLS setup.
         (
             "loopwright-daemon",
-            &["loopwright-app", "loopwright-auto", "loopwright-engine", "loopwright-spec", "loopwright-store"][..],
+            &[
+                "loopwright-app",
+                "loopwright-auto",
+                "loopwright-engine",
+                "loopwright-runners",
+                "loopwright-spec",
+                "loopwright-store",
+            ][..],
         ),
         (
             "loopwright-app",

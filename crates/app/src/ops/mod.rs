@@ -14,3 +14,4 @@ pub mod resume;
 pub mod start;
 pub mod stats;
 pub mod validate;
+pub mod why;

@@ -257,7 +257,7 @@ pub struct Attempt {
     pub usage: Option<serde_json::Value>,
     /// The closed loop's phases of this attempt (generated, validated, evaluated, analyzed,
     /// fix_applied, …), as journaled.
-    pub phases: Vec<serde_json::Value>,
+    pub phases: Vec<loopwright_engine::Event>,
 }
 
 /// A stage's attempts.
@@ -307,7 +307,6 @@ pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&Eve
         };
         a.retry_context = a.prompt.as_deref().and_then(retry_context);
         for r in events {
-            let value = || serde_json::to_value(&r.event).unwrap_or_default();
             match &r.event {
                 Event::AttemptStarted { attempt, .. } if *attempt == number => a.started_at = Some(r.at),
                 Event::AttemptSucceeded { attempt, duration_ms, .. } if *attempt == number => {
@@ -332,7 +331,7 @@ pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&Eve
                 {
                     a.ended_at = Some(r.at);
                     a.status = r.event.kind().to_owned();
-                    a.phases.push(value());
+                    a.phases.push(r.event.clone());
                 }
                 _ => {}
             }
@@ -491,4 +490,32 @@ pub fn answers(events: &[EventRecord]) -> Vec<PersonAnswer> {
             }
         })
         .collect()
+}
+
+/// What the run has committed so far (its agent-mode stages' commits), as `git show` prints
+/// them with their stat and patch, at most `max_lines` lines; `None` when it committed
+/// nothing or git cannot tell.
+pub fn run_diff(state: &RunState, max_lines: usize) -> Option<String> {
+    let root = std::path::PathBuf::from(&state.started.as_ref()?.workspace);
+    let commits: Vec<&str> = state
+        .stages
+        .iter()
+        .flat_map(|s| s.commits.iter().map(String::as_str))
+        .filter(|c| (7..=64).contains(&c.len()) && c.chars().all(|ch| ch.is_ascii_hexdigit()))
+        .collect();
+    if commits.is_empty() {
+        return None;
+    }
+    let mut args = vec!["show", "--no-color", "--no-ext-diff", "--format=commit %h %s", "--stat", "-p"];
+    args.extend(commits);
+    let text = loopwright_runners::git::git(&root, &args).ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut shown = lines[..lines.len().min(max_lines)].join("\n");
+    if lines.len() > max_lines {
+        shown.push_str(&format!(
+            "\n… {} more lines (the whole change is in the workspace's history)",
+            lines.len() - max_lines
+        ));
+    }
+    Some(shown)
 }

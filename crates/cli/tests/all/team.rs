@@ -281,3 +281,111 @@ fn the_runs_list_pages_counts_and_searches_on_the_server() {
 fn token(ws: &Ws) -> String {
     ws.read(".loopwright/state/serve.token").trim().to_owned()
 }
+
+/// A notification target that answers 500 once, then 200 to everything.
+fn receiver(n: usize) -> crate::http::Server {
+    use crate::http::Reply;
+    let ok = || Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] };
+    let mut replies = vec![Reply::Http { status: "500 Internal Server Error", headers: vec![], chunks: vec![] }];
+    replies.extend((0..n).map(|_| ok()));
+    crate::http::Server::start(replies)
+}
+
+/// The JSON bodies the receiver got, in order (the failed first try included).
+fn bodies(server: &crate::http::Server) -> Vec<Value> {
+    server
+        .requests()
+        .iter()
+        .filter_map(|r| r.split_once("\r\n\r\n\n").or_else(|| r.split_once("\n\n")).map(|(_, b)| b.to_owned()))
+        .filter_map(|b| serde_json::from_str(b.trim()).ok())
+        .collect()
+}
+
+fn wait_until<T>(what: &str, seconds: u64, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_gate_is_notified_once_retried_journaled_and_answered_by_its_one_tap_link_once() {
+    let ws = team_ws();
+    let server = receiver(6);
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook/s3cret\"\nevents = [\"needs_human\", \"finished\"]\nas = \"carol\"\n",
+            server.port
+        ),
+    );
+    create(&ws, "carol", "approver");
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": "count"}));
+    assert_eq!(code, 202);
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    // The first try gets 500; the retry (2 s later) is delivered.
+    let sent = wait_until("the retried notification", 20, || {
+        let got = bodies(&server);
+        (got.len() >= 2).then_some(got)
+    });
+    assert_eq!(sent[0], sent[1], "the retry sends the same notification");
+    let n = &sent[1];
+    let picked = json!({"event": n["event"], "run_id": n["run_id"], "pipeline": n["pipeline"], "task": n["task"], "stage": n["stage"],
+        "headline": n["headline"], "url": n["url"], "labels": n["actions"].as_array().expect("actions").iter().map(|a| a["label"].clone()).collect::<Vec<_>>()});
+    assert_eq!(
+        picked,
+        json!({"event": "needs_human", "run_id": run, "pipeline": "gate", "task": "count", "stage": "second",
+            "headline": "Stage second waits for your approval: d — Approve to run second, or reject to cancel the run.",
+            "url": d.url(&format!("/runs/{run}")), "labels": ["Approve", "Reject"]})
+    );
+    let approve = n["actions"][0]["url"].as_str().expect("url").to_owned();
+    let reject = n["actions"][1]["url"].as_str().expect("url").to_owned();
+    // Journaled: sent after two attempts, named by the target's host only (its path is a secret).
+    let journal = || -> Vec<(String, String, String, i64)> {
+        let conn = rusqlite::Connection::open(ws.path().join(".loopwright/state/state.db")).expect("db");
+        let mut stmt =
+            conn.prepare("SELECT event, target, status, attempts FROM notifications ORDER BY at").expect("sql");
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .expect("rows")
+            .map(|r| r.expect("row"))
+            .collect()
+    };
+    let target = "webhook http://127.0.0.1".to_owned();
+    wait_until("the outcome journaled", 10, || {
+        (journal().first().map(|r| r.2.clone()) == Some("notification_sent".into())).then_some(())
+    });
+    assert_eq!(journal(), vec![("needs_human".to_owned(), target.clone(), "notification_sent".to_owned(), 2)]);
+
+    // The link opens a confirmation page without signing in; confirming answers as carol.
+    let http = reqwest::blocking::Client::new();
+    let page = http.get(&approve).send().expect("page");
+    assert_eq!(page.status().as_u16(), 200);
+    let html = page.text().expect("html");
+    assert!(html.contains("Stage second waits for your approval") && html.contains("Approve as carol"), "{html}");
+    let forged = format!("{}x", &approve[..approve.len() - 1]);
+    assert_eq!(http.get(&forged).send().expect("forged").status().as_u16(), 403);
+    let done = http.post(&approve).json(&json!({"comment": "from my phone"})).send().expect("confirm");
+    assert_eq!(done.status().as_u16(), 200);
+    d.wait_status(&run, "success");
+    assert_eq!(kinds_and_people(&ws, &run), vec![("approval_granted".to_owned(), Some("carol".to_owned()))]);
+    // Used: the link, and its twin for the same notification, are refused with a page that
+    // says so.
+    for link in [&approve, &reject] {
+        let again = http.get(link).send().expect("again");
+        assert_eq!(again.status().as_u16(), 410);
+        assert!(again.text().expect("html").contains("This link was already used"));
+    }
+    assert_eq!(http.post(&approve).json(&json!({})).send().expect("again").status().as_u16(), 410);
+    // The run's end is notified too, once.
+    wait_until("the end notified", 10, || (journal().len() == 2).then_some(()));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let events: Vec<String> =
+        bodies(&server).iter().map(|b| b["event"].as_str().unwrap_or_default().to_owned()).collect();
+    assert_eq!(events, ["needs_human", "needs_human", "finished"]);
+}

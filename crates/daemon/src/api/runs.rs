@@ -204,15 +204,44 @@ async fn approve_or_reject(
     granted: bool,
 ) -> ApiResult<Response> {
     let run = run_id(&run)?;
-    let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
-    let rollback = body.rollback && !granted;
-    let event = answer::approval(&state, granted, caller.by(body.by)?, body.comment, rollback)?;
+    let by = caller.by(body.by)?;
+    answer_gate(&shared, &run, granted, by, body.comment, body.rollback).await?;
+    Ok(json(result_of(&shared, &run).await?))
+}
+
+/// Answers the gate `run` waits at as `by` (one compare-and-append); the daemon goes on with
+/// the run (or rolls it back).
+pub async fn answer_gate(
+    shared: &Shared,
+    run: &RunId,
+    granted: bool,
+    by: String,
+    comment: Option<String>,
+    rollback: bool,
+) -> ApiResult<()> {
+    let (_, mut state) = read::load_run(&shared.ws, &shared.store, run).await?;
+    let rollback = rollback && !granted;
+    let event = answer::approval(&state, granted, by, comment, rollback)?;
     answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
     if rollback {
         shared.runs.host(Job { run: run.clone(), claim: false });
     }
     shared.runs.wake.notify_one();
-    Ok(json(result_of(&shared, &run).await?))
+    Ok(())
+}
+
+/// Answers the escalation `run` waits on as `by`; the daemon goes on with the run.
+pub async fn answer_escalation(
+    shared: &Shared,
+    run: &RunId,
+    reply: loopwright_engine::event::Answer,
+    by: String,
+) -> ApiResult<()> {
+    let (_, mut state) = read::load_run(&shared.ws, &shared.store, run).await?;
+    let (_, event) = answer::escalation(&state, reply, by)?;
+    answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
+    shared.runs.wake.notify_one();
+    Ok(())
 }
 
 /// Approves the gate the run waits at; the daemon continues the run.
@@ -259,10 +288,7 @@ pub async fn respond(
         return Err(ApiError::invalid(format!("`text` goes with `fix` only, not with `{}`", body.answer)));
     }
     let reply = answer::parse_answer(&body.answer, body.text.as_deref())?;
-    let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
-    let (_, event) = answer::escalation(&state, reply, caller.by(body.by)?)?;
-    answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
-    shared.runs.wake.notify_one();
+    answer_escalation(&shared, &run, reply, caller.by(body.by)?).await?;
     Ok(json(result_of(&shared, &run).await?))
 }
 

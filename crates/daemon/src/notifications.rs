@@ -1,0 +1,556 @@
+//! Notifications (SPEC §11): the daemon tells the `[[notify]]` targets of config.toml when a
+//! run needs a person, failed, went to the dead letters or ended, and when an auto loop needs a
+//! person or ended — once per happening and target (claimed in the notifications journal
+//! before it is sent), retried with backoff, its outcome journaled, never in a run's way (a
+//! task of its own, fed by the journal watcher's broadcast and the loops' notices).
+//!
+//! A notification about a gate or an escalation carries one-tap links: signed (HMAC-SHA256
+//! with a key kept in `state/notify.key`), expiring after the target's `link_hours`, and
+//! single use (the journal records the first use). A link opens a confirmation page showing
+//! the headline and the question; confirming answers as the person the target names (`as`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use loopwright_app::ops::{self, read};
+use loopwright_engine::event::Event;
+use loopwright_engine::{FeedEntry, RunStatus};
+use loopwright_spec::config::{Notify, NotifyEvent, NotifyKind};
+use loopwright_store::notify::{Notification, NotificationStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use crate::Shared;
+
+/// Waits between sending attempts: the first try, then after 2 s, 8 s, 30 s and 2 min.
+const BACKOFF: [Duration; 5] =
+    [Duration::ZERO, Duration::from_secs(2), Duration::from_secs(8), Duration::from_secs(30), Duration::from_secs(120)];
+
+/// How long one attempt may take.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a one-tap link does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkAction {
+    /// Approve the gate.
+    Approve,
+    /// Reject the gate (the run is cancelled).
+    Reject,
+    /// Answer the escalation: retry.
+    Retry,
+    /// Answer the escalation: retry with guidance (typed on the confirmation page).
+    Fix,
+    /// Answer the escalation: skip the stage.
+    Skip,
+    /// Answer the escalation: abort the run.
+    Abort,
+}
+
+impl LinkAction {
+    /// The button's words.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Approve => "Approve",
+            Self::Reject => "Reject",
+            Self::Retry => "Retry",
+            Self::Fix => "Fix with guidance",
+            Self::Skip => "Skip the stage",
+            Self::Abort => "Abort the run",
+        }
+    }
+}
+
+/// What a signed link says: which notification, run, stage and answer, as whom, until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    /// The notification it came with (single use is recorded on it).
+    pub key: String,
+    /// The run.
+    pub run: String,
+    /// The stage at the gate or escalation.
+    pub stage: String,
+    /// The answer.
+    pub action: LinkAction,
+    /// Who it answers as.
+    #[serde(rename = "as")]
+    pub answer_as: String,
+    /// Expiry, in seconds since the epoch.
+    pub exp: i64,
+}
+
+/// Signs and checks links with the daemon's key.
+pub struct Signer {
+    key: ring::hmac::Key,
+}
+
+/// Why a link was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkRefused {
+    /// Not a link this daemon signed (or altered).
+    Forged,
+    /// Past its expiry.
+    Expired,
+}
+
+impl Signer {
+    /// The signer with the key kept in `state/notify.key`, created (random, 0600) if missing.
+    pub fn load(state_dir: &std::path::Path) -> Result<Self, loopwright_app::Error> {
+        let path = state_dir.join("notify.key");
+        let bytes = match std::fs::read_to_string(&path) {
+            Ok(text) if text.trim().len() == 64 => decode_hex(text.trim()),
+            _ => None,
+        };
+        let bytes = match bytes {
+            Some(b) => b,
+            None => {
+                let mut fresh = [0u8; 32];
+                ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut fresh).map_err(|_| {
+                    loopwright_app::Error::Internal(anyhow::anyhow!("the system's random source failed"))
+                })?;
+                let hex: String = fresh.iter().map(|b| format!("{b:02x}")).collect();
+                loopwright_app::workspace::write_atomic_private(&path, &hex)
+                    .map_err(|e| loopwright_app::Error::usage(format!("cannot write {}: {e}", path.display())))?;
+                fresh.to_vec()
+            }
+        };
+        Ok(Self { key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes) })
+    }
+
+    /// The link's token: its JSON, then its signature, each base64url.
+    pub fn sign(&self, link: &Link) -> String {
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let payload = b64.encode(serde_json::to_vec(link).unwrap_or_default());
+        let tag = ring::hmac::sign(&self.key, payload.as_bytes());
+        format!("{payload}.{}", b64.encode(tag.as_ref()))
+    }
+
+    /// The link a token carries, if this daemon signed it and it has not expired.
+    pub fn check(&self, token: &str, now: jiff::Timestamp) -> Result<Link, LinkRefused> {
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let (payload, tag) = token.split_once('.').ok_or(LinkRefused::Forged)?;
+        let tag = b64.decode(tag).map_err(|_| LinkRefused::Forged)?;
+        ring::hmac::verify(&self.key, payload.as_bytes(), &tag).map_err(|_| LinkRefused::Forged)?;
+        let link: Link = b64
+            .decode(payload)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .ok_or(LinkRefused::Forged)?;
+        if link.exp <= now.as_second() {
+            return Err(LinkRefused::Expired);
+        }
+        Ok(link)
+    }
+}
+
+fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()
+}
+
+/// The happening a journal event is, for notifications.
+pub fn happening(event: &Event) -> Option<NotifyEvent> {
+    match event {
+        Event::RunFinished { status: RunStatus::Failed } => Some(NotifyEvent::Failed),
+        Event::RunFinished { status: RunStatus::Success | RunStatus::Cancelled } | Event::RunCancelled { .. } => {
+            Some(NotifyEvent::Finished)
+        }
+        Event::DeadLettered { .. } => Some(NotifyEvent::DeadLetter),
+        e if e.run_status() == Some(RunStatus::Waiting) => Some(NotifyEvent::NeedsHuman),
+        _ => None,
+    }
+}
+
+/// A target's name in the journal: its kind, scheme and host (its path may hold a secret).
+fn target_name(target: &Notify) -> String {
+    let kind = match target.kind {
+        NotifyKind::Webhook => "webhook",
+        NotifyKind::Slack => "slack",
+        NotifyKind::Ntfy => "ntfy",
+    };
+    let origin = target
+        .url
+        .parse::<axum::http::Uri>()
+        .ok()
+        .map(|u| format!("{}://{}", u.scheme_str().unwrap_or("http"), u.authority().map(|a| a.host()).unwrap_or("")))
+        .unwrap_or_default();
+    format!("{kind} {origin}")
+}
+
+/// What one notification says, before it is written in a target's format.
+#[derive(Debug, Clone, Serialize)]
+pub struct Message {
+    /// The happening.
+    pub event: NotifyEvent,
+    /// The run, when it is about one.
+    pub run_id: Option<String>,
+    /// The auto loop's session, when it is about one.
+    pub session: Option<String>,
+    /// The run's pipeline.
+    pub pipeline: Option<String>,
+    /// The run's task.
+    pub task: Option<String>,
+    /// The stage it is about.
+    pub stage: Option<String>,
+    /// The headline.
+    pub headline: String,
+    /// Where to look.
+    pub url: String,
+    /// One-tap answers.
+    pub actions: Vec<Action>,
+}
+
+/// A one-tap answer in a notification.
+#[derive(Debug, Clone, Serialize)]
+pub struct Action {
+    /// The answer.
+    pub action: LinkAction,
+    /// The button's words.
+    pub label: &'static str,
+    /// The signed link.
+    pub url: String,
+}
+
+/// The request a target gets for `message`: its body, and the headers ntfy reads.
+pub fn request_for(kind: NotifyKind, m: &Message) -> (Vec<(String, String)>, Vec<u8>) {
+    match kind {
+        NotifyKind::Webhook => {
+            let body = json!({
+                "event": m.event.as_str(), "run_id": m.run_id, "session": m.session, "pipeline": m.pipeline,
+                "task": m.task, "stage": m.stage, "headline": m.headline, "url": m.url,
+                "actions": m.actions.iter().map(|a| json!({"action": a.action, "label": a.label, "url": a.url})).collect::<Vec<_>>(),
+            });
+            (vec![("Content-Type".into(), "application/json".into())], body.to_string().into_bytes())
+        }
+        NotifyKind::Slack => {
+            let mut blocks = vec![
+                json!({"type": "section", "text": {"type": "mrkdwn", "text": format!("{}\n<{}|Open in loopwright>", slack_escape(&m.headline), m.url)}}),
+            ];
+            if !m.actions.is_empty() {
+                let buttons: Vec<Value> = m
+                    .actions
+                    .iter()
+                    .map(|a| json!({"type": "button", "text": {"type": "plain_text", "text": a.label}, "url": a.url}))
+                    .collect();
+                blocks.push(json!({"type": "actions", "elements": buttons}));
+            }
+            let body = json!({"text": m.headline, "blocks": blocks});
+            (vec![("Content-Type".into(), "application/json".into())], body.to_string().into_bytes())
+        }
+        NotifyKind::Ntfy => {
+            // Header values must be plain text on one line.
+            let clean = |s: &str| s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>();
+            let mut headers = vec![
+                ("Title".to_owned(), clean(&format!("loopwright: {}", m.event.as_str().replace('_', " ")))),
+                ("Click".to_owned(), m.url.clone()),
+                ("Tags".to_owned(), if m.event == NotifyEvent::Failed { "x".into() } else { "bell".into() }),
+            ];
+            if !m.actions.is_empty() {
+                let actions: Vec<String> =
+                    m.actions.iter().take(3).map(|a| format!("view, {}, {}", a.label, a.url)).collect();
+                headers.push(("Actions".to_owned(), actions.join("; ")));
+            }
+            (headers, m.headline.clone().into_bytes())
+        }
+    }
+}
+
+/// Slack's mrkdwn needs `&`, `<` and `>` escaped.
+fn slack_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Sends notifications for the daemon.
+pub struct Notifier {
+    shared: Arc<Shared>,
+    targets: Vec<Notify>,
+    signer: Arc<Signer>,
+    http: reqwest::Client,
+}
+
+impl Notifier {
+    /// A notifier for the targets of `shared`'s workspace config; `None` when there are none.
+    pub fn new(shared: Arc<Shared>, signer: Arc<Signer>) -> Option<Self> {
+        let targets = shared.ws.config.notify.clone();
+        if targets.is_empty() {
+            return None;
+        }
+        loopwright_runners::http::tls();
+        let http = reqwest::Client::builder().timeout(ATTEMPT_TIMEOUT).build().ok()?;
+        Some(Self { shared, targets, signer, http })
+    }
+
+    /// Follows the journal and the loops' notices until the daemon stops.
+    pub async fn run(self, mut feed: broadcast::Receiver<Arc<FeedEntry>>) {
+        let this = Arc::new(self);
+        let mut shutdown = this.shared.shutdown.clone();
+        let mut auto_after = {
+            let store = Arc::clone(&this.shared.auto_store);
+            tokio::task::spawn_blocking(move || store.auto_log_last()).await.ok().and_then(Result::ok).unwrap_or(0)
+        };
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                entry = feed.recv() => match entry {
+                    Ok(entry) => Arc::clone(&this).on_event(&entry).await,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = tick.tick() => auto_after = Arc::clone(&this).on_auto(auto_after).await,
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    fn base_url(&self) -> String {
+        self.shared.public.as_ref().map_or_else(|| format!("http://{}", self.shared.addr), |p| p.url.clone())
+    }
+
+    async fn on_event(self: Arc<Self>, entry: &FeedEntry) {
+        let Some(event) = happening(&entry.record.event) else { return };
+        let wanted: Vec<&Notify> = self.targets.iter().filter(|t| t.events.contains(&event)).collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let Ok((pipeline, state)) = read::load_run(&self.shared.ws, &self.shared.store, &entry.run).await else {
+            return;
+        };
+        let started = state.started.as_ref();
+        let pipeline_name = started.map(|s| s.pipeline.clone()).unwrap_or_default();
+        let shown = loopwright_app::ownership::shown_status(&state);
+        let headline = ops::why::run_headline(&state, shown, &pipeline)
+            .map(|h| format!("{} — {}", h.title, h.next))
+            .unwrap_or_else(|| match event {
+                NotifyEvent::Finished => format!("Run {} of {pipeline_name} ended: {}", entry.run, shown.as_str()),
+                _ => format!("Run {} of {pipeline_name}: {}", entry.run, shown.as_str()),
+            });
+        let result = loopwright_engine::result::PipelineResult::from_state(&state);
+        let waiting = result.waiting.filter(|_| event == NotifyEvent::NeedsHuman);
+        let stage =
+            waiting.as_ref().map(|w| w.stage.clone()).or_else(|| entry.record.event.stage().map(ToString::to_string));
+        for target in wanted {
+            if !target.pipelines.is_empty() && !target.pipelines.contains(&pipeline_name) {
+                continue;
+            }
+            let key = format!(
+                "run:{}:{}:{:016x}",
+                entry.run,
+                entry.record.seq,
+                loopwright_engine::hash::fnv1a(target.url.as_bytes())
+            );
+            let exp =
+                (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(i64::from(target.link_hours))).as_second();
+            let answer_as = target.answer_as.clone().unwrap_or_else(|| "notification".to_owned());
+            let actions: Vec<LinkAction> = match waiting.as_ref().map(|w| w.kind.as_str()) {
+                Some("approval") => vec![LinkAction::Approve, LinkAction::Reject],
+                Some("escalation") => vec![LinkAction::Retry, LinkAction::Fix, LinkAction::Skip, LinkAction::Abort],
+                _ => Vec::new(),
+            };
+            let actions = actions
+                .into_iter()
+                .map(|action| {
+                    let link = Link {
+                        key: key.clone(),
+                        run: entry.run.to_string(),
+                        stage: stage.clone().unwrap_or_default(),
+                        action,
+                        answer_as: answer_as.clone(),
+                        exp,
+                    };
+                    Action {
+                        action,
+                        label: action.label(),
+                        url: format!("{}/a/{}", self.base_url(), self.signer.sign(&link)),
+                    }
+                })
+                .collect();
+            let message = Message {
+                event,
+                run_id: Some(entry.run.to_string()),
+                session: None,
+                pipeline: Some(pipeline_name.clone()),
+                task: started.map(|s| s.task.clone()),
+                stage: stage.clone(),
+                headline: headline.clone(),
+                url: format!("{}/runs/{}", self.base_url(), entry.run),
+                actions,
+            };
+            Arc::clone(&self).send(key, target.clone(), message);
+        }
+    }
+
+    /// Sends the loops' notices journaled after `after`; returns the last one seen.
+    async fn on_auto(self: Arc<Self>, after: i64) -> i64 {
+        let store = Arc::clone(&self.shared.auto_store);
+        let found = tokio::task::spawn_blocking(move || ops::auto::notices(&store, after, 100)).await;
+        let Ok(Ok(notices)) = found else { return after };
+        let mut last = after;
+        for n in notices {
+            last = last.max(n.id);
+            let event = match n.kind {
+                loopwright_auto::event::NoticeKind::NeedsHuman => NotifyEvent::AutoNeedsHuman,
+                loopwright_auto::event::NoticeKind::Ended => NotifyEvent::AutoFinished,
+            };
+            for target in self.targets.iter().filter(|t| t.events.contains(&event)) {
+                let key = format!("auto:{}:{:016x}", n.id, loopwright_engine::hash::fnv1a(target.url.as_bytes()));
+                let message = Message {
+                    event,
+                    run_id: None,
+                    session: Some(n.session_name.clone()),
+                    pipeline: None,
+                    task: None,
+                    stage: None,
+                    headline: format!("Auto loop {}: {}", n.session_name, n.text),
+                    url: format!("{}/auto#loop-{}", self.base_url(), n.session_name),
+                    actions: Vec::new(),
+                };
+                Arc::clone(&self).send(key, target.clone(), message);
+            }
+        }
+        last
+    }
+
+    /// Claims the notification, then sends it in a task of its own, retried with backoff.
+    fn send(self: Arc<Self>, key: String, target: Notify, message: Message) {
+        tokio::spawn(async move {
+            let now = jiff::Timestamp::now().to_string();
+            let row = Notification {
+                key: key.clone(),
+                run_id: message.run_id.clone(),
+                session_name: message.session.clone(),
+                event: message.event.as_str().to_owned(),
+                target: target_name(&target),
+                status: NotificationStatus::Pending,
+                attempts: 0,
+                at: now,
+                detail: String::new(),
+                link_used_at: None,
+            };
+            let store = Arc::clone(&self.shared.auto_store);
+            let claimed = tokio::task::spawn_blocking(move || store.notify_claim(&row)).await;
+            if !matches!(claimed, Ok(Ok(true))) {
+                return;
+            }
+            let (headers, body) = request_for(target.kind, &message);
+            let mut detail = String::new();
+            let mut shutdown = self.shared.shutdown.clone();
+            for (attempt, wait) in BACKOFF.iter().enumerate() {
+                tokio::select! {
+                    () = tokio::time::sleep(*wait) => {}
+                    _ = shutdown.changed() => return,
+                }
+                let mut request = self.http.post(&target.url).body(body.clone());
+                for (k, v) in &headers {
+                    request = request.header(k.as_str(), v.as_str());
+                }
+                let sent = request.send().await;
+                let ok = match sent {
+                    Ok(r) if r.status().is_success() => true,
+                    Ok(r) => {
+                        detail = format!("the target answered HTTP {}", r.status().as_u16());
+                        false
+                    }
+                    Err(e) if e.is_timeout() => {
+                        detail = format!("no answer within {} s", ATTEMPT_TIMEOUT.as_secs());
+                        false
+                    }
+                    Err(e) if e.is_connect() => {
+                        detail = "the target could not be reached".into();
+                        false
+                    }
+                    Err(_) => {
+                        detail = "the request failed".into();
+                        false
+                    }
+                };
+                let attempts = u32::try_from(attempt + 1).unwrap_or(u32::MAX);
+                let last = attempt + 1 == BACKOFF.len();
+                let status = match (ok, last) {
+                    (true, _) => NotificationStatus::NotificationSent,
+                    (false, true) => NotificationStatus::NotificationFailed,
+                    (false, false) => NotificationStatus::Pending,
+                };
+                let (store, key, detail_now) =
+                    (Arc::clone(&self.shared.auto_store), key.clone(), if ok { String::new() } else { detail.clone() });
+                let at = jiff::Timestamp::now().to_string();
+                let _ =
+                    tokio::task::spawn_blocking(move || store.notify_record(&key, status, attempts, &detail_now, &at))
+                        .await;
+                if ok || last {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_is_refused_when_altered_signed_by_another_key_or_expired() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let signer = Signer::load(dir.path()).expect("key");
+        let link = Link {
+            key: "run:r:4:00".into(),
+            run: "r".into(),
+            stage: "ship".into(),
+            action: LinkAction::Approve,
+            answer_as: "carol".into(),
+            exp: 2_000_000_000,
+        };
+        let token = signer.sign(&link);
+        let now = jiff::Timestamp::from_second(1_900_000_000).expect("time");
+        assert_eq!(signer.check(&token, now), Ok(link.clone()));
+        // The same key is kept: a restarted daemon honours its links.
+        assert_eq!(Signer::load(dir.path()).expect("key").check(&token, now), Ok(link.clone()));
+        let other = Signer::load(tempfile::tempdir().expect("tempdir").path()).expect("key");
+        assert_eq!(other.check(&token, now), Err(LinkRefused::Forged));
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let (_, tag) = token.split_once('.').expect("two parts");
+        let reject = Link { action: LinkAction::Reject, ..link.clone() };
+        let altered = format!("{}.{tag}", b64.encode(serde_json::to_vec(&reject).expect("json")));
+        assert_eq!(signer.check(&altered, now), Err(LinkRefused::Forged));
+        let late = jiff::Timestamp::from_second(2_000_000_000).expect("time");
+        assert_eq!(signer.check(&token, late), Err(LinkRefused::Expired));
+        assert_eq!(signer.check("nonsense", now), Err(LinkRefused::Forged));
+    }
+
+    #[test]
+    fn each_kind_of_target_gets_the_headline_and_the_links_in_its_own_format() {
+        let m = Message {
+            event: NotifyEvent::NeedsHuman,
+            run_id: Some("r1".into()),
+            session: None,
+            pipeline: Some("release".into()),
+            task: Some("ship 1.2".into()),
+            stage: Some("ship".into()),
+            headline: "Stage ship waits for your approval <now>".into(),
+            url: "http://127.0.0.1:7878/runs/r1".into(),
+            actions: vec![Action { action: LinkAction::Approve, label: "Approve", url: "http://h/a/t".into() }],
+        };
+        let (_, body) = request_for(NotifyKind::Webhook, &m);
+        let body: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(
+            body,
+            json!({"event": "needs_human", "run_id": "r1", "session": null, "pipeline": "release", "task": "ship 1.2",
+                   "stage": "ship", "headline": "Stage ship waits for your approval <now>", "url": "http://127.0.0.1:7878/runs/r1",
+                   "actions": [{"action": "approve", "label": "Approve", "url": "http://h/a/t"}]})
+        );
+        let (_, body) = request_for(NotifyKind::Slack, &m);
+        let body: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(
+            body["blocks"][0]["text"]["text"],
+            "Stage ship waits for your approval &lt;now&gt;\n<http://127.0.0.1:7878/runs/r1|Open in loopwright>"
+        );
+        assert_eq!(
+            body["blocks"][1]["elements"][0],
+            json!({"type": "button", "text": {"type": "plain_text", "text": "Approve"}, "url": "http://h/a/t"})
+        );
+        let (headers, body) = request_for(NotifyKind::Ntfy, &m);
+        assert_eq!(String::from_utf8(body).expect("text"), "Stage ship waits for your approval <now>");
+        assert!(headers.contains(&("Actions".to_owned(), "view, Approve, http://h/a/t".to_owned())), "{headers:?}");
+    }
+}

@@ -1,0 +1,186 @@
+//! The notifications journal (SPEC §11): what the daemon told people, to whom (the target's
+//! host only: a webhook's path may hold its secret) and how it went, and the one-tap links
+//! used. A notification is claimed (`pending`) before it is sent, so two daemons, or a
+//! daemon restarted mid-send, never send one twice from the journal's side.
+
+use rusqlite::{OptionalExtension, params};
+
+use crate::{SqliteStore, backend};
+use loopwright_journal::StoreError;
+
+/// How a notification stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationStatus {
+    /// Claimed, being sent (or retried).
+    Pending,
+    /// Delivered (`notification_sent`).
+    NotificationSent,
+    /// Given up on after its retries (`notification_failed`).
+    NotificationFailed,
+}
+
+impl NotificationStatus {
+    /// As stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::NotificationSent => "notification_sent",
+            Self::NotificationFailed => "notification_failed",
+        }
+    }
+
+    /// Parses a stored status.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Pending, Self::NotificationSent, Self::NotificationFailed].into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// One notification, as journaled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    /// Unique per happening and target.
+    pub key: String,
+    /// The run it is about.
+    pub run_id: Option<String>,
+    /// The auto loop it is about.
+    pub session_name: Option<String>,
+    /// `needs_human`, `failed`, …
+    pub event: String,
+    /// The target's scheme and host, and its kind.
+    pub target: String,
+    /// How it stands.
+    pub status: NotificationStatus,
+    /// Sending attempts made.
+    pub attempts: u32,
+    /// When it was claimed, or last tried.
+    pub at: String,
+    /// The last attempt's outcome in words (an HTTP status, a connection error).
+    pub detail: String,
+    /// When its one-tap link was used.
+    pub link_used_at: Option<String>,
+}
+
+/// What using a one-tap link found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkUse {
+    /// This is its first use: go on.
+    First,
+    /// It was used before, at this time.
+    Used(String),
+    /// No notification has this key.
+    Unknown,
+}
+
+impl SqliteStore {
+    /// Claims a notification: true when this caller is the one to send it (no row had `key`).
+    pub fn notify_claim(&self, n: &Notification) -> Result<bool, StoreError> {
+        let conn = self.conn();
+        let inserted = conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO notifications (key, run_id, session_name, event, target, status, attempts, at, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, '')",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![n.key, n.run_id, n.session_name, n.event, n.target, n.status.as_str(), n.at])
+            })
+            .map_err(backend)?;
+        Ok(inserted == 1)
+    }
+
+    /// Records how sending went.
+    pub fn notify_record(
+        &self,
+        key: &str,
+        status: NotificationStatus,
+        attempts: u32,
+        detail: &str,
+        at: &str,
+    ) -> Result<(), StoreError> {
+        let detail = self.scrubbed(detail);
+        self.conn()
+            .prepare_cached("UPDATE notifications SET status = ?2, attempts = ?3, detail = ?4, at = ?5 WHERE key = ?1")
+            .and_then(|mut stmt| stmt.execute(params![key, status.as_str(), attempts, detail, at]))
+            .map_err(backend)?;
+        Ok(())
+    }
+
+    /// Marks the link of notification `key` used, once.
+    pub fn notify_use_link(&self, key: &str, at: &str) -> Result<LinkUse, StoreError> {
+        let conn = self.conn();
+        let changed = conn
+            .prepare_cached("UPDATE notifications SET link_used_at = ?2 WHERE key = ?1 AND link_used_at IS NULL")
+            .and_then(|mut stmt| stmt.execute(params![key, at]))
+            .map_err(backend)?;
+        if changed == 1 {
+            return Ok(LinkUse::First);
+        }
+        let used: Option<Option<String>> = conn
+            .prepare_cached("SELECT link_used_at FROM notifications WHERE key = ?1")
+            .and_then(|mut stmt| stmt.query_row([key], |r| r.get(0)).optional())
+            .map_err(backend)?;
+        Ok(match used {
+            Some(Some(at)) => LinkUse::Used(at),
+            _ => LinkUse::Unknown,
+        })
+    }
+
+    /// When the link of notification `key` was used, if it was; `None` also when there is no
+    /// such notification.
+    pub fn notify_link_used(&self, key: &str) -> Result<Option<Option<String>>, StoreError> {
+        self.conn()
+            .prepare_cached("SELECT link_used_at FROM notifications WHERE key = ?1")
+            .and_then(|mut stmt| stmt.query_row([key], |r| r.get(0)).optional())
+            .map_err(backend)
+    }
+
+    /// The notifications about `run` (or, with `None`, all), oldest first, at most `limit`.
+    pub fn notifications(&self, run: Option<&str>, limit: usize) -> Result<Vec<Notification>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT key, run_id, session_name, event, target, status, attempts, at, detail, link_used_at
+                 FROM notifications WHERE ?1 IS NULL OR run_id = ?1 ORDER BY at, key LIMIT ?2",
+            )
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map(params![run, i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                Ok((
+                    (r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?, r.get::<_, String>(4)?),
+                    (
+                        r.get::<_, String>(5)?,
+                        r.get::<_, u32>(6)?,
+                        r.get::<_, String>(7)?,
+                        r.get::<_, String>(8)?,
+                        r.get(9)?,
+                    ),
+                ))
+            })
+            .map_err(backend)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let ((key, run_id, session_name, event, target), (status, attempts, at, detail, link_used_at)) =
+                row.map_err(backend)?;
+            let status = NotificationStatus::parse(&status)
+                .ok_or_else(|| StoreError::Corrupt(format!("notification {key}: unknown status `{status}`")))?;
+            out.push(Notification {
+                key,
+                run_id,
+                session_name,
+                event,
+                target,
+                status,
+                attempts,
+                at,
+                detail,
+                link_used_at,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The last entry of any loop's supervision journal (0 when there is none): where a
+    /// daemon starts following the loops' notices.
+    pub fn auto_log_last(&self) -> Result<i64, StoreError> {
+        self.conn().query_row("SELECT COALESCE(MAX(id), 0) FROM auto_log", [], |r| r.get(0)).map_err(backend)
+    }
+}
