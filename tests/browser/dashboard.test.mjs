@@ -5,6 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
@@ -20,6 +21,9 @@ let daemon;
 let base;
 let token;
 let browser;
+// A notification target on 127.0.0.1: records every request's JSON body.
+let receiver;
+const notified = [];
 
 function write(rel, text) {
   const file = path.join(ws, rel);
@@ -81,7 +85,24 @@ stages:
 `);
   write('.loopwright/pipelines/broken.yml', 'name: broken\ndescription: d\nversion: 1\nstages:\n  - id: Bad-Id\n    agent: shell\n    run: echo hi\n');
   // Auto mode: the scripted interactive agent of the CLI tests, busy until told to stop.
-  write('.loopwright/config.toml', '[auto]\nheartbeat_seconds = 0.2\nstall_captures = 25\nstop_grace_seconds = 3\n');
+  write('.loopwright/config.toml', '[auto]\nheartbeat_seconds = 0.2\nstall_captures = 25\nstop_grace_seconds = 3\n\n'
+    + `[[notify]]\nurl = "http://127.0.0.1:${receiver.address().port}/hook"\nevents = ["needs_human"]\npipelines = ["notified"]\nas = "dana"\n`);
+  write('.loopwright/pipelines/notified.yml', fs.readFileSync(path.join(root, 'tests/fixtures/gate.yml'), 'utf8').replace('name: gate', 'name: notified'));
+  write('.loopwright/pipelines/two.yml', `name: two
+description: Two steps
+version: 1
+stages:
+  - id: first
+    agent: shell
+    mode: plan
+    description: The first step
+    run: echo one
+  - id: second
+    agent: shell
+    mode: plan
+    description: The second step
+    run: echo two
+`);
   const spin = [];
   for (let i = 0; i < 400; i++) spin.push({ do: 'spin', seconds: 0.3 }, { do: 'check_stop' });
   write('scenario.json', JSON.stringify({ task_dir: path.join(ws, 'mod'), log: path.join(ws, 'agent.log'), runs: [spin] }));
@@ -164,6 +185,15 @@ function browserTest(name, body) {
 }
 
 before(async () => {
+  receiver = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      try { notified.push(JSON.parse(body)); } catch { notified.push({ unreadable: body }); }
+      res.end('ok');
+    });
+  });
+  await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
   setUpWorkspace();
   const url = await startDaemon();
   browser = await launchChromium();
@@ -177,6 +207,7 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
+  receiver?.close();
   if (daemon && daemon.exitCode === null) {
     daemon.kill('SIGTERM');
     await new Promise((r) => daemon.once('exit', r));
@@ -402,4 +433,166 @@ browserTest('auto mode: a loop started from the panel with the defaults shown, i
   assert.match(await page.innerText('pre.report'), /## Steps\n\nNo step reported\./);
   await page.setViewportSize({ width: 390, height: 844 });
   assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the summary is wider than a phone');
+});
+
+/** A fresh browser (no cookie) at `width`×`height`, signed in with `personToken` when given. */
+async function freshPage(width = 1280, height = 800, personToken = null) {
+  const context = await browser.newContext({ viewport: { width, height } });
+  const page = await context.newPage();
+  if (personToken) await page.goto(`${base}/?token=${personToken}`);
+  return page;
+}
+
+const fitsWidth = (page) => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+
+function person(name, role) {
+  const out = execFileSync(bin, ['serve', 'token', 'create', name, '--role', role, '--json'], { cwd: ws });
+  return JSON.parse(out).token;
+}
+
+browserTest('people: signed in with their own tokens, a viewer reads and cannot answer, an approver answers as themselves', async () => {
+  const vic = person('vic', 'viewer');
+  const carol = person('carol', 'approver');
+  const started = await api('POST', '/api/runs', { pipeline: 'gate', task: 'Ship 1.4' });
+  await waitFor('the gate', async () => (await api('GET', `/api/runs/${started.body.run_id}`)).body.status === 'waiting');
+  const run = started.body.run_id;
+
+  const viewer = await freshPage(1280, 800, vic);
+  assert.equal((await viewer.innerText('#signed-in')).replace(/\s+/g, ' ').trim(), 'Signed in as vic viewer');
+  assert.equal(await viewer.locator('#who').count(), 0, 'no free-text name box once signed in');
+  assert.equal(await viewer.locator('#start-form').count(), 0, 'a viewer is offered no start form');
+  await viewer.goto(`${base}/runs/${run}`);
+  await viewer.locator('#read-only').waitFor();
+  assert.equal(await viewer.locator('button[data-action]').count(), 0, 'a viewer sees buttons');
+  const refused = await viewer.evaluate(async (path) => {
+    const r = await fetch(path, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}' });
+    return [r.status, (await r.json()).error.message];
+  }, `/api/runs/${run}/approve`);
+  assert.deepEqual(refused, [403, 'vic is a viewer: this needs the approver role (`loopwright serve token create NAME --role approver`)']);
+  await viewer.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await fitsWidth(viewer), 'the run page is wider than a phone');
+  await viewer.context().close();
+
+  const approver = await freshPage(1280, 800, carol);
+  await approver.goto(`${base}/runs/${run}`);
+  assert.equal((await approver.innerText('#signed-in')).replace(/\s+/g, ' ').trim(), 'Signed in as carol approver');
+  assert.match(await approver.innerText('#run-headline'), /Stage ship waits for your approval: Ship once a person approves/);
+  await shot(approver, 'dashboard-signed-in.png');
+  await approver.fill('#answer-comment', 'looks right');
+  await approver.click('button[data-action="approve"]');
+  await approver.locator('#run-status', { hasText: 'success' }).waitFor();
+  const events = (await api('GET', `/api/runs/${run}/events`)).body;
+  const granted = events.filter((e) => e.event.type === 'approval_granted').map((e) => [e.event.by, e.event.comment]);
+  assert.deepEqual(granted, [['carol', 'looks right']]);
+  await approver.locator('#answers').waitFor();
+  assert.match(await approver.innerText('#answers'), /carol approved ship — .?looks right/);
+  await approver.context().close();
+});
+
+browserTest('a failed closed loop says why at the top: the check, its lines, the category, the strategy, what next', async (newPage) => {
+  const started = await api('POST', '/api/runs', { pipeline: 'stuck', task: 'Frobnicate' });
+  await waitFor('the run to fail', async () => (await api('GET', `/api/runs/${started.body.run_id}`)).body.status === 'failed');
+  const page = await newPage();
+  await page.goto(`${base}/runs/${started.body.run_id}`);
+  const why = await page.innerText('#run-headline');
+  assert.match(why, /Stage implement: the check `widget` failed/);
+  assert.match(why, /widget frobnication incomplete for slot 7/);
+  assert.match(why, /Category: .+; it calls for .+/);
+  assert.match(why, /attempts?; (no fix strategy ran|fix strategies tried: .+)/);
+  assert.match(why, /dead letters|re-run/);
+  // The closed loop's phases read as sentences; nothing is JSON; nothing is wider than the window.
+  await page.evaluate(() => document.querySelectorAll('details').forEach((d) => { d.open = true; }));
+  assert.match(await page.innerText('ol.phases'), /Evaluate\. Checks: widget failed \(exit 1\)\./);
+  assert.doesNotMatch(await page.innerText('main'), /\{"/);
+  assert.ok(await fitsWidth(page), `the failed run is ${await page.evaluate(() => document.documentElement.scrollWidth)} px wide at 1280`);
+  await shot(page, 'dashboard-run-failed.png');
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await fitsWidth(page), `the failed run is ${await page.evaluate(() => document.documentElement.scrollWidth)} px wide at 390`);
+  await shot(page, 'dashboard-run-failed-phone.png');
+});
+
+browserTest('a re-run and a retry from a stage, from the run page', async (newPage) => {
+  const started = await api('POST', '/api/runs', { pipeline: 'two', task: 'Two steps', vars: { complexity: 'low' } });
+  const first = started.body.run_id;
+  await waitFor('the run', async () => (await api('GET', `/api/runs/${first}`)).body.status === 'success');
+  const page = await newPage();
+  await page.goto(`${base}/runs/${first}`);
+  await page.fill('#who', 'erin');
+  await page.dispatchEvent('#who', 'change');
+  await Promise.all([page.waitForURL((u) => !u.pathname.endsWith(first)), page.click('button[data-action="rerun"]')]);
+  const second = page.url().split('/runs/')[1];
+  await page.locator('#run-status', { hasText: 'success' }).waitFor();
+  await page.selectOption('#rerun-from', 'second');
+  await Promise.all([page.waitForURL((u) => !u.pathname.endsWith(second)), page.click('button[data-action="rerun-from"]')]);
+  const third = page.url().split('/runs/')[1];
+  await page.locator('#run-status', { hasText: 'success' }).waitFor();
+  const startOf = async (run) => (await api('GET', `/api/runs/${run}/events`)).body[0].event;
+  const [s2, s3] = [await startOf(second), await startOf(third)];
+  assert.deepEqual([s2.rerun_of, s2.start_from, s2.by, s2.vars], [first, null, 'erin', { complexity: 'low' }]);
+  assert.deepEqual([s3.rerun_of, s3.start_from, s3.by], [second, 'second', 'erin']);
+  assert.match(await page.innerText('#answers'), new RegExp(`erin re-ran: run ${second} from stage second`));
+  // The first stage was not run again: the retried run ran the second alone.
+  const result = (await api('GET', `/api/runs/${third}`)).body;
+  assert.deepEqual(result.stages_executed.map((s) => [s.id, s.status]), [['second', 'success']]);
+});
+
+browserTest('a notification: received by a webhook, its approve link opened, confirmed as its person, refused the second time', async () => {
+  const started = await api('POST', '/api/runs', { pipeline: 'notified', task: 'Ship 2.0' });
+  const run = started.body.run_id;
+  const note = await waitFor('the notification', () => notified.find((n) => n.run_id === run && n.event === 'needs_human'));
+  assert.deepEqual([note.pipeline, note.stage, note.task, note.actions.map((a) => a.label)], ['notified', 'ship', 'Ship 2.0', ['Approve', 'Reject']]);
+  assert.match(note.headline, /Stage ship waits for your approval/);
+  const approve = note.actions[0].url;
+  // Opened on a phone that never signed in: the link is its own credential.
+  const phone = await freshPage(390, 844);
+  await phone.goto(approve);
+  assert.match(await phone.innerText('#confirm'), /Stage ship waits for your approval/);
+  assert.equal(await phone.innerText('#confirm-button'), 'Approve as dana');
+  assert.ok(await fitsWidth(phone), 'the confirmation page is wider than a phone');
+  await shot(phone, 'dashboard-link-phone.png');
+  await phone.click('#confirm-button');
+  await phone.locator('#link-result', { hasText: 'Done: Approve — answered as dana' }).waitFor();
+  await waitFor('the run to finish', async () => (await api('GET', `/api/runs/${run}`)).body.status === 'success');
+  const events = (await api('GET', `/api/runs/${run}/events`)).body;
+  assert.deepEqual(events.filter((e) => e.event.type === 'approval_granted').map((e) => e.event.by), ['dana']);
+  await phone.goto(approve);
+  assert.match(await phone.innerText('#refused'), /This link was already used/);
+  await phone.goto(note.actions[1].url);
+  assert.match(await phone.innerText('#refused'), /This link was already used/);
+  await phone.setViewportSize({ width: 1280, height: 800 });
+  await shot(phone, 'dashboard-link-used.png');
+  await phone.context().close();
+});
+
+browserTest('500 runs: the list pages on the server, counts, searches by task text and updates rows in place', async (newPage) => {
+  execFileSync(bin, ['bench', '--list-runs', '500', '--seed-only'], { cwd: ws, stdio: 'ignore' });
+  const total = Number((await fetch(`${base}/api/runs?limit=1`, { headers: { Authorization: `Bearer ${token}` } })).headers.get('x-total-count'));
+  assert.ok(total >= 500, `${total} runs`);
+  const page = await newPage();
+  await page.goto(`${base}/`);
+  assert.equal(await page.innerText('#runs-count'), `Runs 1–50 of ${total}`);
+  assert.equal(await page.locator('#runs-rows tr').count(), 50);
+  await page.click('a[rel="next"]');
+  await page.locator('#runs-count', { hasText: `Runs 51–100 of ${total}` }).waitFor();
+  await page.fill('input[name="q"]', 'parser, part 357');
+  await page.click('.filters button[type="submit"]');
+  await page.locator('#runs-count', { hasText: 'Runs 1–1 of 1 matching' }).waitFor();
+  assert.match(await page.innerText('#runs-rows'), /refactor the parser, part 357/);
+  // Who acted is a column, and a search.
+  await page.goto(`${base}/?by=carol`);
+  assert.match(await page.innerText('#runs-rows tr:first-child td.people'), /carol/);
+  // A row changes in place when its run does; the list is not fetched again.
+  await page.goto(`${base}/`);
+  await page.evaluate(() => { window.loadedOnce = true; });
+  const listLoads = [];
+  page.on('request', (r) => { const u = new URL(r.url()); if (u.pathname === '/' && r.resourceType() !== 'document') listLoads.push(u.href); });
+  const started = await api('POST', '/api/runs', { pipeline: 'two', task: 'A new run in place' });
+  await page.locator(`#row-${started.body.run_id} .status`, { hasText: 'success' }).waitFor();
+  assert.ok(await notReloaded(page), 'the list was reloaded');
+  assert.deepEqual(listLoads, [], 'the whole list was fetched for an event');
+  assert.match(await page.innerText(`#row-${started.body.run_id}`), /A new run in place/);
+  await shot(page, 'dashboard-runs-many.png');
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await fitsWidth(page), 'the list is wider than a phone');
+  await shot(page, 'dashboard-runs-many-phone.png');
 });

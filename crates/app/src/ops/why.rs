@@ -108,9 +108,16 @@ pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headlin
             let n = u32::try_from(l.iterations.len()).unwrap_or(u32::MAX);
             let strategies = l.strategies();
             tried.push(format!(
-                "{}{}",
+                "{}; {}",
                 plural(n, "attempt", "attempts"),
-                if strategies.is_empty() { String::new() } else { format!("; fixes tried: {}", strategies.join(", ")) }
+                if strategies.is_empty() {
+                    "no fix strategy ran".to_owned()
+                } else {
+                    format!(
+                        "fix strategies tried: {}",
+                        strategies.iter().map(|s| s.replace('_', " ")).collect::<Vec<_>>().join(", ")
+                    )
+                }
             ));
             match last {
                 Some(f) => {
@@ -126,7 +133,11 @@ pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headlin
                     (
                         check,
                         lines.into_iter().take(KEY_LINES).collect(),
-                        category(f.pattern.as_deref(), Some(f.confidence)),
+                        format!(
+                            "{}; it calls for {}",
+                            category(f.pattern.as_deref(), Some(f.confidence)),
+                            f.strategy.replace('_', " ")
+                        ),
                         format!("Stage {id}: {what} — {}", f.headline()),
                     )
                 }
