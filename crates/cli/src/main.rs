@@ -78,9 +78,10 @@ enum Command {
     /// The tasks the closed loop gave up on: list them, or show one.
     #[command(name = "dead-letters")]
     DeadLetters(cmd::dead_letters::Args),
-    /// Retry summary and failure metrics over recent runs (seed 001 / seed 000).
+    /// Retry summary and failure metrics over recent runs: attempts by failure pattern, how well
+    /// each fix strategy worked.
     Stats(cmd::stats::Args),
-    /// Serve the workspace: REST API, live events and the dashboard (SPEC §9), until
+    /// Serve the workspace: REST API, live events, the dashboard and notifications, until
     /// SIGINT/SIGTERM. Runs it drives are then interrupted (resumable) and taken up again by
     /// the next `serve`.
     Serve(cmd::serve::Args),

@@ -777,10 +777,9 @@ fn error_words(e: &loopwright_engine::StageError) -> String {
 
 fn attempt_context(a: &read::Attempt) -> Value {
     let usage = a.usage.as_ref().map(|u| {
-        let tokens = u["input_tokens"].as_u64().unwrap_or(0) + u["output_tokens"].as_u64().unwrap_or(0);
-        let cost = u["cost_usd"].as_f64().map(|c| format!(", ${c:.4}")).unwrap_or_default();
-        let estimated = if u["estimated"].as_bool() == Some(true) { " (estimated)" } else { "" };
-        format!("{tokens} tokens{cost}{estimated}")
+        let cost = u.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
+        let estimated = if u.estimated { " (estimated)" } else { "" };
+        format!("{} tokens{cost}{estimated}", u.input_tokens + u.output_tokens)
     });
     // What the closed loop did and decided, phase by phase, in sentences.
     let phases: Vec<ops::why::Phase> = a.phases.iter().filter_map(ops::why::phase).collect();

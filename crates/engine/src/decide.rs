@@ -166,7 +166,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                         None if started.auto_approve => {
                             return Step::Record(Event::ApprovalGranted {
                                 stage: stage.id.clone(),
-                                by: "--yes".into(),
+                                by: crate::event::AUTO_APPROVED_BY.into(),
                                 comment: None,
                             });
                         }

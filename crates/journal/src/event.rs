@@ -23,6 +23,9 @@ pub struct ProcessGroup {
     pub start_time: Option<u64>,
 }
 
+/// Who a gate approved up front by the run's `--yes` (`approve_all`) is journaled as.
+pub const AUTO_APPROVED_BY: &str = "--yes";
+
 /// One state change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -559,11 +562,13 @@ impl Event {
     }
 
     /// The person this event names as having acted on the run: who started or re-ran it (from
-    /// the daemon), approved, rejected, answered, asked to cancel or to resume it.
+    /// the daemon), approved, rejected, answered, asked to cancel or to resume it. A gate
+    /// approved up front by the run's own `--yes` names nobody.
     pub fn person(&self) -> Option<&str> {
         match self {
             Event::RunStarted(started) => started.by.as_deref(),
             Event::RunResumed { by, .. } => by.as_deref(),
+            Event::ApprovalGranted { by, .. } if by == AUTO_APPROVED_BY => None,
             Event::ApprovalGranted { by, .. }
             | Event::ApprovalRejected { by, .. }
             | Event::EscalationAnswered { by, .. }

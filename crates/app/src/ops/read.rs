@@ -254,7 +254,7 @@ pub struct Attempt {
     /// The `<retry_context>` block of its prompt, when it was a retry.
     pub retry_context: Option<String>,
     /// Tokens and cost.
-    pub usage: Option<serde_json::Value>,
+    pub usage: Option<loopwright_engine::event::Usage>,
     /// The closed loop's phases of this attempt (generated, validated, evaluated, analyzed,
     /// fix_applied, …), as journaled.
     pub phases: Vec<loopwright_engine::Event>,
@@ -317,7 +317,7 @@ pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&Eve
                     a.error = Some(error.clone());
                 }
                 Event::UsageRecorded { attempt, usage, .. } if *attempt == number => {
-                    a.usage = serde_json::to_value(usage).ok();
+                    a.usage = Some(usage.clone());
                 }
                 Event::Generated { attempt, .. }
                 | Event::Validated { attempt, .. }

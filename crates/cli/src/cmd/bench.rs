@@ -130,9 +130,15 @@ async fn list_runs(n: u32) -> Result<u8, CliError> {
         let addr = started["addr"].as_str().unwrap_or_default().to_owned();
         let token = std::fs::read_to_string(ws.state_dir().join("serve.token")).map_err(|e| CliError::Internal(e.into()))?;
         let cookie = format!("{}={}", loopwright_daemon::api::auth::cookie_name(token.trim()), token.trim());
+        loopwright_runners::http::tls();
         let http = reqwest::Client::new();
         let mut figures = Vec::new();
-        for (what, path, auth) in [("dashboard /", "/", false), ("GET /api/runs", "/api/runs?limit=50", true)] {
+        let paths = [
+            ("dashboard /", "/", false),
+            ("search", "/?q=parser%2C+part+4321", false),
+            ("GET /api/runs", "/api/runs?limit=50", true),
+        ];
+        for (what, path, auth) in paths {
             let mut times = Vec::new();
             let mut bytes = 0;
             for _ in 0..40 {

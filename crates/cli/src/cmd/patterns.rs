@@ -17,7 +17,7 @@ pub enum Command {
     /// Classify one error output (a regular file of at most 16 MiB, or `-`/nothing for standard
     /// input).
     ///
-    /// What is known of the command that printed it counts too (SPEC §6): exit 127 means
+    /// What is known of the command that printed it counts too: exit 127 means
     /// command-not-found and 126 permission-error whatever was printed, a tool's own words
     /// weigh more when it ran, a failing check's type is evidence when nothing more specific
     /// is printed. `--json` lists the evidence that decided.

@@ -90,15 +90,18 @@ pub struct ListQuery {
     #[param(minimum = 0, maximum = 100000000)]
     pub offset: Option<u32>,
     /// Only runs whose task text, task id or run id contains this (ignoring case).
-    #[param(max_length = 200)]
+    #[param(max_length = 200, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub q: Option<String>,
     /// Only runs this person acted on (started, re-ran, approved, rejected, answered,
     /// cancelled or resumed).
-    #[param(max_length = 100)]
+    #[param(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub by: Option<String>,
-    /// Only runs created at or after this: an RFC 3339 time or a date (`2026-11-25`, UTC).
+    /// Only runs created at or after this day (`2026-11-25`, UTC; an RFC 3339 time is taken
+    /// too).
+    #[param(format = Date)]
     pub since: Option<String>,
-    /// Only runs created before this: an RFC 3339 time or a date (the day before it ends).
+    /// Only runs created before this day begins (`2026-11-26`; an RFC 3339 time is taken too).
+    #[param(format = Date)]
     pub until: Option<String>,
 }
 

@@ -77,7 +77,7 @@ pub(super) fn sse_response(
     params(("run" = String, Path, description = "The run id"), EventsQuery,
            ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "Resume a stream after this sequence number")),
     responses((status = 200, description = "The events (a JSON array, or `text/event-stream`)",
-               content((Vec<Object> = "application/json"), (String = "text/event-stream"))),
+               content((Vec<super::schema::EventRecord> = "application/json"), (String = "text/event-stream"))),
               (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn run_events(
     State(shared): State<Arc<Shared>>,

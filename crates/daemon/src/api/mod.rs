@@ -8,6 +8,7 @@ pub mod dto;
 pub mod error;
 pub mod events;
 pub mod runs;
+pub mod schema;
 
 use std::sync::Arc;
 

@@ -171,7 +171,7 @@ pub fn moment(text: &str, name: &str) -> ApiResult<jiff::Timestamp> {
 
 /// One run: the same result as `status RUN --json`.
 #[utoipa::path(get, path = "/api/runs/{run}", tag = "runs", params(("run" = String, Path, description = "The run id")),
-    responses((status = 200, description = "The run's result (SPEC §2)", body = Object), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "The run's result (SPEC §2)", body = super::schema::RunResult), (status = 404, body = ErrorBody)))]
 pub async fn get(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> ApiResult<Response> {
     let run = run_id(&run)?;
     let (result, _) = shared.folds.status(&shared.store, &run).await?;
@@ -182,7 +182,7 @@ pub async fn get(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> 
 /// phases.
 #[utoipa::path(get, path = "/api/runs/{run}/stages/{stage}/attempts", tag = "runs",
     params(("run" = String, Path, description = "The run id"), ("stage" = String, Path, description = "The stage id")),
-    responses((status = 200, body = Vec<Object>), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Vec<super::schema::Attempt>), (status = 404, body = ErrorBody)))]
 pub async fn attempts(
     State(shared): State<Arc<Shared>>,
     Path((run, stage)): Path<(String, String)>,
@@ -247,7 +247,7 @@ pub async fn answer_escalation(
 /// Approves the gate the run waits at; the daemon continues the run.
 #[utoipa::path(post, path = "/api/runs/{run}/approve", tag = "answers", request_body(content = Approval, description = "Optional"),
     params(("run" = String, Path, description = "The run id")),
-    responses((status = 200, description = "The run's result", body = Object), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "The run's result", body = super::schema::RunResult), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn approve(
     State(shared): State<Arc<Shared>>,
@@ -261,7 +261,7 @@ pub async fn approve(
 /// Rejects the gate the run waits at: the run is cancelled (and rolled back with `rollback`).
 #[utoipa::path(post, path = "/api/runs/{run}/reject", tag = "answers", request_body(content = Approval, description = "Optional"),
     params(("run" = String, Path, description = "The run id")),
-    responses((status = 200, description = "The run's result", body = Object), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "The run's result", body = super::schema::RunResult), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn reject(
     State(shared): State<Arc<Shared>>,
@@ -275,7 +275,7 @@ pub async fn reject(
 /// Answers the escalation the run waits on.
 #[utoipa::path(post, path = "/api/runs/{run}/respond", tag = "answers", request_body = Respond,
     params(("run" = String, Path, description = "The run id")),
-    responses((status = 200, description = "The run's result", body = Object), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "The run's result", body = super::schema::RunResult), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn respond(
     State(shared): State<Arc<Shared>>,
@@ -326,7 +326,8 @@ pub async fn cancel(
 
 /// Continues an interrupted run (or one a crashed process left running) in the daemon.
 #[utoipa::path(post, path = "/api/runs/{run}/resume", tag = "answers", request_body(content = Resume, description = "Optional"), params(("run" = String, Path, description = "The run id")),
-    responses((status = 202, body = Accepted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 202, body = Accepted), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
 pub async fn resume(
     State(shared): State<Arc<Shared>>,
     caller: Caller,

@@ -15,6 +15,6 @@ UPDATE runs SET people = COALESCE(
         SELECT json_extract(e.payload, '$.by') AS name, MIN(e.seq) AS first FROM events e
         WHERE e.run_id = runs.run_id
           AND e.kind IN ('run_started', 'run_resumed', 'approval_granted', 'approval_rejected', 'escalation_answered', 'cancel_requested')
-          AND json_extract(e.payload, '$.by') IS NOT NULL
+          AND json_extract(e.payload, '$.by') IS NOT NULL AND json_extract(e.payload, '$.by') != '--yes'
         GROUP BY name ORDER BY first)), '');
 CREATE INDEX runs_by_status ON runs (status, created_at);
