@@ -294,6 +294,10 @@ browserTest('an escalation answered with fix and a hint, and the run goes on', a
   assert.ok(await page.locator('.report.rendered table').count() > 0, 'the attempt history is a table');
   assert.doesNotMatch(await page.innerText('.report.rendered'), /\*\*Task:\*\*|^## /m);
   await shot(page, 'dashboard-run-escalation.png');
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the escalation is wider than a phone');
+  await shot(page, 'dashboard-run-escalation-phone.png');
+  await page.setViewportSize({ width: 1280, height: 800 });
   // Guidance typed with "Retry" still selected is the fix the person meant, not dropped.
   assert.ok(await page.isChecked('#respond-form input[value="retry"]'));
   await page.fill('#respond-form textarea[name="text"]', 'make it executable with chmod +x');
@@ -378,12 +382,16 @@ browserTest('dead letters and stats', async (newPage) => {
   assert.doesNotMatch(await letter.locator('.report.rendered').innerText(), /^task_id:/m);
   await page.setViewportSize({ width: 390, height: 844 });
   assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'dead letters wider than a phone');
+  await shot(page, 'dashboard-dead-letters-phone.png');
   await page.setViewportSize({ width: 1280, height: 800 });
   await shot(page, 'dashboard-dead-letters.png');
   await page.goto(`${base}/stats`);
   assert.match(await page.textContent('main'), /Attempts by failure pattern/);
   assert.match(await page.textContent('main'), /Strategy effectiveness/);
   await shot(page, 'dashboard-stats.png');
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'stats wider than a phone');
+  await shot(page, 'dashboard-stats-phone.png');
 });
 
 browserTest('auto mode: a loop started from the panel with the defaults shown, its screen live, stopped with a click', async (newPage) => {
@@ -478,6 +486,10 @@ browserTest('people: signed in with their own tokens, a viewer reads and cannot 
   assert.equal((await approver.innerText('#signed-in')).replace(/\s+/g, ' ').trim(), 'Signed in as carol approver');
   assert.match(await approver.innerText('#run-headline'), /Stage ship waits for your approval: Ship once a person approves/);
   await shot(approver, 'dashboard-signed-in.png');
+  await approver.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await fitsWidth(approver), 'the gate is wider than a phone');
+  await shot(approver, 'dashboard-signed-in-phone.png');
+  await approver.setViewportSize({ width: 1280, height: 800 });
   await approver.fill('#answer-comment', 'looks right');
   await approver.click('button[data-action="approve"]');
   await approver.locator('#run-status', { hasText: 'success' }).waitFor();

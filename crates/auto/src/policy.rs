@@ -22,21 +22,24 @@ use crate::screen::{Prompt, PromptClass, Subject};
 
 /// Commands never approved, whatever the allow list says (matched against the prompt's
 /// excerpt and its command): a second opinion that can only refuse.
-pub const DENY: &[&str] = &[
-    r"git\s+push\b[^\n]*(?:--force\b|--force-with-lease\b|\s-f\b|\s\+\S)",
-    r"\brm\s+(?:-[a-zA-Z]*[rR][a-zA-Z]*\s+|--recursive\s+)+(?:-\S+\s+)*(?:/|~|\$HOME|\.\.|\*)",
-    r"(?i)\bdrop\s+(?:table|database|schema|index)\b",
-    r"(?i)\btruncate\s+table\b",
-    r"(?i)\bdelete\s+from\s+\w+\s*(?:;|$)",
-    r"git\s+reset\s+--hard\b",
-    r"git\s+clean\s+-[a-zA-Z]*f",
-    r"git\s+branch\s+-D\b",
-    r"\bmkfs(?:\.\w+)?\b",
-    r"\bdd\s+[^\n]*of=/dev/",
-    r"chmod\s+-R\s+[0-7]{3,4}\s+/",
-    r":\(\)\s*\{\s*:\|:&\s*\};:",
+pub const DENY: &[(&str, &str)] = &[
+    ("a force push", r"git\s+push\b[^\n]*(?:--force\b|--force-with-lease\b|\s-f\b|\s\+\S)"),
+    (
+        "a recursive delete of the root, the home folder, a parent folder or everything",
+        r"\brm\s+(?:-[a-zA-Z]*[rR][a-zA-Z]*\s+|--recursive\s+)+(?:-\S+\s+)*(?:/|~|\$HOME|\.\.|\*)",
+    ),
+    ("dropping a table, database, schema or index", r"(?i)\bdrop\s+(?:table|database|schema|index)\b"),
+    ("emptying a table", r"(?i)\btruncate\s+table\b"),
+    ("deleting every row of a table", r"(?i)\bdelete\s+from\s+\w+\s*(?:;|$)"),
+    ("throwing away uncommitted work (git reset --hard)", r"git\s+reset\s+--hard\b"),
+    ("deleting untracked files (git clean -f)", r"git\s+clean\s+-[a-zA-Z]*f"),
+    ("deleting a branch that may not be merged (git branch -D)", r"git\s+branch\s+-D\b"),
+    ("formatting a file system", r"\bmkfs(?:\.\w+)?\b"),
+    ("writing over a device", r"\bdd\s+[^\n]*of=/dev/"),
+    ("changing permissions of the whole system", r"chmod\s+-R\s+[0-7]{3,4}\s+/"),
+    ("a fork bomb", r":\(\)\s*\{\s*:\|:&\s*\};:"),
     // pytest empties the folder it is given as its temporary base.
-    r"--basetemp\b",
+    ("pytest's --basetemp, which empties the folder it names", r"--basetemp\b"),
 ];
 
 /// The commands answered without a person, as argv prefixes: tests, builds, linters and
@@ -170,9 +173,11 @@ impl Policy {
     /// built-in deny list or one of `extra_deny` (regular expressions).
     pub fn new(answer: BTreeSet<PromptClass>, extra_deny: &[String], extra_allow: &[String]) -> Result<Self, String> {
         let mut deny = Vec::new();
-        for p in DENY.iter().map(|s| (*s).to_owned()).chain(extra_deny.iter().cloned()) {
+        let named = DENY.iter().map(|(words, p)| ((*words).to_owned(), (*p).to_owned()));
+        let added = extra_deny.iter().map(|p| (format!("a command your [auto] deny list names (`{p}`)"), p.clone()));
+        for (words, p) in named.chain(added) {
             let re = Regex::new(&p).map_err(|e| format!("deny pattern {p:?}: {e}"))?;
-            deny.push((p, re));
+            deny.push((words, re));
         }
         let mut allow = Vec::new();
         for entry in DEFAULT_ALLOW.iter().map(|s| (*s).to_owned()).chain(extra_allow.iter().cloned()) {
@@ -203,10 +208,10 @@ impl Policy {
             Subject::Files(f) => f.join("\n"),
             Subject::Unseen => String::new(),
         };
-        if let Some((p, _)) =
+        if let Some((words, _)) =
             self.deny.iter().find(|(_, re)| re.is_match(&prompt.excerpt) || re.is_match(&subject_text))
         {
-            return Decision::Refuse(format!("the prompt is about a destructive command (deny pattern {p})"));
+            return Decision::Refuse(format!("the prompt is about a destructive command: {words}"));
         }
         if prompt.class == PromptClass::Unclear || prompt.key.is_empty() {
             return Decision::Refuse(format!("an unclear prompt ({}): not answered without a person", prompt.pattern));

@@ -161,8 +161,10 @@ fn the_policy_answers_allowed_commands_only_however_a_destructive_one_is_spelled
     // Without the description row the same holds.
     let bare = |c: &str| format!(" Bash command\n\n   {c}\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No");
     assert_eq!(decide_on(&policy, &bare("cargo test"), root.path()), Decision::Answer("1".into()));
-    assert!(
-        matches!(decide_on(&policy, &bare("git push --force"), root.path()), Decision::Refuse(r) if r.contains("destructive"))
+    // A refusal says what the command would do, in words, not the pattern that matched.
+    assert_eq!(
+        decide_on(&policy, &bare("git push --force"), root.path()),
+        Decision::Refuse("the prompt is about a destructive command: a force push".into())
     );
     // A command that is not shown whole (its header scrolled away) is never answered.
     let cut = "   cargo test\n   Run it\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No";
@@ -172,7 +174,13 @@ fn the_policy_answers_allowed_commands_only_however_a_destructive_one_is_spelled
         Policy::new(PromptClass::ALL.into_iter().collect(), &["cargo xtask release".into()], &["cargo xtask".into()])
             .expect("policy");
     assert_eq!(decide_on(&more, &bare("cargo xtask lint"), root.path()), Decision::Answer("1".into()));
-    assert!(matches!(decide_on(&more, &bare("cargo xtask release"), root.path()), Decision::Refuse(_)));
+    assert_eq!(
+        decide_on(&more, &bare("cargo xtask release"), root.path()),
+        Decision::Refuse(
+            "the prompt is about a destructive command: a command your [auto] deny list names (`cargo xtask release`)"
+                .into()
+        )
+    );
     assert!(
         matches!(decide_on(&policy, &bare("cargo xtask lint"), root.path()), Decision::Refuse(r) if r.contains("allow list"))
     );

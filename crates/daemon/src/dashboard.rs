@@ -595,7 +595,17 @@ async fn run_page(
         attempts.insert(id.to_owned(), of_stage);
     }
     let context = run_context(&shared, &pipeline, &state, shown, &events, &attempts);
-    page("run.html", json!({"header": header_ctx, "run": context}))
+    let store = Arc::clone(&shared.auto_store);
+    let id = run.to_string();
+    let notified: Vec<NotifiedView> = tokio::task::spawn_blocking(move || store.notifications(Some(&id), 100))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
+        .into_iter()
+        .map(NotifiedView::of)
+        .collect();
+    page("run.html", json!({"header": header_ctx, "run": context, "notified": notified}))
 }
 
 /// Everything the run page shows.
@@ -654,8 +664,21 @@ fn run_context(
             stage_word(st.status)
         };
         let ms = shown_ms(st);
-        let attempts: Vec<Value> =
-            attempts.get(st.id.as_str()).map(|a| a.iter().map(attempt_context).collect()).unwrap_or_default();
+        let attempts: Vec<Value> = attempts
+            .get(st.id.as_str())
+            .map(|a| {
+                a.iter()
+                    .map(|attempt| {
+                        // The attempt in flight prints into the live box below, not here too.
+                        let live = !status.is_final()
+                            && in_flight
+                                .as_ref()
+                                .is_some_and(|f| f.stage == st.id.as_str() && f.attempt == attempt.number);
+                        attempt_context(attempt, live)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let budget = pipeline.stage(st.id.as_str()).map(|s| s.budget).unwrap_or_default();
         let spend = &st.spend;
         let spend_line = (spend.invocations > 0 || budget.tokens.is_some() || budget.cost_usd.is_some()).then(|| {
@@ -775,7 +798,7 @@ fn error_words(e: &loopwright_engine::StageError) -> String {
     text
 }
 
-fn attempt_context(a: &read::Attempt) -> Value {
+fn attempt_context(a: &read::Attempt, live: bool) -> Value {
     let usage = a.usage.as_ref().map(|u| {
         let cost = u.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
         let estimated = if u.estimated { " (estimated)" } else { "" };
@@ -790,10 +813,18 @@ fn attempt_context(a: &read::Attempt) -> Value {
         "started": a.started_at.map(when),
         "duration": a.duration_ms.map(|d| duration(d as i64)),
         "prompt": a.prompt,
-        "output": a.output,
-        "stderr": a.stderr,
+        "output": if live { None } else { a.output.as_ref() },
+        "stderr": if live { None } else { a.stderr.as_ref() },
+        "live": live,
         "error": a.error.as_ref().map(error_words),
-        "error_output": a.error.as_ref().map(|e| e.output_tail.clone()).filter(|t| !t.trim().is_empty()),
+        // The error's output is the tail of the attempt's stderr or stdout: shown apart only
+        // when neither is there to show it (one attempt, one output).
+        "error_output": a
+            .error
+            .as_ref()
+            .map(|e| e.output_tail.clone())
+            .filter(|t| !t.trim().is_empty())
+            .filter(|t| ![&a.output, &a.stderr].iter().any(|o| o.as_deref().is_some_and(|o| o.contains(t.trim())))),
         "retry_context": a.retry_context,
         "usage": usage,
         "phases": phases,
@@ -869,6 +900,65 @@ async fn auto_page(State(shared): State<Arc<Shared>>, caller: Option<Extension<C
     )
 }
 
+/// A report's sections with what the reader can act on first: the suggested steps, then the
+/// error (chain, details), then the others as written. Sections are the headings of the level
+/// the "Suggested …" heading has; what comes before the first of them, and after a rule or a
+/// heading of a higher level, stays where it is. The Markdown parser finds the headings (a `#`
+/// in a code block is not one).
+fn actionable_first(body: &str) -> String {
+    use pulldown_cmark::{Event as Md, HeadingLevel, Options, Parser, Tag, TagEnd};
+    // (offset, heading level and title), or a rule (level 0).
+    let mut marks: Vec<(usize, HeadingLevel, String)> = Vec::new();
+    let mut title: Option<(usize, HeadingLevel, String)> = None;
+    for (event, range) in Parser::new_ext(body, Options::ENABLE_TABLES).into_offset_iter() {
+        match event {
+            Md::Start(Tag::Heading { level, .. }) => title = Some((range.start, level, String::new())),
+            Md::Text(t) | Md::Code(t) => {
+                if let Some((_, _, text)) = title.as_mut() {
+                    text.push_str(&t);
+                }
+            }
+            Md::End(TagEnd::Heading(_)) => marks.extend(title.take()),
+            // A rule ends the sections: what follows it stays last.
+            Md::Rule => marks.push((range.start, HeadingLevel::H1, String::new())),
+            _ => {}
+        }
+    }
+    let Some(level) = marks.iter().find(|(_, _, t)| t.to_lowercase().starts_with("suggested")).map(|(_, l, _)| *l)
+    else {
+        return body.to_owned();
+    };
+    let Some(first) = marks.iter().position(|(_, l, t)| *l == level && !t.is_empty()) else { return body.to_owned() };
+    let mut sections: Vec<&str> = Vec::new();
+    let mut end = body.len();
+    let mut k = first;
+    while k < marks.len() && marks[k].1 == level && !marks[k].2.is_empty() {
+        let next = marks[k + 1..].iter().find(|(_, l, t)| *l <= level || t.is_empty()).map(|(o, ..)| *o);
+        let stop = next.unwrap_or(body.len());
+        sections.push(&body[marks[k].0..stop]);
+        end = stop;
+        k = marks.iter().position(|(o, ..)| *o == stop).unwrap_or(marks.len());
+    }
+    let rank = |s: &str| {
+        let heading = s.lines().next().unwrap_or_default().to_lowercase();
+        if heading.contains("suggested") {
+            0
+        } else if heading.contains("error") {
+            1
+        } else {
+            2
+        }
+    };
+    sections.sort_by_key(|s| rank(s));
+    let mut out = body[..marks[first].0].to_owned();
+    for section in sections {
+        out.push_str(section.trim_end_matches('\n'));
+        out.push_str("\n\n");
+    }
+    out.push_str(&body[end..]);
+    out
+}
+
 /// A report written in Markdown (an escalation, a dead letter) as the page shows it: its body
 /// rendered, its YAML frontmatter (the record's fields) apart, for the end.
 #[derive(Debug, Serialize)]
@@ -886,7 +976,8 @@ fn render_markdown(text: &str) -> Rendered {
         Some((front, body)) => (Some(front.to_owned()), body),
         None => (None, text),
     };
-    let events = Parser::new_ext(body, Options::ENABLE_TABLES).filter_map(|e| match e {
+    let body = actionable_first(body);
+    let events = Parser::new_ext(&body, Options::ENABLE_TABLES).filter_map(|e| match e {
         // HTML in the text is shown as text; links and images keep only their words.
         Md::Html(raw) | Md::InlineHtml(raw) => Some(Md::Text(raw)),
         Md::Start(Tag::Link { .. } | Tag::Image { .. }) | Md::End(TagEnd::Link | TagEnd::Image) => None,
@@ -937,6 +1028,35 @@ fn ended_by(status: RunStatus, answers: &[read::PersonAnswer]) -> Option<String>
         read::PersonAction::Cancelled => Some(format!("Cancelled by {}", a.by)),
         _ => None,
     })
+}
+
+/// A notification about the run, as its page lists it.
+#[derive(Debug, Serialize)]
+struct NotifiedView {
+    at: Option<Moment>,
+    event: String,
+    target: String,
+    outcome: String,
+}
+
+impl NotifiedView {
+    fn of(n: loopwright_store::notify::Notification) -> Self {
+        use loopwright_store::notify::NotificationStatus;
+        let tries = if n.attempts == 1 { "1 try".to_owned() } else { format!("{} tries", n.attempts) };
+        let outcome = match n.status {
+            NotificationStatus::Pending => format!(
+                "being sent ({tries} so far{})",
+                if n.detail.is_empty() { String::new() } else { format!(": {}", n.detail) }
+            ),
+            NotificationStatus::NotificationSent => format!("sent ({tries})"),
+            NotificationStatus::NotificationFailed => format!("not delivered after {tries}: {}", n.detail),
+        };
+        let outcome = match &n.link_used_at {
+            Some(at) => format!("{outcome}; its link was used at {at}"),
+            None => outcome,
+        };
+        Self { at: n.at.parse().ok().map(Moment::of), event: n.event.replace('_', " "), target: n.target, outcome }
+    }
 }
 
 /// An answer a person gave the run, as its page shows it.
@@ -1184,6 +1304,21 @@ mod tests {
     use loopwright_engine::event::RollbackStatus;
     use loopwright_spec::StageId;
     use loopwright_spec::pipeline::RollbackStrategy;
+
+    #[test]
+    fn a_reports_suggested_steps_and_its_error_come_first() {
+        let report = "## Task Escalation Required\n\nintro\n\n### Failure Summary\n\nfailed\n\n### Last Error Details\n\n```\n# not a heading\nboom\n```\n\n### Files Modified\n\n- a\n\n### Suggested Actions\n\n1. do this\n\n---\n\n**Your options:** retry\n";
+        assert_eq!(
+            super::actionable_first(report),
+            "## Task Escalation Required\n\nintro\n\n### Suggested Actions\n\n1. do this\n\n### Last Error Details\n\n```\n# not a heading\nboom\n```\n\n### Failure Summary\n\nfailed\n\n### Files Modified\n\n- a\n\n---\n\n**Your options:** retry\n"
+        );
+        let letter = "# Dead letter\n\n## Task Description\n\nt\n\n## Error Chain\n\n### Attempt 1\n\nx\n\n## Suggested Manual Steps\n\n1. s\n";
+        assert_eq!(
+            super::actionable_first(letter),
+            "# Dead letter\n\n## Suggested Manual Steps\n\n1. s\n\n## Error Chain\n\n### Attempt 1\n\nx\n\n## Task Description\n\nt\n\n"
+        );
+        assert_eq!(super::actionable_first("no headings\n"), "no headings\n");
+    }
 
     #[test]
     fn a_report_is_rendered_without_the_texts_own_html_links_or_images_and_its_fields_apart() {

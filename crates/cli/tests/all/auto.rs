@@ -484,7 +484,12 @@ fn the_daemon_supervises_a_loop_started_from_the_cli_and_the_api_answers_as_seed
         actions.push(json!({ "do": "spin", "seconds": 0.3 }));
         actions.push(check_stop());
     }
-    let (ws, task) = setup(json!([actions]), "");
+    // Told of the loops' ends: a webhook on 127.0.0.1.
+    let hook = crate::http::Server::start(
+        (0..4).map(|_| crate::http::Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] }).collect(),
+    );
+    let notify = format!("\n[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"auto_finished\"]\n", hook.port);
+    let (ws, task) = setup(json!([actions]), &notify);
     let (code, _, err) = ws.run(&["auto", "init", "empty"]);
     assert_eq!(code, 0, "{err}");
     let (code, _, err) = ws.run(&["auto", "init", "other", "--target", "Something else."]);
@@ -580,6 +585,31 @@ fn the_daemon_supervises_a_loop_started_from_the_cli_and_the_api_answers_as_seed
     assert_eq!(k.first().map(String::as_str), Some("started"), "{k:?}");
     assert_eq!(k.last().map(String::as_str), Some("finished"), "{k:?}");
     assert!(!task.join(".auto-stop").exists() && !task.join(".auto-signal").exists());
+    // The end was notified, once.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let told = loop {
+        let bodies: Vec<Value> = hook
+            .requests()
+            .iter()
+            .filter_map(|r| r.split_once("\r\n\n").and_then(|(_, b)| serde_json::from_str(b.trim()).ok()))
+            .collect();
+        if !bodies.is_empty() || std::time::Instant::now() > deadline {
+            break bodies;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let picked: Vec<(Value, Value, Value, bool)> = told
+        .iter()
+        .map(|b| {
+            (
+                b["event"].clone(),
+                b["session"].clone(),
+                b["run_id"].clone(),
+                b["headline"].as_str().unwrap_or_default().starts_with("Auto loop one: "),
+            )
+        })
+        .collect();
+    assert_eq!(picked, vec![(json!("auto_finished"), json!("one"), Value::Null, true)], "{told:#?}");
     // Ended: the session and the directory are free again.
     let (code, body) = post("one", json!({ "taskDir": "mod", "agent": "fake", "maxIterations": 1 }));
     assert_eq!(code, 201, "{body}");

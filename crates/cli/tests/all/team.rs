@@ -382,6 +382,12 @@ fn a_gate_is_notified_once_retried_journaled_and_answered_by_its_one_tap_link_on
         assert!(again.text().expect("html").contains("This link was already used"));
     }
     assert_eq!(http.post(&approve).json(&json!({})).send().expect("again").status().as_u16(), 410);
+    // The run's page lists what was sent where, and that its link was used.
+    let (_, page) = d.page_as(&format!("/runs/{run}"), &token(&ws));
+    assert!(
+        page.contains("needs human → webhook http:&#x2f;&#x2f;127.0.0.1: sent (2 tries); its link was used at"),
+        "{page}"
+    );
     // The run's end is notified too, once.
     wait_until("the end notified", 10, || (journal().len() == 2).then_some(()));
     std::thread::sleep(std::time::Duration::from_millis(300));
