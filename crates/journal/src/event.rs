@@ -959,19 +959,20 @@ impl RunStatus {
         }
     }
 
+    /// Every status.
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Running,
+        RunStatus::Success,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+        RunStatus::Waiting,
+        RunStatus::Interrupted,
+        RunStatus::Queued,
+    ];
+
     /// Parses a stored status.
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            RunStatus::Running,
-            RunStatus::Success,
-            RunStatus::Failed,
-            RunStatus::Cancelled,
-            RunStatus::Waiting,
-            RunStatus::Interrupted,
-            RunStatus::Queued,
-        ]
-        .into_iter()
-        .find(|x| x.as_str() == s)
+        Self::ALL.into_iter().find(|x| x.as_str() == s)
     }
 
     /// True when the run will not continue by itself or by `resume`.

@@ -42,6 +42,30 @@ pub struct Args {
     pub seed_only: bool,
 }
 
+/// The start of a benchmark's run: no variables, inputs, skips, owner or person.
+fn started(ws: &Workspace, pipeline: &str, path: &str, source: &str, task_id: TaskId) -> RunStarted {
+    RunStarted {
+        pipeline: pipeline.to_owned(),
+        pipeline_path: path.to_owned(),
+        pipeline_source: source.to_owned(),
+        task_id,
+        task: String::new(),
+        vars: Default::default(),
+        inputs: Default::default(),
+        start_from: None,
+        skip: vec![],
+        auto_approve: false,
+        prior_outputs: Default::default(),
+        workspace: ws.root.display().to_string(),
+        owner: None,
+        prices: Default::default(),
+        budget: Default::default(),
+        by: None,
+        rerun_of: None,
+        worktree: None,
+    }
+}
+
 /// The pipeline the seeded runs say they ran.
 const SEEDED_PIPELINE: &str = "name: fix\ndescription: seeded\nversion: 1\nstages:\n  - {id: build, description: d, agent: shell, mode: agent, run: 'true'}\n  - {id: ship, description: d, agent: shell, mode: agent, requires_approval: true, run: 'true'}\n";
 
@@ -56,26 +80,11 @@ pub async fn seed_runs(ws: &Workspace, n: u32) -> Result<(), CliError> {
     let (build, ship) = (stage("build")?, stage("ship")?);
     for i in 0..n {
         let at = now - jiff::SignedDuration::from_secs(60 * i64::from(n - i));
-        let started = RunStarted {
-            pipeline: if i % 3 == 0 { "release".into() } else { "fix".into() },
-            pipeline_path: ".loopwright/pipelines/fix.yml".into(),
-            pipeline_source: SEEDED_PIPELINE.into(),
-            task_id: TaskId::generate(&format!("part {i}"), u64::from(i)),
-            task: format!("refactor the parser, part {i}"),
-            vars: Default::default(),
-            inputs: Default::default(),
-            start_from: None,
-            skip: vec![],
-            auto_approve: false,
-            prior_outputs: Default::default(),
-            workspace: ws.root.display().to_string(),
-            owner: None,
-            prices: Default::default(),
-            budget: Default::default(),
-            by: (i % 4 == 0).then(|| "dana".to_owned()),
-            rerun_of: None,
-            worktree: None,
-        };
+        let pipeline = if i % 3 == 0 { "release" } else { "fix" };
+        let task_id = TaskId::generate(&format!("part {i}"), u64::from(i));
+        let mut started = started(ws, pipeline, ".loopwright/pipelines/fix.yml", SEEDED_PIPELINE, task_id);
+        started.task = format!("refactor the parser, part {i}");
+        started.by = (i % 4 == 0).then(|| "dana".to_owned());
         let later = |s: i64| at + jiff::SignedDuration::from_secs(s);
         let mut batch = vec![
             (Event::RunStarted(Box::new(started)), at),
@@ -259,26 +268,10 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let runner = TimingRunner { inner: ProcessRunner::new(ws.runs_dir()), spans: RefCell::new(Vec::new()) };
     let mut projector = Projector::new(ws.runs_dir());
     let changes = loopwright_runners::FsChanges::new(ws.root.clone(), ws.runs_dir());
-    let started = RunStarted {
-        pipeline: pipeline.name.clone(),
-        pipeline_path: "bench.yml".into(),
-        pipeline_source: pipeline.source.text.to_string(),
-        task_id: TaskId::generate("bench", random_u64()),
-        task: "bench".into(),
-        vars: Default::default(),
-        inputs: Default::default(),
-        start_from: None,
-        skip: vec![],
-        auto_approve: false,
-        prior_outputs: Default::default(),
-        workspace: ws.root.display().to_string(),
-        owner: Some(loopwright_app::ownership::this_process(false)),
-        prices: Default::default(),
-        budget: Default::default(),
-        by: None,
-        rerun_of: None,
-        worktree: None,
-    };
+    let mut started =
+        started(&ws, &pipeline.name, "bench.yml", &pipeline.source.text, TaskId::generate("bench", random_u64()));
+    started.task = "bench".into();
+    started.owner = Some(loopwright_app::ownership::this_process(false));
     // This process's own CPU time while the engine runs: the stages' processes are children,
     // so this is loopwright's work per stage alone (steadier on a busy machine than wall time).
     let own_cpu = cpu_ms(nix::sys::resource::UsageWho::RUSAGE_SELF);

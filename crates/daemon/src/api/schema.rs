@@ -10,26 +10,21 @@ use utoipa::ToSchema;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Schema, SchemaType, Type};
 
-/// A run's status.
-#[derive(ToSchema)]
-#[schema(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum RunStatusName {
-    /// A stage runs.
-    Running,
-    /// Every stage that ran succeeded.
-    Success,
-    /// A stage failed for good.
-    Failed,
-    /// A person or a signal ended it.
-    Cancelled,
-    /// It waits for a person (a gate, an escalation).
-    Waiting,
-    /// Its process stopped; it can be resumed.
-    Interrupted,
-    /// It waits for a slot of the daemon.
-    Queued,
+/// A run's status: one of the journal's statuses, by name.
+pub struct RunStatusName;
+
+impl utoipa::PartialSchema for RunStatusName {
+    fn schema() -> RefOr<Schema> {
+        let names = loopwright_engine::RunStatus::ALL.map(loopwright_engine::RunStatus::as_str);
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(names))
+            .description(Some("A run's status"))
+            .into()
+    }
 }
+
+impl ToSchema for RunStatusName {}
 
 /// A run's result (SPEC §2), as `status RUN --json` prints it.
 #[derive(ToSchema)]
