@@ -88,6 +88,9 @@ enum Command {
     /// Auto mode: one long-lived agent session runs a task module's whole loop, supervised
     /// (init, start, stop, status, log, protocol).
     Auto(cmd::auto::Args),
+    /// What this machine offers: the sandbox's pieces (bubblewrap, user namespaces, an overlay
+    /// in a user namespace) and the coding-agent CLIs found, with how to install those missing.
+    Doctor(cmd::doctor::Args),
     /// Print the JSON Schema of pipeline files.
     Schema,
     /// Run the bundled example end to end in a temporary workspace.
@@ -151,6 +154,7 @@ fn main() -> ExitCode {
             Command::Patterns(args) => cmd::patterns::run(&global, args),
             Command::DeadLetters(args) => cmd::dead_letters::run(&global, args),
             Command::Stats(args) => cmd::stats::run(&global, args).await,
+            Command::Doctor(args) => cmd::doctor::run(&global, args),
             Command::Schema => {
                 print!("{}", loopwright_spec::schema::pipeline_schema_json());
                 Ok(0)

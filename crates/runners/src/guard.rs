@@ -128,6 +128,31 @@ pub fn writable(workspace: &Path, path: &str) -> Result<PathBuf, Refused> {
     Ok(full)
 }
 
+/// Where loopwright may replace whatever is at `path` of `workspace` (a file, a link or a
+/// folder, never followed): the full path, once every existing folder on the way has been
+/// checked to be a real folder. For copying an attempt's layer back, where the layer decides
+/// what the last component becomes.
+pub fn replaceable(workspace: &Path, path: &str) -> Result<PathBuf, Refused> {
+    let parts = components(path)?;
+    let mut full = workspace.to_path_buf();
+    for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
+        full.push(part);
+        let meta = match fs::symlink_metadata(&full) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(workspace.join(parts.join("/"))),
+            Err(e) => return Err(Refused::Io { path: path.to_owned(), why: e.to_string() }),
+        };
+        let shown = || parts[..=i].join("/");
+        if meta.file_type().is_symlink() {
+            return Err(Refused::Link { path: path.to_owned(), link: shown() });
+        }
+        if !meta.is_dir() {
+            return Err(Refused::Kind { path: path.to_owned(), at: shown(), expected: "folder" });
+        }
+    }
+    Ok(workspace.join(parts.join("/")))
+}
+
 /// Makes the folders of `path` (relative to `root`) real folders again before a restore writes
 /// the file: a component that a stage turned into a symbolic link or a file is removed (the
 /// link itself, never what it points to) and a folder made in its place. Returns the file's

@@ -5,6 +5,7 @@ pub mod auto;
 pub mod bench;
 pub mod dead_letters;
 pub mod demo;
+pub mod doctor;
 pub mod init;
 pub mod logs;
 pub mod patterns;

@@ -17,6 +17,7 @@ mod init_demo;
 mod presets;
 mod rollback;
 mod run;
+mod sandbox;
 mod support;
 mod team;
 mod validate;

@@ -1,0 +1,289 @@
+//! Sandboxed processes (SPEC §12), built with bubblewrap: the program `bwrap` is called, not
+//! reimplemented.
+//!
+//! A stage's process sees a private mount view. The host's file system is read-only, with a
+//! fresh `/dev`, `/proc`, `/tmp` and an empty home of its own. In the workspace it may write:
+//!
+//! - nothing (plan mode): the workspace is read-only like the rest;
+//! - straight into it (a sandboxed process that must change the real files);
+//! - into a **layer**: a kernel overlay over the workspace whose upper directory collects the
+//!   attempt's writes, copied back through the path guard only once the attempt passed
+//!   ([`copy_back`]), or dropped by removing the directory. bubblewrap 0.8 (Debian 12's) has no
+//!   overlay option, so the overlay is mounted by `unshare -Urm` in a user and mount namespace
+//!   of its own, and bubblewrap runs inside it (nested user namespaces are allowed).
+//!
+//! `.git/` and `.loopwright/` are read-only whatever the stage may write. The process runs in
+//! a PID namespace of its own and dies with its parent (nothing it starts outlives the
+//! attempt), and, with no network allowed, in a network namespace with only loopback.
+//!
+//! [`probe`] finds out what this machine allows (`loopwright doctor` shows it): bubblewrap and
+//! its version, user namespaces, the overlay in a user namespace.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where a sandboxed process may write in the workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Nowhere (plan mode).
+    ReadOnly,
+    /// Into the workspace itself (`.git/` and `.loopwright/` still read-only).
+    Direct,
+    /// Into a layer over the workspace: writes land in `upper` (`work` is the overlay's own).
+    Layer {
+        /// The overlay's upper directory: the attempt's changes.
+        upper: PathBuf,
+        /// The overlay's work directory (same file system as `upper`).
+        work: PathBuf,
+    },
+}
+
+/// How a sandboxed process is set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The workspace (absolute); the process starts there.
+    pub workspace: PathBuf,
+    /// Where it may write.
+    pub write: Write,
+    /// Its home folder (an empty one of the attempt's, created by the caller).
+    pub home: PathBuf,
+    /// Host folders bound read-only at the same path in its home (an agent's own
+    /// configuration: `~/.claude`, `~/.codex`, …), as (host path, path under its home).
+    pub config: Vec<(PathBuf, String)>,
+    /// Whether it may use the network (a stage that needs none gets only loopback).
+    pub network: bool,
+}
+
+/// The argv that runs `argv` in the sandbox `plan` describes: `bwrap …` (or, for a layer,
+/// `unshare -Urm sh -c 'mount the overlay; exec bwrap …'`). `bwrap` is the program's path.
+pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
+    let ws = plan.workspace.display().to_string();
+    let mut b: Vec<String> = vec![bwrap.display().to_string()];
+    let mut add = |items: &[&str]| b.extend(items.iter().map(|s| (*s).to_owned()));
+    add(&["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
+    add(&["--unshare-pid", "--die-with-parent", "--unshare-ipc", "--unshare-uts"]);
+    if !plan.network {
+        add(&["--unshare-net"]);
+    }
+    let home = plan.home.display().to_string();
+    add(&["--bind", &home, &home, "--setenv", "HOME", &home, "--setenv", "TMPDIR", "/tmp"]);
+    for (host, under) in &plan.config {
+        let inside = plan.home.join(under).display().to_string();
+        add(&["--ro-bind-try", &host.display().to_string(), &inside]);
+    }
+    // Bound again after the private /tmp, which would hide a workspace under /tmp. A layer's
+    // overlay was mounted over the workspace's own path before bubblewrap starts: binding it
+    // keeps it writable in the read-only root.
+    match &plan.write {
+        Write::ReadOnly => add(&["--ro-bind", &ws, &ws]),
+        Write::Direct | Write::Layer { .. } => add(&["--bind", &ws, &ws]),
+    }
+    if !matches!(plan.write, Write::ReadOnly) {
+        for control in [".git", ".loopwright"] {
+            let path = plan.workspace.join(control).display().to_string();
+            add(&["--ro-bind-try", &path, &path]);
+        }
+    }
+    add(&["--chdir", &ws, "--"]);
+    b.extend(argv.iter().cloned());
+    match &plan.write {
+        Write::Layer { upper, work } => {
+            // `$0` is the workspace, `$1` the upper and `$2` the work directory; then bwrap's
+            // argv. No path is pasted into the script.
+            let script = "ws=$0 upper=$1 work=$2; shift 2; \
+                mount -t overlay overlay -o \"lowerdir=$ws,upperdir=$upper,workdir=$work,userxattr\" \"$ws\" && exec \"$@\"";
+            let mut out: Vec<String> =
+                ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private", "sh", "-c", script]
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect();
+            out.extend([ws, upper.display().to_string(), work.display().to_string()]);
+            out.extend(b);
+            out
+        }
+        _ => b,
+    }
+}
+
+/// What this machine offers for sandboxes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// The `bwrap` program and its version, or why there is none.
+    pub bwrap: Result<(PathBuf, String), String>,
+    /// Whether bubblewrap can make its namespaces here (user namespaces), or why not.
+    pub namespaces: Result<(), String>,
+    /// Whether an overlay can be mounted in a user namespace here, or why not.
+    pub overlay: Result<(), String>,
+}
+
+impl Probe {
+    /// Why no sandbox can be made here, if one cannot: the first missing piece, in words.
+    pub fn missing(&self) -> Option<String> {
+        match (&self.bwrap, &self.namespaces) {
+            (Err(why), _) => Some(why.clone()),
+            (_, Err(why)) => Some(why.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Finds `bwrap` on `PATH`.
+fn find_bwrap() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("bwrap")).find(|p| p.is_file())
+}
+
+fn stderr_line(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("no message").trim().to_owned()
+}
+
+/// Tries what sandboxes need: bubblewrap's version, a sandbox that runs `true`, and an
+/// overlay mounted in a user namespace (in a temporary folder under `scratch`).
+pub fn probe(scratch: &Path) -> Probe {
+    let Some(bwrap) = find_bwrap() else {
+        return Probe {
+            bwrap: Err("bubblewrap (`bwrap`) is not installed: `apt-get install bubblewrap`".into()),
+            namespaces: Err("not tried: no bubblewrap".into()),
+            overlay: Err("not tried: no bubblewrap".into()),
+        };
+    };
+    let version = Command::new(&bwrap)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().trim_start_matches("bubblewrap ").to_owned())
+        .unwrap_or_default();
+    let tried = Command::new(&bwrap)
+        .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "--unshare-net"])
+        .args(["--die-with-parent", "--", "true"])
+        .output();
+    let namespaces = match tried {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "bubblewrap cannot make its namespaces here ({}): user namespaces may be off (sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces)",
+            stderr_line(&o)
+        )),
+        Err(e) => Err(format!("bubblewrap could not be run: {e}")),
+    };
+    let overlay = probe_overlay(scratch);
+    Probe { bwrap: Ok((bwrap, version)), namespaces, overlay }
+}
+
+/// Mounts an overlay in a user namespace over a scratch folder and writes through it.
+fn probe_overlay(scratch: &Path) -> Result<(), String> {
+    let dir = scratch.join(format!("loopwright-overlay-probe-{}", std::process::id()));
+    let (lower, upper, work) = (dir.join("lower"), dir.join("upper"), dir.join("work"));
+    for d in [&lower, &upper, &work] {
+        std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+    }
+    let script =
+        "mount -t overlay overlay -o \"lowerdir=$0,upperdir=$1,workdir=$2,userxattr\" \"$0\" && echo ok > \"$0/probe\"";
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "--propagation", "private", "sh", "-c", script])
+        .args([&lower, &upper, &work])
+        .output();
+    let wrote = upper.join("probe").is_file() && !lower.join("probe").exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    match out {
+        Ok(o) if o.status.success() && wrote => Ok(()),
+        Ok(o) => Err(format!("an overlay cannot be mounted in a user namespace here ({})", stderr_line(&o))),
+        Err(e) => Err(format!("`unshare` could not be run: {e}")),
+    }
+}
+
+/// What copying a layer back did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopiedBack {
+    /// Files written (created or changed), relative to the workspace.
+    pub written: Vec<String>,
+    /// Files and folders deleted.
+    pub deleted: Vec<String>,
+    /// What the path guard refused, and why (nothing of these reached the workspace).
+    pub refused: Vec<(String, String)>,
+}
+
+/// Copies a layer's changes into the workspace through the path guard: its files and
+/// symbolic links written, its whiteouts (a character device 0/0) deleted, an opaque folder
+/// (`user.overlay.opaque` = `y`) emptied of what the layer does not hold first. What the
+/// guard refuses (`.git/`, `.loopwright/`, through a link) is left out and reported.
+pub fn copy_back(upper: &Path, workspace: &Path) -> std::io::Result<CopiedBack> {
+    let mut out = CopiedBack::default();
+    walk(upper, upper, workspace, &mut out)?;
+    out.written.sort();
+    out.deleted.sort();
+    Ok(out)
+}
+
+fn walk(dir: &Path, upper: &Path, workspace: &Path, out: &mut CopiedBack) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    for entry in entries {
+        let path = entry.path();
+        let rel = path.strip_prefix(upper).unwrap_or(&path).to_string_lossy().into_owned();
+        let meta = std::fs::symlink_metadata(&path)?;
+        let kind = meta.file_type();
+        let target = match crate::guard::replaceable(workspace, &rel) {
+            Ok(t) => t,
+            Err(refused) => {
+                out.refused.push((rel, refused.to_string()));
+                continue;
+            }
+        };
+        if kind.is_char_device() && meta.rdev() == 0 {
+            // A whiteout: the attempt deleted it.
+            if remove_any(&target)? {
+                out.deleted.push(rel);
+            }
+        } else if kind.is_dir() {
+            if opaque(&path) {
+                // The attempt replaced the folder: what the lower layer had there is gone.
+                if remove_any(&target)? {
+                    out.deleted.push(rel.clone());
+                }
+            }
+            if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir()) {
+                remove_any(&target)?;
+            }
+            std::fs::create_dir_all(&target)?;
+            walk(&path, upper, workspace, out)?;
+        } else if kind.is_symlink() {
+            let to = std::fs::read_link(&path)?;
+            remove_any(&target)?;
+            std::os::unix::fs::symlink(to, &target)?;
+            out.written.push(rel);
+        } else if kind.is_file() {
+            if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+                remove_any(&target)?;
+            }
+            let tmp = target.with_file_name(format!(
+                ".{}.loopwright-copy",
+                target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            ));
+            std::fs::copy(&path, &tmp)?;
+            std::fs::set_permissions(&tmp, meta.permissions())?;
+            std::fs::rename(&tmp, &target)?;
+            out.written.push(rel);
+        }
+        // Sockets, pipes and devices made by the attempt are not carried back.
+    }
+    Ok(())
+}
+
+/// Removes a file, link or folder; true when something was there.
+fn remove_any(path: &Path) -> std::io::Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).map(|()| true),
+        Ok(_) => std::fs::remove_file(path).map(|()| true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// True when an overlay marked the folder opaque (in a user namespace: `user.overlay.opaque`).
+fn opaque(dir: &Path) -> bool {
+    ["user.overlay.opaque", "trusted.overlay.opaque"].iter().any(|name| {
+        let mut value = [0u8; 4];
+        rustix::fs::lgetxattr(dir, *name, &mut value[..]).is_ok_and(|n| n >= 1 && value[0] == b'y')
+    })
+}

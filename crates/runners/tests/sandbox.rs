@@ -1,0 +1,217 @@
+//! The sandbox with the real `bwrap` (and the kernel's overlay in a user namespace): what a
+//! process inside may and may not do, and a layer's changes copied back through the path
+//! guard. Without bubblewrap these tests say so and pass, unless `LOOPWRIGHT_REQUIRE_SANDBOX`
+//! is set (`scripts/sandbox-test.sh` installs bubblewrap and sets it; CI runs that).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use loopwright_runners::sandbox::{self, Plan, Write};
+use pretty_assertions::assert_eq;
+
+/// The `bwrap` to test with, if this machine has one that works.
+fn bwrap() -> Option<PathBuf> {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let probe = sandbox::probe(scratch.path());
+    match (probe.missing(), probe.bwrap) {
+        (None, Ok((path, _))) => Some(path),
+        (why, _) => {
+            let why = why.unwrap_or_default();
+            assert!(std::env::var_os("LOOPWRIGHT_REQUIRE_SANDBOX").is_none(), "no sandbox here: {why}");
+            eprintln!("skipped: no sandbox here ({why})");
+            None
+        }
+    }
+}
+
+struct Case {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    home: PathBuf,
+    layer: PathBuf,
+}
+
+fn case() -> Case {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().join("ws");
+    let home = dir.path().join("home");
+    let layer = dir.path().join("layer");
+    for d in [ws.join(".git/hooks"), ws.join(".loopwright/pipelines"), ws.join("src/old"), home.clone(), layer.clone()]
+    {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::write(ws.join("keep.txt"), "keep\n").expect("write");
+    std::fs::write(ws.join("change.txt"), "before\n").expect("write");
+    std::fs::write(ws.join("gone.txt"), "bye\n").expect("write");
+    std::fs::write(ws.join("src/old/a.rs"), "old\n").expect("write");
+    Case { _dir: dir, ws, home, layer }
+}
+
+fn plan(c: &Case, write: Write) -> Plan {
+    Plan { workspace: c.ws.clone(), write, home: c.home.clone(), config: vec![], network: false }
+}
+
+/// Runs `script` with `sh -c` in the sandbox: (exit code, stdout, stderr).
+fn run(bwrap: &Path, plan: &Plan, script: &str) -> (i32, String, String) {
+    let argv = sandbox::command(bwrap, plan, &["sh".into(), "-c".into(), script.into()]);
+    let out = Command::new(&argv[0]).args(&argv[1..]).output().expect("run the sandbox");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn tree(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("read").map(|e| e.expect("entry")) {
+            let rel = e.path().strip_prefix(root).expect("inside").display().to_string();
+            if e.file_type().expect("type").is_dir() {
+                stack.push(e.path());
+                out.push(format!("{rel}/"));
+            } else {
+                out.push(format!("{rel}: {}", std::fs::read_to_string(e.path()).unwrap_or_default().trim()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn plan_mode_cannot_write_the_workspace_the_host_or_the_control_folders() {
+    let Some(bwrap) = bwrap() else { return };
+    let c = case();
+    let before = tree(&c.ws);
+    let host_tmp = std::env::temp_dir().join(format!("loopwright-sandbox-escape-{}", std::process::id()));
+    let script = format!(
+        "for f in new.txt .git/hooks/post-commit .loopwright/pipelines/x.yml ../outside.txt {tmp}; do \
+           if echo x > $f 2>/dev/null; then echo wrote $f; fi; done; echo home > $HOME/in-home; cat $HOME/in-home",
+        tmp = host_tmp.display()
+    );
+    let (code, out, err) = run(&bwrap, &plan(&c, Write::ReadOnly), &script);
+    // Only its own /tmp and home took a write (the test's workspace lies under /tmp, so its
+    // parent is in the private /tmp too).
+    let expected = format!("wrote ../outside.txt\nwrote {}\nhome", host_tmp.display());
+    assert_eq!((code, out.trim()), (0, expected.as_str()), "{err}");
+    assert_eq!(tree(&c.ws), before);
+    assert!(!host_tmp.exists(), "the host's /tmp was written");
+    assert!(!c.ws.parent().expect("parent").join("outside.txt").exists());
+}
+
+#[test]
+fn a_layer_takes_every_write_and_copies_back_only_what_the_guard_allows() {
+    let Some(bwrap) = bwrap() else { return };
+    let c = case();
+    let upper = c.layer.join("upper");
+    let work = c.layer.join("work");
+    std::fs::create_dir_all(&upper).expect("mkdir");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let before = tree(&c.ws);
+    let script = "echo after > change.txt && rm gone.txt && mkdir -p src/new && echo n > src/new/b.rs && \
+                  rm -r src/old && mkdir src/old && echo fresh > src/old/c.rs && ln -s keep.txt link && \
+                  (echo hook > .git/hooks/post-commit 2>/dev/null || echo git-refused) && \
+                  (echo p > .loopwright/pipelines/x.yml 2>/dev/null || echo loopwright-refused)";
+    let (code, out, err) = run(&bwrap, &plan(&c, Write::Layer { upper: upper.clone(), work }), script);
+    assert_eq!((code, out.trim()), (0, "git-refused\nloopwright-refused"), "{err}");
+    // Nothing reached the workspace while the attempt ran.
+    assert_eq!(tree(&c.ws), before);
+    let copied = sandbox::copy_back(&upper, &c.ws).expect("copy back");
+    assert_eq!(copied.written, ["change.txt", "link", "src/new/b.rs", "src/old/c.rs"]);
+    assert_eq!(copied.deleted, ["gone.txt", "src/old"]);
+    assert_eq!(copied.refused, Vec::<(String, String)>::new());
+    assert_eq!(
+        tree(&c.ws),
+        [
+            ".git/",
+            ".git/hooks/",
+            ".loopwright/",
+            ".loopwright/pipelines/",
+            "change.txt: after",
+            "keep.txt: keep",
+            "link: keep",
+            "src/",
+            "src/new/",
+            "src/new/b.rs: n",
+            "src/old/",
+            "src/old/c.rs: fresh",
+        ]
+    );
+    assert_eq!(std::fs::read_link(c.ws.join("link")).expect("a link"), Path::new("keep.txt"));
+}
+
+#[test]
+fn a_layer_dropped_leaves_the_workspace_as_it_was() {
+    let Some(bwrap) = bwrap() else { return };
+    let c = case();
+    let (upper, work) = (c.layer.join("upper"), c.layer.join("work"));
+    std::fs::create_dir_all(&upper).expect("mkdir");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let before = tree(&c.ws);
+    let (code, _, err) =
+        run(&bwrap, &plan(&c, Write::Layer { upper, work }), "rm -rf src keep.txt; echo x > new; exit 3");
+    assert_eq!(code, 3, "{err}");
+    std::fs::remove_dir_all(&c.layer).expect("drop the layer");
+    assert_eq!(tree(&c.ws), before);
+}
+
+#[test]
+fn copy_back_refuses_control_folders_and_never_writes_through_a_link() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (upper, ws) = (dir.path().join("upper"), dir.path().join("ws"));
+    std::fs::create_dir_all(upper.join(".git/hooks")).expect("mkdir");
+    std::fs::create_dir_all(upper.join("out")).expect("mkdir");
+    std::fs::create_dir_all(ws.join(".git/hooks")).expect("mkdir");
+    std::fs::write(upper.join(".git/hooks/post-commit"), "evil").expect("write");
+    std::fs::write(upper.join("out/x"), "x").expect("write");
+    std::fs::write(upper.join("fine.txt"), "ok").expect("write");
+    // In the workspace `out` is a link out of it; the layer says it is a folder: the link is
+    // replaced by a real folder, never written through.
+    std::os::unix::fs::symlink(dir.path(), ws.join("out")).expect("link");
+    let copied = sandbox::copy_back(&upper, &ws).expect("copy back");
+    assert_eq!(copied.written, ["fine.txt", "out/x"]);
+    let refused: Vec<&str> = copied.refused.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(refused, [".git"]);
+    assert!(!ws.join(".git/hooks/post-commit").exists() && !dir.path().join("x").exists());
+    assert!(std::fs::symlink_metadata(ws.join("out")).expect("out").is_dir());
+    // Deeper too: a link the layer goes through is replaced before anything is written below it.
+    let upper2 = dir.path().join("upper2");
+    std::fs::create_dir_all(upper2.join("via/deep")).expect("mkdir");
+    std::fs::write(upper2.join("via/deep/y"), "y").expect("write");
+    std::fs::create_dir_all(dir.path().join("elsewhere/deep")).expect("mkdir");
+    std::os::unix::fs::symlink(dir.path().join("elsewhere"), ws.join("via")).expect("link");
+    let copied = sandbox::copy_back(&upper2, &ws).expect("copy back");
+    assert_eq!(copied.written, ["via/deep/y"]);
+    assert!(!dir.path().join("elsewhere/deep/y").exists());
+    assert!(std::fs::symlink_metadata(ws.join("via")).expect("via").is_dir());
+}
+
+#[test]
+fn nothing_started_inside_outlives_the_sandbox_and_the_network_is_closed() {
+    let Some(bwrap) = bwrap() else { return };
+    let c = case();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let marker = format!("loopwright-sandbox-orphan-{}", std::process::id());
+    // A daemon that double-forks, calls setsid and clears its environment; then a connection
+    // to a server on the host's loopback.
+    let script = format!(
+        "(setsid env -i sh -c 'exec -a {marker} sleep 300' &) ; sleep 0.3; \
+         if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then echo connected; else echo refused; fi"
+    );
+    let bash = |s: &str| vec!["bash".to_owned(), "-c".to_owned(), s.to_owned()];
+    let argv = sandbox::command(&bwrap, &plan(&c, Write::ReadOnly), &bash(&script));
+    let out = Command::new(&argv[0]).args(&argv[1..]).output().expect("run");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "refused", "{}", String::from_utf8_lossy(&out.stderr));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .expect("proc")
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&marker))
+        .collect();
+    assert_eq!(survivors, Vec::<String>::new());
+    drop(listener);
+}
