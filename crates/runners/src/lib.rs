@@ -11,6 +11,7 @@ pub mod http;
 pub mod live;
 pub mod presets;
 pub mod process;
+pub mod proxy;
 pub mod sandbox;
 pub mod secrets;
 pub mod snapshot;

@@ -215,3 +215,76 @@ fn nothing_started_inside_outlives_the_sandbox_and_the_network_is_closed() {
     assert_eq!(survivors, Vec::<String>::new());
     drop(listener);
 }
+
+/// Asks the proxy at `socket` for a tunnel to `target`; the status line it answered, and the
+/// stream (for the tunnel).
+async fn connect_via(socket: &Path, target: &str) -> (String, tokio::net::UnixStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::UnixStream::connect(socket).await.expect("connect to the proxy");
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes()).await.expect("write");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).await.expect("read") == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    (head.lines().next().unwrap_or_default().to_owned(), s)
+}
+
+#[tokio::test]
+async fn the_proxy_tunnels_to_allowed_hosts_only_and_keeps_what_it_refused() {
+    use loopwright_runners::proxy::{self, Allowed, Refused};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An echo server on the host's loopback.
+    let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = server.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = server.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                while let Ok(n) = conn.read(&mut buf).await {
+                    if n == 0 || conn.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let allow = vec![
+        Allowed::parse(&format!("127.0.0.1:{port}")).expect("allowed"),
+        Allowed::parse(&format!("localhost:{port}")).expect("allowed"),
+    ];
+    let running = proxy::start(&dir.path().join("proxy.sock"), allow).expect("proxy");
+    // Allowed as written: the tunnel carries bytes both ways.
+    let (status, mut tunnel) = connect_via(&running.socket, &format!("127.0.0.1:{port}")).await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    tunnel.write_all(b"ping").await.expect("write");
+    let mut echoed = [0u8; 4];
+    tunnel.read_exact(&mut echoed).await.expect("echo");
+    assert_eq!(&echoed, b"ping");
+    // Another port; a name that leads inside; a plain request.
+    let (status, _) = connect_via(&running.socket, &format!("127.0.0.1:{}", port.wrapping_add(1))).await;
+    assert_eq!(status, "HTTP/1.1 403 Forbidden");
+    let (status, _) = connect_via(&running.socket, &format!("localhost:{port}")).await;
+    assert_eq!(status, "HTTP/1.1 403 Forbidden");
+    let mut plain = tokio::net::UnixStream::connect(&running.socket).await.expect("connect");
+    plain.write_all(b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n").await.expect("write");
+    let mut answer = vec![0u8; 12];
+    plain.read_exact(&mut answer).await.expect("read");
+    assert_eq!(String::from_utf8_lossy(&answer), "HTTP/1.1 405");
+    let refused = running.refused();
+    let targets: Vec<(&str, &str)> =
+        refused.iter().map(|Refused { target, why }| (target.as_str(), why.as_str())).collect();
+    assert_eq!(targets[0], (format!("127.0.0.1:{}", port.wrapping_add(1)).as_str(), "not a host this stage may reach"));
+    assert_eq!(targets[1].0, format!("localhost:{port}"));
+    assert!(
+        targets[1].1.starts_with("the name resolves to ")
+            && targets[1].1.ends_with("an address inside this machine's networks"),
+        "{targets:?}"
+    );
+    assert_eq!(targets[2], ("GET http://example.com/", "only HTTPS tunnels (CONNECT) go through"));
+}
