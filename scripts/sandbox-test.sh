@@ -16,3 +16,4 @@ fi
 echo "== sandbox tests (bubblewrap $(bwrap --version | awk '{print $2}'))"
 cargo run --quiet -p loopwright -- doctor
 LOOPWRIGHT_REQUIRE_SANDBOX=1 cargo test --quiet -p loopwright-runners --test sandbox
+LOOPWRIGHT_REQUIRE_SANDBOX=1 cargo test --quiet -p loopwright --test all -- sandbox::

@@ -93,6 +93,10 @@ enum Command {
     Doctor(cmd::doctor::Args),
     /// Print the JSON Schema of pipeline files.
     Schema,
+    /// (internal) The first program of a sandbox without network: forwards a loopback port to
+    /// the allow-list proxy and runs the stage's program.
+    #[command(name = "sandbox-exec", hide = true)]
+    SandboxExec(cmd::sandbox_exec::Args),
     /// Run the bundled example end to end in a temporary workspace.
     Demo(cmd::demo::Args),
     /// Measure engine overhead, throughput against a shell loop, peak memory and the pattern
@@ -155,6 +159,7 @@ fn main() -> ExitCode {
             Command::DeadLetters(args) => cmd::dead_letters::run(&global, args),
             Command::Stats(args) => cmd::stats::run(&global, args).await,
             Command::Doctor(args) => cmd::doctor::run(&global, args),
+            Command::SandboxExec(args) => cmd::sandbox_exec::run(&global, args).await,
             Command::Schema => {
                 print!("{}", loopwright_spec::schema::pipeline_schema_json());
                 Ok(0)

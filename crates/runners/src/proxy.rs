@@ -221,3 +221,18 @@ mod tests {
         }
     }
 }
+
+/// Inside a sandbox with no network of its own: takes the connections of `listener` (on
+/// loopback) and carries each to the proxy's Unix socket, since most tools take `HTTPS_PROXY` only as a
+/// TCP address. Runs until the task is dropped.
+pub async fn forward(listener: tokio::net::TcpListener, socket: PathBuf) -> std::io::Result<()> {
+    loop {
+        let (mut client, _) = listener.accept().await?;
+        let socket = socket.clone();
+        tokio::spawn(async move {
+            if let Ok(mut proxy) = tokio::net::UnixStream::connect(&socket).await {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut proxy).await;
+            }
+        });
+    }
+}

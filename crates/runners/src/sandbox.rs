@@ -50,9 +50,28 @@ pub struct Plan {
     /// Host folders bound read-only at the same path in its home (an agent's own
     /// configuration: `~/.claude`, `~/.codex`, …), as (host path, path under its home).
     pub config: Vec<(PathBuf, String)>,
-    /// Whether it may use the network (a stage that needs none gets only loopback).
+    /// Whether it may use the network of the machine. Without it the process has only
+    /// loopback, and, with `proxy`, the hosts the proxy allows.
     pub network: bool,
+    /// The allow-list proxy it reaches the network through (with `network` false): the host
+    /// socket of [`crate::proxy::start`], and the loopwright program that forwards a loopback
+    /// port to it inside the sandbox (`loopwright sandbox-exec`).
+    pub proxy: Option<ProxyPlan>,
 }
+
+/// How a sandboxed process reaches the allow-list proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyPlan {
+    /// The proxy's Unix socket on the host.
+    pub socket: PathBuf,
+    /// The loopwright program (its `sandbox-exec` forwards a port and runs the process).
+    pub helper: PathBuf,
+}
+
+/// Where the proxy's socket is inside the sandbox.
+pub const PROXY_SOCKET: &str = "/run/loopwright/proxy.sock";
+/// The loopback address the forwarder listens on inside the sandbox (`HTTPS_PROXY`).
+pub const PROXY_LISTEN: &str = "127.0.0.1:3128";
 
 /// The argv that runs `argv` in the sandbox `plan` describes: `bwrap …` (or, for a layer,
 /// `unshare -Urm sh -c 'mount the overlay; exec bwrap …'`). `bwrap` is the program's path.
@@ -67,6 +86,14 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
     }
     let home = plan.home.display().to_string();
     add(&["--bind", &home, &home, "--setenv", "HOME", &home, "--setenv", "TMPDIR", "/tmp"]);
+    if let Some(proxy) = &plan.proxy {
+        let url = format!("http://{PROXY_LISTEN}");
+        add(&["--tmpfs", "/run", "--bind", &proxy.socket.display().to_string(), PROXY_SOCKET]);
+        for var in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+            add(&["--setenv", var, &url]);
+        }
+        add(&["--unsetenv", "NO_PROXY", "--unsetenv", "no_proxy"]);
+    }
     for (host, under) in &plan.config {
         let inside = plan.home.join(under).display().to_string();
         add(&["--ro-bind-try", &host.display().to_string(), &inside]);
@@ -85,6 +112,10 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
         }
     }
     add(&["--chdir", &ws, "--"]);
+    if let Some(proxy) = &plan.proxy {
+        let forward = format!("{PROXY_LISTEN}={PROXY_SOCKET}");
+        b.extend([proxy.helper.display().to_string(), "sandbox-exec".into(), "--forward".into(), forward, "--".into()]);
+    }
     b.extend(argv.iter().cloned());
     match &plan.write {
         Write::Layer { upper, work } => {

@@ -48,7 +48,7 @@ fn case() -> Case {
 }
 
 fn plan(c: &Case, write: Write) -> Plan {
-    Plan { workspace: c.ws.clone(), write, home: c.home.clone(), config: vec![], network: false }
+    Plan { workspace: c.ws.clone(), write, home: c.home.clone(), config: vec![], network: false, proxy: None }
 }
 
 /// Runs `script` with `sh -c` in the sandbox: (exit code, stdout, stderr).

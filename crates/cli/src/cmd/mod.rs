@@ -11,6 +11,7 @@ pub mod logs;
 pub mod patterns;
 pub mod resume;
 pub mod run;
+pub mod sandbox_exec;
 pub mod serve;
 pub mod stats;
 pub mod status;
