@@ -180,6 +180,21 @@ async fn answer(req: Request<Incoming>, allow: &[Allowed], noted: &Mutex<Vec<Ref
     Response::new(String::new())
 }
 
+/// Inside a sandbox with no network of its own: takes the connections of `listener` (on
+/// loopback) and carries each to the proxy's Unix socket, since most tools take `HTTPS_PROXY` only as a
+/// TCP address. Runs until the task is dropped.
+pub async fn forward(listener: tokio::net::TcpListener, socket: PathBuf) -> std::io::Result<()> {
+    loop {
+        let (mut client, _) = listener.accept().await?;
+        let socket = socket.clone();
+        tokio::spawn(async move {
+            if let Ok(mut proxy) = tokio::net::UnixStream::connect(&socket).await {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut proxy).await;
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,20 +234,5 @@ mod tests {
         for ip in ["1.1.1.1", "140.82.112.3", "2606:4700::1111"] {
             assert!(!inside(ip.parse().expect("ip")), "{ip}");
         }
-    }
-}
-
-/// Inside a sandbox with no network of its own: takes the connections of `listener` (on
-/// loopback) and carries each to the proxy's Unix socket, since most tools take `HTTPS_PROXY` only as a
-/// TCP address. Runs until the task is dropped.
-pub async fn forward(listener: tokio::net::TcpListener, socket: PathBuf) -> std::io::Result<()> {
-    loop {
-        let (mut client, _) = listener.accept().await?;
-        let socket = socket.clone();
-        tokio::spawn(async move {
-            if let Ok(mut proxy) = tokio::net::UnixStream::connect(&socket).await {
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut proxy).await;
-            }
-        });
     }
 }
