@@ -40,6 +40,73 @@ pub struct Args {
     /// With --list-runs: only add the runs to this workspace's journal (-C), measure nothing.
     #[arg(long = "seed-only", requires = "list_runs")]
     pub seed_only: bool,
+    /// Instead: measure the sandbox — making one for a process (workspace read-only, and over
+    /// a layer) and copying a layer of 1, 100 and 10,000 changed files back.
+    #[arg(long)]
+    pub sandbox: bool,
+}
+
+/// `bench --sandbox`.
+fn sandbox_figures() -> Result<u8, CliError> {
+    use loopwright_runners::sandbox::{self, Plan, Write};
+    let base = std::env::temp_dir().join(format!("loopwright-bench-sandbox-{:08x}", random_u64() as u32));
+    let io = |e: std::io::Error| CliError::Internal(e.into());
+    let probe = sandbox::probe(&std::env::temp_dir());
+    let bwrap = match (probe.missing(), probe.bwrap) {
+        (None, Ok((path, _))) => path,
+        (why, _) => return Err(CliError::usage(format!("no sandbox here: {}", why.unwrap_or_default()))),
+    };
+    let (ws, home) = (base.join("ws"), base.join("home"));
+    std::fs::create_dir_all(&ws).map_err(io)?;
+    std::fs::create_dir_all(&home).map_err(io)?;
+    let timed = |argv: &[String], n: usize| -> Result<(f64, f64), CliError> {
+        let mut times = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            let status = std::process::Command::new(&argv[0]).args(&argv[1..]).status().map_err(io)?;
+            if !status.success() {
+                return Err(CliError::Internal(anyhow::anyhow!("{} failed: {status}", argv.join(" "))));
+            }
+            times.push(ms(t.elapsed()));
+        }
+        times.sort_by(f64::total_cmp);
+        Ok((median(times.clone()), times[times.len() * 95 / 100]))
+    };
+    let plan =
+        |write| Plan { workspace: ws.clone(), write, home: home.clone(), config: vec![], network: false, proxy: None };
+    let truth = vec!["true".to_owned()];
+    let mut figures = Vec::new();
+    let (m, p) = timed(&truth, 40)?;
+    eprintln!("  process alone:                 median {m:5.1} ms, p95 {p:5.1} ms");
+    figures.push(json!({"what": "plain", "median_ms": m, "p95_ms": p}));
+    let (m, p) = timed(&sandbox::command(&bwrap, &plan(Write::ReadOnly), &truth), 40)?;
+    eprintln!("  sandbox, workspace read-only:  median {m:5.1} ms, p95 {p:5.1} ms");
+    figures.push(json!({"what": "read-only", "median_ms": m, "p95_ms": p}));
+    let (upper, work) = (base.join("upper"), base.join("work"));
+    std::fs::create_dir_all(&upper).map_err(io)?;
+    std::fs::create_dir_all(&work).map_err(io)?;
+    let (m, p) =
+        timed(&sandbox::command(&bwrap, &plan(Write::Layer { upper: upper.clone(), work: work.clone() }), &truth), 40)?;
+    eprintln!("  sandbox over a layer:          median {m:5.1} ms, p95 {p:5.1} ms");
+    figures.push(json!({"what": "layer", "median_ms": m, "p95_ms": p}));
+    for files in [1usize, 100, 10_000] {
+        let layer = base.join(format!("layer-{files}"));
+        let target = base.join(format!("target-{files}"));
+        for i in 0..files {
+            let dir = layer.join(format!("src/m{}", i / 100));
+            std::fs::create_dir_all(&dir).map_err(io)?;
+            std::fs::write(dir.join(format!("f{i}.rs")), format!("// file {i}\n").repeat(20)).map_err(io)?;
+        }
+        std::fs::create_dir_all(&target).map_err(io)?;
+        let t = Instant::now();
+        let copied = sandbox::copy_back(&layer, &target).map_err(io)?;
+        let took = ms(t.elapsed());
+        eprintln!("  copy back {files:>6} files:        {took:7.1} ms ({} written)", copied.written.len());
+        figures.push(json!({"what": format!("copy back {files}"), "ms": took}));
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    println!("{}", json!({ "sandbox": figures }));
+    Ok(0)
 }
 
 /// The start of a benchmark's run: no variables, inputs, skips, owner or person.
@@ -246,6 +313,9 @@ fn ms(d: Duration) -> f64 {
 
 /// `loopwright bench`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
+    if args.sandbox {
+        return sandbox_figures();
+    }
     if let Some(n) = args.list_runs {
         if args.seed_only {
             let ws = Workspace::locate(global.dir.as_deref())?;
