@@ -395,3 +395,67 @@ fn a_gate_is_notified_once_retried_journaled_and_answered_by_its_one_tap_link_on
         bodies(&server).iter().map(|b| b["event"].as_str().unwrap_or_default().to_owned()).collect();
     assert_eq!(events, ["needs_human", "needs_human", "finished"]);
 }
+
+#[test]
+fn an_escalation_is_answered_with_guidance_through_its_fix_link() {
+    let ws = team_ws();
+    // The agent writes a check script; the check fails (not executable): permission-error
+    // escalates at once; told to "make it executable", the agent does.
+    ws.write(
+        ".loopwright/agents/dev.md",
+        "---\nname: dev\nrunner: command\ncommand: [\"sh\", \".loopwright/agents/dev.sh\"]\n---\nYou fix code.\n",
+    );
+    ws.write(
+        ".loopwright/agents/dev.sh",
+        "prompt=$(cat)\nmkdir -p scripts\nprintf '#!/bin/sh\\necho checked\\n' > scripts/check.sh\ncase \"$prompt\" in *\"make it executable\"*) chmod +x scripts/check.sh;; esac\necho wrote the check\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/fixit.yml",
+        "name: fixit\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    description: Write the check script\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    checks:\n      - {name: script_runs, type: command, command: ./scripts/check.sh}\n",
+    );
+    let server = receiver(4);
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\nas = \"erin\"\n",
+            server.port
+        ),
+    );
+    ws.init_git();
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "fixit", "task": "add the check"}));
+    assert_eq!(code, 202);
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    let sent = wait_until("the escalation's notification", 20, || {
+        bodies(&server).into_iter().find(|b| b["run_id"] == run.as_str())
+    });
+    let labels: Vec<&str> =
+        sent["actions"].as_array().expect("actions").iter().filter_map(|a| a["label"].as_str()).collect();
+    assert_eq!(labels, ["Retry", "Fix with guidance", "Skip the stage", "Abort the run"]);
+    assert!(
+        sent["headline"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Escalated to you — Stage implement: the check `script_runs` failed"),
+        "{sent}"
+    );
+    let fix = sent["actions"][1]["url"].as_str().expect("url").to_owned();
+    let http = reqwest::blocking::Client::new();
+    let page = http.get(&fix).send().expect("page").text().expect("html");
+    // The question: the escalation's report, with its suggested steps first.
+    assert!(page.contains("Guidance for the next attempt") && page.contains("Suggested Actions"), "{page}");
+    let empty = http.post(&fix).json(&json!({"text": "  "})).send().expect("post");
+    assert_eq!(empty.status().as_u16(), 422, "guidance is needed, and the link is not spent");
+    let done = http.post(&fix).json(&json!({"text": "make it executable"})).send().expect("post");
+    assert_eq!(done.status().as_u16(), 200);
+    d.wait_status(&run, "success");
+    let answered: Vec<Value> = ws
+        .journal(&run)
+        .into_iter()
+        .map(|e| e["event"].clone())
+        .filter(|e| e["type"] == "escalation_answered")
+        .map(|e| json!([e["answer"], e["by"]]))
+        .collect();
+    assert_eq!(answered, [json!([{"answer": "fix", "text": "make it executable"}, "erin"])]);
+}
