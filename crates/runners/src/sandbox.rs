@@ -89,6 +89,10 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
     if let Some(proxy) = &plan.proxy {
         let url = format!("http://{PROXY_LISTEN}");
         add(&["--tmpfs", "/run", "--bind", &proxy.socket.display().to_string(), PROXY_SOCKET]);
+        // The helper may live under /tmp (a build in a temporary clone), which the private
+        // /tmp hides.
+        let helper = proxy.helper.display().to_string();
+        add(&["--ro-bind", &helper, &helper]);
         for var in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
             add(&["--setenv", var, &url]);
         }
