@@ -101,45 +101,16 @@ pub fn components(path: &str) -> Result<Vec<String>, Refused> {
     Ok(parts)
 }
 
-/// Where loopwright may write the file `path` of `workspace`: the full path, once every
-/// existing component has been checked to be a real folder (and the file, if it exists, a
-/// real file). Folders that do not exist yet are fine: the writer creates them.
-pub fn writable(workspace: &Path, path: &str) -> Result<PathBuf, Refused> {
-    let parts = components(path)?;
+/// Checks that every existing one of the first `n` components of `parts` is a real folder
+/// (not a link, not a file). `Ok(false)` when one does not exist yet: the rest is created by
+/// the writer.
+fn folders_on_the_way(workspace: &Path, path: &str, parts: &[String], n: usize) -> Result<bool, Refused> {
     let mut full = workspace.to_path_buf();
-    let last = parts.len() - 1;
-    for (i, part) in parts.iter().enumerate() {
+    for (i, part) in parts[..n].iter().enumerate() {
         full.push(part);
         let meta = match fs::symlink_metadata(&full) {
             Ok(m) => m,
-            // Nothing there yet: the rest is created by the writer.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(workspace.join(parts.join("/"))),
-            Err(e) => return Err(Refused::Io { path: path.to_owned(), why: e.to_string() }),
-        };
-        let shown = || parts[..=i].join("/");
-        if meta.file_type().is_symlink() {
-            return Err(Refused::Link { path: path.to_owned(), link: shown() });
-        }
-        let (ok, expected) = if i == last { (meta.is_file(), "file") } else { (meta.is_dir(), "folder") };
-        if !ok {
-            return Err(Refused::Kind { path: path.to_owned(), at: shown(), expected });
-        }
-    }
-    Ok(full)
-}
-
-/// Where loopwright may replace whatever is at `path` of `workspace` (a file, a link or a
-/// folder, never followed): the full path, once every existing folder on the way has been
-/// checked to be a real folder. For copying an attempt's layer back, where the layer decides
-/// what the last component becomes.
-pub fn replaceable(workspace: &Path, path: &str) -> Result<PathBuf, Refused> {
-    let parts = components(path)?;
-    let mut full = workspace.to_path_buf();
-    for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
-        full.push(part);
-        let meta = match fs::symlink_metadata(&full) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(workspace.join(parts.join("/"))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(Refused::Io { path: path.to_owned(), why: e.to_string() }),
         };
         let shown = || parts[..=i].join("/");
@@ -150,6 +121,38 @@ pub fn replaceable(workspace: &Path, path: &str) -> Result<PathBuf, Refused> {
             return Err(Refused::Kind { path: path.to_owned(), at: shown(), expected: "folder" });
         }
     }
+    Ok(true)
+}
+
+/// Where loopwright may write the file `path` of `workspace`: the full path, once every
+/// existing component has been checked to be a real folder (and the file, if it exists, a
+/// real file). Folders that do not exist yet are fine: the writer creates them.
+pub fn writable(workspace: &Path, path: &str) -> Result<PathBuf, Refused> {
+    let parts = components(path)?;
+    let full = workspace.join(parts.join("/"));
+    if !folders_on_the_way(workspace, path, &parts, parts.len() - 1)? {
+        return Ok(full);
+    }
+    match fs::symlink_metadata(&full) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(full),
+        Err(e) => Err(Refused::Io { path: path.to_owned(), why: e.to_string() }),
+        Ok(meta) if meta.file_type().is_symlink() => {
+            Err(Refused::Link { path: path.to_owned(), link: parts.join("/") })
+        }
+        Ok(meta) if !meta.is_file() => {
+            Err(Refused::Kind { path: path.to_owned(), at: parts.join("/"), expected: "file" })
+        }
+        Ok(_) => Ok(full),
+    }
+}
+
+/// Where loopwright may replace whatever is at `path` of `workspace` (a file, a link or a
+/// folder, never followed): the full path, once every existing folder on the way has been
+/// checked to be a real folder. For copying an attempt's layer back, where the layer decides
+/// what the last component becomes.
+pub fn replaceable(workspace: &Path, path: &str) -> Result<PathBuf, Refused> {
+    let parts = components(path)?;
+    folders_on_the_way(workspace, path, &parts, parts.len() - 1)?;
     Ok(workspace.join(parts.join("/")))
 }
 
