@@ -131,6 +131,38 @@ pub fn redactor(pipeline: &Pipeline) -> Redactor {
     Redactor::from_env(&keys)
 }
 
+/// Whether this machine can make sandboxes, found out once per process (it runs bwrap and
+/// mounts an overlay in a scratch folder).
+fn probe() -> &'static loopwright_runners::sandbox::Probe {
+    static PROBE: std::sync::OnceLock<loopwright_runners::sandbox::Probe> = std::sync::OnceLock::new();
+    PROBE.get_or_init(|| loopwright_runners::sandbox::probe(&std::env::temp_dir()))
+}
+
+/// How the workspace's stages are sandboxed (config.toml `sandbox`): not at all (`off`),
+/// where this machine can (`auto`: if it cannot, said once on stderr), or always
+/// (`required`: without a sandbox nothing runs, and the error says what is missing).
+pub fn sandboxing(ws: &Workspace) -> Result<Option<loopwright_runners::Sandboxing>, Error> {
+    use loopwright_spec::config::SandboxMode;
+    if ws.config.sandbox == SandboxMode::Off {
+        return Ok(None);
+    }
+    let probe = probe();
+    match (probe.missing(), &probe.bwrap) {
+        (None, Ok((bwrap, _))) => Ok(Some(loopwright_runners::Sandboxing { bwrap: bwrap.clone() })),
+        (why, _) => {
+            let why = why.unwrap_or_else(|| "bubblewrap cannot be used".into());
+            if ws.config.sandbox == SandboxMode::Required {
+                return Err(Error::usage(format!(
+                    "sandbox = \"required\" in config.toml, but no sandbox can be made here: {why} (`loopwright doctor` says what this machine has)"
+                )));
+            }
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| eprintln!("loopwright: no sandbox here ({why}); stages run unsandboxed"));
+            Ok(None)
+        }
+    }
+}
+
 /// What a run's stages are run with, besides the store: processes, snapshots and commits,
 /// and the workspace's failure patterns.
 pub struct Ports {
@@ -157,7 +189,7 @@ impl Ports {
         }
         Ok(Self {
             changes: FsChanges::new(root.to_path_buf(), ws.runs_dir()).with_redactor(redactor.clone()),
-            runner: ProcessRunner { redactor, ..ProcessRunner::new(ws.runs_dir()) },
+            runner: ProcessRunner { redactor, sandbox: sandboxing(ws)?, ..ProcessRunner::new(ws.runs_dir()) },
             patterns: library(ws)?,
             settings: closed_loop_settings(ws)?,
         })

@@ -45,6 +45,15 @@ pub struct ProcessRunner {
     pub output_cap: usize,
     /// Secret values kept out of outputs and prompt files.
     pub redactor: secrets::Redactor,
+    /// When set, every stage process and check runs in a sandbox (see [`sandbox`]).
+    pub sandbox: Option<Sandboxing>,
+}
+
+/// How the runner makes sandboxes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandboxing {
+    /// The `bwrap` program.
+    pub bwrap: PathBuf,
 }
 
 impl ProcessRunner {
@@ -55,7 +64,35 @@ impl ProcessRunner {
             kill_grace: Duration::from_secs(2),
             output_cap: 8 * 1024 * 1024,
             redactor: secrets::Redactor::from_env(&[]),
+            sandbox: None,
         }
+    }
+
+    /// `argv` as it runs: in a sandbox when the runner makes them (the workspace read-only in
+    /// plan mode, else writable but for `.git/` and `.loopwright/`; a home of its own under
+    /// the run's folder, `homes/NAME`; the network only for agents, which reach their model),
+    /// else as it is.
+    fn wrapped(
+        &self,
+        argv: &[String],
+        run: &RunId,
+        home: &str,
+        workspace: &Path,
+        read_only: bool,
+        network: bool,
+    ) -> Result<Vec<String>, String> {
+        let Some(s) = &self.sandbox else { return Ok(argv.to_vec()) };
+        let home = self.runs_dir.join(run.as_str()).join("homes").join(home);
+        std::fs::create_dir_all(&home).map_err(|e| format!("cannot create {}: {e}", home.display()))?;
+        let plan = sandbox::Plan {
+            workspace: workspace.to_path_buf(),
+            write: if read_only { sandbox::Write::ReadOnly } else { sandbox::Write::Direct },
+            home,
+            config: Vec::new(),
+            network,
+            proxy: None,
+        };
+        Ok(sandbox::command(&s.bwrap, &plan, argv))
     }
 
     fn env(request: &StageRequest, prompt_file: &std::path::Path) -> Vec<(String, String)> {
@@ -237,6 +274,20 @@ impl Runner for ProcessRunner {
             };
             let shown = argv.join(" ");
             let shown = shown.strip_prefix("sh -c ").map_or(shown.clone(), str::to_owned);
+            let home = format!("{}-{}", request.stage, request.attempt);
+            let read_only = request.mode == loopwright_spec::Mode::Plan;
+            let argv = match self.wrapped(
+                argv,
+                &request.run_id,
+                &home,
+                &request.workspace,
+                read_only,
+                request.agent.is_some(),
+            ) {
+                Ok(a) => a,
+                Err(why) => return done(ExecOutcome::SpawnFailed(why), stdout, stderr),
+            };
+            let spawn = Spawn { argv: &argv, ..spawn };
             let on_start = |pgid, start_time| {
                 let group = ProcessGroup { pgid, start_time };
                 let _ = notices.send(Notice::ProcessStarted { group, command: shown.clone() });
@@ -275,6 +326,17 @@ impl Runner for ProcessRunner {
     async fn command(&self, request: &CommandRequest<'_>) -> Execution {
         let started = Instant::now();
         let argv = vec!["sh".to_owned(), "-c".to_owned(), request.command.to_owned()];
+        let done = |outcome, stderr: String| Execution {
+            outcome,
+            stdout: String::new(),
+            stderr,
+            usage: None,
+            duration: started.elapsed(),
+        };
+        let argv = match self.wrapped(&argv, request.run, "checks", request.workspace, false, false) {
+            Ok(a) => a,
+            Err(why) => return self.scrubbed(done(ExecOutcome::SpawnFailed(why), String::new())),
+        };
         let env = [
             ("LOOPWRIGHT_RUN_ID".to_owned(), request.run.to_string()),
             ("LOOPWRIGHT_STAGE_ID".to_owned(), request.stage.to_string()),

@@ -9,6 +9,9 @@ use crate::diag::{Diagnostic, Diagnostics, SourceFile};
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// Whether stage processes run in a sandbox (bubblewrap): `off` (the default for now),
+    /// `auto` (where this machine can make one), `required` (refuse to run without one).
+    pub sandbox: SandboxMode,
     /// Defaults for pipelines and agents.
     pub defaults: Defaults,
     /// Where and how the journal is kept.
@@ -22,6 +25,19 @@ pub struct Config {
     /// `[[notify]]`: where the daemon sends word of runs and auto loops that need a person or
     /// ended.
     pub notify: Vec<Notify>,
+}
+
+/// `sandbox = …`: whether stage processes run in a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    /// Unsandboxed, as the user.
+    #[default]
+    Off,
+    /// Sandboxed where this machine can make one; otherwise unsandboxed, said once.
+    Auto,
+    /// Sandboxed, or nothing runs.
+    Required,
 }
 
 /// One `[[notify]]` target.

@@ -128,3 +128,102 @@ except OSError:
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn sandbox_required_without_bubblewrap_runs_nothing_and_says_what_is_missing() {
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"required\"\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - {id: a, description: d, agent: shell, mode: agent, run: 'echo ran > ran.txt'}\n",
+    );
+    let empty = ws.path().join("no-bin");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let out = ws.cmd().args(["run", "p"]).env("PATH", &empty).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("sandbox = \"required\" in config.toml, but no sandbox can be made here: bubblewrap (`bwrap`) is not installed: `apt-get install bubblewrap`"),
+        "{err}"
+    );
+    assert!(!ws.path().join("ran.txt").exists());
+}
+
+#[test]
+fn a_sandboxed_plan_stage_is_refused_by_the_mount_and_writes_nothing_anywhere() {
+    let Some(_) = bwrap() else { return };
+    let marker = std::env::temp_dir().join(format!("loopwright-plan-escape-{}", std::process::id()));
+    let pipeline = format!(
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: look\n    description: d\n    agent: shell\n    mode: plan\n    run: \"echo z > {}; echo y > $HOME/h; echo x > new.txt\"\n",
+        marker.display()
+    );
+    for (mode, host_written) in [("auto", false), ("off", true)] {
+        let ws = Ws::empty();
+        ws.write(".loopwright/config.toml", &format!("sandbox = \"{mode}\"\n"));
+        ws.write(".loopwright/pipelines/p.yml", &pipeline);
+        let _ = std::fs::remove_file(&marker);
+        let (_, result, err) = ws.json(&["run", "p"]);
+        // Sandboxed, the write into the workspace fails at the mount (the stage fails, there is
+        // nothing to restore) and the host's /tmp is not the one written; unsandboxed, the
+        // watcher catches the workspace write and restores it, but the host's /tmp is written.
+        assert!(!ws.path().join("new.txt").exists(), "{mode}: {result}\n{err}");
+        assert_eq!(marker.exists(), host_written, "{mode}: {err}");
+        if mode == "auto" {
+            assert_eq!(result["status"], "failed", "{result}");
+            let logs = ws.run(&["logs", "latest", "--stage", "look"]).1;
+            assert!(logs.contains("Read-only file system"), "{logs}");
+        }
+    }
+    let _ = std::fs::remove_file(&marker);
+}
+
+#[test]
+fn a_sandboxed_agent_stage_writes_the_workspace_but_not_git_loopwright_or_the_host() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    std::fs::create_dir_all(ws.path().join(".git/hooks")).expect("mkdir");
+    let outside = ws.path().parent().expect("parent").join(format!("loopwright-outside-{}", std::process::id()));
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        &format!(
+            "name: p\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: \"echo ok > inside.txt && (echo x > .git/hooks/post-commit 2>/dev/null || echo git-refused) && (echo x > .loopwright/pipelines/evil.yml 2>/dev/null || echo loopwright-refused) && echo x > {} && echo $HOME\"\n",
+            outside.display()
+        ),
+    );
+    let (code, result, err) = ws.json(&["run", "p"]);
+    assert_eq!((code, result["status"].clone()), (0, json!("success")), "{err}");
+    assert_eq!(ws.read("inside.txt"), "ok\n");
+    assert!(
+        !ws.path().join(".git/hooks/post-commit").exists()
+            && !ws.path().join(".loopwright/pipelines/evil.yml").exists()
+    );
+    assert!(!outside.exists(), "a write outside the workspace reached the host");
+    let logs = ws.run(&["logs", "latest", "--stage", "work"]).1;
+    assert!(logs.contains("git-refused") && logs.contains("loopwright-refused"), "{logs}");
+    // Its home was its own, under the run's folder.
+    assert!(logs.contains("/.loopwright/state/runs/") && logs.contains("/homes/work-1"), "{logs}");
+}
+
+#[test]
+fn a_sandboxed_stage_that_times_out_leaves_no_process_behind() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    // A daemon that leaves the stage's process group and clears its environment, then the
+    // stage hangs until its timeout.
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: hang\n    description: d\n    agent: shell\n    mode: agent\n    timeout_minutes: 0.02\n    run: \"setsid env -i sleep 307.25 & sleep 306.25\"\n",
+    );
+    let (_, result, err) = ws.json(&["run", "p"]);
+    assert_eq!(result["status"], "failed", "{err}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("proc")
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("sleep 307.25") || c.contains("sleep 306.25"))
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+}
