@@ -6,14 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "== installing chromium (Debian)"
-  as_root=()
-  [ "$(id -u)" -eq 0 ] || as_root=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  "${as_root[@]}" apt-get install -y -qq chromium >/dev/null 2>&1 ||
-    { "${as_root[@]}" apt-get update -qq && "${as_root[@]}" apt-get install -y -qq chromium; }
-fi
+scripts/apt-install.sh chromium chromium
 if [ ! -d tests/browser/node_modules/playwright-core ]; then
   echo "== installing playwright-core (npm)"
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)

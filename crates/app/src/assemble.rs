@@ -146,11 +146,9 @@ pub fn sandboxing(ws: &Workspace) -> Result<Option<loopwright_runners::Sandboxin
     if ws.config.sandbox == SandboxMode::Off {
         return Ok(None);
     }
-    let probe = probe();
-    match (probe.missing(), &probe.bwrap) {
-        (None, Ok((bwrap, _))) => Ok(Some(loopwright_runners::Sandboxing { bwrap: bwrap.clone() })),
-        (why, _) => {
-            let why = why.unwrap_or_else(|| "bubblewrap cannot be used".into());
+    match probe().usable() {
+        Ok(bwrap) => Ok(Some(loopwright_runners::Sandboxing { bwrap: bwrap.to_path_buf() })),
+        Err(why) => {
             if ws.config.sandbox == SandboxMode::Required {
                 return Err(Error::usage(format!(
                     "sandbox = \"required\" in config.toml, but no sandbox can be made here: {why} (`loopwright doctor` says what this machine has)"

@@ -307,19 +307,11 @@ impl ListParams {
         if page > 1 {
             pairs.push(("page", &page_text));
         }
-        let encoded: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={}", url_encode(v))).collect();
-        if encoded.is_empty() { "/".into() } else { format!("/?{}", encoded.join("&")) }
+        match serde_urlencoded::to_string(&pairs) {
+            Ok(query) if !query.is_empty() => format!("/?{query}"),
+            _ => "/".into(),
+        }
     }
-}
-
-/// Percent-encodes a query value (everything but unreserved characters).
-fn url_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// `/?token=…` signs in; `/` is the runs list (filters, search, a page of runs).

@@ -154,10 +154,14 @@ pub struct Probe {
 impl Probe {
     /// Why no sandbox can be made here, if one cannot: the first missing piece, in words.
     pub fn missing(&self) -> Option<String> {
+        self.usable().err()
+    }
+
+    /// The `bwrap` to make sandboxes with, or why none can be made here.
+    pub fn usable(&self) -> Result<&Path, String> {
         match (&self.bwrap, &self.namespaces) {
-            (Err(why), _) => Some(why.clone()),
-            (_, Err(why)) => Some(why.clone()),
-            _ => None,
+            (Err(why), _) | (_, Err(why)) => Err(why.clone()),
+            (Ok((path, _)), Ok(())) => Ok(path),
         }
     }
 }

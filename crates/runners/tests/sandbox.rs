@@ -12,11 +12,9 @@ use pretty_assertions::assert_eq;
 /// The `bwrap` to test with, if this machine has one that works.
 fn bwrap() -> Option<PathBuf> {
     let scratch = tempfile::tempdir().expect("tempdir");
-    let probe = sandbox::probe(scratch.path());
-    match (probe.missing(), probe.bwrap) {
-        (None, Ok((path, _))) => Some(path),
-        (why, _) => {
-            let why = why.unwrap_or_default();
+    match sandbox::probe(scratch.path()).usable() {
+        Ok(path) => Some(path.to_path_buf()),
+        Err(why) => {
             assert!(std::env::var_os("LOOPWRIGHT_REQUIRE_SANDBOX").is_none(), "no sandbox here: {why}");
             eprintln!("skipped: no sandbox here ({why})");
             None

@@ -100,7 +100,7 @@ pub fn load(file: &Path) -> Result<Vec<Person>, Error> {
 /// The person whose token is `token`, among `people`.
 pub fn find<'a>(people: &'a [Person], token: &str) -> Option<&'a Person> {
     let hash = token_hash(token);
-    people.iter().find(|p| crate::ops::people::same(&p.token_sha256, &hash))
+    people.iter().find(|p| same(&p.token_sha256, &hash))
 }
 
 /// Compares two secrets without stopping at the first difference.

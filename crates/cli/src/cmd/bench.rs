@@ -52,10 +52,7 @@ fn sandbox_figures() -> Result<u8, CliError> {
     let base = std::env::temp_dir().join(format!("loopwright-bench-sandbox-{:08x}", random_u64() as u32));
     let io = |e: std::io::Error| CliError::Internal(e.into());
     let probe = sandbox::probe(&std::env::temp_dir());
-    let bwrap = match (probe.missing(), probe.bwrap) {
-        (None, Ok((path, _))) => path,
-        (why, _) => return Err(CliError::usage(format!("no sandbox here: {}", why.unwrap_or_default()))),
-    };
+    let bwrap = probe.usable().map_err(|why| CliError::usage(format!("no sandbox here: {why}")))?.to_path_buf();
     let (ws, home) = (base.join("ws"), base.join("home"));
     std::fs::create_dir_all(&ws).map_err(io)?;
     std::fs::create_dir_all(&home).map_err(io)?;

@@ -37,11 +37,9 @@ fn doctor_says_what_is_missing_and_how_to_install_it() {
 /// `LOOPWRIGHT_REQUIRE_SANDBOX` is set, as CI's scripts/sandbox-test.sh does).
 fn bwrap() -> Option<std::path::PathBuf> {
     let scratch = tempfile::tempdir().expect("tempdir");
-    let probe = loopwright_runners::sandbox::probe(scratch.path());
-    match (probe.missing(), probe.bwrap) {
-        (None, Ok((path, _))) => Some(path),
-        (why, _) => {
-            let why = why.unwrap_or_default();
+    match loopwright_runners::sandbox::probe(scratch.path()).usable() {
+        Ok(path) => Some(path.to_path_buf()),
+        Err(why) => {
             assert!(std::env::var_os("LOOPWRIGHT_REQUIRE_SANDBOX").is_none(), "no sandbox here: {why}");
             eprintln!("skipped: no sandbox here ({why})");
             None

@@ -121,7 +121,7 @@ pub struct TrustedProxy {
 /// Who `token` signs in as: the workspace's token is an admin without a name; a person's
 /// token is that person.
 pub fn caller_of_token(shared: &Shared, token: &str) -> Option<Caller> {
-    if same_token(token, &shared.token) {
+    if people::same(token, &shared.token) {
         return Some(Caller { person: None, role: Role::Admin });
     }
     shared.people.by_token(token).map(|p| Caller { person: Some(p.name), role: p.role })
@@ -191,11 +191,6 @@ pub fn cookie_token(headers: &HeaderMap, name: &str) -> Option<String> {
         let (n, value) = c.trim().split_once('=')?;
         (n == name).then(|| value.to_owned())
     })
-}
-
-/// Compares without stopping at the first difference (the token is a secret).
-pub fn same_token(given: &str, token: &str) -> bool {
-    given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
 /// True when the request's body is declared JSON (`application/json`, parameters allowed).
