@@ -223,6 +223,15 @@ fn value_position(text: &str, section: &str, key: &str) -> Option<crate::diag::P
     Some(position_of(text, span))
 }
 
+/// Where `key` of the `index`-th `[[section]]` table is written in `text`.
+fn array_value_position(text: &str, section: &str, index: usize, key: &str) -> Option<crate::diag::Position> {
+    let doc = toml::de::DeTable::parse(text).ok()?;
+    let array = doc.get_ref().iter().find(|(k, _)| k.get_ref().as_ref() == section)?.1.get_ref().as_array()?;
+    let table = array.get(index)?.get_ref().as_table()?;
+    let span = table.iter().find(|(k, _)| k.get_ref().as_ref() == key)?.1.span();
+    Some(position_of(text, span))
+}
+
 /// The line and column of a byte span of `text`.
 fn position_of(text: &str, span: std::ops::Range<usize>) -> crate::diag::Position {
     let before = &text[..span.start.min(text.len())];
@@ -344,23 +353,20 @@ impl Config {
             diags.push(d);
         }
         for (i, target) in config.notify.iter().enumerate() {
-            let field = format!("notify[{i}].url");
+            let at = |key: &str, d: Diagnostic| match array_value_position(&source.text, "notify", i, key) {
+                Some(position) => d.at(position),
+                None => d,
+            };
             let url = target.url.to_ascii_lowercase();
             if !(url.starts_with("http://") || url.starts_with("https://")) || target.url.contains(char::is_whitespace)
             {
-                diags.push(
-                    Diagnostic::new(
-                        source,
-                        format!("[[notify]] url `{}`: expected an http:// or https:// URL", target.url),
-                    )
-                    .field(field),
-                );
+                let message = format!("[[notify]] url `{}`: expected an http:// or https:// URL", target.url);
+                diags.push(at("url", Diagnostic::new(source, message).field(format!("notify[{i}].url"))));
             }
             if !(1..=24 * 30).contains(&target.link_hours) {
-                diags.push(
-                    Diagnostic::new(source, "[[notify]] `link_hours` must be 1 to 720")
-                        .field(format!("notify[{i}].link_hours")),
-                );
+                let d = Diagnostic::new(source, "[[notify]] `link_hours` must be 1 to 720")
+                    .field(format!("notify[{i}].link_hours"));
+                diags.push(at("link_hours", d));
             }
         }
         if diags.is_empty() { Ok(config) } else { Err(diags) }
@@ -425,6 +431,16 @@ mod tests {
         let diags = Config::parse(&SourceFile::new("config.toml", "[[notify]]\nurl = \"file:///etc/passwd\"\n"))
             .expect_err("bad");
         assert_eq!(diags.items[0].message, "[[notify]] url `file:///etc/passwd`: expected an http:// or https:// URL");
+        // Each problem is shown where it is written, in the table it belongs to.
+        let text = "[[notify]]\nurl = \"https://ok\"\n\n[[notify]]\nurl = \"file:///etc/passwd\"\nlink_hours = 0\n";
+        let diags = Config::parse(&SourceFile::new("config.toml", text)).expect_err("bad");
+        assert_eq!(
+            crate::diag::located(&diags),
+            [
+                "5:7: notify[1].url: [[notify]] url `file:///etc/passwd`: expected an http:// or https:// URL",
+                "6:14: notify[1].link_hours: [[notify]] `link_hours` must be 1 to 720",
+            ]
+        );
     }
 
     #[test]
