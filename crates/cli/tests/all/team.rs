@@ -459,3 +459,41 @@ fn an_escalation_is_answered_with_guidance_through_its_fix_link() {
         .collect();
     assert_eq!(answered, [json!([{"answer": "fix", "text": "make it executable"}, "erin"])]);
 }
+
+#[test]
+fn two_taps_of_one_link_at_the_same_moment_answer_once_in_twenty_tries() {
+    let ws = team_ws();
+    let server = crate::http::Server::start(
+        (0..40).map(|_| crate::http::Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] }).collect(),
+    );
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\nas = \"carol\"\n",
+            server.port
+        ),
+    );
+    let d = Daemon::start(&ws, &[]);
+    let http = reqwest::blocking::Client::new();
+    for attempt in 0..20 {
+        let (_, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": format!("try {attempt}")}));
+        let run = accepted["run_id"].as_str().expect("run").to_owned();
+        d.wait_status(&run, "waiting");
+        let sent =
+            wait_until("the notification", 10, || bodies(&server).into_iter().find(|b| b["run_id"] == run.as_str()));
+        let approve = sent["actions"][0]["url"].as_str().expect("url").to_owned();
+        let taps: Vec<u16> = std::thread::scope(|s| {
+            let tap = || s.spawn(|| http.post(&approve).json(&json!({})).send().expect("tap").status().as_u16());
+            let (a, b) = (tap(), tap());
+            vec![a.join().expect("tap"), b.join().expect("tap")]
+        });
+        let mut sorted = taps.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [200, 410], "try {attempt}");
+        d.wait_status(&run, "success");
+        let granted = kinds_and_people(&ws, &run).iter().filter(|(k, _)| k == "approval_granted").count();
+        assert_eq!(granted, 1, "try {attempt}: the gate was approved {granted} times");
+        // The stage after the gate ran once.
+        assert_eq!(ws.read("count.txt").matches("two").count(), attempt + 1, "try {attempt}");
+    }
+}
