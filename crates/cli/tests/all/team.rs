@@ -487,9 +487,11 @@ fn two_taps_of_one_link_at_the_same_moment_answer_once_in_twenty_tries() {
             let (a, b) = (tap(), tap());
             vec![a.join().expect("tap"), b.join().expect("tap")]
         });
+        // One answers; the other finds the link spent (410) or, if it looked before the first
+        // spent it, the run no longer waiting (409): either way it answers nothing.
         let mut sorted = taps.clone();
         sorted.sort_unstable();
-        assert_eq!(sorted, [200, 410], "try {attempt}");
+        assert!(sorted[0] == 200 && matches!(sorted[1], 409 | 410), "try {attempt}: {taps:?}");
         d.wait_status(&run, "success");
         let granted = kinds_and_people(&ws, &run).iter().filter(|(k, _)| k == "approval_granted").count();
         assert_eq!(granted, 1, "try {attempt}: the gate was approved {granted} times");
