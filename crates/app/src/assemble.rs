@@ -2,7 +2,7 @@
 //! (processes, snapshots and commits, the failure patterns, the closed loop's settings), and
 //! the redactor that keeps secrets out of all of them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use loopwright_engine::patterns::Library;
 use loopwright_engine::{Engine, Observer, Stopper, SystemClock};
@@ -132,31 +132,60 @@ pub fn redactor(pipeline: &Pipeline) -> Redactor {
 }
 
 /// Whether this machine can make sandboxes, found out once per process (it runs bwrap and
-/// mounts an overlay in a scratch folder).
-fn probe() -> &'static loopwright_runners::sandbox::Probe {
+/// mounts an overlay in a scratch folder under `state`, where layers will be made).
+fn probe(state: &Path) -> &'static loopwright_runners::sandbox::Probe {
     static PROBE: std::sync::OnceLock<loopwright_runners::sandbox::Probe> = std::sync::OnceLock::new();
-    PROBE.get_or_init(|| loopwright_runners::sandbox::probe(&std::env::temp_dir()))
+    PROBE.get_or_init(|| loopwright_runners::sandbox::probe(state))
 }
 
-/// How the workspace's stages are sandboxed (config.toml `sandbox`): not at all (`off`),
-/// where this machine can (`auto`: if it cannot, said once on stderr), or always
-/// (`required`: without a sandbox nothing runs, and the error says what is missing).
-pub fn sandboxing(ws: &Workspace) -> Result<Option<loopwright_runners::Sandboxing>, Error> {
-    use loopwright_spec::config::SandboxMode;
-    if ws.config.sandbox == SandboxMode::Off {
-        return Ok(None);
+/// How a run's stages are sandboxed: what the runner makes sandboxes with, where layers are
+/// made (when overlays work here), and why stages that ask for one go without.
+#[derive(Debug, Default)]
+pub struct Sandboxes {
+    /// What the runner makes sandboxes with.
+    pub sandbox: Option<loopwright_runners::Sandboxing>,
+    /// Where agent-mode attempts' layers are made.
+    pub layers: Option<PathBuf>,
+    /// Why the stages that ask for a sandbox run without one.
+    pub unsandboxed: Option<String>,
+}
+
+/// How a pipeline's stages are sandboxed (config.toml `sandbox`, a stage's `sandbox:`): not at
+/// all when none asks; where this machine can (`auto`: if it cannot, said once on stderr and
+/// in the run's journal); or always (`required`: without a sandbox nothing runs, and the
+/// error says what is missing and where it was required).
+pub fn sandboxing(ws: &Workspace, pipeline: &Pipeline) -> Result<Sandboxes, Error> {
+    use loopwright_spec::sandbox::SandboxMode;
+    let default = ws.config.sandbox;
+    let modes: Vec<(Option<&str>, SandboxMode)> =
+        pipeline.stages.iter().map(|s| (s.sandbox.map(|_| s.id.as_str()), s.sandbox.unwrap_or(default))).collect();
+    if modes.iter().all(|(_, m)| *m == SandboxMode::Off) {
+        return Ok(Sandboxes::default());
     }
-    match probe().usable() {
-        Ok(bwrap) => Ok(Some(loopwright_runners::Sandboxing { bwrap: bwrap.to_path_buf() })),
+    let made = loopwright_runners::sandbox::state_dir().and_then(|state| {
+        let probe = probe(&state);
+        let bwrap = probe.usable()?.to_path_buf();
+        let helper = std::env::current_exe().map_err(|e| format!("cannot find the loopwright program: {e}"))?;
+        Ok((
+            loopwright_runners::Sandboxing { bwrap, state: state.clone(), helper },
+            probe.overlay.is_ok().then_some(state),
+        ))
+    });
+    match made {
+        Ok((sandbox, layers)) => Ok(Sandboxes { sandbox: Some(sandbox), layers, unsandboxed: None }),
         Err(why) => {
-            if ws.config.sandbox == SandboxMode::Required {
+            if let Some((stage, _)) = modes.iter().find(|(_, m)| *m == SandboxMode::Required) {
+                let asked = match stage {
+                    Some(id) => format!("stage `{id}` of pipeline `{}` says `sandbox: required`", pipeline.name),
+                    None => "sandbox = \"required\" in config.toml".to_owned(),
+                };
                 return Err(Error::usage(format!(
-                    "sandbox = \"required\" in config.toml, but no sandbox can be made here: {why} (`loopwright doctor` says what this machine has)"
+                    "{asked}, but no sandbox can be made here: {why} (`loopwright doctor` says what this machine has)"
                 )));
             }
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| eprintln!("loopwright: no sandbox here ({why}); stages run unsandboxed"));
-            Ok(None)
+            Ok(Sandboxes { sandbox: None, layers: None, unsandboxed: Some(why) })
         }
     }
 }
@@ -177,7 +206,13 @@ impl Ports {
     /// The ports for a workspace whose stages work in `root` (the workspace, or the run's
     /// worktree), keeping the secrets `redactor` knows out of what they record and out of
     /// `store`'s journal.
-    pub fn new(ws: &Workspace, root: &Path, redactor: Redactor, store: &SqliteStore) -> Result<Self, Error> {
+    pub fn new(
+        ws: &Workspace,
+        root: &Path,
+        pipeline: &Pipeline,
+        redactor: Redactor,
+        store: &SqliteStore,
+    ) -> Result<Self, Error> {
         if !redactor.is_empty() {
             let journal = redactor.clone();
             store.set_scrubber(Box::new(move |text| match journal.redact(text) {
@@ -185,11 +220,23 @@ impl Ports {
                 std::borrow::Cow::Borrowed(_) => None,
             }));
         }
+        let sandboxes = sandboxing(ws, pipeline)?;
+        let mut changes = FsChanges::new(root.to_path_buf(), ws.runs_dir()).with_redactor(redactor.clone());
+        if let Some(state) = sandboxes.layers {
+            changes = changes.with_layers(state);
+        }
+        let settings =
+            loopwright_engine::closed_loop::Settings { sandbox: ws.config.sandbox, ..closed_loop_settings(ws)? };
         Ok(Self {
-            changes: FsChanges::new(root.to_path_buf(), ws.runs_dir()).with_redactor(redactor.clone()),
-            runner: ProcessRunner { redactor, sandbox: sandboxing(ws)?, ..ProcessRunner::new(ws.runs_dir()) },
+            changes,
+            runner: ProcessRunner {
+                redactor,
+                sandbox: sandboxes.sandbox,
+                unsandboxed: sandboxes.unsandboxed,
+                ..ProcessRunner::new(ws.runs_dir())
+            },
             patterns: library(ws)?,
-            settings: closed_loop_settings(ws)?,
+            settings,
         })
     }
 

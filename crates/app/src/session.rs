@@ -64,7 +64,7 @@ impl Session {
         root: PathBuf,
         live: Held,
     ) -> Result<Self, Error> {
-        let ports = Ports::new(ws, &root, crate::assemble::redactor(pipeline), store)?;
+        let ports = Ports::new(ws, &root, pipeline, crate::assemble::redactor(pipeline), store)?;
         Ok(Self { ports, root, _live: live })
     }
 

@@ -223,8 +223,14 @@ impl Observer for Progress {
             | Event::ProcessStarted { .. }
             | Event::CancelRequested { .. }
             | Event::SnapshotTaken { .. }
+            | Event::LayerMade { .. }
+            | Event::LayerDropped { .. }
+            | Event::SandboxUnavailable { .. }
             | Event::ChangesCommitted { .. } => {}
             Event::SnapshotFailed { stage, reason, .. } => self.line(&format!("  {stage}: warning: {reason}")),
+            Event::NetworkRefused { stage, target, .. } => {
+                self.line(&format!("  {stage}: the sandbox refused a connection to {target}"));
+            }
             Event::RepositoryRepaired { stage, detail } => self.line(&format!("  {stage}: {detail}")),
             Event::Generated { stage, attempt, duration_ms, files, failure, .. } => {
                 self.stop_spinner();

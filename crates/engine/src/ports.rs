@@ -36,6 +36,29 @@ pub struct StageRequest {
     pub timeout: Duration,
     /// Working directory.
     pub workspace: PathBuf,
+    /// How its processes are confined.
+    pub confine: Confinement,
+}
+
+/// How an attempt's processes are confined (SPEC §12), as the engine decided from the stage,
+/// its agent and the workspace's `sandbox` setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confinement {
+    /// The stage's processes run in a sandbox where the runner can make one (false:
+    /// `sandbox: off`).
+    pub sandbox: bool,
+    /// What a sandboxed process may reach.
+    pub network: loopwright_spec::sandbox::Network,
+    /// The layer the attempt writes into ([`Changes::make_layer`]), for agent-mode attempts
+    /// and their checks; `None`: the workspace itself.
+    pub layer: Option<String>,
+}
+
+impl Default for Confinement {
+    /// Unsandboxed.
+    fn default() -> Self {
+        Self { sandbox: false, network: loopwright_spec::sandbox::Network::None, layer: None }
+    }
 }
 
 /// What a runner tells the engine while a stage runs.
@@ -47,6 +70,13 @@ pub enum Notice {
         group: ProcessGroup,
         /// What was run.
         command: String,
+    },
+    /// A sandboxed process asked for a host it may not reach.
+    NetworkRefused {
+        /// What it asked for (`host:port`).
+        target: String,
+        /// Why it was refused.
+        why: String,
     },
 }
 
@@ -165,6 +195,11 @@ pub trait Runner {
     /// process group (marked with the run and stage, so `end_strays` finds it after a crash),
     /// ended at the timeout; stdout and stderr are captured.
     async fn command(&self, request: &CommandRequest<'_>) -> Execution;
+    /// Why stages that ask for a sandbox run without one (`sandbox = "auto"` on a machine that
+    /// cannot make one), if they do.
+    fn unsandboxed(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A check or fixer command of the closed loop.
@@ -180,6 +215,9 @@ pub struct CommandRequest<'a> {
     pub workspace: &'a std::path::Path,
     /// Time limit.
     pub timeout: Duration,
+    /// How it is confined: like its stage, over the same layer, with no network unless the
+    /// stage names hosts.
+    pub confine: &'a Confinement,
 }
 
 /// The workspace's files as stages change them: snapshots before attempts (to undo a stage's
@@ -238,6 +276,36 @@ pub trait Changes {
     /// True when a program is on PATH.
     fn has_program(&self, _name: &str) -> bool {
         false
+    }
+    /// True when stages run in sandboxes that keep the workspace apart (SPEC §12): plan mode
+    /// mounted read-only (nothing to snapshot), agent-mode attempts writing into layers.
+    fn confined(&self) -> bool {
+        false
+    }
+    /// Makes an empty layer `name` for an attempt of `run` (an old one of that name is
+    /// dropped first); says how it is mounted.
+    fn make_layer(&self, _run: &RunId, _name: &str) -> Result<String, String> {
+        Err("layers are not made here".into())
+    }
+    /// Discards layer `name` (undoing a copy into the workspace that a crash cut short);
+    /// returns how many files and folders it held.
+    fn drop_layer(&self, _run: &RunId, _name: &str) -> Result<usize, String> {
+        Ok(0)
+    }
+    /// The files layer `name` changes.
+    fn layer_changed(&self, _run: &RunId, _name: &str) -> Result<loopwright_journal::closed_loop::FileChanges, String> {
+        Ok(loopwright_journal::closed_loop::FileChanges::default())
+    }
+    /// Copies layer `name` into the workspace (through the path guard), commits what it
+    /// changed like [`Changes::commit`], and removes the layer.
+    fn commit_layer(
+        &self,
+        _run: &RunId,
+        _name: &str,
+        _task: &TaskId,
+        _stage: &StageId,
+    ) -> Result<Option<(String, usize)>, String> {
+        Err("layers are not made here".into())
     }
 }
 

@@ -18,6 +18,7 @@ use crate::prompt::build_prompt;
 use crate::state::RunState;
 use loopwright_spec::Mode;
 use loopwright_spec::pipeline::RollbackStrategy;
+use loopwright_spec::sandbox::{Network, SandboxMode};
 
 /// Runs a pipeline against the ports.
 pub struct Engine<'a, S, R, C, X, W> {
@@ -78,8 +79,16 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 Step::Evaluate { stage, attempt } => self.evaluate(&mut state, stage, attempt).await?,
                 Step::Analyze { stage, attempt } => self.analyze(&mut state, stage, attempt).await?,
                 Step::Fix { stage, attempt } => self.fix(&mut state, stage, attempt).await?,
-                Step::Done(_) => {
+                Step::Done(status) => {
                     self.flush(&mut state).await?;
+                    if status.is_final() {
+                        // What failed attempts wrote is of no more use once the run has ended.
+                        let left: Vec<StageId> =
+                            state.stages.iter().filter(|s| s.layer.is_some()).map(|s| s.id.clone()).collect();
+                        for stage in left {
+                            self.drop_layer(&mut state, &stage, None).await?;
+                        }
+                    }
                     return Ok(state);
                 }
             }
@@ -178,14 +187,41 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 self.record(state, Event::SnapshotRestored { stage: stage_id.clone(), attempt, report }).await?;
             }
         }
+        // An earlier attempt's layer (it failed), or this attempt's (it was interrupted): what
+        // it wrote is discarded, and nothing of the workspace needs restoring.
+        self.drop_layer(state, &stage_id, Some(attempt)).await?;
+        if !state.sandbox_noted
+            && let Some(reason) = self.runner.unsandboxed()
+        {
+            self.defer(state, Event::SandboxUnavailable { reason });
+        }
         self.defer(state, Event::AttemptStarted { stage: stage_id.clone(), attempt });
         let looped = closed_loop::is_closed_loop(stage);
-        // Plan mode is enforced, not trusted (SPEC §5): its attempts are snapshotted too.
+        let mut confine = self.confinement(stage);
+        // In a sandbox that keeps the workspace apart, an agent-mode attempt writes into a layer
+        // and plan mode is mounted read-only: neither needs a snapshot (SPEC §12).
+        let apart = confine.sandbox && self.changes.confined();
+        if apart && stage.mode == Mode::Agent {
+            let name = format!("{stage_id}-{attempt}");
+            let event = match self.changes.make_layer(&state.run_id, &name) {
+                Ok(how) => {
+                    confine.layer = Some(name.clone());
+                    Event::LayerMade { stage: stage_id.clone(), attempt, layer: name, how }
+                }
+                Err(reason) => Event::SnapshotFailed {
+                    stage: stage_id.clone(),
+                    attempt,
+                    reason: format!("no layer could be made for the attempt ({reason}); it writes into the workspace"),
+                },
+            };
+            self.defer(state, event);
+        }
+        // Plan mode is enforced, not trusted (SPEC §5): without a sandbox its attempts are
+        // snapshotted too. A `file_restore` rollback needs the snapshot either way.
+        let kept_apart = confine.layer.is_some() || (apart && stage.mode == Mode::Plan);
         let tracks_changes = self.changes.enabled()
-            && (looped
-                || stage.mode == Mode::Plan
-                || stage.mode == Mode::Agent
-                || stage.rollback.as_ref().is_some_and(|r| r.strategy == RollbackStrategy::FileRestore));
+            && (stage.rollback.as_ref().is_some_and(|r| r.strategy == RollbackStrategy::FileRestore)
+                || (!kept_apart && (looped || stage.mode == Mode::Plan || stage.mode == Mode::Agent)));
         let mut snapshot = format!("{stage_id}-{attempt}");
         let mut snapshot_taken = false;
         let watch = if stage.mode == Mode::Plan { Watch::ReadOnly } else { Watch::Files };
@@ -229,6 +265,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             prompt: build_prompt(self.pipeline, stage, state),
             timeout: capped_timeout(self.pipeline, state, stage),
             workspace: started.workspace.clone().into(),
+            confine,
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (runner, stopper) = (self.runner, self.stopper);
@@ -277,10 +314,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         }
         if looped {
             // GENERATE + EXECUTE ended: what the agent changed, and its failure if it failed.
-            let files = if snapshot_taken {
-                self.changes.changed(&state.run_id, &snapshot).unwrap_or_default()
-            } else {
-                Default::default()
+            let files = match &request.confine.layer {
+                Some(layer) => self.changes.layer_changed(&state.run_id, layer).unwrap_or_default(),
+                None if snapshot_taken => self.changes.changed(&state.run_id, &snapshot).unwrap_or_default(),
+                None => Default::default(),
             };
             let (outputs, failure) = match judge(&stage.outputs, &execution) {
                 Ok(outputs) => (outputs, None),
@@ -336,12 +373,16 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         }
         match judge(&stage.outputs, &execution) {
             Ok(outputs) => {
-                // An agent-mode stage commits everything changed since its first attempt.
-                let commit_from = (snapshot_taken && stage.mode == Mode::Agent).then(|| {
-                    let first = state.stage(stage_id.as_str()).and_then(|s| s.snapshots.first());
-                    first.map_or(snapshot, |(_, n)| n.clone())
-                });
-                return self.succeed(state, stage_id, attempt, duration_ms, outputs, commit_from).await;
+                // An agent-mode stage commits what its layer holds, else everything changed
+                // since its first attempt.
+                let commit = match request.confine.layer {
+                    Some(layer) => Some(Commit::Layer(layer)),
+                    None => (snapshot_taken && stage.mode == Mode::Agent).then(|| {
+                        let first = state.stage(stage_id.as_str()).and_then(|s| s.snapshots.first());
+                        Commit::Since(first.map_or(snapshot, |(_, n)| n.clone()))
+                    }),
+                };
+                return self.succeed(state, stage_id, attempt, duration_ms, outputs, commit).await;
             }
             Err(mut error) => {
                 if error.exit_code.is_some() || error.kind == FailureKind::Timeout {
@@ -408,6 +449,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         let it = lp.iterations.last().expect("a looping stage has generated").clone();
         let snapshot = st.snapshots.iter().rev().find(|(a, _)| *a == attempt).map(|(_, n)| n.clone());
         let first_snapshot = st.snapshots.first().map(|(_, n)| n.clone());
+        let layer = st.layer.as_ref().filter(|(a, _)| *a == attempt).map(|(_, n)| n.clone());
         let all_files = lp.files();
         let gate = lp.regression_gate.clone().flatten();
         self.flush(state).await?;
@@ -564,8 +606,11 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             }
         }
         // SUCCESS: the agent's changes are committed, then its outputs become the stage's.
-        let commit_from = first_snapshot.filter(|_| stage.mode == Mode::Agent);
-        self.succeed(state, stage_id, attempt, 0, it.outputs, commit_from).await?;
+        let commit = match layer {
+            Some(layer) => Some(Commit::Layer(layer)),
+            None => first_snapshot.filter(|_| stage.mode == Mode::Agent).map(Commit::Since),
+        };
+        self.succeed(state, stage_id, attempt, 0, it.outputs, commit).await?;
         self.flush(state).await
     }
 
@@ -581,13 +626,13 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         attempt: u32,
         duration_ms: u64,
         outputs: crate::event::Outputs,
-        commit_from: Option<String>,
+        commit: Option<Commit>,
     ) -> Result<(), StoreError> {
-        let Some(name) = commit_from else {
+        let Some(commit) = commit else {
             self.defer(state, Event::AttemptSucceeded { stage, attempt, duration_ms, outputs });
             return Ok(());
         };
-        match self.commit(state, &stage, &name).await? {
+        match self.commit(state, &stage, &commit).await? {
             Err(error) => self.record(state, Event::AttemptFailed { stage, attempt, duration_ms, error }).await,
             Ok(committed) => {
                 self.defer(state, Event::AttemptSucceeded { stage, attempt, duration_ms, outputs });
@@ -676,12 +721,53 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         self.record(state, Event::FixApplied { stage: stage_id, attempt, fix }).await
     }
 
-    /// Runs a check or fixer command of a stage in the workspace.
+    /// Runs a check or fixer command of a stage in the workspace, over the layer of the
+    /// stage's attempt when it has one.
     async fn shell(&self, state: &RunState, stage: &StageId, command: &str, timeout: std::time::Duration) -> Execution {
         let workspace = state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
-        let request =
-            crate::ports::CommandRequest { run: &state.run_id, stage, command, workspace: &workspace, timeout };
+        let spec = self.pipeline.stage(stage.as_str()).expect("the state machine only names pipeline stages");
+        let mut confine = self.confinement(spec);
+        // Checks reach only the hosts a stage names, never its model.
+        if !matches!(spec.network, Some(Network::Hosts(_))) {
+            confine.network = Network::None;
+        }
+        confine.layer = state.stage(stage.as_str()).and_then(|s| s.layer.as_ref()).map(|(_, name)| name.clone());
+        let request = crate::ports::CommandRequest {
+            run: &state.run_id,
+            stage,
+            command,
+            workspace: &workspace,
+            timeout,
+            confine: &confine,
+        };
         self.runner.command(&request).await
+    }
+
+    /// How a stage's processes are confined (without a layer: [`Self::execute`] adds it): in a
+    /// sandbox unless the stage or the workspace turns it off; reaching the network the stage
+    /// names, else its agent's, else the agent's model (an agent) or nothing (shell commands).
+    fn confinement(&self, stage: &loopwright_spec::Stage) -> crate::ports::Confinement {
+        let agent = self.pipeline.agent_of(stage);
+        let default = if agent.is_some() { Network::Model } else { Network::None };
+        let network = stage.network.clone().or_else(|| agent.and_then(|a| a.network.clone())).unwrap_or(default);
+        let mode = stage.sandbox.unwrap_or(self.settings.sandbox);
+        crate::ports::Confinement { sandbox: mode != SandboxMode::Off, network, layer: None }
+    }
+
+    /// Discards the layer a stage's earlier attempt (or this one, interrupted) left, journaling
+    /// what it held.
+    /// `next` is the attempt about to start; `None` when the run has ended.
+    async fn drop_layer(&mut self, state: &mut RunState, stage: &StageId, next: Option<u32>) -> Result<(), StoreError> {
+        let Some((made, name)) = state.stage(stage.as_str()).and_then(|s| s.layer.clone()) else {
+            return Ok(());
+        };
+        let files = self.changes.drop_layer(&state.run_id, &name).unwrap_or(0);
+        let reason = match next {
+            Some(next) if next == made => "the attempt was interrupted; it runs again from the start".to_owned(),
+            Some(next) => format!("attempt {made} did not pass; attempt {next} starts from the workspace as it was"),
+            None => "the run ended without keeping what the attempt wrote".to_owned(),
+        };
+        self.record(state, Event::LayerDropped { stage: stage.clone(), attempt: made, files, reason }).await
     }
 
     /// Commits what changed since snapshot `name` for a stage. Returns the `changes_committed`
@@ -692,12 +778,16 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         &mut self,
         state: &mut RunState,
         stage_id: &StageId,
-        name: &str,
+        commit: &Commit,
     ) -> Result<Result<Option<Event>, StageError>, StoreError> {
         self.repair(state, stage_id).await?;
         let task = state.started.as_ref().map(|s| s.task_id.clone()).expect("a started run");
         let known = |sha: &str| state.stage(stage_id.as_str()).is_some_and(|s| s.commits.iter().any(|c| c == sha));
-        Ok(match self.changes.commit(&state.run_id, name, &task, stage_id) {
+        let made = match commit {
+            Commit::Since(name) => self.changes.commit(&state.run_id, name, &task, stage_id),
+            Commit::Layer(name) => self.changes.commit_layer(&state.run_id, name, &task, stage_id),
+        };
+        Ok(match made {
             Ok(Some((commit, files))) => Ok(Some(Event::ChangesCommitted { stage: stage_id.clone(), commit, files })),
             Ok(None) => Ok(self
                 .changes
@@ -815,8 +905,19 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 // (`exec env -i …`), which `end_strays` could not recognise them by.
                 self.record(state, event).await
             }
+            Notice::NetworkRefused { target, why } => {
+                self.record(state, Event::NetworkRefused { stage: stage.clone(), attempt, target, why }).await
+            }
         }
     }
+}
+
+/// What an agent-mode attempt's success commits.
+enum Commit {
+    /// What changed since this snapshot.
+    Since(String),
+    /// What this layer holds.
+    Layer(String),
 }
 
 /// The stage's timeout, shortened to what is left of its and the run's time budgets.

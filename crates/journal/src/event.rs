@@ -160,6 +160,47 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// The attempt writes into a layer over the workspace (SPEC §12): the workspace is not
+    /// changed until the attempt passes, when the layer is copied into it.
+    LayerMade {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// The layer's name (its folder in the run's `layers/`).
+        layer: String,
+        /// How it is mounted, in words (`a kernel overlay in a user namespace`).
+        how: String,
+    },
+    /// An attempt's layer was discarded: what the attempt wrote is gone, and nothing of the
+    /// workspace had to be restored.
+    LayerDropped {
+        /// The stage.
+        stage: StageId,
+        /// The attempt whose layer it was.
+        attempt: u32,
+        /// Files and folders the layer held.
+        files: usize,
+        /// Why, in words.
+        reason: String,
+    },
+    /// A sandboxed process asked for a host it may not reach, and was refused.
+    NetworkRefused {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// What was asked for (`host:port`).
+        target: String,
+        /// Why it was refused.
+        why: String,
+    },
+    /// This run's stages run without a sandbox although one was asked for (`sandbox = "auto"`
+    /// on a machine that cannot make one): why.
+    SandboxUnavailable {
+        /// What is missing, in words.
+        reason: String,
+    },
     /// loopwright repaired what a crash left in the repository before using it (a stale
     /// `.git/index.lock` that no live process held, which would fail every commit).
     RepositoryRepaired {
@@ -443,6 +484,9 @@ impl Event {
             | Event::FeedbackChecked { stage, .. }
             | Event::SnapshotTaken { stage, .. }
             | Event::SnapshotFailed { stage, .. }
+            | Event::LayerMade { stage, .. }
+            | Event::LayerDropped { stage, .. }
+            | Event::NetworkRefused { stage, .. }
             | Event::RepositoryRepaired { stage, .. }
             | Event::SnapshotRestored { stage, .. }
             | Event::ChangesCommitted { stage, .. }
@@ -467,7 +511,8 @@ impl Event {
             | Event::RollbackStarted { .. }
             | Event::RollbackFinished { .. }
             | Event::WorktreeMerged { .. }
-            | Event::WorktreeConflict { .. } => None,
+            | Event::WorktreeConflict { .. }
+            | Event::SandboxUnavailable { .. } => None,
         }
     }
 
@@ -488,6 +533,10 @@ impl Event {
         "feedback_checked",
         "snapshot_taken",
         "snapshot_failed",
+        "layer_made",
+        "layer_dropped",
+        "network_refused",
+        "sandbox_unavailable",
         "repository_repaired",
         "snapshot_restored",
         "changes_committed",
@@ -533,6 +582,10 @@ impl Event {
             Event::FeedbackChecked { .. } => "feedback_checked",
             Event::SnapshotTaken { .. } => "snapshot_taken",
             Event::SnapshotFailed { .. } => "snapshot_failed",
+            Event::LayerMade { .. } => "layer_made",
+            Event::LayerDropped { .. } => "layer_dropped",
+            Event::NetworkRefused { .. } => "network_refused",
+            Event::SandboxUnavailable { .. } => "sandbox_unavailable",
             Event::RepositoryRepaired { .. } => "repository_repaired",
             Event::SnapshotRestored { .. } => "snapshot_restored",
             Event::ChangesCommitted { .. } => "changes_committed",

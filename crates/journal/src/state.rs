@@ -214,6 +214,9 @@ pub struct StageState {
     pub feedback_brief: Option<String>,
     /// Snapshots taken before attempts: (attempt, name).
     pub snapshots: Vec<(u32, String)>,
+    /// The layer an attempt wrote into that is still there: (attempt, name). A layer leaves
+    /// when it is dropped or when its attempt succeeds (its files were copied back).
+    pub layer: Option<(u32, String)>,
     /// Commits of this stage's changes.
     pub commits: Vec<String>,
     /// How this stage was rolled back.
@@ -311,6 +314,7 @@ impl StageState {
             feedback_brief: None,
             pass_base: 0,
             snapshots: Vec::new(),
+            layer: None,
             commits: Vec::new(),
             rollback: None,
             closed: None,
@@ -385,6 +389,8 @@ pub struct RunState {
     pub merge_conflict: Option<Vec<String>>,
     /// The answer to the merge-conflict escalation, until the merge is tried again.
     pub merge_answer: Option<crate::event::Answer>,
+    /// The journal already says why this run's stages are not sandboxed.
+    pub sandbox_noted: bool,
     /// Events applied but not yet journaled (they have no effect outside until they are):
     /// the engine commits them in one transaction before its next outside effect.
     unflushed: Vec<(Event, jiff::Timestamp)>,
@@ -442,6 +448,7 @@ impl RunState {
             worktree_merged: false,
             merge_conflict: None,
             merge_answer: None,
+            sandbox_noted: false,
             unflushed: Vec::new(),
         }
     }
@@ -596,7 +603,15 @@ impl RunState {
             Event::SnapshotTaken { stage, attempt, snapshot, .. } => {
                 self.stage_mut(stage).snapshots.push((*attempt, snapshot.clone()));
             }
-            Event::SnapshotFailed { .. } | Event::SnapshotRestored { .. } | Event::RepositoryRepaired { .. } => {}
+            Event::LayerMade { stage, attempt, layer, .. } => {
+                self.stage_mut(stage).layer = Some((*attempt, layer.clone()))
+            }
+            Event::LayerDropped { stage, .. } => self.stage_mut(stage).layer = None,
+            Event::SnapshotFailed { .. }
+            | Event::SnapshotRestored { .. }
+            | Event::RepositoryRepaired { .. }
+            | Event::NetworkRefused { .. } => {}
+            Event::SandboxUnavailable { .. } => self.sandbox_noted = true,
             Event::ChangesCommitted { stage, commit, .. } => self.stage_mut(stage).commits.push(commit.clone()),
             Event::RollbackStarted { trigger, stages } => {
                 self.rollback = Some(RollbackState {
@@ -641,6 +656,8 @@ impl RunState {
                 if let Some(lp) = s.closed.as_mut() {
                     lp.succeeded = true;
                 }
+                // Its layer, if it had one, was copied into the workspace.
+                s.layer = None;
                 s.status = StageStatus::Success;
                 s.duration_ms += duration_ms;
                 s.outputs = outputs.clone();

@@ -27,6 +27,7 @@ use loopwright_engine::ports::{
 use loopwright_engine::{RunId, TaskId};
 use loopwright_spec::RunnerKind;
 use loopwright_spec::StageId;
+use loopwright_spec::sandbox::Network;
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
@@ -45,8 +46,11 @@ pub struct ProcessRunner {
     pub output_cap: usize,
     /// Secret values kept out of outputs and prompt files.
     pub redactor: secrets::Redactor,
-    /// When set, every stage process and check runs in a sandbox (see [`sandbox`]).
+    /// When set, every stage process and check runs in a sandbox (see [`sandbox`]) unless its
+    /// stage says `sandbox: off`.
     pub sandbox: Option<Sandboxing>,
+    /// Why stages that ask for a sandbox run without one (none could be made here).
+    pub unsandboxed: Option<String>,
 }
 
 /// How the runner makes sandboxes.
@@ -54,6 +58,45 @@ pub struct ProcessRunner {
 pub struct Sandboxing {
     /// The `bwrap` program.
     pub bwrap: PathBuf,
+    /// Where attempts' homes and layers live ([`sandbox::state_dir`]).
+    pub state: PathBuf,
+    /// The loopwright program: inside a sandbox that reaches hosts, `loopwright sandbox-exec`
+    /// carries its connections to the proxy.
+    pub helper: PathBuf,
+}
+
+/// Whose process a sandbox is made for.
+#[derive(Clone, Copy)]
+struct Whose<'a> {
+    run: &'a RunId,
+    /// The name of its home (`STAGE-ATTEMPT`, `STAGE-checks`).
+    home: &'a str,
+    workspace: &'a Path,
+    mode: loopwright_spec::Mode,
+    agent: Option<&'a loopwright_spec::Agent>,
+    confine: &'a loopwright_engine::ports::Confinement,
+}
+
+/// A process's sandbox while it runs: its argv, and what lives as long as it does.
+struct Confined {
+    argv: Vec<String>,
+    /// The allow-list proxy it reaches the network through.
+    proxy: Option<proxy::Proxy>,
+    /// The folder of the proxy's socket (short, private).
+    _socket_dir: Option<tempfile::TempDir>,
+    /// Its home, removed when it ends (copies of the agent's sign-in live there).
+    home: Option<PathBuf>,
+}
+
+impl Confined {
+    /// Ends what the process needed; returns what the proxy refused it.
+    fn finish(self) -> Vec<proxy::Refused> {
+        let refused = self.proxy.as_ref().map(proxy::Proxy::refused).unwrap_or_default();
+        if let Some(home) = &self.home {
+            let _ = std::fs::remove_dir_all(home);
+        }
+        refused
+    }
 }
 
 impl ProcessRunner {
@@ -65,34 +108,81 @@ impl ProcessRunner {
             output_cap: 8 * 1024 * 1024,
             redactor: secrets::Redactor::from_env(&[]),
             sandbox: None,
+            unsandboxed: None,
         }
     }
 
-    /// `argv` as it runs: in a sandbox when the runner makes them (the workspace read-only in
-    /// plan mode, else writable but for `.git/` and `.loopwright/`; a home of its own under
-    /// the run's folder, `homes/NAME`; the network only for agents, which reach their model),
-    /// else as it is.
-    fn wrapped(
-        &self,
-        argv: &[String],
-        run: &RunId,
-        home: &str,
-        workspace: &Path,
-        read_only: bool,
-        network: bool,
-    ) -> Result<Vec<String>, String> {
-        let Some(s) = &self.sandbox else { return Ok(argv.to_vec()) };
-        let home = self.runs_dir.join(run.as_str()).join("homes").join(home);
+    /// `argv` as it runs: in a sandbox when the runner makes them and `confine` asks for one
+    /// (the workspace read-only in plan mode, the attempt's layer over it, or writable but
+    /// for `.git/` and `.loopwright/`; a home of its own holding only its agent's
+    /// configuration; the hosts `confine` allows through a proxy, else no network), else as
+    /// it is.
+    fn confined(&self, argv: &[String], whose: &Whose<'_>) -> Result<Confined, String> {
+        let Whose { run, home, workspace, mode, agent, confine } = *whose;
+        let unconfined = || Confined { argv: argv.to_vec(), proxy: None, _socket_dir: None, home: None };
+        let Some(s) = self.sandbox.as_ref().filter(|_| confine.sandbox) else { return Ok(unconfined()) };
+        let home = s.state.join(run.as_str()).join("homes").join(home);
+        let _ = std::fs::remove_dir_all(&home);
         std::fs::create_dir_all(&home).map_err(|e| format!("cannot create {}: {e}", home.display()))?;
+        let mut config = Vec::new();
+        let user_home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+        let program: Vec<&str> = argv.first().map(String::as_str).into_iter().collect();
+        let seen_home =
+            user_home.as_ref().map(|h| sandbox::user_home(h, std::env::var_os("PATH").as_deref(), &program));
+        if let (Some(agent), Some(user_home)) = (agent, user_home) {
+            let wanted = presets::agent_config(agent.runner);
+            for file in wanted.copies {
+                let from = user_home.join(file);
+                if from.is_file() {
+                    let to = home.join(file);
+                    let copied =
+                        to.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::copy(&from, &to));
+                    copied.map_err(|e| format!("cannot copy {} into the sandbox's home: {e}", from.display()))?;
+                }
+            }
+            config.extend(wanted.shared.iter().map(|dir| (user_home.join(dir), (*dir).to_owned())));
+        }
+        let hosts: Vec<loopwright_spec::sandbox::Host> = match &confine.network {
+            Network::None => Vec::new(),
+            Network::Model => agent.map(presets::model_hosts).unwrap_or_default(),
+            Network::Hosts(hosts) => hosts.clone(),
+        };
+        let (proxy, socket_dir, plan_proxy) = if hosts.is_empty() {
+            (None, None, None)
+        } else {
+            let dir = tempfile::Builder::new()
+                .prefix("lw-net-")
+                .tempdir()
+                .map_err(|e| format!("cannot make a folder for the network proxy: {e}"))?;
+            let socket = dir.path().join("proxy.sock");
+            let allowed = hosts.iter().map(|h| proxy::Allowed { host: h.host.clone(), port: h.port }).collect();
+            let running = proxy::start(&socket, allowed).map_err(|e| format!("cannot start the network proxy: {e}"))?;
+            let tunnels = hosts
+                .iter()
+                .filter(|h| h.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()))
+                .map(|h| (h.host.clone(), h.port))
+                .collect();
+            let plan = sandbox::ProxyPlan { socket, helper: s.helper.clone(), tunnels };
+            (Some(running), Some(dir), Some(plan))
+        };
+        let write = match (&confine.layer, mode) {
+            (_, loopwright_spec::Mode::Plan) => sandbox::Write::ReadOnly,
+            (Some(layer), _) => {
+                let layer = sandbox::Layer::of(&s.state, run.as_str(), layer);
+                sandbox::Write::Layer { upper: layer.upper(), work: layer.work() }
+            }
+            (None, _) => sandbox::Write::Direct,
+        };
         let plan = sandbox::Plan {
             workspace: workspace.to_path_buf(),
-            write: if read_only { sandbox::Write::ReadOnly } else { sandbox::Write::Direct },
-            home,
-            config: Vec::new(),
-            network,
-            proxy: None,
+            write,
+            home: home.clone(),
+            config,
+            network: false,
+            proxy: plan_proxy,
+            user_home: seen_home,
         };
-        Ok(sandbox::command(&s.bwrap, &plan, argv))
+        Ok(Confined { argv: sandbox::command(&s.bwrap, &plan, argv), proxy, _socket_dir: socket_dir, home: Some(home) })
     }
 
     fn env(request: &StageRequest, prompt_file: &std::path::Path) -> Vec<(String, String)> {
@@ -275,24 +365,30 @@ impl Runner for ProcessRunner {
             let shown = argv.join(" ");
             let shown = shown.strip_prefix("sh -c ").map_or(shown.clone(), str::to_owned);
             let home = format!("{}-{}", request.stage, request.attempt);
-            let read_only = request.mode == loopwright_spec::Mode::Plan;
-            let argv = match self.wrapped(
-                argv,
-                &request.run_id,
-                &home,
-                &request.workspace,
-                read_only,
-                request.agent.is_some(),
-            ) {
-                Ok(a) => a,
+            let whose = Whose {
+                run: &request.run_id,
+                home: &home,
+                workspace: &request.workspace,
+                mode: request.mode,
+                agent: request.agent.as_ref(),
+                confine: &request.confine,
+            };
+            let confined = match self.confined(argv, &whose) {
+                Ok(c) => c,
                 Err(why) => return done(ExecOutcome::SpawnFailed(why), stdout, stderr),
             };
-            let spawn = Spawn { argv: &argv, ..spawn };
+            let spawn = Spawn { argv: &confined.argv, ..spawn };
             let on_start = |pgid, start_time| {
                 let group = ProcessGroup { pgid, start_time };
                 let _ = notices.send(Notice::ProcessStarted { group, command: shown.clone() });
             };
             let result = process::run_live(spawn, on_start, Some((&mut live_out, &mut live_err))).await;
+            let mut said = std::collections::BTreeSet::new();
+            for refused in confined.finish() {
+                if said.insert(refused.target.clone()) {
+                    let _ = notices.send(Notice::NetworkRefused { target: refused.target, why: refused.why });
+                }
+            }
             stdout.push_str(&result.stdout);
             stderr.push_str(&result.stderr);
             outcome = exec_outcome(result.end);
@@ -333,8 +429,17 @@ impl Runner for ProcessRunner {
             usage: None,
             duration: started.elapsed(),
         };
-        let argv = match self.wrapped(&argv, request.run, "checks", request.workspace, false, false) {
-            Ok(a) => a,
+        let home = format!("{}-checks", request.stage);
+        let whose = Whose {
+            run: request.run,
+            home: &home,
+            workspace: request.workspace,
+            mode: loopwright_spec::Mode::Agent,
+            agent: None,
+            confine: request.confine,
+        };
+        let confined = match self.confined(&argv, &whose) {
+            Ok(c) => c,
             Err(why) => return self.scrubbed(done(ExecOutcome::SpawnFailed(why), String::new())),
         };
         let env = [
@@ -343,7 +448,7 @@ impl Runner for ProcessRunner {
             ("LOOPWRIGHT_CHECK".to_owned(), "1".to_owned()),
         ];
         let spawn = Spawn {
-            argv: &argv,
+            argv: &confined.argv,
             stdin: None,
             env: &env,
             cwd: request.workspace,
@@ -352,13 +457,24 @@ impl Runner for ProcessRunner {
             output_cap: self.output_cap,
         };
         let result = process::run(spawn, |_, _| {}).await;
+        let mut stderr = result.stderr;
+        for refused in confined.finish() {
+            stderr.push_str(&format!(
+                "loopwright: the sandbox refused a connection to {}: {}\n",
+                refused.target, refused.why
+            ));
+        }
         self.scrubbed(Execution {
             outcome: exec_outcome(result.end),
             stdout: result.stdout,
-            stderr: result.stderr,
+            stderr,
             usage: None,
             duration: started.elapsed(),
         })
+    }
+
+    fn unsandboxed(&self) -> Option<String> {
+        self.unsandboxed.clone()
     }
 
     fn end_leftovers(&self, process_groups: &[ProcessGroup]) {
@@ -391,13 +507,39 @@ pub struct FsChanges {
     last: std::cell::RefCell<Option<(RunId, String, snapshot::Manifest)>>,
     /// Secrets kept out of the file texts the closed loop's strategies read.
     redactor: secrets::Redactor,
+    /// Where layers are made, when stages run in sandboxes that keep the workspace apart
+    /// ([`sandbox::state_dir`]).
+    layers: Option<PathBuf>,
 }
 
 impl FsChanges {
     /// Tracks changes of `workspace`, keeping snapshots under `runs_dir/RUN/snapshots/`.
     pub fn new(workspace: PathBuf, runs_dir: PathBuf) -> Self {
         let git = git::is_repo(&workspace);
-        Self { workspace, runs_dir, git, last: std::cell::RefCell::new(None), redactor: secrets::Redactor::default() }
+        Self {
+            workspace,
+            runs_dir,
+            git,
+            last: std::cell::RefCell::new(None),
+            redactor: secrets::Redactor::default(),
+            layers: None,
+        }
+    }
+
+    /// Agent-mode attempts write into layers under `state` (see [`sandbox::state_dir`]), and
+    /// plan mode is mounted read-only: the runner sandboxes the stages with overlays.
+    pub fn with_layers(self, state: PathBuf) -> Self {
+        Self { layers: Some(state), ..self }
+    }
+
+    fn layer(&self, run: &RunId, name: &str) -> Result<sandbox::Layer, String> {
+        let state = self.layers.as_ref().ok_or("layers are not made here")?;
+        Ok(sandbox::Layer::of(state, run.as_str(), name))
+    }
+
+    /// The repository's commit now, if the workspace is one.
+    fn head(&self) -> Option<String> {
+        self.git.then(|| git::git(&self.workspace, &["rev-parse", "--verify", "-q", "HEAD"]).ok()).flatten()
     }
 
     /// Redacts the secrets `redactor` knows from the files it reads for the closed loop.
@@ -523,6 +665,60 @@ impl Changes for FsChanges {
 
     fn has_program(&self, name: &str) -> bool {
         process::resolve(name).is_absolute()
+    }
+
+    fn confined(&self) -> bool {
+        self.layers.is_some()
+    }
+
+    fn make_layer(&self, run: &RunId, name: &str) -> Result<String, String> {
+        let layer = self.layer(run, name)?;
+        layer.make().map_err(|e| format!("cannot make {}: {e}", layer.dir.display()))?;
+        Ok("a kernel overlay in a user namespace".to_owned())
+    }
+
+    fn drop_layer(&self, run: &RunId, name: &str) -> Result<usize, String> {
+        let layer = self.layer(run, name)?;
+        let head = self.head();
+        layer
+            .discard(&self.workspace, head.as_deref())
+            .map_err(|e| format!("cannot remove {}: {e}", layer.dir.display()))
+    }
+
+    fn layer_changed(&self, run: &RunId, name: &str) -> Result<FileChanges, String> {
+        let layer = self.layer(run, name)?;
+        let (modified, created, deleted) =
+            layer.changes(&self.workspace).map_err(|e| format!("cannot read {}: {e}", layer.dir.display()))?;
+        Ok(FileChanges { modified, created, deleted })
+    }
+
+    fn commit_layer(
+        &self,
+        run: &RunId,
+        name: &str,
+        task: &TaskId,
+        stage: &StageId,
+    ) -> Result<Option<(String, usize)>, String> {
+        let layer = self.layer(run, name)?;
+        if !layer.exists() {
+            // Copied and committed before a crash, whose commit `committed` adopts.
+            return Ok(None);
+        }
+        let head = self.head();
+        let copied = layer
+            .copy_into(&self.workspace, head.as_deref())
+            .map_err(|e| format!("cannot copy {} into the workspace: {e}", layer.dir.display()))?;
+        let paths: Vec<String> = copied.written.into_iter().chain(copied.deleted).collect();
+        let n = paths.len();
+        let commit = if self.git && !paths.is_empty() {
+            git::commit(&self.workspace, &paths, run.as_str(), task.as_str(), stage.as_str())?.map(|sha| (sha, n))
+        } else {
+            None
+        };
+        // Copied (and committed): the layer is of no more use, and dropping it later must not
+        // undo the copy.
+        let _ = std::fs::remove_dir_all(&layer.dir);
+        Ok(commit)
     }
 
     fn committed(&self, run: &RunId, stage: &StageId) -> Option<(String, usize)> {

@@ -17,6 +17,7 @@
 //! loopwright commits agent-mode changes itself, so aider's own commits are turned off.
 
 use loopwright_engine::event::Usage;
+use loopwright_spec::sandbox::Host;
 use loopwright_spec::{Agent, Mode, RunnerKind};
 use serde_json::Value;
 
@@ -106,6 +107,79 @@ pub fn install_hint(runner: RunnerKind) -> Option<&'static str> {
 }
 
 /// Adds a reported count to a total that stays `None` until something is reported.
+/// The hosts an agent's model is reached at (`network: model` in a sandbox): its `base_url`;
+/// for a CLI preset, the base URL its own environment variable sets, else the hosts the CLI
+/// talks to by default (its API and sign-in). A `command` agent without `base_url` has none
+/// that loopwright knows: its stage names them with `network: [hosts]`.
+pub fn model_hosts(agent: &Agent) -> Vec<Host> {
+    if let Some(url) = &agent.base_url {
+        return Host::parse(url).into_iter().collect();
+    }
+    let (vars, defaults): (&[&str], &[&str]) = match agent.runner {
+        RunnerKind::Claude => (&["ANTHROPIC_BASE_URL"], &["api.anthropic.com"]),
+        RunnerKind::Codex => (&["OPENAI_BASE_URL"], &["api.openai.com", "chatgpt.com", "auth.openai.com"]),
+        RunnerKind::Gemini => (
+            &["GOOGLE_GEMINI_BASE_URL"],
+            &["generativelanguage.googleapis.com", "cloudcode-pa.googleapis.com", "oauth2.googleapis.com"],
+        ),
+        RunnerKind::Aider => (&["OPENAI_API_BASE", "ANTHROPIC_BASE_URL"], &["api.openai.com", "api.anthropic.com"]),
+        RunnerKind::Opencode => (
+            &["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"],
+            &["api.anthropic.com", "api.openai.com", "opencode.ai", "models.dev"],
+        ),
+        RunnerKind::Goose => (&["OPENAI_HOST", "ANTHROPIC_HOST"], &["api.openai.com", "api.anthropic.com"]),
+        RunnerKind::Openai => (&[], &["api.openai.com"]),
+        RunnerKind::Anthropic => (&[], &["api.anthropic.com"]),
+        RunnerKind::Command | RunnerKind::Shell => (&[], &[]),
+    };
+    let set: Vec<Host> =
+        vars.iter().filter_map(|v| std::env::var(v).ok()).filter_map(|url| Host::parse(&url).ok()).collect();
+    if set.is_empty() { defaults.iter().filter_map(|h| Host::parse(h).ok()).collect() } else { set }
+}
+
+/// An agent CLI's own configuration in the user's home (paths relative to it), as a sandbox
+/// gives it: `copies` are copied into the attempt's home (files the CLI reads and may write
+/// back: its settings, its sign-in, the state file it rewrites at start), `shared` folders are
+/// bound read-only (its sub-agents, commands, extensions). Nothing else of the user's home is
+/// there. Checked against what each CLI writes: claude rewrites `~/.claude.json` and writes
+/// sessions under `~/.claude/projects`; codex writes `~/.codex/sessions` and `log`; gemini
+/// `~/.gemini/tmp`; opencode `~/.local/share/opencode`; goose `~/.local/share/goose`.
+pub struct AgentConfig {
+    /// Files copied into the attempt's home.
+    pub copies: &'static [&'static str],
+    /// Folders bound read-only.
+    pub shared: &'static [&'static str],
+}
+
+/// The configuration of a runner's CLI (nothing for other runners).
+pub fn agent_config(runner: RunnerKind) -> AgentConfig {
+    let (copies, shared): (&'static [&'static str], &'static [&'static str]) = match runner {
+        RunnerKind::Claude => (
+            &[".claude.json", ".claude/.credentials.json", ".claude/settings.json", ".claude/CLAUDE.md"],
+            &[".claude/agents", ".claude/commands", ".claude/skills"],
+        ),
+        RunnerKind::Codex => (&[".codex/auth.json", ".codex/config.toml", ".codex/AGENTS.md"], &[".codex/prompts"]),
+        RunnerKind::Gemini => (
+            &[
+                ".gemini/settings.json",
+                ".gemini/oauth_creds.json",
+                ".gemini/google_accounts.json",
+                ".gemini/installation_id",
+                ".gemini/GEMINI.md",
+            ],
+            &[".gemini/commands", ".gemini/extensions"],
+        ),
+        RunnerKind::Aider => (&[".aider.conf.yml", ".aider.model.settings.yml", ".aider.model.metadata.json"], &[]),
+        RunnerKind::Opencode => (
+            &[".local/share/opencode/auth.json", ".config/opencode/opencode.json"],
+            &[".config/opencode/agent", ".config/opencode/command"],
+        ),
+        RunnerKind::Goose => (&[".config/goose/config.yaml"], &[]),
+        _ => (&[], &[]),
+    };
+    AgentConfig { copies, shared }
+}
+
 fn add(total: &mut Option<u64>, count: Option<u64>) {
     if let Some(c) = count {
         *total = Some(total.unwrap_or(0) + c);

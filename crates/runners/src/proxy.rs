@@ -195,6 +195,39 @@ pub async fn forward(listener: tokio::net::TcpListener, socket: PathBuf) -> std:
     }
 }
 
+/// Inside a sandbox with no network of its own: takes the connections of `listener` (on
+/// loopback, at the address `target` names) and carries each through the proxy's Unix socket as
+/// a `CONNECT target` tunnel, so that a program reaching an address allowed as written
+/// (`127.0.0.1:8080`, a local model server) connects as it would outside, proxy settings or
+/// not; the proxy still decides. Runs until the task is dropped.
+pub async fn tunnel(listener: tokio::net::TcpListener, socket: PathBuf, target: String) -> std::io::Result<()> {
+    loop {
+        let (mut client, _) = listener.accept().await?;
+        let (socket, target) = (socket.clone(), target.clone());
+        tokio::spawn(async move {
+            let Ok(stream) = tokio::net::UnixStream::connect(&socket).await else { return };
+            let Ok((mut sender, connection)) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await else {
+                return;
+            };
+            tokio::spawn(connection.with_upgrades());
+            let Ok(request) = Request::connect(target.as_str())
+                .header(hyper::header::HOST, target.as_str())
+                .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+            else {
+                return;
+            };
+            let Ok(response) = sender.send_request(request).await else { return };
+            if response.status() != StatusCode::OK {
+                return;
+            }
+            if let Ok(upgraded) = hyper::upgrade::on(response).await {
+                let mut upstream = TokioIo::new(upgraded);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

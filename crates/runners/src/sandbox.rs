@@ -57,6 +57,97 @@ pub struct Plan {
     /// socket of [`crate::proxy::start`], and the loopwright program that forwards a loopback
     /// port to it inside the sandbox (`loopwright sandbox-exec`).
     pub proxy: Option<ProxyPlan>,
+    /// The user's home as the process sees it: hidden but for the toolchains it runs with.
+    pub user_home: Option<UserHome>,
+}
+
+/// What of the user's home a sandboxed process sees: an empty folder, but for the toolchains
+/// and programs it runs with, bound back read-only (an allow list: `~/.ssh`, shell histories,
+/// other tools' tokens stay out of sight, by their absolute paths too).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UserHome {
+    /// The user's home.
+    pub path: PathBuf,
+    /// What is bound back read-only: toolchain folders found there, the `PATH` entries under
+    /// it, and the folder of each program the stage runs that lives there.
+    pub expose: Vec<PathBuf>,
+    /// Files inside those hidden again (the registry tokens a toolchain keeps).
+    pub conceal: Vec<PathBuf>,
+    /// Variables that point a toolchain at its folder, where it would look under `HOME`
+    /// (`CARGO_HOME`, `RUSTUP_HOME`, …), for those the environment does not set.
+    pub env: Vec<(String, String)>,
+}
+
+/// Toolchain folders under a home, with the variable that locates each (if one does).
+const TOOLCHAINS: &[(&str, &str)] = &[
+    ("CARGO_HOME", ".cargo"),
+    ("RUSTUP_HOME", ".rustup"),
+    ("NVM_DIR", ".nvm"),
+    ("PYENV_ROOT", ".pyenv"),
+    ("BUN_INSTALL", ".bun"),
+    ("VOLTA_HOME", ".volta"),
+    ("ASDF_DATA_DIR", ".asdf"),
+    ("GOPATH", "go"),
+    ("DENO_INSTALL", ".deno"),
+    ("", ".local/bin"),
+    ("", ".local/lib"),
+    ("", ".local/share/pipx"),
+    ("", ".local/pipx"),
+    ("", ".local/share/claude"),
+    ("", ".npm-global"),
+];
+
+/// Registry tokens kept inside toolchain folders.
+const TOOLCHAIN_SECRETS: &[&str] = &[".cargo/credentials.toml", ".cargo/credentials"];
+
+/// What of the user's home `home` a sandboxed process sees, given `PATH` and the programs the
+/// stage runs (as written; found on `PATH`).
+pub fn user_home(home: &Path, path: Option<&std::ffi::OsStr>, programs: &[&str]) -> UserHome {
+    let mut expose: Vec<PathBuf> = Vec::new();
+    let mut env = Vec::new();
+    let add = |p: PathBuf, expose: &mut Vec<PathBuf>| {
+        if p != home && p.starts_with(home) && p.exists() && !expose.iter().any(|e| p.starts_with(e)) {
+            expose.retain(|e| !e.starts_with(&p));
+            expose.push(p);
+        }
+    };
+    for (var, rel) in TOOLCHAINS {
+        let dir = home.join(rel);
+        if dir.is_dir() {
+            add(dir.clone(), &mut expose);
+            if !var.is_empty() && std::env::var_os(var).is_none() {
+                env.push(((*var).to_owned(), dir.display().to_string()));
+            }
+        }
+    }
+    let entries: Vec<PathBuf> = path.map(|p| std::env::split_paths(p).collect()).unwrap_or_default();
+    for entry in &entries {
+        add(entry.clone(), &mut expose);
+        // An install prefix (`…/node/v22/bin` holds `node`; `…/lib` its packages), unless
+        // it is the home itself or `~/.local`, which hold much more than programs.
+        if entry.file_name().is_some_and(|n| n == "bin")
+            && let Some(prefix) = entry.parent()
+            && prefix != home
+            && prefix != home.join(".local")
+        {
+            add(prefix.to_path_buf(), &mut expose);
+        }
+    }
+    for program in programs {
+        let found = if program.contains('/') {
+            Some(PathBuf::from(program))
+        } else {
+            entries.iter().map(|d| d.join(program)).find(|p| p.is_file())
+        };
+        if let Some(real) = found.and_then(|p| p.canonicalize().ok())
+            && let Some(dir) = real.parent()
+        {
+            add(dir.to_path_buf(), &mut expose);
+        }
+    }
+    expose.sort();
+    let conceal = TOOLCHAIN_SECRETS.iter().map(|f| home.join(f)).filter(|f| f.is_file()).collect();
+    UserHome { path: home.to_path_buf(), expose, conceal, env }
 }
 
 /// How a sandboxed process reaches the allow-list proxy.
@@ -66,6 +157,9 @@ pub struct ProxyPlan {
     pub socket: PathBuf,
     /// The loopwright program (its `sandbox-exec` forwards a port and runs the process).
     pub helper: PathBuf,
+    /// Loopback addresses allowed as written (`127.0.0.1:8080`): inside, each is listened on
+    /// and tunnelled through the proxy, and left out of the proxy settings (`NO_PROXY`).
+    pub tunnels: Vec<(String, u16)>,
 }
 
 /// Where the proxy's socket is inside the sandbox.
@@ -81,6 +175,20 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
     let mut add = |items: &[&str]| b.extend(items.iter().map(|s| (*s).to_owned()));
     add(&["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
     add(&["--unshare-pid", "--die-with-parent", "--unshare-ipc", "--unshare-uts"]);
+    if let Some(user) = plan.user_home.as_ref().filter(|u| u.path.is_absolute() && u.path != Path::new("/")) {
+        let path = user.path.display().to_string();
+        add(&["--tmpfs", &path]);
+        for dir in &user.expose {
+            let dir = dir.display().to_string();
+            add(&["--ro-bind", &dir, &dir]);
+        }
+        for file in &user.conceal {
+            add(&["--ro-bind", "/dev/null", &file.display().to_string()]);
+        }
+        for (var, value) in &user.env {
+            add(&["--setenv", var, value]);
+        }
+    }
     if !plan.network {
         add(&["--unshare-net"]);
     }
@@ -96,7 +204,20 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
         for var in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
             add(&["--setenv", var, &url]);
         }
-        add(&["--unsetenv", "NO_PROXY", "--unsetenv", "no_proxy"]);
+        let direct: Vec<&str> = proxy.tunnels.iter().map(|(host, _)| host.as_str()).collect();
+        let direct = direct.join(",");
+        for var in ["NO_PROXY", "no_proxy"] {
+            if direct.is_empty() {
+                add(&["--unsetenv", var]);
+            } else {
+                add(&["--setenv", var, &direct]);
+            }
+        }
+    }
+    // Programs find their configuration under the attempt's home, not where the user's
+    // environment points.
+    for var in ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR"] {
+        add(&["--unsetenv", var]);
     }
     for (host, under) in &plan.config {
         let inside = plan.home.join(under).display().to_string();
@@ -118,7 +239,12 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
     add(&["--chdir", &ws, "--"]);
     if let Some(proxy) = &plan.proxy {
         let forward = format!("{PROXY_LISTEN}={PROXY_SOCKET}");
-        b.extend([proxy.helper.display().to_string(), "sandbox-exec".into(), "--forward".into(), forward, "--".into()]);
+        b.extend([proxy.helper.display().to_string(), "sandbox-exec".into(), "--forward".into(), forward]);
+        for (host, port) in &proxy.tunnels {
+            let at = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+            b.extend(["--tunnel".into(), at]);
+        }
+        b.push("--".into());
     }
     b.extend(argv.iter().cloned());
     match &plan.write {
@@ -325,4 +451,209 @@ fn opaque(dir: &Path) -> bool {
         let mut value = [0u8; 4];
         rustix::fs::lgetxattr(dir, *name, &mut value[..]).is_ok_and(|n| n >= 1 && value[0] == b'y')
     })
+}
+
+/// Where the sandboxes of runs keep their state (each attempt's home and layer): outside every
+/// workspace, so that a layer over the workspace never holds itself and a home is not under
+/// the workspace's read-only `.loopwright/`. `$LOOPWRIGHT_SANDBOX_DIR`, else
+/// `/var/tmp/loopwright-UID` (on disk, kept across a reboot so `resume` finds a layer again).
+/// Made 0700; an existing one must be a folder of this user's that nobody else may enter, or
+/// another local user could have planted it.
+pub fn state_dir() -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let uid = nix::unistd::getuid().as_raw();
+    let dir = match std::env::var_os("LOOPWRIGHT_SANDBOX_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let base = Path::new("/var/tmp");
+            let base = if base.is_dir() { base.to_path_buf() } else { std::env::temp_dir() };
+            base.join(format!("loopwright-{uid}"))
+        }
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is not a private folder of this user (a folder, owned by uid {uid}, mode 0700); remove it or set LOOPWRIGHT_SANDBOX_DIR",
+            dir.display()
+        ));
+    }
+    Ok(dir)
+}
+
+/// An attempt's layer: `upper` (what the attempt wrote) and `work` (the overlay's own), and,
+/// while it is copied into the workspace, `before/` (what the workspace held at the paths it
+/// changes), `created` (the paths it held nothing at) and `copying` (the commit the repository
+/// was at), so that a copy a crash cut short can be undone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    /// The layer's folder.
+    pub dir: PathBuf,
+}
+
+impl Layer {
+    /// Layer `name` of run `run` under the sandbox state folder `state`.
+    pub fn of(state: &Path, run: &str, name: &str) -> Self {
+        Self { dir: state.join(run).join("layers").join(name) }
+    }
+
+    /// The overlay's upper folder.
+    pub fn upper(&self) -> PathBuf {
+        self.dir.join("upper")
+    }
+
+    /// The overlay's work folder.
+    pub fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    /// Makes it empty (an old layer of the same name is removed first).
+    pub fn make(&self) -> std::io::Result<()> {
+        remove_any(&self.dir)?;
+        std::fs::create_dir_all(self.upper())?;
+        std::fs::create_dir_all(self.work())
+    }
+
+    /// True when it exists.
+    pub fn exists(&self) -> bool {
+        self.upper().is_dir()
+    }
+
+    /// What it changes in `workspace`: (modified, created, deleted), relative paths, sorted.
+    pub fn changes(&self, workspace: &Path) -> std::io::Result<(Vec<String>, Vec<String>, Vec<String>)> {
+        let mut entries = Vec::new();
+        list(&self.upper(), &self.upper(), &mut entries)?;
+        let (mut modified, mut created, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
+        for (rel, kind) in entries {
+            let there = std::fs::symlink_metadata(workspace.join(&rel)).ok();
+            match kind {
+                Entry::Whiteout => deleted.push(rel),
+                Entry::Dir { opaque } => {
+                    if opaque && there.is_some() {
+                        deleted.push(rel);
+                    }
+                }
+                Entry::File => match there {
+                    Some(m) if !m.is_dir() => modified.push(rel),
+                    _ => created.push(rel),
+                },
+            }
+        }
+        Ok((modified, created, deleted))
+    }
+
+    /// How many files, links, folders and deletions it holds.
+    pub fn count(&self) -> usize {
+        let mut entries = Vec::new();
+        list(&self.upper(), &self.upper(), &mut entries).map_or(0, |()| entries.len())
+    }
+
+    /// Copies it into `workspace` (see [`copy_back`]), after keeping what the workspace held at
+    /// each path it changes; `head` is the repository's commit now, if any.
+    pub fn copy_into(&self, workspace: &Path, head: Option<&str>) -> std::io::Result<CopiedBack> {
+        let marker = self.dir.join("copying");
+        if !marker.exists() {
+            // A copy cut short by a crash is done again over the same `before/`: it holds the
+            // workspace as it was before the first try.
+            let before = self.dir.join("before");
+            remove_any(&before)?;
+            let mut entries = Vec::new();
+            list(&self.upper(), &self.upper(), &mut entries)?;
+            let mut created = String::new();
+            for (rel, kind) in entries {
+                if matches!(kind, Entry::Dir { opaque: false }) {
+                    continue;
+                }
+                let from = workspace.join(&rel);
+                match std::fs::symlink_metadata(&from) {
+                    Ok(_) => keep(&from, &before.join(&rel))?,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        created.push_str(&rel);
+                        created.push('\0');
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            std::fs::write(self.dir.join("created"), created)?;
+            let tmp = self.dir.join("copying.tmp");
+            std::fs::write(&tmp, head.unwrap_or_default())?;
+            std::fs::rename(&tmp, &marker)?;
+        }
+        copy_back(&self.upper(), workspace)
+    }
+
+    /// Removes it. When a copy into `workspace` had begun and the repository is still at the
+    /// commit it was (`head`: nothing was committed since), the copy is undone first: the
+    /// workspace is as it was before. Returns how many entries the layer held.
+    pub fn discard(&self, workspace: &Path, head: Option<&str>) -> std::io::Result<usize> {
+        let held = self.count();
+        if let Ok(was) = std::fs::read_to_string(self.dir.join("copying"))
+            && was == head.unwrap_or_default()
+        {
+            let created = std::fs::read_to_string(self.dir.join("created")).unwrap_or_default();
+            for rel in created.split('\0').filter(|r| !r.is_empty()) {
+                if let Ok(target) = crate::guard::replaceable(workspace, rel) {
+                    remove_any(&target)?;
+                }
+            }
+            let before = self.dir.join("before");
+            if before.is_dir() {
+                copy_back(&before, workspace)?;
+            }
+        }
+        remove_any(&self.dir)?;
+        Ok(held)
+    }
+}
+
+/// What a layer holds at a path.
+enum Entry {
+    File,
+    Dir { opaque: bool },
+    Whiteout,
+}
+
+/// Every entry under `dir` (relative to `upper`), parents before children.
+fn list(dir: &Path, upper: &Path, out: &mut Vec<(String, Entry)>) -> std::io::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    for entry in entries {
+        let path = entry.path();
+        let rel = path.strip_prefix(upper).unwrap_or(&path).to_string_lossy().into_owned();
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.file_type().is_char_device() && meta.rdev() == 0 {
+            out.push((rel, Entry::Whiteout));
+        } else if meta.is_dir() {
+            out.push((rel, Entry::Dir { opaque: opaque(&path) }));
+            list(&path, upper, out)?;
+        } else {
+            out.push((rel, Entry::File));
+        }
+    }
+    Ok(())
+}
+
+/// Copies a file, link or folder (recursively) from `from` to `to`, keeping links as links.
+fn keep(from: &Path, to: &Path) -> std::io::Result<()> {
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let meta = std::fs::symlink_metadata(from)?;
+    if meta.is_symlink() {
+        std::os::unix::fs::symlink(std::fs::read_link(from)?, to)
+    } else if meta.is_dir() {
+        std::fs::create_dir_all(to)?;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            keep(&entry.path(), &to.join(entry.file_name()))?;
+        }
+        Ok(())
+    } else {
+        std::fs::copy(from, to).map(|_| ())
+    }
 }

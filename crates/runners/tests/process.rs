@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use loopwright_engine::ports::{ExecOutcome, Execution, Notice, StageRequest};
+use loopwright_engine::ports::{ExecOutcome, Execution, Notice, ProcessGroup, StageRequest};
 use loopwright_engine::{RunId, Runner, TaskId};
 use loopwright_runners::ProcessRunner;
 use loopwright_spec::{Agent, Mode, RunnerKind, SourceFile, StageId};
@@ -23,6 +23,7 @@ fn request(dir: &Path, agent: Option<Agent>, commands: &[&str], timeout: Duratio
         prompt: "# Task\nmake it work\n".into(),
         timeout,
         workspace: dir.to_path_buf(),
+        confine: Default::default(),
     }
 }
 
@@ -75,8 +76,16 @@ async fn shell_commands_run_in_order_and_stop_at_the_first_failure() {
     assert_eq!(execution.outcome, ExecOutcome::Exited(3));
     assert_eq!(execution.stdout, "one\n");
     assert_eq!(execution.stderr, "oops\n");
-    let commands: Vec<String> = notices.iter().map(|Notice::ProcessStarted { command, .. }| command.clone()).collect();
-    for Notice::ProcessStarted { group, .. } in &notices {
+    let started: Vec<(&ProcessGroup, &String)> = notices
+        .iter()
+        .filter_map(|n| match n {
+            Notice::ProcessStarted { group, command } => Some((group, command)),
+            Notice::NetworkRefused { .. } => None,
+        })
+        .collect();
+    assert_eq!(started.len(), notices.len(), "{notices:?}");
+    let commands: Vec<String> = started.iter().map(|(_, c)| (*c).clone()).collect();
+    for (group, _) in &started {
         assert!(group.start_time.is_some(), "the start time of {} is recorded", group.pgid);
     }
     assert_eq!(commands, vec!["echo one", "echo oops >&2; exit 3"]);

@@ -46,7 +46,15 @@ fn case() -> Case {
 }
 
 fn plan(c: &Case, write: Write) -> Plan {
-    Plan { workspace: c.ws.clone(), write, home: c.home.clone(), config: vec![], network: false, proxy: None }
+    Plan {
+        workspace: c.ws.clone(),
+        write,
+        home: c.home.clone(),
+        config: vec![],
+        network: false,
+        proxy: None,
+        user_home: None,
+    }
 }
 
 /// Runs `script` with `sh -c` in the sandbox: (exit code, stdout, stderr).

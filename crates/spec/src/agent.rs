@@ -131,6 +131,8 @@ pub struct Agent {
     pub temperature: Option<f64>,
     /// Modes the agent may run in; empty means any.
     pub modes: Vec<Mode>,
+    /// `network:` as written: what it may reach in a sandbox (`None`: its API host).
+    pub network: Option<crate::sandbox::Network>,
     /// The persona / system prompt: the file's body.
     pub persona: String,
     /// The file it was read from.
@@ -156,6 +158,7 @@ struct RawAgent {
     max_tokens: Option<u32>,
     temperature: Option<f64>,
     modes: Option<Vec<Spanned<String>>>,
+    network: Option<Spanned<crate::raw::RawNetworkValue>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -228,6 +231,7 @@ pub fn parse_agent(source: &SourceFile, stem: &str, default_runner: RunnerKind) 
             max_tokens: None,
             temperature: None,
             modes: None,
+            network: None,
         }
     } else {
         match serde_saphyr::from_str_with_options(fm.yaml, serde_saphyr::options! { with_snippet: false }) {
@@ -300,6 +304,33 @@ pub fn parse_agent(source: &SourceFile, stem: &str, default_runner: RunnerKind) 
             ),
         }
     }
+    let network = match raw.network.as_ref().map(|n| (&n.value, n)) {
+        None => None,
+        Some((crate::raw::RawNetworkValue::Word(word), n)) => match crate::sandbox::Network::word(word) {
+            Some(network) => Some(network),
+            None => {
+                diags.push(
+                    Diagnostic::new(
+                        source,
+                        format!("unknown network `{word}`, expected `none`, `model` or a list of hosts"),
+                    )
+                    .at(at(&n.referenced))
+                    .field("network"),
+                );
+                None
+            }
+        },
+        Some((crate::raw::RawNetworkValue::Hosts(hosts), n)) => {
+            let mut parsed = Vec::new();
+            for host in hosts {
+                match crate::sandbox::Host::parse(host) {
+                    Ok(h) => parsed.push(h),
+                    Err(why) => diags.push(Diagnostic::new(source, why).at(at(&n.referenced)).field("network")),
+                }
+            }
+            Some(crate::sandbox::Network::Hosts(parsed))
+        }
+    };
     let Some(runner) = runner.filter(|_| diags.is_empty()) else {
         return Err(diags);
     };
@@ -314,6 +345,7 @@ pub fn parse_agent(source: &SourceFile, stem: &str, default_runner: RunnerKind) 
         max_tokens: raw.max_tokens,
         temperature: raw.temperature,
         modes,
+        network,
         persona: fm.body.trim().to_owned(),
         file: source.name.clone(),
     })
@@ -366,6 +398,7 @@ mod tests {
                 max_tokens: None,
                 temperature: None,
                 modes: vec![],
+                network: None,
                 persona: "You review code.".into(),
                 file: ".claude/agents/reviewer.md".into(),
             }

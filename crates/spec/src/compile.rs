@@ -12,7 +12,8 @@ use crate::pipeline::{
     AgentRef, Backoff, Budget, Check, CheckKind, ClosedLoop, Complexity, FeedbackLoop, Mode, Pipeline, RetryPolicy,
     Rollback, RollbackStrategy, Stage, StageId,
 };
-use crate::raw::{RawPipeline, RawRun, RawStage};
+use crate::raw::{RawNetworkValue, RawPipeline, RawRun, RawStage};
+use crate::sandbox::{Host, Network, SandboxMode};
 
 /// Inputs every pipeline may use without a stage producing them.
 pub const BUILTIN_INITIAL_INPUTS: [&str; 2] = ["task_description", "context"];
@@ -390,6 +391,8 @@ impl Compiler<'_> {
         let feedback_loop =
             rs.feedback_loop.as_ref().and_then(|f| self.feedback_loop(f, stage, mode, &outputs, earlier, modes));
         let budget = rs.budget.as_ref().map_or(Some(Budget::default()), |b| self.budget(b, stage));
+        let sandbox = rs.sandbox.as_ref().map(|m| self.sandbox_mode(m, stage));
+        let network = rs.network.as_ref().map(|n| self.network(n, stage, &agent));
 
         Some(Stage {
             id: id?,
@@ -418,7 +421,79 @@ impl Compiler<'_> {
             closed_loop,
             feedback_loop,
             budget: budget?,
+            sandbox: match sandbox {
+                Some(mode) => Some(mode?),
+                None => None,
+            },
+            network: match network {
+                Some(network) => Some(network?),
+                None => None,
+            },
         })
+    }
+
+    /// A stage's `sandbox:`: `auto`, `required` or `off`.
+    fn sandbox_mode(&mut self, raw: &Spanned<String>, stage: Option<&str>) -> Option<SandboxMode> {
+        SandboxMode::parse(&raw.value).or_else(|| {
+            let names: Vec<&str> = SandboxMode::ALL.iter().map(|(n, _)| *n).collect();
+            let d = self.error(
+                Some(&raw.referenced),
+                stage,
+                "sandbox",
+                format!("unknown sandbox mode `{}`, expected `auto`, `required` or `off`", raw.value),
+            );
+            d.label = Some("expected auto, required or off".into());
+            d.help = closest(&raw.value, &names).map(|best| format!("did you mean `{best}`?"));
+            None
+        })
+    }
+
+    /// A stage's `network:`: `none`, `model` (an agent's stage only) or hosts.
+    fn network(
+        &mut self,
+        raw: &Spanned<RawNetworkValue>,
+        stage: Option<&str>,
+        agent: &Option<AgentRef>,
+    ) -> Option<Network> {
+        match &raw.value {
+            RawNetworkValue::Word(word) => match Network::word(word) {
+                Some(Network::Model) if matches!(agent, Some(AgentRef::Shell)) => {
+                    let d = self.error(
+                        Some(&raw.referenced),
+                        stage,
+                        "network",
+                        "`network: model` on a shell stage: a shell stage has no model to reach",
+                    );
+                    d.help = Some("write `network: none`, or the hosts its commands need: network: [crates.io]".into());
+                    None
+                }
+                Some(network) => Some(network),
+                None => {
+                    let d = self.error(
+                        Some(&raw.referenced),
+                        stage,
+                        "network",
+                        format!("unknown network `{word}`, expected `none`, `model` or a list of hosts"),
+                    );
+                    d.help = Some("for example: network: [api.example.com, \"127.0.0.1:8080\"]".into());
+                    None
+                }
+            },
+            RawNetworkValue::Hosts(hosts) => {
+                let mut parsed = Vec::new();
+                let mut ok = true;
+                for host in hosts {
+                    match Host::parse(host) {
+                        Ok(h) => parsed.push(h),
+                        Err(why) => {
+                            self.error(Some(&raw.referenced), stage, "network", why);
+                            ok = false;
+                        }
+                    }
+                }
+                ok.then_some(Network::Hosts(parsed))
+            }
+        }
     }
 
     /// A `budget:` mapping: every limit positive.

@@ -4,6 +4,7 @@ use serde::Deserialize;
 
 use crate::agent::RunnerKind;
 use crate::diag::{Diagnostic, Diagnostics, SourceFile};
+pub use crate::sandbox::SandboxMode;
 
 /// Workspace defaults. Every field is optional; a missing file means all defaults.
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
@@ -25,19 +26,6 @@ pub struct Config {
     /// `[[notify]]`: where the daemon sends word of runs and auto loops that need a person or
     /// ended.
     pub notify: Vec<Notify>,
-}
-
-/// `sandbox = …`: whether stage processes run in a sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum SandboxMode {
-    /// Unsandboxed, as the user.
-    #[default]
-    Off,
-    /// Sandboxed where this machine can make one; otherwise unsandboxed, said once.
-    Auto,
-    /// Sandboxed, or nothing runs.
-    Required,
 }
 
 /// One `[[notify]]` target.

@@ -13,6 +13,7 @@ pub mod outputs;
 pub mod patterns;
 pub mod pipeline;
 pub mod raw;
+pub mod sandbox;
 pub mod schema;
 
 pub use agent::{Agent, RunnerKind, parse_agent};

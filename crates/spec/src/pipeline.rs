@@ -180,6 +180,10 @@ pub struct Stage {
     pub feedback_loop: Option<FeedbackLoop>,
     /// Limits of this stage.
     pub budget: Budget,
+    /// `sandbox:` as written on the stage (`None`: config.toml's `sandbox` decides).
+    pub sandbox: Option<crate::sandbox::SandboxMode>,
+    /// `network:` as written on the stage (`None`: the agent's, else the default).
+    pub network: Option<crate::sandbox::Network>,
 }
 
 /// Backoff between retries (seed 004).

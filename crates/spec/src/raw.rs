@@ -113,6 +113,15 @@ pub struct RawStage {
     /// Limits of this stage: tokens, cost, active time, agent invocations.
     #[schemars(with = "Option<RawBudget>")]
     pub budget: Option<Spanned<RawBudget>>,
+    /// Whether this stage's processes run in a sandbox: `auto`, `required` or `off` (default:
+    /// `sandbox` in config.toml).
+    #[schemars(with = "Option<RawSandbox>")]
+    pub sandbox: Option<Spanned<String>>,
+    /// What a sandboxed process of this stage may reach: `none`, `model` (its agent's API host)
+    /// or a list of hosts (`host`, `host:port` or a URL). Default: `model` for an agent, `none`
+    /// for shell commands and checks.
+    #[schemars(with = "Option<RawNetwork>")]
+    pub network: Option<Spanned<RawNetworkValue>>,
 }
 
 /// Execution mode of a stage.
@@ -123,6 +132,71 @@ pub enum RawMode {
     Plan,
     /// Full implementation capabilities.
     Agent,
+}
+
+/// Whether a stage's processes run in a sandbox.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RawSandbox {
+    /// Sandboxed where this machine can make one.
+    Auto,
+    /// Sandboxed, or the run does not start.
+    Required,
+    /// Not sandboxed.
+    Off,
+}
+
+/// `none`, `model`, or a list of hosts: the schema's view (the file is read as
+/// [`RawNetworkValue`]).
+#[derive(Debug, JsonSchema)]
+#[serde(untagged)]
+pub enum RawNetwork {
+    /// `none` or `model`.
+    Word(RawNetworkWord),
+    /// Hosts: `host`, `host:port` or a URL.
+    Hosts(Vec<String>),
+}
+
+/// The network words.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RawNetworkWord {
+    /// No network.
+    None,
+    /// The agent's API host.
+    Model,
+}
+
+/// The word as written (checked by [`crate::compile`]), or the hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawNetworkValue {
+    /// A word.
+    Word(String),
+    /// Hosts.
+    Hosts(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for RawNetworkValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NetworkVisitor;
+        impl<'de> serde::de::Visitor<'de> for NetworkVisitor {
+            type Value = RawNetworkValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("`none`, `model`, or a list of hosts")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawNetworkValue, E> {
+                Ok(RawNetworkValue::Word(v.to_owned()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawNetworkValue, A::Error> {
+                let mut all = Vec::new();
+                while let Some(host) = seq.next_element::<String>()? {
+                    all.push(host);
+                }
+                Ok(RawNetworkValue::Hosts(all))
+            }
+        }
+        deserializer.deserialize_any(NetworkVisitor)
+    }
 }
 
 /// A command (string) or a list of commands.

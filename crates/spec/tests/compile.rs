@@ -258,7 +258,7 @@ fn unknown_fields_and_wrong_types_name_the_place() {
     assert_eq!(
         errors(&stage("    timout_minutes: 3\n")),
         vec![
-            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop, budget (help: did you mean `timeout_minutes`?)"
+            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop, budget, sandbox, network (help: did you mean `timeout_minutes`?)"
         ]
     );
     let e = errors(&stage("    timeout_minutes: ten\n"));
@@ -326,4 +326,44 @@ fn a_run_that_is_neither_a_command_nor_a_list_says_what_was_expected() {
         assert!(e[0].contains("expected a shell command (a string) or a list of shell commands"), "{value}: {}", e[0]);
         assert!(!e[0].contains("did not match any variant"), "{value}: {}", e[0]);
     }
+}
+
+#[test]
+fn sandbox_and_network_are_typed_and_checked_where_they_are_written() {
+    use loopwright_spec::sandbox::{Host, Network, SandboxMode};
+    let p =
+        try_compile(&stage("    sandbox: required\n    network: [api.example.com, \"http://127.0.0.1:8080/v1\"]\n"))
+            .expect("valid");
+    assert_eq!(p.stages[0].sandbox, Some(SandboxMode::Required));
+    assert_eq!(
+        p.stages[0].network,
+        Some(Network::Hosts(vec![
+            Host { host: "api.example.com".into(), port: 443 },
+            Host { host: "127.0.0.1".into(), port: 8080 }
+        ]))
+    );
+    let p = try_compile(&stage("    network: none\n")).expect("valid");
+    assert_eq!((p.stages[0].sandbox, p.stages[0].network.clone()), (None, Some(Network::None)));
+    assert_eq!(
+        errors(&stage("    sandbox: requird\n    network: all\n")),
+        vec![
+            "p.yml:9:14: error: stage `s`, field `sandbox`: unknown sandbox mode `requird`, expected `auto`, `required` or `off` (help: did you mean `required`?)",
+            "p.yml:10:14: error: stage `s`, field `network`: unknown network `all`, expected `none`, `model` or a list of hosts (help: for example: network: [api.example.com, \"127.0.0.1:8080\"])",
+        ]
+    );
+    let shell = format!(
+        "{HEAD}  - id: s\n    agent: shell\n    mode: agent\n    description: x\n    run: make\n    network: model\n    sandbox: off\n"
+    );
+    assert_eq!(
+        errors(&shell),
+        vec![
+            "p.yml:10:14: error: stage `s`, field `network`: `network: model` on a shell stage: a shell stage has no model to reach (help: write `network: none`, or the hosts its commands need: network: [crates.io])"
+        ]
+    );
+    let bad_host = errors(&stage("    network: [\"user@host\", \"ftp://x\"]\n"));
+    assert_eq!(bad_host.len(), 2, "{bad_host:?}");
+    assert!(
+        bad_host[0].starts_with("p.yml:9:14: error: stage `s`, field `network`: `user@host` carries a user name"),
+        "{bad_host:?}"
+    );
 }

@@ -69,8 +69,15 @@ fn sandbox_figures() -> Result<u8, CliError> {
         times.sort_by(f64::total_cmp);
         Ok((median(times.clone()), times[times.len() * 95 / 100]))
     };
-    let plan =
-        |write| Plan { workspace: ws.clone(), write, home: home.clone(), config: vec![], network: false, proxy: None };
+    let plan = |write| Plan {
+        workspace: ws.clone(),
+        write,
+        home: home.clone(),
+        config: vec![],
+        network: false,
+        proxy: None,
+        user_home: None,
+    };
     let truth = vec!["true".to_owned()];
     let mut figures = Vec::new();
     let (m, p) = timed(&truth, 40)?;

@@ -59,6 +59,9 @@ fn stage_logs(
                 | Event::AttemptFailed { attempt: a, .. }
                 | Event::SnapshotTaken { attempt: a, .. }
                 | Event::SnapshotFailed { attempt: a, .. }
+                | Event::LayerMade { attempt: a, .. }
+                | Event::LayerDropped { attempt: a, .. }
+                | Event::NetworkRefused { attempt: a, .. }
                 | Event::SnapshotRestored { attempt: a, .. } => *a == attempt,
                 Event::RetryScheduled { attempt: a, .. } => *a == attempt + 1,
                 _ => false,
@@ -173,6 +176,16 @@ pub fn line(r: &EventRecord) -> String {
             format!("{stage}: attempt {attempt}: snapshot {snapshot} of {files} file(s)")
         }
         Event::SnapshotFailed { stage, attempt, reason } => format!("{stage}: attempt {attempt}: {reason}"),
+        Event::LayerMade { stage, attempt, layer, how } => {
+            format!("{stage}: attempt {attempt}: writes into layer {layer} ({how})")
+        }
+        Event::LayerDropped { stage, attempt, files, reason } => {
+            format!("{stage}: attempt {attempt}: layer dropped with {files} file(s) it wrote ({reason})")
+        }
+        Event::NetworkRefused { stage, attempt, target, why } => {
+            format!("{stage}: attempt {attempt}: network: {target} refused ({why})")
+        }
+        Event::SandboxUnavailable { reason } => format!("stages run without a sandbox: {reason}"),
         Event::RepositoryRepaired { stage, detail } => format!("{stage}: {detail}"),
         Event::SnapshotRestored { stage, attempt, report } => format!(
             "{stage}: attempt {attempt}: partial changes undone ({} restored, {} recreated, {} removed)",

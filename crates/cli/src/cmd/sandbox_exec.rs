@@ -12,6 +12,10 @@ pub struct Args {
     /// ADDRESS=SOCKET: listen on ADDRESS (loopback) and carry each connection to SOCKET.
     #[arg(long, value_name = "ADDRESS=SOCKET")]
     pub forward: Option<String>,
+    /// ADDRESS (loopback, repeatable): listen on it and carry each connection through the
+    /// proxy as a tunnel to the same address outside.
+    #[arg(long, value_name = "ADDRESS")]
+    pub tunnel: Vec<String>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub argv: Vec<String>,
@@ -31,6 +35,17 @@ pub async fn run(_global: &Global, args: Args) -> Result<u8, CliError> {
             .await
             .map_err(|e| CliError::usage(format!("--forward {forward}: cannot listen on {listen}: {e}")))?;
         tokio::spawn(loopwright_runners::proxy::forward(listener, socket.into()));
+    }
+    for at in &args.tunnel {
+        let Some((_, socket)) = args.forward.as_deref().and_then(|f| f.split_once('=')) else {
+            return Err(CliError::usage("--tunnel needs --forward ADDRESS=SOCKET (the proxy's socket)"));
+        };
+        let listen: std::net::SocketAddr =
+            at.parse().map_err(|_| CliError::usage(format!("--tunnel {at}: not an address")))?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| CliError::usage(format!("--tunnel {at}: cannot listen on {listen}: {e}")))?;
+        tokio::spawn(loopwright_runners::proxy::tunnel(listener, socket.into(), at.clone()));
     }
     let (program, rest) = args.argv.split_first().ok_or_else(|| CliError::usage("no program to run"))?;
     let status = tokio::process::Command::new(program)

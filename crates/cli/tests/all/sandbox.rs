@@ -1,5 +1,7 @@
 //! `loopwright doctor`: what the machine offers for sandboxes and which agent CLIs it has.
 
+use std::path::Path;
+
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
@@ -92,7 +94,9 @@ fn a_process_without_network_reaches_only_the_allowed_hosts_through_the_proxy() 
         proxy: Some(loopwright_runners::sandbox::ProxyPlan {
             socket,
             helper: assert_cmd::cargo::cargo_bin!("loopwright").to_path_buf(),
+            tunnels: vec![],
         }),
+        user_home: None,
     };
     let script = format!(
         r#"
@@ -199,8 +203,11 @@ fn a_sandboxed_agent_stage_writes_the_workspace_but_not_git_loopwright_or_the_ho
     assert!(!outside.exists(), "a write outside the workspace reached the host");
     let logs = ws.run(&["logs", "latest", "--stage", "work"]).1;
     assert!(logs.contains("git-refused") && logs.contains("loopwright-refused"), "{logs}");
-    // Its home was its own, under the run's folder.
-    assert!(logs.contains("/.loopwright/state/runs/") && logs.contains("/homes/work-1"), "{logs}");
+    // Its home was its own, outside the workspace, and is gone with the attempt; the attempt
+    // wrote into a layer, copied into the workspace when it passed.
+    let home = logs.lines().find(|l| l.ends_with("/homes/work-1")).expect("the home it was given").to_owned();
+    assert!(!home.starts_with(&ws.path().display().to_string()) && !Path::new(&home).exists(), "{logs}");
+    assert!(logs.contains("writes into layer work-1 (a kernel overlay in a user namespace)"), "{logs}");
 }
 
 #[test]
@@ -224,4 +231,220 @@ fn a_sandboxed_stage_that_times_out_leaves_no_process_behind() {
         .filter(|c| c.contains("sleep 307.25") || c.contains("sleep 306.25"))
         .collect();
     assert_eq!(left, Vec::<String>::new());
+}
+
+/// The kinds of a run's journal, in order.
+fn kinds(ws: &Ws) -> Vec<String> {
+    let (_, run, _) = ws.json(&["status", "latest"]);
+    let id = run["run_id"].as_str().expect("run id").to_owned();
+    ws.journal(&id).iter().map(|e| e["event"]["type"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+/// The events of one kind in the latest run's journal.
+fn events_of(ws: &Ws, kind: &str) -> Vec<serde_json::Value> {
+    let (_, run, _) = ws.json(&["status", "latest"]);
+    let id = run["run_id"].as_str().expect("run id").to_owned();
+    ws.journal(&id).into_iter().map(|e| e["event"].clone()).filter(|e| e["type"] == kind).collect()
+}
+
+#[test]
+fn a_failed_attempt_is_its_layer_dropped_and_nothing_is_restored() {
+    let Some(_) = bwrap() else { return };
+    // Attempt 1 writes a file, deletes one and fails; attempt 2 passes only if it finds the
+    // workspace as it was.
+    let pipeline = "name: p\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    retry:\n      max_attempts: 2\n      initial_delay_seconds: 1\n    run: \"if [ $LOOPWRIGHT_ATTEMPT = 1 ]; then echo bad > a.txt; rm keep.txt; exit 1; fi; test ! -e a.txt && test -e keep.txt && echo good > b.txt\"\n";
+    for mode in ["auto", "off"] {
+        let ws = Ws::empty();
+        ws.write(".loopwright/config.toml", &format!("sandbox = \"{mode}\"\n"));
+        ws.write(".loopwright/pipelines/p.yml", pipeline);
+        ws.write("keep.txt", "kept\n");
+        ws.write(".gitignore", ".loopwright/state/\n");
+        ws.init_git();
+        let (_, result, err) = ws.json(&["run", "p"]);
+        let kinds = kinds(&ws);
+        if mode == "off" {
+            // Unsandboxed, a failed attempt's changes stay for the next one to find.
+            assert_eq!(result["status"], "failed", "{err}");
+            assert!(ws.path().join("a.txt").exists() && kinds.contains(&"snapshot_taken".to_owned()), "{kinds:?}");
+            continue;
+        }
+        assert_eq!(result["status"], "success", "{err}\n{kinds:?}");
+        assert_eq!((ws.read("b.txt"), ws.read("keep.txt")), ("good\n".to_owned(), "kept\n".to_owned()));
+        assert!(!ws.path().join("a.txt").exists());
+        // No snapshot was taken, nothing restored: the first attempt's layer was dropped whole.
+        assert!(!kinds.iter().any(|k| k == "snapshot_taken" || k == "snapshot_restored"), "{kinds:?}");
+        let dropped = events_of(&ws, "layer_dropped");
+        assert_eq!(
+            dropped,
+            vec![json!({"type": "layer_dropped", "stage": "work", "attempt": 1, "files": 2,
+                "reason": "attempt 1 did not pass; attempt 2 starts from the workspace as it was"})]
+        );
+        // The passing attempt's layer became one commit of exactly what it wrote.
+        assert_eq!(ws.git(&["show", "--name-only", "--format=", "HEAD"]), "b.txt\n");
+        let layers = events_of(&ws, "layer_made");
+        assert_eq!(layers.len(), 2, "{layers:?}");
+    }
+}
+
+#[test]
+fn closed_loop_checks_see_the_attempts_layer_and_a_failed_attempt_leaves_nothing() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write(
+        ".loopwright/agents/dev.md",
+        "---\nname: dev\nrunner: command\ncommand: [\"sh\", \".loopwright/agents/dev.sh\"]\n---\nYou fix code.\n",
+    );
+    // The first attempt writes the wrong answer, the second the right one.
+    ws.write(
+        ".loopwright/agents/dev.sh",
+        "cat > /dev/null\nif [ \"$LOOPWRIGHT_ATTEMPT\" = 1 ]; then echo wrong > answer.txt; else echo right > answer.txt; fi\necho done\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/loop.yml",
+        "name: loop\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    description: Answer\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    checks:\n      - name: right\n        type: command\n        command: grep -q right answer.txt\n",
+    );
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.init_git();
+    let (code, result, err) = ws.json(&["run", "loop"]);
+    assert_eq!((code, result["status"].clone()), (0, json!("success")), "{err}");
+    assert_eq!(ws.read("answer.txt"), "right\n");
+    let kinds = kinds(&ws);
+    assert!(!kinds.iter().any(|k| k == "snapshot_taken" || k == "snapshot_restored"), "{kinds:?}");
+    // The check failed on attempt 1's layer (it saw `wrong`, not a missing file) and passed on
+    // attempt 2's; attempt 1's layer was dropped before attempt 2 began.
+    let evaluated = events_of(&ws, "evaluated");
+    let outputs: Vec<String> =
+        evaluated.iter().map(|e| format!("{}:{}", e["attempt"], e["checks"][0]["passed"])).collect();
+    assert_eq!(outputs, ["1:false", "2:true"], "{evaluated:#?}");
+    let generated = events_of(&ws, "generated");
+    let files: Vec<serde_json::Value> = generated.iter().map(|g| g["files"].clone()).collect();
+    assert_eq!(files, [json!({"created": ["answer.txt"]}), json!({"created": ["answer.txt"]})], "{generated:#?}");
+    assert_eq!(events_of(&ws, "layer_dropped").len(), 1);
+    assert_eq!(ws.git(&["show", "--name-only", "--format=", "HEAD"]), "answer.txt\n");
+}
+
+#[test]
+fn a_sandboxed_attempt_killed_with_loopwright_leaves_no_process_and_reruns_on_resume() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    // Until `.loopwright/go` exists the stage writes a file and hangs; then it passes.
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: work\n    description: d\n    agent: shell\n    mode: agent\n    run: \"if [ -e .loopwright/go ]; then echo done > done.txt; else echo partial > partial.txt; setsid env -i sleep 309.25 & sleep 308.25; fi\"\n",
+    );
+    // Processes running exactly `sleep SECONDS` (not a command line that mentions it).
+    let sleeping = |seconds: &str| -> Vec<u32> {
+        crate::support::processes_with(seconds)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c == format!("sleep\0{seconds}\0").as_bytes())
+            })
+            .collect()
+    };
+    let mut child = crate::support::spawn(&ws, &["run", "p"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sleeping("308.25").is_empty() || sleeping("309.25").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the stage never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    // bubblewrap dies with loopwright, and every process of its PID namespace with it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !(sleeping("308.25").is_empty() && sleeping("309.25").is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "a process of the attempt outlived loopwright");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!ws.path().join("partial.txt").exists(), "the attempt's write reached the workspace");
+    ws.write(".loopwright/go", "");
+    let (code, result, err) = ws.json(&["resume", "latest"]);
+    assert_eq!((code, result["status"].clone()), (0, json!("success")), "{err}");
+    assert_eq!(ws.read("done.txt"), "done\n");
+    assert!(!ws.path().join("partial.txt").exists());
+    let dropped = events_of(&ws, "layer_dropped");
+    assert_eq!(
+        dropped,
+        vec![json!({"type": "layer_dropped", "stage": "work", "attempt": 1, "files": 1,
+            "reason": "the attempt was interrupted; it runs again from the start"})]
+    );
+}
+
+#[test]
+fn a_sandboxed_stage_reaches_only_the_hosts_it_names_and_the_refusals_are_journaled() {
+    let Some(_) = bwrap() else { return };
+    let reply = |body: &str| crate::http::Reply::Http {
+        status: "200 OK",
+        headers: vec!["content-type: application/json".into()],
+        chunks: vec![body.to_owned()],
+    };
+    let allowed = crate::http::Server::start(vec![reply("{\"hello\":\"sandbox\"}")]);
+    let other = crate::http::Server::start(vec![reply("{\"leaked\":true}")]);
+    let script = format!(
+        r#"import socket, urllib.request
+print(urllib.request.urlopen("http://127.0.0.1:{allowed}/ok", timeout=5).read().decode())
+try:
+    urllib.request.urlopen("http://127.0.0.1:{other}/no", timeout=5)
+    print("other: reached")
+except Exception as e:
+    print("other: unreachable")
+s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+s.sendall(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+print("connect:", s.recv(100).decode().split("\r\n")[0])
+"#,
+        allowed = allowed.port,
+        other = other.port
+    );
+    let ws = Ws::empty();
+    ws.write("probe.py", &script);
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        &format!(
+            "name: p\ndescription: d\nversion: 1\nstages:\n  - id: net\n    description: d\n    agent: shell\n    mode: plan\n    network: [\"127.0.0.1:{}\"]\n    run: python3 probe.py\n",
+            allowed.port
+        ),
+    );
+    let (code, result, err) = ws.json(&["run", "p"]);
+    assert_eq!((code, result["status"].clone()), (0, json!("success")), "{err}");
+    let logs = ws.run(&["logs", "latest", "--stage", "net"]).1;
+    assert!(logs.contains("{\"hello\":\"sandbox\"}"), "{logs}");
+    assert!(logs.contains("other: unreachable") && logs.contains("connect: HTTP/1.1 403 Forbidden"), "{logs}");
+    assert_eq!(other.requests().len(), 0, "a host it does not name was reached");
+    assert_eq!(
+        events_of(&ws, "network_refused"),
+        vec![json!({"type": "network_refused", "stage": "net", "attempt": 1, "target": "example.com:443",
+            "why": "not a host this stage may reach"})]
+    );
+}
+
+#[test]
+fn a_sandboxed_stage_sees_none_of_the_users_home_but_its_toolchains() {
+    let Some(_) = bwrap() else { return };
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir_all(home.path().join(".ssh")).expect("mkdir");
+    std::fs::write(home.path().join(".ssh/id_ed25519"), "PLANTED-KEY\n").expect("plant");
+    std::fs::create_dir_all(home.path().join(".cargo")).expect("mkdir");
+    std::fs::write(home.path().join(".cargo/credentials.toml"), "token = \"PLANTED-TOKEN\"\n").expect("plant");
+    std::fs::write(home.path().join(".cargo/config.toml"), "# toolchain config\n").expect("write");
+    let real = home.path().display().to_string();
+    let pipeline = format!(
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: look\n    description: d\n    agent: shell\n    mode: plan\n    run: \"cat {real}/.ssh/id_ed25519 ~/.ssh/id_ed25519 {real}/.cargo/credentials.toml; cat {real}/.cargo/config.toml; echo CARGO_HOME=$CARGO_HOME; true\"\n"
+    );
+    for (mode, sees) in [("auto", false), ("off", true)] {
+        let ws = Ws::empty();
+        ws.write(".loopwright/config.toml", &format!("sandbox = \"{mode}\"\n"));
+        ws.write(".loopwright/pipelines/p.yml", &pipeline);
+        let out = ws.cmd().args(["run", "p"]).env("HOME", home.path()).env_remove("CARGO_HOME").output().expect("run");
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let logs = ws.run(&["logs", "latest", "--stage", "look"]).1;
+        assert_eq!(logs.contains("PLANTED-KEY"), sees, "{mode}: {logs}");
+        assert_eq!(logs.contains("PLANTED-TOKEN"), sees, "{mode}: {logs}");
+        assert!(logs.contains("# toolchain config"), "{mode}: {logs}");
+        if mode == "auto" {
+            assert!(logs.contains(&format!("CARGO_HOME={real}/.cargo")), "{logs}");
+        }
+    }
 }

@@ -45,6 +45,8 @@ pub struct Settings {
     /// How well each (pattern, strategy) pair has done in earlier runs: measured from the
     /// journal when a failure is first analyzed (a run whose stages pass never reads it).
     pub effectiveness: std::cell::OnceCell<effectiveness::Effectiveness>,
+    /// Whether stages run in a sandbox unless they say (`sandbox` in config.toml).
+    pub sandbox: loopwright_spec::sandbox::SandboxMode,
 }
 
 impl Default for Settings {
@@ -53,6 +55,7 @@ impl Default for Settings {
             regression: regression::Settings::default(),
             backoff_initial: std::time::Duration::from_secs(5),
             effectiveness: std::cell::OnceCell::new(),
+            sandbox: loopwright_spec::sandbox::SandboxMode::Off,
         }
     }
 }

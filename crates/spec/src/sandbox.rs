@@ -1,0 +1,155 @@
+//! How a stage's processes are confined (SPEC §12): whether they run in a sandbox, and what
+//! network a sandboxed process reaches.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// `sandbox = …` in config.toml, or `sandbox:` on a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    /// Unsandboxed, as the user.
+    #[default]
+    Off,
+    /// Sandboxed where this machine can make one; otherwise unsandboxed, said once.
+    Auto,
+    /// Sandboxed, or nothing runs.
+    Required,
+}
+
+impl SandboxMode {
+    /// Every mode with its name.
+    pub const ALL: [(&'static str, SandboxMode); 3] =
+        [("off", SandboxMode::Off), ("auto", SandboxMode::Auto), ("required", SandboxMode::Required)];
+
+    /// Parses `off`, `auto` or `required`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.iter().find(|(n, _)| *n == s).map(|(_, m)| *m)
+    }
+
+    /// The mode's name as written.
+    pub fn as_str(self) -> &'static str {
+        Self::ALL.iter().find(|(_, m)| *m == self).map_or("off", |(n, _)| n)
+    }
+}
+
+impl fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a sandboxed process may reach (`network:` on a stage or an agent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// Nothing: loopback of its own only.
+    None,
+    /// The agent's API host: its `base_url`, or the host its CLI talks to.
+    Model,
+    /// These hosts (HTTPS through loopwright's proxy; an address written as one is reached
+    /// as written, loopback included).
+    Hosts(Vec<Host>),
+}
+
+impl Network {
+    /// Parses `none` or `model`; a list of hosts is parsed with [`Host::parse`].
+    pub fn word(s: &str) -> Option<Self> {
+        match s {
+            "none" => Some(Network::None),
+            "model" => Some(Network::Model),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Network {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Network::None => f.write_str("none"),
+            Network::Model => f.write_str("model"),
+            Network::Hosts(hosts) => {
+                let shown: Vec<String> = hosts.iter().map(Host::to_string).collect();
+                write!(f, "[{}]", shown.join(", "))
+            }
+        }
+    }
+}
+
+/// A host a sandboxed process may reach, with its port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    /// The name or address, lower case, without brackets.
+    pub host: String,
+    /// The port (443 unless written; 80 for an `http://` URL).
+    pub port: u16,
+}
+
+impl Host {
+    /// Parses `host`, `host:port`, `[v6]:port` or a URL (`https://host[:port]/…`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let url = if text.contains("://") { text.to_owned() } else { format!("https://{text}") };
+        let parsed = url::Url::parse(&url).map_err(|e| format!("`{text}` is not a host, host:port or URL ({e})"))?;
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(format!("`{text}` carries a user name; write the host alone"));
+        }
+        if !matches!(parsed.scheme(), "https" | "http") {
+            return Err(format!("`{text}`: only https:// and http:// hosts can be reached"));
+        }
+        let host = match parsed.host() {
+            Some(url::Host::Domain(d)) => d.to_ascii_lowercase(),
+            Some(url::Host::Ipv4(ip)) => ip.to_string(),
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            None => return Err(format!("`{text}` names no host")),
+        };
+        let port = parsed.port_or_known_default().unwrap_or(443);
+        Ok(Self { host, port })
+    }
+}
+
+impl fmt::Display for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_parse_with_their_ports() {
+        let parsed: Vec<Result<String, ()>> = [
+            "api.anthropic.com",
+            "https://API.openai.com/v1",
+            "http://127.0.0.1:8080/v1",
+            "127.0.0.1:9",
+            "[::1]:9",
+            "user@host",
+            "",
+            "ftp://x",
+        ]
+        .iter()
+        .map(|t| Host::parse(t).map(|h| h.to_string()).map_err(|_| ()))
+        .collect();
+        assert_eq!(
+            parsed,
+            [
+                Ok("api.anthropic.com:443".into()),
+                Ok("api.openai.com:443".into()),
+                Ok("127.0.0.1:8080".into()),
+                Ok("127.0.0.1:9".into()),
+                Ok("[::1]:9".into()),
+                Err(()),
+                Err(()),
+                Err(()),
+            ]
+        );
+    }
+}
