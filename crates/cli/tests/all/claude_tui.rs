@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::support::{Ws, finish};
 
 /// Anthropic's streamed answer: `event:` + `data:` lines, as the SDK reads them.
-fn stream(blocks: &[Value], stop_reason: &str) -> String {
+pub(crate) fn stream(blocks: &[Value], stop_reason: &str) -> String {
     let mut out = String::new();
     let mut event = |name: &str, data: Value| out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
     event(

@@ -448,3 +448,100 @@ fn a_sandboxed_stage_sees_none_of_the_users_home_but_its_toolchains() {
         }
     }
 }
+
+/// A scripted Anthropic Messages API for a headless Claude Code: with tools and no answer yet
+/// it asks to write `file` with `content`; after the tool's result it gives the stage's output.
+/// Every request path is recorded.
+fn scripted_anthropic(
+    file: std::path::PathBuf,
+    content: &'static str,
+) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let (head, body) = crate::http::read_request(&conn);
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
+            log.lock().expect("lock").push(path.clone());
+            let messages = body["messages"].to_string();
+            let reply = if !path.starts_with("/v1/messages") || path.contains("count_tokens") {
+                let text = r#"{"type":"error","error":{"type":"not_found_error","message":"not here"}}"#;
+                format!(
+                    "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                    text.len()
+                )
+            } else {
+                let blocks = if body["tools"].as_array().is_none_or(Vec::is_empty) {
+                    vec![json!({"type": "text", "text": "Sandbox"})]
+                } else if messages.contains("tool_result") {
+                    vec![json!({"type": "text", "text": "## notes\nwrote the file"})]
+                } else {
+                    vec![json!({"type": "tool_use", "id": "toolu_sb1", "name": "Write",
+                        "input": {"file_path": file.display().to_string(), "content": content}})]
+                };
+                let stop = if blocks[0]["type"] == "tool_use" { "tool_use" } else { "end_turn" };
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{}",
+                    crate::claude_tui::stream(&blocks, stop)
+                )
+            };
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn the_real_claude_code_runs_sandboxed_against_its_scripted_api_and_its_edit_lands_through_the_layer() {
+    let Some(_) = bwrap() else { return };
+    let bin = crate::presets::installed_clis().join("node_modules/.bin");
+    if !std::process::Command::new(bin.join("claude")).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: Claude Code is not installed ({}): it was not run in the sandbox", bin.display());
+        return;
+    }
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write(".loopwright/agents/coder.md", "---\nrunner: claude\nmodel: claude-test\n---\nYou write files.\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: write\n    description: Write hello.txt\n    agent: coder\n    mode: agent\n    outputs: [notes]\n",
+    );
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.init_git();
+    let root = std::fs::canonicalize(ws.path()).expect("root");
+    let (port, seen) = scripted_anthropic(root.join("hello.txt"), "hello from claude\n");
+    // The user's home: Claude Code's state file (copied into the attempt's home) and a key
+    // nobody may read.
+    let home = tempfile::tempdir().expect("home");
+    std::fs::write(home.path().join(".claude.json"), json!({"hasCompletedOnboarding": true}).to_string())
+        .expect("seed");
+    std::fs::create_dir_all(home.path().join(".ssh")).expect("mkdir");
+    std::fs::write(home.path().join(".ssh/id_ed25519"), "PLANTED-KEY\n").expect("plant");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = ws
+        .cmd()
+        .args(["run", "p", "--task", "write hello.txt", "--json"])
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+        .env("ANTHROPIC_API_KEY", "sk-ant-loopwright-offline-test-key")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let logs = ws.run(&["logs", "latest", "--stage", "write"]).1;
+    assert_eq!(result["status"], "success", "{stderr}\n{logs}\nrequests: {:?}", seen.lock().expect("lock"));
+    assert_eq!(result["artifacts"]["notes"], "wrote the file");
+    assert_eq!(ws.read("hello.txt"), "hello from claude\n");
+    assert_eq!(ws.git(&["show", "--name-only", "--format=", "HEAD"]), "hello.txt\n");
+    assert!(seen.lock().expect("lock").iter().any(|p| p.starts_with("/v1/messages")));
+    assert!(events_of(&ws, "layer_made").len() == 1 && !logs.contains("PLANTED-KEY"), "{logs}");
+}
