@@ -166,10 +166,14 @@ pub fn sandboxing(ws: &Workspace, pipeline: &Pipeline) -> Result<Sandboxes, Erro
         let probe = probe(&state);
         let bwrap = probe.usable()?.to_path_buf();
         let helper = std::env::current_exe().map_err(|e| format!("cannot find the loopwright program: {e}"))?;
-        Ok((
-            loopwright_runners::Sandboxing { bwrap, state: state.clone(), helper },
-            probe.overlay.is_ok().then_some(state),
-        ))
+        let prlimit = loopwright_runners::process::resolve("prlimit");
+        let limits = prlimit.is_absolute().then(|| loopwright_runners::sandbox::Limits {
+            prlimit,
+            file_size: ws.config.sandbox_limits.file_size_mb.saturating_mul(1024 * 1024),
+            processes: ws.config.sandbox_limits.processes,
+        });
+        let sandbox = loopwright_runners::Sandboxing { bwrap, state: state.clone(), helper, limits };
+        Ok((sandbox, probe.overlay.is_ok().then_some(state)))
     });
     match made {
         Ok((sandbox, layers)) => Ok(Sandboxes { sandbox: Some(sandbox), layers, unsandboxed: None }),

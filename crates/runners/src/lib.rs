@@ -63,6 +63,8 @@ pub struct Sandboxing {
     /// The loopwright program: inside a sandbox that reaches hosts, `loopwright sandbox-exec`
     /// carries its connections to the proxy.
     pub helper: PathBuf,
+    /// Kernel limits set on each sandboxed process.
+    pub limits: Option<sandbox::Limits>,
 }
 
 /// Whose process a sandbox is made for.
@@ -181,6 +183,7 @@ impl ProcessRunner {
             network: false,
             proxy: plan_proxy,
             user_home: seen_home,
+            limits: s.limits.clone(),
         };
         Ok(Confined { argv: sandbox::command(&s.bwrap, &plan, argv), proxy, _socket_dir: socket_dir, home: Some(home) })
     }

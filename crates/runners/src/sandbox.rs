@@ -59,6 +59,19 @@ pub struct Plan {
     pub proxy: Option<ProxyPlan>,
     /// The user's home as the process sees it: hidden but for the toolchains it runs with.
     pub user_home: Option<UserHome>,
+    /// Kernel limits set on it (with util-linux `prlimit`).
+    pub limits: Option<Limits>,
+}
+
+/// Kernel limits on a sandboxed process and everything it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// The `prlimit` program.
+    pub prlimit: PathBuf,
+    /// The largest file it may write, in bytes.
+    pub file_size: u64,
+    /// Processes its user may have at once.
+    pub processes: u64,
 }
 
 /// What of the user's home a sandboxed process sees: an empty folder, but for the toolchains
@@ -247,6 +260,17 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
         b.push("--".into());
     }
     b.extend(argv.iter().cloned());
+    if let Some(limits) = &plan.limits {
+        // Set before bubblewrap starts: it and everything in the sandbox inherit them.
+        let mut limited = vec![
+            limits.prlimit.display().to_string(),
+            format!("--fsize={}", limits.file_size),
+            format!("--nproc={}", limits.processes),
+            "--".to_owned(),
+        ];
+        limited.extend(b);
+        b = limited;
+    }
     match &plan.write {
         Write::Layer { upper, work } => {
             // `$0` is the workspace, `$1` the upper and `$2` the work directory; then bwrap's

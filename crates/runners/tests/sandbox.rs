@@ -54,6 +54,7 @@ fn plan(c: &Case, write: Write) -> Plan {
         network: false,
         proxy: None,
         user_home: None,
+        limits: None,
     }
 }
 

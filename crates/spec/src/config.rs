@@ -13,6 +13,8 @@ pub struct Config {
     /// Whether stage processes run in a sandbox (bubblewrap): `off` (the default for now),
     /// `auto` (where this machine can make one), `required` (refuse to run without one).
     pub sandbox: SandboxMode,
+    /// `[sandbox_limits]`: what a sandboxed process may use.
+    pub sandbox_limits: SandboxLimits,
     /// Defaults for pipelines and agents.
     pub defaults: Defaults,
     /// Where and how the journal is kept.
@@ -279,6 +281,25 @@ pub struct Defaults {
 impl Default for Defaults {
     fn default() -> Self {
         Self { runner: "claude".to_owned(), timeout_minutes: crate::compile::DEFAULT_TIMEOUT_MINUTES, worktree: false }
+    }
+}
+
+/// `[sandbox_limits]`: limits the kernel enforces on each sandboxed process without
+/// privileges (`setrlimit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxLimits {
+    /// The largest file a process may write, in MiB (a write past it ends the process with
+    /// `SIGXFSZ`).
+    pub file_size_mb: u64,
+    /// Processes this user may have at once while it runs (the kernel counts every process
+    /// of the user, not only the sandbox's): a fork bomb stops there.
+    pub processes: u64,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        Self { file_size_mb: 8192, processes: 8192 }
     }
 }
 

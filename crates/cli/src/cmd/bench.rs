@@ -77,6 +77,7 @@ fn sandbox_figures() -> Result<u8, CliError> {
         network: false,
         proxy: None,
         user_home: None,
+        limits: None,
     };
     let truth = vec!["true".to_owned()];
     let mut figures = Vec::new();

@@ -97,6 +97,7 @@ fn a_process_without_network_reaches_only_the_allowed_hosts_through_the_proxy() 
             tunnels: vec![],
         }),
         user_home: None,
+        limits: None,
     };
     let script = format!(
         r#"
@@ -149,6 +150,44 @@ fn sandbox_required_without_bubblewrap_runs_nothing_and_says_what_is_missing() {
         "{err}"
     );
     assert!(!ws.path().join("ran.txt").exists());
+}
+
+#[test]
+fn without_bubblewrap_auto_runs_unsandboxed_and_says_why_once_and_a_stage_may_require_it() {
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - {id: a, description: d, agent: shell, mode: agent, run: 'echo a > a.txt'}\n  - {id: b, description: d, agent: shell, mode: agent, run: 'echo b > b.txt'}\n",
+    );
+    // A PATH with a shell and nothing else: no bubblewrap.
+    let bin = ws.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    std::os::unix::fs::symlink("/bin/sh", bin.join("sh")).expect("link");
+    let out = ws.cmd().args(["run", "p"]).env("PATH", &bin).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!((ws.read("a.txt"), ws.read("b.txt")), ("a\n".to_owned(), "b\n".to_owned()));
+    let why = "bubblewrap (`bwrap`) is not installed: `apt-get install bubblewrap`";
+    assert_eq!(err.matches(&format!("no sandbox here ({why}); stages run unsandboxed")).count(), 1, "{err}");
+    assert_eq!(events_of(&ws, "sandbox_unavailable"), vec![json!({"type": "sandbox_unavailable", "reason": why})]);
+
+    // One stage that must not run unsandboxed stops the whole run before anything runs.
+    ws.write(".loopwright/config.toml", "sandbox = \"off\"\n");
+    ws.write(
+        ".loopwright/pipelines/q.yml",
+        "name: q\ndescription: d\nversion: 1\nstages:\n  - {id: a, description: d, agent: shell, mode: agent, run: 'echo q > q.txt'}\n  - {id: risky, description: d, agent: shell, mode: agent, sandbox: required, run: 'echo r > r.txt'}\n",
+    );
+    let out = ws.cmd().args(["run", "q"]).env("PATH", &bin).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "stage `risky` of pipeline `q` says `sandbox: required`, but no sandbox can be made here: {why}"
+        )),
+        "{err}"
+    );
+    assert!(!ws.path().join("q.txt").exists() && !ws.path().join("r.txt").exists());
 }
 
 #[test]
@@ -544,4 +583,78 @@ fn the_real_claude_code_runs_sandboxed_against_its_scripted_api_and_its_edit_lan
     assert_eq!(ws.git(&["show", "--name-only", "--format=", "HEAD"]), "hello.txt\n");
     assert!(seen.lock().expect("lock").iter().any(|p| p.starts_with("/v1/messages")));
     assert!(events_of(&ws, "layer_made").len() == 1 && !logs.contains("PLANTED-KEY"), "{logs}");
+}
+
+#[test]
+fn a_file_past_the_size_limit_ends_the_writer_and_nothing_of_it_is_left() {
+    let Some(_) = bwrap() else { return };
+    let pipeline = "name: p\ndescription: d\nversion: 1\nstages:\n  - id: fill\n    description: d\n    agent: shell\n    mode: agent\n    run: head -c 3000000 /dev/zero > big.bin\n";
+    for (mode, fails) in [("auto", true), ("off", false)] {
+        let ws = Ws::empty();
+        ws.write(".loopwright/config.toml", &format!("sandbox = \"{mode}\"\n\n[sandbox_limits]\nfile_size_mb = 1\n"));
+        ws.write(".loopwright/pipelines/p.yml", pipeline);
+        let (_, result, err) = ws.json(&["run", "p"]);
+        assert_eq!(result["status"] == "failed", fails, "{mode}: {result}\n{err}");
+        assert_eq!(ws.path().join("big.bin").exists(), !fails, "{mode}");
+        if fails {
+            // Journaled as the attempt's failure: the shell says the writer was ended.
+            let failed = events_of(&ws, "attempt_failed");
+            let message = failed[0]["error"]["message"].as_str().unwrap_or_default().to_owned();
+            assert!(message.contains("153") || message.contains("SIGXFSZ"), "{failed:#?}");
+            assert_eq!(events_of(&ws, "layer_dropped").len(), 1, "the layer holding the partial file is gone");
+        }
+    }
+}
+
+#[test]
+fn plan_mode_in_a_sandbox_cannot_write_through_links_build_or_dependency_folders() {
+    let Some(_) = bwrap() else { return };
+    let outside = tempfile::tempdir().expect("outside");
+    std::fs::write(outside.path().join("victim.txt"), "untouched\n").expect("write");
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write("node_modules/dep/index.js", "module.exports = 1;\n");
+    ws.write("target/debug/app", "binary\n");
+    std::os::unix::fs::symlink(outside.path().join("victim.txt"), ws.path().join("link.txt")).expect("link");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: look\n    description: d\n    agent: shell\n    mode: plan\n    run: \"for f in link.txt node_modules/dep/index.js target/debug/app; do (echo changed > $f) 2>/dev/null && echo wrote $f || echo refused $f; done\"\n",
+    );
+    let (code, result, err) = ws.json(&["run", "p"]);
+    assert_eq!((code, result["status"].clone()), (0, json!("success")), "{err}");
+    let logs = ws.run(&["logs", "latest", "--stage", "look"]).1;
+    assert!(
+        logs.contains("refused link.txt")
+            && logs.contains("refused node_modules/dep/index.js")
+            && logs.contains("refused target/debug/app"),
+        "{logs}"
+    );
+    assert_eq!(std::fs::read_to_string(outside.path().join("victim.txt")).expect("read"), "untouched\n");
+    assert_eq!(
+        (ws.read("node_modules/dep/index.js"), ws.read("target/debug/app")),
+        ("module.exports = 1;\n".to_owned(), "binary\n".to_owned())
+    );
+    // Nothing was watched or restored: the mount refused every write.
+    let kinds = kinds(&ws);
+    assert!(!kinds.iter().any(|k| k.starts_with("snapshot")), "{kinds:?}");
+}
+
+#[test]
+fn a_rolled_back_stage_whose_attempt_ran_on_a_layer_is_reverted() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: build\n    description: d\n    agent: shell\n    mode: agent\n    run: echo built > built.txt\n    rollback:\n      strategy: git_revert\n  - id: verify\n    description: d\n    agent: shell\n    mode: plan\n    run: exit 1\n",
+    );
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.init_git();
+    let (_, result, err) = ws.json(&["run", "p"]);
+    assert_eq!(result["status"], "failed", "{err}");
+    assert!(!ws.path().join("built.txt").exists(), "the rollback left the stage's file");
+    let log = ws.git(&["log", "--format=%s"]);
+    assert_eq!(log.lines().count(), 3, "{log}");
+    assert!(log.lines().next().unwrap_or_default().starts_with("loopwright: revert stage build"), "{log}");
+    assert_eq!(events_of(&ws, "layer_made").len(), 1);
 }
