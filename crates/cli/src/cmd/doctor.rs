@@ -1,5 +1,6 @@
 //! `loopwright doctor`: what this machine offers loopwright — the sandbox's pieces
-//! (bubblewrap, user namespaces, an overlay in a user namespace) and the agent CLIs found.
+//! (bubblewrap, user namespaces, an overlay in a user namespace for attempts' layers, the
+//! folder they live in, the network proxy, the kernel limits) and the agent CLIs found.
 
 use super::Global;
 use crate::error::CliError;
@@ -21,8 +22,10 @@ const AGENT_CLIS: [(&str, loopwright_spec::RunnerKind); 6] = [
 /// `loopwright doctor`.
 pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
     use loopwright_runners::sandbox;
-    let scratch = std::env::temp_dir();
-    let probe = sandbox::probe(&scratch);
+    let state = sandbox::state_dir();
+    let probe = sandbox::probe(state.as_deref().unwrap_or(&std::env::temp_dir()));
+    let prlimit = loopwright_runners::process::resolve("prlimit");
+    let prlimit = prlimit.is_absolute().then_some(prlimit);
     let word = |r: &Result<(), String>| r.as_ref().map_or_else(Clone::clone, |()| "yes".to_owned());
     let clis: Vec<(&str, Option<std::path::PathBuf>, &str)> = AGENT_CLIS
         .iter()
@@ -43,6 +46,13 @@ pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
                 "bubblewrap": bwrap,
                 "namespaces": probe.namespaces.as_ref().err(),
                 "overlay": probe.overlay.as_ref().err(),
+                "layers": probe.overlay.is_ok().then_some("kernel overlay in a user namespace"),
+                "state": match &state {
+                    Ok(dir) => serde_json::json!({"path": dir.display().to_string()}),
+                    Err(why) => serde_json::json!({"missing": why}),
+                },
+                "proxy": "built in: HTTPS CONNECT to the hosts a stage names, on a Unix socket",
+                "limits": prlimit.as_ref().map(|p| p.display().to_string()),
             },
             "agents": clis.iter().map(|(name, path, hint)| serde_json::json!({
                 "name": name, "path": path.as_ref().map(|p| p.display().to_string()), "install": hint,
@@ -57,7 +67,23 @@ pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
         Err(why) => println!("  bubblewrap       missing: {why}"),
     }
     println!("  namespaces       {}", word(&probe.namespaces));
-    println!("  overlay          {}", word(&probe.overlay));
+    match &probe.overlay {
+        Ok(()) => {
+            println!("  layers           a kernel overlay in a user namespace: agent-mode attempts write into a layer")
+        }
+        Err(why) => println!(
+            "  layers           no ({why}): agent-mode attempts write into the workspace, watched and snapshotted"
+        ),
+    }
+    match &state {
+        Ok(dir) => println!("  state            {} (attempts' homes and layers)", dir.display()),
+        Err(why) => println!("  state            unusable: {why}"),
+    }
+    println!("  network          built-in proxy: a stage reaches only the hosts it names (`network:`)");
+    match &prlimit {
+        Some(p) => println!("  limits           {} (file size, processes: [sandbox_limits])", p.display()),
+        None => println!("  limits           none: `prlimit` (util-linux) is not installed"),
+    }
     match probe.missing() {
         None => println!("  → agents can run sandboxed here"),
         Some(why) => println!("  → no sandbox here: {why}"),

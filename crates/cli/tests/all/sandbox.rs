@@ -23,8 +23,11 @@ fn doctor_says_what_is_missing_and_how_to_install_it() {
     assert_eq!(
         report["sandbox"],
         json!({"available": false, "bubblewrap": {"missing": "bubblewrap (`bwrap`) is not installed: `apt-get install bubblewrap`"},
-               "namespaces": "not tried: no bubblewrap", "overlay": "not tried: no bubblewrap"})
+               "namespaces": "not tried: no bubblewrap", "overlay": "not tried: no bubblewrap", "layers": null,
+               "state": report["sandbox"]["state"].clone(), "limits": null,
+               "proxy": "built in: HTTPS CONNECT to the hosts a stage names, on a Unix socket"})
     );
+    assert!(report["sandbox"]["state"]["path"].as_str().is_some_and(|p| p.contains("loopwright-")), "{report}");
     let agents: Vec<(String, Option<String>)> = report["agents"]
         .as_array()
         .expect("agents")
