@@ -40,7 +40,21 @@ pub const DEMO: &[File] = bundled! {
 };
 
 /// `.loopwright/config.toml` as `init` writes it.
-pub const CONFIG_TEMPLATE: &str = r#"# loopwright workspace settings. Every key is optional; the values shown are the defaults.
+pub const CONFIG_TEMPLATE: &str = r#"# loopwright workspace settings. Every key is optional; the values shown are the defaults,
+# except `sandbox`, which is "off" where this file does not set it.
+
+# Run each stage's processes in a sandbox (bubblewrap): "auto" where this machine can make
+# one, "required" to run nothing without one, "off" to run them as you. In a sandbox an
+# agent-mode attempt writes into a layer that reaches the workspace only when it passes,
+# plan mode is read-only, your home is hidden, and a stage reaches only the hosts it names
+# (`network:` on a stage or an agent). `loopwright doctor` says what this machine has.
+sandbox = "auto"
+
+[sandbox_limits]
+# The largest file a sandboxed process may write (MiB), and the processes your user may
+# have at once while it runs.
+file_size_mb = 8192
+processes = 8192
 
 [defaults]
 # Runner for agent files that name neither `runner:` nor `command:`

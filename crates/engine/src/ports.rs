@@ -296,6 +296,8 @@ pub trait Changes {
     fn layer_changed(&self, _run: &RunId, _name: &str) -> Result<loopwright_journal::closed_loop::FileChanges, String> {
         Ok(loopwright_journal::closed_loop::FileChanges::default())
     }
+    /// The run has ended: what was kept for its attempts (layers, homes) can go.
+    fn ended(&self, _run: &RunId) {}
     /// Copies layer `name` into the workspace (through the path guard), commits what it
     /// changed like [`Changes::commit`], and removes the layer.
     fn commit_layer(

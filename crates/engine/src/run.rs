@@ -88,6 +88,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                         for stage in left {
                             self.drop_layer(&mut state, &stage, None).await?;
                         }
+                        self.changes.ended(&state.run_id);
                     }
                     return Ok(state);
                 }

@@ -674,6 +674,12 @@ impl Changes for FsChanges {
         self.layers.is_some()
     }
 
+    fn ended(&self, run: &RunId) {
+        if let Some(state) = &self.layers {
+            let _ = std::fs::remove_dir_all(state.join(run.as_str()));
+        }
+    }
+
     fn make_layer(&self, run: &RunId, name: &str) -> Result<String, String> {
         let layer = self.layer(run, name)?;
         layer.make().map_err(|e| format!("cannot make {}: {e}", layer.dir.display()))?;
