@@ -41,13 +41,14 @@ pub struct Args {
     #[arg(long = "seed-only", requires = "list_runs")]
     pub seed_only: bool,
     /// Instead: measure the sandbox — making one for a process (workspace read-only, and over
-    /// a layer) and copying a layer of 1, 100 and 10,000 changed files back.
+    /// a layer), copying a layer of 1, 100 and 10,000 changed files back, and the chain of
+    /// `--stages` agent-mode shell stages through `loopwright run` with the sandbox off and on.
     #[arg(long)]
     pub sandbox: bool,
 }
 
 /// `bench --sandbox`.
-fn sandbox_figures() -> Result<u8, CliError> {
+fn sandbox_figures(stages: usize) -> Result<u8, CliError> {
     use loopwright_runners::sandbox::{self, Plan, Write};
     let base = std::env::temp_dir().join(format!("loopwright-bench-sandbox-{:08x}", random_u64() as u32));
     let io = |e: std::io::Error| CliError::Internal(e.into());
@@ -108,6 +109,31 @@ fn sandbox_figures() -> Result<u8, CliError> {
         let took = ms(t.elapsed());
         eprintln!("  copy back {files:>6} files:        {took:7.1} ms ({} written)", copied.written.len());
         figures.push(json!({"what": format!("copy back {files}"), "ms": took}));
+    }
+    // The chain through `loopwright run`, unsandboxed (each attempt snapshotted) and sandboxed
+    // (each attempt on a layer, copied back when it passes).
+    let exe = std::env::current_exe().map_err(|e| CliError::Internal(e.into()))?;
+    for mode in ["off", "auto"] {
+        let root = base.join(format!("chain-{mode}"));
+        write_pipeline(&root, stages)?;
+        std::fs::write(root.join(".loopwright/config.toml"), format!("sandbox = \"{mode}\"\n")).map_err(io)?;
+        let t = Instant::now();
+        let out = std::process::Command::new(&exe)
+            .args(["-C", &root.display().to_string(), "run", "bench", "--quiet", "--json"])
+            .output()
+            .map_err(io)?;
+        let took = ms(t.elapsed());
+        if !out.status.success() {
+            return Err(CliError::Internal(anyhow::anyhow!(
+                "`loopwright run bench` with sandbox = \"{mode}\" failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        eprintln!(
+            "  {stages} stages, sandbox = {mode:<4}:   {took:7.0} ms ({:.2} ms per stage)",
+            took / stages as f64
+        );
+        figures.push(json!({"what": format!("chain, sandbox {mode}"), "stages": stages, "ms": took}));
     }
     let _ = std::fs::remove_dir_all(&base);
     println!("{}", json!({ "sandbox": figures }));
@@ -319,7 +345,7 @@ fn ms(d: Duration) -> f64 {
 /// `loopwright bench`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     if args.sandbox {
-        return sandbox_figures();
+        return sandbox_figures(args.stages.max(2));
     }
     if let Some(n) = args.list_runs {
         if args.seed_only {
