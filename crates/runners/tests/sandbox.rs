@@ -295,3 +295,39 @@ async fn the_proxy_tunnels_to_allowed_hosts_only_and_keeps_what_it_refused() {
     );
     assert_eq!(targets[2], ("GET http://example.com/", "only HTTPS tunnels (CONNECT) go through"));
 }
+
+#[test]
+fn a_copy_a_crash_cut_short_is_undone_when_its_layer_is_dropped_and_kept_once_committed() {
+    let Some(bwrap) = bwrap() else { return };
+    let state = tempfile::tempdir().expect("state");
+    for committed in [false, true] {
+        let c = case();
+        let layer = sandbox::Layer::of(state.path(), "run-1", if committed { "s-2" } else { "s-1" });
+        layer.make().expect("make");
+        let before = tree(&c.ws);
+        let script = "echo after > change.txt && rm gone.txt && rm -r src/old && mkdir src/old && echo fresh > src/old/c.rs && echo n > new.txt";
+        let write = Write::Layer { upper: layer.upper(), work: layer.work() };
+        let (code, _, err) = run(&bwrap, &plan(&c, write), script);
+        assert_eq!(code, 0, "{err}");
+        let (modified, created, deleted) = layer.changes(&c.ws).expect("changes");
+        assert_eq!(
+            (modified, created, deleted),
+            (
+                vec!["change.txt".to_owned()],
+                vec!["new.txt".to_owned(), "src/old/c.rs".to_owned()],
+                vec!["gone.txt".to_owned(), "src/old".to_owned()]
+            )
+        );
+        // The copy ran (as far as a crash let it), then loopwright died before its journal
+        // entry; on resume the layer is dropped. Until a commit moved the repository on, the
+        // workspace is put back as it was; after one, the copy stands.
+        layer.copy_into(&c.ws, Some("commit-a")).expect("copy");
+        let after = tree(&c.ws);
+        assert_ne!(after, before);
+        let head_now = if committed { "commit-b" } else { "commit-a" };
+        let held = layer.discard(&c.ws, Some(head_now)).expect("discard");
+        assert_eq!(held, 6, "change.txt, the gone.txt whiteout, src/, src/old (opaque), c.rs, new.txt");
+        assert_eq!(tree(&c.ws), if committed { after } else { before }, "committed: {committed}");
+        assert!(!layer.dir.exists());
+    }
+}

@@ -129,10 +129,7 @@ fn sandbox_figures(stages: usize) -> Result<u8, CliError> {
                 String::from_utf8_lossy(&out.stderr)
             )));
         }
-        eprintln!(
-            "  {stages} stages, sandbox = {mode:<4}:   {took:7.0} ms ({:.2} ms per stage)",
-            took / stages as f64
-        );
+        eprintln!("  {stages} stages, sandbox = {mode:<4}:   {took:7.0} ms ({:.2} ms per stage)", took / stages as f64);
         figures.push(json!({"what": format!("chain, sandbox {mode}"), "stages": stages, "ms": took}));
     }
     let _ = std::fs::remove_dir_all(&base);
