@@ -661,3 +661,101 @@ fn a_rolled_back_stage_whose_attempt_ran_on_a_layer_is_reverted() {
     assert!(log.lines().next().unwrap_or_default().starts_with("loopwright: revert stage build"), "{log}");
     assert_eq!(events_of(&ws, "layer_made").len(), 1);
 }
+
+/// A scripted OpenAI Responses API for a headless Codex: a WebSocket upgrade gets a 404 (Codex
+/// falls back to HTTPS), each `POST /v1/responses` gets one message with the stage's output.
+fn scripted_responses() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let (head, _) = crate::http::read_request(&conn);
+            let line = head.lines().next().unwrap_or_default().to_owned();
+            log.lock().expect("lock").push(line.clone());
+            let reply = if line.starts_with("POST /v1/responses") {
+                let item = json!({"type": "message", "role": "assistant", "id": "msg_1",
+                    "content": [{"type": "output_text", "text": "## notes\nread in the sandbox"}]});
+                let usage = json!({"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+                    "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 17});
+                let events = [
+                    ("response.created", json!({"type": "response.created", "response": {"id": "resp_1"}})),
+                    (
+                        "response.output_item.done",
+                        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+                    ),
+                    (
+                        "response.completed",
+                        json!({"type": "response.completed", "response": {"id": "resp_1", "usage": usage}}),
+                    ),
+                ];
+                let body: String = events.iter().map(|(k, v)| format!("event: {k}\ndata: {v}\n\n")).collect();
+                format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}")
+            } else {
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
+            };
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn the_real_codex_runs_sandboxed_with_its_own_config_copied_in_and_reaches_only_the_named_host() {
+    let Some(_) = bwrap() else { return };
+    let bin = crate::presets::installed_clis().join("node_modules/.bin");
+    if !std::process::Command::new(bin.join("codex")).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: Codex is not installed ({}): it was not run in the sandbox", bin.display());
+        return;
+    }
+    let (port, seen) = scripted_responses();
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write(".loopwright/agents/reader.md", "---\nrunner: codex\nmodel: gpt-test\n---\nYou read code.\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        &format!(
+            "name: p\ndescription: d\nversion: 1\nstages:\n  - id: read\n    description: Read the code\n    agent: reader\n    mode: plan\n    network: [\"127.0.0.1:{port}\"]\n    outputs: [notes]\n"
+        ),
+    );
+    // Codex finds its API in its own config file, which the sandbox copies into its home.
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir_all(home.path().join(".codex")).expect("mkdir");
+    std::fs::write(
+        home.path().join(".codex/config.toml"),
+        format!("openai_base_url = \"http://127.0.0.1:{port}/v1\"\n"),
+    )
+    .expect("config");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = ws
+        .cmd()
+        .args(["run", "p", "--task", "read it", "--json"])
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .env("OPENAI_API_KEY", "sk-loopwright-offline-test-key")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("CODEX_HOME")
+        .output()
+        .expect("run");
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let logs = ws.run(&["logs", "latest", "--stage", "read"]).1;
+    let requests = seen.lock().expect("lock").clone();
+    assert_eq!(result["status"], "success", "{}\n{logs}\n{requests:?}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(result["artifacts"]["notes"], "read in the sandbox");
+    assert!(requests.iter().any(|r| r.starts_with("POST /v1/responses")), "{requests:?}");
+    let all = ws.run(&["logs", "latest"]).1;
+    assert!(all.contains("read: attempt 1 used 12 tokens in, 5 out"), "{all}");
+    // What else it tried to reach (its sign-in, its telemetry) was refused, and journaled.
+    let refused: Vec<String> =
+        events_of(&ws, "network_refused").iter().map(|e| e["target"].as_str().unwrap_or_default().to_owned()).collect();
+    assert!(refused.iter().all(|t| !t.starts_with("127.0.0.1")), "{refused:?}");
+    // Its home was a copy: the user's own config file is as it was.
+    assert_eq!(
+        std::fs::read_dir(home.path().join(".codex")).expect("read").count(),
+        1,
+        "Codex wrote into the user's real ~/.codex"
+    );
+}
