@@ -131,6 +131,12 @@ impl ProcessRunner {
         let program: Vec<&str> = argv.first().map(String::as_str).into_iter().collect();
         let seen_home =
             user_home.as_ref().map(|h| sandbox::user_home(h, std::env::var_os("PATH").as_deref(), &program));
+        if let Some(user_home) = &user_home {
+            // Git as the user has it (their name for commits, their aliases), read-only.
+            for shared in [".gitconfig", ".config/git"] {
+                config.push((user_home.join(shared), shared.to_owned()));
+            }
+        }
         if let (Some(agent), Some(user_home)) = (agent, user_home) {
             let wanted = presets::agent_config(agent.runner);
             for file in wanted.copies {

@@ -759,3 +759,79 @@ fn the_real_codex_runs_sandboxed_with_its_own_config_copied_in_and_reaches_only_
         "Codex wrote into the user's real ~/.codex"
     );
 }
+
+#[test]
+fn the_real_aider_runs_sandboxed_in_plan_mode_with_the_users_git_identity_and_its_api_from_the_environment() {
+    use std::io::Write;
+    let Some(_) = bwrap() else { return };
+    let aider = crate::presets::installed_clis().join("aider-venv/bin");
+    if !aider.join("aider").is_file() {
+        eprintln!("skipped: aider is not installed ({}): it was not run in the sandbox", aider.display());
+        return;
+    }
+    // A scripted OpenAI chat-completions API: every request gets the stage's output.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let (head, _) = crate::http::read_request(&conn);
+            let line = head.lines().next().unwrap_or_default().to_owned();
+            log.lock().expect("lock").push(line.clone());
+            let body = json!({"id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-test",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "## notes\nread by aider"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}})
+            .to_string();
+            let reply = if line.starts_with("POST /v1/chat/completions") {
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
+            };
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write(".loopwright/agents/reader.md", "---\nrunner: aider\nmodel: openai/gpt-test\n---\nYou read code.\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: read\n    description: Read the code\n    agent: reader\n    mode: plan\n    outputs: [notes]\n",
+    );
+    ws.write("src/lib.rs", "pub fn one() -> u32 { 1 }\n");
+    // A repository without an identity of its own: aider takes the user's from ~/.gitconfig
+    // (bound into the sandbox read-only), or it would write one into .git/config.
+    ws.git(&["init", "--quiet", "-b", "main"]);
+    let home = tempfile::tempdir().expect("home");
+    std::fs::write(home.path().join(".gitconfig"), "[user]\n\tname = Tester\n\temail = tester@example.com\n")
+        .expect("gitconfig");
+    let before = std::fs::read_to_string(ws.path().join(".git/config")).expect("git config");
+    let path = format!("{}:{}", aider.display(), std::env::var("PATH").unwrap_or_default());
+    let out = ws
+        .cmd()
+        .args(["run", "p", "--task", "read it", "--json"])
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .env("OPENAI_API_BASE", format!("http://127.0.0.1:{port}/v1"))
+        .env("OPENAI_API_KEY", "sk-loopwright-offline-test-key")
+        .output()
+        .expect("run");
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let logs = ws.run(&["logs", "latest", "--stage", "read"]).1;
+    let requests = seen.lock().expect("lock").clone();
+    assert_eq!(result["status"], "success", "{}\n{logs}\n{requests:?}", String::from_utf8_lossy(&out.stderr));
+    assert!(result["artifacts"]["notes"].as_str().is_some_and(|n| n.contains("read by aider")), "{result}");
+    assert!(requests.iter().any(|r| r.starts_with("POST /v1/chat/completions")), "{requests:?}");
+    // Plan mode: nothing of the workspace changed, its files (chat history, tags cache) included.
+    assert_eq!(std::fs::read_to_string(ws.path().join(".git/config")).expect("git config"), before);
+    let names: Vec<String> = std::fs::read_dir(ws.path())
+        .expect("read")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".aider"))
+        .collect();
+    assert_eq!(names, Vec::<String>::new());
+}
