@@ -165,6 +165,7 @@ pub fn agent_config(runner: RunnerKind) -> AgentConfig {
                 ".gemini/oauth_creds.json",
                 ".gemini/google_accounts.json",
                 ".gemini/installation_id",
+                ".gemini/trustedFolders.json",
                 ".gemini/GEMINI.md",
             ],
             &[".gemini/commands", ".gemini/extensions"],

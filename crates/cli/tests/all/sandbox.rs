@@ -835,3 +835,189 @@ fn the_real_aider_runs_sandboxed_in_plan_mode_with_the_users_git_identity_and_it
         .collect();
     assert_eq!(names, Vec::<String>::new());
 }
+
+#[test]
+fn the_real_gemini_cli_runs_sandboxed_with_its_settings_and_trusted_folders_copied_in() {
+    use std::io::Write;
+    let Some(_) = bwrap() else { return };
+    let bin = crate::presets::installed_clis().join("node_modules/.bin");
+    if !std::process::Command::new(bin.join("gemini")).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: Gemini CLI is not installed ({}): it was not run in the sandbox", bin.display());
+        return;
+    }
+    // A scripted Gemini API: a streamed answer for generateContent, a count for countTokens.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let (head, _) = crate::http::read_request(&conn);
+            let line = head.lines().next().unwrap_or_default().to_owned();
+            log.lock().expect("lock").push(line.clone());
+            let chunk = json!({"candidates": [{"content": {"parts": [{"text": "## notes\nread by gemini"}], "role": "model"},
+                "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 4, "totalTokenCount": 14}});
+            let (kind, body) = if line.contains("countTokens") {
+                ("application/json", json!({"totalTokens": 10}).to_string())
+            } else if line.contains("alt=sse") {
+                ("text/event-stream", format!("data: {chunk}\n\n"))
+            } else {
+                ("application/json", chunk.to_string())
+            };
+            let reply = if line.starts_with("POST ") {
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
+            };
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write(".loopwright/agents/reader.md", "---\nrunner: gemini\nmodel: gemini-test\n---\nYou read code.\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: read\n    description: Read the code\n    agent: reader\n    mode: plan\n    outputs: [notes]\n",
+    );
+    // Its sign-in choice and the workspace's trust are in the user's ~/.gemini: copied in.
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir_all(home.path().join(".gemini")).expect("mkdir");
+    std::fs::write(
+        home.path().join(".gemini/settings.json"),
+        json!({"security": {"auth": {"selectedType": "gemini-api-key"}}}).to_string(),
+    )
+    .expect("settings");
+    let root = std::fs::canonicalize(ws.path()).expect("root");
+    std::fs::write(
+        home.path().join(".gemini/trustedFolders.json"),
+        json!({root.display().to_string(): "TRUST_FOLDER"}).to_string(),
+    )
+    .expect("trust");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = ws
+        .cmd()
+        .args(["run", "p", "--task", "read it", "--json"])
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .env("GOOGLE_GEMINI_BASE_URL", format!("http://127.0.0.1:{port}"))
+        .env("GEMINI_API_KEY", "loopwright-offline-test-key")
+        .output()
+        .expect("run");
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let logs = ws.run(&["logs", "latest", "--stage", "read"]).1;
+    let requests = seen.lock().expect("lock").clone();
+    assert_eq!(result["status"], "success", "{}\n{logs}\n{requests:?}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(result["artifacts"]["notes"], "read by gemini");
+    assert!(requests.iter().any(|r| r.contains(":streamGenerateContent")), "{requests:?}");
+    let all = ws.run(&["logs", "latest"]).1;
+    assert!(all.contains("read: attempt 1 used 10 tokens in, 4 out"), "{all}");
+}
+
+#[test]
+fn the_real_opencode_runs_sandboxed_with_its_provider_config_copied_in() {
+    use std::io::Write;
+    let Some(_) = bwrap() else { return };
+    let bin = crate::presets::installed_clis().join("node_modules/.bin");
+    if !std::process::Command::new(bin.join("opencode")).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: opencode is not installed ({}): it was not run in the sandbox", bin.display());
+        return;
+    }
+    // A scripted OpenAI Responses API, streamed as the AI SDK reads it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let (head, _) = crate::http::read_request(&conn);
+            let line = head.lines().next().unwrap_or_default().to_owned();
+            log.lock().expect("lock").push(line.clone());
+            let text = "## notes\nread by opencode";
+            let response = json!({"id": "resp_1", "object": "response", "created_at": 1, "model": "gpt-4o", "status": "in_progress", "output": []});
+            let done = json!({"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]});
+            let mut last = response.clone();
+            last["status"] = json!("completed");
+            last["output"] = json!([done]);
+            last["usage"] = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 4,
+                "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 14});
+            let part = json!({"item_id": "msg_1", "output_index": 0, "content_index": 0});
+            let with = |mut v: serde_json::Value, extra: serde_json::Value| {
+                for (k, x) in extra.as_object().expect("object") {
+                    v[k] = x.clone();
+                }
+                v
+            };
+            let events = [
+                json!({"type": "response.created", "sequence_number": 0, "response": response}),
+                json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
+                    "item": {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}}),
+                with(
+                    part.clone(),
+                    json!({"type": "response.content_part.added", "sequence_number": 2, "part": {"type": "output_text", "text": "", "annotations": []}}),
+                ),
+                with(
+                    part.clone(),
+                    json!({"type": "response.output_text.delta", "sequence_number": 3, "delta": text, "logprobs": []}),
+                ),
+                with(
+                    part,
+                    json!({"type": "response.output_text.done", "sequence_number": 4, "text": text, "logprobs": []}),
+                ),
+                json!({"type": "response.output_item.done", "sequence_number": 5, "output_index": 0, "item": done}),
+                json!({"type": "response.completed", "sequence_number": 6, "response": last}),
+            ];
+            let body: String = events
+                .iter()
+                .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default()))
+                .collect();
+            let reply = if line.starts_with("POST /v1/responses") {
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
+            };
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write(".loopwright/agents/reader.md", "---\nrunner: opencode\nmodel: openai/gpt-4o\n---\nYou read code.\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        &format!(
+            "name: p\ndescription: d\nversion: 1\nstages:\n  - id: read\n    description: Read the code\n    agent: reader\n    mode: plan\n    network: [\"127.0.0.1:{port}\"]\n    outputs: [notes]\n"
+        ),
+    );
+    ws.init_git();
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir_all(home.path().join(".config/opencode")).expect("mkdir");
+    let config = json!({"provider": {"openai": {"options": {"baseURL": format!("http://127.0.0.1:{port}/v1"), "apiKey": "sk-loopwright-offline"}}}});
+    std::fs::write(home.path().join(".config/opencode/opencode.json"), config.to_string()).expect("config");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = ws
+        .cmd()
+        .args(["run", "p", "--task", "read it", "--json"])
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .output()
+        .expect("run");
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let logs = ws.run(&["logs", "latest", "--stage", "read"]).1;
+    let requests = seen.lock().expect("lock").clone();
+    assert_eq!(result["status"], "success", "{}\n{logs}\n{requests:?}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(result["artifacts"]["notes"], "read by opencode");
+    assert!(requests.iter().any(|r| r.starts_with("POST /v1/responses")), "{requests:?}");
+    // opencode keeps its sessions under its data folder: in the attempt's home, not the user's.
+    assert!(!home.path().join(".local/share/opencode").exists(), "opencode wrote into the user's real home");
+}
