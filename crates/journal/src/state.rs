@@ -217,6 +217,8 @@ pub struct StageState {
     /// The layer an attempt wrote into that is still there: (attempt, name). A layer leaves
     /// when it is dropped or when its attempt succeeds (its files were copied back).
     pub layer: Option<(u32, String)>,
+    /// Hosts the sandbox refused this stage's processes, each once, in the order asked.
+    pub network_refused: Vec<String>,
     /// Commits of this stage's changes.
     pub commits: Vec<String>,
     /// How this stage was rolled back.
@@ -315,6 +317,7 @@ impl StageState {
             pass_base: 0,
             snapshots: Vec::new(),
             layer: None,
+            network_refused: Vec::new(),
             commits: Vec::new(),
             rollback: None,
             closed: None,
@@ -607,10 +610,13 @@ impl RunState {
                 self.stage_mut(stage).layer = Some((*attempt, layer.clone()))
             }
             Event::LayerDropped { stage, .. } => self.stage_mut(stage).layer = None,
-            Event::SnapshotFailed { .. }
-            | Event::SnapshotRestored { .. }
-            | Event::RepositoryRepaired { .. }
-            | Event::NetworkRefused { .. } => {}
+            Event::NetworkRefused { stage, target, .. } => {
+                let refused = &mut self.stage_mut(stage).network_refused;
+                if !refused.contains(target) {
+                    refused.push(target.clone());
+                }
+            }
+            Event::SnapshotFailed { .. } | Event::SnapshotRestored { .. } | Event::RepositoryRepaired { .. } => {}
             Event::SandboxUnavailable { .. } => self.sandbox_noted = true,
             Event::ChangesCommitted { stage, commit, .. } => self.stage_mut(stage).commits.push(commit.clone()),
             Event::RollbackStarted { trigger, stages } => {

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxMode {
-    /// Unsandboxed, as the user.
+    /// Unsandboxed, as the user: the default where config.toml does not say (`loopwright
+    /// init` writes `auto`), because turning the sandbox on changes what an existing
+    /// workspace's stages can reach and how a failed attempt's changes are kept.
     #[default]
     Off,
     /// Sandboxed where this machine can make one; otherwise unsandboxed, said once.

@@ -164,6 +164,13 @@ pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headlin
         }
     };
     tried.extend(spend_line(stage, pipeline));
+    if !stage.network_refused.is_empty() {
+        let hosts: Vec<String> = stage.network_refused.iter().map(|h| format!("`{h}`")).collect();
+        tried.push(format!(
+            "the sandbox refused its connections to {} (a stage reaches only the hosts its `network:` names)",
+            hosts.join(", ")
+        ));
+    }
     let next = if escalated {
         let reason = stage.closed.as_ref().and_then(|l| l.escalation_reason.clone());
         format!(
@@ -524,10 +531,34 @@ mod tests {
         let s = state(vec![
             Event::AttemptStarted { stage: stage("build"), attempt: 1 },
             Event::AttemptFailed { stage: stage("build"), attempt: 1, duration_ms: 5, error: error.clone() },
-            Event::StageFailed { stage: stage("build"), error },
+            Event::StageFailed { stage: stage("build"), error: error.clone() },
             Event::RunFinished { status: RunStatus::Failed },
         ]);
         let got = run_headline(&s, RunStatus::Failed, &pipeline()).expect("a headline");
+        // The same failure where the sandbox refused hosts: the headline says which.
+        let refused = |target: &str| Event::NetworkRefused {
+            stage: stage("build"),
+            attempt: 1,
+            target: target.into(),
+            why: "not a host this stage may reach".into(),
+        };
+        let sandboxed = state(vec![
+            Event::AttemptStarted { stage: stage("build"), attempt: 1 },
+            refused("index.crates.io:443"),
+            refused("index.crates.io:443"),
+            refused("static.crates.io:443"),
+            Event::AttemptFailed { stage: stage("build"), attempt: 1, duration_ms: 5, error: error.clone() },
+            Event::StageFailed { stage: stage("build"), error },
+            Event::RunFinished { status: RunStatus::Failed },
+        ]);
+        let told = run_headline(&sandboxed, RunStatus::Failed, &pipeline()).expect("a headline");
+        assert_eq!(
+            told.tried,
+            [
+                "1 attempt",
+                "the sandbox refused its connections to `index.crates.io:443`, `static.crates.io:443` (a stage reaches only the hosts its `network:` names)"
+            ]
+        );
         assert_eq!(
             got,
             Headline {
