@@ -190,6 +190,13 @@ impl ProcessRunner {
             proxy: plan_proxy,
             user_home: seen_home,
             limits: s.limits.clone(),
+            read_only: [
+                Some(self.runs_dir.join(run.as_str()).join("prompts")),
+                sandbox::worktree_repository(workspace),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
         };
         Ok(Confined { argv: sandbox::command(&s.bwrap, &plan, argv), proxy, _socket_dir: socket_dir, home: Some(home) })
     }

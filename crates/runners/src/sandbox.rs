@@ -61,6 +61,19 @@ pub struct Plan {
     pub user_home: Option<UserHome>,
     /// Kernel limits set on it (with util-linux `prlimit`).
     pub limits: Option<Limits>,
+    /// Host paths it may read, bound read-only at the same path (the attempt's prompt file,
+    /// the repository a worktree belongs to), where the private `/tmp` or the hidden home
+    /// would hide them.
+    pub read_only: Vec<PathBuf>,
+}
+
+/// What a process in `workspace` needs to read besides it: for a git worktree, the repository
+/// it belongs to (its `.git` file names `…/.git/worktrees/NAME`).
+pub fn worktree_repository(workspace: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(workspace.join(".git")).ok()?;
+    let gitdir = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
+    let common = gitdir.parent()?.parent()?;
+    (common.file_name().is_some_and(|n| n == ".git") && common.is_dir()).then(|| common.to_path_buf())
 }
 
 /// Kernel limits on a sandboxed process and everything it starts.
@@ -235,6 +248,10 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
     for (host, under) in &plan.config {
         let inside = plan.home.join(under).display().to_string();
         add(&["--ro-bind-try", &host.display().to_string(), &inside]);
+    }
+    for path in &plan.read_only {
+        let path = path.display().to_string();
+        add(&["--ro-bind-try", &path, &path]);
     }
     // Bound again after the private /tmp, which would hide a workspace under /tmp. A layer's
     // overlay was mounted over the workspace's own path before bubblewrap starts: binding it

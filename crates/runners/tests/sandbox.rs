@@ -55,6 +55,7 @@ fn plan(c: &Case, write: Write) -> Plan {
         proxy: None,
         user_home: None,
         limits: None,
+        read_only: vec![],
     }
 }
 

@@ -79,6 +79,7 @@ fn sandbox_figures(stages: usize) -> Result<u8, CliError> {
         proxy: None,
         user_home: None,
         limits: None,
+        read_only: vec![],
     };
     let truth = vec!["true".to_owned()];
     let mut figures = Vec::new();

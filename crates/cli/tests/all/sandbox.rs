@@ -101,6 +101,7 @@ fn a_process_without_network_reaches_only_the_allowed_hosts_through_the_proxy() 
         }),
         user_home: None,
         limits: None,
+        read_only: vec![],
     };
     let script = format!(
         r#"
@@ -1020,4 +1021,29 @@ fn the_real_opencode_runs_sandboxed_with_its_provider_config_copied_in() {
     assert!(requests.iter().any(|r| r.starts_with("POST /v1/responses")), "{requests:?}");
     // opencode keeps its sessions under its data folder: in the attempt's home, not the user's.
     assert!(!home.path().join(".local/share/opencode").exists(), "opencode wrote into the user's real home");
+}
+
+#[test]
+fn a_sandboxed_attempt_in_a_worktree_reads_its_prompt_and_its_repository_and_its_change_merges_back() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
+    ws.write(
+        ".loopwright/agents/dev.md",
+        "---\nname: dev\nrunner: command\ncommand: [\"sh\", \"-c\", \"head -n 1 \\\"$LOOPWRIGHT_PROMPT_FILE\\\"; git rev-parse --abbrev-ref HEAD; echo made > made.txt\"]\n---\nYou write files.\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: make\n    description: Make a file\n    agent: dev\n    mode: agent\n",
+    );
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.init_git();
+    let (code, result, err) = ws.json(&["run", "p", "--worktree", "--task-id", "wt-1"]);
+    assert_eq!((code, result["status"].clone()), (0, json!("success")), "{err}");
+    let logs = ws.run(&["logs", "latest", "--stage", "make"]).1;
+    // The prompt file (in the main checkout's state) and the repository the worktree belongs
+    // to were readable; its write went through the layer into the worktree, then merged.
+    assert!(logs.contains("You write files.") && logs.contains("loopwright/wt-1"), "{logs}");
+    assert_eq!(ws.read("made.txt"), "made\n");
+    assert_eq!(events_of(&ws, "layer_made").len(), 1);
 }
