@@ -144,8 +144,8 @@ fn probe(state: &Path) -> &'static loopwright_runners::sandbox::Probe {
 pub struct Sandboxes {
     /// What the runner makes sandboxes with.
     pub sandbox: Option<loopwright_runners::Sandboxing>,
-    /// Where agent-mode attempts' layers are made.
-    pub layers: Option<PathBuf>,
+    /// Where agent-mode attempts' layers are made, and what mounts them.
+    pub layers: Option<(PathBuf, loopwright_runners::sandbox::Overlay)>,
     /// Why the stages that ask for a sandbox run without one.
     pub unsandboxed: Option<String>,
 }
@@ -172,8 +172,10 @@ pub fn sandboxing(ws: &Workspace, pipeline: &Pipeline) -> Result<Sandboxes, Erro
             file_size: ws.config.sandbox_limits.file_size_mb.saturating_mul(1024 * 1024),
             processes: ws.config.sandbox_limits.processes,
         });
-        let sandbox = loopwright_runners::Sandboxing { bwrap, state: state.clone(), helper, limits };
-        Ok((sandbox, probe.overlay.is_ok().then_some(state)))
+        let overlay = probe.overlay.clone().ok();
+        let layers = overlay.clone().map(|o| (state.clone(), o));
+        let sandbox = loopwright_runners::Sandboxing { bwrap, state, helper, limits, overlay };
+        Ok((sandbox, layers))
     });
     match made {
         Ok((sandbox, layers)) => Ok(Sandboxes { sandbox: Some(sandbox), layers, unsandboxed: None }),
@@ -226,8 +228,8 @@ impl Ports {
         }
         let sandboxes = sandboxing(ws, pipeline)?;
         let mut changes = FsChanges::new(root.to_path_buf(), ws.runs_dir()).with_redactor(redactor.clone());
-        if let Some(state) = sandboxes.layers {
-            changes = changes.with_layers(state);
+        if let Some((state, overlay)) = sandboxes.layers {
+            changes = changes.with_layers(state, overlay);
         }
         let settings =
             loopwright_engine::closed_loop::Settings { sandbox: ws.config.sandbox, ..closed_loop_settings(ws)? };

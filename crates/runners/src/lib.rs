@@ -65,6 +65,8 @@ pub struct Sandboxing {
     pub helper: PathBuf,
     /// Kernel limits set on each sandboxed process.
     pub limits: Option<sandbox::Limits>,
+    /// What mounts layers, where they can be made here.
+    pub overlay: Option<sandbox::Overlay>,
 }
 
 /// Whose process a sandbox is made for.
@@ -173,13 +175,13 @@ impl ProcessRunner {
             let plan = sandbox::ProxyPlan { socket, helper: s.helper.clone(), tunnels };
             (Some(running), Some(dir), Some(plan))
         };
-        let write = match (&confine.layer, mode) {
-            (_, loopwright_spec::Mode::Plan) => sandbox::Write::ReadOnly,
-            (Some(layer), _) => {
+        let write = match (&confine.layer, mode, &s.overlay) {
+            (_, loopwright_spec::Mode::Plan, _) => sandbox::Write::ReadOnly,
+            (Some(layer), _, Some(overlay)) => {
                 let layer = sandbox::Layer::of(&s.state, run.as_str(), layer);
-                sandbox::Write::Layer { upper: layer.upper(), work: layer.work() }
+                sandbox::Write::Layer { upper: layer.upper(), work: layer.work(), overlay: overlay.clone() }
             }
-            (None, _) => sandbox::Write::Direct,
+            _ => sandbox::Write::Direct,
         };
         let plan = sandbox::Plan {
             workspace: workspace.to_path_buf(),
@@ -196,6 +198,7 @@ impl ProcessRunner {
             ]
             .into_iter()
             .flatten()
+            .chain(sandbox::exposed(Path::new("/tmp"), std::env::var_os("PATH").as_deref(), &program))
             .collect(),
         };
         Ok(Confined { argv: sandbox::command(&s.bwrap, &plan, argv), proxy, _socket_dir: socket_dir, home: Some(home) })
@@ -523,9 +526,9 @@ pub struct FsChanges {
     last: std::cell::RefCell<Option<(RunId, String, snapshot::Manifest)>>,
     /// Secrets kept out of the file texts the closed loop's strategies read.
     redactor: secrets::Redactor,
-    /// Where layers are made, when stages run in sandboxes that keep the workspace apart
-    /// ([`sandbox::state_dir`]).
-    layers: Option<PathBuf>,
+    /// Where layers are made and what mounts them, when stages run in sandboxes that keep the
+    /// workspace apart ([`sandbox::state_dir`]).
+    layers: Option<(PathBuf, sandbox::Overlay)>,
 }
 
 impl FsChanges {
@@ -542,14 +545,14 @@ impl FsChanges {
         }
     }
 
-    /// Agent-mode attempts write into layers under `state` (see [`sandbox::state_dir`]), and
-    /// plan mode is mounted read-only: the runner sandboxes the stages with overlays.
-    pub fn with_layers(self, state: PathBuf) -> Self {
-        Self { layers: Some(state), ..self }
+    /// Agent-mode attempts write into layers under `state` (see [`sandbox::state_dir`]) that
+    /// `overlay` mounts, and plan mode is mounted read-only: the runner sandboxes the stages.
+    pub fn with_layers(self, state: PathBuf, overlay: sandbox::Overlay) -> Self {
+        Self { layers: Some((state, overlay)), ..self }
     }
 
     fn layer(&self, run: &RunId, name: &str) -> Result<sandbox::Layer, String> {
-        let state = self.layers.as_ref().ok_or("layers are not made here")?;
+        let (state, _) = self.layers.as_ref().ok_or("layers are not made here")?;
         Ok(sandbox::Layer::of(state, run.as_str(), name))
     }
 
@@ -688,15 +691,16 @@ impl Changes for FsChanges {
     }
 
     fn ended(&self, run: &RunId) {
-        if let Some(state) = &self.layers {
+        if let Some((state, _)) = &self.layers {
             let _ = std::fs::remove_dir_all(state.join(run.as_str()));
         }
     }
 
     fn make_layer(&self, run: &RunId, name: &str) -> Result<String, String> {
         let layer = self.layer(run, name)?;
-        layer.make().map_err(|e| format!("cannot make {}: {e}", layer.dir.display()))?;
-        Ok("a kernel overlay in a user namespace".to_owned())
+        let (_, overlay) = self.layers.as_ref().ok_or("layers are not made here")?;
+        layer.make(overlay).map_err(|e| format!("cannot make {}: {e}", layer.dir.display()))?;
+        Ok(overlay.describe().to_owned())
     }
 
     fn drop_layer(&self, run: &RunId, name: &str) -> Result<usize, String> {

@@ -35,7 +35,30 @@ pub enum Write {
         upper: PathBuf,
         /// The overlay's work directory (same file system as `upper`).
         work: PathBuf,
+        /// What mounts it.
+        overlay: Overlay,
     },
+}
+
+/// What mounts a layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Overlay {
+    /// The kernel's overlay file system, mounted in a user namespace (Linux 5.11 and later).
+    Kernel,
+    /// `fuse-overlayfs` (this program), where the kernel's cannot be mounted without
+    /// privileges. It marks deletions with `.wh.NAME` files and a replaced folder with a
+    /// `.wh..wh..opq` file when it cannot make the kernel's character devices.
+    Fuse(PathBuf),
+}
+
+impl Overlay {
+    /// In words, for `doctor` and the journal.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Overlay::Kernel => "a kernel overlay in a user namespace",
+            Overlay::Fuse(_) => "fuse-overlayfs in a user namespace",
+        }
+    }
 }
 
 /// How a sandboxed process is set up.
@@ -62,8 +85,8 @@ pub struct Plan {
     /// Kernel limits set on it (with util-linux `prlimit`).
     pub limits: Option<Limits>,
     /// Host paths it may read, bound read-only at the same path (the attempt's prompt file,
-    /// the repository a worktree belongs to), where the private `/tmp` or the hidden home
-    /// would hide them.
+    /// the repository a worktree belongs to, the programs it runs that live under `/tmp`:
+    /// [`exposed`]), where the private `/tmp` or the hidden home would hide them.
     pub read_only: Vec<PathBuf>,
 }
 
@@ -131,32 +154,39 @@ const TOOLCHAIN_SECRETS: &[&str] = &[".cargo/credentials.toml", ".cargo/credenti
 pub fn user_home(home: &Path, path: Option<&std::ffi::OsStr>, programs: &[&str]) -> UserHome {
     let mut expose: Vec<PathBuf> = Vec::new();
     let mut env = Vec::new();
-    let add = |p: PathBuf, expose: &mut Vec<PathBuf>| {
-        if p != home && p.starts_with(home) && p.exists() && !expose.iter().any(|e| p.starts_with(e)) {
-            expose.retain(|e| !e.starts_with(&p));
-            expose.push(p);
-        }
-    };
     for (var, rel) in TOOLCHAINS {
         let dir = home.join(rel);
         if dir.is_dir() {
-            add(dir.clone(), &mut expose);
+            add_exposed(home, dir.clone(), &mut expose);
             if !var.is_empty() && std::env::var_os(var).is_none() {
                 env.push(((*var).to_owned(), dir.display().to_string()));
             }
         }
     }
+    for dir in exposed(home, path, programs) {
+        add_exposed(home, dir, &mut expose);
+    }
+    expose.sort();
+    let conceal = TOOLCHAIN_SECRETS.iter().map(|f| home.join(f)).filter(|f| f.is_file()).collect();
+    UserHome { path: home.to_path_buf(), expose, conceal, env }
+}
+
+/// What under `root` (a folder the sandbox hides: the user's home, `/tmp`) a process needs to
+/// run the programs it runs: the `PATH` entries under it, with their install prefix (the
+/// parent of a `bin` or `.bin` folder: `…/node/v22`, a virtualenv, `node_modules`) unless that
+/// is `root` itself or `~/.local`, and the folder of each of `programs` (found on `PATH`,
+/// links followed) that lives there.
+pub fn exposed(root: &Path, path: Option<&std::ffi::OsStr>, programs: &[&str]) -> Vec<PathBuf> {
+    let mut expose = Vec::new();
     let entries: Vec<PathBuf> = path.map(|p| std::env::split_paths(p).collect()).unwrap_or_default();
     for entry in &entries {
-        add(entry.clone(), &mut expose);
-        // An install prefix (`…/node/v22/bin` holds `node`; `…/lib` its packages), unless
-        // it is the home itself or `~/.local`, which hold much more than programs.
-        if entry.file_name().is_some_and(|n| n == "bin")
+        add_exposed(root, entry.clone(), &mut expose);
+        if entry.file_name().is_some_and(|n| n == "bin" || n == ".bin")
             && let Some(prefix) = entry.parent()
-            && prefix != home
-            && prefix != home.join(".local")
+            && prefix != root
+            && prefix != root.join(".local")
         {
-            add(prefix.to_path_buf(), &mut expose);
+            add_exposed(root, prefix.to_path_buf(), &mut expose);
         }
     }
     for program in programs {
@@ -168,12 +198,20 @@ pub fn user_home(home: &Path, path: Option<&std::ffi::OsStr>, programs: &[&str])
         if let Some(real) = found.and_then(|p| p.canonicalize().ok())
             && let Some(dir) = real.parent()
         {
-            add(dir.to_path_buf(), &mut expose);
+            add_exposed(root, dir.to_path_buf(), &mut expose);
         }
     }
     expose.sort();
-    let conceal = TOOLCHAIN_SECRETS.iter().map(|f| home.join(f)).filter(|f| f.is_file()).collect();
-    UserHome { path: home.to_path_buf(), expose, conceal, env }
+    expose
+}
+
+/// Adds `path` to what is bound back under `root`, unless it is `root`, lies outside it, is
+/// missing, or is inside what is bound already (what it contains is then dropped).
+fn add_exposed(root: &Path, path: PathBuf, expose: &mut Vec<PathBuf>) {
+    if path != root && path.starts_with(root) && path.exists() && !expose.iter().any(|e| path.starts_with(e)) {
+        expose.retain(|e| !e.starts_with(&path));
+        expose.push(path);
+    }
 }
 
 /// How a sandboxed process reaches the allow-list proxy.
@@ -288,8 +326,15 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
         limited.extend(b);
         b = limited;
     }
-    match &plan.write {
-        Write::Layer { upper, work } => {
+    layer_mount(&plan.workspace, &plan.write, b)
+}
+
+/// `inner` as it runs over the layer `write` names, mounted over `workspace` in a user and mount
+/// namespace of its own (`inner` unchanged for other writes).
+fn layer_mount(workspace: &Path, write: &Write, b: Vec<String>) -> Vec<String> {
+    let ws = workspace.display().to_string();
+    match write {
+        Write::Layer { upper, work, overlay: Overlay::Kernel } => {
             // `$0` is the workspace, `$1` the upper and `$2` the work directory; then bwrap's
             // argv. No path is pasted into the script.
             let script = "ws=$0 upper=$1 work=$2; shift 2; \
@@ -300,6 +345,38 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
                     .map(|s| (*s).to_owned())
                     .collect();
             out.extend([ws, upper.display().to_string(), work.display().to_string()]);
+            out.extend(b);
+            out
+        }
+        Write::Layer { upper, work, overlay: Overlay::Fuse(fuse) } => {
+            // fuse-overlayfs serves the mount from a process of its own: the shell starts it,
+            // waits for the mount, runs bubblewrap, then ends it. Both the shell and the server
+            // are killed when their parent dies (`setpriv --pdeathsig`), so a `kill -9` of
+            // loopwright leaves neither behind; bubblewrap dies with the shell.
+            let script = "ws=$0 upper=$1 work=$2 fuse=$3; shift 3; \
+                setpriv --pdeathsig KILL \"$fuse\" -f -o \"lowerdir=$ws,upperdir=$upper,workdir=$work\" \"$ws\" 2>/dev/null & f=$!; \
+                i=0; until mountpoint -q \"$ws\"; do i=$((i+1)); \
+                  if [ $i -gt 500 ] || ! kill -0 $f 2>/dev/null; then echo 'loopwright: fuse-overlayfs did not mount the layer' >&2; kill $f 2>/dev/null; exit 125; fi; \
+                  sleep 0.01; done; \
+                \"$@\"; s=$?; kill $f 2>/dev/null; wait $f 2>/dev/null; exit $s";
+            let mut out: Vec<String> = [
+                "unshare",
+                "--user",
+                "--map-root-user",
+                "--mount",
+                "--propagation",
+                "private",
+                "setpriv",
+                "--pdeathsig",
+                "KILL",
+                "sh",
+                "-c",
+                script,
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+            out.extend([ws, upper.display().to_string(), work.display().to_string(), fuse.display().to_string()]);
             out.extend(b);
             out
         }
@@ -314,8 +391,8 @@ pub struct Probe {
     pub bwrap: Result<(PathBuf, String), String>,
     /// Whether bubblewrap can make its namespaces here (user namespaces), or why not.
     pub namespaces: Result<(), String>,
-    /// Whether an overlay can be mounted in a user namespace here, or why not.
-    pub overlay: Result<(), String>,
+    /// What mounts layers here (an overlay in a user namespace), or why none can.
+    pub overlay: Result<Overlay, String>,
 }
 
 impl Probe {
@@ -375,24 +452,52 @@ pub fn probe(scratch: &Path) -> Probe {
     Probe { bwrap: Ok((bwrap, version)), namespaces, overlay }
 }
 
-/// Mounts an overlay in a user namespace over a scratch folder and writes through it.
-fn probe_overlay(scratch: &Path) -> Result<(), String> {
+/// What mounts layers here: the kernel's overlay in a user namespace, else `fuse-overlayfs`,
+/// each tried for real over a scratch folder. `LOOPWRIGHT_OVERLAY=kernel` or `fuse` tries only
+/// that one (to use fuse-overlayfs where both work).
+fn probe_overlay(scratch: &Path) -> Result<Overlay, String> {
+    let only = std::env::var("LOOPWRIGHT_OVERLAY").ok();
+    let mut why = Vec::new();
+    if only.as_deref() != Some("fuse") {
+        match try_overlay(scratch, &Overlay::Kernel) {
+            Ok(()) => return Ok(Overlay::Kernel),
+            Err(e) => why.push(e),
+        }
+    }
+    if only.as_deref() != Some("kernel") {
+        match crate::process::resolve("fuse-overlayfs") {
+            fuse if fuse.is_absolute() => match try_overlay(scratch, &Overlay::Fuse(fuse.clone())) {
+                Ok(()) => return Ok(Overlay::Fuse(fuse)),
+                Err(e) => why.push(e),
+            },
+            _ => why.push("fuse-overlayfs is not installed (`apt-get install fuse-overlayfs`)".to_owned()),
+        }
+    }
+    Err(why.join("; "))
+}
+
+/// Mounts a layer with `overlay` in a user namespace over a scratch folder and writes through
+/// it: whether `overlay` works here, or why not.
+pub fn try_overlay(scratch: &Path, overlay: &Overlay) -> Result<(), String> {
     let dir = scratch.join(format!("loopwright-overlay-probe-{}", std::process::id()));
     let (lower, upper, work) = (dir.join("lower"), dir.join("upper"), dir.join("work"));
     for d in [&lower, &upper, &work] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
     }
-    let script =
-        "mount -t overlay overlay -o \"lowerdir=$0,upperdir=$1,workdir=$2,userxattr\" \"$0\" && echo ok > \"$0/probe\"";
-    let out = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--mount", "--propagation", "private", "sh", "-c", script])
-        .args([&lower, &upper, &work])
-        .output();
+    let write = Write::Layer { upper: upper.clone(), work: work.clone(), overlay: overlay.clone() };
+    // The layer's own mount, without bubblewrap, and a write through it.
+    let inner = ["sh", "-c", "echo ok > \"$0/probe\""].iter().map(|s| (*s).to_owned());
+    let argv = layer_mount(&lower, &write, inner.chain([lower.display().to_string()]).collect());
+    let out = Command::new(&argv[0]).args(&argv[1..]).output();
     let wrote = upper.join("probe").is_file() && !lower.join("probe").exists();
     let _ = std::fs::remove_dir_all(&dir);
+    let what = match overlay {
+        Overlay::Kernel => "the kernel's overlay cannot be mounted in a user namespace here",
+        Overlay::Fuse(_) => "fuse-overlayfs cannot mount a layer in a user namespace here",
+    };
     match out {
         Ok(o) if o.status.success() && wrote => Ok(()),
-        Ok(o) => Err(format!("an overlay cannot be mounted in a user namespace here ({})", stderr_line(&o))),
+        Ok(o) => Err(format!("{what} ({})", stderr_line(&o))),
         Err(e) => Err(format!("`unshare` could not be run: {e}")),
     }
 }
@@ -413,22 +518,76 @@ pub struct CopiedBack {
 /// (`user.overlay.opaque` = `y`) emptied of what the layer does not hold first. What the
 /// guard refuses (`.git/`, `.loopwright/`, through a link) is left out and reported.
 pub fn copy_back(upper: &Path, workspace: &Path) -> std::io::Result<CopiedBack> {
+    copy_back_marked(upper, workspace, Marks::Kernel)
+}
+
+/// [`copy_back`] for a layer whose deletions are marked as `marks` says.
+fn copy_back_marked(upper: &Path, workspace: &Path, marks: Marks) -> std::io::Result<CopiedBack> {
     let mut out = CopiedBack::default();
-    walk(upper, upper, workspace, &mut out)?;
+    walk(upper, upper, workspace, marks, &mut out)?;
     out.written.sort();
     out.deleted.sort();
     Ok(out)
 }
 
-fn walk(dir: &Path, upper: &Path, workspace: &Path, out: &mut CopiedBack) -> std::io::Result<()> {
+/// How a layer marks what the attempt deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marks {
+    /// The kernel's: a character device 0/0 for a deletion, an extended attribute on a
+    /// replaced folder.
+    Kernel,
+    /// fuse-overlayfs's, besides the kernel's where it can make them: a `.wh.NAME` file for
+    /// a deletion, a `.wh..wh..opq` file in a replaced folder.
+    Fuse,
+}
+
+/// What a layer holds at a path.
+enum Entry {
+    /// A file or a symbolic link, written by the attempt.
+    File,
+    /// A folder; opaque when the attempt replaced it.
+    Dir { opaque: bool },
+    /// A deletion of the path.
+    Whiteout,
+    /// The overlay's own bookkeeping.
+    Mark,
+}
+
+/// What `path` (in a layer) is, and the workspace path it is about (a `.wh.NAME` mark is about
+/// `NAME`).
+fn classify(path: &Path, rel: String, marks: Marks) -> std::io::Result<(String, Entry)> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::symlink_metadata(path)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if marks == Marks::Fuse {
+        if name == ".wh..wh..opq" || name == ".wh..opq" {
+            return Ok((rel, Entry::Mark));
+        }
+        if let Some(deleted) = name.strip_prefix(".wh.") {
+            let about = Path::new(&rel).with_file_name(deleted).to_string_lossy().into_owned();
+            return Ok((about, Entry::Whiteout));
+        }
+    }
+    Ok(if meta.file_type().is_char_device() && meta.rdev() == 0 {
+        (rel, Entry::Whiteout)
+    } else if meta.is_dir() {
+        let opaque = opaque(path) || (marks == Marks::Fuse && path.join(".wh..wh..opq").exists());
+        (rel, Entry::Dir { opaque })
+    } else {
+        (rel, Entry::File)
+    })
+}
+
+fn walk(dir: &Path, upper: &Path, workspace: &Path, marks: Marks, out: &mut CopiedBack) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(std::fs::DirEntry::file_name);
     for entry in entries {
         let path = entry.path();
         let rel = path.strip_prefix(upper).unwrap_or(&path).to_string_lossy().into_owned();
-        let meta = std::fs::symlink_metadata(&path)?;
-        let kind = meta.file_type();
+        let (rel, what) = classify(&path, rel, marks)?;
+        if matches!(what, Entry::Mark) {
+            continue;
+        }
         let target = match crate::guard::replaceable(workspace, &rel) {
             Ok(t) => t,
             Err(refused) => {
@@ -436,42 +595,50 @@ fn walk(dir: &Path, upper: &Path, workspace: &Path, out: &mut CopiedBack) -> std
                 continue;
             }
         };
-        if kind.is_char_device() && meta.rdev() == 0 {
-            // A whiteout: the attempt deleted it.
-            if remove_any(&target)? {
-                out.deleted.push(rel);
-            }
-        } else if kind.is_dir() {
-            if opaque(&path) {
-                // The attempt replaced the folder: what the lower layer had there is gone.
+        let meta = std::fs::symlink_metadata(&path)?;
+        match what {
+            Entry::Mark => {}
+            Entry::Whiteout => {
+                // The attempt deleted it.
                 if remove_any(&target)? {
-                    out.deleted.push(rel.clone());
+                    out.deleted.push(rel);
                 }
             }
-            if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir()) {
-                remove_any(&target)?;
+            Entry::Dir { opaque } => {
+                if opaque {
+                    // The attempt replaced the folder: what the lower layer had there is gone.
+                    if remove_any(&target)? {
+                        out.deleted.push(rel.clone());
+                    }
+                }
+                if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir()) {
+                    remove_any(&target)?;
+                }
+                std::fs::create_dir_all(&target)?;
+                walk(&path, upper, workspace, marks, out)?;
             }
-            std::fs::create_dir_all(&target)?;
-            walk(&path, upper, workspace, out)?;
-        } else if kind.is_symlink() {
-            let to = std::fs::read_link(&path)?;
-            remove_any(&target)?;
-            std::os::unix::fs::symlink(to, &target)?;
-            out.written.push(rel);
-        } else if kind.is_file() {
-            if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+            Entry::File if meta.file_type().is_symlink() => {
+                let to = std::fs::read_link(&path)?;
                 remove_any(&target)?;
+                std::os::unix::fs::symlink(to, &target)?;
+                out.written.push(rel);
             }
-            let tmp = target.with_file_name(format!(
-                ".{}.loopwright-copy",
-                target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-            ));
-            std::fs::copy(&path, &tmp)?;
-            std::fs::set_permissions(&tmp, meta.permissions())?;
-            std::fs::rename(&tmp, &target)?;
-            out.written.push(rel);
+            Entry::File if meta.is_file() => {
+                if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+                    remove_any(&target)?;
+                }
+                let tmp = target.with_file_name(format!(
+                    ".{}.loopwright-copy",
+                    target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+                ));
+                std::fs::copy(&path, &tmp)?;
+                std::fs::set_permissions(&tmp, meta.permissions())?;
+                std::fs::rename(&tmp, &target)?;
+                out.written.push(rel);
+            }
+            // Sockets, pipes and devices made by the attempt are not carried back.
+            Entry::File => {}
         }
-        // Sockets, pipes and devices made by the attempt are not carried back.
     }
     Ok(())
 }
@@ -552,11 +719,24 @@ impl Layer {
         self.dir.join("work")
     }
 
-    /// Makes it empty (an old layer of the same name is removed first).
-    pub fn make(&self) -> std::io::Result<()> {
+    /// Makes it empty (an old layer of the same name is removed first), for `overlay` to mount.
+    pub fn make(&self, overlay: &Overlay) -> std::io::Result<()> {
         remove_any(&self.dir)?;
         std::fs::create_dir_all(self.upper())?;
-        std::fs::create_dir_all(self.work())
+        std::fs::create_dir_all(self.work())?;
+        let kind = match overlay {
+            Overlay::Kernel => "kernel",
+            Overlay::Fuse(_) => "fuse",
+        };
+        std::fs::write(self.dir.join("kind"), kind)
+    }
+
+    /// How its upper folder marks deletions (by what mounted it).
+    fn marks(&self) -> Marks {
+        match std::fs::read_to_string(self.dir.join("kind")) {
+            Ok(kind) if kind == "fuse" => Marks::Fuse,
+            _ => Marks::Kernel,
+        }
     }
 
     /// True when it exists.
@@ -567,7 +747,7 @@ impl Layer {
     /// What it changes in `workspace`: (modified, created, deleted), relative paths, sorted.
     pub fn changes(&self, workspace: &Path) -> std::io::Result<(Vec<String>, Vec<String>, Vec<String>)> {
         let mut entries = Vec::new();
-        list(&self.upper(), &self.upper(), &mut entries)?;
+        list(&self.upper(), &self.upper(), self.marks(), &mut entries)?;
         let (mut modified, mut created, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
         for (rel, kind) in entries {
             let there = std::fs::symlink_metadata(workspace.join(&rel)).ok();
@@ -582,6 +762,7 @@ impl Layer {
                     Some(m) if !m.is_dir() => modified.push(rel),
                     _ => created.push(rel),
                 },
+                Entry::Mark => {}
             }
         }
         Ok((modified, created, deleted))
@@ -590,7 +771,7 @@ impl Layer {
     /// How many files, links, folders and deletions it holds.
     pub fn count(&self) -> usize {
         let mut entries = Vec::new();
-        list(&self.upper(), &self.upper(), &mut entries).map_or(0, |()| entries.len())
+        list(&self.upper(), &self.upper(), self.marks(), &mut entries).map_or(0, |()| entries.len())
     }
 
     /// Copies it into `workspace` (see [`copy_back`]), after keeping what the workspace held at
@@ -603,7 +784,7 @@ impl Layer {
             let before = self.dir.join("before");
             remove_any(&before)?;
             let mut entries = Vec::new();
-            list(&self.upper(), &self.upper(), &mut entries)?;
+            list(&self.upper(), &self.upper(), self.marks(), &mut entries)?;
             let mut created = String::new();
             for (rel, kind) in entries {
                 if matches!(kind, Entry::Dir { opaque: false }) {
@@ -624,7 +805,7 @@ impl Layer {
             std::fs::write(&tmp, head.unwrap_or_default())?;
             std::fs::rename(&tmp, &marker)?;
         }
-        copy_back(&self.upper(), workspace)
+        copy_back_marked(&self.upper(), workspace, self.marks())
     }
 
     /// Removes it. When a copy into `workspace` had begun and the repository is still at the
@@ -651,29 +832,22 @@ impl Layer {
     }
 }
 
-/// What a layer holds at a path.
-enum Entry {
-    File,
-    Dir { opaque: bool },
-    Whiteout,
-}
-
-/// Every entry under `dir` (relative to `upper`), parents before children.
-fn list(dir: &Path, upper: &Path, out: &mut Vec<(String, Entry)>) -> std::io::Result<()> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+/// Every entry under `dir` (relative to `upper`), parents before children; the overlay's own
+/// marks left out.
+fn list(dir: &Path, upper: &Path, marks: Marks, out: &mut Vec<(String, Entry)>) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(std::fs::DirEntry::file_name);
     for entry in entries {
         let path = entry.path();
         let rel = path.strip_prefix(upper).unwrap_or(&path).to_string_lossy().into_owned();
-        let meta = std::fs::symlink_metadata(&path)?;
-        if meta.file_type().is_char_device() && meta.rdev() == 0 {
-            out.push((rel, Entry::Whiteout));
-        } else if meta.is_dir() {
-            out.push((rel, Entry::Dir { opaque: opaque(&path) }));
-            list(&path, upper, out)?;
-        } else {
-            out.push((rel, Entry::File));
+        let (rel, what) = classify(&path, rel, marks)?;
+        match what {
+            Entry::Mark => {}
+            Entry::Dir { .. } => {
+                out.push((rel, what));
+                list(&path, upper, marks, out)?;
+            }
+            _ => out.push((rel, what)),
         }
     }
     Ok(())

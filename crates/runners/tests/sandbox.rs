@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use loopwright_runners::sandbox::{self, Plan, Write};
+use loopwright_runners::sandbox::{self, Overlay, Plan, Write};
 use pretty_assertions::assert_eq;
 
 /// The `bwrap` to test with, if this machine has one that works.
@@ -20,6 +20,23 @@ fn bwrap() -> Option<PathBuf> {
             None
         }
     }
+}
+
+/// Every way of mounting a layer that works here: the kernel's overlay, and fuse-overlayfs
+/// where it is installed and works (CI installs it).
+fn overlays() -> Vec<Overlay> {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let mut all = vec![Overlay::Kernel];
+    let fuse = loopwright_runners::process::resolve("fuse-overlayfs");
+    if fuse.is_absolute() {
+        match sandbox::try_overlay(scratch.path(), &Overlay::Fuse(fuse.clone())) {
+            Ok(()) => all.push(Overlay::Fuse(fuse)),
+            Err(why) => {
+                eprintln!("note: fuse-overlayfs does not work here ({why}): only the kernel's overlay is tested")
+            }
+        }
+    }
+    all
 }
 
 struct Case {
@@ -112,57 +129,63 @@ fn plan_mode_cannot_write_the_workspace_the_host_or_the_control_folders() {
 #[test]
 fn a_layer_takes_every_write_and_copies_back_only_what_the_guard_allows() {
     let Some(bwrap) = bwrap() else { return };
-    let c = case();
-    let upper = c.layer.join("upper");
-    let work = c.layer.join("work");
-    std::fs::create_dir_all(&upper).expect("mkdir");
-    std::fs::create_dir_all(&work).expect("mkdir");
-    let before = tree(&c.ws);
-    let script = "echo after > change.txt && rm gone.txt && mkdir -p src/new && echo n > src/new/b.rs && \
+    for overlay in overlays() {
+        let c = case();
+        let layer = sandbox::Layer::of(&c.layer, "run-1", "s-1");
+        layer.make(&overlay).expect("make");
+        let before = tree(&c.ws);
+        let script = "echo after > change.txt && rm gone.txt && mkdir -p src/new && echo n > src/new/b.rs && \
                   rm -r src/old && mkdir src/old && echo fresh > src/old/c.rs && ln -s keep.txt link && \
                   (echo hook > .git/hooks/post-commit 2>/dev/null || echo git-refused) && \
                   (echo p > .loopwright/pipelines/x.yml 2>/dev/null || echo loopwright-refused)";
-    let (code, out, err) = run(&bwrap, &plan(&c, Write::Layer { upper: upper.clone(), work }), script);
-    assert_eq!((code, out.trim()), (0, "git-refused\nloopwright-refused"), "{err}");
-    // Nothing reached the workspace while the attempt ran.
-    assert_eq!(tree(&c.ws), before);
-    let copied = sandbox::copy_back(&upper, &c.ws).expect("copy back");
-    assert_eq!(copied.written, ["change.txt", "link", "src/new/b.rs", "src/old/c.rs"]);
-    assert_eq!(copied.deleted, ["gone.txt", "src/old"]);
-    assert_eq!(copied.refused, Vec::<(String, String)>::new());
-    assert_eq!(
-        tree(&c.ws),
-        [
-            ".git/",
-            ".git/hooks/",
-            ".loopwright/",
-            ".loopwright/pipelines/",
-            "change.txt: after",
-            "keep.txt: keep",
-            "link: keep",
-            "src/",
-            "src/new/",
-            "src/new/b.rs: n",
-            "src/old/",
-            "src/old/c.rs: fresh",
-        ]
-    );
-    assert_eq!(std::fs::read_link(c.ws.join("link")).expect("a link"), Path::new("keep.txt"));
+        let write = Write::Layer { upper: layer.upper(), work: layer.work(), overlay: overlay.clone() };
+        let (code, out, err) = run(&bwrap, &plan(&c, write), script);
+        assert_eq!((code, out.trim()), (0, "git-refused\nloopwright-refused"), "{overlay:?}: {err}");
+        // Nothing reached the workspace while the attempt ran.
+        assert_eq!(tree(&c.ws), before);
+        let copied = layer.copy_into(&c.ws, None).expect("copy back");
+        assert_eq!(copied.written, ["change.txt", "link", "src/new/b.rs", "src/old/c.rs"], "{overlay:?}");
+        assert_eq!(copied.deleted, ["gone.txt", "src/old"], "{overlay:?}");
+        assert_eq!(copied.refused, Vec::<(String, String)>::new());
+        assert_eq!(
+            tree(&c.ws),
+            [
+                ".git/",
+                ".git/hooks/",
+                ".loopwright/",
+                ".loopwright/pipelines/",
+                "change.txt: after",
+                "keep.txt: keep",
+                "link: keep",
+                "src/",
+                "src/new/",
+                "src/new/b.rs: n",
+                "src/old/",
+                "src/old/c.rs: fresh",
+            ]
+        );
+        assert_eq!(std::fs::read_link(c.ws.join("link")).expect("a link"), Path::new("keep.txt"));
+    }
 }
 
 #[test]
 fn a_layer_dropped_leaves_the_workspace_as_it_was() {
     let Some(bwrap) = bwrap() else { return };
-    let c = case();
-    let (upper, work) = (c.layer.join("upper"), c.layer.join("work"));
-    std::fs::create_dir_all(&upper).expect("mkdir");
-    std::fs::create_dir_all(&work).expect("mkdir");
-    let before = tree(&c.ws);
-    let (code, _, err) =
-        run(&bwrap, &plan(&c, Write::Layer { upper, work }), "rm -rf src keep.txt; echo x > new; exit 3");
-    assert_eq!(code, 3, "{err}");
-    std::fs::remove_dir_all(&c.layer).expect("drop the layer");
-    assert_eq!(tree(&c.ws), before);
+    for overlay in overlays() {
+        let c = case();
+        let layer = sandbox::Layer::of(&c.layer, "run-1", "s-1");
+        layer.make(&overlay).expect("make");
+        let before = tree(&c.ws);
+        let write = Write::Layer { upper: layer.upper(), work: layer.work(), overlay: overlay.clone() };
+        let (code, _, err) = run(&bwrap, &plan(&c, write), "rm -rf src keep.txt; echo x > new; exit 3");
+        assert_eq!(code, 3, "{overlay:?}: {err}");
+        assert_eq!(
+            layer.discard(&c.ws, None).expect("drop the layer"),
+            3,
+            "{overlay:?}: the src and keep.txt whiteouts, new"
+        );
+        assert_eq!(tree(&c.ws), before);
+    }
 }
 
 #[test]
@@ -301,15 +324,15 @@ async fn the_proxy_tunnels_to_allowed_hosts_only_and_keeps_what_it_refused() {
 fn a_copy_a_crash_cut_short_is_undone_when_its_layer_is_dropped_and_kept_once_committed() {
     let Some(bwrap) = bwrap() else { return };
     let state = tempfile::tempdir().expect("state");
-    for committed in [false, true] {
+    for (overlay, committed) in overlays().into_iter().flat_map(|o| [(o.clone(), false), (o, true)]) {
         let c = case();
         let layer = sandbox::Layer::of(state.path(), "run-1", if committed { "s-2" } else { "s-1" });
-        layer.make().expect("make");
+        layer.make(&overlay).expect("make");
         let before = tree(&c.ws);
         let script = "echo after > change.txt && rm gone.txt && rm -r src/old && mkdir src/old && echo fresh > src/old/c.rs && echo n > new.txt";
-        let write = Write::Layer { upper: layer.upper(), work: layer.work() };
+        let write = Write::Layer { upper: layer.upper(), work: layer.work(), overlay: overlay.clone() };
         let (code, _, err) = run(&bwrap, &plan(&c, write), script);
-        assert_eq!(code, 0, "{err}");
+        assert_eq!(code, 0, "{overlay:?}: {err}");
         let (modified, created, deleted) = layer.changes(&c.ws).expect("changes");
         assert_eq!(
             (modified, created, deleted),
@@ -327,7 +350,7 @@ fn a_copy_a_crash_cut_short_is_undone_when_its_layer_is_dropped_and_kept_once_co
         assert_ne!(after, before);
         let head_now = if committed { "commit-b" } else { "commit-a" };
         let held = layer.discard(&c.ws, Some(head_now)).expect("discard");
-        assert_eq!(held, 6, "change.txt, the gone.txt whiteout, src/, src/old (opaque), c.rs, new.txt");
+        assert_eq!(held, 6, "{overlay:?}: change.txt, the gone.txt whiteout, src/, src/old (opaque), c.rs, new.txt");
         assert_eq!(tree(&c.ws), if committed { after } else { before }, "committed: {committed}");
         assert!(!layer.dir.exists());
     }

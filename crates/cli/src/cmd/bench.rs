@@ -92,8 +92,18 @@ fn sandbox_figures(stages: usize) -> Result<u8, CliError> {
     let (upper, work) = (base.join("upper"), base.join("work"));
     std::fs::create_dir_all(&upper).map_err(io)?;
     std::fs::create_dir_all(&work).map_err(io)?;
-    let (m, p) =
-        timed(&sandbox::command(&bwrap, &plan(Write::Layer { upper: upper.clone(), work: work.clone() }), &truth), 40)?;
+    let (m, p) = timed(
+        &sandbox::command(
+            &bwrap,
+            &plan(Write::Layer {
+                upper: upper.clone(),
+                work: work.clone(),
+                overlay: probe.overlay.clone().map_err(|why| CliError::usage(format!("no layers here: {why}")))?,
+            }),
+            &truth,
+        ),
+        40,
+    )?;
     eprintln!("  sandbox over a layer:          median {m:5.1} ms, p95 {p:5.1} ms");
     figures.push(json!({"what": "layer", "median_ms": m, "p95_ms": p}));
     for files in [1usize, 100, 10_000] {

@@ -46,7 +46,7 @@ pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
                 "bubblewrap": bwrap,
                 "namespaces": probe.namespaces.as_ref().err(),
                 "overlay": probe.overlay.as_ref().err(),
-                "layers": probe.overlay.is_ok().then_some("kernel overlay in a user namespace"),
+                "layers": probe.overlay.as_ref().ok().map(|o| o.describe()),
                 "state": match &state {
                     Ok(dir) => serde_json::json!({"path": dir.display().to_string()}),
                     Err(why) => serde_json::json!({"missing": why}),
@@ -68,9 +68,7 @@ pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
     }
     println!("  namespaces       {}", word(&probe.namespaces));
     match &probe.overlay {
-        Ok(()) => {
-            println!("  layers           a kernel overlay in a user namespace: agent-mode attempts write into a layer")
-        }
+        Ok(overlay) => println!("  layers           {}: agent-mode attempts write into a layer", overlay.describe()),
         Err(why) => println!(
             "  layers           no ({why}): agent-mode attempts write into the workspace, watched and snapshotted"
         ),

@@ -250,7 +250,11 @@ fn a_sandboxed_agent_stage_writes_the_workspace_but_not_git_loopwright_or_the_ho
     // wrote into a layer, copied into the workspace when it passed.
     let home = logs.lines().find(|l| l.ends_with("/homes/work-1")).expect("the home it was given").to_owned();
     assert!(!home.starts_with(&ws.path().display().to_string()) && !Path::new(&home).exists(), "{logs}");
-    assert!(logs.contains("writes into layer work-1 (a kernel overlay in a user namespace)"), "{logs}");
+    assert!(
+        logs.contains("writes into layer work-1 (a kernel overlay in a user namespace)")
+            || logs.contains("writes into layer work-1 (fuse-overlayfs in a user namespace)"),
+        "{logs}"
+    );
 }
 
 #[test]
