@@ -21,6 +21,7 @@ use rusqlite_migration::{M, Migrations};
 
 pub mod auto;
 pub mod notify;
+pub mod pg;
 
 /// The schema's migrations, oldest first.
 fn migrations() -> Migrations<'static> {

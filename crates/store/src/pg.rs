@@ -1,0 +1,618 @@
+//! The journal on PostgreSQL (SPEC §13): the same [`Store`] as SQLite's, for runs spread over
+//! many machines.
+//!
+//! tokio-postgres with a deadpool pool (explicit SQL and typed row getters, as in the SQLite
+//! store; a smaller binary and build than sqlx). Every append is one transaction that locks
+//! the run's row (one writer per run at a time) and then the feed counter's single row (feed
+//! positions dense and in commit order); compare-and-append checks the run's last sequence
+//! number under that lock. A serialization failure or a deadlock is retried; what is left
+//! maps from its SQLSTATE to a typed [`StoreError`]. Versioned migrations (`src/pg/*.sql`) are
+//! applied each in its own transaction under an advisory lock, so two processes starting at
+//! once migrate once.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use loopwright_journal::{
+    Event, EventRecord, FeedEntry, Outputs, Owner, RunId, RunPage, RunQuery, RunStatus, RunSummary, Store, StoreError,
+    TaskId,
+};
+use loopwright_spec::StageId;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+
+use crate::Scrubber;
+
+/// The schema's migrations, oldest first: (version, SQL).
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("pg/001_journal.sql"))];
+
+/// The advisory lock migrations take (`loop` in ASCII).
+const MIGRATION_LOCK: i64 = 0x6c6f_6f70;
+
+/// How many times a transaction that lost a serialization race or a deadlock is tried.
+const TRIES: u32 = 8;
+
+/// A failure to open the store.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The URL does not say how to reach a database.
+    #[error("`{url}` is not a PostgreSQL URL: {why}")]
+    Url {
+        /// The URL, its password hidden.
+        url: String,
+        /// Why.
+        why: String,
+    },
+    /// The database could not be reached or refused.
+    #[error("cannot reach PostgreSQL at {url}: {why}")]
+    Connect {
+        /// The URL, its password hidden.
+        url: String,
+        /// Why.
+        why: String,
+    },
+    /// The schema could not be brought up to date.
+    #[error("cannot migrate the store at {url}: {why}")]
+    Migrate {
+        /// The URL, its password hidden.
+        url: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// The store on PostgreSQL.
+pub struct PgStore {
+    pool: Pool,
+    /// Redacts secrets from every event before it is written (as the SQLite store does).
+    scrub: std::sync::OnceLock<Scrubber>,
+}
+
+/// `url` with its password, if any, replaced by `***`: for messages.
+pub fn shown_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((user, host)) => match user.split_once(':') {
+                Some((name, _)) => format!("{scheme}://{name}:***@{host}"),
+                None => url.to_owned(),
+            },
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// A PostgreSQL failure as a store error: a lost serialization race or a deadlock (after the
+/// retries) and a pool that waited too long are `Busy`, data that does not decode `Corrupt`,
+/// anything else — a dropped connection, a full disk, a refused login — `Backend`.
+fn backend(e: &tokio_postgres::Error) -> StoreError {
+    match e.code() {
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
+            StoreError::Busy(e.to_string())
+        }
+        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE || *c == SqlState::QUERY_CANCELED => {
+            StoreError::Busy(e.to_string())
+        }
+        Some(c) if *c == SqlState::DATA_CORRUPTED || *c == SqlState::INDEX_CORRUPTED => {
+            StoreError::Corrupt(e.to_string())
+        }
+        _ => match e.as_db_error() {
+            Some(db) => StoreError::Backend(format!("PostgreSQL: {} ({})", db.message(), db.code().code())),
+            None => StoreError::Backend(format!("PostgreSQL: {e}")),
+        },
+    }
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => backend(&e),
+        deadpool_postgres::PoolError::Timeout(_) => StoreError::Busy("no connection to PostgreSQL came free".into()),
+        other => StoreError::Backend(format!("PostgreSQL: {other}")),
+    }
+}
+
+/// True when a transaction failed only because another one won a race: it may simply be
+/// tried again.
+fn lost_a_race(e: &StoreError) -> bool {
+    matches!(e, StoreError::Busy(why) if why.contains("serializ") || why.contains("deadlock"))
+}
+
+fn corrupt(run: &RunId, seq: i64, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("event {seq} of run {run}: {e}"))
+}
+
+fn owner_json(owner: Option<&Owner>) -> Result<Option<String>, StoreError> {
+    owner.map(serde_json::to_string).transpose().map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+fn micros(at: jiff::Timestamp) -> i64 {
+    at.as_microsecond()
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl PgStore {
+    /// Connects to the database `url` names (`postgres://user[:password]@host[:port]/db`), with a
+    /// pool of `size` connections, and migrates it to the current schema.
+    pub async fn connect(url: &str, size: usize) -> Result<Self, Error> {
+        let shown = shown_url(url);
+        let config: tokio_postgres::Config =
+            url.parse().map_err(|e: tokio_postgres::Error| Error::Url { url: shown.clone(), why: e.to_string() })?;
+        let manager = Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(size.max(1))
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .create_timeout(Some(Duration::from_secs(10)))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| Error::Connect { url: shown.clone(), why: e.to_string() })?;
+        let store = Self { pool, scrub: std::sync::OnceLock::new() };
+        store.migrate().await.map_err(|e| match e {
+            StoreError::Backend(why) if why.contains("PostgreSQL: error connecting") || why.contains("connect") => {
+                Error::Connect { url: shown.clone(), why }
+            }
+            other => Error::Migrate { url: shown.clone(), why: other.to_string() },
+        })?;
+        Ok(store)
+    }
+
+    /// Redacts every event stored from now on with `scrub` (once; a second call is ignored).
+    pub fn set_scrubber(&self, scrub: Scrubber) {
+        let _ = self.scrub.set(scrub);
+    }
+
+    /// The schema version (the highest migration applied).
+    pub async fn schema_version(&self) -> Result<i64, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let row = client
+            .query_one("SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_migrations", &[])
+            .await
+            .map_err(|e| backend(&e))?;
+        Ok(row.get(0))
+    }
+
+    /// Applies the migrations not applied yet, each in one transaction under an advisory lock.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.pool.get().await.map_err(pool_error)?;
+        for (version, sql) in MIGRATIONS {
+            let tx = client.transaction().await.map_err(|e| backend(&e))?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await.map_err(|e| backend(&e))?;
+            tx.batch_execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (
+                     version    INTEGER PRIMARY KEY,
+                     applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+            let done = tx
+                .query_opt("SELECT 1 FROM schema_migrations WHERE version = $1", &[version])
+                .await
+                .map_err(|e| backend(&e))?
+                .is_some();
+            if !done {
+                tx.batch_execute(sql).await.map_err(|e| backend(&e))?;
+                tx.execute("INSERT INTO schema_migrations (version) VALUES ($1)", &[version])
+                    .await
+                    .map_err(|e| backend(&e))?;
+            }
+            tx.commit().await.map_err(|e| backend(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Appends events in one transaction (after checking the run's journal ends at `expected`,
+    /// when given): all of them are durable, or none. A transaction that lost a race is tried
+    /// again.
+    async fn append_checked(
+        &self,
+        run: &RunId,
+        expected: Option<u64>,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let mut tries = 0;
+        loop {
+            match self.append_once(run, expected, events).await {
+                Err(e) if lost_a_race(&e) && tries + 1 < TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(5 << tries.min(6))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn append_once(
+        &self,
+        run: &RunId,
+        expected: Option<u64>,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let mut client = self.pool.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(|e| backend(&e))?;
+        let pg = |e: tokio_postgres::Error| backend(&e);
+        // The run's row, locked until the commit: one writer per run at a time.
+        let mut cursor: Option<(String, i64)> = tx
+            .query_opt("SELECT task_id, last_seq FROM runs WHERE run_id = $1 FOR UPDATE", &[&run.as_str()])
+            .await
+            .map_err(pg)?
+            .map(|row| (row.get(0), row.get(1)));
+        if let Some(expected) = expected {
+            let Some((_, last)) = &cursor else { return Err(StoreError::RunNotFound(run.clone())) };
+            let found = u64::try_from(*last).map_err(|e| corrupt(run, *last, e))?;
+            if found != expected {
+                return Err(StoreError::Conflict { run: run.clone(), expected, found });
+            }
+        }
+        let mut records = Vec::with_capacity(events.len());
+        for (event, at) in events {
+            let at_text = at.to_string();
+            let (seq, task_id) = match (cursor.take(), event) {
+                (None, Event::RunStarted(started)) => {
+                    let owner = owner_json(started.owner.as_ref())?;
+                    let made = tx
+                        .execute(
+                            "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, created_us, updated_at, last_seq, owner)
+                             VALUES ($1, $2, $3, $4, $5, $6, $5, 0, $7) ON CONFLICT (run_id) DO NOTHING",
+                            &[
+                                &run.as_str(),
+                                &started.pipeline,
+                                &started.task_id.as_str(),
+                                &RunStatus::Running.as_str(),
+                                &at_text,
+                                &micros(*at),
+                                &owner,
+                            ],
+                        )
+                        .await
+                        .map_err(pg)?;
+                    if made == 0 {
+                        return Err(StoreError::Exists(run.clone()));
+                    }
+                    (1_i64, started.task_id.to_string())
+                }
+                (None, _) => return Err(StoreError::RunNotFound(run.clone())),
+                (Some(_), Event::RunStarted(_)) => return Err(StoreError::Exists(run.clone())),
+                (Some((task, last)), _) => (last + 1, task),
+            };
+            cursor = Some((task_id.clone(), seq));
+            let mut payload = serde_json::to_string(event).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let mut stored = None;
+            if let Some(clean) = self.scrub.get().and_then(|scrub| scrub(&payload)) {
+                let event: Event = serde_json::from_str(&clean)
+                    .map_err(|e| StoreError::Backend(format!("redacting event {seq} of run {run} broke it: {e}")))?;
+                (payload, stored) = (clean, Some(event));
+            }
+            tx.execute(
+                "INSERT INTO events (run_id, seq, at, kind, stage, payload) VALUES ($1, $2, $3, $4, $5, $6)",
+                &[&run.as_str(), &seq, &at_text, &event.kind(), &event.stage().map(StageId::as_str), &payload],
+            )
+            .await
+            .map_err(pg)?;
+            // The feed counter's row stays locked until the commit: positions in commit order.
+            let position: i64 = tx
+                .query_one("UPDATE feed_counter SET last = last + 1 WHERE one RETURNING last", &[])
+                .await
+                .map_err(pg)?
+                .get(0);
+            tx.execute("INSERT INTO feed (id, run_id, seq) VALUES ($1, $2, $3)", &[&position, &run.as_str(), &seq])
+                .await
+                .map_err(pg)?;
+            let status = event.run_status().map(RunStatus::as_str);
+            tx.execute(
+                "UPDATE runs SET last_seq = $2, updated_at = $3, status = COALESCE($4, status) WHERE run_id = $1",
+                &[&run.as_str(), &seq, &at_text, &status],
+            )
+            .await
+            .map_err(pg)?;
+            // What the runs list shows, as stored (redacted).
+            let shown = stored.as_ref().unwrap_or(event);
+            if let Event::RunStarted(started) = shown {
+                tx.execute("UPDATE runs SET task = $2 WHERE run_id = $1", &[&run.as_str(), &started.task])
+                    .await
+                    .map_err(pg)?;
+            }
+            if shown.is_work() {
+                tx.execute(
+                    "UPDATE runs SET running_at = $2 WHERE run_id = $1 AND running_at IS NULL",
+                    &[&run.as_str(), &at_text],
+                )
+                .await
+                .map_err(pg)?;
+            }
+            if let Some(person) = shown.person() {
+                let marked = format!("\n{person}\n");
+                tx.execute(
+                    "UPDATE runs SET people = CASE WHEN people = '' THEN $2 ELSE people || $3 END
+                     WHERE run_id = $1 AND strpos(people, $2) = 0",
+                    &[&run.as_str(), &marked, &format!("{person}\n")],
+                )
+                .await
+                .map_err(pg)?;
+            }
+            if let Event::RunResumed { owner, .. } = event {
+                tx.execute("UPDATE runs SET owner = $2 WHERE run_id = $1", &[&run.as_str(), &owner_json(Some(owner))?])
+                    .await
+                    .map_err(pg)?;
+            }
+            if let Event::StageRolledBack {
+                stage,
+                strategy: loopwright_spec::pipeline::RollbackStrategy::MemoryCleanup,
+                status: loopwright_journal::event::RollbackStatus::Success,
+                ..
+            } = event
+            {
+                tx.execute("DELETE FROM artifacts WHERE run_id = $1 AND stage = $2", &[&run.as_str(), &stage.as_str()])
+                    .await
+                    .map_err(pg)?;
+            }
+            if let Event::AttemptSucceeded { stage, outputs, .. } = event {
+                for (key, value) in outputs {
+                    tx.execute(
+                        "INSERT INTO artifacts (run_id, task_id, stage, key, value, seq) VALUES ($1, $2, $3, $4, $5, $6)
+                         ON CONFLICT (run_id, stage, key) DO UPDATE SET value = EXCLUDED.value, seq = EXCLUDED.seq",
+                        &[&run.as_str(), &task_id, &stage.as_str(), key, value, &seq],
+                    )
+                    .await
+                    .map_err(pg)?;
+                }
+            }
+            let seq_out = u64::try_from(seq).map_err(|e| corrupt(run, seq, e))?;
+            records.push(EventRecord { seq: seq_out, at: *at, event: stored.unwrap_or_else(|| event.clone()) });
+        }
+        tx.commit().await.map_err(pg)?;
+        Ok(records)
+    }
+
+    /// Runs as `rest` (`WHERE …`, `ORDER BY …`, `LIMIT …` over `runs r`) selects them.
+    async fn runs_where(&self, rest: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<RunSummary>, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at, r.updated_at, r.owner, r.task,
+                            r.running_at, r.people
+                     FROM runs r {rest}"
+                ),
+                params,
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+        rows.iter()
+            .map(|row| {
+                let run_id: String = row.get(0);
+                let bad = |what: String| StoreError::Corrupt(format!("run {run_id}: {what}"));
+                let status: String = row.get(3);
+                let task_id: String = row.get(2);
+                let created_at: String = row.get(4);
+                let updated_at: String = row.get(5);
+                let owner: Option<String> = row.get(6);
+                let running_at: Option<String> = row.get(8);
+                let people: String = row.get(9);
+                Ok(RunSummary {
+                    status: RunStatus::parse(&status).ok_or_else(|| bad(format!("unknown status `{status}`")))?,
+                    pipeline: row.get(1),
+                    task_id: TaskId::parse(&task_id).ok_or_else(|| bad(format!("bad task id `{task_id}`")))?,
+                    created_at: created_at.parse().map_err(|e| bad(format!("{e}")))?,
+                    updated_at: updated_at.parse().map_err(|e| bad(format!("{e}")))?,
+                    owner: owner
+                        .map(|o| serde_json::from_str(&o))
+                        .transpose()
+                        .map_err(|e| bad(format!("owner: {e}")))?,
+                    task: row.get(7),
+                    running_at: running_at.map(|t| t.parse()).transpose().map_err(|e| bad(format!("{e}")))?,
+                    people: people.split('\n').filter(|p| !p.is_empty()).map(str::to_owned).collect(),
+                    run_id: RunId::new(run_id.clone()),
+                })
+            })
+            .collect()
+    }
+
+    async fn events_after(&self, run: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let rows = client
+            .query(
+                "SELECT seq, at, payload FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq",
+                &[&run.as_str(), &after],
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+        rows.iter()
+            .map(|row| {
+                let (seq, at, payload): (i64, String, String) = (row.get(0), row.get(1), row.get(2));
+                Ok(EventRecord {
+                    seq: u64::try_from(seq).map_err(|e| corrupt(run, seq, e))?,
+                    at: at.parse().map_err(|e| corrupt(run, seq, format!("bad time `{at}`: {e}")))?,
+                    event: serde_json::from_str(&payload).map_err(|e| corrupt(run, seq, e))?,
+                })
+            })
+            .collect()
+    }
+}
+
+impl Store for PgStore {
+    async fn append(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
+        let mut records = self.append_checked(run, None, &[(event.clone(), at)]).await?;
+        records.pop().ok_or_else(|| StoreError::Backend("an append returned no event".into()))
+    }
+
+    async fn append_all(
+        &self,
+        run: &RunId,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        self.append_checked(run, None, events).await
+    }
+
+    async fn append_after(
+        &self,
+        run: &RunId,
+        expected_last: u64,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        self.append_checked(run, Some(expected_last), events).await
+    }
+
+    async fn events_since(&self, run: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError> {
+        self.events_after(run, after).await
+    }
+
+    async fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {
+        let records = self.events_after(run, 0).await?;
+        if records.is_empty() {
+            return Err(StoreError::RunNotFound(run.clone()));
+        }
+        Ok(records)
+    }
+
+    async fn runs(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
+        self.runs_where("ORDER BY r.created_us DESC, r.run_id DESC LIMIT $1", &[&count(limit)]).await
+    }
+
+    async fn task_outputs(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let rows = client
+            .query(
+                "SELECT a.run_id, a.stage, a.key, a.value FROM artifacts a
+                 JOIN runs r ON r.run_id = a.run_id
+                 WHERE a.task_id = $1
+                 ORDER BY r.created_us, r.run_id, a.seq",
+                &[&task.as_str()],
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+        let mut latest: BTreeMap<StageId, (String, Outputs)> = BTreeMap::new();
+        for row in &rows {
+            let (run, stage, key, value): (String, String, String, String) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
+            let Some(stage) = StageId::parse(&stage) else { continue };
+            // Rows come in run order: a later run's outputs of a stage replace an earlier run's.
+            let entry = latest.entry(stage).or_insert_with(|| (run.clone(), Outputs::new()));
+            if entry.0 != run {
+                *entry = (run, Outputs::new());
+            }
+            entry.1.insert(key, value);
+        }
+        Ok(latest.into_iter().map(|(k, (_, v))| (k, v)).collect())
+    }
+
+    async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<(String, bool)>, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let row = client
+            .query_opt(
+                "SELECT payload FROM events WHERE run_id = $1 AND kind = 'cancel_requested' AND seq > $2
+                 ORDER BY seq LIMIT 1",
+                &[&run.as_str(), &i64::try_from(after).unwrap_or(i64::MAX)],
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+        match row.map(|r| serde_json::from_str::<Event>(&r.get::<_, String>(0))) {
+            Some(Ok(Event::CancelRequested { by, rollback })) => Ok(Some((by, rollback))),
+            Some(Ok(_)) | None => Ok(None),
+            Some(Err(e)) => Err(StoreError::Corrupt(format!("a cancel request of run {run}: {e}"))),
+        }
+    }
+
+    async fn runs_in(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError> {
+        let wanted: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+        self.runs_where("WHERE r.status = ANY($1) ORDER BY r.created_us, r.run_id", &[&wanted]).await
+    }
+
+    async fn runs_page(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
+        let mut wheres: Vec<String> = Vec::new();
+        let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+        let mut arg = |v: Box<dyn ToSql + Sync + Send>| {
+            args.push(v);
+            format!("${}", args.len())
+        };
+        if !query.statuses.is_empty() {
+            let names: Vec<String> = query.statuses.iter().map(|s| s.as_str().to_owned()).collect();
+            wheres.push(format!("r.status = ANY({})", arg(Box::new(names))));
+        }
+        if let Some(p) = &query.pipeline {
+            wheres.push(format!("r.pipeline = {}", arg(Box::new(p.clone()))));
+        }
+        if let Some(t) = &query.text {
+            // ILIKE ignores case; `\` escapes the text's own `%` and `_`.
+            let escaped = t.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+            let p = arg(Box::new(format!("%{escaped}%")));
+            wheres.push(format!("(r.task ILIKE {p} OR r.task_id ILIKE {p} OR r.run_id ILIKE {p})"));
+        }
+        if let Some(person) = &query.person {
+            wheres.push(format!("strpos(r.people, {}) > 0", arg(Box::new(format!("\n{person}\n")))));
+        }
+        if let Some(since) = query.since {
+            wheres.push(format!("r.created_us >= {}", arg(Box::new(micros(since)))));
+        }
+        if let Some(until) = query.until {
+            wheres.push(format!("r.created_us < {}", arg(Box::new(micros(until)))));
+        }
+        let filter = if wheres.is_empty() { String::new() } else { format!("WHERE {}", wheres.join(" AND ")) };
+        let params: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a.as_ref() as &(dyn ToSql + Sync)).collect();
+        let total: i64 = {
+            let client = self.pool.get().await.map_err(pool_error)?;
+            client
+                .query_one(&format!("SELECT COUNT(*) FROM runs r {filter}"), &params)
+                .await
+                .map_err(|e| backend(&e))?
+                .get(0)
+        };
+        let waiting = if query.waiting_first { "(r.status = 'waiting') DESC, " } else { "" };
+        let (limit, offset) = (count(query.limit), count(query.offset));
+        let mut all = params;
+        all.push(&limit);
+        all.push(&offset);
+        let n = all.len();
+        let runs = self
+            .runs_where(
+                &format!("{filter} ORDER BY {waiting}r.created_us DESC, r.run_id DESC LIMIT ${} OFFSET ${n}", n - 1),
+                &all,
+            )
+            .await?;
+        Ok(RunPage { runs, total: u64::try_from(total).unwrap_or(0) })
+    }
+
+    async fn feed_since(&self, after: u64, limit: usize) -> Result<Vec<FeedEntry>, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let rows = client
+            .query(
+                "SELECT f.id, f.run_id, e.seq, e.at, e.payload FROM feed f
+                 JOIN events e ON e.run_id = f.run_id AND e.seq = f.seq
+                 WHERE f.id > $1 ORDER BY f.id LIMIT $2",
+                &[&i64::try_from(after).unwrap_or(i64::MAX), &count(limit)],
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+        rows.iter()
+            .map(|row| {
+                let (id, run, seq, at, payload): (i64, String, i64, String, String) =
+                    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+                let run = RunId::new(run);
+                let record = EventRecord {
+                    seq: u64::try_from(seq).map_err(|e| corrupt(&run, seq, e))?,
+                    at: at.parse().map_err(|e| corrupt(&run, seq, format!("bad time `{at}`: {e}")))?,
+                    event: serde_json::from_str(&payload).map_err(|e| corrupt(&run, seq, e))?,
+                };
+                Ok(FeedEntry { position: u64::try_from(id).unwrap_or(0), run, record })
+            })
+            .collect()
+    }
+
+    async fn feed_last(&self) -> Result<u64, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let last: i64 = client.query_one("SELECT last FROM feed_counter", &[]).await.map_err(|e| backend(&e))?.get(0);
+        Ok(u64::try_from(last).unwrap_or(0))
+    }
+
+    /// The feed's last position: it moves with every commit to the journal, by anyone.
+    async fn data_version(&self) -> Result<u64, StoreError> {
+        self.feed_last().await
+    }
+}

@@ -1,0 +1,122 @@
+//! The store conformance suite (`loopwright-testkit`) on a real PostgreSQL, and what only a
+//! server shared by many processes has to show: two writers racing for one journal, feed
+//! positions in commit order under concurrent appends, migrations applied once when two
+//! processes start at once. The server comes from `scripts/with-postgres.sh`
+//! (`LOOPWRIGHT_TEST_PG`); without one these tests say so and pass, unless
+//! `LOOPWRIGHT_REQUIRE_PG` is set (CI sets it).
+
+use loopwright_journal::{Event, RunId, Store, StoreError};
+use loopwright_store::pg::PgStore;
+use loopwright_testkit::conformance::{stage, started, suite, t};
+use pretty_assertions::assert_eq;
+
+/// A new, empty database on the test server: its URL.
+async fn fresh_database() -> Option<String> {
+    let Ok(base) = std::env::var("LOOPWRIGHT_TEST_PG") else {
+        assert!(
+            std::env::var_os("LOOPWRIGHT_REQUIRE_PG").is_none(),
+            "LOOPWRIGHT_TEST_PG is not set: run the tests through scripts/with-postgres.sh"
+        );
+        eprintln!("skipped: no PostgreSQL (run through scripts/with-postgres.sh)");
+        return None;
+    };
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let name = format!(
+        "lw_{}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+        jiff::Timestamp::now().as_microsecond() % 1_000_000
+    );
+    let (client, connection) = tokio_postgres::connect(&base, tokio_postgres::NoTls).await.expect("connect");
+    let running = tokio::spawn(connection);
+    client.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("create database");
+    drop(client);
+    let _ = running.await;
+    let (head, _) = base.rsplit_once('/').expect("a database in the URL");
+    Some(format!("{head}/{name}"))
+}
+
+#[tokio::test]
+async fn postgres_conforms() {
+    let Some(url) = fresh_database().await else { return };
+    let store = PgStore::connect(&url, 4).await.expect("connect");
+    suite(&store).await;
+    assert_eq!(store.schema_version().await.expect("version"), 1);
+    // A second handle (another process) reads what the first wrote, and the data version
+    // moves with every commit, by anyone.
+    let other = PgStore::connect(&url, 2).await.expect("second handle");
+    assert_eq!(other.events(&RunId::new("r1")).await.expect("events").len(), 6);
+    let before = store.data_version().await.expect("version");
+    other.append(&RunId::new("other"), &started("task-12"), t("2027-02-02T00:00:00Z")).await.expect("other");
+    assert_ne!(store.data_version().await.expect("version"), before);
+}
+
+#[tokio::test]
+async fn of_two_writers_deciding_on_the_same_journal_exactly_one_wins() {
+    let Some(url) = fresh_database().await else { return };
+    let (a, b) = (PgStore::connect(&url, 2).await.expect("a"), PgStore::connect(&url, 2).await.expect("b"));
+    for round in 0..20 {
+        let run = RunId::new(format!("race-{round}"));
+        a.append(&run, &started("task-race"), t("2027-04-01T00:00:00Z")).await.expect("start");
+        let decide =
+            |by: &str| vec![(Event::CancelRequested { by: by.to_owned(), rollback: false }, t("2027-04-01T00:00:01Z"))];
+        let (by_a, by_b) = (decide("a"), decide("b"));
+        let (first, second) = tokio::join!(a.append_after(&run, 1, &by_a), b.append_after(&run, 1, &by_b));
+        let won = [first.is_ok(), second.is_ok()];
+        assert_eq!(won.iter().filter(|w| **w).count(), 1, "round {round}: {first:?} {second:?}");
+        let lost = if won[0] { second } else { first };
+        assert!(
+            matches!(lost, Err(StoreError::Conflict { expected: 1, found: 2, .. })),
+            "round {round}: the loser is told the journal moved on: {lost:?}"
+        );
+        assert_eq!(a.events(&run).await.expect("events").len(), 2);
+    }
+}
+
+#[tokio::test]
+async fn feed_positions_are_dense_and_in_commit_order_under_concurrent_appends() {
+    let Some(url) = fresh_database().await else { return };
+    let stores: Vec<PgStore> = {
+        let mut all = Vec::new();
+        for _ in 0..4 {
+            all.push(PgStore::connect(&url, 2).await.expect("connect"));
+        }
+        all
+    };
+    let writers = stores.iter().enumerate().map(|(i, store)| async move {
+        let run = RunId::new(format!("writer-{i}"));
+        store.append(&run, &started("task-feed"), t("2027-05-01T00:00:00Z")).await.expect("start");
+        for n in 0..40 {
+            let event = Event::AttemptStarted { stage: stage("s"), attempt: n + 1 };
+            store.append(&run, &event, t("2027-05-01T00:00:01Z")).await.expect("append");
+        }
+    });
+    futures_util::future::join_all(writers).await;
+    let feed = stores[0].feed_since(0, 10_000).await.expect("feed");
+    let positions: Vec<u64> = feed.iter().map(|f| f.position).collect();
+    assert_eq!(positions, (1..=164).collect::<Vec<u64>>());
+    // Within each run the feed has its events in journal order.
+    for i in 0..4 {
+        let seqs: Vec<u64> =
+            feed.iter().filter(|f| f.run.as_str() == format!("writer-{i}")).map(|f| f.record.seq).collect();
+        assert_eq!(seqs, (1..=41).collect::<Vec<u64>>());
+    }
+    assert_eq!(stores[0].feed_last().await.expect("last"), 164);
+}
+
+#[tokio::test]
+async fn two_processes_starting_on_a_new_database_migrate_it_once() {
+    let Some(url) = fresh_database().await else { return };
+    let (a, b) = tokio::join!(PgStore::connect(&url, 1), PgStore::connect(&url, 1));
+    let (a, b) = (a.expect("a"), b.expect("b"));
+    assert_eq!((a.schema_version().await.expect("a"), b.schema_version().await.expect("b")), (1, 1));
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_named_without_its_password() {
+    let Err(e) = PgStore::connect("postgres://lw:s3cret@127.0.0.1:1/nothing", 1).await else {
+        panic!("connected to a closed port")
+    };
+    let text = e.to_string();
+    assert!(text.contains("postgres://lw:***@127.0.0.1:1/nothing") && !text.contains("s3cret"), "{text}");
+}
