@@ -91,6 +91,8 @@ enum Command {
     /// What this machine offers: the sandbox's pieces (bubblewrap, user namespaces, an overlay
     /// in a user namespace) and the coding-agent CLIs found, with how to install those missing.
     Doctor(cmd::doctor::Args),
+    /// The journal: copy this workspace's runs to PostgreSQL (`store copy --to URL`).
+    Store(cmd::store::Args),
     /// Print the JSON Schema of pipeline files.
     Schema,
     /// (internal) The first program of a sandbox without network: forwards a loopback port to
@@ -159,6 +161,7 @@ fn main() -> ExitCode {
             Command::DeadLetters(args) => cmd::dead_letters::run(&global, args),
             Command::Stats(args) => cmd::stats::run(&global, args).await,
             Command::Doctor(args) => cmd::doctor::run(&global, args),
+            Command::Store(args) => cmd::store::run(&global, args).await,
             Command::SandboxExec(args) => cmd::sandbox_exec::run(&global, args).await,
             Command::Schema => {
                 print!("{}", loopwright_spec::schema::pipeline_schema_json());

@@ -5,6 +5,7 @@ pub mod agents;
 pub mod answer;
 pub mod auto;
 pub mod cancel;
+pub mod copy;
 pub mod dead_letters;
 pub mod output;
 pub mod patterns;

@@ -15,6 +15,7 @@ pub mod sandbox_exec;
 pub mod serve;
 pub mod stats;
 pub mod status;
+pub mod store;
 pub mod validate;
 
 use std::path::PathBuf;

@@ -14,6 +14,7 @@ mod enforcement;
 mod feedback;
 mod http;
 mod init_demo;
+mod postgres;
 mod presets;
 mod rollback;
 mod run;

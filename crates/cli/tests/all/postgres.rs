@@ -1,0 +1,104 @@
+//! The journal on PostgreSQL through the binary: `store copy --to URL` against a throwaway
+//! server (`scripts/with-postgres.sh` sets `LOOPWRIGHT_TEST_PG`; without one these tests say so
+//! and pass, unless `LOOPWRIGHT_REQUIRE_PG` is set).
+
+use loopwright_engine::{RunId, Store};
+use loopwright_store::pg::PgStore;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use crate::support::Ws;
+
+/// A new database on the test server (made with `psql`): its URL.
+fn fresh_database(name: &str) -> Option<String> {
+    let Ok(base) = std::env::var("LOOPWRIGHT_TEST_PG") else {
+        assert!(std::env::var_os("LOOPWRIGHT_REQUIRE_PG").is_none(), "LOOPWRIGHT_TEST_PG is not set");
+        eprintln!("skipped: no PostgreSQL (run through scripts/with-postgres.sh)");
+        return None;
+    };
+    let name = format!("{name}_{}", std::process::id());
+    let out = std::process::Command::new("psql")
+        .args([base.as_str(), "-qAtc", &format!("CREATE DATABASE {name}")])
+        .output()
+        .expect("psql");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (head, _) = base.rsplit_once('/').expect("a database in the URL");
+    Some(format!("{head}/{name}"))
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(f)
+}
+
+#[test]
+fn store_copy_moves_every_run_and_copying_again_brings_the_target_up_to_date() {
+    let Some(url) = fresh_database("copy") else { return };
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - {id: a, description: d, agent: shell, mode: plan, run: 'echo one'}\n  - {id: b, description: d, agent: shell, mode: plan, run: 'echo two'}\n",
+    );
+    for task in ["first", "second"] {
+        let (code, _, err) = ws.run(&["run", "p", "--task", task]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let (code, out, err) = ws.json(&["store", "copy", "--to", &url]);
+    assert_eq!(code, 0, "{err}");
+    let shown = url.clone();
+    assert_eq!(out["to"], json!(shown));
+    assert_eq!((out["copied"]["runs"].clone(), out["copied"]["unchanged"].clone()), (json!(2), json!(0)));
+    // Every run's journal is in PostgreSQL as it is here, event for event.
+    let runs: Vec<String> = {
+        let (_, list, _) = ws.json(&["status"]);
+        list.as_array().expect("runs").iter().map(|r| r["run_id"].as_str().expect("id").to_owned()).collect()
+    };
+    assert_eq!(runs.len(), 2);
+    let copied_events: usize = block_on(async {
+        let pg = PgStore::connect(&url, 2).await.expect("connect");
+        let mut n = 0;
+        for run in &runs {
+            let there: Vec<serde_json::Value> = pg
+                .events(&RunId::new(run.clone()))
+                .await
+                .expect("events")
+                .into_iter()
+                .map(|r| json!({"seq": r.seq, "at": r.at.to_string(), "event": r.event}))
+                .collect();
+            let here: Vec<serde_json::Value> = ws
+                .journal(run)
+                .into_iter()
+                .map(|e| json!({"seq": e["seq"], "at": e["at"], "event": e["event"]}))
+                .collect();
+            assert_eq!(there, here, "run {run}");
+            n += there.len();
+        }
+        n
+    });
+    assert_eq!(out["copied"]["events"], json!(copied_events));
+    // Again: nothing to do. After one more run here, only that run is written.
+    let (_, again, _) = ws.json(&["store", "copy", "--to", &url]);
+    assert_eq!((again["copied"]["runs"].clone(), again["copied"]["unchanged"].clone()), (json!(0), json!(2)));
+    let (code, _, err) = ws.run(&["run", "p", "--task", "third"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, text, err) = ws.run(&["store", "copy", "--to", &url]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.starts_with("copied 1 run ("), "{text}");
+    assert!(text.trim_end().ends_with("; 2 already there"), "{text}");
+}
+
+#[test]
+fn store_copy_to_a_server_that_is_not_there_says_so_without_the_password() {
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - {id: a, description: d, agent: shell, mode: plan, run: 'true'}\n",
+    );
+    let (code, _, err) = ws.run(&["run", "p"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = ws.run(&["store", "copy", "--to", "postgres://lw:hunter2@127.0.0.1:1/db"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot reach PostgreSQL at postgres://lw:***@127.0.0.1:1/db") && !err.contains("hunter2"),
+        "{err}"
+    );
+}
