@@ -959,3 +959,29 @@ fn escape_sequences_an_agent_printed_never_reach_the_terminal() {
         }
     }
 }
+
+#[test]
+fn runs_queued_on_one_working_tree_start_in_the_order_they_were_queued_each_when_the_last_ends() {
+    let ws = Ws::empty();
+    let order = tempfile::NamedTempFile::new().expect("order file");
+    ws.write(
+        ".loopwright/pipelines/q.yml",
+        &format!(
+            "name: q\ndescription: d\nversion: 1\nstages:\n  - id: s\n    description: d\n    agent: shell\n    mode: agent\n    run: \"echo $LOOPWRIGHT_RUN_ID >> {}; sleep 0.03\"\n",
+            order.path().display()
+        ),
+    );
+    let d = Daemon::start(&ws, &["--max-runs", "4"]);
+    let mut queued = Vec::new();
+    for i in 0..12 {
+        let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "q", "task": format!("t{i}")}));
+        assert_eq!(code, 202, "{accepted}");
+        queued.push(accepted["run_id"].as_str().expect("run id").to_owned());
+    }
+    for run in &queued {
+        d.wait_status(run, "success");
+    }
+    let started: Vec<String> =
+        std::fs::read_to_string(order.path()).expect("order").lines().map(str::to_owned).collect();
+    assert_eq!(started, queued, "the runs sharing the workspace ran one at a time, in the order they were queued");
+}
