@@ -496,51 +496,64 @@ fn a_sandboxed_stage_sees_none_of_the_users_home_but_its_toolchains() {
     }
 }
 
-/// A scripted Anthropic Messages API for a headless Claude Code: with tools and no answer yet
-/// it asks to write `file` with `content`; after the tool's result it gives the stage's output.
-/// Every request path is recorded.
-fn scripted_anthropic(
-    file: std::path::PathBuf,
-    content: &'static str,
-) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+/// Every request line a scripted API got, in order.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// A scripted API on 127.0.0.1, in place of a model provider: each request is answered with
+/// what `answer(request line, JSON body)` returns (a whole HTTP response, the connection then
+/// closed), and every request line is recorded.
+fn scripted_api(answer: impl Fn(&str, &serde_json::Value) -> String + Send + 'static) -> (u16, Seen) {
     use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen: Seen = Seen::default();
     let log = std::sync::Arc::clone(&seen);
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { return };
             let (head, body) = crate::http::read_request(&conn);
             let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
-            log.lock().expect("lock").push(path.clone());
-            let messages = body["messages"].to_string();
-            let reply = if !path.starts_with("/v1/messages") || path.contains("count_tokens") {
-                let text = r#"{"type":"error","error":{"type":"not_found_error","message":"not here"}}"#;
-                format!(
-                    "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
-                    text.len()
-                )
-            } else {
-                let blocks = if body["tools"].as_array().is_none_or(Vec::is_empty) {
-                    vec![json!({"type": "text", "text": "Sandbox"})]
-                } else if messages.contains("tool_result") {
-                    vec![json!({"type": "text", "text": "## notes\nwrote the file"})]
-                } else {
-                    vec![json!({"type": "tool_use", "id": "toolu_sb1", "name": "Write",
-                        "input": {"file_path": file.display().to_string(), "content": content}})]
-                };
-                let stop = if blocks[0]["type"] == "tool_use" { "tool_use" } else { "end_turn" };
-                format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{}",
-                    crate::claude_tui::stream(&blocks, stop)
-                )
-            };
-            let _ = conn.write_all(reply.as_bytes());
+            let line = head.lines().next().unwrap_or_default().to_owned();
+            log.lock().expect("lock").push(line.clone());
+            let _ = conn.write_all(answer(&line, &body).as_bytes());
         }
     });
     (port, seen)
+}
+
+/// A whole HTTP response with `status`, `kind` (its content type) and `body`.
+fn reply(status: &str, kind: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// A 404 without a body (a WebSocket upgrade, a path the script does not serve).
+fn not_found() -> String {
+    reply("404 Not Found", "text/plain", "")
+}
+
+/// A scripted Anthropic Messages API for a headless Claude Code: with tools and no answer yet
+/// it asks to write `file` with `content`; after the tool's result it gives the stage's output.
+fn scripted_anthropic(file: std::path::PathBuf, content: &'static str) -> (u16, Seen) {
+    scripted_api(move |line, body| {
+        let path = line.split_whitespace().nth(1).unwrap_or_default();
+        if !path.starts_with("/v1/messages") || path.contains("count_tokens") {
+            let text = r#"{"type":"error","error":{"type":"not_found_error","message":"not here"}}"#;
+            return reply("404 Not Found", "application/json", text);
+        }
+        let blocks = if body["tools"].as_array().is_none_or(Vec::is_empty) {
+            vec![json!({"type": "text", "text": "Sandbox"})]
+        } else if body["messages"].to_string().contains("tool_result") {
+            vec![json!({"type": "text", "text": "## notes\nwrote the file"})]
+        } else {
+            vec![json!({"type": "tool_use", "id": "toolu_sb1", "name": "Write",
+                "input": {"file_path": file.display().to_string(), "content": content}})]
+        };
+        let stop = if blocks[0]["type"] == "tool_use" { "tool_use" } else { "end_turn" };
+        reply("200 OK", "text/event-stream", &crate::claude_tui::stream(&blocks, stop))
+    })
 }
 
 #[test]
@@ -589,7 +602,7 @@ fn the_real_claude_code_runs_sandboxed_against_its_scripted_api_and_its_edit_lan
     assert_eq!(result["artifacts"]["notes"], "wrote the file");
     assert_eq!(ws.read("hello.txt"), "hello from claude\n");
     assert_eq!(ws.git(&["show", "--name-only", "--format=", "HEAD"]), "hello.txt\n");
-    assert!(seen.lock().expect("lock").iter().any(|p| p.starts_with("/v1/messages")));
+    assert!(seen.lock().expect("lock").iter().any(|line| line.starts_with("POST /v1/messages")));
     assert!(events_of(&ws, "layer_made").len() == 1 && !logs.contains("PLANTED-KEY"), "{logs}");
 }
 
@@ -669,43 +682,27 @@ fn a_rolled_back_stage_whose_attempt_ran_on_a_layer_is_reverted() {
 
 /// A scripted OpenAI Responses API for a headless Codex: a WebSocket upgrade gets a 404 (Codex
 /// falls back to HTTPS), each `POST /v1/responses` gets one message with the stage's output.
-fn scripted_responses() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::Write;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let log = std::sync::Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let (head, _) = crate::http::read_request(&conn);
-            let line = head.lines().next().unwrap_or_default().to_owned();
-            log.lock().expect("lock").push(line.clone());
-            let reply = if line.starts_with("POST /v1/responses") {
-                let item = json!({"type": "message", "role": "assistant", "id": "msg_1",
-                    "content": [{"type": "output_text", "text": "## notes\nread in the sandbox"}]});
-                let usage = json!({"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
-                    "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 17});
-                let events = [
-                    ("response.created", json!({"type": "response.created", "response": {"id": "resp_1"}})),
-                    (
-                        "response.output_item.done",
-                        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
-                    ),
-                    (
-                        "response.completed",
-                        json!({"type": "response.completed", "response": {"id": "resp_1", "usage": usage}}),
-                    ),
-                ];
-                let body: String = events.iter().map(|(k, v)| format!("event: {k}\ndata: {v}\n\n")).collect();
-                format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}")
-            } else {
-                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
-            };
-            let _ = conn.write_all(reply.as_bytes());
+fn scripted_responses() -> (u16, Seen) {
+    scripted_api(|line, _| {
+        if !line.starts_with("POST /v1/responses") {
+            return not_found();
         }
-    });
-    (port, seen)
+        let item = json!({"type": "message", "role": "assistant", "id": "msg_1",
+            "content": [{"type": "output_text", "text": "## notes\nread in the sandbox"}]});
+        let usage = json!({"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 17});
+        let events = [
+            json!({"type": "response.created", "response": {"id": "resp_1"}}),
+            json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+            json!({"type": "response.completed", "response": {"id": "resp_1", "usage": usage}}),
+        ];
+        reply("200 OK", "text/event-stream", &sse(&events))
+    })
+}
+
+/// Server-sent events, each `event: TYPE` (its `type`) and `data: JSON`.
+fn sse(events: &[serde_json::Value]) -> String {
+    events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default())).collect()
 }
 
 #[test]
@@ -767,7 +764,6 @@ fn the_real_codex_runs_sandboxed_with_its_own_config_copied_in_and_reaches_only_
 
 #[test]
 fn the_real_aider_runs_sandboxed_in_plan_mode_with_the_users_git_identity_and_its_api_from_the_environment() {
-    use std::io::Write;
     let Some(_) = bwrap() else { return };
     let aider = crate::presets::installed_clis().join("aider-venv/bin");
     if !aider.join("aider").is_file() {
@@ -775,30 +771,14 @@ fn the_real_aider_runs_sandboxed_in_plan_mode_with_the_users_git_identity_and_it
         return;
     }
     // A scripted OpenAI chat-completions API: every request gets the stage's output.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let log = std::sync::Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let (head, _) = crate::http::read_request(&conn);
-            let line = head.lines().next().unwrap_or_default().to_owned();
-            log.lock().expect("lock").push(line.clone());
-            let body = json!({"id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-test",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "## notes\nread by aider"}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}})
-            .to_string();
-            let reply = if line.starts_with("POST /v1/chat/completions") {
-                format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-            } else {
-                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
-            };
-            let _ = conn.write_all(reply.as_bytes());
+    let (port, seen) = scripted_api(|line, _| {
+        if !line.starts_with("POST /v1/chat/completions") {
+            return not_found();
         }
+        let body = json!({"id": "c1", "object": "chat.completion", "created": 1, "model": "gpt-test",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "## notes\nread by aider"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}});
+        reply("200 OK", "application/json", &body.to_string())
     });
     let ws = Ws::empty();
     ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
@@ -843,7 +823,6 @@ fn the_real_aider_runs_sandboxed_in_plan_mode_with_the_users_git_identity_and_it
 
 #[test]
 fn the_real_gemini_cli_runs_sandboxed_with_its_settings_and_trusted_folders_copied_in() {
-    use std::io::Write;
     let Some(_) = bwrap() else { return };
     let bin = crate::presets::installed_clis().join("node_modules/.bin");
     if !std::process::Command::new(bin.join("gemini")).arg("--version").output().is_ok_and(|o| o.status.success()) {
@@ -851,35 +830,19 @@ fn the_real_gemini_cli_runs_sandboxed_with_its_settings_and_trusted_folders_copi
         return;
     }
     // A scripted Gemini API: a streamed answer for generateContent, a count for countTokens.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let log = std::sync::Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let (head, _) = crate::http::read_request(&conn);
-            let line = head.lines().next().unwrap_or_default().to_owned();
-            log.lock().expect("lock").push(line.clone());
-            let chunk = json!({"candidates": [{"content": {"parts": [{"text": "## notes\nread by gemini"}], "role": "model"},
-                "finishReason": "STOP", "index": 0}],
-                "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 4, "totalTokenCount": 14}});
-            let (kind, body) = if line.contains("countTokens") {
-                ("application/json", json!({"totalTokens": 10}).to_string())
-            } else if line.contains("alt=sse") {
-                ("text/event-stream", format!("data: {chunk}\n\n"))
-            } else {
-                ("application/json", chunk.to_string())
-            };
-            let reply = if line.starts_with("POST ") {
-                format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-            } else {
-                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
-            };
-            let _ = conn.write_all(reply.as_bytes());
+    let (port, seen) = scripted_api(|line, _| {
+        if !line.starts_with("POST ") {
+            return not_found();
+        }
+        let chunk = json!({"candidates": [{"content": {"parts": [{"text": "## notes\nread by gemini"}], "role": "model"},
+            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 4, "totalTokenCount": 14}});
+        if line.contains("countTokens") {
+            reply("200 OK", "application/json", &json!({"totalTokens": 10}).to_string())
+        } else if line.contains("alt=sse") {
+            reply("200 OK", "text/event-stream", &format!("data: {chunk}\n\n"))
+        } else {
+            reply("200 OK", "application/json", &chunk.to_string())
         }
     });
     let ws = Ws::empty();
@@ -925,7 +888,6 @@ fn the_real_gemini_cli_runs_sandboxed_with_its_settings_and_trusted_folders_copi
 
 #[test]
 fn the_real_opencode_runs_sandboxed_with_its_provider_config_copied_in() {
-    use std::io::Write;
     let Some(_) = bwrap() else { return };
     let bin = crate::presets::installed_clis().join("node_modules/.bin");
     if !std::process::Command::new(bin.join("opencode")).arg("--version").output().is_ok_and(|o| o.status.success()) {
@@ -933,65 +895,44 @@ fn the_real_opencode_runs_sandboxed_with_its_provider_config_copied_in() {
         return;
     }
     // A scripted OpenAI Responses API, streamed as the AI SDK reads it.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let log = std::sync::Arc::clone(&seen);
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let (head, _) = crate::http::read_request(&conn);
-            let line = head.lines().next().unwrap_or_default().to_owned();
-            log.lock().expect("lock").push(line.clone());
-            let text = "## notes\nread by opencode";
-            let response = json!({"id": "resp_1", "object": "response", "created_at": 1, "model": "gpt-4o", "status": "in_progress", "output": []});
-            let done = json!({"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": text, "annotations": []}]});
-            let mut last = response.clone();
-            last["status"] = json!("completed");
-            last["output"] = json!([done]);
-            last["usage"] = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 4,
-                "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 14});
-            let part = json!({"item_id": "msg_1", "output_index": 0, "content_index": 0});
-            let with = |mut v: serde_json::Value, extra: serde_json::Value| {
-                for (k, x) in extra.as_object().expect("object") {
-                    v[k] = x.clone();
-                }
-                v
-            };
-            let events = [
+    let (port, seen) = scripted_api(|line, _| {
+        if !line.starts_with("POST /v1/responses") {
+            return not_found();
+        }
+        let text = "## notes\nread by opencode";
+        let response = json!({"id": "resp_1", "object": "response", "created_at": 1, "model": "gpt-4o", "status": "in_progress", "output": []});
+        let done = json!({"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]});
+        let mut last = response.clone();
+        last["status"] = json!("completed");
+        last["output"] = json!([done]);
+        last["usage"] = json!({"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 4,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 14});
+        let part = |extra: serde_json::Value| {
+            let mut v = json!({"item_id": "msg_1", "output_index": 0, "content_index": 0});
+            for (k, x) in extra.as_object().expect("object") {
+                v[k] = x.clone();
+            }
+            v
+        };
+        reply(
+            "200 OK",
+            "text/event-stream",
+            &sse(&[
                 json!({"type": "response.created", "sequence_number": 0, "response": response}),
                 json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
                     "item": {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}}),
-                with(
-                    part.clone(),
+                part(
                     json!({"type": "response.content_part.added", "sequence_number": 2, "part": {"type": "output_text", "text": "", "annotations": []}}),
                 ),
-                with(
-                    part.clone(),
+                part(
                     json!({"type": "response.output_text.delta", "sequence_number": 3, "delta": text, "logprobs": []}),
                 ),
-                with(
-                    part,
-                    json!({"type": "response.output_text.done", "sequence_number": 4, "text": text, "logprobs": []}),
-                ),
+                part(json!({"type": "response.output_text.done", "sequence_number": 4, "text": text, "logprobs": []})),
                 json!({"type": "response.output_item.done", "sequence_number": 5, "output_index": 0, "item": done}),
                 json!({"type": "response.completed", "sequence_number": 6, "response": last}),
-            ];
-            let body: String = events
-                .iter()
-                .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default()))
-                .collect();
-            let reply = if line.starts_with("POST /v1/responses") {
-                format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-            } else {
-                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
-            };
-            let _ = conn.write_all(reply.as_bytes());
-        }
+            ]),
+        )
     });
     let ws = Ws::empty();
     ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n");
