@@ -534,6 +534,38 @@ fn not_found() -> String {
     reply("404 Not Found", "text/plain", "")
 }
 
+/// Runs pipeline `p` on `task` with a real agent CLI: its folder `bin` first on `PATH`, `HOME`
+/// at `home`, and `env` (a `None` removes the variable). Asserts the run succeeded, else shows
+/// why (its stderr, the stage's logs, what the API got). Returns the result and the request
+/// lines the API got.
+fn run_real_cli(
+    ws: &Ws,
+    task: &str,
+    bin: &Path,
+    home: &Path,
+    env: &[(&str, Option<String>)],
+    stage: &str,
+    seen: &Seen,
+) -> (serde_json::Value, Vec<String>) {
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut cmd = ws.cmd();
+    cmd.args(["run", "p", "--task", task, "--json"]).env("PATH", path).env("HOME", home);
+    for (name, value) in env {
+        match value {
+            Some(v) => cmd.env(name, v),
+            None => cmd.env_remove(name),
+        };
+    }
+    let out = cmd.output().expect("run");
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let requests = seen.lock().expect("lock").clone();
+    if result["status"] != "success" {
+        let logs = ws.run(&["logs", "latest", "--stage", stage]).1;
+        panic!("{}\n{logs}\nrequests: {requests:?}", String::from_utf8_lossy(&out.stderr));
+    }
+    (result, requests)
+}
+
 /// A scripted Anthropic Messages API for a headless Claude Code: with tools and no answer yet
 /// it asks to write `file` with `content`; after the tool's result it gives the stage's output.
 fn scripted_anthropic(file: std::path::PathBuf, content: &'static str) -> (u16, Seen) {
@@ -582,27 +614,26 @@ fn the_real_claude_code_runs_sandboxed_against_its_scripted_api_and_its_edit_lan
         .expect("seed");
     std::fs::create_dir_all(home.path().join(".ssh")).expect("mkdir");
     std::fs::write(home.path().join(".ssh/id_ed25519"), "PLANTED-KEY\n").expect("plant");
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let out = ws
-        .cmd()
-        .args(["run", "p", "--task", "write hello.txt", "--json"])
-        .env("PATH", path)
-        .env("HOME", home.path())
-        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
-        .env("ANTHROPIC_API_KEY", "sk-ant-loopwright-offline-test-key")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env_remove("ANTHROPIC_AUTH_TOKEN")
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let logs = ws.run(&["logs", "latest", "--stage", "write"]).1;
-    assert_eq!(result["status"], "success", "{stderr}\n{logs}\nrequests: {:?}", seen.lock().expect("lock"));
+    let (result, requests) = run_real_cli(
+        &ws,
+        "write hello.txt",
+        &bin,
+        home.path(),
+        &[
+            ("ANTHROPIC_BASE_URL", Some(format!("http://127.0.0.1:{port}"))),
+            ("ANTHROPIC_API_KEY", Some("sk-ant-loopwright-offline-test-key".into())),
+            ("DISABLE_TELEMETRY", Some("1".into())),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", Some("1".into())),
+            ("ANTHROPIC_AUTH_TOKEN", None),
+        ],
+        "write",
+        &seen,
+    );
     assert_eq!(result["artifacts"]["notes"], "wrote the file");
     assert_eq!(ws.read("hello.txt"), "hello from claude\n");
     assert_eq!(ws.git(&["show", "--name-only", "--format=", "HEAD"]), "hello.txt\n");
-    assert!(seen.lock().expect("lock").iter().any(|line| line.starts_with("POST /v1/messages")));
+    assert!(requests.iter().any(|line| line.starts_with("POST /v1/messages")), "{requests:?}");
+    let logs = ws.run(&["logs", "latest", "--stage", "write"]).1;
     assert!(events_of(&ws, "layer_made").len() == 1 && !logs.contains("PLANTED-KEY"), "{logs}");
 }
 
@@ -731,21 +762,19 @@ fn the_real_codex_runs_sandboxed_with_its_own_config_copied_in_and_reaches_only_
         format!("openai_base_url = \"http://127.0.0.1:{port}/v1\"\n"),
     )
     .expect("config");
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let out = ws
-        .cmd()
-        .args(["run", "p", "--task", "read it", "--json"])
-        .env("PATH", path)
-        .env("HOME", home.path())
-        .env("OPENAI_API_KEY", "sk-loopwright-offline-test-key")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("CODEX_HOME")
-        .output()
-        .expect("run");
-    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let logs = ws.run(&["logs", "latest", "--stage", "read"]).1;
-    let requests = seen.lock().expect("lock").clone();
-    assert_eq!(result["status"], "success", "{}\n{logs}\n{requests:?}", String::from_utf8_lossy(&out.stderr));
+    let (result, requests) = run_real_cli(
+        &ws,
+        "read it",
+        &bin,
+        home.path(),
+        &[
+            ("OPENAI_API_KEY", Some("sk-loopwright-offline-test-key".into())),
+            ("OPENAI_BASE_URL", None),
+            ("CODEX_HOME", None),
+        ],
+        "read",
+        &seen,
+    );
     assert_eq!(result["artifacts"]["notes"], "read in the sandbox");
     assert!(requests.iter().any(|r| r.starts_with("POST /v1/responses")), "{requests:?}");
     let all = ws.run(&["logs", "latest"]).1;
@@ -795,20 +824,18 @@ fn the_real_aider_runs_sandboxed_in_plan_mode_with_the_users_git_identity_and_it
     std::fs::write(home.path().join(".gitconfig"), "[user]\n\tname = Tester\n\temail = tester@example.com\n")
         .expect("gitconfig");
     let before = std::fs::read_to_string(ws.path().join(".git/config")).expect("git config");
-    let path = format!("{}:{}", aider.display(), std::env::var("PATH").unwrap_or_default());
-    let out = ws
-        .cmd()
-        .args(["run", "p", "--task", "read it", "--json"])
-        .env("PATH", path)
-        .env("HOME", home.path())
-        .env("OPENAI_API_BASE", format!("http://127.0.0.1:{port}/v1"))
-        .env("OPENAI_API_KEY", "sk-loopwright-offline-test-key")
-        .output()
-        .expect("run");
-    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let logs = ws.run(&["logs", "latest", "--stage", "read"]).1;
-    let requests = seen.lock().expect("lock").clone();
-    assert_eq!(result["status"], "success", "{}\n{logs}\n{requests:?}", String::from_utf8_lossy(&out.stderr));
+    let (result, requests) = run_real_cli(
+        &ws,
+        "read it",
+        &aider,
+        home.path(),
+        &[
+            ("OPENAI_API_BASE", Some(format!("http://127.0.0.1:{port}/v1"))),
+            ("OPENAI_API_KEY", Some("sk-loopwright-offline-test-key".into())),
+        ],
+        "read",
+        &seen,
+    );
     assert!(result["artifacts"]["notes"].as_str().is_some_and(|n| n.contains("read by aider")), "{result}");
     assert!(requests.iter().any(|r| r.starts_with("POST /v1/chat/completions")), "{requests:?}");
     // Plan mode: nothing of the workspace changed, its files (chat history, tags cache) included.
@@ -866,20 +893,18 @@ fn the_real_gemini_cli_runs_sandboxed_with_its_settings_and_trusted_folders_copi
         json!({root.display().to_string(): "TRUST_FOLDER"}).to_string(),
     )
     .expect("trust");
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let out = ws
-        .cmd()
-        .args(["run", "p", "--task", "read it", "--json"])
-        .env("PATH", path)
-        .env("HOME", home.path())
-        .env("GOOGLE_GEMINI_BASE_URL", format!("http://127.0.0.1:{port}"))
-        .env("GEMINI_API_KEY", "loopwright-offline-test-key")
-        .output()
-        .expect("run");
-    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let logs = ws.run(&["logs", "latest", "--stage", "read"]).1;
-    let requests = seen.lock().expect("lock").clone();
-    assert_eq!(result["status"], "success", "{}\n{logs}\n{requests:?}", String::from_utf8_lossy(&out.stderr));
+    let (result, requests) = run_real_cli(
+        &ws,
+        "read it",
+        &bin,
+        home.path(),
+        &[
+            ("GOOGLE_GEMINI_BASE_URL", Some(format!("http://127.0.0.1:{port}"))),
+            ("GEMINI_API_KEY", Some("loopwright-offline-test-key".into())),
+        ],
+        "read",
+        &seen,
+    );
     assert_eq!(result["artifacts"]["notes"], "read by gemini");
     assert!(requests.iter().any(|r| r.contains(":streamGenerateContent")), "{requests:?}");
     let all = ws.run(&["logs", "latest"]).1;
@@ -948,20 +973,15 @@ fn the_real_opencode_runs_sandboxed_with_its_provider_config_copied_in() {
     std::fs::create_dir_all(home.path().join(".config/opencode")).expect("mkdir");
     let config = json!({"provider": {"openai": {"options": {"baseURL": format!("http://127.0.0.1:{port}/v1"), "apiKey": "sk-loopwright-offline"}}}});
     std::fs::write(home.path().join(".config/opencode/opencode.json"), config.to_string()).expect("config");
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let out = ws
-        .cmd()
-        .args(["run", "p", "--task", "read it", "--json"])
-        .env("PATH", path)
-        .env("HOME", home.path())
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("XDG_DATA_HOME")
-        .output()
-        .expect("run");
-    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let logs = ws.run(&["logs", "latest", "--stage", "read"]).1;
-    let requests = seen.lock().expect("lock").clone();
-    assert_eq!(result["status"], "success", "{}\n{logs}\n{requests:?}", String::from_utf8_lossy(&out.stderr));
+    let (result, requests) = run_real_cli(
+        &ws,
+        "read it",
+        &bin,
+        home.path(),
+        &[("XDG_CONFIG_HOME", None), ("XDG_DATA_HOME", None)],
+        "read",
+        &seen,
+    );
     assert_eq!(result["artifacts"]["notes"], "read by opencode");
     assert!(requests.iter().any(|r| r.starts_with("POST /v1/responses")), "{requests:?}");
     // opencode keeps its sessions under its data folder: in the attempt's home, not the user's.
