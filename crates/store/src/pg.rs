@@ -30,6 +30,41 @@ const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("pg/001_journal.sql"))];
 /// The advisory lock migrations take (`loop` in ASCII).
 const MIGRATION_LOCK: i64 = 0x6c6f_6f70;
 
+/// The channel appends notify and feed watchers listen on.
+const FEED_CHANNEL: &str = "loopwright_feed";
+
+/// A watcher of the feed (see [`PgStore::watch_feed`]).
+pub struct FeedWatch {
+    _client: tokio_postgres::Client,
+    woken: std::sync::Arc<tokio::sync::Notify>,
+    alive: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FeedWatch {
+    /// Waits until someone commits to the journal (true) or `pause` passes (false). Once the
+    /// watcher's connection is gone it only waits out `pause`: the caller's polling carries on.
+    pub async fn changed(&self, pause: Duration) -> bool {
+        if !self.alive.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(pause).await;
+            return false;
+        }
+        tokio::time::timeout(pause, self.woken.notified()).await.is_ok()
+            && self.alive.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// True while its connection listens.
+    pub fn listening(&self) -> bool {
+        self.alive.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for FeedWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// How many times a transaction that lost a serialization race or a deadlock is tried.
 const TRIES: u32 = 8;
 
@@ -65,6 +100,8 @@ pub enum Error {
 /// The store on PostgreSQL.
 pub struct PgStore {
     pool: Pool,
+    /// How to open a connection of its own (a feed watcher's `LISTEN`).
+    config: tokio_postgres::Config,
     /// Redacts secrets from every event before it is written (as the SQLite store does).
     scrub: std::sync::OnceLock<Scrubber>,
 }
@@ -142,7 +179,7 @@ impl PgStore {
         let config: tokio_postgres::Config =
             url.parse().map_err(|e: tokio_postgres::Error| Error::Url { url: shown.clone(), why: e.to_string() })?;
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             tokio_postgres::NoTls,
             ManagerConfig { recycling_method: RecyclingMethod::Fast },
         );
@@ -153,7 +190,7 @@ impl PgStore {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| Error::Connect { url: shown.clone(), why: e.to_string() })?;
-        let store = Self { pool, scrub: std::sync::OnceLock::new() };
+        let store = Self { pool, config, scrub: std::sync::OnceLock::new() };
         store.migrate().await.map_err(|e| match e {
             StoreError::Backend(why) if why.contains("PostgreSQL: error connecting") || why.contains("connect") => {
                 Error::Connect { url: shown.clone(), why }
@@ -366,8 +403,36 @@ impl PgStore {
             let seq_out = u64::try_from(seq).map_err(|e| corrupt(run, seq, e))?;
             records.push(EventRecord { seq: seq_out, at: *at, event: stored.unwrap_or_else(|| event.clone()) });
         }
+        // Watchers listening are told at the commit (a wake-up; the feed stays the truth).
+        tx.execute("SELECT pg_notify($1, '')", &[&FEED_CHANNEL]).await.map_err(pg)?;
         tx.commit().await.map_err(pg)?;
         Ok(records)
+    }
+
+    /// A watcher of the feed: woken by `NOTIFY` when anyone commits to the journal, on a
+    /// connection of its own (a pooled one would drop notifications). The wake-up is a hint:
+    /// the caller reads the feed for what changed, and polls it at its own pace too, since a
+    /// notification sent while the watcher's connection was down is lost.
+    pub async fn watch_feed(&self) -> Result<FeedWatch, StoreError> {
+        use futures_util::StreamExt;
+        let (client, mut connection) = self.config.connect(tokio_postgres::NoTls).await.map_err(|e| backend(&e))?;
+        let woken = std::sync::Arc::new(tokio::sync::Notify::new());
+        let alive = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (tell, up) = (std::sync::Arc::clone(&woken), std::sync::Arc::clone(&alive));
+        let task = tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(tokio_postgres::AsyncMessage::Notification(_)) => tell.notify_one(),
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            up.store(false, std::sync::atomic::Ordering::SeqCst);
+            tell.notify_one();
+        });
+        client.batch_execute(&format!("LISTEN {FEED_CHANNEL}")).await.map_err(|e| backend(&e))?;
+        Ok(FeedWatch { _client: client, woken, alive, task })
     }
 
     /// Runs as `rest` (`WHERE …`, `ORDER BY …`, `LIMIT …` over `runs r`) selects them.

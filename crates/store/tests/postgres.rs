@@ -120,3 +120,49 @@ async fn an_unreachable_server_is_named_without_its_password() {
     let text = e.to_string();
     assert!(text.contains("postgres://lw:***@127.0.0.1:1/nothing") && !text.contains("s3cret"), "{text}");
 }
+
+#[tokio::test]
+async fn a_feed_watcher_is_woken_by_another_processs_commit_and_otherwise_waits_out_its_pause() {
+    let Some(url) = fresh_database().await else { return };
+    let (watcher, writer) = (PgStore::connect(&url, 1).await.expect("a"), PgStore::connect(&url, 1).await.expect("b"));
+    let watch = watcher.watch_feed().await.expect("watch");
+    assert!(watch.listening());
+    // Nothing committed: the pause runs out.
+    assert!(!watch.changed(std::time::Duration::from_millis(200)).await);
+    let (woken, appended) = tokio::join!(watch.changed(std::time::Duration::from_secs(20)), async {
+        writer.append(&RunId::new("told"), &started("task-watch"), t("2027-06-01T00:00:00Z")).await.expect("append")
+    });
+    assert!(woken, "the commit woke the watcher (not its pause)");
+    assert_eq!(appended.seq, 1);
+    assert_eq!(watcher.feed_since(0, 10).await.expect("feed").len(), 1);
+}
+
+#[tokio::test]
+async fn the_scrubber_redacts_every_event_before_it_reaches_the_database() {
+    let Some(url) = fresh_database().await else { return };
+    let store = PgStore::connect(&url, 1).await.expect("connect");
+    store.set_scrubber(Box::new(|text| {
+        text.contains("sk-secret-123").then(|| text.replace("sk-secret-123", "[redacted]"))
+    }));
+    let run = RunId::new("scrubbed");
+    store.append(&run, &started("task-scrub"), t("2027-07-01T00:00:00Z")).await.expect("start");
+    let failed = Event::AttemptFailed {
+        stage: stage("s"),
+        attempt: 1,
+        duration_ms: 1,
+        error: loopwright_journal::event::StageError {
+            kind: loopwright_journal::event::FailureKind::ExecutionError,
+            message: "401: key sk-secret-123 refused".into(),
+            exit_code: Some(1),
+            output_tail: String::new(),
+            pattern: None,
+        },
+    };
+    let record = store.append(&run, &failed, t("2027-07-01T00:00:01Z")).await.expect("append");
+    let text = serde_json::to_string(&record.event).expect("json");
+    assert!(text.contains("[redacted]") && !text.contains("sk-secret-123"), "{text}");
+    // What another handle reads from the database is the redacted event.
+    let other = PgStore::connect(&url, 1).await.expect("other");
+    let stored = serde_json::to_string(&other.events(&run).await.expect("events")).expect("json");
+    assert!(!stored.contains("sk-secret-123"), "{stored}");
+}
