@@ -56,12 +56,50 @@ pub enum Error {
     },
 }
 
+/// Reading connections a store keeps between reads.
+const READERS: usize = 4;
+
+/// A connection lent for reading (see [`SqliteStore::reader`]); given back when dropped.
+pub(crate) struct Reader<'a> {
+    store: &'a SqliteStore,
+    own: Option<Connection>,
+    writer: Option<MutexGuard<'a, Connection>>,
+}
+
+impl std::ops::Deref for Reader<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        match (&self.own, &self.writer) {
+            (Some(conn), _) => conn,
+            (None, Some(writer)) => writer,
+            (None, None) => unreachable!("a reader holds a connection"),
+        }
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.own.take() {
+            let mut kept = self.store.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if kept.len() < READERS {
+                kept.push(conn);
+            }
+        }
+    }
+}
+
 /// Rewrites an event's JSON before it is stored: `Some(clean)` when it changed something.
 pub type Scrubber = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// The SQLite store.
 pub struct SqliteStore {
+    /// The connection that writes (and answers `data_version`).
     conn: Mutex<Connection>,
+    /// The database file (none in memory): readers open connections of their own to it.
+    path: Option<std::path::PathBuf>,
+    /// Connections that only read, kept for the next read: WAL lets them read while the
+    /// writer writes, so a list or a page never waits behind a run's journal appends.
+    readers: Mutex<Vec<Connection>>,
     /// Redacts secrets from every event before it is written (a last line of defence: the
     /// runners redact what they return, and this catches what reaches the journal otherwise).
     scrub: std::sync::OnceLock<Scrubber>,
@@ -158,7 +196,12 @@ impl SqliteStore {
                 Err(source) => return Err(Error::Migrate { path: shown, source }),
             }
         }
-        Ok(Self { conn: Mutex::new(conn), scrub: std::sync::OnceLock::new() })
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path: Some(path.to_path_buf()),
+            readers: Mutex::default(),
+            scrub: std::sync::OnceLock::new(),
+        })
     }
 
     /// An in-memory store (tests).
@@ -166,7 +209,24 @@ impl SqliteStore {
         let mut conn =
             Connection::open_in_memory().map_err(|source| Error::Open { path: ":memory:".into(), source })?;
         migrations().to_latest(&mut conn).map_err(|source| Error::Migrate { path: ":memory:".into(), source })?;
-        Ok(Self { conn: Mutex::new(conn), scrub: std::sync::OnceLock::new() })
+        Ok(Self { conn: Mutex::new(conn), path: None, readers: Mutex::default(), scrub: std::sync::OnceLock::new() })
+    }
+
+    /// A connection to read with: one of the readers (opened on first need, at most
+    /// [`READERS`] kept), or the writer's for a store in memory or when none can be opened.
+    pub(crate) fn reader(&self) -> Reader<'_> {
+        let kept = self.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+        let conn = kept.or_else(|| {
+            let path = self.path.as_ref()?;
+            let conn = Connection::open(path).ok()?;
+            conn.busy_timeout(Duration::from_secs(10)).ok()?;
+            conn.pragma_update(None, "query_only", "ON").ok()?;
+            Some(conn)
+        });
+        match conn {
+            Some(conn) => Reader { store: self, own: Some(conn), writer: None },
+            None => Reader { store: self, own: None, writer: Some(self.conn()) },
+        }
     }
 
     pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
@@ -370,7 +430,7 @@ impl SqliteStore {
     }
 
     fn feed_since_sync(&self, after: u64, limit: usize) -> Result<Vec<FeedEntry>, StoreError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn
             .prepare_cached(
                 "SELECT f.id, f.run_id, e.seq, e.at, e.payload FROM feed f
@@ -415,7 +475,7 @@ impl SqliteStore {
     }
 
     fn feed_last_sync(&self) -> Result<u64, StoreError> {
-        self.conn()
+        self.reader()
             .query_row("SELECT COALESCE(MAX(id), 0) FROM feed", [], |r| r.get::<_, i64>(0))
             .map(|v| u64::try_from(v).unwrap_or(0))
             .map_err(backend)
@@ -431,7 +491,7 @@ impl SqliteStore {
     }
 
     fn events_sync(&self, run: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn
             .prepare_cached("SELECT seq, at, payload FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq")
             .map_err(backend)?;
@@ -499,7 +559,7 @@ impl SqliteStore {
         let filter = if wheres.is_empty() { String::new() } else { format!("WHERE {}", wheres.join(" AND ")) };
         let params: Vec<&dyn rusqlite::ToSql> = args.iter().map(|v| v as &dyn rusqlite::ToSql).collect();
         let total: i64 = {
-            let conn = self.conn();
+            let conn = self.reader();
             conn.prepare_cached(&format!("SELECT COUNT(*) FROM runs r {filter}"))
                 .and_then(|mut stmt| stmt.query_row(params.as_slice(), |r| r.get(0)))
                 .map_err(backend)?
@@ -520,7 +580,7 @@ impl SqliteStore {
     /// Runs as `rest` (`WHERE …`, `ORDER BY …`, `LIMIT …` over `runs r`) selects them, with
     /// `params` bound.
     fn runs_where(&self, rest: &str, params: &[&dyn rusqlite::ToSql]) -> Result<Vec<RunSummary>, StoreError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn
             .prepare_cached(&format!(
                 "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at,
@@ -560,7 +620,7 @@ impl SqliteStore {
     }
 
     fn task_outputs_sync(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
-        let conn = self.conn();
+        let conn = self.reader();
         // For each stage, the outputs of the latest run in which it succeeded.
         let mut stmt = conn
             .prepare_cached(
@@ -592,7 +652,7 @@ impl SqliteStore {
 
 impl SqliteStore {
     fn cancel_requested_sync(&self, run: &RunId, after: u64) -> Result<Option<(String, bool)>, StoreError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn
             .prepare_cached(
                 "SELECT payload FROM events WHERE run_id = ?1 AND kind = 'cancel_requested' AND seq > ?2 ORDER BY seq LIMIT 1",
