@@ -2,7 +2,7 @@
 //! many machines.
 //!
 //! tokio-postgres with a deadpool pool (explicit SQL and typed row getters, as in the SQLite
-//! store; a smaller binary and build than sqlx). Every append is one transaction that locks
+//! store; a smaller binary and build than sqlx), TLS by rustls when the URL's `sslmode` asks. Every append is one transaction that locks
 //! the run's row (one writer per run at a time) and then the feed counter's single row (feed
 //! positions dense and in commit order); compare-and-append checks the run's last sequence
 //! number under that lock. A serialization failure or a deadlock is retried; what is left
@@ -102,6 +102,7 @@ pub struct PgStore {
     pool: Pool,
     /// How to open a connection of its own (a feed watcher's `LISTEN`).
     config: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     /// Redacts secrets from every event before it is written (as the SQLite store does).
     scrub: std::sync::OnceLock<Scrubber>,
 }
@@ -120,6 +121,35 @@ pub fn shown_url(url: &str) -> String {
     }
 }
 
+/// TLS for connections that ask for it (`sslmode`): rustls, trusting this machine's roots, or
+/// only the certificates in the PEM file `root`.
+fn tls(root: Option<&std::path::Path>) -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    static PROVIDER: std::sync::Once = std::sync::Once::new();
+    // Fails only when another provider was installed first, which is as good.
+    PROVIDER.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    let config = match root {
+        Some(path) => {
+            let mut roots = rustls::RootCertStore::empty();
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("cannot read the certificates in {}: {e}", path.display()))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| format!("a certificate in {} does not read: {e}", path.display()))?;
+                roots.add(cert).map_err(|e| format!("a certificate in {} is refused: {e}", path.display()))?;
+            }
+            rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth()
+        }
+        None => {
+            use rustls_platform_verifier::ConfigVerifierExt;
+            rustls::ClientConfig::with_platform_verifier().map_err(|e| format!("no TLS roots on this machine: {e}"))?
+        }
+    };
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
 /// A PostgreSQL failure as a store error: a lost serialization race or a deadlock (after the
 /// retries) and a pool that waited too long are `Busy`, data that does not decode `Corrupt`,
 /// anything else — a dropped connection, a full disk, a refused login — `Backend`.
@@ -136,7 +166,16 @@ fn backend(e: &tokio_postgres::Error) -> StoreError {
         }
         _ => match e.as_db_error() {
             Some(db) => StoreError::Backend(format!("PostgreSQL: {} ({})", db.message(), db.code().code())),
-            None => StoreError::Backend(format!("PostgreSQL: {e}")),
+            None => {
+                // The causes say what went wrong (a refused certificate, a closed port).
+                let mut why = e.to_string();
+                let mut cause = std::error::Error::source(e);
+                while let Some(c) = cause {
+                    why.push_str(&format!(": {c}"));
+                    cause = c.source();
+                }
+                StoreError::Backend(format!("PostgreSQL: {why}"))
+            }
         },
     }
 }
@@ -172,15 +211,25 @@ fn count(n: usize) -> i64 {
 }
 
 impl PgStore {
-    /// Connects to the database `url` names (`postgres://user[:password]@host[:port]/db`), with a
-    /// pool of `size` connections, and migrates it to the current schema.
+    /// Connects to the database `url` names (`postgres://user[:password]@host[:port]/db`,
+    /// `?sslmode=disable|prefer|require` as libpq has it), with a pool of `size` connections,
+    /// and migrates it to the current schema. TLS trusts this machine's roots, or only the
+    /// certificates in the file `PGSSLROOTCERT` names (as libpq does).
     pub async fn connect(url: &str, size: usize) -> Result<Self, Error> {
+        let root = std::env::var_os("PGSSLROOTCERT").map(std::path::PathBuf::from);
+        Self::connect_trusting(url, size, root.as_deref()).await
+    }
+
+    /// [`PgStore::connect`], TLS trusting only the certificates in the PEM file `root` when
+    /// given.
+    pub async fn connect_trusting(url: &str, size: usize, root: Option<&std::path::Path>) -> Result<Self, Error> {
         let shown = shown_url(url);
         let config: tokio_postgres::Config =
             url.parse().map_err(|e: tokio_postgres::Error| Error::Url { url: shown.clone(), why: e.to_string() })?;
+        let tls = tls(root).map_err(|why| Error::Connect { url: shown.clone(), why })?;
         let manager = Manager::from_config(
             config.clone(),
-            tokio_postgres::NoTls,
+            tls.clone(),
             ManagerConfig { recycling_method: RecyclingMethod::Fast },
         );
         let pool = Pool::builder(manager)
@@ -190,13 +239,20 @@ impl PgStore {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| Error::Connect { url: shown.clone(), why: e.to_string() })?;
-        let store = Self { pool, config, scrub: std::sync::OnceLock::new() };
-        store.migrate().await.map_err(|e| match e {
-            StoreError::Backend(why) if why.contains("PostgreSQL: error connecting") || why.contains("connect") => {
-                Error::Connect { url: shown.clone(), why }
+        // One connection first: a server that is not there, refuses the login or shows a
+        // certificate nobody vouches for is said so, not reported as a failed migration.
+        let first = pool.get().await.map_err(|e| {
+            let mut why = pool_error(e).to_string();
+            if why.contains("certificate") {
+                why.push_str(
+                    " (PGSSLROOTCERT names the file of the certificate authority to trust; on a network you trust, ?sslmode=disable does without TLS)",
+                );
             }
-            other => Error::Migrate { url: shown.clone(), why: other.to_string() },
+            Error::Connect { url: shown.clone(), why }
         })?;
+        drop(first);
+        let store = Self { pool, config, tls, scrub: std::sync::OnceLock::new() };
+        store.migrate().await.map_err(|e| Error::Migrate { url: shown.clone(), why: e.to_string() })?;
         Ok(store)
     }
 
@@ -415,7 +471,7 @@ impl PgStore {
     /// notification sent while the watcher's connection was down is lost.
     pub async fn watch_feed(&self) -> Result<FeedWatch, StoreError> {
         use futures_util::StreamExt;
-        let (client, mut connection) = self.config.connect(tokio_postgres::NoTls).await.map_err(|e| backend(&e))?;
+        let (client, mut connection) = self.config.connect(self.tls.clone()).await.map_err(|e| backend(&e))?;
         let woken = std::sync::Arc::new(tokio::sync::Notify::new());
         let alive = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let (tell, up) = (std::sync::Arc::clone(&woken), std::sync::Arc::clone(&alive));

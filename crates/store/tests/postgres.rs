@@ -166,3 +166,37 @@ async fn the_scrubber_redacts_every_event_before_it_reaches_the_database() {
     let stored = serde_json::to_string(&other.events(&run).await.expect("events")).expect("json");
     assert!(!stored.contains("sk-secret-123"), "{stored}");
 }
+
+#[tokio::test]
+async fn a_server_asking_for_tls_is_reached_over_it_trusting_only_the_root_named() {
+    let Some(url) = fresh_database().await else { return };
+    let Ok(ca) = std::env::var("LOOPWRIGHT_TEST_PG_CA") else {
+        assert!(std::env::var_os("LOOPWRIGHT_REQUIRE_PG").is_none(), "LOOPWRIGHT_TEST_PG_CA is not set");
+        return;
+    };
+    let secure = format!("{url}?sslmode=require");
+    // Trusting the run's CA: the connection is encrypted and works.
+    let store = PgStore::connect_trusting(&secure, 1, Some(std::path::Path::new(&ca))).await.expect("over TLS");
+    store.append(&RunId::new("tls"), &started("task-tls"), t("2027-08-01T00:00:00Z")).await.expect("append");
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("plain");
+    let running = tokio::spawn(connection);
+    let encrypted: bool = client
+        .query_one("SELECT bool_and(ssl) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE datname = current_database() AND pid <> pg_backend_pid()", &[])
+        .await
+        .expect("pg_stat_ssl")
+        .get(0);
+    assert!(encrypted, "the store's connections are not encrypted");
+    drop(client);
+    let _ = running.await;
+    // Trusting only this machine's roots, the run's own CA is unknown: refused, and said so.
+    let Err(refused) = PgStore::connect_trusting(&secure, 1, None).await else {
+        panic!("a certificate from an unknown CA was accepted")
+    };
+    let refused = refused.to_string();
+    assert!(
+        refused.contains("cannot reach PostgreSQL at")
+            && refused.contains("UnknownIssuer")
+            && refused.contains("PGSSLROOTCERT"),
+        "{refused}"
+    );
+}
