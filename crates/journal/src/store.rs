@@ -193,3 +193,19 @@ pub struct FeedEntry {
     /// The event, with its seq within the run.
     pub record: EventRecord,
 }
+
+/// A task's latest outputs per stage, from its artifact rows — (run, stage, key, value) in run
+/// order, oldest first, as a store keeps them: a later run's outputs of a stage replace an
+/// earlier run's whole. Rows naming no valid stage are left out.
+pub fn latest_outputs(rows: impl IntoIterator<Item = (String, String, String, String)>) -> BTreeMap<StageId, Outputs> {
+    let mut latest: BTreeMap<StageId, (String, Outputs)> = BTreeMap::new();
+    for (run, stage, key, value) in rows {
+        let Some(stage) = StageId::parse(&stage) else { continue };
+        let entry = latest.entry(stage).or_insert_with(|| (run.clone(), Outputs::new()));
+        if entry.0 != run {
+            *entry = (run, Outputs::new());
+        }
+        entry.1.insert(key, value);
+    }
+    latest.into_iter().map(|(stage, (_, outputs))| (stage, outputs)).collect()
+}

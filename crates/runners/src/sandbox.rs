@@ -521,10 +521,73 @@ pub fn copy_back(upper: &Path, workspace: &Path) -> std::io::Result<CopiedBack> 
     copy_back_marked(upper, workspace, Marks::Kernel)
 }
 
-/// [`copy_back`] for a layer whose deletions are marked as `marks` says.
+/// [`copy_back`] for a layer whose deletions are marked as `marks` says: the layer's entries
+/// as [`list`] gives them (parents before children), each carried into the workspace.
 fn copy_back_marked(upper: &Path, workspace: &Path, marks: Marks) -> std::io::Result<CopiedBack> {
+    let mut entries = Vec::new();
+    list(upper, upper, marks, &mut entries)?;
     let mut out = CopiedBack::default();
-    walk(upper, upper, workspace, marks, &mut out)?;
+    let mut refused_folders: Vec<String> = Vec::new();
+    for (rel, what) in entries {
+        // What lies in a folder the guard refused is left out with it.
+        if refused_folders.iter().any(|f| Path::new(&rel).starts_with(f)) {
+            continue;
+        }
+        let target = match crate::guard::replaceable(workspace, &rel) {
+            Ok(t) => t,
+            Err(refused) => {
+                if matches!(what, Entry::Dir { .. }) {
+                    refused_folders.push(rel.clone());
+                }
+                out.refused.push((rel, refused.to_string()));
+                continue;
+            }
+        };
+        let path = upper.join(&rel);
+        match what {
+            Entry::Mark => {}
+            Entry::Whiteout => {
+                // The attempt deleted it.
+                if remove_any(&target)? {
+                    out.deleted.push(rel);
+                }
+            }
+            Entry::Dir { opaque } => {
+                if opaque {
+                    // The attempt replaced the folder: what the lower layer had there is gone.
+                    if remove_any(&target)? {
+                        out.deleted.push(rel.clone());
+                    }
+                }
+                if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir()) {
+                    remove_any(&target)?;
+                }
+                std::fs::create_dir_all(&target)?;
+            }
+            Entry::File => {
+                let meta = std::fs::symlink_metadata(&path)?;
+                if meta.file_type().is_symlink() {
+                    let to = std::fs::read_link(&path)?;
+                    remove_any(&target)?;
+                    std::os::unix::fs::symlink(to, &target)?;
+                    out.written.push(rel);
+                } else if meta.is_file() {
+                    if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+                        remove_any(&target)?;
+                    }
+                    let tmp = target.with_file_name(format!(
+                        ".{}.loopwright-copy",
+                        target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+                    ));
+                    std::fs::copy(&path, &tmp)?;
+                    std::fs::set_permissions(&tmp, meta.permissions())?;
+                    std::fs::rename(&tmp, &target)?;
+                    out.written.push(rel);
+                }
+                // Sockets, pipes and devices made by the attempt are not carried back.
+            }
+        }
+    }
     out.written.sort();
     out.deleted.sort();
     Ok(out)
@@ -576,71 +639,6 @@ fn classify(path: &Path, rel: String, marks: Marks) -> std::io::Result<(String, 
     } else {
         (rel, Entry::File)
     })
-}
-
-fn walk(dir: &Path, upper: &Path, workspace: &Path, marks: Marks, out: &mut CopiedBack) -> std::io::Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
-    entries.sort_by_key(std::fs::DirEntry::file_name);
-    for entry in entries {
-        let path = entry.path();
-        let rel = path.strip_prefix(upper).unwrap_or(&path).to_string_lossy().into_owned();
-        let (rel, what) = classify(&path, rel, marks)?;
-        if matches!(what, Entry::Mark) {
-            continue;
-        }
-        let target = match crate::guard::replaceable(workspace, &rel) {
-            Ok(t) => t,
-            Err(refused) => {
-                out.refused.push((rel, refused.to_string()));
-                continue;
-            }
-        };
-        let meta = std::fs::symlink_metadata(&path)?;
-        match what {
-            Entry::Mark => {}
-            Entry::Whiteout => {
-                // The attempt deleted it.
-                if remove_any(&target)? {
-                    out.deleted.push(rel);
-                }
-            }
-            Entry::Dir { opaque } => {
-                if opaque {
-                    // The attempt replaced the folder: what the lower layer had there is gone.
-                    if remove_any(&target)? {
-                        out.deleted.push(rel.clone());
-                    }
-                }
-                if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir()) {
-                    remove_any(&target)?;
-                }
-                std::fs::create_dir_all(&target)?;
-                walk(&path, upper, workspace, marks, out)?;
-            }
-            Entry::File if meta.file_type().is_symlink() => {
-                let to = std::fs::read_link(&path)?;
-                remove_any(&target)?;
-                std::os::unix::fs::symlink(to, &target)?;
-                out.written.push(rel);
-            }
-            Entry::File if meta.is_file() => {
-                if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
-                    remove_any(&target)?;
-                }
-                let tmp = target.with_file_name(format!(
-                    ".{}.loopwright-copy",
-                    target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-                ));
-                std::fs::copy(&path, &tmp)?;
-                std::fs::set_permissions(&tmp, meta.permissions())?;
-                std::fs::rename(&tmp, &target)?;
-                out.written.push(rel);
-            }
-            // Sockets, pipes and devices made by the attempt are not carried back.
-            Entry::File => {}
-        }
-    }
-    Ok(())
 }
 
 /// Removes a file, link or folder; true when something was there.

@@ -635,18 +635,8 @@ impl SqliteStore {
                 Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
             })
             .map_err(backend)?;
-        let mut latest: BTreeMap<StageId, (String, Outputs)> = BTreeMap::new();
-        for row in rows {
-            let (run, stage, key, value) = row.map_err(backend)?;
-            let Some(stage) = StageId::parse(&stage) else { continue };
-            // Rows come in run order: a later run's outputs of a stage replace an earlier run's.
-            let entry = latest.entry(stage).or_insert_with(|| (run.clone(), Outputs::new()));
-            if entry.0 != run {
-                *entry = (run, Outputs::new());
-            }
-            entry.1.insert(key, value);
-        }
-        Ok(latest.into_iter().map(|(k, (_, v))| (k, v)).collect())
+        let rows: Vec<(String, String, String, String)> = rows.collect::<Result<_, _>>().map_err(backend)?;
+        Ok(loopwright_journal::store::latest_outputs(rows))
     }
 }
 

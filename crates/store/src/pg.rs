@@ -615,19 +615,9 @@ impl Store for PgStore {
             )
             .await
             .map_err(|e| backend(&e))?;
-        let mut latest: BTreeMap<StageId, (String, Outputs)> = BTreeMap::new();
-        for row in &rows {
-            let (run, stage, key, value): (String, String, String, String) =
-                (row.get(0), row.get(1), row.get(2), row.get(3));
-            let Some(stage) = StageId::parse(&stage) else { continue };
-            // Rows come in run order: a later run's outputs of a stage replace an earlier run's.
-            let entry = latest.entry(stage).or_insert_with(|| (run.clone(), Outputs::new()));
-            if entry.0 != run {
-                *entry = (run, Outputs::new());
-            }
-            entry.1.insert(key, value);
-        }
-        Ok(latest.into_iter().map(|(k, (_, v))| (k, v)).collect())
+        Ok(loopwright_journal::store::latest_outputs(
+            rows.iter().map(|row| (row.get(0), row.get(1), row.get(2), row.get(3))),
+        ))
     }
 
     async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<(String, bool)>, StoreError> {
