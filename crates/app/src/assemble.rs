@@ -10,14 +10,43 @@ use loopwright_runners::secrets::Redactor;
 use loopwright_runners::{FsChanges, ProcessRunner};
 use loopwright_spec::patterns::PatternFile;
 use loopwright_spec::{Diagnostic, Diagnostics, Pipeline, SourceFile};
-use loopwright_store::SqliteStore;
+use loopwright_store::{Journal, SqliteStore};
 
 use crate::error::Error;
 use crate::workspace::Workspace;
 
-/// Opens the workspace's store, creating the state directory. A state directory that cannot
-/// be written is a usage error: nothing has been run.
-pub fn open_store(ws: &Workspace) -> Result<SqliteStore, Error> {
+/// Opens the journal: the PostgreSQL database the workspace names (`store` in config.toml,
+/// `LOOPWRIGHT_STORE`, `--store`), else the workspace's SQLite file, created with the state
+/// directory. A state directory that cannot be written is a usage error: nothing has been run.
+pub fn open_store(ws: &Workspace) -> Result<Journal, Error> {
+    match &ws.config.store.url {
+        Some(url) => {
+            let store = postgres(url)?;
+            open_local_store(ws)?;
+            Ok(store)
+        }
+        None => open_local_store(ws).map(Journal::Sqlite),
+    }
+}
+
+/// Opens the journal for reading: no SQLite file means no runs.
+pub fn open_existing_store(ws: &Workspace) -> Result<Journal, Error> {
+    match &ws.config.store.url {
+        Some(url) => postgres(url),
+        None => open_existing_local_store(ws).map(Journal::Sqlite),
+    }
+}
+
+/// Connects to the PostgreSQL journal at `url`; one that cannot be reached is a usage error
+/// saying where and why.
+fn postgres(url: &str) -> Result<Journal, Error> {
+    Journal::connect_postgres(url).map_err(|e| Error::usage(e.to_string()))
+}
+
+/// Opens the workspace's SQLite file, creating the state directory: the journal when no
+/// PostgreSQL database is named, and always what is this machine's own (its auto loops, the
+/// notifications its daemon sent).
+pub fn open_local_store(ws: &Workspace) -> Result<SqliteStore, Error> {
     let state = ws.state_dir();
     std::fs::create_dir_all(ws.runs_dir())
         .map_err(|e| Error::usage(format!("cannot create the state directory {}: {e}", state.display())))?;
@@ -33,8 +62,8 @@ pub fn open_store(ws: &Workspace) -> Result<SqliteStore, Error> {
     SqliteStore::open(&ws.db_path(), ws.config.store.synchronous).map_err(|e| Error::usage(e.to_string()))
 }
 
-/// Opens an existing store for reading; no store means no runs.
-pub fn open_existing_store(ws: &Workspace) -> Result<SqliteStore, Error> {
+/// Opens the workspace's existing SQLite file for reading; none means no runs (or auto loops).
+pub fn open_existing_local_store(ws: &Workspace) -> Result<SqliteStore, Error> {
     if !ws.db_path().is_file() {
         return Err(Error::not_found(format!("no runs yet in {} (no {})", ws.root.display(), ws.shown(&ws.db_path()))));
     }
@@ -206,7 +235,7 @@ pub struct Ports {
 }
 
 /// The engine as loopwright assembles it, with the stopper of its front-end.
-pub type RunEngine<'a, X> = Engine<'a, SqliteStore, ProcessRunner, SystemClock, X, FsChanges>;
+pub type RunEngine<'a, X> = Engine<'a, Journal, ProcessRunner, SystemClock, X, FsChanges>;
 
 impl Ports {
     /// The ports for a workspace whose stages work in `root` (the workspace, or the run's
@@ -217,7 +246,7 @@ impl Ports {
         root: &Path,
         pipeline: &Pipeline,
         redactor: Redactor,
-        store: &SqliteStore,
+        store: &Journal,
     ) -> Result<Self, Error> {
         if !redactor.is_empty() {
             let journal = redactor.clone();
@@ -250,7 +279,7 @@ impl Ports {
     pub fn engine<'a, X: Stopper>(
         &'a self,
         pipeline: &'a Pipeline,
-        store: &'a SqliteStore,
+        store: &'a Journal,
         stopper: &'a X,
         observer: &'a mut dyn Observer,
     ) -> RunEngine<'a, X> {

@@ -3,13 +3,13 @@
 //! changed the run meanwhile, and who did. Every answer, claim and cancel goes through here.
 
 use loopwright_engine::{Event, RunId, RunState, Store, StoreError};
-use loopwright_store::SqliteStore;
+use loopwright_store::Journal;
 
 use crate::error::Error;
 
 /// Appends `events` right after the journal as `state` read it (compare-and-append) and applies
 /// them; a run changed meanwhile is refused with what changed it ([`moved_on`]).
-pub async fn after_read(store: &SqliteStore, state: &mut RunState, events: Vec<Event>) -> Result<(), Error> {
+pub async fn after_read(store: &Journal, state: &mut RunState, events: Vec<Event>) -> Result<(), Error> {
     let read = state.last_seq;
     let at = jiff::Timestamp::now();
     let batch: Vec<(Event, jiff::Timestamp)> = events.into_iter().map(|e| (e, at)).collect();
@@ -24,7 +24,7 @@ pub async fn after_read(store: &SqliteStore, state: &mut RunState, events: Vec<E
 
 /// The error for a change refused because another process changed the run first: what that
 /// process did, and who it was.
-pub async fn moved_on(store: &SqliteStore, run: &RunId, read: u64, error: StoreError) -> Error {
+pub async fn moved_on(store: &Journal, run: &RunId, read: u64, error: StoreError) -> Error {
     if !matches!(error, StoreError::Conflict { .. }) {
         return error.into();
     }

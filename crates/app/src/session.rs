@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use loopwright_engine::{RunId, RunState};
 use loopwright_spec::Pipeline;
-use loopwright_store::SqliteStore;
+use loopwright_store::Journal;
 
 use crate::assemble::Ports;
 use crate::error::Error;
@@ -24,7 +24,7 @@ pub struct Session {
 impl Session {
     /// Takes the working tree of an existing run (from its journal) after checking that this
     /// is the workspace it was started in.
-    pub fn resume(ws: &Workspace, store: &SqliteStore, pipeline: &Pipeline, state: &RunState) -> Result<Self, Error> {
+    pub fn resume(ws: &Workspace, store: &Journal, pipeline: &Pipeline, state: &RunState) -> Result<Self, Error> {
         let root = Self::root_of(ws, state);
         Self::try_resume(ws, store, pipeline, state)?.map_err(|holder| crate::lock::busy(&root, &state.run_id, holder))
     }
@@ -33,7 +33,7 @@ impl Session {
     /// rather than an error (the daemon keeps such a run in line).
     pub fn try_resume(
         ws: &Workspace,
-        store: &SqliteStore,
+        store: &Journal,
         pipeline: &Pipeline,
         state: &RunState,
     ) -> Result<Result<Self, Holder>, Error> {
@@ -48,7 +48,7 @@ impl Session {
     /// Takes the working tree `root` for a new run.
     pub fn start(
         ws: &Workspace,
-        store: &SqliteStore,
+        store: &Journal,
         pipeline: &Pipeline,
         root: &Path,
         run: &RunId,
@@ -57,13 +57,7 @@ impl Session {
         Self::with(ws, store, pipeline, root.to_path_buf(), live)
     }
 
-    fn with(
-        ws: &Workspace,
-        store: &SqliteStore,
-        pipeline: &Pipeline,
-        root: PathBuf,
-        live: Held,
-    ) -> Result<Self, Error> {
+    fn with(ws: &Workspace, store: &Journal, pipeline: &Pipeline, root: PathBuf, live: Held) -> Result<Self, Error> {
         let ports = Ports::new(ws, &root, pipeline, crate::assemble::redactor(pipeline), store)?;
         Ok(Self { ports, root, _live: live })
     }

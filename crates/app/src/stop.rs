@@ -6,12 +6,12 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use loopwright_engine::{RunId, Stop, Store};
-use loopwright_store::SqliteStore;
+use loopwright_store::Journal;
 use tokio::time::Instant;
 
 /// Watches a run's journal for a cancel request recorded after a given event.
 pub struct CancelWatch<'a> {
-    store: &'a SqliteStore,
+    store: &'a Journal,
     run: RunId,
     after: u64,
     every: Duration,
@@ -22,7 +22,7 @@ pub struct CancelWatch<'a> {
 
 impl<'a> CancelWatch<'a> {
     /// Looks at `run`'s journal every `every` for a cancel request after event `after`.
-    pub fn new(store: &'a SqliteStore, run: RunId, after: u64, every: Duration) -> Self {
+    pub fn new(store: &'a Journal, run: RunId, after: u64, every: Duration) -> Self {
         Self { store, run, after, every, next: Cell::new(Instant::now() + every) }
     }
 

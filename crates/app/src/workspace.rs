@@ -39,12 +39,24 @@ impl Workspace {
             }
         };
         let config_path = root.join(".loopwright/config.toml");
-        let config = match std::fs::read_to_string(&config_path) {
+        let mut config = match std::fs::read_to_string(&config_path) {
             Ok(text) => Config::parse(&SourceFile::new(".loopwright/config.toml", text)).map_err(Error::Invalid)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Config::default(),
             Err(e) => return Err(Error::usage(format!("cannot read {}: {e}", config_path.display()))),
         };
+        if let Some(url) = std::env::var("LOOPWRIGHT_STORE").ok().filter(|u| !u.is_empty()) {
+            config.store.url = Some(store_url("LOOPWRIGHT_STORE", url)?);
+        }
         Ok(Self { root, config })
+    }
+
+    /// The workspace with its journal kept in the PostgreSQL database `url` (`--store`), over
+    /// what config.toml and `LOOPWRIGHT_STORE` say.
+    pub fn with_store(mut self, url: Option<String>) -> Result<Self, Error> {
+        if let Some(url) = url {
+            self.config.store.url = Some(store_url("--store", url)?);
+        }
+        Ok(self)
     }
 
     /// `.loopwright/state/`.
@@ -223,4 +235,16 @@ pub fn write_atomic_private(path: &Path, contents: &str) -> std::io::Result<()> 
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
     file.write_all(contents.as_bytes())?;
     std::fs::rename(&tmp, path)
+}
+
+/// `url` as the journal's PostgreSQL database, named by `what`.
+fn store_url(what: &str, url: String) -> Result<String, Error> {
+    if loopwright_spec::config::is_postgres_url(&url) {
+        Ok(url)
+    } else {
+        Err(Error::usage(format!(
+            "{what}: `{}` is not a PostgreSQL URL: expected postgres://user@host[:port]/database (without one, the journal is this workspace's SQLite file)",
+            loopwright_store::pg::shown_url(&url)
+        )))
+    }
 }

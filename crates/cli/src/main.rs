@@ -41,6 +41,11 @@ struct Cli {
     /// Print the result as JSON on stdout.
     #[arg(long, global = true)]
     json: bool,
+    /// Keep the journal in this PostgreSQL database (postgres://user@host/db), shared by every
+    /// machine that names it, instead of the workspace's SQLite file (also LOOPWRIGHT_STORE, or
+    /// `store = "…"` in config.toml).
+    #[arg(long, global = true, value_name = "URL")]
+    store: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -129,12 +134,12 @@ fn quiet_on_broken_pipe() {
 fn main() -> ExitCode {
     quiet_on_broken_pipe();
     let cli = Cli::parse();
-    let global = cmd::Global { dir: cli.dir, json: cli.json };
+    let global = cmd::Global { dir: cli.dir, json: cli.json, store: cli.store };
     let cli = match cli.command {
         Command::Serve(args) => return exit(cmd::serve::run(&global, args)),
         Command::Auto(args) => return exit(cmd::auto::run(&global, args)),
         Command::Demo(args) if args.serve => return exit(cmd::demo::serve(&global, args)),
-        command => Cli { dir: global.dir.clone(), json: global.json, command },
+        command => Cli { dir: global.dir.clone(), json: global.json, store: global.store.clone(), command },
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,

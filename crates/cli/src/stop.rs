@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use loopwright_app::stop::CancelWatch;
 use loopwright_engine::{RunId, Stop, Stopper};
-use loopwright_store::SqliteStore;
+use loopwright_store::Journal;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::Mutex;
 
@@ -21,7 +21,7 @@ pub struct CliStopper<'a> {
 impl<'a> CliStopper<'a> {
     /// Listens for SIGINT and SIGTERM from now on, and for cancel requests of `run` recorded
     /// after event `after`.
-    pub fn new(store: &'a SqliteStore, run: RunId, after: u64) -> std::io::Result<Self> {
+    pub fn new(store: &'a Journal, run: RunId, after: u64) -> std::io::Result<Self> {
         let signals = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
         Ok(Self { signals: Mutex::new(signals), cancel: CancelWatch::new(store, run, after, CANCEL_POLL) })
     }

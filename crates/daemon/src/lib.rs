@@ -25,7 +25,7 @@ use std::time::Duration;
 use loopwright_app::Error;
 use loopwright_app::workspace::Workspace;
 use loopwright_engine::{FeedEntry, Store};
-use loopwright_store::SqliteStore;
+use loopwright_store::{Journal, SqliteStore};
 use nix::fcntl::{Flock, FlockArg};
 use tokio::sync::{broadcast, watch};
 
@@ -71,7 +71,7 @@ pub struct Shared {
     /// The workspace served.
     pub ws: Workspace,
     /// The API's connection to the journal.
-    pub store: SqliteStore,
+    pub store: Journal,
     /// The runs' states as last read, so a read of a long run folds only its new events.
     pub folds: loopwright_app::ops::read::Folds,
     /// The bearer token.
@@ -86,7 +86,8 @@ pub struct Shared {
     pub heartbeat: Duration,
     /// The auto loops supervised here.
     pub auto: Arc<auto::Loops>,
-    /// The connection auto mode's reads use (its own: they are blocking).
+    /// The workspace's SQLite file as auto mode's reads and the notifications use it (a
+    /// connection of its own: they are blocking), wherever the journal is.
     pub auto_store: Arc<SqliteStore>,
     /// True once the daemon is shutting down (event streams end).
     pub shutdown: watch::Receiver<bool>,
@@ -318,7 +319,8 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     let runs = runs::Runs::new(ws.clone(), options.max_runs, shutdown.clone());
     let (feed, _) = broadcast::channel(1024);
     let open = || loopwright_app::assemble::open_existing_store(&ws);
-    let loops = auto::Loops::new(ws.clone(), open()?);
+    let local = || loopwright_app::assemble::open_existing_local_store(&ws);
+    let loops = auto::Loops::new(ws.clone(), local()?);
     let shared = Arc::new(Shared {
         ws: ws.clone(),
         store: open()?,
@@ -330,7 +332,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         heartbeat: options.heartbeat,
         shutdown: shutdown.clone(),
         auto: Arc::clone(&loops),
-        auto_store: Arc::new(open()?),
+        auto_store: Arc::new(local()?),
         cookie: api::auth::cookie_name(&token),
         session_seconds: u64::from(ws.config.serve.session_days) * 86_400,
         public: public.clone(),
@@ -430,7 +432,7 @@ fn journal_writes(state: &std::path::Path) -> Option<(notify::RecommendedWatcher
 /// when a host pokes it, when a journal file is written, and otherwise at a pause that grows
 /// while nothing changes.
 async fn watch_journal(
-    store: SqliteStore,
+    store: Journal,
     feed: broadcast::Sender<Arc<FeedEntry>>,
     runs: Arc<runs::Runs>,
     written: Option<(notify::RecommendedWatcher, Arc<tokio::sync::Notify>)>,
@@ -439,10 +441,28 @@ async fn watch_journal(
     let mut cursor = store.feed_last().await.unwrap_or(0);
     let mut version = store.data_version().await.unwrap_or(0);
     let wrote = written.as_ref().map_or_else(|| Arc::new(tokio::sync::Notify::new()), |(_, n)| Arc::clone(n));
+    // On PostgreSQL, other machines' commits are heard by `LISTEN` (the feed stays the truth).
+    let listen = match store.postgres() {
+        Some(pg) => pg.watch_feed().await.ok(),
+        None => None,
+    };
     let mut pause = JOURNAL_POLL_MIN;
     loop {
+        let heard = async {
+            match &listen {
+                Some(watch) => {
+                    watch.changed(JOURNAL_POLL_MAX).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = runs.poke.notified() => {}
+            () = heard => {
+                if store.data_version().await.unwrap_or(0) == version {
+                    continue;
+                }
+            }
             () = wrote.notified() => {
                 if store.data_version().await.unwrap_or(0) == version {
                     continue;

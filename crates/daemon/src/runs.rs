@@ -17,7 +17,7 @@ use std::time::Duration;
 use loopwright_app::ownership::{alive_elsewhere, is_this_process};
 use loopwright_app::workspace::Workspace;
 use loopwright_engine::{RunId, RunStatus, Store};
-use loopwright_store::SqliteStore;
+use loopwright_store::Journal;
 use tokio::sync::{Notify, watch};
 
 use crate::host::{self, Ended, Job};
@@ -120,7 +120,7 @@ impl Runs {
     /// First the running ones it owns (answered, or claimed by a request), and the running,
     /// interrupted or queued ones a dead daemon owned (recovery); then queued runs in the
     /// order they were queued, up to `max_runs`.
-    pub async fn schedule(self: &Arc<Self>, store: &SqliteStore) {
+    pub async fn schedule(self: &Arc<Self>, store: &Journal) {
         if *self.shutdown.borrow() {
             return;
         }
@@ -178,7 +178,7 @@ impl Runs {
 
     /// The working tree `run` works in (its worktree, or the workspace), read once from the
     /// start of its journal.
-    async fn tree_of(&self, store: &SqliteStore, run: &RunId) -> Option<PathBuf> {
+    async fn tree_of(&self, store: &Journal, run: &RunId) -> Option<PathBuf> {
         if let Some(tree) = self.trees.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(run) {
             return Some(tree.clone());
         }
@@ -194,7 +194,7 @@ impl Runs {
     /// The scheduler's loop: a pass whenever woken; otherwise every few seconds at most (a
     /// working tree freed by a process elsewhere without a journal entry, a failed run's
     /// retry coming due).
-    pub async fn run_scheduler(self: Arc<Self>, store: SqliteStore) {
+    pub async fn run_scheduler(self: Arc<Self>, store: Journal) {
         let mut shutdown = self.shutdown.clone();
         loop {
             self.schedule(&store).await;

@@ -19,6 +19,7 @@ pub struct Config {
     /// Defaults for pipelines and agents.
     pub defaults: Defaults,
     /// Where and how the journal is kept.
+    #[serde(deserialize_with = "store_setting")]
     pub store: StoreConfig,
     /// Prices per model (for `budget.cost_usd` and the spend `status` shows).
     pub prices: std::collections::BTreeMap<String, Price>,
@@ -304,7 +305,8 @@ impl Default for SandboxLimits {
     }
 }
 
-/// `[store]`.
+/// Where the journal is kept: `[store]` (the SQLite file of this workspace, its `path` and
+/// `synchronous`; `url` for PostgreSQL), or `store = "postgres://…"` for short.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
@@ -312,12 +314,52 @@ pub struct StoreConfig {
     pub path: String,
     /// `normal` (survives a crash of loopwright) or `full` (survives power loss; slower).
     pub synchronous: Synchronous,
+    /// The PostgreSQL database the journal is kept in instead (`postgres://user@host/db`), shared
+    /// by every machine that names it. The workspace's SQLite file still keeps what is this
+    /// machine's own: its auto loops and the notifications its daemon sent.
+    #[serde(deserialize_with = "postgres_url")]
+    pub url: Option<String>,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { path: "state/state.db".to_owned(), synchronous: Synchronous::Normal }
+        Self { path: "state/state.db".to_owned(), synchronous: Synchronous::Normal, url: None }
     }
+}
+
+/// True when `url` names a PostgreSQL database (the only store besides the SQLite file).
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+fn postgres_url<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let url = String::deserialize(d)?;
+    if is_postgres_url(&url) {
+        Ok(Some(url))
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "`{url}` is not a PostgreSQL URL: expected postgres://user@host[:port]/database (the SQLite file is `path`)"
+        )))
+    }
+}
+
+/// `store = "postgres://…"` or a `[store]` table.
+fn store_setting<'de, D: serde::Deserializer<'de>>(d: D) -> Result<StoreConfig, D::Error> {
+    struct Setting;
+    impl<'de> serde::de::Visitor<'de> for Setting {
+        type Value = StoreConfig;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a PostgreSQL URL (\"postgres://user@host/db\") or a [store] table")
+        }
+        fn visit_str<E: serde::de::Error>(self, url: &str) -> Result<StoreConfig, E> {
+            let url = postgres_url(serde::de::value::StrDeserializer::<E>::new(url))?;
+            Ok(StoreConfig { url, ..StoreConfig::default() })
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<StoreConfig, A::Error> {
+            StoreConfig::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_any(Setting)
 }
 
 /// SQLite `synchronous` setting.

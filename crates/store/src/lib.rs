@@ -20,8 +20,11 @@ use rusqlite::{Connection, OptionalExtension, params};
 use rusqlite_migration::{M, Migrations};
 
 pub mod auto;
+mod journal;
 pub mod notify;
 pub mod pg;
+
+pub use journal::Journal;
 
 /// The schema's migrations, oldest first.
 fn migrations() -> Migrations<'static> {

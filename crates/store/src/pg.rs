@@ -65,6 +65,56 @@ impl Drop for FeedWatch {
     }
 }
 
+/// The runtime every PostgreSQL connection of this process lives on: a thread of its own, so a
+/// store opened on one runtime may be used from another (the daemon drives each run on a
+/// runtime of its own) without its connections dying with the runtime that made them. A
+/// client only talks to its connection over channels, which work across runtimes.
+fn io() -> &'static tokio::runtime::Handle {
+    static IO: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
+    IO.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start the runtime of PostgreSQL connections: {e}"));
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("loopwright-pg".into())
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))
+            .unwrap_or_else(|e| panic!("cannot start the thread of PostgreSQL connections: {e}"));
+        handle
+    })
+}
+
+/// deadpool's way of making connections, on [`io`]'s runtime.
+struct OnIo {
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+}
+
+impl deadpool_postgres::Connect for OnIo {
+    fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> futures_util::future::BoxFuture<
+        '_,
+        Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>,
+    > {
+        let (config, tls) = (config.clone(), self.tls.clone());
+        Box::pin(async move {
+            let made = io().spawn(async move {
+                let (client, connection) = config.connect(tls).await?;
+                let task = tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                Ok((client, task))
+            });
+            match made.await {
+                Ok(made) => made,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        })
+    }
+}
+
 /// How many times a transaction that lost a serialization race or a deadlock is tried.
 const TRIES: u32 = 8;
 
@@ -226,6 +276,17 @@ impl PgStore {
         Self::connect_trusting(url, size, root.as_deref()).await
     }
 
+    /// [`PgStore::connect`] from synchronous code: the store's own runtime connects while this
+    /// thread waits.
+    pub fn connect_blocking(url: &str, size: usize) -> Result<Self, Error> {
+        let (done, made) = std::sync::mpsc::channel();
+        let url = url.to_owned();
+        io().spawn(async move {
+            let _ = done.send(Self::connect(&url, size).await);
+        });
+        made.recv().unwrap_or_else(|_| panic!("the runtime of PostgreSQL connections stopped"))
+    }
+
     /// [`PgStore::connect`], TLS trusting only the certificates in the PEM file `root` when
     /// given.
     pub async fn connect_trusting(url: &str, size: usize, root: Option<&std::path::Path>) -> Result<Self, Error> {
@@ -233,9 +294,9 @@ impl PgStore {
         let config: tokio_postgres::Config =
             url.parse().map_err(|e: tokio_postgres::Error| Error::Url { url: shown.clone(), why: e.to_string() })?;
         let tls = tls(root).map_err(|why| Error::Connect { url: shown.clone(), why })?;
-        let manager = Manager::from_config(
+        let manager = Manager::from_connect(
             config.clone(),
-            tls.clone(),
+            OnIo { tls: tls.clone() },
             ManagerConfig { recycling_method: RecyclingMethod::Fast },
         );
         let pool = Pool::builder(manager)
@@ -477,11 +538,21 @@ impl PgStore {
     /// notification sent while the watcher's connection was down is lost.
     pub async fn watch_feed(&self) -> Result<FeedWatch, StoreError> {
         use futures_util::StreamExt;
-        let (client, mut connection) = self.config.connect(self.tls.clone()).await.map_err(|e| backend(&e))?;
+        let (config, tls) = (self.config.clone(), self.tls.clone());
         let woken = std::sync::Arc::new(tokio::sync::Notify::new());
         let alive = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let (tell, up) = (std::sync::Arc::clone(&woken), std::sync::Arc::clone(&alive));
-        let task = tokio::spawn(async move {
+        let (made, client) = tokio::sync::oneshot::channel();
+        // Connected and driven on the connections' runtime, where the socket lives.
+        let task = io().spawn(async move {
+            let (client, mut connection) = match config.connect(tls).await {
+                Ok(pair) => pair,
+                Err(e) => {
+                    let _ = made.send(Err(e));
+                    return;
+                }
+            };
+            let _ = made.send(Ok(client));
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             while let Some(message) = messages.next().await {
                 match message {
@@ -493,6 +564,10 @@ impl PgStore {
             up.store(false, std::sync::atomic::Ordering::SeqCst);
             tell.notify_one();
         });
+        let client = client
+            .await
+            .map_err(|_| StoreError::Backend("PostgreSQL: the feed watcher's connection ended".into()))?
+            .map_err(|e| backend(&e))?;
         client.batch_execute(&format!("LISTEN {FEED_CHANNEL}")).await.map_err(|e| backend(&e))?;
         Ok(FeedWatch { _client: client, woken, alive, task })
     }

@@ -5,7 +5,7 @@
 use loopwright_engine::event::Answer;
 use loopwright_engine::{Event, EventRecord, Owner, RunState, Stopper};
 use loopwright_spec::{Pipeline, StageId};
-use loopwright_store::SqliteStore;
+use loopwright_store::Journal;
 
 use crate::assemble::RunEngine;
 use crate::error::Error;
@@ -98,7 +98,7 @@ pub fn owner_acts(state: &RunState) -> bool {
 
 /// Records an answer for the live owner to act on (compare-and-append: nothing is recorded
 /// when the run changed since it was read).
-pub async fn record_for_owner(store: &SqliteStore, state: &mut RunState, answer: Event) -> Result<(), Error> {
+pub async fn record_for_owner(store: &Journal, state: &mut RunState, answer: Event) -> Result<(), Error> {
     record::after_read(store, state, vec![answer]).await
 }
 
@@ -125,7 +125,7 @@ pub async fn claim<X: Stopper>(
 /// after the answer), in one compare-and-append on the journal as `state` read it, without
 /// driving it: the daemon answers the request, and a host drives the run.
 pub async fn claim_in_store(
-    store: &SqliteStore,
+    store: &Journal,
     state: &mut RunState,
     answer: Option<Event>,
     owner: Owner,
@@ -139,7 +139,7 @@ pub async fn claim_in_store(
 
 /// Claims an interrupted run for `owner` because `by` asked to resume it (compare-and-append,
 /// as [`claim_in_store`]); `run_resumed` names who asked.
-pub async fn resume_in_store(store: &SqliteStore, state: &mut RunState, owner: Owner, by: String) -> Result<(), Error> {
+pub async fn resume_in_store(store: &Journal, state: &mut RunState, owner: Owner, by: String) -> Result<(), Error> {
     let claim = claim_events(state, None, owner, Some(by));
     if claim.is_empty() {
         return Ok(());

@@ -4,7 +4,7 @@
 
 use loopwright_engine::{Event, RunId, RunState, RunStatus, Runner, Store, StoreError};
 use loopwright_runners::ProcessRunner;
-use loopwright_store::SqliteStore;
+use loopwright_store::Journal;
 
 use crate::error::Error;
 use crate::ownership::owner_alive;
@@ -26,7 +26,7 @@ pub enum Cancelled {
 /// daemon's hosts): then it is asked to stop, like a run driven by another live process.
 pub async fn cancel(
     ws: &Workspace,
-    store: &SqliteStore,
+    store: &Journal,
     run: &RunId,
     by: String,
     rollback: bool,

@@ -7,7 +7,7 @@ use loopwright_engine::ports::RunSummary;
 use loopwright_engine::result::PipelineResult;
 use loopwright_engine::{EventRecord, RunId, RunState, RunStatus, Store};
 use loopwright_spec::Pipeline;
-use loopwright_store::SqliteStore;
+use loopwright_store::Journal;
 use serde::Serialize;
 
 use crate::error::Error;
@@ -15,7 +15,7 @@ use crate::ownership::{shown, shown_status};
 use crate::workspace::Workspace;
 
 /// Resolves `latest` or parses a run id.
-pub async fn resolve_run(store: &SqliteStore, run: &str) -> Result<RunId, Error> {
+pub async fn resolve_run(store: &Journal, run: &str) -> Result<RunId, Error> {
     if run == "latest" {
         return store
             .runs(1)
@@ -29,7 +29,7 @@ pub async fn resolve_run(store: &SqliteStore, run: &str) -> Result<RunId, Error>
 }
 
 /// A run's state from its journal, and its pipeline as it was when the run started.
-pub async fn load_run(ws: &Workspace, store: &SqliteStore, run: &RunId) -> Result<(Pipeline, RunState), Error> {
+pub async fn load_run(ws: &Workspace, store: &Journal, run: &RunId) -> Result<(Pipeline, RunState), Error> {
     let (pipeline, state, _) = load_run_events(ws, store, run).await?;
     Ok((pipeline, state))
 }
@@ -37,7 +37,7 @@ pub async fn load_run(ws: &Workspace, store: &SqliteStore, run: &RunId) -> Resul
 /// [`load_run`], with the journal it was folded from.
 pub async fn load_run_events(
     ws: &Workspace,
-    store: &SqliteStore,
+    store: &Journal,
     run: &RunId,
 ) -> Result<(Pipeline, RunState, Vec<EventRecord>), Error> {
     let events = store.events(run).await?;
@@ -50,7 +50,7 @@ pub async fn load_run_events(
 
 /// A run's state from its journal, with the status shown to people (`interrupted` when its
 /// owner died).
-pub async fn state(store: &SqliteStore, run: &RunId) -> Result<RunState, Error> {
+pub async fn state(store: &Journal, run: &RunId) -> Result<RunState, Error> {
     shown_to_people(RunState::replay(run.clone(), &store.events(run).await?))
 }
 
@@ -83,7 +83,7 @@ impl Folds {
     }
 
     /// What [`state`] returns, folding only what was appended since this run was last read.
-    pub async fn state(&self, store: &SqliteStore, run: &RunId) -> Result<RunState, Error> {
+    pub async fn state(&self, store: &Journal, run: &RunId) -> Result<RunState, Error> {
         let cached = self.lock().0.get(run).map(|(state, _)| state.clone());
         let mut state = cached.unwrap_or_else(|| RunState::new(run.clone()));
         for record in store.events_since(run, state.last_seq).await? {
@@ -107,7 +107,7 @@ impl Folds {
     }
 
     /// What [`status`] returns, through [`Folds::state`].
-    pub async fn status(&self, store: &SqliteStore, run: &RunId) -> Result<(PipelineResult, RunState), Error> {
+    pub async fn status(&self, store: &Journal, run: &RunId) -> Result<(PipelineResult, RunState), Error> {
         let state = self.state(store, run).await?;
         Ok((PipelineResult::from_state(&state), state))
     }
@@ -118,7 +118,7 @@ impl Folds {
 }
 
 /// `status RUN`: the §2 result of a run.
-pub async fn status(store: &SqliteStore, run: &RunId) -> Result<(PipelineResult, RunState), Error> {
+pub async fn status(store: &Journal, run: &RunId) -> Result<(PipelineResult, RunState), Error> {
     let state = state(store, run).await?;
     Ok((PipelineResult::from_state(&state), state))
 }
@@ -135,7 +135,7 @@ pub struct ListFilter {
 }
 
 /// `status` without a run: the recent runs, newest first, with the status shown to people.
-pub async fn list(store: &SqliteStore, filter: &ListFilter) -> Result<Vec<RunSummary>, Error> {
+pub async fn list(store: &Journal, filter: &ListFilter) -> Result<Vec<RunSummary>, Error> {
     // A run recorded as running whose owner died shows as interrupted (the runs table names
     // the owner, so no journal is read); the filter applies to the status shown.
     let scan = if filter.status.is_some() || filter.pipeline.is_some() { 10_000 } else { filter.limit };
@@ -173,7 +173,7 @@ pub struct PageFilter {
 
 /// A page of runs, waiting ones first, then newest first, with the status shown to people
 /// and the count of all the filter selects.
-pub async fn page(store: &SqliteStore, filter: &PageFilter) -> Result<loopwright_engine::RunPage, Error> {
+pub async fn page(store: &Journal, filter: &PageFilter) -> Result<loopwright_engine::RunPage, Error> {
     use loopwright_engine::{RunPage, RunQuery};
     let query = RunQuery {
         statuses: Vec::new(),
@@ -221,7 +221,7 @@ pub fn waiting_first(runs: &mut [RunSummary]) {
 }
 
 /// The journal of a run after `after` (0 for all of it); an unknown run is not found.
-pub async fn events(store: &SqliteStore, run: &RunId, after: u64) -> Result<Vec<EventRecord>, Error> {
+pub async fn events(store: &Journal, run: &RunId, after: u64) -> Result<Vec<EventRecord>, Error> {
     let events = store.events_since(run, after).await?;
     if events.is_empty() {
         // Nothing new, or no such run: the whole journal says which (not found when empty).
@@ -261,7 +261,7 @@ pub struct Attempt {
 }
 
 /// A stage's attempts.
-pub async fn attempts(ws: &Workspace, store: &SqliteStore, run: &RunId, stage: &str) -> Result<Vec<Attempt>, Error> {
+pub async fn attempts(ws: &Workspace, store: &Journal, run: &RunId, stage: &str) -> Result<Vec<Attempt>, Error> {
     let (pipeline, state, events) = load_run_events(ws, store, run).await?;
     if pipeline.stage(stage).is_none() {
         return Err(Error::not_found(format!("run {run} has no stage `{stage}`")));

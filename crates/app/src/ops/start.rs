@@ -197,7 +197,7 @@ pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<
 /// Journals a prepared run as queued (`run_started` + `run_queued`, in one transaction) for
 /// the daemon whose process `prepare` was given as owner: it starts the run when a slot and
 /// the working tree are free.
-pub async fn enqueue(store: &loopwright_store::SqliteStore, prepared: Prepared) -> Result<RunId, Error> {
+pub async fn enqueue(store: &loopwright_store::Journal, prepared: Prepared) -> Result<RunId, Error> {
     use loopwright_engine::{Event, Store};
     let at = jiff::Timestamp::now();
     let batch = [(Event::RunStarted(Box::new(prepared.started)), at), (Event::RunQueued {}, at)];

@@ -3,7 +3,7 @@
 use super::Global;
 use crate::error::CliError;
 use crate::render;
-use crate::workspace::{AGENT_DIRS, Workspace};
+use crate::workspace::AGENT_DIRS;
 
 /// Arguments of `agents`.
 #[derive(Debug, clap::Args)]
@@ -27,7 +27,7 @@ pub enum Show {
 
 /// `loopwright agents`.
 pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     let (agents, diags) = loopwright_app::ops::agents::list(&ws);
     if !diags.is_empty() {
         eprint!("{}", render::diagnostics(&diags, render::stderr_color()));

@@ -143,7 +143,7 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::Init { module: dir, target } => {
-            let ws = Workspace::locate(global.dir.as_deref())?;
+            let ws = global.workspace()?;
             let dir = auto::init(&ws, &dir, &target)?;
             if global.json {
                 println!("{}", serde_json::json!({ "task_dir": dir.display().to_string(), "status": "draft" }));
@@ -165,15 +165,15 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             super::on_daemon_runtime(start(global, req))
         }
         Command::Stop { module: dir } => {
-            let ws = Workspace::locate(global.dir.as_deref())?;
-            let store = super::open_existing_store(&ws)?;
+            let ws = global.workspace()?;
+            let store = super::open_existing_local_store(&ws)?;
             let status = auto::stop(&ws, &store, &dir, &crate::drive::os_user())?;
             print_status(global, &status);
             Ok(0)
         }
         Command::Send { module: dir, text, enter } => {
-            let ws = Workspace::locate(global.dir.as_deref())?;
-            let store = super::open_existing_store(&ws)?;
+            let ws = global.workspace()?;
+            let store = super::open_existing_local_store(&ws)?;
             let session = auto::status_of(&ws, &store, &dir)?.session_name;
             let by = std::env::var("USER").unwrap_or_else(|_| "cli".into());
             let status = auto::send_keys(&ws, &store, &session, &text, enter, &by)?;
@@ -181,8 +181,8 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::ApproveChecks { module: dir, check } => {
-            let ws = Workspace::locate(global.dir.as_deref())?;
-            let store = super::open_existing_store(&ws)?;
+            let ws = global.workspace()?;
+            let store = super::open_existing_local_store(&ws)?;
             let by = std::env::var("USER").unwrap_or_else(|_| "cli".into());
             let seen = (!check.is_empty()).then_some(check.as_slice());
             let status = auto::approve_checks(&ws, &store, &dir, seen, &by)?;
@@ -190,8 +190,8 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::Status { module: dir } => {
-            let ws = Workspace::locate(global.dir.as_deref())?;
-            let store = super::open_existing_store(&ws)?;
+            let ws = global.workspace()?;
+            let store = super::open_existing_local_store(&ws)?;
             match dir {
                 Some(dir) => print_status(global, &auto::status_of(&ws, &store, &dir)?),
                 None => {
@@ -223,8 +223,8 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::Report { module: dir, markdown: _, json } => {
-            let ws = Workspace::locate(global.dir.as_deref())?;
-            let store = super::open_existing_store(&ws)?;
+            let ws = global.workspace()?;
+            let store = super::open_existing_local_store(&ws)?;
             let report = auto::report(&ws, &store, &dir)?;
             if json || global.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -234,8 +234,8 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
         Command::Log { module: dir } => {
-            let ws = Workspace::locate(global.dir.as_deref())?;
-            let store = super::open_existing_store(&ws)?;
+            let ws = global.workspace()?;
+            let store = super::open_existing_local_store(&ws)?;
             let (status, entries) = auto::log(&ws, &store, &dir)?;
             if global.json {
                 let list: Vec<serde_json::Value> = entries
@@ -270,11 +270,11 @@ fn log_line(at: &str, kind: &str, data: &str) -> String {
 }
 
 async fn start(global: &Global, req: StartRequest) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     if let Some(daemon) = loopwright_daemon::serving(&ws) {
         return start_in_daemon(global, &ws, &daemon, req).await;
     }
-    let store = Arc::new(super::open_store(&ws)?);
+    let store = Arc::new(super::open_local_store(&ws)?);
     let sup = auto::start(&ws, &store, &req, true).await?;
     let (session, loop_id) = (sup.status().session_name.clone(), sup.status().loop_id.clone());
     if !global.json {

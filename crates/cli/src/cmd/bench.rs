@@ -357,7 +357,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     }
     if let Some(n) = args.list_runs {
         if args.seed_only {
-            let ws = Workspace::locate(global.dir.as_deref())?;
+            let ws = global.workspace()?;
             seed_runs(&ws, n).await?;
             eprintln!("loopwright bench: {n} runs added to {}", ws.root.display());
             return Ok(0);

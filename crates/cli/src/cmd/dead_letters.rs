@@ -5,7 +5,6 @@ use loopwright_app::ops::dead_letters;
 
 use super::Global;
 use crate::error::CliError;
-use crate::workspace::Workspace;
 
 /// Arguments of `dead-letters`.
 #[derive(Debug, clap::Args)]
@@ -28,7 +27,7 @@ pub enum Command {
 
 /// `loopwright dead-letters`.
 pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     match args.command.unwrap_or(Command::List) {
         Command::List => {
             let letters = dead_letters::list(&ws);

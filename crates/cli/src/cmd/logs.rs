@@ -301,7 +301,7 @@ pub fn line(r: &EventRecord) -> String {
 
 /// `loopwright logs`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     let store = open_existing_store(&ws)?;
     let run = resolve_run(&store, &args.run).await?;
     if let Some(stage) = &args.stage {

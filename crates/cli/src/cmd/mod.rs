@@ -27,9 +27,19 @@ pub struct Global {
     pub dir: Option<PathBuf>,
     /// `--json`.
     pub json: bool,
+    /// `--store`.
+    pub store: Option<String>,
 }
 
-pub use loopwright_app::assemble::{open_existing_store, open_store};
+impl Global {
+    /// The workspace `-C` names (or the one around the current directory), its journal where
+    /// `--store` says.
+    pub fn workspace(&self) -> Result<loopwright_app::workspace::Workspace, loopwright_app::error::Error> {
+        loopwright_app::workspace::Workspace::locate(self.dir.as_deref())?.with_store(self.store.clone())
+    }
+}
+
+pub use loopwright_app::assemble::{open_existing_local_store, open_existing_store, open_local_store, open_store};
 
 /// Runs `work` (a daemon) on a multi-threaded runtime of its own: the API on two threads,
 /// each run on a thread of its own. `serve` and `demo --serve` start here, not on the

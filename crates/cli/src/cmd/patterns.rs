@@ -2,7 +2,6 @@
 
 use super::Global;
 use crate::error::CliError;
-use crate::workspace::Workspace;
 
 /// Arguments of `patterns`.
 #[derive(Debug, clap::Args)]
@@ -46,7 +45,7 @@ pub enum Command {
 
 /// `loopwright patterns`.
 pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     match args.command {
         Command::Test { file, command, exit_code, signal, check_type, timed_out } => {
             use crate::input::{MAX_PATTERN_TEXT_BYTES, read_file, read_stdin};

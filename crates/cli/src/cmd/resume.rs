@@ -8,7 +8,7 @@ use loopwright_app::ownership::this_process;
 use loopwright_app::session::Session;
 use loopwright_engine::{Event, RunId, RunState, RunStatus, Store};
 use loopwright_spec::Pipeline;
-use loopwright_store::SqliteStore;
+use loopwright_store::Journal;
 
 use super::{Global, open_existing_store};
 use crate::drive::{finish, os_user, report};
@@ -80,7 +80,7 @@ pub struct RespondArgs {
 /// A run opened from the command line.
 struct Opened {
     ws: Workspace,
-    store: SqliteStore,
+    store: Journal,
     run: RunId,
     pipeline: Pipeline,
     state: RunState,
@@ -88,7 +88,7 @@ struct Opened {
 
 /// Finds the workspace and the run (`latest` or an id), and reads its journal.
 async fn open_run(global: &Global, run: &str) -> Result<Opened, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     let store = open_existing_store(&ws)?;
     let run = resolve_run(&store, run).await?;
     let (pipeline, state) = load_run(&ws, &store, &run).await?;
@@ -101,7 +101,7 @@ async fn open_run(global: &Global, run: &str) -> Result<Opened, CliError> {
 async fn continue_run(
     global: &Global,
     ws: &Workspace,
-    store: &SqliteStore,
+    store: &Journal,
     pipeline: &Pipeline,
     mut state: RunState,
     answer: Option<Event>,
@@ -162,7 +162,7 @@ pub async fn answer(global: &Global, args: AnswerArgs, granted: bool) -> Result<
 /// journal (its owner ends the stage in flight and records the cancellation); any other run
 /// (waiting, interrupted, or left running by a crash) is cancelled here.
 pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     let store = open_existing_store(&ws)?;
     let run = resolve_run(&store, &args.run).await?;
     let by = args.by.unwrap_or_else(os_user);

@@ -8,7 +8,6 @@ use loopwright_spec::StageId;
 use super::Global;
 use crate::drive;
 use crate::error::CliError;
-use crate::workspace::Workspace;
 
 /// Arguments of `run`.
 #[derive(Debug, clap::Args)]
@@ -90,7 +89,7 @@ fn parse_vars(raw: &[String]) -> Result<BTreeMap<String, String>, CliError> {
 
 /// `loopwright run`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     let inputs = parse_inputs(&args.inputs)?;
     let vars = parse_vars(&args.vars)?;
     let request = StartRequest {
@@ -131,7 +130,7 @@ pub struct RerunArgs {
 /// `loopwright rerun`: a new run of the same pipeline (as its file says now), task,
 /// variables and inputs, from the first stage or `--from`, journaled with who asked.
 pub async fn rerun(global: &Global, args: RerunArgs) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     let store = super::open_existing_store(&ws)?;
     let run = loopwright_app::ops::read::resolve_run(&store, &args.run).await?;
     let state = loopwright_app::ops::read::state(&store, &run).await?;

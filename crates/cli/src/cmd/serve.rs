@@ -161,7 +161,7 @@ fn token(global: &Global, ws: &Workspace, command: TokenCommand) -> Result<u8, C
 
 /// `loopwright serve`.
 pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     if let Some(ServeCommand::Token(command)) = args.command {
         return token(global, &ws, command);
     }

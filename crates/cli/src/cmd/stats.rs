@@ -6,7 +6,6 @@ use loopwright_engine::closed_loop::effectiveness::{MIN_SAMPLES, RELIABLE, UNREL
 
 use super::Global;
 use crate::error::CliError;
-use crate::workspace::Workspace;
 
 /// Arguments of `stats`.
 #[derive(Debug, clap::Args)]
@@ -22,7 +21,7 @@ fn pct(n: usize, of: usize) -> String {
 
 /// `loopwright stats`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     let stats = loopwright_app::ops::stats::stats(&ws, args.runs).await?;
     if global.json {
         println!("{}", serde_json::to_string_pretty(&stats.to_json()).map_err(|e| CliError::Internal(e.into()))?);

@@ -5,7 +5,6 @@ use loopwright_app::ops::read::{self, ListFilter, resolve_run};
 use super::{Global, open_existing_store};
 use crate::drive::report;
 use crate::error::CliError;
-use crate::workspace::Workspace;
 
 /// Arguments of `status`.
 #[derive(Debug, clap::Args)]
@@ -19,7 +18,7 @@ pub struct Args {
 
 /// `loopwright status`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     let store = open_existing_store(&ws)?;
     let Some(run) = args.run else {
         // A run recorded as running whose owner is gone was interrupted by a crash.

@@ -2,7 +2,6 @@
 
 use super::Global;
 use crate::error::CliError;
-use crate::workspace::Workspace;
 
 /// Arguments of `store`.
 #[derive(Debug, clap::Args)]
@@ -32,8 +31,8 @@ pub struct CopyArgs {
 /// `loopwright store`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let StoreCommand::Copy(copy) = args.command;
-    let ws = Workspace::locate(global.dir.as_deref())?;
-    let from = super::open_existing_store(&ws)?;
+    let ws = global.workspace()?;
+    let from = super::open_existing_local_store(&ws)?;
     let to = loopwright_app::ops::copy::connect(&copy.to).await?;
     let shown = loopwright_store::pg::shown_url(&copy.to);
     let quiet = global.json;

@@ -5,7 +5,6 @@ use serde_json::json;
 use super::Global;
 use crate::error::CliError;
 use crate::render;
-use crate::workspace::Workspace;
 
 /// Arguments of `validate`.
 #[derive(Debug, clap::Args)]
@@ -16,7 +15,7 @@ pub struct Args {
 
 /// `loopwright validate`.
 pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
-    let ws = Workspace::locate(global.dir.as_deref())?;
+    let ws = global.workspace()?;
     let report = loopwright_app::ops::validate::validate(&ws, &args.pipelines)?;
     let valid = report.valid();
     if global.json {

@@ -102,3 +102,74 @@ fn store_copy_to_a_server_that_is_not_there_says_so_without_the_password() {
         "{err}"
     );
 }
+
+const TWO_STAGES: &str = "name: p\ndescription: d\nversion: 1\nstages:\n  - {id: a, description: d, agent: shell, mode: plan, run: 'echo one'}\n  - {id: b, description: d, agent: shell, mode: plan, run: 'echo two'}\n";
+
+/// What `status RUN --json` says, without what differs between two workspaces.
+fn shown(ws: &Ws, args: &[&str]) -> serde_json::Value {
+    let (code, out, err) = ws.json(args);
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+#[test]
+fn a_journal_kept_in_postgres_is_read_and_answered_from_another_workspace_that_names_it() {
+    let Some(url) = fresh_database("journal") else { return };
+    let here = Ws::empty();
+    here.write(".loopwright/pipelines/p.yml", TWO_STAGES);
+    let (code, out, err) = here.json(&["run", "p", "--task", "from here", "--store", &url]);
+    assert_eq!(code, 0, "{err}");
+    let run = out["run_id"].as_str().expect("run id").to_owned();
+    // The workspace's own SQLite file holds no run: the journal is in PostgreSQL.
+    assert_eq!(here.json(&["status"]).1, json!([]));
+    // Another workspace (another machine, for all it knows) names the same store in its
+    // config.toml, as a string, and sees the run, its result and its journal, event for event.
+    let there = Ws::empty();
+    there.write(".loopwright/config.toml", &format!("store = \"{url}\"\n"));
+    let listed = shown(&there, &["status"]);
+    assert_eq!(
+        listed.as_array().map(|l| l.iter().map(|r| r["run_id"].clone()).collect::<Vec<_>>()),
+        Some(vec![json!(run)])
+    );
+    assert_eq!(shown(&there, &["status", &run]), out);
+    let (_, logs_there, _) = there.run(&["logs", &run, "--json"]);
+    let (_, logs_here, _) = here.run(&["logs", &run, "--json", "--store", &url]);
+    assert_eq!(logs_there, logs_here);
+    assert!(logs_there.lines().count() >= 8, "{logs_there}");
+    // LOOPWRIGHT_STORE does the same as --store; `[store] url` the same as the string.
+    let mut cmd = here.cmd();
+    cmd.args(["status", "--json"]).env("LOOPWRIGHT_STORE", &url);
+    let listed: serde_json::Value = serde_json::from_slice(&cmd.output().expect("status").stdout).expect("json");
+    assert_eq!(listed[0]["run_id"], json!(run));
+    here.write(".loopwright/config.toml", &format!("[store]\nurl = \"{url}\"\n"));
+    let (code, again, err) = here.json(&["rerun", &run]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(shown(&there, &["status"]).as_array().map(Vec::len), Some(2));
+    assert_eq!(again["status"], json!("success"));
+}
+
+#[test]
+fn a_store_that_is_not_postgres_is_refused_where_it_is_named() {
+    let ws = Ws::empty();
+    ws.write(".loopwright/pipelines/p.yml", TWO_STAGES);
+    ws.write(".loopwright/config.toml", "sandbox = \"off\"\nstore = \"mysql://db/x\"\n");
+    let (code, _, err) = ws.run(&["status"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("config.toml:2") && err.contains("`mysql://db/x` is not a PostgreSQL URL"), "{err}");
+    ws.write(".loopwright/config.toml", "");
+    let (code, _, err) = ws.run(&["status", "--store", "https://lw:secret@db/x"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--store: `https://lw:***@db/x` is not a PostgreSQL URL") && !err.contains("secret"), "{err}");
+    let mut cmd = ws.cmd();
+    let out = cmd.args(["status"]).env("LOOPWRIGHT_STORE", "state.db").output().expect("status");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("LOOPWRIGHT_STORE: `state.db` is not a PostgreSQL URL"), "{err}");
+    // A server that is not there: said, with where, without the password.
+    let (code, _, err) = ws.run(&["status", "--store", "postgres://lw:hunter2@127.0.0.1:1/db"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot reach PostgreSQL at postgres://lw:***@127.0.0.1:1/db") && !err.contains("hunter2"),
+        "{err}"
+    );
+}

@@ -1,0 +1,121 @@
+//! The journal wherever it is kept: the workspace's SQLite file (the default) or a PostgreSQL
+//! database shared by many machines (SPEC §13). Both are the same [`Store`]; what only one of
+//! them has (a feed watcher woken by `NOTIFY`) is asked of it by name.
+
+use std::collections::BTreeMap;
+
+use loopwright_journal::{
+    Event, EventRecord, FeedEntry, Outputs, RunId, RunPage, RunQuery, RunStatus, RunSummary, Store, StoreError, TaskId,
+};
+use loopwright_spec::StageId;
+
+use crate::pg::PgStore;
+use crate::{Scrubber, SqliteStore};
+
+/// The journal's store.
+pub enum Journal {
+    /// The workspace's SQLite file.
+    Sqlite(SqliteStore),
+    /// A PostgreSQL database.
+    Postgres(PgStore),
+}
+
+/// How many connections a process keeps to PostgreSQL.
+const POOL: usize = 8;
+
+impl Journal {
+    /// Connects to the PostgreSQL database `url` names and migrates it, from synchronous code
+    /// (the connection is made on the store's own runtime, this thread waits for it).
+    pub fn connect_postgres(url: &str) -> Result<Self, crate::pg::Error> {
+        PgStore::connect_blocking(url, POOL).map(Journal::Postgres)
+    }
+
+    /// Redacts every event stored from now on with `scrub` (once; a second call is ignored).
+    pub fn set_scrubber(&self, scrub: Scrubber) {
+        match self {
+            Journal::Sqlite(s) => s.set_scrubber(scrub),
+            Journal::Postgres(p) => p.set_scrubber(scrub),
+        }
+    }
+
+    /// The PostgreSQL store, when the journal is there.
+    pub fn postgres(&self) -> Option<&PgStore> {
+        match self {
+            Journal::Postgres(p) => Some(p),
+            Journal::Sqlite(_) => None,
+        }
+    }
+}
+
+/// Calls the same method on whichever store holds the journal.
+macro_rules! each {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {
+        match $self {
+            Journal::Sqlite(s) => s.$method($($arg),*).await,
+            Journal::Postgres(p) => p.$method($($arg),*).await,
+        }
+    };
+}
+
+impl Store for Journal {
+    async fn append(&self, run: &RunId, event: &Event, at: jiff::Timestamp) -> Result<EventRecord, StoreError> {
+        each!(self.append(run, event, at))
+    }
+
+    async fn append_all(
+        &self,
+        run: &RunId,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        each!(self.append_all(run, events))
+    }
+
+    async fn append_after(
+        &self,
+        run: &RunId,
+        expected_last: u64,
+        events: &[(Event, jiff::Timestamp)],
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        each!(self.append_after(run, expected_last, events))
+    }
+
+    async fn events_since(&self, run: &RunId, after: u64) -> Result<Vec<EventRecord>, StoreError> {
+        each!(self.events_since(run, after))
+    }
+
+    async fn events(&self, run: &RunId) -> Result<Vec<EventRecord>, StoreError> {
+        each!(self.events(run))
+    }
+
+    async fn runs(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
+        each!(self.runs(limit))
+    }
+
+    async fn task_outputs(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
+        each!(self.task_outputs(task))
+    }
+
+    async fn cancel_requested(&self, run: &RunId, after: u64) -> Result<Option<(String, bool)>, StoreError> {
+        each!(self.cancel_requested(run, after))
+    }
+
+    async fn runs_in(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError> {
+        each!(self.runs_in(statuses))
+    }
+
+    async fn runs_page(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
+        each!(self.runs_page(query))
+    }
+
+    async fn feed_since(&self, after: u64, limit: usize) -> Result<Vec<FeedEntry>, StoreError> {
+        each!(self.feed_since(after, limit))
+    }
+
+    async fn feed_last(&self) -> Result<u64, StoreError> {
+        each!(self.feed_last())
+    }
+
+    async fn data_version(&self) -> Result<u64, StoreError> {
+        each!(self.data_version())
+    }
+}
