@@ -7,7 +7,13 @@ use loopwright_engine::{Owner, RunState, RunStatus};
 /// This process, as the owner of a run; `daemon` for `loopwright serve`.
 pub fn this_process(daemon: bool) -> Owner {
     let pid = std::process::id();
-    Owner { pid, start_time: loopwright_runners::process::start_time(pid), daemon }
+    Owner {
+        pid,
+        start_time: loopwright_runners::process::start_time(pid),
+        daemon,
+        host: Some(loopwright_runners::process::machine().to_owned()),
+        worker: None,
+    }
 }
 
 /// True while the process that owns a run is alive, and is another process than this one.
@@ -15,8 +21,13 @@ pub fn owner_alive(state: &RunState) -> bool {
     state.owner.as_ref().is_some_and(alive_elsewhere)
 }
 
-/// True while `owner` is alive and is another process than this one.
+/// True while `owner` is alive and is another process than this one. A process on another
+/// machine cannot be looked at from here: it counts as alive (a worker's lease says when it
+/// is not).
 pub fn alive_elsewhere(owner: &Owner) -> bool {
+    if !loopwright_runners::process::is_this_machine(owner.host.as_deref()) {
+        return true;
+    }
     owner.pid != std::process::id() && loopwright_runners::process::same_process_alive(owner.pid, owner.start_time)
 }
 
@@ -27,7 +38,9 @@ pub fn owned_here(state: &RunState) -> bool {
 
 /// True when `owner` is this process.
 pub fn is_this_process(owner: &Owner) -> bool {
-    owner.pid == std::process::id() && owner.start_time == loopwright_runners::process::start_time(owner.pid)
+    loopwright_runners::process::is_this_machine(owner.host.as_deref())
+        && owner.pid == std::process::id()
+        && owner.start_time == loopwright_runners::process::start_time(owner.pid)
 }
 
 /// True when a run in this status can be continued by `resume` (or taken up by a daemon).

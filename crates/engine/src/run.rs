@@ -869,11 +869,14 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
     /// Ends what the stage in flight left running, then records the interruption or the
     /// cancellation.
     async fn stop(&mut self, state: &mut RunState, stop: Stop) -> Result<(), StoreError> {
-        self.flush(state).await?;
+        let flushed = self.flush(state).await;
         let stage = state.in_flight().map(|s| s.id.clone());
+        // Ended even when the journal refuses this process (a lease taken over): what it
+        // started must not go on working for a run it no longer drives.
         if let Some(groups) = state.in_flight().map(|s| s.process_groups.clone()).filter(|g| !g.is_empty()) {
             self.runner.end_leftovers(&groups);
         }
+        flushed?;
         let event = match stop {
             Stop::Interrupt { signal } => Event::RunInterrupted { stage, signal },
             Stop::Cancel { by, rollback } => Event::RunCancelled {
@@ -899,6 +902,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                     attempt,
                     pgid: group.pgid,
                     start_time: group.start_time,
+                    host: group.host,
                     command,
                 };
                 // Journaled at once, while the process runs (SPEC §1): after a crash, `resume`

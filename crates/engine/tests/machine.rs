@@ -230,6 +230,7 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
             attempt: 1,
             pgid: 4242,
             start_time: Some(7),
+            host: Some("m1".into()),
             command: "x".into(),
         },
     ] {
@@ -251,7 +252,7 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
     };
     let state = engine.drive(state).await.expect("drive");
     assert_eq!(state.status, RunStatus::Success);
-    assert_eq!(*runner.ended.borrow(), vec![ProcessGroup { pgid: 4242, start_time: Some(7) }]);
+    assert_eq!(*runner.ended.borrow(), vec![ProcessGroup { pgid: 4242, start_time: Some(7), host: Some("m1".into()) }]);
     assert_eq!(*runner.calls.borrow(), vec![("a2".to_owned(), 1)]);
 }
 

@@ -14,13 +14,16 @@ use crate::ids::TaskId;
 /// Outputs of one stage: key -> text.
 pub type Outputs = BTreeMap<String, String>;
 
-/// A process group a stage started: its id and its leader's start time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// A process group a stage started: its id, its leader's start time and the machine.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProcessGroup {
     /// The group id (the leader's pid).
     pub pgid: i32,
     /// The leader's start time in clock ticks since boot, when known.
     pub start_time: Option<u64>,
+    /// The machine it runs on (none in journals older than workers: this machine's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Who a gate approved up front by the run's `--yes` (`approve_all`) is journaled as.
@@ -97,6 +100,9 @@ pub enum Event {
         /// unrelated process that reused the id.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         start_time: Option<u64>,
+        /// The machine it runs on (a run continued on another machine leaves it alone).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<String>,
         /// What was run.
         command: String,
     },
@@ -746,8 +752,8 @@ pub struct Worktree {
 }
 
 /// The loopwright process driving a run: its pid and start time (clock ticks since boot),
-/// which together name one process even after the pid is reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// which together name one process even after the pid is reused, and its machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Owner {
     /// Process id.
     pub pid: u32,
@@ -758,6 +764,13 @@ pub struct Owner {
     /// workspace takes the run up again (SPEC §9 "Recovery").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub daemon: bool,
+    /// The machine it runs on (none in journals older than workers: this machine's). A
+    /// process on another machine cannot be looked at from here: it counts as alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The worker driving the run under a lease (`loopwright worker`), if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
 }
 
 /// What a restore put back.

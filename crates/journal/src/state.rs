@@ -504,7 +504,7 @@ impl RunState {
         match &record.event {
             Event::RunStarted(started) => {
                 self.started = Some((**started).clone());
-                self.owner = started.owner;
+                self.owner = started.owner.clone();
                 self.created_at = Some(record.at);
             }
             Event::ConditionEvaluated { stage, outcome, condition, values } => {
@@ -552,11 +552,11 @@ impl RunState {
                 s.process_groups.clear();
                 s.retry_at = None;
             }
-            Event::ProcessStarted { stage, pgid, start_time, .. } => {
-                let group = crate::event::ProcessGroup { pgid: *pgid, start_time: *start_time };
+            Event::ProcessStarted { stage, pgid, start_time, host, .. } => {
+                let group = crate::event::ProcessGroup { pgid: *pgid, start_time: *start_time, host: host.clone() };
                 self.stage_mut(stage).process_groups.push(group);
             }
-            Event::RunResumed { owner, .. } => self.owner = Some(*owner),
+            Event::RunResumed { owner, .. } => self.owner = Some(owner.clone()),
             Event::FeedbackChecked { stage, iteration, action, .. } => {
                 if let crate::event::FeedbackAction::ReImplement { target, reset, brief } = action {
                     for id in reset {

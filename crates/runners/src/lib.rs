@@ -398,7 +398,7 @@ impl Runner for ProcessRunner {
             };
             let spawn = Spawn { argv: &confined.argv, ..spawn };
             let on_start = |pgid, start_time| {
-                let group = ProcessGroup { pgid, start_time };
+                let group = ProcessGroup { pgid, start_time, host: Some(process::machine().to_owned()) };
                 let _ = notices.send(Notice::ProcessStarted { group, command: shown.clone() });
             };
             let result = process::run_live(spawn, on_start, Some((&mut live_out, &mut live_err))).await;
@@ -432,7 +432,7 @@ impl Runner for ProcessRunner {
         let groups =
             process::groups_with_env(&[("LOOPWRIGHT_RUN_ID", run.as_str()), ("LOOPWRIGHT_STAGE_ID", stage.as_str())]);
         let groups: Vec<ProcessGroup> =
-            groups.into_iter().map(|pgid| ProcessGroup { pgid, start_time: None }).collect();
+            groups.into_iter().map(|pgid| ProcessGroup { pgid, start_time: None, host: None }).collect();
         if !groups.is_empty() {
             self.end_leftovers(&groups);
         }
@@ -499,7 +499,12 @@ impl Runner for ProcessRunner {
     fn end_leftovers(&self, process_groups: &[ProcessGroup]) {
         // A group is ours while its leader is the process we started, or while the leader is
         // gone but members remain (the group id cannot be reused while any member lives).
+        // Groups another machine started (a run a worker took over) are not this machine's to
+        // signal: their pids mean nothing here.
         let ours = |g: &ProcessGroup| {
+            if !process::is_this_machine(g.host.as_deref()) {
+                return false;
+            }
             let leader = u32::try_from(g.pgid).unwrap_or(0);
             same_process_alive(leader, g.start_time) || (!same_process_alive(leader, None) && group_alive(g.pgid))
         };
@@ -774,6 +779,34 @@ impl Changes for FsChanges {
 #[cfg(test)]
 mod tests {
     use super::overwrite;
+
+    /// A process group of its own running `sleep`, and its leader's start time.
+    fn sleeper() -> (std::process::Child, i32, Option<u64>) {
+        use std::os::unix::process::CommandExt;
+        let child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+        let pid = child.id();
+        (child, i32::try_from(pid).unwrap(), crate::process::start_time(pid))
+    }
+
+    #[test]
+    fn leftovers_journaled_on_another_machine_are_left_alone_and_this_machines_are_ended() {
+        use loopwright_engine::ports::Runner;
+        let dir = tempfile::tempdir().unwrap();
+        let runner = super::ProcessRunner::new(dir.path().to_path_buf());
+        let (mut elsewhere, pgid, start_time) = sleeper();
+        // The same pid and start time, journaled by another machine: not this machine's process.
+        let group = super::ProcessGroup { pgid, start_time, host: Some("other-host/0123456789ab".into()) };
+        runner.end_leftovers(&[group]);
+        assert_eq!(elsewhere.try_wait().unwrap(), None, "a process of this machine was signalled for another's");
+        let here = super::ProcessGroup { pgid, start_time, host: Some(crate::process::machine().to_owned()) };
+        runner.end_leftovers(&[here]);
+        let status = elsewhere.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(15));
+        // A journal older than workers names no machine: its groups are this machine's.
+        let (mut old, pgid, start_time) = sleeper();
+        runner.end_leftovers(&[super::ProcessGroup { pgid, start_time, host: None }]);
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&old.wait().unwrap()), Some(15));
+    }
 
     #[test]
     fn overwrite_leaves_exactly_the_new_content() {

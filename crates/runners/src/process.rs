@@ -302,6 +302,30 @@ fn boot_ticks() -> Option<u64> {
     Some(ns / ns_per_tick)
 }
 
+/// This machine, as journals name it beside a pid: its host name and machine id
+/// (`/etc/machine-id`), so that machines cloned from one image still differ by name, and one
+/// machine renamed or reinstalled is another. Read once.
+pub fn machine() -> &'static str {
+    static MACHINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MACHINE.get_or_init(|| {
+        let read = |path: &str| std::fs::read_to_string(path).map(|s| s.trim().to_owned()).unwrap_or_default();
+        let name = read("/proc/sys/kernel/hostname");
+        let id = read("/etc/machine-id");
+        let id = if id.is_empty() { read("/var/lib/dbus/machine-id") } else { id };
+        match (name.is_empty(), id.get(..12)) {
+            (false, Some(id)) => format!("{name}/{id}"),
+            (false, None) => name,
+            (true, Some(id)) => id.to_owned(),
+            (true, None) => "localhost".to_owned(),
+        }
+    })
+}
+
+/// True when `host` (as journaled; none in older journals) is this machine.
+pub fn is_this_machine(host: Option<&str>) -> bool {
+    host.is_none_or(|h| h == machine())
+}
+
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), on Linux.
 pub fn start_time(pid: u32) -> Option<u64> {
     use std::io::Read;

@@ -88,11 +88,11 @@ async fn the_owner_column_is_filled_from_the_journal_when_the_store_is_migrated(
     let at = t("2026-08-01T00:00:00Z");
     let started_by = |pid: u32| {
         let Event::RunStarted(mut s) = started("task-14") else { unreachable!("a start") };
-        s.owner = Some(loopwright_journal::Owner { pid, start_time: Some(5), daemon: false });
+        s.owner = Some(loopwright_journal::Owner { pid, start_time: Some(5), daemon: false, ..Default::default() });
         serde_json::to_string(&Event::RunStarted(s)).expect("json")
     };
     let resumed = serde_json::to_string(&Event::RunResumed {
-        owner: loopwright_journal::Owner { pid: 99, start_time: None, daemon: true },
+        owner: loopwright_journal::Owner { pid: 99, start_time: None, daemon: true, ..Default::default() },
         by: None,
     })
     .expect("json");
@@ -140,7 +140,7 @@ async fn the_runs_list_columns_are_filled_from_the_journal_when_the_store_is_mig
     // the queue and who acted on it are read from its journal.
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state.db");
-    let owner = loopwright_journal::Owner { pid: 99, start_time: None, daemon: true };
+    let owner = loopwright_journal::Owner { pid: 99, start_time: None, daemon: true, ..Default::default() };
     let mut first = loopwright_testkit::run_started("task-15");
     first.task = "Fix the login page".into();
     first.by = Some("carol".into());

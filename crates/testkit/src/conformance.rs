@@ -44,6 +44,7 @@ async fn journal_keeps_order_and_content(store: &impl Store) {
             attempt: 1,
             pgid: 4242,
             start_time: Some(99),
+            host: Some("ci-1/0123456789ab".into()),
             command: "sh x".into(),
         },
         succeeded("diagnose", "diagnosis", "it is broken"),
@@ -214,7 +215,7 @@ async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
         s.by = by.map(Into::into);
         Event::RunStarted(Box::new(s))
     };
-    let owner = Owner { pid: 1, start_time: None, daemon: true };
+    let owner = Owner { pid: 1, start_time: None, daemon: true, ..Owner::default() };
     let journals: [(&str, &str, Vec<Event>); 4] = [
         (
             "p1",
@@ -326,22 +327,23 @@ async fn runs_are_found_by_status_oldest_first(store: &impl Store) {
     assert_eq!(ids, vec!["s1", "s2", "s3"]);
     assert!(found.iter().all(|r| matches!(r.status, RunStatus::Waiting | RunStatus::Interrupted)));
     let s1 = found.iter().find(|r| r.run_id.as_str() == "s1").expect("s1");
-    assert_eq!((s1.pipeline.as_str(), s1.created_at, s1.updated_at, s1.owner), ("bug-fix", at(1), at(1), None));
+    assert_eq!((s1.pipeline.as_str(), s1.created_at, s1.updated_at, s1.owner.clone()), ("bug-fix", at(1), at(1), None));
 }
 
 async fn a_summary_names_the_last_owner(store: &impl Store) {
     let run = RunId::new("owned");
-    let first = Owner { pid: 41, start_time: Some(7), daemon: false };
-    let second = Owner { pid: 42, start_time: None, daemon: true };
+    let first =
+        Owner { pid: 41, start_time: Some(7), daemon: false, host: Some("ci-2".into()), worker: Some("w-1".into()) };
+    let second = Owner { pid: 42, start_time: None, daemon: true, ..Owner::default() };
     let Event::RunStarted(mut start) = started("task-13") else { unreachable!("a start") };
-    start.owner = Some(first);
+    start.owner = Some(first.clone());
     store.append(&run, &Event::RunStarted(start), t("2027-03-01T00:00:00Z")).await.expect("start");
     let owner_of = |runs: Vec<RunSummary>| runs.into_iter().find(|r| r.run_id == run).and_then(|r| r.owner);
     assert_eq!(owner_of(store.runs(1000).await.expect("runs")), Some(first));
     store
-        .append(&run, &Event::RunResumed { owner: second, by: None }, t("2027-03-01T00:00:01Z"))
+        .append(&run, &Event::RunResumed { owner: second.clone(), by: None }, t("2027-03-01T00:00:01Z"))
         .await
         .expect("resume");
-    assert_eq!(owner_of(store.runs(1000).await.expect("runs")), Some(second));
+    assert_eq!(owner_of(store.runs(1000).await.expect("runs")), Some(second.clone()));
     assert_eq!(owner_of(store.runs_in(&[RunStatus::Running]).await.expect("runs_in")), Some(second));
 }

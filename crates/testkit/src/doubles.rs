@@ -44,7 +44,7 @@ impl Memory {
                 task: started.task_id.clone(),
                 status: RunStatus::Running,
                 created_at: at,
-                owner: started.owner,
+                owner: started.owner.clone(),
                 events: Vec::new(),
                 artifacts: BTreeMap::new(),
             }),
@@ -57,7 +57,7 @@ impl Memory {
             journal.status = status;
         }
         if let Event::RunResumed { owner, .. } = event {
-            journal.owner = Some(*owner);
+            journal.owner = Some(owner.clone());
         }
         match event {
             Event::StageRolledBack {
@@ -101,7 +101,7 @@ impl Memory {
                 }
                 people
             }),
-            owner: j.owner,
+            owner: j.owner.clone(),
         }
     }
 
@@ -264,7 +264,7 @@ pub struct ScriptedRunner {
 impl Runner for ScriptedRunner {
     async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution {
         self.calls.borrow_mut().push((request.stage.to_string(), request.attempt));
-        let group = ProcessGroup { pgid: 100 + request.attempt as i32, start_time: None };
+        let group = ProcessGroup { pgid: 100 + request.attempt as i32, start_time: None, host: None };
         let _ = notices.send(Notice::ProcessStarted { group, command: "x".into() });
         let (outcome, stdout) = self.script.borrow_mut().pop_front().unwrap_or((ExecOutcome::Exited(0), ""));
         Execution {

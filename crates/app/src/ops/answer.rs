@@ -93,7 +93,7 @@ pub fn skip_impact(pipeline: &Pipeline, state: &RunState, stage: &StageId) -> St
 /// True when the answer should be left to the run's owner: a live daemon owns it and acts on
 /// answers it finds in the journal (SPEC §9 "Ownership").
 pub fn owner_acts(state: &RunState) -> bool {
-    state.owner.is_some_and(|o| o.daemon) && owner_alive(state)
+    state.owner.as_ref().is_some_and(|o| o.daemon) && owner_alive(state)
 }
 
 /// Records an answer for the live owner to act on (compare-and-append: nothing is recorded

@@ -24,8 +24,8 @@ pub enum Resumable {
 pub fn check(state: &RunState) -> Result<Resumable, Error> {
     let run = &state.run_id;
     if resumable(state.status) && owner_alive(state) {
-        let pid = state.owner.map_or(0, |o| o.pid);
-        let by = if state.owner.is_some_and(|o| o.daemon) { "the daemon, process" } else { "process" };
+        let pid = state.owner.as_ref().map_or(0, |o| o.pid);
+        let by = if state.owner.as_ref().is_some_and(|o| o.daemon) { "the daemon, process" } else { "process" };
         return Err(Error::conflict(format!(
             "run {run} is being driven by {by} {pid}; wait for it, or stop it with `loopwright cancel {run}`"
         )));

@@ -123,7 +123,7 @@ async fn give(opened: Opened, global: &Global, event: Event, quiet: bool) -> Res
     let Opened { ws, store, run, pipeline, mut state } = opened;
     if owner_acts(&state) {
         record_for_owner(&store, &mut state, event).await?;
-        let pid = state.owner.map_or(0, |o| o.pid);
+        let pid = state.owner.as_ref().map_or(0, |o| o.pid);
         eprintln!("loopwright: run {run} is driven by the daemon (process {pid}); it continues there");
         // The answer was taken: that is what this command reports (the run itself goes on).
         report(global, &state)?;
