@@ -207,6 +207,38 @@ impl Compiler<'_> {
             self.source.clone(),
         );
         pipeline.budget = budget?;
+        pipeline.repo = raw.repo.as_ref().and_then(|repo| {
+            let fine = !repo.value.trim().is_empty() && !repo.value.starts_with('-');
+            if !fine {
+                self.error(
+                    Some(&repo.referenced),
+                    None,
+                    "repo",
+                    format!("`repo` is `{}`, expected a git repository's URL or path", repo.value),
+                );
+            }
+            fine.then(|| repo.value.clone())
+        });
+        for (key, value) in raw.runs_on.iter().flat_map(|r| r.value.iter()) {
+            let label = |text: &str| {
+                !text.is_empty()
+                    && text.len() <= 64
+                    && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+            };
+            if !label(key) || !label(&value.value) {
+                self.error(
+                    Some(&value.referenced),
+                    None,
+                    &format!("runs_on.{key}"),
+                    format!(
+                        "`{key}: {}` is not a label, expected a name and a value of letters, digits, `-`, `_`, `.` or `/` (at most 64 each)",
+                        value.value
+                    ),
+                );
+            } else {
+                pipeline.runs_on.insert(key.clone(), value.value.clone());
+            }
+        }
         Some(pipeline)
     }
 

@@ -66,6 +66,10 @@ pub struct Pipeline {
     pub agents: BTreeMap<String, Agent>,
     /// The file the pipeline was read from.
     pub source: SourceFile,
+    /// `repo:`, the repository a worker clones for it.
+    pub repo: Option<String>,
+    /// `runs_on:`, the labels a worker must have to run it.
+    pub runs_on: BTreeMap<String, String>,
     /// Position of each stage by id.
     index: std::collections::HashMap<String, usize>,
 }
@@ -106,6 +110,8 @@ impl Pipeline {
             budget: Budget::default(),
             agents,
             source,
+            repo: None,
+            runs_on: BTreeMap::new(),
             index,
         }
     }

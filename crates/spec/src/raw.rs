@@ -39,6 +39,13 @@ pub struct RawPipeline {
     /// The stages, run in order.
     #[schemars(with = "Vec<RawStage>")]
     pub stages: Option<Spanned<Vec<Spanned<RawStage>>>>,
+    /// The git repository a worker clones to run this pipeline (`run --submit`), when it is
+    /// not the origin of the checkout it is submitted from.
+    #[schemars(with = "Option<String>")]
+    pub repo: Option<Spanned<String>>,
+    /// The labels a worker must have to run this pipeline (`loopwright worker --labels k=v`).
+    #[schemars(with = "Option<BTreeMap<String, String>>")]
+    pub runs_on: Option<Spanned<BTreeMap<String, Spanned<String>>>>,
 }
 
 /// Spending limits; reaching one fails the run cleanly before the next attempt starts.

@@ -367,3 +367,23 @@ fn sandbox_and_network_are_typed_and_checked_where_they_are_written() {
         "{bad_host:?}"
     );
 }
+
+#[test]
+fn repo_and_runs_on_say_where_workers_run_a_pipeline() {
+    let yaml = format!(
+        "repo: git@example.com:team/app.git\nruns_on: {{gpu: a100, os: linux}}\n{}",
+        stage("").trim_start_matches('\n')
+    );
+    let p = try_compile(&yaml).expect("valid");
+    assert_eq!(p.repo.as_deref(), Some("git@example.com:team/app.git"));
+    assert_eq!(
+        p.runs_on,
+        BTreeMap::from([("gpu".to_owned(), "a100".to_owned()), ("os".to_owned(), "linux".to_owned())])
+    );
+    let p = try_compile(&stage("")).expect("valid");
+    assert_eq!((p.repo, p.runs_on), (None, BTreeMap::new()));
+    let errs = errors(&format!("runs_on: {{gpu: 'a 100'}}\nrepo: '--upload-pack=x'\n{}", stage("")));
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(errs[0].contains("p.yml:1") && errs[0].contains("`gpu: a 100` is not a label"), "{errs:?}");
+    assert!(errs[1].contains("p.yml:2") && errs[1].contains("`repo` is `--upload-pack=x`"), "{errs:?}");
+}
