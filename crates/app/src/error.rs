@@ -91,6 +91,7 @@ impl From<loopwright_engine::StoreError> for Error {
             StoreError::Conflict { run, .. } => {
                 Error::Conflict(format!("run {run}: its journal moved on meanwhile; nothing was done"))
             }
+            fenced @ StoreError::Fenced { .. } => Error::Conflict(fenced.to_string()),
             other => Error::Internal(other.into()),
         }
     }

@@ -30,6 +30,17 @@ pub enum StoreError {
         /// The last event in the journal.
         found: u64,
     },
+    /// The writer drives the run under a lease that another worker has taken over since (its
+    /// lease expired): its writes are refused, and it must end what it started for the run.
+    #[error("run `{run}` is no longer this worker's: its lease (epoch {epoch}) was taken over{}", holder.as_ref().map(|h| format!(" by {h}")).unwrap_or_default())]
+    Fenced {
+        /// The run.
+        run: RunId,
+        /// The epoch of the lease the writer held.
+        epoch: u64,
+        /// Who holds the run's lease now, if anyone.
+        holder: Option<String>,
+    },
     /// The store is locked by another process for longer than it waits.
     #[error("the store is busy (another process holds it): {0}")]
     Busy(String),

@@ -20,6 +20,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use rusqlite_migration::{M, Migrations};
 
 pub mod auto;
+pub mod fleet;
 mod journal;
 pub mod notify;
 pub mod pg;

@@ -25,7 +25,7 @@ use tokio_postgres::types::ToSql;
 use crate::Scrubber;
 
 /// The schema's migrations, oldest first: (version, SQL).
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("pg/001_journal.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("pg/001_journal.sql")), (2, include_str!("pg/002_fleet.sql"))];
 
 /// The advisory lock migrations take (`loop` in ASCII).
 const MIGRATION_LOCK: i64 = 0x6c6f_6f70;
@@ -147,14 +147,17 @@ pub enum Error {
     },
 }
 
-/// The store on PostgreSQL.
+/// The store on PostgreSQL. Clones share the pool.
+#[derive(Clone)]
 pub struct PgStore {
-    pool: Pool,
+    pub(crate) pool: Pool,
     /// How to open a connection of its own (a feed watcher's `LISTEN`).
     config: tokio_postgres::Config,
     tls: tokio_postgres_rustls::MakeRustlsConnect,
     /// Redacts secrets from every event before it is written (as the SQLite store does).
-    scrub: std::sync::OnceLock<Scrubber>,
+    scrub: std::sync::Arc<std::sync::OnceLock<Scrubber>>,
+    /// The lease every append of this handle must still hold (a worker's), if any.
+    pub(crate) fence: Option<crate::fleet::Fence>,
 }
 
 /// `url` with its password, if any, replaced by `***`: for messages.
@@ -209,7 +212,7 @@ fn tls(root: Option<&std::path::Path>) -> Result<tokio_postgres_rustls::MakeRust
 /// A PostgreSQL failure as a store error: a lost serialization race or a deadlock (after the
 /// retries) and a pool that waited too long are `Busy`, data that does not decode `Corrupt`,
 /// anything else — a dropped connection, a full disk, a refused login — `Backend`.
-fn backend(e: &tokio_postgres::Error) -> StoreError {
+pub(crate) fn backend(e: &tokio_postgres::Error) -> StoreError {
     match e.code() {
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
             StoreError::Busy(e.to_string())
@@ -236,7 +239,7 @@ fn backend(e: &tokio_postgres::Error) -> StoreError {
     }
 }
 
-fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+pub(crate) fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => backend(&e),
         deadpool_postgres::PoolError::Timeout(_) => StoreError::Busy("no connection to PostgreSQL came free".into()),
@@ -246,7 +249,7 @@ fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
 
 /// True when a transaction failed only because another one won a race: it may simply be
 /// tried again.
-fn lost_a_race(e: &StoreError) -> bool {
+pub(crate) fn lost_a_race(e: &StoreError) -> bool {
     matches!(e, StoreError::Busy(why) if why.contains("serializ") || why.contains("deadlock"))
 }
 
@@ -318,7 +321,7 @@ impl PgStore {
             Error::Connect { url: shown.clone(), why }
         })?;
         drop(first);
-        let store = Self { pool, config, tls, scrub: std::sync::OnceLock::new() };
+        let store = Self { pool, config, tls, scrub: std::sync::Arc::default(), fence: None };
         store.migrate().await.map_err(|e| Error::Migrate { url: shown.clone(), why: e.to_string() })?;
         Ok(store)
     }
@@ -394,6 +397,17 @@ impl PgStore {
         expected: Option<u64>,
         events: &[(Event, jiff::Timestamp)],
     ) -> Result<Vec<EventRecord>, StoreError> {
+        self.append_with(run, expected, events, None).await
+    }
+
+    /// [`PgStore::append_once`], and the run's submission to workers in the same transaction.
+    pub(crate) async fn append_with(
+        &self,
+        run: &RunId,
+        expected: Option<u64>,
+        events: &[(Event, jiff::Timestamp)],
+        submission: Option<&crate::fleet::Submission>,
+    ) -> Result<Vec<EventRecord>, StoreError> {
         let mut client = self.pool.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(|e| backend(&e))?;
         let pg = |e: tokio_postgres::Error| backend(&e);
@@ -403,6 +417,9 @@ impl PgStore {
             .await
             .map_err(pg)?
             .map(|row| (row.get(0), row.get(1)));
+        if let Some(fence) = &self.fence {
+            crate::fleet::check_fence(&tx, run, fence).await?;
+        }
         if let Some(expected) = expected {
             let Some((_, last)) = &cursor else { return Err(StoreError::RunNotFound(run.clone())) };
             let found = u64::try_from(*last).map_err(|e| corrupt(run, *last, e))?;
@@ -525,6 +542,9 @@ impl PgStore {
             }
             let seq_out = u64::try_from(seq).map_err(|e| corrupt(run, seq, e))?;
             records.push(EventRecord { seq: seq_out, at: *at, event: stored.unwrap_or_else(|| event.clone()) });
+        }
+        if let Some(submission) = submission {
+            crate::fleet::insert_submission(&tx, run, submission).await?;
         }
         // Watchers listening are told at the commit (a wake-up; the feed stays the truth).
         tx.execute("SELECT pg_notify($1, '')", &[&FEED_CHANNEL]).await.map_err(pg)?;

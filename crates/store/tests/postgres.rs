@@ -41,7 +41,7 @@ async fn postgres_conforms() {
     let Some(url) = fresh_database().await else { return };
     let store = PgStore::connect(&url, 4).await.expect("connect");
     suite(&store).await;
-    assert_eq!(store.schema_version().await.expect("version"), 1);
+    assert_eq!(store.schema_version().await.expect("version"), 2);
     // A second handle (another process) reads what the first wrote, and the data version
     // moves with every commit, by anyone.
     let other = PgStore::connect(&url, 2).await.expect("second handle");
@@ -109,7 +109,7 @@ async fn two_processes_starting_on_a_new_database_migrate_it_once() {
     let Some(url) = fresh_database().await else { return };
     let (a, b) = tokio::join!(PgStore::connect(&url, 1), PgStore::connect(&url, 1));
     let (a, b) = (a.expect("a"), b.expect("b"));
-    assert_eq!((a.schema_version().await.expect("a"), b.schema_version().await.expect("b")), (1, 1));
+    assert_eq!((a.schema_version().await.expect("a"), b.schema_version().await.expect("b")), (2, 2));
 }
 
 #[tokio::test]
@@ -199,4 +199,103 @@ async fn a_server_asking_for_tls_is_reached_over_it_trusting_only_the_root_named
             && refused.contains("PGSSLROOTCERT"),
         "{refused}"
     );
+}
+
+/// A run submitted to workers with these labels.
+async fn submit(store: &PgStore, run: &str, labels: &[(&str, &str)]) -> RunId {
+    use loopwright_store::fleet::Submission;
+    let id = RunId::new(run);
+    let events = [(started("task-fleet"), t("2027-05-01T00:00:00Z")), (Event::RunQueued {}, t("2027-05-01T00:00:00Z"))];
+    let submission = Submission {
+        repo: "/srv/repo.git".into(),
+        base: "main".into(),
+        labels: labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+    };
+    store.submit(&id, &events, &submission).await.expect("submit");
+    id
+}
+
+fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+#[tokio::test]
+async fn of_two_workers_racing_for_one_run_exactly_one_claims_it() {
+    let Some(url) = fresh_database().await else { return };
+    let (a, b) = (PgStore::connect(&url, 2).await.expect("a"), PgStore::connect(&url, 2).await.expect("b"));
+    let lease = std::time::Duration::from_secs(60);
+    for round in 0..50 {
+        let run = submit(&a, &format!("claim-{round}"), &[]).await;
+        let none = labels(&[]);
+        let (first, second) = tokio::join!(a.claim("wa", &none, lease), b.claim("wb", &none, lease));
+        let (first, second) = (first.expect("claim a"), second.expect("claim b"));
+        let claims: Vec<_> = [first, second].into_iter().flatten().collect();
+        assert_eq!(claims.len(), 1, "round {round}: {claims:?}");
+        assert_eq!((claims[0].run.clone(), claims[0].epoch), (run, 1), "round {round}");
+    }
+    // Nothing is left to claim.
+    assert_eq!(a.claim("wa", &labels(&[]), lease).await.expect("claim"), None);
+}
+
+#[tokio::test]
+async fn workers_claim_in_submission_order_only_what_their_labels_allow() {
+    let Some(url) = fresh_database().await else { return };
+    let store = PgStore::connect(&url, 2).await.expect("store");
+    let lease = std::time::Duration::from_secs(60);
+    let gpu = submit(&store, "gpu", &[("gpu", "a100")]).await;
+    let first = submit(&store, "first", &[]).await;
+    let second = submit(&store, "second", &[("os", "linux")]).await;
+    let plain = labels(&[("os", "linux")]);
+    let claimed = |c: Option<loopwright_store::fleet::Claim>| c.map(|c| c.run);
+    assert_eq!(claimed(store.claim("w1", &plain, lease).await.expect("claim")), Some(first));
+    assert_eq!(claimed(store.claim("w1", &plain, lease).await.expect("claim")), Some(second));
+    // The GPU run waits for a worker that has the label; one with more labels takes it.
+    assert_eq!(claimed(store.claim("w1", &plain, lease).await.expect("claim")), None);
+    let big = labels(&[("gpu", "a100"), ("os", "linux")]);
+    assert_eq!(claimed(store.claim("w2", &big, lease).await.expect("claim")), Some(gpu));
+    let workers_before = store.workers().await.expect("workers");
+    assert_eq!(workers_before, Vec::new(), "claims alone register no worker");
+}
+
+#[tokio::test]
+async fn a_lease_taken_over_after_it_expired_fences_the_old_holders_writes() {
+    let Some(url) = fresh_database().await else { return };
+    let (a, b) = (PgStore::connect(&url, 2).await.expect("a"), PgStore::connect(&url, 2).await.expect("b"));
+    let run = submit(&a, "fenced", &[]).await;
+    let none = labels(&[]);
+    a.register_worker("wa", "host-a", &none, 1).await.expect("register");
+    let short = std::time::Duration::from_millis(300);
+    let claim = a.claim("wa", &none, short).await.expect("claim").expect("claimed");
+    let old = a.fenced(loopwright_store::fleet::Fence { worker: "wa".into(), epoch: claim.epoch });
+    let step =
+        |n: u32| vec![(Event::AttemptStarted { stage: stage("diagnose"), attempt: n }, t("2027-05-01T00:00:01Z"))];
+    old.append_all(&run, &step(1)).await.expect("the holder writes");
+    // While the lease lives, nobody else may claim the run; renewed, it lives on.
+    assert_eq!(b.claim("wb", &none, short).await.expect("claim"), None);
+    assert_eq!(a.renew("wa", &[(run.clone(), claim.epoch)], short).await.expect("renew"), Vec::<RunId>::new());
+    assert_eq!(b.claim("wb", &none, short).await.expect("claim"), None);
+    // Expired (the holder frozen), it is taken over with the next epoch.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let taken = b.claim("wb", &none, std::time::Duration::from_secs(60)).await.expect("claim").expect("taken over");
+    assert_eq!((taken.run.clone(), taken.epoch), (run.clone(), 2));
+    let new = b.fenced(loopwright_store::fleet::Fence { worker: "wb".into(), epoch: 2 });
+    // The old holder's late writes are refused, whole, and say who holds the run now.
+    let late = old.append_all(&run, &step(2)).await;
+    assert!(matches!(&late, Err(StoreError::Fenced { epoch: 1, holder: Some(h), .. }) if h == "wb"), "{late:?}");
+    assert!(matches!(old.append_after(&run, 3, &step(2)).await, Err(StoreError::Fenced { .. })));
+    assert_eq!(a.renew("wa", &[(run.clone(), 1)], short).await.expect("renew"), vec![run.clone()]);
+    new.append_all(&run, &step(2)).await.expect("the new holder writes");
+    assert_eq!(a.events(&run).await.expect("events").len(), 4);
+    // The holder is listed with its lease; given back, the lease fences its giver too.
+    let workers = a.workers().await.expect("workers");
+    assert_eq!(
+        workers.iter().map(|w| (w.id.as_str(), w.host.as_str(), w.slots)).collect::<Vec<_>>(),
+        [("wa", "host-a", 1)]
+    );
+    assert_eq!(workers[0].leases, Vec::new(), "wa holds nothing now");
+    b.release("wb", &run, 2).await.expect("release");
+    assert!(matches!(new.append_all(&run, &step(3)).await, Err(StoreError::Fenced { holder: None, .. })));
+    // A run given back is claimed again at once, with the next epoch.
+    let again = a.claim("wa", &none, short).await.expect("claim").expect("claimed again");
+    assert_eq!(again.epoch, 3);
 }
