@@ -275,6 +275,16 @@ impl Ports {
         })
     }
 
+    /// These ports for a worker's run under `lease` (`WORKER:EPOCH`, given to every process it
+    /// starts): every commit pushed as `publish` says before the engine journals it.
+    pub fn for_worker(self, publish: loopwright_runners::Publish, lease: String) -> Self {
+        Self {
+            changes: self.changes.with_publish(publish),
+            runner: ProcessRunner { lease: Some(lease), ..self.runner },
+            ..self
+        }
+    }
+
     /// An engine for a pipeline over these ports.
     pub fn engine<'a, X: Stopper>(
         &'a self,

@@ -57,6 +57,23 @@ impl Session {
         Self::with(ws, store, pipeline, root.to_path_buf(), live)
     }
 
+    /// Takes the working tree of a run a worker claimed — the workspace `ws`, a worktree of
+    /// the worker's clone, wherever the run was submitted from — every commit pushed as
+    /// `publish` says before it is journaled, every process it starts marked with `lease`.
+    pub fn for_worker(
+        ws: &Workspace,
+        store: &Journal,
+        pipeline: &Pipeline,
+        run: &RunId,
+        publish: loopwright_runners::Publish,
+        lease: String,
+    ) -> Result<Self, Error> {
+        let live = crate::lock::live_run(ws, &ws.root, run)?;
+        let ports =
+            Ports::new(ws, &ws.root, pipeline, crate::assemble::redactor(pipeline), store)?.for_worker(publish, lease);
+        Ok(Self { ports, root: ws.root.clone(), _live: live })
+    }
+
     fn with(ws: &Workspace, store: &Journal, pipeline: &Pipeline, root: PathBuf, live: Held) -> Result<Self, Error> {
         let ports = Ports::new(ws, &root, pipeline, crate::assemble::redactor(pipeline), store)?;
         Ok(Self { ports, root, _live: live })

@@ -96,6 +96,10 @@ enum Command {
     /// What this machine offers: the sandbox's pieces (bubblewrap, user namespaces, an overlay
     /// in a user namespace) and the coding-agent CLIs found, with how to install those missing.
     Doctor(cmd::doctor::Args),
+    /// Run the runs submitted to a PostgreSQL store (`run --submit`), on this machine, until
+    /// SIGINT/SIGTERM: claim those whose labels this worker has, drive each in a clone of its
+    /// repository under a lease, push each stage's commit to the run's branch.
+    Worker(cmd::worker::Args),
     /// The journal: copy this workspace's runs to PostgreSQL (`store copy --to URL`).
     Store(cmd::store::Args),
     /// Print the JSON Schema of pipeline files.
@@ -137,6 +141,7 @@ fn main() -> ExitCode {
     let global = cmd::Global { dir: cli.dir, json: cli.json, store: cli.store };
     let cli = match cli.command {
         Command::Serve(args) => return exit(cmd::serve::run(&global, args)),
+        Command::Worker(args) => return exit(cmd::worker::run(&global, args)),
         Command::Auto(args) => return exit(cmd::auto::run(&global, args)),
         Command::Demo(args) if args.serve => return exit(cmd::demo::serve(&global, args)),
         command => Cli { dir: global.dir.clone(), json: global.json, store: global.store.clone(), command },
@@ -173,8 +178,8 @@ fn main() -> ExitCode {
                 Ok(0)
             }
             Command::Demo(args) => cmd::demo::run(&global, args).await,
-            Command::Serve(_) | Command::Auto(_) => {
-                unreachable!("`serve` and `auto` run on a runtime of their own, started above")
+            Command::Serve(_) | Command::Auto(_) | Command::Worker(_) => {
+                unreachable!("`serve`, `auto` and `worker` run on a runtime of their own, started above")
             }
             Command::Bench(args) => cmd::bench::run(&global, args).await,
         }

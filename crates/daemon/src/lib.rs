@@ -14,6 +14,7 @@ pub mod host;
 pub mod listen;
 pub mod notifications;
 pub mod runs;
+pub mod worker;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -298,6 +298,11 @@ pub trait Changes {
     }
     /// The run has ended: what was kept for its attempts (layers, homes) can go.
     fn ended(&self, _run: &RunId) {}
+    /// The working tree these changes are tracked in, when it is fixed here (a worker works
+    /// in its own worktree, wherever the run was started): stages run there.
+    fn root(&self) -> Option<&std::path::Path> {
+        None
+    }
     /// Copies layer `name` into the workspace (through the path guard), commits what it
     /// changed like [`Changes::commit`], and removes the layer.
     fn commit_layer(

@@ -265,7 +265,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
             commands: stage.run.clone(),
             prompt: build_prompt(self.pipeline, stage, state),
             timeout: capped_timeout(self.pipeline, state, stage),
-            workspace: started.workspace.clone().into(),
+            workspace: self.workspace(state),
             confine,
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -722,10 +722,19 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         self.record(state, Event::FixApplied { stage: stage_id, attempt, fix }).await
     }
 
+    /// Where the run's stages work: the tree the changes are tracked in (a worker's worktree
+    /// of the run's repository), else the working tree its start journaled.
+    fn workspace(&self, state: &RunState) -> std::path::PathBuf {
+        match self.changes.root() {
+            Some(root) => root.to_path_buf(),
+            None => state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default(),
+        }
+    }
+
     /// Runs a check or fixer command of a stage in the workspace, over the layer of the
     /// stage's attempt when it has one.
     async fn shell(&self, state: &RunState, stage: &StageId, command: &str, timeout: std::time::Duration) -> Execution {
-        let workspace = state.started.as_ref().map(|s| std::path::PathBuf::from(&s.workspace)).unwrap_or_default();
+        let workspace = self.workspace(state);
         let spec = self.pipeline.stage(stage.as_str()).expect("the state machine only names pipeline stages");
         let mut confine = self.confinement(spec);
         // Checks reach only the hosts a stage names, never its model.

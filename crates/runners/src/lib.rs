@@ -51,6 +51,10 @@ pub struct ProcessRunner {
     pub sandbox: Option<Sandboxing>,
     /// Why stages that ask for a sandbox run without one (none could be made here).
     pub unsandboxed: Option<String>,
+    /// The lease a worker drives the run under (`WORKER:EPOCH`), given to every process as
+    /// `LOOPWRIGHT_LEASE`: what [`end_run_processes`] ends is what this lease started, not
+    /// another worker's processes of the same run on this machine.
+    pub lease: Option<String>,
 }
 
 /// How the runner makes sandboxes.
@@ -113,6 +117,7 @@ impl ProcessRunner {
             redactor: secrets::Redactor::from_env(&[]),
             sandbox: None,
             unsandboxed: None,
+            lease: None,
         }
     }
 
@@ -204,16 +209,19 @@ impl ProcessRunner {
         Ok(Confined { argv: sandbox::command(&s.bwrap, &plan, argv), proxy, _socket_dir: socket_dir, home: Some(home) })
     }
 
-    fn env(request: &StageRequest, prompt_file: &std::path::Path) -> Vec<(String, String)> {
-        vec![
-            ("LOOPWRIGHT_RUN_ID".into(), request.run_id.to_string()),
-            ("LOOPWRIGHT_TASK_ID".into(), request.task_id.to_string()),
-            ("LOOPWRIGHT_STAGE_ID".into(), request.stage.to_string()),
-            ("LOOPWRIGHT_ATTEMPT".into(), request.attempt.to_string()),
-            ("LOOPWRIGHT_MODE".into(), request.mode.to_string()),
-            ("LOOPWRIGHT_PROMPT_FILE".into(), prompt_file.display().to_string()),
-            ("LOOPWRIGHT_WORKSPACE".into(), request.workspace.display().to_string()),
-        ]
+    fn env(&self, request: &StageRequest, prompt_file: &std::path::Path) -> Vec<(String, String)> {
+        let lease = self.lease.iter().map(|l| ("LOOPWRIGHT_LEASE".to_owned(), l.clone()));
+        lease
+            .chain([
+                ("LOOPWRIGHT_RUN_ID".into(), request.run_id.to_string()),
+                ("LOOPWRIGHT_TASK_ID".into(), request.task_id.to_string()),
+                ("LOOPWRIGHT_STAGE_ID".into(), request.stage.to_string()),
+                ("LOOPWRIGHT_ATTEMPT".into(), request.attempt.to_string()),
+                ("LOOPWRIGHT_MODE".into(), request.mode.to_string()),
+                ("LOOPWRIGHT_PROMPT_FILE".into(), prompt_file.display().to_string()),
+                ("LOOPWRIGHT_WORKSPACE".into(), request.workspace.display().to_string()),
+            ])
+            .collect()
     }
 
     /// Keeps what an attempt printed, as `outputs/STAGE-ATTEMPT.out` and `.err` in the run's
@@ -341,7 +349,7 @@ impl Runner for ProcessRunner {
             self.keep_output(request, &execution.stdout, &execution.stderr);
             return execution;
         }
-        let mut env = Self::env(request, &prompt_file);
+        let mut env = self.env(request, &prompt_file);
         let preset = request.agent.as_ref().and_then(|a| presets::invocation(a, request.mode));
         // Each command of the stage, with what it gets on stdin.
         let commands: Vec<(Vec<String>, Option<&str>)> = match &request.agent {
@@ -461,11 +469,14 @@ impl Runner for ProcessRunner {
             Ok(c) => c,
             Err(why) => return self.scrubbed(done(ExecOutcome::SpawnFailed(why), String::new())),
         };
-        let env = [
-            ("LOOPWRIGHT_RUN_ID".to_owned(), request.run.to_string()),
-            ("LOOPWRIGHT_STAGE_ID".to_owned(), request.stage.to_string()),
-            ("LOOPWRIGHT_CHECK".to_owned(), "1".to_owned()),
-        ];
+        let lease = self.lease.iter().map(|l| ("LOOPWRIGHT_LEASE".to_owned(), l.clone()));
+        let env: Vec<(String, String)> = lease
+            .chain([
+                ("LOOPWRIGHT_RUN_ID".to_owned(), request.run.to_string()),
+                ("LOOPWRIGHT_STAGE_ID".to_owned(), request.stage.to_string()),
+                ("LOOPWRIGHT_CHECK".to_owned(), "1".to_owned()),
+            ])
+            .collect();
         let spawn = Spawn {
             argv: &confined.argv,
             stdin: None,
@@ -534,6 +545,51 @@ pub struct FsChanges {
     /// Where layers are made and what mounts them, when stages run in sandboxes that keep the
     /// workspace apart ([`sandbox::state_dir`]).
     layers: Option<(PathBuf, sandbox::Overlay)>,
+    /// Where every commit is pushed before it is reported (a worker's run).
+    publish: Option<Publish>,
+}
+
+/// Ends every process of `run` that `lease` started and that still runs on this machine (found
+/// by the `LOOPWRIGHT_RUN_ID` and `LOOPWRIGHT_LEASE` they carry): TERM to their groups, then
+/// KILL after a grace.
+pub fn end_run_processes(run: &RunId, lease: &str) {
+    let wanted = [("LOOPWRIGHT_RUN_ID", run.as_str()), ("LOOPWRIGHT_LEASE", lease)];
+    let groups: Vec<ProcessGroup> = process::groups_with_env(&wanted)
+        .into_iter()
+        .map(|pgid| ProcessGroup { pgid, start_time: None, host: None })
+        .collect();
+    if !groups.is_empty() {
+        ProcessRunner::new(std::env::temp_dir()).end_leftovers(&groups);
+    }
+}
+
+/// Where a worker pushes each commit of a run — to its branch on the run's repository —
+/// before the engine journals the stage that made it, so that another worker continuing the
+/// run starts from the last journaled stage's commit.
+pub struct Publish {
+    /// The repository.
+    pub repo: String,
+    /// The run's branch there (`loopwright/RUN`).
+    pub branch: String,
+    /// The commit the branch is known to hold (the push expects it: a push by a worker whose
+    /// lease was taken over, over the new holder's, is refused).
+    pub pushed: std::sync::Mutex<String>,
+    /// Whether this process may still push (its lease lives): says why not.
+    pub may: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
+}
+
+impl Publish {
+    /// Pushes `commit` of the work tree at `root` to the run's branch.
+    fn push(&self, root: &Path, commit: &str) -> Result<(), String> {
+        (self.may)().map_err(|why| format!("commit {commit} not pushed: {why}"))?;
+        let mut pushed = self.pushed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lease = format!("--force-with-lease=refs/heads/{}:{}", self.branch, *pushed);
+        let target = format!("{commit}:refs/heads/{}", self.branch);
+        git::git(root, &["push", "--quiet", "--no-verify", &lease, &self.repo, &target])
+            .map_err(|e| format!("cannot push commit {commit} to {} of {}: {e}", self.branch, self.repo))?;
+        *pushed = commit.to_owned();
+        Ok(())
+    }
 }
 
 impl FsChanges {
@@ -547,7 +603,21 @@ impl FsChanges {
             last: std::cell::RefCell::new(None),
             redactor: secrets::Redactor::default(),
             layers: None,
+            publish: None,
         }
+    }
+
+    /// Every commit is pushed as `publish` says before it is reported.
+    pub fn with_publish(self, publish: Publish) -> Self {
+        Self { publish: Some(publish), ..self }
+    }
+
+    /// `commit`, pushed first when this run's commits are published.
+    fn published(&self, commit: Option<(String, usize)>) -> Result<Option<(String, usize)>, String> {
+        if let (Some(publish), Some((sha, _))) = (&self.publish, &commit) {
+            publish.push(&self.workspace, sha)?;
+        }
+        Ok(commit)
     }
 
     /// Agent-mode attempts write into layers under `state` (see [`sandbox::state_dir`]) that
@@ -631,7 +701,9 @@ impl Changes for FsChanges {
         let diff = snapshot::changes(&self.workspace, &manifest).map_err(|e| e.to_string())?;
         let paths: Vec<String> = diff.modified.into_iter().chain(diff.deleted).chain(diff.created).collect();
         let n = paths.len();
-        Ok(git::commit(&self.workspace, &paths, run.as_str(), task.as_str(), stage.as_str())?.map(|sha| (sha, n)))
+        self.published(
+            git::commit(&self.workspace, &paths, run.as_str(), task.as_str(), stage.as_str())?.map(|sha| (sha, n)),
+        )
     }
 
     fn changed(&self, run: &RunId, name: &str) -> Result<FileChanges, String> {
@@ -749,7 +821,7 @@ impl Changes for FsChanges {
         // Copied (and committed): the layer is of no more use, and dropping it later must not
         // undo the copy.
         let _ = std::fs::remove_dir_all(&layer.dir);
-        Ok(commit)
+        self.published(commit)
     }
 
     fn committed(&self, run: &RunId, stage: &StageId) -> Option<(String, usize)> {
@@ -768,11 +840,21 @@ impl Changes for FsChanges {
             .unwrap_or_default()
     }
 
+    fn root(&self) -> Option<&Path> {
+        Some(&self.workspace)
+    }
+
     fn revert(&self, task: &TaskId, stage: &StageId) -> Result<usize, String> {
         if !self.git {
             return Err("the workspace is not a git repository, so there are no commits to revert".to_owned());
         }
-        git::revert_stage(&self.workspace, task.as_str(), stage.as_str())
+        let reverted = git::revert_stage(&self.workspace, task.as_str(), stage.as_str())?;
+        if reverted > 0
+            && let Some(head) = self.head()
+        {
+            self.published(Some((head, reverted)))?;
+        }
+        Ok(reverted)
     }
 }
 

@@ -112,6 +112,12 @@ pub fn random_u64() -> u64 {
 /// request's input keys), variables and stage names checked, the agents' programs found, the
 /// task id, the earlier outputs `start_from` needs, secrets redacted, the worktree created.
 pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<Prepared, Error> {
+    prepare_for(ws, req, Some(owner)).await
+}
+
+/// [`prepare`] for `owner`, or for whichever worker claims it (none: the agents' programs are
+/// looked for on the worker, and no worktree is made here).
+async fn prepare_for(ws: &Workspace, req: StartRequest, owner: Option<Owner>) -> Result<Prepared, Error> {
     // An unknown pipeline is said first (not found), then what is wrong with the request.
     let path = if req.name_only { ws.find_pipeline_named(&req.pipeline)? } else { ws.find_pipeline(&req.pipeline)? };
     for key in req.inputs.keys() {
@@ -124,7 +130,9 @@ pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<
     check_vars(&req.vars, &pipeline)?;
     let start_from = req.start_from.as_deref().map(|s| stage_arg(&pipeline, s, "start from")).transpose()?;
     let skip = req.skip.iter().map(|s| stage_arg(&pipeline, s, "skip")).collect::<Result<Vec<_>, _>>()?;
-    check_runners(&pipeline, start_from.as_ref())?;
+    if owner.is_some() {
+        check_runners(&pipeline, start_from.as_ref())?;
+    }
     // A secret passed in the request is not journaled, nor made part of the task's id.
     let redactor = crate::assemble::redactor(&pipeline);
     let mut inputs = req.inputs;
@@ -145,7 +153,7 @@ pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<
         let index = pipeline.index_of(from.as_str()).unwrap_or(0);
         let earlier: Vec<&StageId> = pipeline.stages[..index].iter().map(|s| &s.id).collect();
         // Nothing is written before the request is known to be good: no store, no earlier outputs.
-        if ws.db_path().is_file() {
+        if ws.config.store.url.is_some() || ws.db_path().is_file() {
             let store = crate::assemble::open_existing_store(ws)?;
             prior_outputs =
                 store.task_outputs(&task_id).await?.into_iter().filter(|(k, _)| earlier.contains(&k)).collect();
@@ -167,8 +175,8 @@ pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<
         m.into_iter().map(|(k, v)| (k, redactor.redact(&v).into_owned())).collect()
     };
     let (vars, inputs) = (clean(req.vars), clean(inputs));
-    let worktree =
-        if req.worktree || ws.config.defaults.worktree { Some(crate::worktree::create(ws, &task_id)?) } else { None };
+    let here = owner.is_some() && (req.worktree || ws.config.defaults.worktree);
+    let worktree = if here { Some(crate::worktree::create(ws, &task_id)?) } else { None };
     let root = worktree.as_ref().map_or_else(|| ws.root.clone(), |w| PathBuf::from(&w.path));
     let started = RunStarted {
         pipeline: pipeline.name.clone(),
@@ -183,7 +191,7 @@ pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<
         auto_approve: req.approve_all,
         prior_outputs,
         workspace: root.display().to_string(),
-        owner: Some(owner),
+        owner,
         prices: ws.config.prices.clone(),
         worktree,
         budget: pipeline.budget,
@@ -192,6 +200,70 @@ pub async fn prepare(ws: &Workspace, req: StartRequest, owner: Owner) -> Result<
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
     Ok(Prepared { run_id, pipeline, started, root, notes })
+}
+
+/// Where a submitted run's work is done, as the person asked (`--repo`, `--base`).
+#[derive(Debug, Clone, Default)]
+pub struct Target {
+    /// The repository workers clone (else the pipeline's `repo:`, else the workspace's origin).
+    pub repo: Option<String>,
+    /// The ref the run starts from (else the workspace's current branch).
+    pub base: Option<String>,
+}
+
+/// Submits a run to workers (`run --submit`): checked and assembled as [`prepare`] does, then
+/// journaled as queued together with where its work is done, in one transaction of the
+/// PostgreSQL store the workers share. A worker whose labels hold the pipeline's `runs_on:`
+/// claims it.
+pub async fn submit(
+    ws: &Workspace,
+    store: &loopwright_store::Journal,
+    req: StartRequest,
+    target: Target,
+) -> Result<(RunId, loopwright_store::fleet::Submission), Error> {
+    use loopwright_engine::Event;
+    let Some(pg) = store.postgres() else {
+        return Err(Error::usage(
+            "--submit hands the run to workers, which share a PostgreSQL store: name it with --store URL, LOOPWRIGHT_STORE or store = \"postgres://…\" in config.toml",
+        ));
+    };
+    let prepared = prepare_for(ws, req, None).await?;
+    let git = |args: &[&str]| {
+        loopwright_runners::git::git(&ws.root, args).ok().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
+    };
+    let repo = target
+        .repo
+        .or_else(|| prepared.pipeline.repo.clone())
+        .or_else(|| git(&["remote", "get-url", "origin"]))
+        .ok_or_else(|| {
+            Error::usage(format!(
+                "--submit: no repository for workers to clone: pass --repo URL, set `repo:` in {}, or run from a checkout with an `origin` remote",
+                prepared.started.pipeline_path
+            ))
+        })?;
+    if repo.starts_with('-') {
+        return Err(Error::usage(format!("--repo `{repo}`: expected a git repository's URL or path")));
+    }
+    // A repository named by a relative path is the one next to this workspace.
+    let repo = if !repo.contains("://") && !repo.contains(':') && std::path::Path::new(&repo).is_relative() {
+        ws.root.join(&repo).display().to_string()
+    } else {
+        repo
+    };
+    let base = match target.base {
+        Some(base) => base,
+        None => git(&["symbolic-ref", "--short", "-q", "HEAD"]).or_else(|| git(&["rev-parse", "HEAD"])).ok_or_else(
+            || Error::usage("--submit: no branch to start from here: pass --base REF (a branch, tag or commit of the repository)"),
+        )?,
+    };
+    if base.starts_with('-') {
+        return Err(Error::usage(format!("--base `{base}`: expected a branch, tag or commit")));
+    }
+    let submission = loopwright_store::fleet::Submission { repo, base, labels: prepared.pipeline.runs_on.clone() };
+    let at = jiff::Timestamp::now();
+    let batch = [(Event::RunStarted(Box::new(prepared.started)), at), (Event::RunQueued {}, at)];
+    pg.submit(&prepared.run_id, &batch, &submission).await?;
+    Ok((prepared.run_id, submission))
 }
 
 /// Journals a prepared run as queued (`run_started` + `run_queued`, in one transaction) for

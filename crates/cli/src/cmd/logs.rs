@@ -167,10 +167,13 @@ pub fn line(r: &EventRecord) -> String {
             "run interrupted by {signal}{}; `loopwright resume` continues it",
             stage.as_ref().map(|s| format!(" during stage {s}")).unwrap_or_default()
         ),
-        Event::RunResumed { owner, .. } => {
-            format!("run resumed by {} {}", if owner.daemon { "the daemon, process" } else { "process" }, owner.pid)
-        }
-        Event::RunQueued {} => "run queued by the daemon (waits for a free slot)".to_owned(),
+        Event::RunResumed { owner, .. } => match &owner.worker {
+            Some(worker) => format!("run taken by worker {worker}"),
+            None => {
+                format!("run resumed by {} {}", if owner.daemon { "the daemon, process" } else { "process" }, owner.pid)
+            }
+        },
+        Event::RunQueued {} => "run queued (waits for a free slot)".to_owned(),
         Event::CancelRequested { by, .. } => format!("cancel requested by {by}"),
         Event::SnapshotTaken { stage, attempt, snapshot, files } => {
             format!("{stage}: attempt {attempt}: snapshot {snapshot} of {files} file(s)")

@@ -17,6 +17,7 @@ pub mod stats;
 pub mod status;
 pub mod store;
 pub mod validate;
+pub mod worker;
 
 use std::path::PathBuf;
 

@@ -44,6 +44,19 @@ pub struct Args {
     /// succeeds (also `worktree = true` under `[defaults]` in config.toml).
     #[arg(long)]
     pub worktree: bool,
+    /// Hand the run to workers instead of running it here (`loopwright worker` on any machine
+    /// sharing the PostgreSQL store): it is queued, and a worker whose labels hold the
+    /// pipeline's `runs_on:` runs it in a clone of the repository.
+    #[arg(long, conflicts_with = "worktree")]
+    pub submit: bool,
+    /// With --submit: the git repository workers clone (default: the pipeline's `repo:`, else
+    /// this checkout's `origin`).
+    #[arg(long, value_name = "URL", requires = "submit")]
+    pub repo: Option<String>,
+    /// With --submit: the branch, tag or commit the run starts from (default: the current
+    /// branch; workers see what the repository has, so push it first).
+    #[arg(long, value_name = "REF", requires = "submit")]
+    pub base: Option<String>,
 }
 
 fn split_kv<'a>(text: &'a str, flag: &str) -> Result<(&'a str, &'a str), CliError> {
@@ -106,7 +119,43 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         by: None,
         rerun_of: None,
     };
+    if args.submit {
+        return submit(global, &ws, request, args.repo, args.base).await;
+    }
     drive::start(global, &ws, request, args.quiet).await
+}
+
+/// `run --submit`: queued for workers; says where and how to follow it.
+async fn submit(
+    global: &Global,
+    ws: &crate::workspace::Workspace,
+    request: StartRequest,
+    repo: Option<String>,
+    base: Option<String>,
+) -> Result<u8, CliError> {
+    let store = super::open_store(ws)?;
+    let target = loopwright_app::ops::start::Target { repo, base };
+    let (run, submission) = loopwright_app::ops::start::submit(ws, &store, request, target).await?;
+    if global.json {
+        let out = serde_json::json!({
+            "run_id": run,
+            "status": "queued",
+            "repo": submission.repo,
+            "base": submission.base,
+            "runs_on": submission.labels,
+        });
+        println!("{out}");
+    } else {
+        let labels: Vec<String> = submission.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "submitted run {run}: queued for a worker{} to run from {} of {}",
+            if labels.is_empty() { String::new() } else { format!(" labelled {}", labels.join(",")) },
+            submission.base,
+            submission.repo
+        );
+        println!("follow it with `loopwright logs {run} --follow`, from any machine that names the same store");
+    }
+    Ok(0)
 }
 
 /// Arguments of `rerun`.

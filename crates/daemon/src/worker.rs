@@ -1,0 +1,367 @@
+//! `loopwright worker` (SPEC §13): a process on any machine that claims the runs submitted to
+//! the PostgreSQL store it names, drives each in a worktree of its cached clone of the run's
+//! repository, and holds each run under a lease it renews by heartbeats.
+//!
+//! Every journal write of a run goes through a store fenced by the lease's epoch, and every
+//! commit is pushed to the run's branch (`loopwright/RUN`) before the stage that made it is
+//! journaled. A lease that could not be renewed in time — the database out of reach, the
+//! process frozen — or that another worker took over ends the run here: its processes are
+//! ended, and nothing it would still write is accepted. SIGTERM interrupts the runs driven
+//! here (resumable) and gives their leases back, for another worker to continue.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use loopwright_app::Error;
+use loopwright_app::files::Projector;
+use loopwright_app::ops::{answer, read};
+use loopwright_app::session::Session;
+use loopwright_app::stop::CancelWatch;
+use loopwright_app::workspace::Workspace;
+use loopwright_engine::{Owner, RunId, RunStatus, Stop, Stopper, StoreError};
+use loopwright_runners::git;
+use loopwright_store::Journal;
+use loopwright_store::fleet::{Claim, Fence};
+use loopwright_store::pg::PgStore;
+use tokio::sync::{Notify, watch};
+
+/// How often a worker's run looks for a cancel request in the journal.
+const CANCEL_POLL: Duration = Duration::from_millis(200);
+
+/// The longest a worker waits for news before it looks for runs to claim again (a lease that
+/// expired tells nobody).
+const IDLE_LOOK: Duration = Duration::from_secs(5);
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The PostgreSQL store.
+    pub store: String,
+    /// Its labels (`runs_on:` of a pipeline must be among them).
+    pub labels: BTreeMap<String, String>,
+    /// How many runs it drives at once.
+    pub slots: u32,
+    /// Where it keeps its clones and the runs' worktrees.
+    pub cache: PathBuf,
+    /// How long a lease lasts without a heartbeat (heartbeats come three times as often).
+    pub lease: Duration,
+}
+
+/// A lease this worker holds.
+struct Held {
+    epoch: u64,
+    /// Set when the lease is no longer this worker's (taken over, or not renewed in time).
+    lost: watch::Sender<bool>,
+    /// Until when (Unix milliseconds, this machine's clock) the lease is known to live.
+    valid_until: Arc<AtomicI64>,
+}
+
+/// What the worker's tasks share.
+struct Worker {
+    id: String,
+    options: Options,
+    store: PgStore,
+    held: Mutex<HashMap<RunId, Held>>,
+    /// A run ended here (a slot came free).
+    ended: Notify,
+    /// One git operation on the cache at a time (fetches and worktrees of a shared clone).
+    cache_lock: Mutex<()>,
+}
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+impl Worker {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Held>> {
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Runs a worker until SIGINT/SIGTERM, then interrupts its runs and gives their leases back.
+pub async fn run(options: Options) -> Result<(), Error> {
+    let shown = loopwright_store::pg::shown_url(&options.store);
+    let store = PgStore::connect(&options.store, 4).await.map_err(|e| Error::usage(e.to_string()))?;
+    std::fs::create_dir_all(options.cache.join("runs"))
+        .map_err(|e| Error::usage(format!("--cache {}: {e}", options.cache.display())))?;
+    let host = loopwright_runners::process::machine().to_owned();
+    let name = host.split('/').next().unwrap_or("worker").to_owned();
+    let id = format!("{name}-{}", std::process::id());
+    store.register_worker(&id, &host, &options.labels, options.slots).await?;
+    let labels: Vec<String> = options.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    eprintln!(
+        "loopwright worker {id}: {} slot(s), labels {}, store {shown}, cache {}",
+        options.slots,
+        if labels.is_empty() { "(none)".to_owned() } else { labels.join(",") },
+        options.cache.display()
+    );
+    let worker = Arc::new(Worker {
+        id,
+        options,
+        store,
+        held: Mutex::default(),
+        ended: Notify::new(),
+        cache_lock: Mutex::new(()),
+    });
+    let (stop, shutdown) = watch::channel(false);
+    let heart = tokio::spawn(heartbeat(Arc::clone(&worker)));
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+            return;
+        };
+        tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+        let _ = stop.send(true);
+    });
+    let listen = worker.store.watch_feed().await.ok();
+    let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
+    let mut shutdown_seen = shutdown.clone();
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        threads.retain(|t| !t.is_finished());
+        while worker.held().len() < worker.options.slots as usize {
+            let claim = match worker.store.claim(&worker.id, &worker.options.labels, worker.options.lease).await {
+                Ok(Some(claim)) => claim,
+                Ok(None) => break,
+                Err(e) => {
+                    eprintln!("loopwright worker {}: cannot claim: {e}", worker.id);
+                    break;
+                }
+            };
+            threads.push(start(&worker, claim, shutdown.clone()));
+        }
+        let heard = async {
+            match &listen {
+                Some(watch) => {
+                    watch.changed(IDLE_LOOK).await;
+                }
+                None => tokio::time::sleep(IDLE_LOOK).await,
+            }
+        };
+        tokio::select! {
+            () = heard => {}
+            () = worker.ended.notified() => {}
+            _ = shutdown_seen.changed() => {}
+        }
+    }
+    eprintln!("loopwright worker {}: stopping; the runs driven here are interrupted and given back", worker.id);
+    let _ = tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join()))).await;
+    heart.abort();
+    let _ = worker.store.worker_stopped(&worker.id).await;
+    Ok(())
+}
+
+/// Renews the heartbeat and the leases, three times per lease; a lease not renewed in time (the
+/// database out of reach, this process frozen) or taken over is lost: its run stops here.
+async fn heartbeat(worker: Arc<Worker>) {
+    let every = worker.options.lease / 3;
+    loop {
+        let held: Vec<(RunId, u64)> = worker.held().iter().map(|(run, h)| (run.clone(), h.epoch)).collect();
+        let asked = now_ms();
+        let renewed = worker.store.renew(&worker.id, &held, worker.options.lease).await;
+        let lease_ms = i64::try_from(worker.options.lease.as_millis()).unwrap_or(i64::MAX);
+        {
+            let all = worker.held();
+            match &renewed {
+                Ok(lost) => {
+                    for (run, h) in all.iter() {
+                        if lost.contains(run) {
+                            let _ = h.lost.send(true);
+                        } else if held.iter().any(|(r, e)| r == run && *e == h.epoch) {
+                            h.valid_until.store(asked + lease_ms, Ordering::SeqCst);
+                        }
+                    }
+                }
+                Err(e) => eprintln!("loopwright worker {}: cannot renew its leases: {e}", worker.id),
+            }
+            let now = now_ms();
+            for h in all.values() {
+                if now >= h.valid_until.load(Ordering::SeqCst) {
+                    let _ = h.lost.send(true);
+                }
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Starts driving a claimed run on a thread of its own.
+fn start(worker: &Arc<Worker>, claim: Claim, shutdown: watch::Receiver<bool>) -> std::thread::JoinHandle<()> {
+    let (lost, lost_seen) = watch::channel(false);
+    let lease_ms = i64::try_from(worker.options.lease.as_millis()).unwrap_or(i64::MAX);
+    let valid_until = Arc::new(AtomicI64::new(now_ms() + lease_ms));
+    worker.held().insert(claim.run.clone(), Held { epoch: claim.epoch, lost, valid_until: Arc::clone(&valid_until) });
+    let worker = Arc::clone(worker);
+    std::thread::spawn(move || {
+        let run = claim.run.clone();
+        eprintln!("loopwright worker {}: claimed run {run} (lease epoch {})", worker.id, claim.epoch);
+        let ended = drive(&worker, &claim, shutdown, lost_seen, valid_until);
+        match &ended {
+            Ok(status) => eprintln!("loopwright worker {}: run {run} {status}", worker.id),
+            Err(why) => eprintln!("loopwright worker {}: run {run}: {why}", worker.id),
+        }
+        // Whatever happened, nothing of the run keeps working here.
+        loopwright_runners::end_run_processes(&run, &lease_tag(&worker.id, claim.epoch));
+        let fence = worker.held().remove(&run);
+        if let Some(held) = fence {
+            let store = worker.store.clone();
+            let id = worker.id.clone();
+            let _ = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| rt.block_on(async move { store.release(&id, &run, held.epoch).await }));
+        }
+        worker.ended.notify_one();
+    })
+}
+
+/// Stops a worker's run: the lease lost or the worker stopping interrupts it; a cancel
+/// request in the journal cancels it.
+struct WorkerStopper<'a> {
+    cancel: CancelWatch<'a>,
+    shutdown: watch::Receiver<bool>,
+    lost: watch::Receiver<bool>,
+}
+
+impl Stopper for WorkerStopper<'_> {
+    async fn stopped(&self) -> Stop {
+        let (mut shutdown, mut lost) = (self.shutdown.clone(), self.lost.clone());
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => Stop::Interrupt { signal: "SIGTERM".into() },
+            _ = lost.wait_for(|lost| *lost) => Stop::Interrupt { signal: "lease lost".into() },
+            stop = self.cancel.requested() => stop,
+        }
+    }
+}
+
+/// Drives a claimed run to its end, a wait for a person, or an interruption; says how it
+/// stopped.
+fn drive(
+    worker: &Worker,
+    claim: &Claim,
+    shutdown: watch::Receiver<bool>,
+    lost: watch::Receiver<bool>,
+    valid_until: Arc<AtomicI64>,
+) -> Result<String, String> {
+    let tree = checkout(worker, claim)?;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("no runtime: {e}"))?;
+    let outcome = runtime.block_on(drive_async(worker, claim, &tree, shutdown, lost, valid_until));
+    // The worktree is made again from the run's branch by whoever continues it.
+    let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _ = git::worktree_remove(&clone_dir(&worker.options.cache, &claim.submission.repo), &tree);
+    let _ = std::fs::remove_dir_all(&tree);
+    outcome.map(|status| format!("stopped: {}", status.as_str())).map_err(|e| e.message())
+}
+
+async fn drive_async(
+    worker: &Worker,
+    claim: &Claim,
+    tree: &Path,
+    shutdown: watch::Receiver<bool>,
+    lost: watch::Receiver<bool>,
+    valid_until: Arc<AtomicI64>,
+) -> Result<RunStatus, Error> {
+    let ws = Workspace::locate(Some(tree))?.with_store(Some(worker.options.store.clone()))?;
+    let fence = Fence { worker: worker.id.clone(), epoch: claim.epoch };
+    let store = Journal::Postgres(worker.store.fenced(fence));
+    let (pipeline, mut state) = read::load_run(&ws, &store, &claim.run).await?;
+    let lost_now = lost.clone();
+    let publish = loopwright_runners::Publish {
+        repo: claim.submission.repo.clone(),
+        branch: run_branch(&claim.run),
+        pushed: Mutex::new(git::git(tree, &["rev-parse", "HEAD"]).map(|s| s.trim().to_owned()).unwrap_or_default()),
+        may: Box::new(move || {
+            if *lost_now.borrow() || now_ms() >= valid_until.load(Ordering::SeqCst) {
+                Err("this worker's lease on the run was lost".to_owned())
+            } else {
+                Ok(())
+            }
+        }),
+    };
+    let session = Session::for_worker(&ws, &store, &pipeline, &claim.run, publish, lease_tag(&worker.id, claim.epoch))?;
+    let cancel = CancelWatch::new(&store, claim.run.clone(), state.last_seq, CANCEL_POLL);
+    let stopper = WorkerStopper { cancel, shutdown, lost };
+    let mut files = Projector::new(ws.runs_dir());
+    let mut engine = session.engine(&pipeline, &store, &stopper, &mut files);
+    let owner = Owner { worker: Some(worker.id.clone()), ..loopwright_app::ownership::this_process(false) };
+    answer::claim(&mut engine, &mut state, None, owner).await?;
+    match engine.drive(state).await {
+        Ok(state) => Ok(state.status),
+        Err(e @ StoreError::Fenced { .. }) => Err(Error::Conflict(e.to_string())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What marks the processes a lease started (`LOOPWRIGHT_LEASE`).
+fn lease_tag(worker: &str, epoch: u64) -> String {
+    format!("{worker}:{epoch}")
+}
+
+/// The run's branch on its repository.
+fn run_branch(run: &RunId) -> String {
+    format!("loopwright/{run}")
+}
+
+/// The cached clone of `repo` (bare): named by the repository's last path segment and a hash
+/// of its URL, stable across versions.
+fn clone_dir(cache: &Path, repo: &str) -> PathBuf {
+    let last = repo.trim_end_matches('/').rsplit(['/', ':']).next().unwrap_or("repo").trim_end_matches(".git");
+    let last: String = last.chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).take(40).collect();
+    let hash = loopwright_engine::hash::fnv1a(repo.as_bytes());
+    cache.join("repos").join(format!("{last}-{hash:016x}.git"))
+}
+
+/// The run's worktree, from the cached clone brought up to date: at the run's branch when it
+/// has one (another worker started it), else at its base, which the branch is made from.
+fn checkout(worker: &Worker, claim: &Claim) -> Result<PathBuf, String> {
+    let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let repo = &claim.submission.repo;
+    let clone = clone_dir(&worker.options.cache, repo);
+    let cache = &worker.options.cache;
+    if !clone.join("HEAD").is_file() {
+        std::fs::create_dir_all(cache.join("repos")).map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
+        let target = clone.display().to_string();
+        git::git(cache, &["clone", "--quiet", "--bare", "--", repo, &target])?;
+    }
+    git::git(
+        &clone,
+        &[
+            "fetch",
+            "--quiet",
+            "--prune",
+            "--force",
+            "--",
+            repo,
+            "+refs/heads/*:refs/heads/*",
+            "+refs/tags/*:refs/tags/*",
+        ],
+    )?;
+    let branch = run_branch(&claim.run);
+    let has_branch = git::git(&clone, &["rev-parse", "--verify", "-q", &format!("refs/heads/{branch}")]).is_ok();
+    let start = if has_branch {
+        format!("refs/heads/{branch}")
+    } else {
+        let base = &claim.submission.base;
+        let commit = git::git(&clone, &["rev-parse", "--verify", "-q", &format!("{base}^{{commit}}")])
+            .map_err(|_| format!("the run's base `{base}` is not in {repo}"))?;
+        let commit = commit.trim().to_owned();
+        // The run's branch exists from its start, for whoever continues it.
+        git::git(&clone, &["push", "--quiet", "--", repo, &format!("{commit}:refs/heads/{branch}")])?;
+        commit
+    };
+    let tree = cache.join("runs").join(claim.run.as_str());
+    if tree.exists() {
+        let _ = git::worktree_remove(&clone, &tree);
+        let _ = std::fs::remove_dir_all(&tree);
+    }
+    let _ = git::git(&clone, &["worktree", "prune"]);
+    let path = tree.display().to_string();
+    git::git(&clone, &["worktree", "add", "--quiet", "--force", "-B", &format!("work/{}", claim.run), &path, &start])?;
+    Ok(tree)
+}
