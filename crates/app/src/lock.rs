@@ -37,6 +37,15 @@ fn open(path: &Path) -> Result<File, Error> {
     .map_err(|e| Error::usage(format!("cannot open the lock {}: {e}", path.display())))
 }
 
+/// Takes the lock file `path` if no live process holds it (`None` when one does).
+pub fn try_exclusive(path: &Path) -> Result<Option<Held>, Error> {
+    match Flock::lock(open(path)?, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(Held { _lock: lock })),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(Error::usage(format!("cannot lock {}: {e}", path.display()))),
+    }
+}
+
 /// The lock file of the working tree `root`: the workspace's own, or its worktree's.
 fn live_path(ws: &Workspace, root: &Path) -> PathBuf {
     if root == ws.root {

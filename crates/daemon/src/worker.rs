@@ -87,6 +87,14 @@ pub async fn run(options: Options) -> Result<(), Error> {
     let store = PgStore::connect(&options.store, 4).await.map_err(|e| Error::usage(e.to_string()))?;
     std::fs::create_dir_all(options.cache.join("runs"))
         .map_err(|e| Error::usage(format!("--cache {}: {e}", options.cache.display())))?;
+    // The cache is this worker's alone; what a worker killed there left is cleared.
+    let _cache = loopwright_app::lock::try_exclusive(&options.cache.join("worker.lock"))?.ok_or_else(|| {
+        Error::usage(format!(
+            "--cache {}: another worker uses this folder; give each worker a cache of its own",
+            options.cache.display()
+        ))
+    })?;
+    clear_stale(&options.cache);
     let host = loopwright_runners::process::machine().to_owned();
     let name = host.split('/').next().unwrap_or("worker").to_owned();
     let id = format!("{name}-{}", std::process::id());
@@ -135,12 +143,14 @@ pub async fn run(options: Options) -> Result<(), Error> {
             };
             threads.push(start(&worker, claim, shutdown.clone()));
         }
+        // A lease that expired tells nobody: looked for at least twice per lease.
+        let look = IDLE_LOOK.min(worker.options.lease / 2);
         let heard = async {
             match &listen {
                 Some(watch) => {
-                    watch.changed(IDLE_LOOK).await;
+                    watch.changed(look).await;
                 }
-                None => tokio::time::sleep(IDLE_LOOK).await,
+                None => tokio::time::sleep(look).await,
             }
         };
         tokio::select! {
@@ -154,6 +164,29 @@ pub async fn run(options: Options) -> Result<(), Error> {
     heart.abort();
     let _ = worker.store.worker_stopped(&worker.id).await;
     Ok(())
+}
+
+/// Clears what a worker killed in the middle of git or a run left in its cache: lock files in
+/// the clones, and the runs' worktrees (each is made again from its branch when claimed).
+fn clear_stale(cache: &Path) {
+    fn locks(dir: &Path, depth: usize) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else { continue };
+            if kind.is_dir() && depth < 8 {
+                locks(&path, depth + 1);
+            } else if kind.is_file() && path.extension().is_some_and(|e| e == "lock") {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    locks(&cache.join("repos"), 0);
+    for entry in std::fs::read_dir(cache.join("runs")).into_iter().flatten().flatten() {
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
+    for entry in std::fs::read_dir(cache.join("repos")).into_iter().flatten().flatten() {
+        let _ = git::git(&entry.path(), &["worktree", "prune"]);
+    }
 }
 
 /// Renews the heartbeat and the leases, three times per lease; a lease not renewed in time (the

@@ -12,6 +12,7 @@ mod daemon;
 mod durability;
 mod enforcement;
 mod feedback;
+mod fleet;
 mod http;
 mod init_demo;
 mod postgres;

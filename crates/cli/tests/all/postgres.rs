@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::support::Ws;
 
 /// A new database on the test server (made with `psql`): its URL.
-fn fresh_database(name: &str) -> Option<String> {
+pub fn fresh_database(name: &str) -> Option<String> {
     let Ok(base) = std::env::var("LOOPWRIGHT_TEST_PG") else {
         assert!(std::env::var_os("LOOPWRIGHT_REQUIRE_PG").is_none(), "LOOPWRIGHT_TEST_PG is not set");
         eprintln!("skipped: no PostgreSQL (run through scripts/with-postgres.sh)");

@@ -1,0 +1,288 @@
+//! Workers on PostgreSQL through the binary (SPEC §13): runs submitted from a checkout are run
+//! by `loopwright worker` processes in clones of a bare repository on disk, each stage's commit
+//! pushed to `loopwright/RUN`; a worker killed (`kill -9`) or frozen (`SIGSTOP`) past its lease
+//! is taken over by another, which continues from the journal — no finished stage runs again,
+//! the stage in flight runs again from its start — and the old holder's late writes are
+//! refused. Counter files outside the workspaces record every start of every stage. Needs the
+//! throwaway server of `scripts/with-postgres.sh` (skipped without one, unless
+//! `LOOPWRIGHT_REQUIRE_PG` is set).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde_json::Value;
+
+use crate::postgres::fresh_database;
+use crate::support::Ws;
+
+/// A PostgreSQL database, a bare repository as the remote, a checkout of it to submit from,
+/// and a folder for counters and the workers' caches.
+struct Fleet {
+    url: String,
+    dir: tempfile::TempDir,
+    checkout: Ws,
+}
+
+impl Fleet {
+    fn new(name: &str, pipeline: &str) -> Option<Self> {
+        let url = fresh_database(name)?;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let remote = dir.path().join("remote.git");
+        git(dir.path(), &["init", "--quiet", "--bare", "-b", "main", &remote.display().to_string()]);
+        std::fs::create_dir_all(dir.path().join("counters")).expect("counters");
+        let checkout = Ws::empty();
+        let text = pipeline.replace("COUNTERS", &dir.path().join("counters").display().to_string());
+        checkout.write(".loopwright/pipelines/p.yml", &text);
+        checkout.write(".loopwright/.gitignore", "state/\n");
+        checkout.write("README", "the project\n");
+        checkout.init_git();
+        checkout.git(&["remote", "add", "origin", &remote.display().to_string()]);
+        checkout.git(&["push", "--quiet", "origin", "main"]);
+        Some(Self { url, dir, checkout })
+    }
+
+    fn remote(&self) -> PathBuf {
+        self.dir.path().join("remote.git")
+    }
+
+    /// Submits a run of `p`; its id.
+    fn submit(&self, task: &str) -> String {
+        let (code, out, err) = self.checkout.json(&["run", "p", "--task", task, "--submit", "--store", &self.url]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out["status"], "queued", "{out}");
+        out["run_id"].as_str().expect("run id").to_owned()
+    }
+
+    /// Starts worker number `n` (its own cache) with a lease of `lease` seconds.
+    fn worker(&self, n: usize, lease: u64) -> std::process::Child {
+        self.worker_env(n, lease, &[])
+    }
+
+    /// [`Fleet::worker`] with more environment variables (its stages see them).
+    fn worker_env(&self, n: usize, lease: u64, env: &[(&str, &str)]) -> std::process::Child {
+        let log = std::fs::File::create(self.dir.path().join(format!("worker-{n}.log"))).expect("log");
+        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"));
+        cmd.args(["worker", "--store", &self.url, "--lease", &lease.to_string(), "--cache"])
+            .arg(self.dir.path().join(format!("cache-{n}")))
+            .env("GIT_AUTHOR_NAME", "worker")
+            .env("GIT_AUTHOR_EMAIL", "worker@example.com")
+            .env("GIT_COMMITTER_NAME", "worker")
+            .env("GIT_COMMITTER_EMAIL", "worker@example.com")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log);
+        cmd.spawn().expect("worker")
+    }
+
+    fn log(&self, n: usize) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("worker-{n}.log"))).unwrap_or_default()
+    }
+
+    fn counter(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("counters").join(name))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `status RUN --json` (its exit code says the run's status, as `run`'s would).
+    fn status(&self, run: &str) -> Value {
+        self.checkout.json(&["status", run, "--store", &self.url]).1
+    }
+
+    /// Waits (up to `secs`) until every run has ended; their statuses.
+    fn wait_ended(&self, runs: &[String], secs: u64) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let statuses: Vec<String> =
+                runs.iter().map(|r| self.status(r)["status"].as_str().unwrap_or_default().to_owned()).collect();
+            if statuses.iter().all(|s| ["success", "failed", "cancelled"].contains(&s.as_str())) {
+                return statuses;
+            }
+            assert!(Instant::now() < deadline, "runs not ended after {secs} s: {statuses:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The journal of `run`: (kind, stage) per event.
+    fn kinds(&self, run: &str) -> Vec<(String, String)> {
+        let mut cmd = self.checkout.cmd();
+        let out = cmd.args(["logs", run, "--json", "--store", &self.url]).output().expect("logs");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).expect("json");
+                let e = &v["event"];
+                (e["type"].as_str().unwrap_or_default().to_owned(), e["stage"].as_str().unwrap_or_default().to_owned())
+            })
+            .collect()
+    }
+
+    /// The subjects of the commits on the run's branch, newest first, and the files there.
+    fn branch(&self, run: &str) -> (Vec<String>, Vec<String>) {
+        let branch = format!("loopwright/{run}");
+        let subjects = git(&self.remote(), &["log", "--format=%s", &branch]);
+        let files = git(&self.remote(), &["ls-tree", "-r", "--name-only", &branch]);
+        (subjects.lines().map(str::to_owned).collect(), files.lines().map(str::to_owned).collect())
+    }
+
+    fn file(&self, run: &str, path: &str) -> String {
+        git(&self.remote(), &["show", &format!("loopwright/{run}:{path}")])
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git").args(args).current_dir(dir).output().expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn signal(child: &std::process::Child, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, signal).expect("signal");
+}
+
+/// Waits (up to 30 s) until `file` has `lines` lines.
+fn wait_lines(fleet: &Fleet, file: &str, lines: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fleet.counter(file).len() < lines {
+        assert!(Instant::now() < deadline, "{file} never reached {lines} line(s): {:?}", fleet.counter(file));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const TWO_STAGES: &str = r#"name: p
+description: d
+version: 1
+stages:
+  - id: a
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo $LOOPWRIGHT_RUN_ID >> COUNTERS/a; echo one > a.txt"
+  - id: b
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo $LOOPWRIGHT_RUN_ID >> COUNTERS/b; sleep ${B_SLEEP:-0}; echo two > b.txt; echo $LOOPWRIGHT_RUN_ID >> COUNTERS/b.end"
+"#;
+
+#[test]
+fn submitted_runs_are_run_by_a_worker_in_order_and_each_stage_commit_is_on_the_runs_branch() {
+    let Some(fleet) = Fleet::new("submit", TWO_STAGES) else { return };
+    let runs: Vec<String> = ["first", "second", "third"].iter().map(|t| fleet.submit(t)).collect();
+    // Queued until a worker comes; the submitter's checkout is left as it was.
+    assert_eq!(fleet.status(&runs[0])["status"], "queued");
+    let worker = fleet.worker(1, 5);
+    assert_eq!(fleet.wait_ended(&runs, 60), ["success", "success", "success"]);
+    // One worker with one slot: in the order they were submitted.
+    assert_eq!(fleet.counter("a"), runs);
+    assert_eq!(fleet.counter("b"), runs);
+    for run in &runs {
+        let (subjects, files) = fleet.branch(run);
+        let task = fleet.status(run)["task_id"].as_str().expect("task").to_owned();
+        assert_eq!(
+            subjects,
+            [format!("loopwright: stage b of {task}"), format!("loopwright: stage a of {task}"), "initial".to_owned()],
+            "run {run}"
+        );
+        assert_eq!(files, [".loopwright/.gitignore", ".loopwright/pipelines/p.yml", "README", "a.txt", "b.txt"]);
+        assert_eq!((fleet.file(run, "a.txt"), fleet.file(run, "b.txt")), ("one\n".to_owned(), "two\n".to_owned()));
+        let kinds = fleet.kinds(run);
+        assert!(kinds.iter().any(|(k, _)| k == "run_resumed"), "{kinds:?}");
+    }
+    assert!(!fleet.checkout.path().join("a.txt").exists(), "the submitter's checkout is not worked in");
+    assert_eq!(git(fleet.checkout.path(), &["log", "--format=%s"]).trim(), "initial");
+    // SIGTERM: the worker stops, its leases given back, and says so.
+    signal(&worker, nix::sys::signal::Signal::SIGTERM);
+    let status = worker.wait_with_output().expect("worker").status;
+    assert_eq!(status.code(), Some(0), "{}", fleet.log(1));
+    let log = fleet.log(1);
+    assert!(log.contains(&format!("claimed run {} (lease epoch 1)", runs[0])), "{log}");
+    assert!(log.contains("stopping; the runs driven here are interrupted and given back"), "{log}");
+}
+
+#[test]
+fn a_worker_killed_mid_stage_is_taken_over_after_its_lease_and_no_finished_stage_runs_again() {
+    let Some(fleet) = Fleet::new("killed", TWO_STAGES) else { return };
+    let run = fleet.submit("killed");
+    let slow = [("B_SLEEP", "30")];
+    let mut first = fleet.worker_env(1, 2, &slow);
+    // Stage a finished (journaled, pushed); stage b in flight.
+    wait_lines(&fleet, "b", 1);
+    first.kill().expect("kill -9");
+    first.wait().expect("reaped");
+    let killed_at = Instant::now();
+    let second = fleet.worker_env(2, 2, &slow);
+    // The second worker takes the run only once the lease ran out, then runs b again from its
+    // start — and not a.
+    wait_lines(&fleet, "b", 2);
+    assert!(killed_at.elapsed() >= Duration::from_millis(900), "taken over before the lease could expire");
+    assert_eq!(fleet.counter("a"), [run.clone()]);
+    // SIGTERM: the second worker interrupts b, ends its processes and gives the run back.
+    signal(&second, nix::sys::signal::Signal::SIGTERM);
+    let out = second.wait_with_output().expect("second");
+    assert_eq!(out.status.code(), Some(0), "{}", fleet.log(2));
+    assert_eq!(fleet.status(&run)["status"], "interrupted");
+    // A third worker claims it at once and finishes it (its b does not sleep).
+    let third = fleet.worker(3, 2);
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"]);
+    signal(&third, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(third.wait_with_output().expect("third").status.code(), Some(0));
+    assert_eq!(fleet.counter("a"), [run.clone()], "a finished stage never runs again");
+    assert_eq!(fleet.counter("b").len(), 3, "b ran on each worker, from its start");
+    assert_eq!(fleet.counter("b.end"), [run.clone()], "only the last worker's b finished: the others' were ended");
+    let kinds = fleet.kinds(&run);
+    let succeeded: Vec<&str> =
+        kinds.iter().filter(|(k, _)| k == "attempt_succeeded").map(|(_, s)| s.as_str()).collect();
+    assert_eq!(succeeded, ["a", "b"]);
+    let task = fleet.status(&run)["task_id"].as_str().expect("task").to_owned();
+    assert_eq!(
+        fleet.branch(&run).0,
+        [format!("loopwright: stage b of {task}"), format!("loopwright: stage a of {task}"), "initial".to_owned()]
+    );
+    assert!(fleet.log(3).contains(&format!("claimed run {run} (lease epoch 3)")), "{}", fleet.log(3));
+}
+
+#[test]
+fn a_worker_frozen_past_its_lease_is_refused_when_it_wakes_and_its_processes_end() {
+    let Some(fleet) = Fleet::new("frozen", TWO_STAGES) else { return };
+    let run = fleet.submit("frozen");
+    let first = fleet.worker_env(1, 2, &[("B_SLEEP", "6")]);
+    wait_lines(&fleet, "b", 1);
+    signal(&first, nix::sys::signal::Signal::SIGSTOP);
+    // Past its lease, another worker (another machine, for all the store knows) takes over.
+    std::thread::sleep(Duration::from_millis(2500));
+    let second = fleet.worker(2, 2);
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"]);
+    // The frozen worker wakes: what it would still write is refused, its process of b is ended
+    // (it never reaches its end), and it goes on as a worker without the run.
+    signal(&first, nix::sys::signal::Signal::SIGCONT);
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(fleet.counter("b.end"), [run.clone()], "the frozen worker's b never finished");
+    assert_eq!(fleet.counter("a"), [run.clone()]);
+    let log = fleet.log(1);
+    assert!(log.contains(&format!("run {run}: ")) && log.contains("no longer this worker's"), "{log}");
+    let kinds = fleet.kinds(&run);
+    let ended: Vec<&str> = kinds
+        .iter()
+        .filter(|(k, _)| {
+            ["attempt_succeeded", "attempt_failed", "run_interrupted", "run_finished"].contains(&k.as_str())
+        })
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(ended, ["attempt_succeeded", "attempt_succeeded", "run_finished"], "nothing of the frozen worker's");
+    let task = fleet.status(&run)["task_id"].as_str().expect("task").to_owned();
+    assert_eq!(
+        fleet.branch(&run).0,
+        [format!("loopwright: stage b of {task}"), format!("loopwright: stage a of {task}"), "initial".to_owned()],
+        "its commit was never pushed"
+    );
+    for worker in [first, second] {
+        signal(&worker, nix::sys::signal::Signal::SIGTERM);
+        assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
+    }
+}
