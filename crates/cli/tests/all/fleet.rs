@@ -221,7 +221,7 @@ fn a_worker_killed_mid_stage_is_taken_over_after_its_lease_and_no_finished_stage
     // start — and not a.
     wait_lines(&fleet, "b", 2);
     assert!(killed_at.elapsed() >= Duration::from_millis(900), "taken over before the lease could expire");
-    assert_eq!(fleet.counter("a"), [run.clone()]);
+    assert_eq!(fleet.counter("a"), std::slice::from_ref(&run));
     // SIGTERM: the second worker interrupts b, ends its processes and gives the run back.
     signal(&second, nix::sys::signal::Signal::SIGTERM);
     let out = second.wait_with_output().expect("second");
@@ -232,9 +232,9 @@ fn a_worker_killed_mid_stage_is_taken_over_after_its_lease_and_no_finished_stage
     assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"]);
     signal(&third, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(third.wait_with_output().expect("third").status.code(), Some(0));
-    assert_eq!(fleet.counter("a"), [run.clone()], "a finished stage never runs again");
+    assert_eq!(fleet.counter("a"), std::slice::from_ref(&run), "a finished stage never runs again");
     assert_eq!(fleet.counter("b").len(), 3, "b ran on each worker, from its start");
-    assert_eq!(fleet.counter("b.end"), [run.clone()], "only the last worker's b finished: the others' were ended");
+    assert_eq!(fleet.counter("b.end"), std::slice::from_ref(&run), "only the last worker's b finished: the others' were ended");
     let kinds = fleet.kinds(&run);
     let succeeded: Vec<&str> =
         kinds.iter().filter(|(k, _)| k == "attempt_succeeded").map(|(_, s)| s.as_str()).collect();
@@ -262,8 +262,8 @@ fn a_worker_frozen_past_its_lease_is_refused_when_it_wakes_and_its_processes_end
     // (it never reaches its end), and it goes on as a worker without the run.
     signal(&first, nix::sys::signal::Signal::SIGCONT);
     std::thread::sleep(Duration::from_secs(8));
-    assert_eq!(fleet.counter("b.end"), [run.clone()], "the frozen worker's b never finished");
-    assert_eq!(fleet.counter("a"), [run.clone()]);
+    assert_eq!(fleet.counter("b.end"), std::slice::from_ref(&run), "the frozen worker's b never finished");
+    assert_eq!(fleet.counter("a"), std::slice::from_ref(&run));
     let log = fleet.log(1);
     assert!(log.contains(&format!("run {run}: ")) && log.contains("no longer this worker's"), "{log}");
     let kinds = fleet.kinds(&run);
