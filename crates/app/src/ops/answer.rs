@@ -96,6 +96,40 @@ pub fn owner_acts(state: &RunState) -> bool {
     state.owner.as_ref().is_some_and(|o| o.daemon) && owner_alive(state)
 }
 
+/// True when `run` was submitted to workers (`run --submit`): answers are recorded for them,
+/// and a worker continues the run.
+pub async fn submitted(store: &Journal, run: &loopwright_engine::RunId) -> Result<bool, Error> {
+    match store.postgres() {
+        Some(pg) => Ok(pg.submission(run).await?.is_some()),
+        None => Ok(false),
+    }
+}
+
+/// Records an answer to a run workers drive, and queues the run again when it goes on after
+/// it (`run_queued`): whichever worker claims it next continues it (compare-and-append).
+pub async fn queue_for_workers(store: &Journal, state: &mut RunState, answer: Event) -> Result<(), Error> {
+    let mut after = state.clone();
+    after.apply(&EventRecord { seq: after.last_seq + 1, at: jiff::Timestamp::now(), event: answer.clone() });
+    let mut events = vec![answer];
+    if resumable(after.status) {
+        events.push(Event::RunQueued {});
+    }
+    record::after_read(store, state, events).await
+}
+
+/// Records an answer given through the daemon: for workers to act on when the run was
+/// submitted to them ([`queue_for_workers`]; true), else claimed for `owner`, the daemon
+/// ([`claim_in_store`]).
+pub async fn record_answer(store: &Journal, state: &mut RunState, answer: Event, owner: Owner) -> Result<bool, Error> {
+    if submitted(store, &state.run_id).await? {
+        queue_for_workers(store, state, answer).await?;
+        Ok(true)
+    } else {
+        claim_in_store(store, state, Some(answer), owner).await?;
+        Ok(false)
+    }
+}
+
 /// Records an answer for the live owner to act on (compare-and-append: nothing is recorded
 /// when the run changed since it was read).
 pub async fn record_for_owner(store: &Journal, state: &mut RunState, answer: Event) -> Result<(), Error> {

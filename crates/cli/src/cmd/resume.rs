@@ -121,6 +121,14 @@ async fn continue_run(
 /// else here, in the foreground.
 async fn give(opened: Opened, global: &Global, event: Event, quiet: bool) -> Result<u8, CliError> {
     let Opened { ws, store, run, pipeline, mut state } = opened;
+    if answer::submitted(&store, &run).await? {
+        answer::queue_for_workers(&store, &mut state, event).await?;
+        if state.status == RunStatus::Queued {
+            eprintln!("loopwright: run {run} is run by workers; the next free one continues it");
+        }
+        report(global, &state)?;
+        return Ok(0);
+    }
     if owner_acts(&state) {
         record_for_owner(&store, &mut state, event).await?;
         let pid = state.owner.as_ref().map_or(0, |o| o.pid);
@@ -135,6 +143,12 @@ async fn give(opened: Opened, global: &Global, event: Event, quiet: bool) -> Res
 /// `loopwright resume RUN`.
 pub async fn resume(global: &Global, args: ResumeArgs) -> Result<u8, CliError> {
     let Opened { ws, store, run, pipeline, state } = open_run(global, &args.run).await?;
+    if answer::submitted(&store, &run).await? {
+        eprintln!(
+            "loopwright: run {run} was submitted to workers: a worker continues it once no live lease holds it (`loopwright status {run}`)"
+        );
+        return report(global, &state);
+    }
     match loopwright_app::ops::resume::check(&state)? {
         Resumable::Yes => continue_run(global, &ws, &store, &pipeline, state, None, args.quiet).await,
         Resumable::WaitsForApproval(stage) => {
@@ -184,7 +198,12 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
             }
         }
         Cancelled::RollBack(event) => {
-            let (pipeline, state) = load_run(&ws, &store, &run).await?;
+            let (pipeline, mut state) = load_run(&ws, &store, &run).await?;
+            if answer::submitted(&store, &run).await? {
+                // A worker rolls it back, in its clone of the run's repository.
+                answer::queue_for_workers(&store, &mut state, event).await?;
+                return report(global, &state);
+            }
             continue_run(global, &ws, &store, &pipeline, state, Some(event), true).await
         }
     }

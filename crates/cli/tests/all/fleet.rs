@@ -234,7 +234,11 @@ fn a_worker_killed_mid_stage_is_taken_over_after_its_lease_and_no_finished_stage
     assert_eq!(third.wait_with_output().expect("third").status.code(), Some(0));
     assert_eq!(fleet.counter("a"), std::slice::from_ref(&run), "a finished stage never runs again");
     assert_eq!(fleet.counter("b").len(), 3, "b ran on each worker, from its start");
-    assert_eq!(fleet.counter("b.end"), std::slice::from_ref(&run), "only the last worker's b finished: the others' were ended");
+    assert_eq!(
+        fleet.counter("b.end"),
+        std::slice::from_ref(&run),
+        "only the last worker's b finished: the others' were ended"
+    );
     let kinds = fleet.kinds(&run);
     let succeeded: Vec<&str> =
         kinds.iter().filter(|(k, _)| k == "attempt_succeeded").map(|(_, s)| s.as_str()).collect();
@@ -285,4 +289,41 @@ fn a_worker_frozen_past_its_lease_is_refused_when_it_wakes_and_its_processes_end
         signal(&worker, nix::sys::signal::Signal::SIGTERM);
         assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
     }
+}
+
+#[test]
+fn a_run_waiting_at_a_gate_gives_its_lease_back_and_any_worker_continues_it_once_approved_from_anywhere() {
+    let gated = TWO_STAGES.replace(
+        "    run: \"echo $LOOPWRIGHT_RUN_ID >> COUNTERS/b;",
+        "    requires_approval: true\n    run: \"echo $LOOPWRIGHT_RUN_ID >> COUNTERS/b;",
+    );
+    let Some(fleet) = Fleet::new("gate", &gated) else { return };
+    let run = fleet.submit("gated");
+    let first = fleet.worker(1, 2);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fleet.status(&run)["status"] != "waiting" {
+        assert!(Instant::now() < deadline, "never waited: {}", fleet.status(&run));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal(&first, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(first.wait_with_output().expect("first").status.code(), Some(0));
+    // Approved from a checkout that is no worker at all: recorded, queued for workers, and
+    // nothing runs here.
+    let (code, out, err) = fleet.checkout.json(&["approve", &run, "--by", "carol", "--store", &fleet.url]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out["status"], "queued", "{out}");
+    assert!(err.contains("is run by workers; the next free one continues it"), "{err}");
+    assert!(!fleet.checkout.path().join("b.txt").exists());
+    // `resume` does not take it either.
+    let (_, _, err) = fleet.checkout.run(&["resume", &run, "--store", &fleet.url]);
+    assert!(err.contains("was submitted to workers"), "{err}");
+    assert_eq!(fleet.status(&run)["status"], "queued");
+    let second = fleet.worker(2, 2);
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"]);
+    assert_eq!(fleet.counter("a"), std::slice::from_ref(&run), "a ran once, on the first worker");
+    assert_eq!(fleet.counter("b.end"), std::slice::from_ref(&run));
+    assert!(fleet.log(2).contains(&format!("claimed run {run} (lease epoch 2)")), "{}", fleet.log(2));
+    assert_eq!(fleet.file(&run, "b.txt"), "two\n");
+    signal(&second, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(second.wait_with_output().expect("second").status.code(), Some(0));
 }

@@ -222,8 +222,8 @@ pub async fn answer_gate(
     let (_, mut state) = read::load_run(&shared.ws, &shared.store, run).await?;
     let rollback = rollback && !granted;
     let event = answer::approval(&state, granted, by, comment, rollback)?;
-    answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
-    if rollback {
+    let for_workers = answer::record_answer(&shared.store, &mut state, event, this_process(true)).await?;
+    if rollback && !for_workers {
         shared.runs.host(Job { run: run.clone(), claim: false });
     }
     shared.runs.wake.notify_one();
@@ -239,7 +239,7 @@ pub async fn answer_escalation(
 ) -> ApiResult<()> {
     let (_, mut state) = read::load_run(&shared.ws, &shared.store, run).await?;
     let (_, event) = answer::escalation(&state, reply, by)?;
-    answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
+    answer::record_answer(&shared.store, &mut state, event, this_process(true)).await?;
     shared.runs.wake.notify_one();
     Ok(())
 }
@@ -314,8 +314,9 @@ pub async fn cancel(
         Cancelled::Requested(state) | Cancelled::Done(state) => state.status,
         Cancelled::RollBack(event) => {
             let (_, mut state) = read::load_run(&shared.ws, &shared.store, &run).await?;
-            answer::claim_in_store(&shared.store, &mut state, Some(event), this_process(true)).await?;
-            shared.runs.host(Job { run: run.clone(), claim: false });
+            if !answer::record_answer(&shared.store, &mut state, event, this_process(true)).await? {
+                shared.runs.host(Job { run: run.clone(), claim: false });
+            }
             state.status
         }
     };
@@ -340,6 +341,11 @@ pub async fn resume(
     if shared.runs.is_hosted(&run) {
         return Err(ApiError::from(loopwright_app::Error::conflict(format!(
             "run {run} is being driven by this daemon"
+        ))));
+    }
+    if answer::submitted(&shared.store, &run).await? {
+        return Err(ApiError::from(loopwright_app::Error::conflict(format!(
+            "run {run} was submitted to workers: a worker continues it once no live lease holds it"
         ))));
     }
     match ops::resume::check(&state)? {
