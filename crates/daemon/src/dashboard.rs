@@ -47,6 +47,7 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
         ("run_row.html", include_str!("../assets/run_row.html")),
         ("run.html", include_str!("../assets/run.html")),
         ("dead_letters.html", include_str!("../assets/dead_letters.html")),
+        ("workers.html", include_str!("../assets/workers.html")),
         ("stats.html", include_str!("../assets/stats.html")),
         ("auto.html", include_str!("../assets/auto.html")),
         ("auto_report.html", include_str!("../assets/auto_report.html")),
@@ -71,6 +72,7 @@ pub fn router() -> Router<Arc<Shared>> {
         .route("/a/{token}", get(link_page).post(link_answer))
         .route("/dead-letters", get(dead_letters_page))
         .route("/stats", get(stats_page))
+        .route("/workers", get(workers_page))
         .route("/auto", get(auto_page))
         .route("/auto/{session}/report", get(auto_report_page))
         .route("/assets/{file}", get(asset))
@@ -741,6 +743,8 @@ fn run_context(
         "stages": stages,
         "waiting": waiting,
         "ended_by": ended_by(status, &answers),
+        // The worker that drives it now, or drove it last (runs submitted to workers).
+        "worker": state.owner.as_ref().and_then(|o| o.worker.clone()),
         "headline": ops::why::run_headline(state, status, pipeline),
         "answers": answers.into_iter().map(AnswerView::of).collect::<Vec<_>>(),
         "artifacts": result.artifacts,
@@ -841,6 +845,16 @@ async fn dead_letters_page(State(shared): State<Arc<Shared>>, caller: Option<Ext
         "dead_letters.html",
         json!({"header": header_context(&shared, &caller, "dead-letters").await, "letters": letters}),
     )
+}
+
+/// The workers sharing the store: each one's state, labels, slots, last heartbeat and the runs
+/// it holds leases on.
+async fn workers_page(State(shared): State<Arc<Shared>>, caller: Option<Extension<Caller>>) -> Response {
+    let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
+    let header_ctx = header_context(&shared, &caller, "workers").await;
+    let workers = ops::fleet::workers(&shared.store, jiff::Timestamp::now()).await.unwrap_or_default();
+    let shared_store = shared.store.postgres().is_some();
+    page("workers.html", json!({"header": header_ctx, "shared": shared_store, "workers": workers}))
 }
 
 async fn stats_page(State(shared): State<Arc<Shared>>, caller: Option<Extension<Caller>>) -> Response {

@@ -98,7 +98,7 @@ pub async fn run(options: Options) -> Result<(), Error> {
     let host = loopwright_runners::process::machine().to_owned();
     let name = host.split('/').next().unwrap_or("worker").to_owned();
     let id = format!("{name}-{}", std::process::id());
-    store.register_worker(&id, &host, &options.labels, options.slots).await?;
+    store.register_worker(&id, &host, &options.labels, options.slots, options.lease).await?;
     let labels: Vec<String> = options.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     eprintln!(
         "loopwright worker {id}: {} slot(s), labels {}, store {shown}, cache {}",

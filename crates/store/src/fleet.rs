@@ -59,6 +59,8 @@ pub struct WorkerInfo {
     pub labels: BTreeMap<String, String>,
     /// How many runs it drives at once.
     pub slots: u32,
+    /// How long its leases last without a heartbeat.
+    pub lease: Duration,
     /// When it started.
     pub started_at: jiff::Timestamp,
     /// When it last said it was alive.
@@ -178,23 +180,24 @@ impl PgStore {
         Ok(row.map(|row| Submission { repo: row.get(0), base: row.get(1), labels: labels_of(row.get(2)) }))
     }
 
-    /// Says the worker `id` is alive on `host` with these labels and slots (at its start, and
-    /// as it goes).
+    /// Says the worker `id` is alive on `host` with these labels, slots and lease (at its
+    /// start).
     pub async fn register_worker(
         &self,
         id: &str,
         host: &str,
         labels: &BTreeMap<String, String>,
         slots: u32,
+        lease: Duration,
     ) -> Result<(), StoreError> {
         let client = self.pool.get().await.map_err(pool_error)?;
         let slots = i32::try_from(slots).unwrap_or(i32::MAX);
         client
             .execute(
-                "INSERT INTO workers (worker_id, host, labels, slots) VALUES ($1, $2, $3::text::jsonb, $4)
+                "INSERT INTO workers (worker_id, host, labels, slots, lease_ms) VALUES ($1, $2, $3::text::jsonb, $4, $5)
                  ON CONFLICT (worker_id) DO UPDATE SET host = EXCLUDED.host, labels = EXCLUDED.labels,
-                     slots = EXCLUDED.slots, heartbeat_at = now(), stopped_at = NULL",
-                &[&id, &host, &labels_json(labels), &slots],
+                     slots = EXCLUDED.slots, lease_ms = EXCLUDED.lease_ms, heartbeat_at = now(), stopped_at = NULL",
+                &[&id, &host, &labels_json(labels), &slots, &millis(lease)],
             )
             .await
             .map_err(|e| backend(&e))?;
@@ -313,7 +316,7 @@ impl PgStore {
         let rows = client
             .query(
                 &format!(
-                    "SELECT worker_id, host, labels::text, slots, {}, {}, {} FROM workers ORDER BY heartbeat_at DESC",
+                    "SELECT worker_id, host, labels::text, slots, {}, {}, {}, lease_ms FROM workers ORDER BY heartbeat_at DESC",
                     micros("started_at"),
                     micros("heartbeat_at"),
                     micros("stopped_at"),
@@ -351,6 +354,7 @@ impl PgStore {
                     host: row.get(1),
                     labels: labels_of(row.get(2)),
                     slots: u32::try_from(row.get::<_, i32>(3)).unwrap_or(0),
+                    lease: Duration::from_millis(u64::try_from(row.get::<_, i64>(7)).unwrap_or(0)),
                     started_at: timestamp(row.get(4)),
                     heartbeat_at: timestamp(row.get(5)),
                     stopped_at: stopped.map(timestamp),

@@ -263,8 +263,8 @@ async fn a_lease_taken_over_after_it_expired_fences_the_old_holders_writes() {
     let (a, b) = (PgStore::connect(&url, 2).await.expect("a"), PgStore::connect(&url, 2).await.expect("b"));
     let run = submit(&a, "fenced", &[]).await;
     let none = labels(&[]);
-    a.register_worker("wa", "host-a", &none, 1).await.expect("register");
     let short = std::time::Duration::from_millis(300);
+    a.register_worker("wa", "host-a", &none, 1, short).await.expect("register");
     let claim = a.claim("wa", &none, short).await.expect("claim").expect("claimed");
     let old = a.fenced(loopwright_store::fleet::Fence { worker: "wa".into(), epoch: claim.epoch });
     let step =

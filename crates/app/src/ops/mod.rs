@@ -7,6 +7,7 @@ pub mod auto;
 pub mod cancel;
 pub mod copy;
 pub mod dead_letters;
+pub mod fleet;
 pub mod output;
 pub mod patterns;
 pub mod people;

@@ -327,3 +327,185 @@ fn a_run_waiting_at_a_gate_gives_its_lease_back_and_any_worker_continues_it_once
     signal(&second, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(second.wait_with_output().expect("second").status.code(), Some(0));
 }
+
+const THREE_STAGES: &str = r#"name: p
+description: d
+version: 1
+stages:
+  - id: a
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo $LOOPWRIGHT_RUN_ID $(date +%s%N) >> COUNTERS/a; sleep 0.2; echo a > a.txt"
+  - id: b
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo $LOOPWRIGHT_RUN_ID $(date +%s%N) >> COUNTERS/b; sleep 0.3; echo b > b.txt"
+  - id: c
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo $LOOPWRIGHT_RUN_ID $(date +%s%N) >> COUNTERS/c; sleep 0.2; echo c > c.txt"
+"#;
+
+/// A small random number generator (xorshift), seeded by the clock and said in the output.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Chaos across machines: 3 workers (2 slots each, 2 s leases) run short pipelines while one
+/// of them, chosen at random, is killed (`kill -9`) every 0.5–2 s and started again. Every run
+/// ends in success; no stage starts after its success was journaled; each run's branch holds a
+/// clean run's commits and files. CI runs `LW_FLEET_RUNS` runs (default 12) with kills until
+/// they end or `LW_FLEET_KILLS` (default 40) were made; more: `LW_FLEET_RUNS=100
+/// LW_FLEET_KILLS=500 scripts/with-postgres.sh cargo test fleet_chaos -- --nocapture`.
+#[test]
+fn fleet_chaos_three_workers_killed_at_random_lose_nothing_and_repeat_no_finished_stage() {
+    let Some(fleet) = Fleet::new("chaos", THREE_STAGES) else { return };
+    let number = |var: &str, default: usize| std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (runs_wanted, kills_wanted) = (number("LW_FLEET_RUNS", 12), number("LW_FLEET_KILLS", 40));
+    let seed = jiff::Timestamp::now().as_nanosecond().unsigned_abs() as u64 | 1;
+    let mut dice = Dice(seed);
+    eprintln!("fleet chaos: {runs_wanted} runs, up to {kills_wanted} kills, seed {seed}");
+    let runs: Vec<String> = (0..runs_wanted).map(|i| fleet.submit(&format!("chaos {i}"))).collect();
+    let env = [("LOOPWRIGHT_TEST_FLEET", "1")];
+    let mut workers: Vec<std::process::Child> = (0..3).map(|n| fleet.worker_env(n, 2, &env)).collect();
+    let started = Instant::now();
+    let mut kills = 0;
+    let ended = |fleet: &Fleet| {
+        runs.iter().all(|r| {
+            ["success", "failed", "cancelled"].contains(&fleet.status(r)["status"].as_str().unwrap_or_default())
+        })
+    };
+    while kills < kills_wanted && !ended(&fleet) {
+        assert!(started.elapsed() < Duration::from_secs(1200), "chaos ran out of time after {kills} kills");
+        std::thread::sleep(Duration::from_millis(500 + dice.roll(1500)));
+        let n = usize::try_from(dice.roll(3)).expect("small");
+        workers[n].kill().expect("kill -9");
+        workers[n].wait().expect("reaped");
+        kills += 1;
+        workers[n] = fleet.worker_env(n, 2, &env);
+    }
+    let statuses = fleet.wait_ended(&runs, 300);
+    eprintln!("fleet chaos: {kills} kills in {:.1} s", started.elapsed().as_secs_f64());
+    for mut worker in workers {
+        signal(&worker, nix::sys::signal::Signal::SIGTERM);
+        let _ = worker.wait();
+    }
+    assert_eq!(statuses, vec!["success"; runs.len()]);
+    // No stage started after its success was journaled (on any worker).
+    for stage in ["a", "b", "c"] {
+        let starts = fleet.counter(stage);
+        for run in &runs {
+            let succeeded: Vec<i128> = {
+                let mut cmd = fleet.checkout.cmd();
+                let out = cmd.args(["logs", run, "--json", "--store", &fleet.url]).output().expect("logs");
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                    .filter(|v| v["event"]["type"] == "attempt_succeeded" && v["event"]["stage"] == stage)
+                    .map(|v| v["at"].as_str().expect("at").parse::<jiff::Timestamp>().expect("time").as_nanosecond())
+                    .collect()
+            };
+            assert_eq!(succeeded.len(), 1, "run {run} stage {stage}: one success journaled");
+            let mine: Vec<i128> = starts
+                .iter()
+                .filter_map(|l| l.split_once(' ').filter(|(r, _)| r == run).and_then(|(_, t)| t.parse().ok()))
+                .collect();
+            assert!(!mine.is_empty(), "run {run} stage {stage} never started");
+            assert!(
+                mine.iter().all(|t| *t <= succeeded[0]),
+                "run {run} stage {stage} started after its success was journaled: {mine:?} vs {}",
+                succeeded[0]
+            );
+        }
+    }
+    // Each branch is a clean run's: three stage commits over the base, the files each wrote.
+    for run in &runs {
+        let task = fleet.status(run)["task_id"].as_str().expect("task").to_owned();
+        let (subjects, files) = fleet.branch(run);
+        let clean: Vec<String> = ["c", "b", "a"]
+            .iter()
+            .map(|s| format!("loopwright: stage {s} of {task}"))
+            .chain(["initial".into()])
+            .collect();
+        assert_eq!(subjects, clean, "run {run}");
+        assert_eq!(
+            files,
+            [".loopwright/.gitignore", ".loopwright/pipelines/p.yml", "README", "a.txt", "b.txt", "c.txt"],
+            "run {run}"
+        );
+    }
+    // Nothing of any run is left running.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        crate::support::processes_with(&fleet.dir.path().join("counters").display().to_string()),
+        Vec::<u32>::new()
+    );
+}
+
+#[test]
+fn the_api_and_the_dashboard_show_the_workers_their_labels_slots_and_the_runs_they_hold() {
+    let Some(fleet) = Fleet::new("dashboard", TWO_STAGES) else { return };
+    let run = fleet.submit("watched");
+    let mut cmd_worker = {
+        let log = std::fs::File::create(fleet.dir.path().join("worker-1.log")).expect("log");
+        std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+            .args(["worker", "--store", &fleet.url, "--labels", "gpu=a100, os=linux", "--slots", "2", "--lease", "5"])
+            .arg("--cache")
+            .arg(fleet.dir.path().join("cache-1"))
+            .env("B_SLEEP", "30")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("worker")
+    };
+    wait_lines(&fleet, "b", 1);
+    let daemon = crate::daemon::Daemon::start(&fleet.checkout, &["--store", &fleet.url]);
+    let (code, workers) = daemon.get("/api/workers");
+    assert_eq!(code, 200, "{workers}");
+    let worker = &workers[0];
+    let id = worker["id"].as_str().expect("id").to_owned();
+    assert_eq!(workers.as_array().map(Vec::len), Some(1), "{workers}");
+    assert_eq!(
+        (worker["labels"].clone(), worker["slots"].clone(), worker["lease_seconds"].clone(), worker["state"].clone()),
+        (
+            serde_json::json!({"gpu": "a100", "os": "linux"}),
+            serde_json::json!(2),
+            serde_json::json!(5),
+            serde_json::json!("alive")
+        )
+    );
+    assert_eq!(worker["leases"][0]["run_id"], run.as_str());
+    assert_eq!(worker["leases"][0]["epoch"], 1);
+    assert!(id.ends_with(&format!("-{}", cmd_worker.id())), "{id}");
+    // The page of workers and the run's page say who runs what.
+    let token = fleet.checkout.read(".loopwright/state/serve.token");
+    let (code, page) = daemon.page_as("/workers", &token);
+    assert_eq!(code, 200);
+    assert!(page.contains(&format!("id=\"worker-{id}\"")) && page.contains("● alive"), "{page}");
+    assert!(page.contains(&format!("<a href=\"/runs/{run}\">{run}</a> (epoch 1")), "{page}");
+    assert!(page.contains("<code>gpu=a100</code>") && page.contains(">1 / 2<"), "{page}");
+    let (_, run_page) = daemon.page_as(&format!("/runs/{run}"), &token);
+    assert!(
+        run_page.contains(&format!("on worker <a id=\"run-worker\" href=\"/workers#worker-{id}\">{id}</a>")),
+        "{run_page}"
+    );
+    // Stopped, it is shown so, holding nothing.
+    signal(&cmd_worker, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(cmd_worker.wait().expect("worker").code(), Some(0));
+    let (_, workers) = daemon.get("/api/workers");
+    assert_eq!(
+        (workers[0]["state"].clone(), workers[0]["leases"].clone()),
+        (serde_json::json!("stopped"), serde_json::json!([]))
+    );
+}

@@ -615,3 +615,78 @@ pub struct AutoApproveChecks {
     #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub by: Option<String>,
 }
+
+/// Whether a worker is at work.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerState {
+    /// It said it was alive within its lease.
+    Alive,
+    /// Silent for longer than its lease: its runs go to other workers.
+    Silent,
+    /// It stopped and gave its leases back.
+    Stopped,
+}
+
+/// A run a worker holds a lease on.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Lease {
+    /// The run.
+    pub run_id: String,
+    /// The lease's epoch (one more with every worker that took the run).
+    pub epoch: u64,
+    /// When it runs out unless renewed (RFC 3339).
+    pub expires_at: String,
+}
+
+/// A worker sharing the store (`GET /api/workers`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Worker {
+    /// Its id (`HOST-PID`).
+    pub id: String,
+    /// Its machine.
+    pub host: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// How many runs it drives at once.
+    pub slots: u32,
+    /// Seconds its leases last without a heartbeat.
+    pub lease_seconds: u64,
+    /// When it started (RFC 3339).
+    pub started_at: String,
+    /// When it last said it was alive (RFC 3339).
+    pub heartbeat_at: String,
+    /// When it stopped, if it did (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<String>,
+    /// Alive, silent or stopped.
+    pub state: WorkerState,
+    /// The runs it holds leases on.
+    pub leases: Vec<Lease>,
+}
+
+impl From<loopwright_app::ops::fleet::WorkerView> for Worker {
+    fn from(w: loopwright_app::ops::fleet::WorkerView) -> Self {
+        use loopwright_app::ops::fleet::WorkerState as S;
+        Worker {
+            id: w.id,
+            host: w.host,
+            labels: w.labels,
+            slots: w.slots,
+            lease_seconds: w.lease_seconds,
+            started_at: w.started_at.to_string(),
+            heartbeat_at: w.heartbeat_at.to_string(),
+            stopped_at: w.stopped_at.map(|t| t.to_string()),
+            state: match w.state {
+                S::Alive => WorkerState::Alive,
+                S::Silent => WorkerState::Silent,
+                S::Stopped => WorkerState::Stopped,
+            },
+            leases: w
+                .leases
+                .into_iter()
+                .map(|l| Lease { run_id: l.run_id.to_string(), epoch: l.epoch, expires_at: l.expires_at.to_string() })
+                .collect(),
+        }
+    }
+}

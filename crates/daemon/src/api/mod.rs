@@ -64,6 +64,7 @@ pub fn router() -> (Router<Arc<Shared>>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::dead_letter))
         .routes(routes!(runs::stats))
         .routes(routes!(runs::agents))
+        .routes(routes!(runs::workers))
         .routes(routes!(runs::patterns_test))
         .routes(routes!(auto::start, auto::get, auto::stop))
         .routes(routes!(auto::list))

@@ -394,6 +394,14 @@ pub async fn stats(State(shared): State<Arc<Shared>>) -> ApiResult<Response> {
     Ok(json(ops::stats::stats(&shared.ws, 100).await?.to_json()))
 }
 
+/// The workers sharing the store (PostgreSQL; none with the SQLite store): labels, slots, the
+/// runs they hold leases on, their last heartbeat.
+#[utoipa::path(get, path = "/api/workers", tag = "insight", responses((status = 200, body = Vec<super::dto::Worker>)))]
+pub async fn workers(State(shared): State<Arc<Shared>>) -> ApiResult<Response> {
+    let views = ops::fleet::workers(&shared.store, jiff::Timestamp::now()).await?;
+    Ok(json(views.into_iter().map(super::dto::Worker::from).collect::<Vec<_>>()))
+}
+
 /// The agents found, as `agents --json`.
 #[utoipa::path(get, path = "/api/agents", tag = "insight", responses((status = 200, body = Vec<Object>)))]
 pub async fn agents(State(shared): State<Arc<Shared>>) -> Response {

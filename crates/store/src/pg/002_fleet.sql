@@ -19,6 +19,7 @@ CREATE TABLE workers (
     host         TEXT        NOT NULL,
     labels       JSONB       NOT NULL DEFAULT '{}',
     slots        INTEGER     NOT NULL,
+    lease_ms     BIGINT      NOT NULL,
     started_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
     heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     stopped_at   TIMESTAMPTZ
