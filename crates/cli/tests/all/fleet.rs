@@ -509,3 +509,104 @@ fn the_api_and_the_dashboard_show_the_workers_their_labels_slots_and_the_runs_th
         (serde_json::json!("stopped"), serde_json::json!([]))
     );
 }
+
+/// A TCP forwarder to PostgreSQL that can cut every connection through it and refuse new ones
+/// (a worker cut off from the database), then let them through again.
+struct Cable {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Cable {
+    fn to(url: &str) -> Self {
+        use std::sync::atomic::Ordering;
+        let target = url.split('@').nth(1).and_then(|r| r.split('/').next()).expect("host:port").to_owned();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (cut_seen, kept) = (std::sync::Arc::clone(&cut), std::sync::Arc::clone(&open));
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if cut_seen.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(&target) else { continue };
+                let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                let mut all = kept.lock().expect("lock");
+                all.push(client.try_clone().expect("clone"));
+                all.push(server.try_clone().expect("clone"));
+                pipe(client.try_clone().expect("clone"), server.try_clone().expect("clone"));
+                pipe(server, client);
+            }
+        });
+        Self { port, cut, open }
+    }
+
+    /// `url` through this cable.
+    fn url(&self, url: &str) -> String {
+        let (head, rest) = url.split_once('@').expect("user@");
+        let db = rest.split_once('/').map(|(_, db)| db).expect("/db");
+        format!("{head}@127.0.0.1:{}/{db}", self.port)
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for stream in self.open.lock().expect("lock").drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn mend(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_worker_cut_off_from_the_database_ends_its_stage_when_its_lease_runs_out_and_another_continues() {
+    let Some(fleet) = Fleet::new("cutoff", TWO_STAGES) else { return };
+    let run = fleet.submit("cut off");
+    let cable = Cable::to(&fleet.url);
+    let through = cable.url(&fleet.url);
+    let log = std::fs::File::create(fleet.dir.path().join("worker-1.log")).expect("log");
+    let first = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(["worker", "--store", &through, "--lease", "2", "--cache"])
+        .arg(fleet.dir.path().join("cache-1"))
+        .env("B_SLEEP", "31")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("worker");
+    wait_lines(&fleet, "b", 1);
+    assert_eq!(crate::support::processes_with("sleep\u{0}31").len(), 1);
+    cable.cut();
+    // Unable to renew, the worker stops driving the run once its lease has run out, and ends
+    // the stage's processes itself (no other worker is there yet to do it).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !crate::support::processes_with("sleep\u{0}31").is_empty() {
+        assert!(Instant::now() < deadline, "the cut-off worker's stage still runs:\n{}", fleet.log(1));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let second = fleet.worker(2, 2);
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"]);
+    // Back on the network, the first worker's late writes cannot land: the run is another's.
+    cable.mend();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(fleet.status(&run)["status"], "success");
+    assert_eq!(fleet.counter("a"), std::slice::from_ref(&run));
+    assert_eq!(fleet.counter("b.end"), std::slice::from_ref(&run), "only the second worker's b finished");
+    let log = fleet.log(1);
+    assert!(log.contains("cannot renew its leases"), "{log}");
+    for worker in [first, second] {
+        signal(&worker, nix::sys::signal::Signal::SIGTERM);
+        assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
+    }
+}
