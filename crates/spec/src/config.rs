@@ -30,6 +30,59 @@ pub struct Config {
     /// `[[notify]]`: where the daemon sends word of runs and auto loops that need a person or
     /// ended.
     pub notify: Vec<Notify>,
+    /// `[[limits]]`: what a provider (a model, an account) allows, shared by every process
+    /// using this journal.
+    pub limits: Vec<Limit>,
+}
+
+/// One `[[limits]]` entry: the stages whose agents call `provider` (and `model`, `account`,
+/// when given) share these limits across every process of the store.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limit {
+    /// `anthropic`, `openai`, `google`, … (an agent's provider: its CLI's, or its model's).
+    pub provider: String,
+    /// Only this model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Only agents whose API key comes from this environment variable (`api_key_env`).
+    #[serde(default)]
+    pub account: Option<String>,
+    /// Stages calling it at once.
+    #[serde(default)]
+    pub concurrent: Option<u32>,
+    /// Attempts started per minute (an agent CLI's attempt counts once, whatever it sends).
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Tokens (in and out, as the attempts' usage says) per hour.
+    #[serde(default)]
+    pub tokens_per_hour: Option<u64>,
+}
+
+impl Limit {
+    /// The entry's identity in the store: provider, model and account.
+    pub fn key(&self) -> String {
+        format!("{}/{}/{}", self.provider, self.model.as_deref().unwrap_or("*"), self.account.as_deref().unwrap_or("*"))
+    }
+
+    /// True when the entry governs an agent of `provider`, `model` and key variable `account`.
+    pub fn applies_to(&self, provider: &str, model: Option<&str>, account: Option<&str>) -> bool {
+        self.provider.eq_ignore_ascii_case(provider)
+            && self.model.as_deref().is_none_or(|m| Some(m) == model)
+            && self.account.as_deref().is_none_or(|a| Some(a) == account)
+    }
+
+    /// Said to people: `anthropic` (model claude-sonnet-4, account TEAM_KEY).
+    pub fn shown(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(m) = &self.model {
+            parts.push(format!("model {m}"));
+        }
+        if let Some(a) = &self.account {
+            parts.push(format!("account {a}"));
+        }
+        if parts.is_empty() { self.provider.clone() } else { format!("{} ({})", self.provider, parts.join(", ")) }
+    }
 }
 
 /// One `[[notify]]` target.
@@ -421,6 +474,48 @@ impl Config {
                 diags.push(at("link_hours", d));
             }
         }
+        for (i, limit) in config.limits.iter().enumerate() {
+            let at = |key: &str, d: Diagnostic| match array_value_position(&source.text, "limits", i, key) {
+                Some(position) => d.at(position),
+                None => d,
+            };
+            if limit.provider.trim().is_empty() {
+                let d =
+                    Diagnostic::new(source, "[[limits]] `provider` is empty: name one (anthropic, openai, google, …)");
+                diags.push(at("provider", d.field(format!("limits[{i}].provider"))));
+            }
+            for (key, value) in [
+                ("concurrent", limit.concurrent.map(u64::from)),
+                ("requests_per_minute", limit.requests_per_minute.map(u64::from)),
+                ("tokens_per_hour", limit.tokens_per_hour),
+            ] {
+                if value == Some(0) {
+                    let d = Diagnostic::new(source, format!("[[limits]] `{key}` must be 1 or more"));
+                    diags.push(at(key, d.field(format!("limits[{i}].{key}"))));
+                }
+            }
+            if limit.concurrent.is_none() && limit.requests_per_minute.is_none() && limit.tokens_per_hour.is_none() {
+                let d = Diagnostic::new(
+                    source,
+                    format!(
+                        "[[limits]] for {} sets no limit: expected concurrent, requests_per_minute or tokens_per_hour",
+                        limit.shown()
+                    ),
+                );
+                diags.push(at("provider", d.field(format!("limits[{i}]"))));
+            }
+        }
+        let mut keys = std::collections::BTreeSet::new();
+        for (i, limit) in config.limits.iter().enumerate() {
+            if !keys.insert(limit.key()) {
+                let d = Diagnostic::new(source, format!("[[limits]] for {} is given twice", limit.shown()));
+                let d = match array_value_position(&source.text, "limits", i, "provider") {
+                    Some(position) => d.at(position),
+                    None => d,
+                };
+                diags.push(d.field(format!("limits[{i}]")));
+            }
+        }
         if diags.is_empty() { Ok(config) } else { Err(diags) }
     }
 
@@ -493,6 +588,33 @@ mod tests {
                 "6:14: notify[1].link_hours: [[notify]] `link_hours` must be 1 to 720",
             ]
         );
+    }
+
+    #[test]
+    fn provider_limits_are_typed_and_each_problem_said_where_it_is_written() {
+        let text = "[[limits]]\nprovider = \"anthropic\"\nconcurrent = 2\nrequests_per_minute = 50\n\n[[limits]]\nprovider = \"openai\"\nmodel = \"gpt-5\"\naccount = \"TEAM_KEY\"\ntokens_per_hour = 1000000\n";
+        let config = Config::parse(&SourceFile::new("config.toml", text)).expect("valid");
+        assert_eq!(
+            config.limits.iter().map(Limit::key).collect::<Vec<_>>(),
+            ["anthropic/*/*", "openai/gpt-5/TEAM_KEY"]
+        );
+        assert!(config.limits[0].applies_to("Anthropic", Some("claude-sonnet-4"), None));
+        assert!(config.limits[1].applies_to("openai", Some("gpt-5"), Some("TEAM_KEY")));
+        assert!(!config.limits[1].applies_to("openai", Some("gpt-5"), Some("OPENAI_API_KEY")));
+        assert!(!config.limits[1].applies_to("openai", Some("o3"), Some("TEAM_KEY")));
+        let bad = "[[limits]]\nprovider = \"anthropic\"\nconcurrent = 0\n\n[[limits]]\nprovider = \"openai\"\n\n[[limits]]\nprovider = \"anthropic\"\nconcurrent = 3\n";
+        let diags = Config::parse(&SourceFile::new("config.toml", bad)).expect_err("bad");
+        assert_eq!(
+            crate::diag::located(&diags),
+            [
+                "3:14: limits[0].concurrent: [[limits]] `concurrent` must be 1 or more",
+                "6:12: limits[1]: [[limits]] for openai sets no limit: expected concurrent, requests_per_minute or tokens_per_hour",
+                "9:12: limits[2]: [[limits]] for anthropic is given twice",
+            ]
+        );
+        let diags = Config::parse(&SourceFile::new("config.toml", "[[limits]]\nprovider = \"x\"\nconcurent = 1\n"))
+            .expect_err("unknown key");
+        assert!(diags.items[0].message.contains("unknown field `concurent`"), "{}", diags.items[0].message);
     }
 
     #[test]

@@ -115,6 +115,9 @@ impl deadpool_postgres::Connect for OnIo {
     }
 }
 
+/// The session setting that ends a transaction its client left idle (see `connect_trusting`).
+const IDLE_IN_TRANSACTION: &str = "-c idle_in_transaction_session_timeout=5000";
+
 /// How many times a transaction that lost a serialization race or a deadlock is tried.
 const TRIES: u32 = 8;
 
@@ -294,8 +297,16 @@ impl PgStore {
     /// given.
     pub async fn connect_trusting(url: &str, size: usize, root: Option<&std::path::Path>) -> Result<Self, Error> {
         let shown = shown_url(url);
-        let config: tokio_postgres::Config =
+        let mut config: tokio_postgres::Config =
             url.parse().map_err(|e: tokio_postgres::Error| Error::Url { url: shown.clone(), why: e.to_string() })?;
+        // A process frozen (or cut off) in the middle of a transaction must not hold the run's
+        // row lock for ever: the server ends a transaction left idle this long, and the locks
+        // go with it. Every transaction here lasts milliseconds.
+        let options = match config.get_options() {
+            Some(given) => format!("{given} {IDLE_IN_TRANSACTION}"),
+            None => IDLE_IN_TRANSACTION.to_owned(),
+        };
+        config.options(options);
         let tls = tls(root).map_err(|why| Error::Connect { url: shown.clone(), why })?;
         let manager = Manager::from_connect(
             config.clone(),
