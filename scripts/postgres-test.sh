@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOOPWRIGHT_REQUIRE_PG=1 scripts/with-postgres.sh sh -c \
-  'cargo test --quiet -p loopwright-store --test postgres && cargo test --quiet -p loopwright --test all -- postgres:: fleet::'
+  'cargo test --quiet -p loopwright-store --test postgres && cargo test --quiet -p loopwright --test all -- postgres:: fleet:: limits::'

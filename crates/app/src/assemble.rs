@@ -232,10 +232,94 @@ pub struct Ports {
     changes: FsChanges,
     patterns: Library,
     settings: loopwright_engine::closed_loop::Settings,
+    limits: Vec<loopwright_spec::config::Limit>,
+}
+
+/// How long a provider slot an attempt holds lasts without being renewed (attempts renew it
+/// every 20 s): a holder that died frees it this long after.
+const SLOT_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Provider limits as the engine asks for them: the workspace's `[[limits]]`, held in the
+/// journal's store so that every process sharing it — runs, a daemon, workers on other
+/// machines — keeps to them together.
+pub struct StoreLimits<'a> {
+    store: &'a Journal,
+    rules: &'a [loopwright_spec::config::Limit],
+}
+
+impl StoreLimits<'_> {
+    /// The limits that govern `agent`: its `[[limits]]` entries, and its provider as a whole
+    /// (where a rate limit's pause is kept, even with no entry). None for an agent whose
+    /// provider is not known.
+    fn rules_for(&self, agent: &loopwright_spec::Agent) -> Vec<loopwright_store::limits::Rule> {
+        use loopwright_store::limits::Rule;
+        let Some(provider) = loopwright_runners::presets::provider(agent) else { return Vec::new() };
+        let mut rules: Vec<Rule> = self
+            .rules
+            .iter()
+            .filter(|l| l.applies_to(provider, agent.model.as_deref(), agent.api_key_env.as_deref()))
+            .map(|l| Rule {
+                key: l.key(),
+                shown: l.shown(),
+                concurrent: l.concurrent,
+                requests_per_minute: l.requests_per_minute,
+                tokens_per_hour: l.tokens_per_hour,
+            })
+            .collect();
+        let whole = format!("{provider}/*/*");
+        if !rules.iter().any(|r| r.key == whole) {
+            rules.push(Rule {
+                key: whole,
+                shown: provider.to_owned(),
+                concurrent: None,
+                requests_per_minute: None,
+                tokens_per_hour: None,
+            });
+        }
+        rules
+    }
+}
+
+impl loopwright_engine::ports::Limits for StoreLimits<'_> {
+    async fn take(
+        &self,
+        agent: &loopwright_spec::Agent,
+        holder: &str,
+    ) -> Result<loopwright_engine::ports::Allowed, loopwright_engine::StoreError> {
+        use loopwright_engine::ports::Allowed;
+        use loopwright_store::limits::Answer;
+        let rules = self.rules_for(agent);
+        if rules.is_empty() {
+            return Ok(Allowed::Yes);
+        }
+        Ok(match self.store.take_slot(holder, &rules, SLOT_LEASE).await? {
+            Answer::Taken => Allowed::Yes,
+            Answer::Wait { reason, until } => Allowed::Wait { reason, until },
+        })
+    }
+
+    async fn renew(&self, holder: &str) {
+        let _ = self.store.renew_slot(holder, SLOT_LEASE).await;
+    }
+
+    async fn give(&self, holder: &str, tokens: u64) {
+        let _ = self.store.give_slot(holder, tokens).await;
+    }
+
+    async fn exhausted(&self, agent: &loopwright_spec::Agent, text: &str, until: Option<jiff::Timestamp>) {
+        let now = jiff::Timestamp::now();
+        let until = until.or_else(|| loopwright_auto::quota::reset_time(text, now, &jiff::tz::TimeZone::system()));
+        let Some(until) = until.filter(|u| *u > now) else { return };
+        let why: String =
+            text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("rate limited").chars().take(200).collect();
+        for rule in self.rules_for(agent) {
+            let _ = self.store.pause_limit(&rule.key, until, &why).await;
+        }
+    }
 }
 
 /// The engine as loopwright assembles it, with the stopper of its front-end.
-pub type RunEngine<'a, X> = Engine<'a, Journal, ProcessRunner, SystemClock, X, FsChanges>;
+pub type RunEngine<'a, X> = Engine<'a, Journal, ProcessRunner, SystemClock, X, FsChanges, StoreLimits<'a>>;
 
 impl Ports {
     /// The ports for a workspace whose stages work in `root` (the workspace, or the run's
@@ -272,6 +356,7 @@ impl Ports {
             },
             patterns: library(ws)?,
             settings,
+            limits: ws.config.limits.clone(),
         })
     }
 
@@ -303,6 +388,7 @@ impl Ports {
             changes: &self.changes,
             patterns: &self.patterns,
             settings: &self.settings,
+            limits: StoreLimits { store, rules: &self.limits },
         }
     }
 }

@@ -197,6 +197,11 @@ impl Observer for Progress {
             }
             Event::RunResumed { .. } => self.line(&format!("loopwright: resuming run {}", state.run_id)),
             Event::RunQueued {} => self.line(&format!("loopwright: run {} is queued", state.run_id)),
+            Event::LimitWaiting { stage, reason, until, .. } => self.line(&format!(
+                "  {stage}: waits for the provider: {reason}{}",
+                until.map(|u| format!(" (until {})", u.strftime("%H:%M:%S UTC"))).unwrap_or_default()
+            )),
+            Event::LimitTaken { stage, .. } => self.line(&format!("  {stage}: the provider allows it: going on")),
             Event::RollbackStarted { stages, .. } => self.line(&format!(
                 "⟲ rolling back {}",
                 stages.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")

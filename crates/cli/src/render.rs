@@ -86,6 +86,14 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
         result.task_id,
         result.status.as_str()
     );
+    if let Some((stage, reason, until)) =
+        state.provider_wait.as_ref().filter(|_| state.status == loopwright_engine::RunStatus::Queued)
+    {
+        out.push_str(&format!(
+            "waiting: stage {stage} waits for its provider: {reason}{}\n",
+            until.map(|u| format!(" (at the latest until {})", u.strftime("%H:%M:%S UTC"))).unwrap_or_default()
+        ));
+    }
     for s in &state.stages {
         let mark = match s.status {
             StageStatus::Success => "✓",

@@ -71,6 +71,15 @@ pub enum Notice {
         /// What was run.
         command: String,
     },
+    /// The provider answered that it is rate limited (429, 503, 529) and said, or let the
+    /// runner guess, when to try again: the runner waits that long; the engine tells the
+    /// limits so every run of that provider waits too.
+    RateLimited {
+        /// What the provider said (`https://api… answered 429`).
+        detail: String,
+        /// When to try again.
+        until: jiff::Timestamp,
+    },
     /// A sandboxed process asked for a host it may not reach.
     NetworkRefused {
         /// What it asked for (`host:port`).
@@ -103,6 +112,49 @@ pub enum Stop {
 pub trait Stopper {
     /// Waits for a stop request.
     async fn stopped(&self) -> Stop;
+}
+
+/// What providers allow (`[[limits]]`, SPEC §13), shared by every process of the journal: an
+/// agent's attempt takes what it needs before it starts, or waits (the run `queued`, the reason
+/// journaled), and gives it back when it ends.
+#[allow(async_fn_in_trait)]
+pub trait Limits {
+    /// Takes what an attempt of `agent` needs (`holder` names the attempt), or says why it waits.
+    async fn take(&self, agent: &Agent, holder: &str) -> Result<Allowed, StoreError>;
+    /// The attempt still runs: keeps what it took.
+    async fn renew(&self, holder: &str);
+    /// The attempt ended, having used `tokens`: gives back what it took.
+    async fn give(&self, holder: &str, tokens: u64);
+    /// The provider rate-limited an attempt, saying `text`: pauses it for every run until
+    /// `until`, else until the reset time the text names, if it names one.
+    async fn exhausted(&self, agent: &Agent, text: &str, until: Option<jiff::Timestamp>);
+}
+
+/// What [`Limits::take`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allowed {
+    /// The attempt may start.
+    Yes,
+    /// It waits: why, and until when at the latest when that is known.
+    Wait {
+        /// In words.
+        reason: String,
+        /// The latest it lasts, when known.
+        until: Option<jiff::Timestamp>,
+    },
+}
+
+/// No limits: every attempt starts at once.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoLimits;
+
+impl Limits for NoLimits {
+    async fn take(&self, _: &Agent, _: &str) -> Result<Allowed, StoreError> {
+        Ok(Allowed::Yes)
+    }
+    async fn renew(&self, _: &str) {}
+    async fn give(&self, _: &str, _: u64) {}
+    async fn exhausted(&self, _: &Agent, _: &str, _: Option<jiff::Timestamp>) {}
 }
 
 /// A stopper that never stops.

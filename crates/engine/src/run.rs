@@ -11,8 +11,8 @@ use crate::event::RollbackStatus;
 use crate::event::{Event, EventRecord, FailureKind, RunStarted, StageError};
 use crate::ids::RunId;
 use crate::ports::{
-    Changes, Clock, ExecOutcome, Execution, Notice, Observer, Runner, StageRequest, Stop, Stopper, Store, StoreError,
-    Watch,
+    Allowed, Changes, Clock, ExecOutcome, Execution, Limits, Notice, Observer, Runner, StageRequest, Stop, Stopper,
+    Store, StoreError, Watch,
 };
 use crate::prompt::build_prompt;
 use crate::state::RunState;
@@ -21,7 +21,7 @@ use loopwright_spec::pipeline::RollbackStrategy;
 use loopwright_spec::sandbox::{Network, SandboxMode};
 
 /// Runs a pipeline against the ports.
-pub struct Engine<'a, S, R, C, X, W> {
+pub struct Engine<'a, S, R, C, X, W, L = crate::ports::NoLimits> {
     /// The validated pipeline.
     pub pipeline: &'a Pipeline,
     /// The journal.
@@ -40,7 +40,15 @@ pub struct Engine<'a, S, R, C, X, W> {
     pub patterns: &'a crate::patterns::Library,
     /// Closed-loop settings (regression detection, backoff).
     pub settings: &'a closed_loop::Settings,
+    /// What providers allow, shared with every process of the journal.
+    pub limits: L,
 }
+
+/// How often an attempt waiting for a provider limit asks again, at least and at most.
+const LIMIT_POLL_MIN: jiff::SignedDuration = jiff::SignedDuration::from_millis(200);
+const LIMIT_POLL_MAX: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
+/// How often a running attempt renews the provider slots it holds (their lease is a minute).
+const LIMIT_RENEW: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// How an attempt's execution ended from the engine's point of view.
 enum Ended {
@@ -48,7 +56,7 @@ enum Ended {
     Stopped(Stop),
 }
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, X, W> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
     /// Creates a run and drives it until it ends or waits.
     pub async fn start(&mut self, run_id: RunId, started: RunStarted) -> Result<RunState, StoreError> {
         let mut state = RunState::new(run_id);
@@ -196,6 +204,40 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         {
             self.defer(state, Event::SandboxUnavailable { reason });
         }
+        // What the provider allows is taken before anything of the attempt starts; waiting for
+        // it, the run is queued with the reason (a stop ends the wait as it ends an attempt).
+        let holder = format!("{}/{stage_id}/{attempt}", state.run_id);
+        if let Some(agent) = self.pipeline.agent_of(stage) {
+            // Journaled when the attempt starts waiting and when it waits for another reason
+            // (not for another count of the same one).
+            let mut waited: Option<String> = None;
+            loop {
+                match self.limits.take(agent, &holder).await? {
+                    Allowed::Yes => break,
+                    Allowed::Wait { reason, until } => {
+                        let kind: String = reason.chars().filter(|c| !c.is_ascii_digit()).collect();
+                        if waited.as_ref() != Some(&kind) {
+                            let event = Event::LimitWaiting { stage: stage_id.clone(), attempt, reason, until };
+                            self.record(state, event).await?;
+                            waited = Some(kind);
+                        }
+                        let now = self.clock.now();
+                        let pause = until
+                            .map(|u| u.duration_since(now).clamp(LIMIT_POLL_MIN, LIMIT_POLL_MAX))
+                            .unwrap_or(LIMIT_POLL_MAX);
+                        let (clock, stopper) = (self.clock, self.stopper);
+                        tokio::select! {
+                            biased;
+                            stop = stopper.stopped() => return self.stop(state, stop).await,
+                            () = clock.sleep_until(now + pause) => {}
+                        }
+                    }
+                }
+            }
+            if waited.is_some() {
+                self.defer(state, Event::LimitTaken { stage: stage_id.clone(), attempt });
+            }
+        }
         self.defer(state, Event::AttemptStarted { stage: stage_id.clone(), attempt });
         let looped = closed_loop::is_closed_loop(stage);
         let mut confine = self.confinement(stage);
@@ -270,15 +312,19 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (runner, stopper) = (self.runner, self.stopper);
+        let limited = request.agent.is_some();
         let ended = {
             let run = runner.run(&request, tx);
             tokio::pin!(run);
+            // A provider slot is leased: kept while the attempt runs.
+            let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + LIMIT_RENEW, LIMIT_RENEW);
             loop {
                 tokio::select! {
                     biased;
                     stop = stopper.stopped() => break Ended::Stopped(stop),
                     Some(notice) = rx.recv() => self.notice(state, &stage_id, attempt, notice).await?,
                     execution = &mut run => break Ended::Ran(execution),
+                    _ = renew.tick(), if limited => self.limits.renew(&holder).await,
                 }
             }
             // Leaving this block drops the runner's future, which kills the process it waits on.
@@ -288,7 +334,12 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
         }
         let execution = match ended {
             Ended::Ran(execution) => execution,
-            Ended::Stopped(stop) => return self.stop(state, stop).await,
+            Ended::Stopped(stop) => {
+                if limited {
+                    self.limits.give(&holder, 0).await;
+                }
+                return self.stop(state, stop).await;
+            }
         };
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
         if let Some(agent) = &request.agent {
@@ -311,6 +362,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                         / 1_000_000.0
                 });
             }
+            self.limits.give(&holder, usage.input_tokens + usage.output_tokens).await;
             self.defer(state, Event::UsageRecorded { stage: stage_id.clone(), attempt, usage });
         }
         if looped {
@@ -393,6 +445,13 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                         .patterns
                         .classify_in(&format!("{}\n{}", error.output_tail, execution.stdout_tail()), &context);
                     error.pattern = c.matched_pattern;
+                }
+                // A provider's rate limit pauses it for every run, until the reset it names.
+                if let Some(agent) = &request.agent
+                    && error.pattern.as_deref() == Some("rate-limit")
+                {
+                    let text = format!("{}\n{}", error.output_tail, execution.stdout_tail());
+                    self.limits.exhausted(agent, &text, None).await;
                 }
                 self.defer(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error });
             }
@@ -918,6 +977,12 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes> Engine<'_, S, R, C, 
                 // ends the group it names even when its processes cleared their environment
                 // (`exec env -i …`), which `end_strays` could not recognise them by.
                 self.record(state, event).await
+            }
+            Notice::RateLimited { detail, until } => {
+                if let Some(agent) = self.pipeline.stage(stage.as_str()).and_then(|s| self.pipeline.agent_of(s)) {
+                    self.limits.exhausted(agent, &detail, Some(until)).await;
+                }
+                Ok(())
             }
             Notice::NetworkRefused { target, why } => {
                 self.record(state, Event::NetworkRefused { stage: stage.clone(), attempt, target, why }).await

@@ -79,6 +79,7 @@ async fn run_with(
         changes,
         patterns: &Library::builtin(),
         settings: &Default::default(),
+        limits: loopwright_engine::ports::NoLimits,
     };
     engine.start(RunId::new("r"), started).await.expect("run")
 }
@@ -249,6 +250,7 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
         changes: &NoChanges,
         patterns: &Library::builtin(),
         settings: &Default::default(),
+        limits: loopwright_engine::ports::NoLimits,
     };
     let state = engine.drive(state).await.expect("drive");
     assert_eq!(state.status, RunStatus::Success);

@@ -290,6 +290,27 @@ pub enum Event {
     /// The daemon accepted the run but has no free slot (or its working tree is busy): it waits
     /// in line, in the order runs were queued, until the daemon takes it up (`run_resumed`).
     RunQueued {},
+    /// An attempt of a stage waits for what a provider allows (`[[limits]]`, SPEC §13): a
+    /// free slot, the requests or tokens left this minute or hour, or the end of a pause after
+    /// a rate limit. The run is `queued` until `limit_taken`.
+    LimitWaiting {
+        /// The stage.
+        stage: StageId,
+        /// The attempt that waits.
+        attempt: u32,
+        /// Why, in words (`anthropic: 2 of 2 concurrent stages in use`).
+        reason: String,
+        /// When it can go on at the latest, when that is known (a pause's end).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<jiff::Timestamp>,
+    },
+    /// The waiting attempt got what it waited for: the run works again.
+    LimitTaken {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+    },
     /// A loopwright process took the run up again (after an interruption or a crash).
     RunResumed {
         /// The process now driving the run.
@@ -507,7 +528,9 @@ impl Event {
             | Event::FixApplied { stage, .. }
             | Event::LoopEscalated { stage, .. }
             | Event::DeadLettered { stage, .. }
-            | Event::UsageRecorded { stage, .. } => Some(stage),
+            | Event::UsageRecorded { stage, .. }
+            | Event::LimitWaiting { stage, .. }
+            | Event::LimitTaken { stage, .. } => Some(stage),
             Event::RunInterrupted { stage, .. } | Event::RunCancelled { stage, .. } => stage.as_ref(),
             Event::RunStarted(_)
             | Event::RunFinished { .. }
@@ -552,6 +575,8 @@ impl Event {
         "escalation_answered",
         "run_interrupted",
         "run_queued",
+        "limit_waiting",
+        "limit_taken",
         "run_resumed",
         "cancel_requested",
         "run_cancelled",
@@ -601,6 +626,8 @@ impl Event {
             Event::EscalationAnswered { .. } => "escalation_answered",
             Event::RunInterrupted { .. } => "run_interrupted",
             Event::RunQueued { .. } => "run_queued",
+            Event::LimitWaiting { .. } => "limit_waiting",
+            Event::LimitTaken { .. } => "limit_taken",
             Event::RunResumed { .. } => "run_resumed",
             Event::CancelRequested { .. } => "cancel_requested",
             Event::RunCancelled { .. } => "run_cancelled",
@@ -654,7 +681,8 @@ impl Event {
         match self {
             Event::RunStarted(_) | Event::ApprovalGranted { .. } | Event::RunResumed { .. } => Some(RunStatus::Running),
             Event::RunInterrupted { .. } => Some(RunStatus::Interrupted),
-            Event::RunQueued { .. } => Some(RunStatus::Queued),
+            Event::RunQueued { .. } | Event::LimitWaiting { .. } => Some(RunStatus::Queued),
+            Event::LimitTaken { .. } => Some(RunStatus::Running),
             Event::RunCancelled { .. } => Some(RunStatus::Cancelled),
             Event::ApprovalRequested { .. } => Some(RunStatus::Waiting),
             Event::FeedbackChecked { action: FeedbackAction::Escalate, .. }

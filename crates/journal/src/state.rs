@@ -394,6 +394,9 @@ pub struct RunState {
     pub merge_answer: Option<crate::event::Answer>,
     /// The journal already says why this run's stages are not sandboxed.
     pub sandbox_noted: bool,
+    /// What an attempt waits for of a provider (`limit_waiting`), until it gets it or the run
+    /// stops: the stage, why, and until when at the latest when known.
+    pub provider_wait: Option<(StageId, String, Option<jiff::Timestamp>)>,
     /// Events applied but not yet journaled (they have no effect outside until they are):
     /// the engine commits them in one transaction before its next outside effect.
     unflushed: Vec<(Event, jiff::Timestamp)>,
@@ -452,6 +455,7 @@ impl RunState {
             merge_conflict: None,
             merge_answer: None,
             sandbox_noted: false,
+            provider_wait: None,
             unflushed: Vec::new(),
         }
     }
@@ -497,6 +501,10 @@ impl RunState {
         self.updated_at = Some(record.at);
         if let Some(status) = record.event.run_status() {
             self.status = status;
+            // A provider wait lasts as long as the run is queued for it.
+            if !matches!(record.event, Event::LimitWaiting { .. }) {
+                self.provider_wait = None;
+            }
         }
         if let Event::ApprovalRejected { rollback: true, .. } = &record.event {
             self.rollback_requested = true;
@@ -602,7 +610,13 @@ impl RunState {
                     }
                 }
             }
-            Event::RunInterrupted { .. } | Event::RunQueued { .. } | Event::CancelRequested { .. } => {}
+            Event::LimitWaiting { stage, reason, until, .. } => {
+                self.provider_wait = Some((stage.clone(), reason.clone(), *until));
+            }
+            Event::RunInterrupted { .. }
+            | Event::RunQueued { .. }
+            | Event::CancelRequested { .. }
+            | Event::LimitTaken { .. } => {}
             Event::SnapshotTaken { stage, attempt, snapshot, .. } => {
                 self.stage_mut(stage).snapshots.push((*attempt, snapshot.clone()));
             }

@@ -97,9 +97,10 @@ pub async fn run(
     workspace: &std::path::Path,
     deadline: Instant,
     live: &mut LiveSink<'_>,
+    notices: &tokio::sync::mpsc::UnboundedSender<loopwright_engine::ports::Notice>,
 ) -> Answer {
     let fail = |outcome, error: String| Answer { outcome, text: String::new(), error, usage: None };
-    let answer = match tokio::time::timeout_at(deadline, ask(agent, prompt, deadline, live)).await {
+    let answer = match tokio::time::timeout_at(deadline, ask(agent, prompt, deadline, live, notices)).await {
         Ok(answer) => answer,
         Err(_) => {
             return fail(ExecOutcome::TimedOut, format!("no complete answer from {} before the timeout", url(agent)));
@@ -128,6 +129,7 @@ async fn ask(
     prompt: &str,
     deadline: Instant,
     live: &mut LiveSink<'_>,
+    notices: &tokio::sync::mpsc::UnboundedSender<loopwright_engine::ports::Notice>,
 ) -> Result<Answer, (ExecOutcome, String)> {
     let url = url(agent);
     let var = key_var(agent);
@@ -214,6 +216,10 @@ async fn ask(
                         format!("{url} kept answering {status} (rate limited) until the timeout"),
                     ));
                 }
+                // Every run of this provider waits as long (the limits pause it).
+                let until = jiff::Timestamp::now() + jiff::SignedDuration::try_from(wait).unwrap_or_default();
+                let detail = format!("{url} answered {status}");
+                let _ = notices.send(loopwright_engine::ports::Notice::RateLimited { detail, until });
                 tokio::time::sleep(wait).await;
                 quota_wait += wait;
                 tries += 1;

@@ -342,7 +342,7 @@ impl Runner for ProcessRunner {
         };
         if let (Some(agent), Some(full)) = (http_agent, &full) {
             let mut live = LiveSink::new(self.output_paths(request).0, self.output_cap, &self.redactor);
-            let answer = http::run(agent, full, request.mode, &request.workspace, deadline, &mut live).await;
+            let answer = http::run(agent, full, request.mode, &request.workspace, deadline, &mut live, &notices).await;
             live.finish();
             let execution =
                 self.scrubbed(Execution { usage: answer.usage, ..done(answer.outcome, answer.text, answer.error) });

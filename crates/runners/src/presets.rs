@@ -137,6 +137,39 @@ pub fn model_hosts(agent: &Agent) -> Vec<Host> {
     if set.is_empty() { defaults.iter().filter_map(|h| Host::parse(h).ok()).collect() } else { set }
 }
 
+/// The provider an agent calls, as `[[limits]]` entries name it: the one its CLI or API is
+/// made for, else (CLIs that take any model) the one its model belongs to (`anthropic/…`,
+/// `claude-…`; `openai/…`, `gpt-…`, `o3`; `google/…`, `gemini-…`); none for a `command`
+/// agent whose model says nothing, and for shell stages.
+pub fn provider(agent: &Agent) -> Option<&'static str> {
+    let fixed = match agent.runner {
+        RunnerKind::Claude | RunnerKind::Anthropic => Some("anthropic"),
+        RunnerKind::Codex | RunnerKind::Openai => Some("openai"),
+        RunnerKind::Gemini => Some("google"),
+        RunnerKind::Shell => return None,
+        RunnerKind::Aider | RunnerKind::Opencode | RunnerKind::Goose | RunnerKind::Command => None,
+    };
+    fixed.or_else(|| {
+        let model = agent.model.as_deref()?.to_ascii_lowercase();
+        let model = model.rsplit_once('/').map_or(model.as_str(), |(vendor, name)| match vendor {
+            "anthropic" | "openai" | "google" | "gemini" => vendor,
+            _ => name,
+        });
+        if model.starts_with("anthropic") || model.starts_with("claude") {
+            Some("anthropic")
+        } else if model.starts_with("openai")
+            || model.starts_with("gpt")
+            || ["o1", "o3", "o4"].iter().any(|o| model == *o || model.starts_with(&format!("{o}-")))
+        {
+            Some("openai")
+        } else if model.starts_with("google") || model.starts_with("gemini") {
+            Some("google")
+        } else {
+            None
+        }
+    })
+}
+
 /// An agent CLI's own configuration in the user's home (paths relative to it), as a sandbox
 /// gives it: `copies` are copied into the attempt's home (files the CLI reads and may write
 /// back: its settings, its sign-in, the state file it rewrites at start), `shared` folders are
@@ -299,6 +332,28 @@ mod tests {
             ),
         );
         loopwright_spec::parse_agent(&src, "a", RunnerKind::Command).expect("agent")
+    }
+
+    #[test]
+    fn an_agents_provider_is_its_clis_else_its_models() {
+        let cases = [
+            (RunnerKind::Claude, None, Some("anthropic")),
+            (RunnerKind::Codex, Some("gpt-5"), Some("openai")),
+            (RunnerKind::Gemini, None, Some("google")),
+            (RunnerKind::Anthropic, Some("claude-sonnet-4"), Some("anthropic")),
+            (RunnerKind::Openai, Some("llama3"), Some("openai")),
+            (RunnerKind::Aider, Some("anthropic/claude-3-7-sonnet"), Some("anthropic")),
+            (RunnerKind::Aider, Some("o3"), Some("openai")),
+            (RunnerKind::Aider, Some("o3-mini"), Some("openai")),
+            (RunnerKind::Opencode, Some("openrouter/gpt-4o"), Some("openai")),
+            (RunnerKind::Goose, Some("gemini-2.5-pro"), Some("google")),
+            (RunnerKind::Opencode, Some("ollama/qwen3"), None),
+            (RunnerKind::Aider, None, None),
+            (RunnerKind::Aider, Some("o30-turbo"), None),
+        ];
+        for (runner, model, expected) in cases {
+            assert_eq!(provider(&agent(runner, model)), expected, "{runner:?} {model:?}");
+        }
     }
 
     #[test]

@@ -80,7 +80,7 @@ async fn shell_commands_run_in_order_and_stop_at_the_first_failure() {
         .iter()
         .filter_map(|n| match n {
             Notice::ProcessStarted { group, command } => Some((group, command)),
-            Notice::NetworkRefused { .. } => None,
+            Notice::NetworkRefused { .. } | Notice::RateLimited { .. } => None,
         })
         .collect();
     assert_eq!(started.len(), notices.len(), "{notices:?}");

@@ -38,6 +38,44 @@ impl Journal {
         }
     }
 
+    /// Takes a slot of every provider limit in `rules` for `holder` (an attempt), or says why
+    /// it waits (see [`crate::limits`]).
+    pub async fn take_slot(
+        &self,
+        holder: &str,
+        rules: &[crate::limits::Rule],
+        ttl: std::time::Duration,
+    ) -> Result<crate::limits::Answer, StoreError> {
+        match self {
+            Journal::Sqlite(s) => s.take_slot(holder, rules, ttl, jiff::Timestamp::now()),
+            Journal::Postgres(p) => p.take_slot(holder, rules, ttl).await,
+        }
+    }
+
+    /// Keeps `holder`'s slots for another `ttl`.
+    pub async fn renew_slot(&self, holder: &str, ttl: std::time::Duration) -> Result<(), StoreError> {
+        match self {
+            Journal::Sqlite(s) => s.renew_slot(holder, ttl, jiff::Timestamp::now()),
+            Journal::Postgres(p) => p.renew_slot(holder, ttl).await,
+        }
+    }
+
+    /// Gives `holder`'s slots back with the tokens it used.
+    pub async fn give_slot(&self, holder: &str, tokens: u64) -> Result<(), StoreError> {
+        match self {
+            Journal::Sqlite(s) => s.give_slot(holder, tokens, jiff::Timestamp::now()),
+            Journal::Postgres(p) => p.give_slot(holder, tokens).await,
+        }
+    }
+
+    /// Pauses the limit `key` for everyone until `until`.
+    pub async fn pause_limit(&self, key: &str, until: jiff::Timestamp, why: &str) -> Result<(), StoreError> {
+        match self {
+            Journal::Sqlite(s) => s.pause_limit(key, until, why),
+            Journal::Postgres(p) => p.pause_limit(key, until, why).await,
+        }
+    }
+
     /// The PostgreSQL store, when the journal is there.
     pub fn postgres(&self) -> Option<&PgStore> {
         match self {

@@ -22,6 +22,7 @@ use rusqlite_migration::{M, Migrations};
 pub mod auto;
 pub mod fleet;
 mod journal;
+pub mod limits;
 pub mod notify;
 pub mod pg;
 
@@ -36,6 +37,7 @@ fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/004_task_auto.sql")),
         M::up(include_str!("migrations/005_runs_list.sql")),
         M::up(include_str!("migrations/006_notifications.sql")),
+        M::up(include_str!("migrations/007_limits.sql")),
     ])
 }
 

@@ -25,7 +25,11 @@ use tokio_postgres::types::ToSql;
 use crate::Scrubber;
 
 /// The schema's migrations, oldest first: (version, SQL).
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("pg/001_journal.sql")), (2, include_str!("pg/002_fleet.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("pg/001_journal.sql")),
+    (2, include_str!("pg/002_fleet.sql")),
+    (3, include_str!("pg/003_limits.sql")),
+];
 
 /// The advisory lock migrations take (`loop` in ASCII).
 const MIGRATION_LOCK: i64 = 0x6c6f_6f70;

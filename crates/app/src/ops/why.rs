@@ -260,6 +260,28 @@ pub fn run_headline(state: &RunState, status: RunStatus, pipeline: &Pipeline) ->
             }
             Some(headline)
         }
+        RunStatus::Queued => {
+            let (stage, reason, until) = state.provider_wait.as_ref()?;
+            Some(Headline {
+                tone: Tone::Waiting,
+                stage: Some(stage.to_string()),
+                title: format!("Stage {stage} waits for its provider"),
+                check: None,
+                lines: vec![reason.clone()],
+                category: None,
+                tried: Vec::new(),
+                next: match until {
+                    Some(until) => format!(
+                        "It starts by itself when the provider allows it, at {} at the latest; nothing is asked of you.",
+                        until.strftime("%Y-%m-%d %H:%M:%S UTC")
+                    ),
+                    None => {
+                        "It starts by itself as soon as another stage gives its slot back; nothing is asked of you."
+                            .into()
+                    }
+                },
+            })
+        }
         RunStatus::Interrupted => {
             let at =
                 state.stages.iter().rev().find(|s| matches!(s.status, StageStatus::Running | StageStatus::Looping));
@@ -572,6 +594,36 @@ mod tests {
                 next: "Nothing retries it on its own: re-run the run, or retry from this stage.".into(),
             }
         );
+    }
+
+    #[test]
+    fn a_run_queued_for_its_provider_says_why_and_that_it_goes_on_by_itself() {
+        let until = "2026-11-25T12:00:00Z".parse::<jiff::Timestamp>().expect("time");
+        let waiting = Event::LimitWaiting {
+            stage: stage("build"),
+            attempt: 1,
+            reason: "openai is paused until 2026-11-25T12:00:00Z after a rate limit: 429".into(),
+            until: Some(until),
+        };
+        let s = state(vec![waiting.clone()]);
+        assert_eq!(s.status, RunStatus::Queued);
+        assert_eq!(
+            run_headline(&s, RunStatus::Queued, &pipeline()),
+            Some(Headline {
+                tone: Tone::Waiting,
+                stage: Some("build".into()),
+                title: "Stage build waits for its provider".into(),
+                check: None,
+                lines: vec!["openai is paused until 2026-11-25T12:00:00Z after a rate limit: 429".into()],
+                category: None,
+                tried: Vec::new(),
+                next: "It starts by itself when the provider allows it, at 2026-11-25 12:00:00 UTC at the latest; nothing is asked of you.".into(),
+            })
+        );
+        // Taken, the run works again and the wait is over; a run merely queued has no headline.
+        let s = state(vec![waiting, Event::LimitTaken { stage: stage("build"), attempt: 1 }]);
+        assert_eq!((s.status, s.provider_wait.clone()), (RunStatus::Running, None));
+        assert_eq!(run_headline(&state(vec![Event::RunQueued {}]), RunStatus::Queued, &pipeline()), None);
     }
 
     #[test]

@@ -395,6 +395,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         changes: &changes,
         patterns: &loopwright_engine::patterns::Library::builtin(),
         settings: &Default::default(),
+        limits: loopwright_engine::ports::NoLimits,
     };
     let state = engine.start(RunId::generate(jiff::Timestamp::now(), random_u64()), started).await?;
     let engine_wall = t.elapsed();

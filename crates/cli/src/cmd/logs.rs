@@ -174,6 +174,11 @@ pub fn line(r: &EventRecord) -> String {
             }
         },
         Event::RunQueued {} => "run queued (waits for a free slot)".to_owned(),
+        Event::LimitWaiting { stage, attempt, reason, until } => format!(
+            "{stage}: attempt {attempt} waits for the provider: {reason}{}",
+            until.map(|u| format!(" (until {u})")).unwrap_or_default()
+        ),
+        Event::LimitTaken { stage, attempt } => format!("{stage}: attempt {attempt}: the provider allows it"),
         Event::CancelRequested { by, .. } => format!("cancel requested by {by}"),
         Event::SnapshotTaken { stage, attempt, snapshot, files } => {
             format!("{stage}: attempt {attempt}: snapshot {snapshot} of {files} file(s)")

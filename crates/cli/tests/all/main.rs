@@ -15,6 +15,7 @@ mod feedback;
 mod fleet;
 mod http;
 mod init_demo;
+mod limits;
 mod postgres;
 mod presets;
 mod rollback;

@@ -1,0 +1,153 @@
+//! Provider limits (`[[limits]]`, SPEC §13) through the binary: runs in separate processes —
+//! ten workspaces sharing a PostgreSQL store, or runs in worktrees of one workspace sharing its
+//! SQLite file — against a scripted OpenAI-compatible server on 127.0.0.1 that counts the
+//! requests in flight and answers one with a 429 and a `Retry-After`.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+use crate::support::{Ws, finish, spawn_env};
+
+/// A model server answering every request on a thread of its own after `delay`: the most
+/// requests it had in flight at once, and when each started (`Instant`s) with its status.
+struct Model {
+    port: u16,
+    busiest: Arc<AtomicUsize>,
+    log: Arc<Mutex<Vec<(Instant, u16)>>>,
+}
+
+impl Model {
+    /// Request number `limited` (from 1), if any, is answered 429 with `Retry-After: 2`.
+    fn start(delay: Duration, limited: Option<usize>) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (busiest, log) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
+        let (most, seen) = (Arc::clone(&busiest), Arc::clone(&log));
+        let now = Arc::new(AtomicUsize::new(0));
+        let count = Arc::new(AtomicUsize::new(0));
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let (most, seen, now, count) =
+                    (Arc::clone(&most), Arc::clone(&seen), Arc::clone(&now), Arc::clone(&count));
+                std::thread::spawn(move || {
+                    let mut conn = conn;
+                    let _ = crate::http::read_request(&conn);
+                    let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+                    let inside = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(inside, Ordering::SeqCst);
+                    let out = if Some(n) == limited {
+                        seen.lock().expect("log").push((Instant::now(), 429));
+                        "HTTP/1.1 429 Too Many Requests\r\nconnection: close\r\nretry-after: 2\r\ncontent-length: 0\r\n\r\n"
+                            .to_owned()
+                    } else {
+                        seen.lock().expect("log").push((Instant::now(), 200));
+                        std::thread::sleep(delay);
+                        let body = json!({
+                            "choices": [{"message": {"role": "assistant", "content": "done"}}],
+                            "usage": {"prompt_tokens": 10, "completion_tokens": 5}
+                        })
+                        .to_string();
+                        format!(
+                            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                    };
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    let _ = conn.write_all(out.as_bytes());
+                });
+            }
+        });
+        Self { port, busiest, log }
+    }
+}
+
+/// A workspace whose one stage asks the model server, with `config` as its config.toml.
+fn workspace(port: u16, config: &str) -> Ws {
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/agents/model.md",
+        &format!("---\nrunner: openai\nmodel: test-model\nbase_url: http://127.0.0.1:{port}/v1\napi_key_env: LW_TEST_KEY\n---\nYou are careful.\n"),
+    );
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: ask\n    description: Answer\n    agent: model\n    mode: plan\n",
+    );
+    ws.write(".loopwright/config.toml", config);
+    ws
+}
+
+/// The `limit_waiting` reasons of a run's journal.
+fn waits(ws: &Ws, run: &str, store: &[&str]) -> Vec<String> {
+    let mut cmd = ws.cmd();
+    let out = cmd.args(["logs", run, "--json"]).args(store).output().expect("logs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"]["type"] == "limit_waiting")
+        .map(|v| v["event"]["reason"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn ten_runs_on_machines_sharing_a_store_keep_to_two_at_once_and_a_429_pauses_them_all() {
+    let Some(url) = crate::postgres::fresh_database("limits") else { return };
+    let model = Model::start(Duration::from_millis(300), Some(3));
+    let config = format!("store = \"{url}\"\n\n[[limits]]\nprovider = \"openai\"\nconcurrent = 2\n");
+    let spaces: Vec<Ws> = (0..10).map(|_| workspace(model.port, &config)).collect();
+    let started = Instant::now();
+    let runs: Vec<_> =
+        spaces.iter().map(|ws| spawn_env(ws, &["run", "p", "--json", "--quiet"], &[("LW_TEST_KEY", "k")])).collect();
+    let mut ids = Vec::new();
+    for child in runs {
+        let (code, out, err) = finish(child);
+        assert_eq!(code, 0, "{err}");
+        let result: Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(result["status"], "success", "{result}");
+        ids.push(result["run_id"].as_str().expect("id").to_owned());
+    }
+    let took = started.elapsed();
+    // Never more than two requests in flight, and two at times.
+    assert_eq!(model.busiest.load(Ordering::SeqCst), 2);
+    let log = model.log.lock().expect("log").clone();
+    assert_eq!(log.iter().filter(|(_, s)| *s == 200).count(), 10, "{log:?}");
+    // The 429 said "in 2 s": no request started in the pause but the one in flight then.
+    let (limited_at, _) = *log.iter().find(|(_, s)| *s == 429).expect("a 429");
+    let inside: Vec<Duration> = log
+        .iter()
+        .filter(|(t, _)| *t > limited_at + Duration::from_millis(300) && *t < limited_at + Duration::from_millis(1800))
+        .map(|(t, _)| *t - limited_at)
+        .collect();
+    assert_eq!(inside, Vec::<Duration>::new(), "requests started while the provider was paused");
+    assert!(took >= Duration::from_millis(300 * 5 + 2000), "{took:?}");
+    // Runs that waited said why: a slot, or the pause.
+    let reasons: Vec<String> = spaces.iter().zip(&ids).flat_map(|(ws, run)| waits(ws, run, &[])).collect();
+    assert!(reasons.iter().any(|r| r == "openai: 2 of 2 concurrent stages in use"), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.starts_with("openai is paused until ") && r.ends_with("answered 429")),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn runs_sharing_a_workspaces_sqlite_file_keep_to_its_limit_too() {
+    let model = Model::start(Duration::from_millis(400), None);
+    let ws = workspace(model.port, "[[limits]]\nprovider = \"openai\"\nmodel = \"test-model\"\nconcurrent = 1\n");
+    ws.init_git();
+    let runs: Vec<_> = (0..3)
+        .map(|_| spawn_env(&ws, &["run", "p", "--json", "--quiet", "--worktree"], &[("LW_TEST_KEY", "k")]))
+        .collect();
+    let mut ids = Vec::new();
+    for child in runs {
+        let (code, out, err) = finish(child);
+        assert_eq!(code, 0, "{err}");
+        ids.push(serde_json::from_str::<Value>(&out).expect("json")["run_id"].as_str().expect("id").to_owned());
+    }
+    assert_eq!(model.busiest.load(Ordering::SeqCst), 1);
+    let reasons: Vec<String> = ids.iter().flat_map(|run| waits(&ws, run, &[])).collect();
+    assert!(reasons.iter().any(|r| r == "openai (model test-model): 1 of 1 concurrent stages in use"), "{reasons:?}");
+}
