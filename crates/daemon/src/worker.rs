@@ -304,6 +304,15 @@ async fn drive_async(
     let fence = Fence { worker: worker.id.clone(), epoch: claim.epoch };
     let store = Journal::Postgres(worker.store.fenced(fence));
     let (pipeline, mut state) = read::load_run(&ws, &store, &claim.run).await?;
+    // The store says which pipeline to run, never what it runs: the file must be the
+    // repository's, as it is at the run's base. Whoever can write to the store can only choose
+    // among the repository's pipelines (and give them inputs), not make workers run a command.
+    if let Err(why) = same_pipeline(tree, &state) {
+        let by = format!("worker {}: refused to run it: {why}", worker.id);
+        let event = loopwright_engine::Event::RunCancelled { stage: None, by, rollback: false };
+        loopwright_app::record::after_read(&store, &mut state, vec![event]).await?;
+        return Ok(state.status);
+    }
     let lost_now = lost.clone();
     let publish = loopwright_runners::Publish {
         repo: claim.submission.repo.clone(),
@@ -328,6 +337,25 @@ async fn drive_async(
         Ok(state) => Ok(state.status),
         Err(e @ StoreError::Fenced { .. }) => Err(Error::Conflict(e.to_string())),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Checks that the run's journaled pipeline is the repository's file at the same path, byte for
+/// byte (a path outside the repository is refused).
+fn same_pipeline(tree: &Path, state: &loopwright_engine::RunState) -> Result<(), String> {
+    let started = state.started.as_ref().ok_or("the run has no start")?;
+    let path = Path::new(&started.pipeline_path);
+    let inside = path.is_relative() && path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !inside {
+        return Err(format!("its pipeline {} is not a file of the repository", started.pipeline_path));
+    }
+    match std::fs::read_to_string(tree.join(path)) {
+        Ok(text) if text == started.pipeline_source => Ok(()),
+        Ok(_) => Err(format!(
+            "its pipeline differs from {} in the repository at its base: commit and push the pipeline, then submit again",
+            started.pipeline_path
+        )),
+        Err(e) => Err(format!("the repository has no {} at its base ({e})", started.pipeline_path)),
     }
 }
 

@@ -259,6 +259,23 @@ pub async fn submit(
     if base.starts_with('-') {
         return Err(Error::usage(format!("--base `{base}`: expected a branch, tag or commit")));
     }
+    // Workers run the repository's pipeline file as it is at the base (never a text from the
+    // store): the one submitted must be that file.
+    let path = std::path::Path::new(&prepared.started.pipeline_path);
+    if path.is_absolute() || path.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+        return Err(Error::usage(format!(
+            "--submit: the pipeline {} is not a file of this repository; workers run the repository's pipelines",
+            prepared.started.pipeline_path
+        )));
+    }
+    if let Some(committed) = git(&["show", &format!("{base}:{}", prepared.started.pipeline_path)])
+        && committed.trim_end() != prepared.started.pipeline_source.trim_end()
+    {
+        return Err(Error::usage(format!(
+            "--submit: {} differs from the file at {base}; workers run the file as the repository has it: commit and push it first",
+            prepared.started.pipeline_path
+        )));
+    }
     let submission = loopwright_store::fleet::Submission { repo, base, labels: prepared.pipeline.runs_on.clone() };
     let at = jiff::Timestamp::now();
     let batch = [(Event::RunStarted(Box::new(prepared.started)), at), (Event::RunQueued {}, at)];

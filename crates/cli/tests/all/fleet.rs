@@ -613,3 +613,61 @@ fn a_worker_cut_off_from_the_database_ends_its_stage_when_its_lease_runs_out_and
         assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
     }
 }
+
+#[test]
+fn a_pipeline_written_into_the_store_that_is_not_the_repositorys_is_refused_by_workers_and_never_run() {
+    let Some(fleet) = Fleet::new("forged", TWO_STAGES) else { return };
+    // Someone who can write to the store (not to the repository) journals a run whose pipeline
+    // text runs a command of theirs, under the name of the repository's pipeline.
+    let honest = fleet.submit("honest");
+    let mut cmd = fleet.checkout.cmd();
+    let out = cmd.args(["logs", &honest, "--json", "--store", &fleet.url]).output().expect("logs");
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().expect("a line")).expect("json");
+    let planted = fleet.dir.path().join("planted");
+    let mut started = first["event"].clone();
+    started["pipeline_source"] = Value::String(format!(
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - {{id: a, description: d, agent: shell, mode: plan, run: 'touch {}'}}\n",
+        planted.display()
+    ));
+    let event: loopwright_engine::Event = serde_json::from_value(started).expect("an event");
+    let forged = loopwright_engine::RunId::new("20261125-000000-f0f0f0");
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(async {
+        let store = loopwright_store::pg::PgStore::connect(&fleet.url, 1).await.expect("store");
+        let at = jiff::Timestamp::now();
+        let submission = loopwright_store::fleet::Submission {
+            repo: fleet.remote().display().to_string(),
+            base: "main".into(),
+            labels: Default::default(),
+        };
+        store
+            .submit(&forged, &[(event, at), (loopwright_engine::Event::RunQueued {}, at)], &submission)
+            .await
+            .expect("submit");
+    });
+    let worker = fleet.worker(1, 5);
+    let statuses = fleet.wait_ended(&[honest.clone(), forged.to_string()], 60);
+    assert_eq!(statuses, ["success", "cancelled"]);
+    assert!(!planted.exists(), "the forged pipeline's command ran");
+    let status = fleet.status(forged.as_str());
+    let kinds = fleet.kinds(forged.as_str());
+    assert!(!kinds.iter().any(|(k, _)| k == "attempt_started"), "{kinds:?}");
+    let log = {
+        let mut cmd = fleet.checkout.cmd();
+        let out = cmd.args(["logs", forged.as_str(), "--store", &fleet.url]).output().expect("logs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        log.contains(
+            "refused to run it: its pipeline differs from .loopwright/pipelines/p.yml in the repository at its base"
+        ),
+        "{log}\n{status}"
+    );
+    signal(&worker, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
+    // Submitting a pipeline the repository does not have as it is, is refused at once.
+    fleet.checkout.write(".loopwright/pipelines/p.yml", &TWO_STAGES.replace("echo one", "echo uno"));
+    let (code, _, err) = fleet.checkout.run(&["run", "p", "--submit", "--store", &fleet.url]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(".loopwright/pipelines/p.yml differs from the file at main"), "{err}");
+}
