@@ -119,6 +119,13 @@ impl deadpool_postgres::Connect for OnIo {
     }
 }
 
+/// One event appended: the event row, the next feed position (the counter's row locked until
+/// the commit) and its feed row, and the run's row brought up to date.
+const APPEND: &str = "WITH position AS (UPDATE feed_counter SET last = last + 1 WHERE one RETURNING last),
+     event AS (INSERT INTO events (run_id, seq, at, kind, stage, payload) VALUES ($1, $2, $3, $4, $5, $6)),
+     fed AS (INSERT INTO feed (id, run_id, seq) SELECT last, $1, $2 FROM position)
+UPDATE runs SET last_seq = $2, updated_at = $3, status = COALESCE($7, status) WHERE run_id = $1";
+
 /// The session setting that ends a transaction its client left idle (see `connect_trusting`).
 const IDLE_IN_TRANSACTION: &str = "-c idle_in_transaction_session_timeout=5000";
 
@@ -427,11 +434,10 @@ impl PgStore {
         let tx = client.transaction().await.map_err(|e| backend(&e))?;
         let pg = |e: tokio_postgres::Error| backend(&e);
         // The run's row, locked until the commit: one writer per run at a time.
-        let mut cursor: Option<(String, i64)> = tx
-            .query_opt("SELECT task_id, last_seq FROM runs WHERE run_id = $1 FOR UPDATE", &[&run.as_str()])
-            .await
-            .map_err(pg)?
-            .map(|row| (row.get(0), row.get(1)));
+        let lock =
+            tx.prepare_cached("SELECT task_id, last_seq FROM runs WHERE run_id = $1 FOR UPDATE").await.map_err(pg)?;
+        let mut cursor: Option<(String, i64)> =
+            tx.query_opt(&lock, &[&run.as_str()]).await.map_err(pg)?.map(|row| (row.get(0), row.get(1)));
         if let Some(fence) = &self.fence {
             crate::fleet::check_fence(&tx, run, fence).await?;
         }
@@ -481,25 +487,13 @@ impl PgStore {
                     .map_err(|e| StoreError::Backend(format!("redacting event {seq} of run {run} broke it: {e}")))?;
                 (payload, stored) = (clean, Some(event));
             }
-            tx.execute(
-                "INSERT INTO events (run_id, seq, at, kind, stage, payload) VALUES ($1, $2, $3, $4, $5, $6)",
-                &[&run.as_str(), &seq, &at_text, &event.kind(), &event.stage().map(StageId::as_str), &payload],
-            )
-            .await
-            .map_err(pg)?;
+            // The event, its feed position and the run's row, in one statement (one round trip).
             // The feed counter's row stays locked until the commit: positions in commit order.
-            let position: i64 = tx
-                .query_one("UPDATE feed_counter SET last = last + 1 WHERE one RETURNING last", &[])
-                .await
-                .map_err(pg)?
-                .get(0);
-            tx.execute("INSERT INTO feed (id, run_id, seq) VALUES ($1, $2, $3)", &[&position, &run.as_str(), &seq])
-                .await
-                .map_err(pg)?;
             let status = event.run_status().map(RunStatus::as_str);
+            let append = tx.prepare_cached(APPEND).await.map_err(pg)?;
             tx.execute(
-                "UPDATE runs SET last_seq = $2, updated_at = $3, status = COALESCE($4, status) WHERE run_id = $1",
-                &[&run.as_str(), &seq, &at_text, &status],
+                &append,
+                &[&run.as_str(), &seq, &at_text, &event.kind(), &event.stage().map(StageId::as_str), &payload, &status],
             )
             .await
             .map_err(pg)?;
@@ -562,7 +556,8 @@ impl PgStore {
             crate::fleet::insert_submission(&tx, run, submission).await?;
         }
         // Watchers listening are told at the commit (a wake-up; the feed stays the truth).
-        tx.execute("SELECT pg_notify($1, '')", &[&FEED_CHANNEL]).await.map_err(pg)?;
+        let notify = tx.prepare_cached("SELECT pg_notify($1, '')").await.map_err(pg)?;
+        tx.execute(&notify, &[&FEED_CHANNEL]).await.map_err(pg)?;
         tx.commit().await.map_err(pg)?;
         Ok(records)
     }

@@ -93,12 +93,22 @@ impl Fleet {
         self.checkout.json(&["status", run, "--store", &self.url]).1
     }
 
+    /// The statuses of `runs`, from one read of the runs list.
+    fn statuses(&self, runs: &[String]) -> Vec<String> {
+        let limit = (runs.len() + 50).to_string();
+        let (_, list, _) = self.checkout.json(&["status", "--limit", &limit, "--store", &self.url]);
+        let by_id: std::collections::HashMap<&str, &str> = list
+            .as_array()
+            .map(|l| l.iter().filter_map(|r| Some((r["run_id"].as_str()?, r["status"].as_str()?))).collect())
+            .unwrap_or_default();
+        runs.iter().map(|r| by_id.get(r.as_str()).copied().unwrap_or_default().to_owned()).collect()
+    }
+
     /// Waits (up to `secs`) until every run has ended; their statuses.
     fn wait_ended(&self, runs: &[String], secs: u64) -> Vec<String> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
-            let statuses: Vec<String> =
-                runs.iter().map(|r| self.status(r)["status"].as_str().unwrap_or_default().to_owned()).collect();
+            let statuses = self.statuses(runs);
             if statuses.iter().all(|s| ["success", "failed", "cancelled"].contains(&s.as_str())) {
                 return statuses;
             }
@@ -383,11 +393,8 @@ fn fleet_chaos_three_workers_killed_at_random_lose_nothing_and_repeat_no_finishe
     let mut workers: Vec<std::process::Child> = (0..3).map(|n| fleet.worker_env(n, 2, &env)).collect();
     let started = Instant::now();
     let mut kills = 0;
-    let ended = |fleet: &Fleet| {
-        runs.iter().all(|r| {
-            ["success", "failed", "cancelled"].contains(&fleet.status(r)["status"].as_str().unwrap_or_default())
-        })
-    };
+    let ended =
+        |fleet: &Fleet| fleet.statuses(&runs).iter().all(|s| ["success", "failed", "cancelled"].contains(&s.as_str()));
     while kills < kills_wanted && !ended(&fleet) {
         assert!(started.elapsed() < Duration::from_secs(1200), "chaos ran out of time after {kills} kills");
         std::thread::sleep(Duration::from_millis(500 + dice.roll(1500)));
@@ -405,21 +412,20 @@ fn fleet_chaos_three_workers_killed_at_random_lose_nothing_and_repeat_no_finishe
     }
     assert_eq!(statuses, vec!["success"; runs.len()]);
     // No stage started after its success was journaled (on any worker).
-    for stage in ["a", "b", "c"] {
-        let starts = fleet.counter(stage);
-        for run in &runs {
-            let succeeded: Vec<i128> = {
-                let mut cmd = fleet.checkout.cmd();
-                let out = cmd.args(["logs", run, "--json", "--store", &fleet.url]).output().expect("logs");
-                String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                    .filter(|v| v["event"]["type"] == "attempt_succeeded" && v["event"]["stage"] == stage)
-                    .map(|v| v["at"].as_str().expect("at").parse::<jiff::Timestamp>().expect("time").as_nanosecond())
-                    .collect()
-            };
+    let starts: Vec<(&str, Vec<String>)> = ["a", "b", "c"].iter().map(|s| (*s, fleet.counter(s))).collect();
+    for run in &runs {
+        let mut cmd = fleet.checkout.cmd();
+        let out = cmd.args(["logs", run, "--json", "--store", &fleet.url]).output().expect("logs");
+        let events: Vec<Value> =
+            String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        for (stage, lines) in &starts {
+            let succeeded: Vec<i128> = events
+                .iter()
+                .filter(|v| v["event"]["type"] == "attempt_succeeded" && v["event"]["stage"] == *stage)
+                .map(|v| v["at"].as_str().expect("at").parse::<jiff::Timestamp>().expect("time").as_nanosecond())
+                .collect();
             assert_eq!(succeeded.len(), 1, "run {run} stage {stage}: one success journaled");
-            let mine: Vec<i128> = starts
+            let mine: Vec<i128> = lines
                 .iter()
                 .filter_map(|l| l.split_once(' ').filter(|(r, _)| r == run).and_then(|(_, t)| t.parse().ok()))
                 .collect();
