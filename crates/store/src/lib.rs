@@ -20,13 +20,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 use rusqlite_migration::{M, Migrations};
 
 pub mod auto;
-pub mod fleet;
 mod journal;
 pub mod limits;
 pub mod notify;
 pub mod pg;
 
 pub use journal::Journal;
+pub use pg::fleet;
 
 /// The schema's migrations, oldest first.
 fn migrations() -> Migrations<'static> {

@@ -24,6 +24,8 @@ use tokio_postgres::types::ToSql;
 
 use crate::Scrubber;
 
+pub mod fleet;
+
 /// The schema's migrations, oldest first: (version, SQL).
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("pg/001_journal.sql")),
@@ -171,7 +173,7 @@ pub struct PgStore {
     /// Redacts secrets from every event before it is written (as the SQLite store does).
     scrub: std::sync::Arc<std::sync::OnceLock<Scrubber>>,
     /// The lease every append of this handle must still hold (a worker's), if any.
-    pub(crate) fence: Option<crate::fleet::Fence>,
+    pub(crate) fence: Option<fleet::Fence>,
 }
 
 /// `url` with its password, if any, replaced by `***`: for messages.
@@ -428,7 +430,7 @@ impl PgStore {
         run: &RunId,
         expected: Option<u64>,
         events: &[(Event, jiff::Timestamp)],
-        submission: Option<&crate::fleet::Submission>,
+        submission: Option<&fleet::Submission>,
     ) -> Result<Vec<EventRecord>, StoreError> {
         let mut client = self.pool.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(|e| backend(&e))?;
@@ -439,7 +441,7 @@ impl PgStore {
         let mut cursor: Option<(String, i64)> =
             tx.query_opt(&lock, &[&run.as_str()]).await.map_err(pg)?.map(|row| (row.get(0), row.get(1)));
         if let Some(fence) = &self.fence {
-            crate::fleet::check_fence(&tx, run, fence).await?;
+            fleet::check_fence(&tx, run, fence).await?;
         }
         if let Some(expected) = expected {
             let Some((_, last)) = &cursor else { return Err(StoreError::RunNotFound(run.clone())) };
@@ -553,7 +555,7 @@ impl PgStore {
             records.push(EventRecord { seq: seq_out, at: *at, event: stored.unwrap_or_else(|| event.clone()) });
         }
         if let Some(submission) = submission {
-            crate::fleet::insert_submission(&tx, run, submission).await?;
+            fleet::insert_submission(&tx, run, submission).await?;
         }
         // Watchers listening are told at the commit (a wake-up; the feed stays the truth).
         let notify = tx.prepare_cached("SELECT pg_notify($1, '')").await.map_err(pg)?;

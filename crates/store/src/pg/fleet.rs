@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use loopwright_journal::{Event, EventRecord, RunId, StoreError};
 
-use crate::pg::{PgStore, backend, lost_a_race, pool_error};
+use super::{PgStore, backend, lost_a_race, pool_error};
 
 /// The lease a worker's writes to a run are fenced by.
 #[derive(Debug, Clone, PartialEq, Eq)]
