@@ -321,6 +321,11 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     // Meanwhile the output of the stage in flight is tailed from its files as the runner
     // writes them (text only: `--json` prints the journal and nothing else).
     let mut follow = output::Follow::new(ws.runs_dir().join(run.as_str()));
+    // On PostgreSQL a commit by any machine is heard by LISTEN (the feed stays the truth).
+    let heard = match (args.follow, store.postgres()) {
+        (true, Some(pg)) => pg.watch_feed().await.ok(),
+        _ => None,
+    };
     let mut printed = 0u64;
     let mut state = RunState::replay(run.clone(), &[]);
     loop {
@@ -350,7 +355,12 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             for chunk in follow.read() {
                 print!("{}", safe(&output_lines(&chunk)));
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            match &heard {
+                Some(watch) => {
+                    watch.changed(Duration::from_millis(500)).await;
+                }
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
         }
     }
 }

@@ -61,9 +61,16 @@ impl Fleet {
 
     /// [`Fleet::worker`] with more environment variables (its stages see them).
     fn worker_env(&self, n: usize, lease: u64, env: &[(&str, &str)]) -> std::process::Child {
+        self.worker_with(n, &self.url, &["--lease", &lease.to_string()], env)
+    }
+
+    /// Worker number `n` on the store at `url` with more arguments and environment variables.
+    fn worker_with(&self, n: usize, url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
         let log = std::fs::File::create(self.dir.path().join(format!("worker-{n}.log"))).expect("log");
         let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"));
-        cmd.args(["worker", "--store", &self.url, "--lease", &lease.to_string(), "--cache"])
+        cmd.args(["worker", "--store", url])
+            .args(args)
+            .arg("--cache")
             .arg(self.dir.path().join(format!("cache-{n}")))
             .env("GIT_AUTHOR_NAME", "worker")
             .env("GIT_AUTHOR_EMAIL", "worker@example.com")
@@ -186,8 +193,16 @@ fn submitted_runs_are_run_by_a_worker_in_order_and_each_stage_commit_is_on_the_r
     let runs: Vec<String> = ["first", "second", "third"].iter().map(|t| fleet.submit(t)).collect();
     // Queued until a worker comes; the submitter's checkout is left as it was.
     assert_eq!(fleet.status(&runs[0])["status"], "queued");
+    let followed = crate::support::spawn(&fleet.checkout, &["logs", &runs[0], "--follow", "--store", &fleet.url]);
     let worker = fleet.worker(1, 5);
     assert_eq!(fleet.wait_ended(&runs, 60), ["success", "success", "success"]);
+    // Followed from the checkout (any machine naming the store), to the end.
+    let (code, followed, err) = crate::support::finish(followed);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> =
+        followed.lines().map(|l| l.split_once("  ").map_or(l, |(_, rest)| rest.trim_start())).collect();
+    assert!(lines.iter().any(|l| l.contains("run taken by worker")), "{followed}");
+    assert!(followed.trim_end().ends_with("run success"), "{followed}");
     // One worker with one slot: in the order they were submitted.
     assert_eq!(fleet.counter("a"), runs);
     assert_eq!(fleet.counter("b"), runs);
@@ -465,19 +480,12 @@ fn fleet_chaos_three_workers_killed_at_random_lose_nothing_and_repeat_no_finishe
 fn the_api_and_the_dashboard_show_the_workers_their_labels_slots_and_the_runs_they_hold() {
     let Some(fleet) = Fleet::new("dashboard", TWO_STAGES) else { return };
     let run = fleet.submit("watched");
-    let mut cmd_worker = {
-        let log = std::fs::File::create(fleet.dir.path().join("worker-1.log")).expect("log");
-        std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
-            .args(["worker", "--store", &fleet.url, "--labels", "gpu=a100, os=linux", "--slots", "2", "--lease", "5"])
-            .arg("--cache")
-            .arg(fleet.dir.path().join("cache-1"))
-            .env("B_SLEEP", "30")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("worker")
-    };
+    let cmd_worker = fleet.worker_with(
+        1,
+        &fleet.url,
+        &["--labels", "gpu=a100, os=linux", "--slots", "2", "--lease", "5"],
+        &[("B_SLEEP", "30")],
+    );
     wait_lines(&fleet, "b", 1);
     let daemon = crate::daemon::Daemon::start(&fleet.checkout, &["--store", &fleet.url]);
     let (code, workers) = daemon.get("/api/workers");
@@ -511,7 +519,7 @@ fn the_api_and_the_dashboard_show_the_workers_their_labels_slots_and_the_runs_th
     );
     // Stopped, it is shown so, holding nothing.
     signal(&cmd_worker, nix::sys::signal::Signal::SIGTERM);
-    assert_eq!(cmd_worker.wait().expect("worker").code(), Some(0));
+    assert_eq!(cmd_worker.wait_with_output().expect("worker").status.code(), Some(0));
     let (_, workers) = daemon.get("/api/workers");
     assert_eq!(
         (workers[0]["state"].clone(), workers[0]["leases"].clone()),
@@ -584,16 +592,7 @@ fn a_worker_cut_off_from_the_database_ends_its_stage_when_its_lease_runs_out_and
     let run = fleet.submit("cut off");
     let cable = Cable::to(&fleet.url);
     let through = cable.url(&fleet.url);
-    let log = std::fs::File::create(fleet.dir.path().join("worker-1.log")).expect("log");
-    let first = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
-        .args(["worker", "--store", &through, "--lease", "2", "--cache"])
-        .arg(fleet.dir.path().join("cache-1"))
-        .env("B_SLEEP", "31")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("worker");
+    let first = fleet.worker_with(1, &through, &["--lease", "2"], &[("B_SLEEP", "31")]);
     wait_lines(&fleet, "b", 1);
     assert_eq!(crate::support::processes_with("sleep\u{0}31").len(), 1);
     cable.cut();
@@ -676,4 +675,35 @@ fn a_pipeline_written_into_the_store_that_is_not_the_repositorys_is_refused_by_w
     let (code, _, err) = fleet.checkout.run(&["run", "p", "--submit", "--store", &fleet.url]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(".loopwright/pipelines/p.yml differs from the file at main"), "{err}");
+}
+
+#[test]
+fn post_api_runs_with_submit_queues_the_run_for_workers_and_says_what_is_wrong() {
+    let Some(fleet) = Fleet::new("api_submit", TWO_STAGES) else { return };
+    let daemon = crate::daemon::Daemon::start(&fleet.checkout, &["--store", &fleet.url]);
+    let (code, accepted) =
+        daemon.post("/api/runs", &serde_json::json!({"pipeline": "p", "task": "by api", "submit": true}));
+    assert_eq!(code, 202, "{accepted}");
+    let run = accepted["run_id"].as_str().expect("id").to_owned();
+    assert_eq!(accepted["status"], "queued");
+    // Nobody here runs it: it waits for a worker, which then does.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(fleet.status(&run)["status"], "queued");
+    let worker = fleet.worker(1, 5);
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"]);
+    assert_eq!(fleet.file(&run, "a.txt"), "one\n");
+    signal(&worker, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
+    for (body, said) in [
+        (
+            serde_json::json!({"pipeline": "p", "submit": true, "worktree": true}),
+            "`worktree` does not go with `submit`",
+        ),
+        (serde_json::json!({"pipeline": "p", "base": "main"}), "`repo` and `base` go with `submit` only"),
+        (serde_json::json!({"pipeline": "p", "submit": true, "base": "--upload-pack=x"}), "--base `--upload-pack=x`"),
+    ] {
+        let (code, error) = daemon.post("/api/runs", &body);
+        assert_eq!(code, 422, "{body} {error}");
+        assert!(error.to_string().contains(said), "{body}: {error}");
+    }
 }

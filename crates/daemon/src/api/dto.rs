@@ -62,6 +62,19 @@ pub struct StartRun {
     /// Work in a git worktree of its own.
     #[serde(default)]
     pub worktree: bool,
+    /// Hand the run to workers instead (the store must be PostgreSQL): queued until a worker
+    /// whose labels hold the pipeline's `runs_on:` claims it.
+    #[serde(default)]
+    pub submit: bool,
+    /// With `submit`: the repository workers clone (default: the pipeline's `repo:`, else the
+    /// workspace's `origin`).
+    #[serde(default)]
+    #[schema(max_length = 2000)]
+    pub repo: Option<String>,
+    /// With `submit`: the branch, tag or commit to start from (default: the workspace's branch).
+    #[serde(default)]
+    #[schema(max_length = 250)]
+    pub base: Option<String>,
 }
 
 /// A run accepted, or asked to stop.

@@ -78,6 +78,18 @@ pub async fn start(
         by: caller.person,
         rerun_of: None,
     };
+    if body.submit {
+        if body.worktree {
+            return Err(ApiError::invalid("`worktree` does not go with `submit`: workers work in clones of their own"));
+        }
+        let target = ops::start::Target { repo: body.repo, base: body.base };
+        let (run, _) = ops::start::submit(&shared.ws, &shared.store, request, target).await?;
+        let accepted = Accepted { run_id: run.to_string(), status: RunStatus::Queued.as_str().into() };
+        return Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response());
+    }
+    if body.repo.is_some() || body.base.is_some() {
+        return Err(ApiError::invalid("`repo` and `base` go with `submit` only"));
+    }
     queue(&shared, request).await
 }
 
