@@ -25,6 +25,9 @@ stop() {
   rm -rf "$dir"
 }
 trap stop EXIT
+# A signal ends the script through its EXIT trap (the cluster is stopped and removed).
+trap "exit 130" INT
+trap "exit 143" TERM
 "${as[@]}" "$bin/initdb" -D "$dir/data" -U lw --auth=trust --no-sync -E UTF8 --locale=C.UTF-8 >/dev/null
 # TLS: a CA for this run, and the server's certificate for 127.0.0.1 signed by it.
 ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
