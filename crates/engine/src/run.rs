@@ -286,6 +286,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                         output_tail: String::new(),
                         pattern: None,
                     };
+                    // What the attempt took of its provider goes back: it never ran.
+                    if self.pipeline.agent_of(stage).is_some() {
+                        self.limits.give(&holder, 0).await;
+                    }
                     return self
                         .record(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms: 0, error })
                         .await;
