@@ -237,6 +237,13 @@ pub fn write_atomic_private(path: &Path, contents: &str) -> std::io::Result<()> 
     std::fs::rename(&tmp, path)
 }
 
+/// True when `path` (as a run journals its pipeline's) names a file inside the repository: a
+/// relative path of plain names, no `..`, no root.
+pub fn repository_file(path: &str) -> bool {
+    let path = Path::new(path);
+    path.is_relative() && path.components().all(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
 /// `url` as the journal's PostgreSQL database, named by `what`.
 fn store_url(what: &str, url: String) -> Result<String, Error> {
     if loopwright_spec::config::is_postgres_url(&url) {

@@ -345,8 +345,7 @@ async fn drive_async(
 fn same_pipeline(tree: &Path, state: &loopwright_engine::RunState) -> Result<(), String> {
     let started = state.started.as_ref().ok_or("the run has no start")?;
     let path = Path::new(&started.pipeline_path);
-    let inside = path.is_relative() && path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
-    if !inside {
+    if !loopwright_app::workspace::repository_file(&started.pipeline_path) {
         return Err(format!("its pipeline {} is not a file of the repository", started.pipeline_path));
     }
     match std::fs::read_to_string(tree.join(path)) {

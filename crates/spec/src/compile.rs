@@ -220,12 +220,7 @@ impl Compiler<'_> {
             fine.then(|| repo.value.clone())
         });
         for (key, value) in raw.runs_on.iter().flat_map(|r| r.value.iter()) {
-            let label = |text: &str| {
-                !text.is_empty()
-                    && text.len() <= 64
-                    && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-            };
-            if !label(key) || !label(&value.value) {
+            if !crate::pipeline::is_label(key) || !crate::pipeline::is_label(&value.value) {
                 self.error(
                     Some(&value.referenced),
                     None,

@@ -74,6 +74,12 @@ pub struct Pipeline {
     index: std::collections::HashMap<String, usize>,
 }
 
+/// True when `text` may be a label's name or value (`runs_on:`, a worker's `--labels`): letters,
+/// digits, `-`, `_`, `.` or `/`, at most 64.
+pub fn is_label(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 64 && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+}
+
 impl Pipeline {
     /// The index of a stage by id.
     pub fn index_of(&self, id: &str) -> Option<usize> {

@@ -261,8 +261,7 @@ pub async fn submit(
     }
     // Workers run the repository's pipeline file as it is at the base (never a text from the
     // store): the one submitted must be that file.
-    let path = std::path::Path::new(&prepared.started.pipeline_path);
-    if path.is_absolute() || path.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+    if !crate::workspace::repository_file(&prepared.started.pipeline_path) {
         return Err(Error::usage(format!(
             "--submit: the pipeline {} is not a file of this repository; workers run the repository's pipelines",
             prepared.started.pipeline_path

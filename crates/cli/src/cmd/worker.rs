@@ -30,8 +30,7 @@ pub struct Args {
 
 /// `key=value,…` as labels; every problem says which pair.
 fn labels(text: &str) -> Result<BTreeMap<String, String>, CliError> {
-    let fine =
-        |s: &str| !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+    let fine = loopwright_spec::pipeline::is_label;
     let mut labels = BTreeMap::new();
     for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
