@@ -221,7 +221,8 @@
     const pre = $('#live-output');
     if (!pre || !runId) return;
     const section = pre.closest('section');
-    if (body.dataset.final === 'true') {
+    // A run a worker drives prints on that machine: nothing to follow from here.
+    if (body.dataset.final === 'true' || body.dataset.remote === 'true') {
       section.hidden = true;
       if (output) { output.close(); output = null; }
       return;
