@@ -148,7 +148,7 @@ pub fn closed_loop_settings(ws: &Workspace) -> Result<loopwright_engine::closed_
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
         Err(e) => return Err(Error::usage(format!("cannot read {}: {e}", path.display()))),
     };
-    let strategies = project_patterns(ws)?.and_then(|f| f.strategies);
+    let strategies = project_patterns(ws)?.and_then(|f| f.strategy_settings());
     Ok(loopwright_engine::closed_loop::Settings { regression, ..Default::default() }
         .with_strategies(strategies.as_ref()))
 }

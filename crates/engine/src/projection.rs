@@ -135,7 +135,8 @@ fn loop_metrics(stage: &StageState, lp: &crate::closed_loop::LoopState) -> Strin
         if lp.succeeded { stage.duration_ms.to_string() } else { "null".into() }
     );
     let _ = writeln!(md, "  patterns_encountered: {}", list(lp.patterns()));
-    let _ = writeln!(md, "  strategies_used: {}", list(lp.strategies()));
+    let _ =
+        writeln!(md, "  strategies_used: {}", list(lp.strategies().iter().map(|s| s.as_str().to_owned()).collect()));
     let _ = writeln!(md, "  files_modified: {}", list(lp.files().paths().iter().map(|p| (*p).to_owned()).collect()));
     let _ = writeln!(md, "  final_status: {}", lp.status());
     let _ = writeln!(md, "  pre_validation_runs: {}", validations.len());
@@ -156,7 +157,7 @@ fn loop_metrics(stage: &StageState, lp: &crate::closed_loop::LoopState) -> Strin
             it.attempt,
             it.duration_ms + it.checks.as_deref().unwrap_or_default().iter().map(|c| c.duration_ms).sum::<u64>(),
             it.failure.as_ref().and_then(|f| f.pattern.as_deref()).map_or_else(|| "null".to_owned(), q),
-            it.analysis.as_ref().and_then(|a| a.strategy.as_deref()).map_or_else(|| "null".to_owned(), q),
+            it.analysis.as_ref().and_then(|a| a.strategy).map_or_else(|| "null".to_owned(), |s| q(s.as_str())),
             it.failure.is_none() && lp.succeeded,
             violations == 0 && it.validation.is_some()
         );
@@ -248,8 +249,8 @@ fn loop_attempts_markdown(state: &RunState, stage: &StageState, lp: &crate::clos
             f.and_then(|f| f.pattern.as_deref()).map_or_else(|| "null".to_owned(), q)
         );
         let _ = writeln!(md, "    confidence: {}", f.map_or(0.0, |f| f.confidence));
-        let strategy = it.analysis.as_ref().and_then(|a| a.strategy.as_deref());
-        let _ = writeln!(md, "    strategy_used: {}", strategy.map_or_else(|| "null".to_owned(), q));
+        let strategy = it.analysis.as_ref().and_then(|a| a.strategy);
+        let _ = writeln!(md, "    strategy_used: {}", strategy.map_or_else(|| "null".to_owned(), |s| q(s.as_str())));
         if let Some(a) = &it.analysis {
             let _ = writeln!(md, "    next: {}", a.next.as_str());
         }

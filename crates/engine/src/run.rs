@@ -5,7 +5,7 @@ use loopwright_spec::outputs::extract;
 use loopwright_spec::{Pipeline, StageId};
 use tokio::sync::mpsc;
 
-use crate::closed_loop::{self, CheckResult, FailureType, FixResult};
+use crate::closed_loop::{self, CheckResult, FailureType, FixResult, Strategy};
 use crate::decide::{Step, next_step};
 use crate::event::RollbackStatus;
 use crate::event::{Event, EventRecord, FailureKind, RunStarted, StageError};
@@ -651,7 +651,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                 if let Some(p) = self.patterns.get("regression-detected") {
                     f.pattern = Some(p.id.clone());
                     f.confidence = 1.0;
-                    f.strategy = p.strategy.clone();
+                    f.strategy = p.strategy;
                     f.alternatives = p.alternatives.clone();
                     f.max_auto_retries = Some(p.max_auto_retries);
                     f.retryable = p.retryable;
@@ -715,18 +715,21 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         let lp = st.closed.as_ref().expect("a looping stage has a loop");
         let it = lp.iterations.last().expect("a looping stage has generated").clone();
         let failure = it.failure.clone().expect("FIX follows a failure");
-        let strategy =
-            it.analysis.as_ref().and_then(|a| a.strategy.clone()).unwrap_or_else(|| "analyze_then_fix".into());
+        let strategy = it.analysis.as_ref().and_then(|a| a.strategy).unwrap_or(Strategy::AnalyzeThenFix);
         let backoffs = u32::try_from(
-            lp.iterations.iter().filter_map(|i| i.fix.as_ref()).filter(|f| f.strategy == "retry_with_backoff").count(),
+            lp.iterations
+                .iter()
+                .filter_map(|i| i.fix.as_ref())
+                .filter(|f| f.strategy == Strategy::RetryWithBackoff)
+                .count(),
         )
         .unwrap_or(u32::MAX);
         self.flush(state).await?;
         // A crash may have left this stage's commands running: end them before running again.
         self.runner.end_strays(&state.run_id, &stage_id);
         let ws: &dyn crate::ports::Changes = self.changes;
-        let fix = match strategy.as_str() {
-            "auto_fix" => {
+        let fix = match strategy {
+            Strategy::AutoFix => {
                 let fix_command =
                     failure.pattern.as_deref().and_then(|p| self.patterns.get(p)).and_then(|p| p.fix_command.clone());
                 match closed_loop::strategies::fixer_command(&failure, fix_command.as_deref(), ws) {
@@ -762,22 +765,24 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                     }
                 }
             }
-            "context_expand" => {
+            Strategy::ContextExpand => {
                 let (applied, context) = closed_loop::strategies::context_expand(&failure, ws);
                 FixResult { strategy, applied, context, resolved: false, wait_ms: 0 }
             }
-            "dependency_check" => {
+            Strategy::DependencyCheck => {
                 let (applied, context) = closed_loop::strategies::dependency_check(&failure, ws);
                 FixResult { strategy, applied, context, resolved: false, wait_ms: 0 }
             }
-            "retry_with_backoff" => {
+            Strategy::RetryWithBackoff => {
                 let delay = closed_loop::strategies::backoff_delay(self.settings.backoff_initial, backoffs + 1);
                 let wait_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
                 let applied =
                     format!("retry_with_backoff: waiting {:.1}s before generating again", delay.as_secs_f64());
                 FixResult { strategy, applied, context: None, resolved: false, wait_ms }
             }
-            _ => {
+            // ANALYZE never chooses escalate for FIX (it escalates instead); a journal that
+            // says so anyway gets the generic fix.
+            Strategy::AnalyzeThenFix | Strategy::Escalate => {
                 let (applied, context) = closed_loop::strategies::analyze_then_fix(&failure, ws);
                 FixResult { strategy, applied, context, resolved: false, wait_ms: 0 }
             }

@@ -3,6 +3,7 @@
 //! the journal's closed-loop events carry and the state they fold into. The loop's behaviour
 //! (classifying, deciding, the strategies) lives in the engine.
 
+pub use loopwright_spec::patterns::Strategy;
 use serde::{Deserialize, Serialize};
 
 /// Characters of a command's output kept in the journal (seed 000 EXECUTE).
@@ -190,10 +191,10 @@ pub struct Failure {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<Evidence>,
     /// The pattern's first strategy (`analyze_then_fix` when nothing matched).
-    pub strategy: String,
+    pub strategy: Strategy,
     /// The pattern's alternatives.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub alternatives: Vec<String>,
+    pub alternatives: Vec<Strategy>,
     /// The pattern's retry budget, when one matched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_auto_retries: Option<u32>,
@@ -247,7 +248,7 @@ impl NextAction {
 pub struct Analysis {
     /// The strategy to run (for `fix`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<String>,
+    pub strategy: Option<Strategy>,
     /// Earlier failures of this budget with the same pattern.
     pub same_pattern_count: u32,
     /// The retry budget.
@@ -268,7 +269,7 @@ pub struct Analysis {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FixResult {
     /// The strategy.
-    pub strategy: String,
+    pub strategy: Strategy,
     /// What was done, in a sentence (seed 000 `fix_applied`).
     pub applied: String,
     /// Findings for the next prompt (expanded context, dependency report).

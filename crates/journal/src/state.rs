@@ -85,11 +85,11 @@ impl LoopState {
     }
 
     /// Strategies used, in order, without repeats.
-    pub fn strategies(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for s in self.iterations.iter().filter_map(|i| i.fix.as_ref()).map(|f| &f.strategy) {
-            if !out.contains(s) {
-                out.push(s.clone());
+    pub fn strategies(&self) -> Vec<crate::closed_loop::Strategy> {
+        let mut out = Vec::new();
+        for s in self.iterations.iter().filter_map(|i| i.fix.as_ref()).map(|f| f.strategy) {
+            if !out.contains(&s) {
+                out.push(s);
             }
         }
         out

@@ -2,7 +2,7 @@
 //! `.loopwright/failure-patterns.yml`, which adds patterns, overrides fields of built-ins by
 //! id, or replaces the library with `extends: none`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
 use crate::diag::{Diagnostic, Diagnostics, Position, SourceFile, yaml_error};
@@ -187,6 +187,90 @@ impl RawWhen {
     }
 }
 
+/// A fix strategy of the closed loop (seed 000): what FIX does before the next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Run the project's fixer (the pattern's `fix_command`, else one found for the project).
+    AutoFix,
+    /// Show the agent the code around the error and the definitions it names.
+    ContextExpand,
+    /// Show the agent the failing lines and where they point.
+    AnalyzeThenFix,
+    /// Check the manifests for what the error names.
+    DependencyCheck,
+    /// Wait, longer each time, then try again unchanged.
+    RetryWithBackoff,
+    /// Stop and ask a person.
+    Escalate,
+}
+
+impl Strategy {
+    /// Every strategy, by its name in files and the journal.
+    pub const ALL: [(&'static str, Strategy); 6] = [
+        ("auto_fix", Strategy::AutoFix),
+        ("context_expand", Strategy::ContextExpand),
+        ("analyze_then_fix", Strategy::AnalyzeThenFix),
+        ("dependency_check", Strategy::DependencyCheck),
+        ("retry_with_backoff", Strategy::RetryWithBackoff),
+        ("escalate", Strategy::Escalate),
+    ];
+
+    /// Its name (`analyze_then_fix`).
+    pub fn as_str(self) -> &'static str {
+        Self::ALL.iter().find(|(_, s)| *s == self).map_or("", |(n, _)| n)
+    }
+
+    /// The strategy of that name.
+    pub fn named(name: &str) -> Option<Strategy> {
+        Self::ALL.iter().find(|(n, _)| *n == name.trim()).map(|(_, s)| *s)
+    }
+
+    /// Why `name` is not a strategy, with the closest name when one is near.
+    pub fn unknown(name: &str) -> String {
+        let names: Vec<&str> = Self::ALL.iter().map(|(n, _)| *n).collect();
+        let hint =
+            crate::diag::closest(name.trim(), &names).map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default();
+        format!("unknown strategy `{name}`{hint}, expected one of {}", names.join(", "))
+    }
+}
+
+/// Strategies sort by name, as lists of them always have.
+impl Ord for Strategy {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for Strategy {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        Self::named(name).ok_or_else(|| Self::unknown(name))
+    }
+}
+
+/// A journal written before strategies were checked at load may name one that does not exist:
+/// the engine of that day ran `analyze_then_fix` for it, so that is what it reads as.
+impl<'de> Deserialize<'de> for Strategy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(Self::named(&name).unwrap_or(Strategy::AnalyzeThenFix))
+    }
+}
+
 /// A pattern as written (every field but `id` optional, so a project can override a few).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -197,10 +281,10 @@ pub struct RawPattern {
     pub description: Option<String>,
     /// What recognizes it.
     pub signals: Option<Vec<RawSignal>>,
-    /// The first strategy to try.
-    pub strategy: Option<String>,
+    /// The first strategy to try (a name of [`Strategy::ALL`], checked by [`PatternFile::parse`]).
+    pub strategy: Option<Spanned<String>>,
     /// Strategies to try next.
-    pub alternatives: Option<Vec<String>>,
+    pub alternatives: Option<Vec<Spanned<String>>>,
     /// Automatic retries before escalation.
     pub max_auto_retries: Option<u32>,
     /// A fixer can repair it.
@@ -247,13 +331,62 @@ pub struct PatternFile {
     pub patterns: Vec<RawPattern>,
     /// Success criteria per task type (seed 000), kept as written.
     pub success_criteria: Option<serde_json::Value>,
-    /// Strategy definitions (seed 000), kept as written.
-    pub strategies: Option<serde_json::Value>,
+    /// Strategy definitions (seed 000), by strategy name, kept as written.
+    #[serde(deserialize_with = "entries")]
+    pub strategies: Option<Vec<StrategyEntry>>,
     /// Pattern-learning settings (seed 000), kept as written.
     pub pattern_learning: Option<serde_json::Value>,
 }
 
+/// One entry of `strategies`: a strategy's name, where it is written, and its settings.
+pub type StrategyEntry = (Spanned<String>, serde_json::Value);
+
+/// A map read as its entries in order, each key with where it is written.
+fn entries<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<StrategyEntry>>, D::Error> {
+    struct Entries;
+    impl<'de> serde::de::Visitor<'de> for Entries {
+        type Value = Vec<StrategyEntry>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of strategy names to their settings")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(entry) = map.next_entry()? {
+                out.push(entry);
+            }
+            Ok(out)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+    }
+    d.deserialize_any(Entries).map(Some)
+}
+
 impl PatternFile {
+    /// The `strategies` section as one JSON object (the settings of each strategy by name).
+    pub fn strategy_settings(&self) -> Option<serde_json::Value> {
+        self.strategies.as_ref().map(|entries| {
+            serde_json::Value::Object(entries.iter().map(|(k, v)| (k.value.clone(), v.clone())).collect())
+        })
+    }
+
+    /// Every strategy name the file writes, with its field: each pattern's `strategy` and
+    /// `alternatives`, and the keys of `strategies`.
+    fn strategy_names(&self) -> Vec<(String, &Spanned<String>)> {
+        let mut names = Vec::new();
+        for (i, p) in self.patterns.iter().enumerate() {
+            names.extend(p.strategy.iter().map(|s| (format!("patterns[{i}].strategy"), s)));
+            for (j, s) in p.alternatives.iter().flatten().enumerate() {
+                names.push((format!("patterns[{i}].alternatives[{j}]"), s));
+            }
+        }
+        for (k, _) in self.strategies.iter().flatten() {
+            names.push((format!("strategies.{}", k.value), k));
+        }
+        names
+    }
+
     /// Parses a patterns file; every context entry that is not what its list takes is
     /// reported where it is written.
     pub fn parse(source: &SourceFile) -> Result<Self, Diagnostics> {
@@ -281,6 +414,14 @@ impl PatternFile {
                         diags.push(d);
                     }
                 }
+            }
+        }
+        for (field, name) in file.strategy_names() {
+            if Strategy::named(&name.value).is_none() {
+                let d = Diagnostic::new(source, Strategy::unknown(&name.value))
+                    .field(field)
+                    .at(Position::from_location(&name.referenced, source, 0, 0));
+                diags.push(d);
             }
         }
         if diags.items.is_empty() { Ok(file) } else { Err(diags) }
@@ -314,6 +455,34 @@ mod tests {
         let odd = "patterns:\n  - id: x\n    exit_codes: [{code: 75}]\n";
         let diags = PatternFile::parse(&SourceFile::new("f.yml", odd)).expect_err("not an entry");
         assert!(diags.items[0].message.contains("expected an exit code (127), a name (SIGKILL, timeout, a tool, a check type) or {when: …, strength: 0..1}"), "{diags:?}");
+    }
+
+    #[test]
+    fn unknown_strategy_names_are_errors_where_they_are_written() {
+        let text = "patterns:\n  - id: flaky-db\n    strategy: retry_with_backof\n    alternatives: [context_expand, fix_it]\nstrategies:\n  auto_fixx:\n    steps: [run]\n  retry_with_backoff:\n    initial_delay_seconds: 2\n";
+        let diags = PatternFile::parse(&SourceFile::new("failure-patterns.yml", text)).expect_err("bad names");
+        assert_eq!(
+            crate::diag::located(&diags),
+            [
+                "3:15: patterns[0].strategy: unknown strategy `retry_with_backof` (did you mean `retry_with_backoff`?), expected one of auto_fix, context_expand, analyze_then_fix, dependency_check, retry_with_backoff, escalate",
+                "4:36: patterns[0].alternatives[1]: unknown strategy `fix_it`, expected one of auto_fix, context_expand, analyze_then_fix, dependency_check, retry_with_backoff, escalate",
+                "6:3: strategies.auto_fixx: unknown strategy `auto_fixx` (did you mean `auto_fix`?), expected one of auto_fix, context_expand, analyze_then_fix, dependency_check, retry_with_backoff, escalate",
+            ]
+        );
+        let good = text
+            .replace("retry_with_backof\n", "retry_with_backoff\n")
+            .replace("fix_it", "escalate")
+            .replace("auto_fixx", "auto_fix");
+        let file = PatternFile::parse(&SourceFile::new("f.yml", good.as_str())).expect("good");
+        assert_eq!(
+            file.strategy_settings(),
+            Some(
+                serde_json::json!({"auto_fix": {"steps": ["run"]}, "retry_with_backoff": {"initial_delay_seconds": 2}})
+            )
+        );
+        // An old journal's misspelt name reads as what ran for it.
+        assert_eq!(serde_json::from_str::<Strategy>("\"fix_it\"").expect("read"), Strategy::AnalyzeThenFix);
+        assert_eq!(serde_json::to_string(&Strategy::RetryWithBackoff).expect("json"), "\"retry_with_backoff\"");
     }
 
     #[test]

@@ -151,7 +151,7 @@ pub async fn stats(ws: &Workspace, runs: usize) -> Result<Stats, Error> {
             .collect();
         for record in &events {
             if let Event::FixApplied { stage, attempt, fix } = &record.event {
-                let entry = by_strategy.entry(fix.strategy.clone()).or_default();
+                let entry = by_strategy.entry(fix.strategy.as_str().to_owned()).or_default();
                 entry.applied += 1;
                 entry.succeeded += usize::from(succeeded.contains(&(stage.as_str(), attempt + 1)));
             }

@@ -115,7 +115,7 @@ pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headlin
                 } else {
                     format!(
                         "fix strategies tried: {}",
-                        strategies.iter().map(|s| s.replace('_', " ")).collect::<Vec<_>>().join(", ")
+                        strategies.iter().map(|s| s.as_str().replace('_', " ")).collect::<Vec<_>>().join(", ")
                     )
                 }
             ));
@@ -136,7 +136,7 @@ pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headlin
                         format!(
                             "{}; it calls for {}",
                             category(f.pattern.as_deref(), Some(f.confidence)),
-                            f.strategy.replace('_', " ")
+                            f.strategy.as_str().replace('_', " ")
                         ),
                         format!("Stage {id}: {what} — {}", f.headline()),
                     )
@@ -335,7 +335,7 @@ fn failure_sentence(f: &loopwright_engine::closed_loop::Failure) -> String {
         category(f.pattern.as_deref(), Some(f.confidence))
     );
     if f.pattern.is_some() {
-        s.push_str(&format!("; it calls for {}", f.strategy.replace('_', " ")));
+        s.push_str(&format!("; it calls for {}", f.strategy.as_str().replace('_', " ")));
     }
     s.push('.');
     s
@@ -444,7 +444,7 @@ pub fn phase(event: &loopwright_engine::Event) -> Option<Phase> {
             let next = match analysis.next {
                 NextAction::Fix => format!(
                     "Next: fix with {}",
-                    analysis.strategy.as_deref().unwrap_or("the default strategy").replace('_', " ")
+                    analysis.strategy.map_or("the default strategy", |s| s.as_str()).replace('_', " ")
                 ),
                 NextAction::Escalate => "Next: ask a person".to_owned(),
                 NextAction::DeadLetter => "Next: give up and write a dead letter".to_owned(),
@@ -461,7 +461,7 @@ pub fn phase(event: &loopwright_engine::Event) -> Option<Phase> {
         }
         Event::FixApplied { fix, .. } => {
             let mut sentences =
-                vec![format!("{}: {}.", fix.strategy.replace('_', " "), fix.applied.trim_end_matches('.'))];
+                vec![format!("{}: {}.", fix.strategy.as_str().replace('_', " "), fix.applied.trim_end_matches('.'))];
             if fix.wait_ms > 0 {
                 sentences.push(format!("It waited {:.1} s first.", fix.wait_ms as f64 / 1000.0));
             }

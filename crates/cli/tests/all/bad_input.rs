@@ -130,6 +130,24 @@ fn validate_checks_the_failure_pattern_file_too() {
 }
 
 #[test]
+fn a_misspelt_strategy_is_refused_where_it_is_written_never_replaced_at_run_time() {
+    let ws = Ws::seed();
+    ws.write(
+        ".loopwright/failure-patterns.yml",
+        "patterns:\n  - id: deploy\n    signals: ['deploy failed']\n    strategy: retry_with_backof\n    alternatives: [context_expand]\n",
+    );
+    for args in [&["validate"][..], &["run", "example"][..]] {
+        let (code, _, stderr) = ws.run(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(".loopwright/failure-patterns.yml:4:15"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("field `patterns[0].strategy`: unknown strategy `retry_with_backof` (did you mean `retry_with_backoff`?)"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn an_agent_cli_that_is_not_installed_is_refused_before_anything_runs() {
     let ws = Ws::seed();
     // A Claude Code sub-agent file runs with the `claude` preset: without `claude` installed,

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Failure, FileChanges, LoopState};
+use super::{Failure, FileChanges, LoopState, Strategy};
 use crate::tokens::cap_tokens;
 
 /// Token cap of one failure's details (seed 000: previous error context < 200 tokens).
@@ -29,9 +29,9 @@ pub struct PriorFailure {
     /// What the strategy did or suggests.
     pub suggested_fix: Option<String>,
     /// The strategy's findings (code around the error, dependency report).
-    pub context: Option<(String, String)>,
+    pub context: Option<(Strategy, String)>,
     /// Pattern and strategy, for the learnings.
-    pub pattern: Option<(String, f64, Option<String>)>,
+    pub pattern: Option<(String, f64, Option<Strategy>)>,
 }
 
 /// The earlier failures of a closed loop.
@@ -57,12 +57,8 @@ pub fn loop_failures(state: &LoopState) -> Vec<PriorFailure> {
                         Some(measured) => format!("{fix}\nchosen by measured success ({measured})"),
                         None => fix,
                     }),
-                context: it.fix.as_ref().and_then(|x| x.context.clone().map(|c| (x.strategy.clone(), c))),
-                pattern: Some((
-                    f.key().to_owned(),
-                    f.confidence,
-                    it.analysis.as_ref().and_then(|a| a.strategy.clone()),
-                )),
+                context: it.fix.as_ref().and_then(|x| x.context.clone().map(|c| (x.strategy, c))),
+                pattern: Some((f.key().to_owned(), f.confidence, it.analysis.as_ref().and_then(|a| a.strategy))),
             })
         })
         .collect()
@@ -223,7 +219,7 @@ pub fn history_table(state: &LoopState) -> String {
             it.at.strftime("%Y-%m-%d %H:%M"),
             f.failure_type,
             f.key(),
-            it.analysis.as_ref().and_then(|a| a.strategy.as_deref()).unwrap_or("-"),
+            it.analysis.as_ref().and_then(|a| a.strategy).map_or("-", Strategy::as_str),
             f.summary.replace('|', "\\|")
         );
     }
@@ -399,7 +395,7 @@ impl DeadLetter<'_> {
             final_pattern: f.key().to_owned(),
             error_line,
             blocked_at: self.blocked_at.to_string(),
-            strategies: self.state.strategies(),
+            strategies: names(&self.state.strategies()),
             files: self.state.files().paths().iter().map(|p| (*p).to_owned()).collect(),
             confident: f.pattern.is_some() && f.confidence >= 0.5,
             stage: self.stage.to_owned(),
@@ -472,7 +468,7 @@ impl DeadLetter<'_> {
         let _ = writeln!(m, "total_attempts: {}", state.iterations.len());
         let _ = writeln!(m, "final_pattern: {}", last.map_or("unclassified", Failure::key));
         let _ = writeln!(m, "confidence: {}", last.map_or(0.0, |f| f.confidence));
-        let _ = writeln!(m, "strategies_exhausted: {}", list(&state.strategies()));
+        let _ = writeln!(m, "strategies_exhausted: {}", list(&names(&state.strategies())));
         let _ = writeln!(m, "blocked_at: {}", self.blocked_at);
         let _ = writeln!(m, "blocked_reason: {}", self.reason);
         let _ = writeln!(m, "tags: [dead-letter, blocked]");
@@ -497,7 +493,7 @@ impl DeadLetter<'_> {
             let _ = writeln!(m, "- **Error:** {}", f.headline());
             let same = if previous == Some(f.key()) { " (same)" } else { "" };
             let _ = writeln!(m, "- **Pattern:** {}{same}", f.key());
-            let strategy = it.analysis.as_ref().and_then(|a| a.strategy.clone()).unwrap_or_else(|| "exhausted".into());
+            let strategy = it.analysis.as_ref().and_then(|a| a.strategy).map_or("exhausted", Strategy::as_str);
             let _ = writeln!(m, "- **Strategy:** {strategy}\n");
             previous = Some(f.key());
         }
@@ -518,7 +514,8 @@ impl DeadLetter<'_> {
             );
             let _ = writeln!(m, "1. **Most likely root cause:** {}", root_cause(me.as_ref(), &similar));
             let _ = writeln!(m, "2. **Specific area to investigate:** {}", investigation_target(me.as_ref(), &similar));
-            let _ = writeln!(m, "3. **Alternative approach:** {}\n", alternative(&state.strategies(), &similar));
+            let _ =
+                writeln!(m, "3. **Alternative approach:** {}\n", alternative(&names(&state.strategies()), &similar));
             let _ = writeln!(m, "### Similar Failures\n");
             for s in &similar {
                 let _ = writeln!(
@@ -557,7 +554,7 @@ impl DeadLetter<'_> {
         }
         let tried = state.strategies();
         if !tried.is_empty() {
-            let _ = writeln!(m, "- Strategies already tried: {}", tried.join(", "));
+            let _ = writeln!(m, "- Strategies already tried: {}", names(&tried).join(", "));
         }
         let _ = writeln!(m, "- Patterns seen: {}", state.patterns().join(", "));
         let _ = writeln!(
@@ -599,14 +596,19 @@ fn investigation_target(me: Option<&DeadLetterSummary>, similar: &[&DeadLetterSu
     )
 }
 
+/// Strategies by name, as files and prompts write them.
+fn names(strategies: &[Strategy]) -> Vec<String> {
+    strategies.iter().map(|s| s.as_str().to_owned()).collect()
+}
+
 fn alternative(tried_here: &[String], similar: &[&DeadLetterSummary]) -> String {
-    let all = ["auto_fix", "context_expand", "analyze_then_fix", "dependency_check", "retry_with_backoff"];
+    let all = Strategy::ALL.iter().map(|(n, _)| *n).filter(|n| *n != Strategy::Escalate.as_str());
     let tried: Vec<&str> = tried_here
         .iter()
         .map(String::as_str)
         .chain(similar.iter().flat_map(|s| s.strategies.iter().map(String::as_str)))
         .collect();
-    match all.iter().find(|s| !tried.contains(s)) {
+    match all.into_iter().find(|s| !tried.contains(s)) {
         Some(s) => format!("`{s}` has not been tried on this error; or split the task into smaller steps"),
         None => "every strategy was tried: split the task into smaller steps, or change the approach by hand".into(),
     }
@@ -653,7 +655,7 @@ pub fn log_lines(event: &crate::event::Event, state: &crate::state::RunState) ->
             vec![format!(
                 "{t} attempt={attempt} pattern={} strategy={} result=failed next={}",
                 f.map_or("unclassified", Failure::key),
-                analysis.strategy.as_deref().unwrap_or("-"),
+                analysis.strategy.map_or("-", Strategy::as_str),
                 analysis.next.as_str()
             )]
         }
@@ -681,7 +683,7 @@ mod tests {
             files: vec!["src/domain/PlannerId.ts (modified)".into()],
             suggested_fix: Some("analyze_then_fix: located the failure in src/domain/PlannerId.ts".into()),
             context: None,
-            pattern: Some(("test-failure".into(), 0.95, Some("analyze_then_fix".into()))),
+            pattern: Some(("test-failure".into(), 0.95, Some(Strategy::AnalyzeThenFix))),
         }];
         assert_eq!(
             retry_context(2, 3, Some("check for whitespace with .trim()"), &failures),

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use loopwright_journal::closed_loop::Strategy;
 use loopwright_journal::state::{LoopState, RunState};
 use loopwright_journal::store::{Store, StoreError};
 
@@ -71,14 +72,14 @@ impl Record {
 /// Every pair's record.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Effectiveness {
-    pairs: BTreeMap<(String, String), Record>,
+    pairs: BTreeMap<(String, Strategy), Record>,
 }
 
 /// A pattern's strategies in the order ANALYZE tries them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ordered {
     /// The strategies, best first.
-    pub strategies: Vec<String>,
+    pub strategies: Vec<Strategy>,
     /// Why the order differs from the fixed one (`None` when it does not).
     pub because: Option<String>,
 }
@@ -110,7 +111,7 @@ impl Effectiveness {
         let its = &lp.iterations;
         for (k, it) in its.iter().enumerate() {
             let (Some(failure), Some(_), Some(strategy)) =
-                (&it.failure, &it.fix, it.analysis.as_ref().and_then(|a| a.strategy.as_deref()))
+                (&it.failure, &it.fix, it.analysis.as_ref().and_then(|a| a.strategy))
             else {
                 continue;
             };
@@ -119,34 +120,34 @@ impl Effectiveness {
                 Some(_) if k + 2 == its.len() && lp.succeeded => true,
                 _ => continue, // still running, or ended without an outcome (cancelled)
             };
-            let r = self.pairs.entry((failure.key().to_owned(), strategy.to_owned())).or_default();
+            let r = self.pairs.entry((failure.key().to_owned(), strategy)).or_default();
             r.attempts += 1;
             r.succeeded += u32::from(passed);
         }
     }
 
     /// A pair's record.
-    pub fn record(&self, pattern: &str, strategy: &str) -> Record {
-        self.pairs.get(&(pattern.to_owned(), strategy.to_owned())).copied().unwrap_or_default()
+    pub fn record(&self, pattern: &str, strategy: Strategy) -> Record {
+        self.pairs.get(&(pattern.to_owned(), strategy)).copied().unwrap_or_default()
     }
 
     /// Every pair, by pattern then strategy.
-    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str, Record)> {
-        self.pairs.iter().map(|((p, s), r)| (p.as_str(), s.as_str(), *r))
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, Strategy, Record)> {
+        self.pairs.iter().map(|((p, s), r)| (p.as_str(), *s, *r))
     }
 
     /// `fixed` (a pattern's strategy, its alternatives, the universal fallbacks) reordered by
     /// measured success: a strategy with [`MIN_SAMPLES`] outcomes counts at its rate, one
     /// without at 0.5; equals keep the fixed order.
-    pub fn order(&self, pattern: &str, fixed: &[String]) -> Ordered {
-        let score = |s: &str| self.record(pattern, s).measured().unwrap_or(UNMEASURED);
+    pub fn order(&self, pattern: &str, fixed: &[Strategy]) -> Ordered {
+        let score = |s: Strategy| self.record(pattern, s).measured().unwrap_or(UNMEASURED);
         let mut strategies = fixed.to_vec();
-        strategies.sort_by(|a, b| score(b).total_cmp(&score(a)));
+        strategies.sort_by(|a, b| score(*b).total_cmp(&score(*a)));
         let because = (strategies != fixed).then(|| {
             let shown: Vec<String> = fixed
                 .iter()
                 .filter_map(|s| {
-                    let r = self.record(pattern, s);
+                    let r = self.record(pattern, *s);
                     r.measured().map(|rate| format!("{s} {}/{} ({rate:.2})", r.succeeded, r.attempts))
                 })
                 .collect();
@@ -167,13 +168,15 @@ mod tests {
         Effectiveness {
             pairs: pairs
                 .iter()
-                .map(|(p, s, n, ok)| ((p.to_string(), s.to_string()), Record { attempts: *n, succeeded: *ok }))
+                .map(|(p, s, n, ok)| {
+                    ((p.to_string(), s.parse().expect("a strategy")), Record { attempts: *n, succeeded: *ok })
+                })
                 .collect(),
         }
     }
 
-    fn names(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
+    fn names(list: &[&str]) -> Vec<Strategy> {
+        list.iter().map(|s| s.parse().expect("a strategy")).collect()
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub const DEFAULT_BUDGET: u32 = 3;
 /// Error outputs this similar are "the same error" (seed 000: >80% token overlap).
 pub const SAME_ERROR_OVERLAP: f64 = 0.8;
 /// Strategies every pattern may fall back to (seed 000 "Alternate Strategy Selection").
-pub const UNIVERSAL_FALLBACKS: [&str; 2] = ["context_expand", "analyze_then_fix"];
+pub const UNIVERSAL_FALLBACKS: [Strategy; 2] = [Strategy::ContextExpand, Strategy::AnalyzeThenFix];
 
 /// The closed loop's settings from the workspace's files.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,7 +158,7 @@ pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState, measured: &eff
     let budget = budget(stage, failure);
     let used = u32::try_from(window.len()).unwrap_or(u32::MAX);
     let remaining = budget.saturating_sub(used);
-    let decision = |next, strategy: Option<String>, reason: String| Analysis {
+    let decision = |next, strategy: Option<Strategy>, reason: String| Analysis {
         strategy,
         same_pattern_count,
         budget,
@@ -174,7 +174,7 @@ pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState, measured: &eff
             format!("{} (a security violation is never retried automatically)", failure.summary),
         );
     }
-    if !failure.retryable || failure.strategy == "escalate" {
+    if !failure.retryable || failure.strategy == Strategy::Escalate {
         return decision(
             NextAction::Escalate,
             None,
@@ -190,37 +190,34 @@ pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState, measured: &eff
     }
     // The pattern's strategies in the order they are tried: its own, its alternatives, the
     // universal fallbacks — by measured success once some of them have enough outcomes.
-    let mut fixed: Vec<String> = Vec::new();
-    for s in std::iter::once(failure.strategy.as_str())
-        .chain(failure.alternatives.iter().map(String::as_str))
-        .chain(UNIVERSAL_FALLBACKS)
-    {
-        if s != "escalate" && !fixed.iter().any(|f| f == s) {
-            fixed.push(s.to_owned());
+    let mut fixed: Vec<Strategy> = Vec::new();
+    for s in std::iter::once(failure.strategy).chain(failure.alternatives.iter().copied()).chain(UNIVERSAL_FALLBACKS) {
+        if s != Strategy::Escalate && !fixed.contains(&s) {
+            fixed.push(s);
         }
     }
     let order = measured.order(failure.key(), &fixed);
     let why_order = order.because.as_ref().map(|b| format!(" ({b})")).unwrap_or_default();
-    let primary = order.strategies.first().cloned().unwrap_or_else(|| failure.strategy.clone());
+    let primary = order.strategies.first().copied().unwrap_or(failure.strategy);
     let repeated = same.iter().find(|i| {
-        i.analysis.as_ref().and_then(|a| a.strategy.as_deref()) == Some(primary.as_str())
+        i.analysis.as_ref().and_then(|a| a.strategy) == Some(primary)
             && token_overlap(&i.failure.as_ref().expect("filtered").output, &failure.output) > SAME_ERROR_OVERLAP
     });
-    let measured_fix = |strategy: &String, reason: String| Analysis {
+    let measured_fix = |strategy: Strategy, reason: String| Analysis {
         measured: order.because.clone(),
-        ..decision(NextAction::Fix, Some(strategy.clone()), reason)
+        ..decision(NextAction::Fix, Some(strategy), reason)
     };
     let Some(repeated) = repeated else {
         return measured_fix(
-            &primary,
+            primary,
             match failure.pattern.as_deref() {
                 Some(p) => format!("{p} (confidence {:.2}): strategy {primary}{why_order}", failure.confidence),
                 None => format!("no pattern matched with confidence >= 0.3: generic {primary}{why_order}"),
             },
         );
     };
-    let tried: Vec<&str> = same.iter().filter_map(|i| i.analysis.as_ref()?.strategy.as_deref()).collect();
-    match order.strategies.iter().find(|s| !tried.contains(&s.as_str())) {
+    let tried: Vec<Strategy> = same.iter().filter_map(|i| i.analysis.as_ref()?.strategy).collect();
+    match order.strategies.iter().copied().find(|s| !tried.contains(s)) {
         Some(alternate) => measured_fix(
             alternate,
             format!(
@@ -286,8 +283,8 @@ mod tests {
             confidence: 0.9,
             signals: vec![],
             evidence: vec![],
-            strategy: strategy.into(),
-            alternatives: vec!["context_expand".into()],
+            strategy: strategy.parse().expect("a strategy"),
+            alternatives: vec![Strategy::ContextExpand],
             max_auto_retries: Some(3),
             retryable: true,
         }
@@ -305,7 +302,7 @@ mod tests {
             regression: None,
             failure: Some(f),
             analysis: strategy.map(|s| Analysis {
-                strategy: Some(s.into()),
+                strategy: Some(s.parse().expect("a strategy")),
                 same_pattern_count: 0,
                 budget: 3,
                 budget_remaining: 2,
@@ -337,7 +334,10 @@ mod tests {
             ..LoopState::default()
         };
         let a = analyze(&stage(None), &state, &Default::default());
-        assert_eq!((a.next, a.strategy.as_deref(), a.budget_remaining), (NextAction::Fix, Some("analyze_then_fix"), 2));
+        assert_eq!(
+            (a.next, a.strategy.map(Strategy::as_str), a.budget_remaining),
+            (NextAction::Fix, Some("analyze_then_fix"), 2)
+        );
     }
 
     #[test]
@@ -349,7 +349,10 @@ mod tests {
             ..LoopState::default()
         };
         let a = analyze(&stage(Some(9)), &state, &Default::default());
-        assert_eq!((a.next, a.strategy.as_deref(), a.same_pattern_count), (NextAction::Fix, Some("context_expand"), 1));
+        assert_eq!(
+            (a.next, a.strategy.map(Strategy::as_str), a.same_pattern_count),
+            (NextAction::Fix, Some("context_expand"), 1)
+        );
         state.iterations[1].analysis = Some(a);
         state.iterations.push(iteration(3, f(), None));
         let a = analyze(&stage(Some(9)), &state, &Default::default());
@@ -373,7 +376,10 @@ mod tests {
             ],
             ..LoopState::default()
         };
-        assert_eq!(analyze(&stage(None), &state, &Default::default()).strategy.as_deref(), Some("analyze_then_fix"));
+        assert_eq!(
+            analyze(&stage(None), &state, &Default::default()).strategy.map(Strategy::as_str),
+            Some("analyze_then_fix")
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@
 pub mod command;
 
 pub use loopwright_journal::closed_loop::Evidence;
+pub use loopwright_spec::patterns::Strategy;
 use loopwright_spec::patterns::{Fact, PatternFile, RawPattern, RawSignal, WhenList};
 pub use loopwright_spec::patterns::{signal_name, signal_names, signal_of};
 use regex::{Regex, RegexSet};
@@ -37,9 +38,9 @@ pub struct Pattern {
     /// What the failure is.
     pub description: String,
     /// The first strategy.
-    pub strategy: String,
+    pub strategy: Strategy,
     /// Strategies to try next.
-    pub alternatives: Vec<String>,
+    pub alternatives: Vec<Strategy>,
     /// Automatic retries before escalation.
     pub max_auto_retries: u32,
     /// A fixer can repair it.
@@ -161,7 +162,7 @@ pub struct Classification {
     /// 0..1.
     pub confidence: f64,
     /// The strategy to use.
-    pub strategy: String,
+    pub strategy: Strategy,
     /// The signals of that pattern that matched.
     pub signals: Vec<String>,
     /// What decided: the text signals, exit code, signal, timeout, tool and check type that
@@ -316,10 +317,14 @@ impl Library {
                 owners.push((i, strength, as_written.clone()));
                 shown.push(as_written);
             }
+            // A project's file was checked where it was read; the built-ins by tests.
+            let strategy = |name: &str| name.parse::<Strategy>().map_err(|e| format!("pattern `{}`: {e}", p.id));
+            let alternatives =
+                p.alternatives.iter().flatten().map(|s| strategy(&s.value)).collect::<Result<Vec<_>, _>>()?;
             patterns.push(Pattern {
                 description: p.description.unwrap_or_default(),
-                strategy: p.strategy.unwrap_or_else(|| "analyze_then_fix".into()),
-                alternatives: p.alternatives.unwrap_or_default(),
+                strategy: p.strategy.as_ref().map_or(Ok(Strategy::AnalyzeThenFix), |s| strategy(&s.value))?,
+                alternatives,
                 max_auto_retries: p.max_auto_retries.unwrap_or(3),
                 auto_fixable: p.auto_fixable.unwrap_or(false),
                 fix_command: p.fix_command,
@@ -440,7 +445,7 @@ impl Library {
                 Classification {
                     matched_pattern: Some(self.patterns[p].id.clone()),
                     confidence: round(confidence),
-                    strategy: self.patterns[p].strategy.clone(),
+                    strategy: self.patterns[p].strategy,
                     signals: signals.into_iter().map(|(signal, _)| signal.clone()).collect(),
                     evidence,
                     lines: hits
@@ -454,7 +459,7 @@ impl Library {
             other => Classification {
                 matched_pattern: None,
                 confidence: other.map_or(0.0, |(_, c)| round(c)),
-                strategy: "analyze_then_fix".into(),
+                strategy: Strategy::AnalyzeThenFix,
                 signals: Vec::new(),
                 evidence: Vec::new(),
                 lines: Vec::new(),
@@ -630,7 +635,7 @@ mod tests {
         assert_eq!(lib.classify(text).matched_pattern.as_deref(), Some("import-not-found"));
         let c = lib.classify_in(text, &context(Some("sh -c 'pytset -q'"), Some(127), Some("test")));
         assert_eq!(c.matched_pattern.as_deref(), Some("command-not-found"), "{c:?}");
-        assert_eq!(c.strategy, "dependency_check");
+        assert_eq!(c.strategy, Strategy::DependencyCheck);
         assert_eq!(kinds(&c), [("exit_code", "127")]);
         let c = lib.classify_in("", &context(Some("./run-checks.sh"), Some(126), None));
         assert_eq!((c.matched_pattern.as_deref(), c.confidence), (Some("permission-error"), 0.95));
