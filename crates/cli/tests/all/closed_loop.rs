@@ -459,9 +459,10 @@ fn auto_fix_runs_the_projects_formatter_and_dependency_check_reads_the_manifest(
 }
 
 #[test]
-fn a_check_that_exits_127_is_a_missing_command_whatever_it_printed() {
+fn a_check_that_exits_127_saying_no_such_file_is_a_missing_command() {
     // The test script runs a program that is not installed through env(1), whose message
-    // ("env: 'pytset': No such file or directory") no pattern recognises; the shell's 127 does.
+    // ("env: 'pytset': No such file or directory") no pattern recognises; the 127 with words of
+    // something not found does.
     let ws = Ws::empty();
     agent(&ws, "dev", "cat > /dev/null\necho looked\n");
     ws.write("tools/test.sh", "echo running the suite\nexec env pytset -q\n");

@@ -154,6 +154,27 @@ impl When {
     }
 }
 
+/// What a program not found is called, in any tool's words.
+static NOT_FOUND: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
+    Regex::new(r"(?i)not found|no such file|not recognized|\bENOENT\b|no such (sub)?command|unknown (sub)?command|(cannot|can't|could not|couldn't|unable to) (find|execute|exec)|not installed")
+        .expect("valid not-found regex")
+});
+
+/// Exit code 127 is the shell's "command not found"; other programs use it for errors of their
+/// own (an interpreter's uncaught error, make passing on a child's 127).
+const NOT_FOUND_EXIT: i32 = 127;
+
+impl When {
+    /// How much this entry counts for `text` (0: not at all): exit 127 counts only when the
+    /// output says something was not found or says nothing.
+    fn strength_for(&self, text: &str) -> f64 {
+        match self.fact {
+            Fact::Exit(NOT_FOUND_EXIT) if !text.trim().is_empty() && !NOT_FOUND.is_match(text) => 0.0,
+            _ => self.strength,
+        }
+    }
+}
+
 /// What `classify` found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Classification {
@@ -366,8 +387,14 @@ impl Library {
         let set = self.set();
         let text = strip_ansi(output);
         let tools = context.command.as_deref().map(command::tools).unwrap_or_default();
-        // Context evidence per pattern: (pattern, fact, strength).
-        let facts: Vec<&When> = self.whens.iter().filter(|w| w.holds(context, &tools)).collect();
+        // Context evidence per pattern, with how much it counts for this output.
+        let facts: Vec<When> = self
+            .whens
+            .iter()
+            .filter(|w| w.holds(context, &tools))
+            .map(|w| When { strength: w.strength_for(&text), ..w.clone() })
+            .filter(|w| w.strength > 0.0)
+            .collect();
         let amplified = |p: usize| facts.iter().any(|w| w.pattern == p && matches!(w.fact, Fact::Command(_)));
         let mut best = vec![0.0f64; self.owners.len()];
         // Signals on a warning line or a skipped test's line: they say less about why the
@@ -475,11 +502,16 @@ fn round(x: f64) -> f64 {
 /// How much a signal counts on a warning line or a skipped test's line, beside others.
 const MUTED: f64 = 0.3;
 
-/// A warning (that does not also say error), or a test skipped or expected to fail: the
-/// line reports something other than why the command failed.
+/// A count of no errors (`0 errors`, `0 error(s)`, `no errors`): a summary of warnings.
+static NO_ERRORS: std::sync::LazyLock<Regex> =
+    std::sync::LazyLock::new(|| Regex::new(r"\b(0|no|zero) errors?\b|\b0 error\(s\)").expect("valid regex"));
+
+/// A warning (that does not also say error, or counts no errors: `✖ 3 problems (0 errors, 3
+/// warnings)`), or a test skipped or expected to fail: the line reports something other than
+/// why the command failed.
 fn is_muted(line: &str) -> bool {
     let lower = line.to_ascii_lowercase();
-    (lower.contains("warning") && !lower.contains("error"))
+    (lower.contains("warning") && (!lower.contains("error") || NO_ERRORS.is_match(&lower)))
         || line.contains(" SKIPPED")
         || line.contains(" XFAIL")
         || lower.contains("# skip")
@@ -629,16 +661,49 @@ mod tests {
     }
 
     #[test]
-    fn exit_127_and_126_decide_whatever_is_printed() {
+    fn exit_127_decides_when_the_output_says_not_found_or_nothing_and_126_decides_always() {
         let lib = Library::builtin();
-        let text = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'requests'\n";
-        assert_eq!(lib.classify(text).matched_pattern.as_deref(), Some("import-not-found"));
-        let c = lib.classify_in(text, &context(Some("sh -c 'pytset -q'"), Some(127), Some("test")));
-        assert_eq!(c.matched_pattern.as_deref(), Some("command-not-found"), "{c:?}");
-        assert_eq!(c.strategy, Strategy::DependencyCheck);
-        assert_eq!(kinds(&c), [("exit_code", "127")]);
+        // A wrapper's own words for the missing program, and nothing at all: 127 decides.
+        for text in ["sh: 1: pytset: not found\n", "", "  \n", "run.sh: line 3: frob: No such file or directory\n"] {
+            let c = lib.classify_in(text, &context(Some("sh -c 'pytset -q'"), Some(127), Some("test")));
+            assert_eq!(c.matched_pattern.as_deref(), Some("command-not-found"), "{text:?}: {c:?}");
+            assert_eq!(c.strategy, Strategy::DependencyCheck);
+            assert!(
+                c.evidence
+                    .iter()
+                    .any(|e| (e.kind.as_str(), e.value.as_str(), e.strength) == ("exit_code", "127", 0.95)),
+                "{c:?}"
+            );
+        }
+        // A program that exits 127 for its own error (escript's uncaught error) and make passing
+        // on a child's 127 next to why: 127 is a hint, the text decides.
+        let escript = "escript: exception error: bad argument in an arithmetic expression\n  in operator  +/2\n     called as 1 + a\n";
+        let c = lib.classify_in(escript, &context(Some("escript bad.erl"), Some(127), None));
+        assert_ne!(c.matched_pattern.as_deref(), Some("command-not-found"), "{c:?}");
+        let make = "/bin/sh: 1: ./tools/gen.sh: Permission denied\nmake: *** [Makefile:3: all] Error 127\n";
+        let c = lib.classify_in(make, &context(Some("make"), Some(2), Some("build")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("permission-error"), "{c:?}");
         let c = lib.classify_in("", &context(Some("./run-checks.sh"), Some(126), None));
         assert_eq!((c.matched_pattern.as_deref(), c.confidence), (Some("permission-error"), 0.95));
+    }
+
+    #[test]
+    fn a_summary_of_warnings_with_no_errors_is_not_a_failure_of_a_run_that_passed() {
+        let lib = Library::builtin();
+        let eslint = "/work/src/a.js\n  3:7  warning  'x' is assigned a value but never used  no-unused-vars\n\n✖ 1 problem (0 errors, 1 warning)\n";
+        let c = lib.classify_in(eslint, &context(Some("npx eslint src"), Some(0), Some("lint")));
+        assert_eq!(c.matched_pattern, None, "{c:?}");
+        // The same summary is what a run failed on when it exited 1 (`--max-warnings 0`).
+        let c = lib.classify_in(eslint, &context(Some("npx eslint --max-warnings 0 src"), Some(1), Some("lint")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("lint-error"), "{c:?}");
+    }
+
+    #[test]
+    fn a_test_runners_header_naming_its_config_file_is_not_a_config_error() {
+        let lib = Library::builtin();
+        let text = "============================= test session starts ==============================\nrootdir: /work\nconfigfile: pytest.ini\ncollected 1 item\n\ntests/test_a.py F\n";
+        let c = lib.classify_in(text, &context(Some("pytest -q"), Some(1), Some("test")));
+        assert_eq!(c.matched_pattern.as_deref(), Some("test-failure"), "{c:?}");
     }
 
     #[test]
