@@ -149,8 +149,12 @@ pub fn closed_loop_settings(ws: &Workspace) -> Result<loopwright_engine::closed_
         Err(e) => return Err(Error::usage(format!("cannot read {}: {e}", path.display()))),
     };
     let strategies = project_patterns(ws)?.and_then(|f| f.strategy_settings());
-    Ok(loopwright_engine::closed_loop::Settings { regression, ..Default::default() }
-        .with_strategies(strategies.as_ref()))
+    Ok(loopwright_engine::closed_loop::Settings {
+        regression,
+        classify: ws.config.classify.clone(),
+        ..Default::default()
+    }
+    .with_strategies(strategies.as_ref()))
 }
 
 /// The secrets of a run: secret-looking environment variables, and the variables the

@@ -228,6 +228,36 @@ impl Projector {
     }
 }
 
+impl Projector {
+    /// Keeps what the stage's agent said of a failure nothing sure classified, as a labelled
+    /// sample with a candidate pattern (`state/learned/`). The candidate's strategy is the
+    /// built-in category's.
+    fn learned(
+        &mut self,
+        record: &EventRecord,
+        state: &RunState,
+        (stage, attempt): (&loopwright_spec::StageId, u32),
+        checks: &[loopwright_engine::closed_loop::CheckResult],
+        failure: &loopwright_engine::closed_loop::Failure,
+    ) {
+        if loopwright_engine::closed_loop::ask::answered(failure).is_none() {
+            return;
+        }
+        let library = loopwright_engine::patterns::Library::builtin();
+        let check = checks.iter().rev().find(|c| !c.passed);
+        let place = (state.run_id.as_str(), stage.as_str(), attempt);
+        let Some(sample) = crate::learned::Sample::of(&library, failure, check, place, record.at) else {
+            return;
+        };
+        if let Err(e) = crate::learned::save(&self.runs_dir, &sample)
+            && !self.warned
+        {
+            self.warned = true;
+            eprintln!("loopwright: warning: cannot keep what the agent said of a failure: {e} (the journal has it)");
+        }
+    }
+}
+
 impl Observer for Projector {
     fn on_event(&mut self, record: &EventRecord, state: &RunState, pipeline: &Pipeline) {
         self.retry_log(record, state);
@@ -277,6 +307,9 @@ impl Observer for Projector {
                 self.write(state, "metrics.md", &metrics_markdown(state));
             }
             Event::DeadLettered { stage, reason, .. } => self.dead_letter(record, state, stage, reason),
+            Event::Evaluated { stage, attempt, checks, failure: Some(failure) } => {
+                self.learned(record, state, (stage, *attempt), checks, failure);
+            }
             Event::RegressionGate { stage, baseline: Some(baseline), .. } => {
                 let md = loopwright_engine::projection::baseline_markdown(state, stage.as_str(), baseline, record.at);
                 self.write(state, &format!("baseline-{stage}.md"), &md);

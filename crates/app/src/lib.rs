@@ -13,6 +13,7 @@
 pub mod assemble;
 pub mod error;
 pub mod files;
+pub mod learned;
 pub mod lock;
 pub mod ops;
 pub mod ownership;

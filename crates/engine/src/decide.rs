@@ -156,6 +156,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                                     exit_code: None,
                                     output_tail: String::new(),
                                     pattern: None,
+                                    classified_by: None,
                                 },
                             });
                         }
@@ -309,6 +310,7 @@ fn new_attempt(pipeline: &Pipeline, state: &RunState, stage: &Stage, attempt: u3
                 exit_code: None,
                 output_tail: String::new(),
                 pattern: None,
+                classified_by: None,
             },
         }),
     }
@@ -426,6 +428,7 @@ fn loop_step(pipeline: &Pipeline, state: &RunState, stage: &Stage, now: jiff::Ti
                     exit_code: None,
                     output_tail: failure.output.clone(),
                     pattern: failure.pattern.clone(),
+                    classified_by: None,
                 },
             })
         }
@@ -441,6 +444,7 @@ fn after_failure(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Step {
         exit_code: None,
         output_tail: String::new(),
         pattern: None,
+        classified_by: None,
     });
     if let Some(policy) = &stage.retry
         && error.kind.is_retryable()

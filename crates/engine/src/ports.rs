@@ -38,6 +38,34 @@ pub struct StageRequest {
     pub workspace: PathBuf,
     /// How its processes are confined.
     pub confine: Confinement,
+    /// An attempt, or a question about a failure.
+    pub purpose: Purpose,
+}
+
+/// Why a [`StageRequest`] is made.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Purpose {
+    /// An attempt of the stage.
+    #[default]
+    Attempt,
+    /// A question to the stage's agent about a failure nothing sure classified (SPEC §6): one
+    /// answer, in plan mode, as JSON of this schema (an HTTP model gets it as its structured
+    /// output; an agent CLI reads it in the prompt). Its prompt and output files are the
+    /// attempt's with `-classify` after the attempt's number.
+    Classify {
+        /// The answer's JSON Schema.
+        schema: serde_json::Value,
+    },
+}
+
+impl StageRequest {
+    /// The name of its prompt and output files: `STAGE-ATTEMPT`, or `STAGE-ATTEMPT-classify`.
+    pub fn file_stem(&self) -> String {
+        match self.purpose {
+            Purpose::Attempt => format!("{}-{}", self.stage, self.attempt),
+            Purpose::Classify { .. } => format!("{}-{}-classify", self.stage, self.attempt),
+        }
+    }
 }
 
 /// How an attempt's processes are confined (SPEC §12), as the engine decided from the stage,

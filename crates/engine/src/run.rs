@@ -285,6 +285,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                         exit_code: None,
                         output_tail: String::new(),
                         pattern: None,
+                        classified_by: None,
                     };
                     // What the attempt took of its provider goes back: it never ran.
                     if self.pipeline.agent_of(stage).is_some() {
@@ -313,6 +314,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
             timeout: capped_timeout(self.pipeline, state, stage),
             workspace: self.workspace(state),
             confine,
+            purpose: crate::ports::Purpose::Attempt,
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (runner, stopper) = (self.runner, self.stopper);
@@ -347,25 +349,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         };
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
         if let Some(agent) = &request.agent {
-            // The agent's own report, else a count (o200k) of what it was told and answered.
-            let mut usage = match &execution.usage {
-                Some(reported) if !reported.estimated => reported.clone(),
-                other => crate::event::Usage {
-                    input_tokens: crate::tokens::count_tokens(&request.prompt) as u64,
-                    output_tokens: crate::tokens::count_tokens(&execution.stdout) as u64,
-                    estimated: true,
-                    model: agent.model.clone(),
-                    cost_usd: None,
-                    quota_wait_ms: other.as_ref().map_or(0, |u| u.quota_wait_ms),
-                },
-            };
-            if usage.cost_usd.is_none() {
-                let prices = state.started.as_ref().map(|s| &s.prices);
-                usage.cost_usd = agent.model.as_ref().and_then(|m| prices.and_then(|p| p.get(m))).map(|p| {
-                    (usage.input_tokens as f64 * p.input_per_mtok + usage.output_tokens as f64 * p.output_per_mtok)
-                        / 1_000_000.0
-                });
-            }
+            let usage = usage_of(agent, &request, &execution, state);
             self.limits.give(&holder, usage.input_tokens + usage.output_tokens).await;
             self.defer(state, Event::UsageRecorded { stage: stage_id.clone(), attempt, usage });
         }
@@ -424,6 +408,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                     exit_code: None,
                     output_tail: output_tail(&execution.stdout),
                     pattern: None,
+                    classified_by: None,
                 };
                 return self.record(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error }).await;
             }
@@ -449,6 +434,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                         .patterns
                         .classify_in(&format!("{}\n{}", error.output_tail, execution.stdout_tail()), &context);
                     error.pattern = c.matched_pattern;
+                    error.classified_by = Some(c.classified_by);
                 }
                 // A provider's rate limit pauses it for every run, until the reset it names.
                 if let Some(agent) = &request.agent
@@ -599,14 +585,12 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                     };
                     let summary = format!("check `{}` (`{}`) {how}", check.name, check.command);
                     let context = run.outcome.context(Some(&check.command), Some(check.kind.as_str()));
-                    failure = Some(Box::new(closed_loop::classify(
-                        self.patterns,
-                        &check.name,
-                        failure_type,
-                        summary,
-                        &output,
-                        &context,
-                    )));
+                    let mut f =
+                        closed_loop::classify(self.patterns, &check.name, failure_type, summary, &output, &context);
+                    if closed_loop::ask::wanted(&f) {
+                        self.ask_agent(state, &stage_id, attempt, &mut f, &context).await;
+                    }
+                    failure = Some(Box::new(f));
                     break;
                 }
             }
@@ -821,6 +805,86 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         self.runner.command(&request).await
     }
 
+    /// Asks the stage's agent to label a failure nothing sure classified (SPEC §6, `[classify]
+    /// ask_agent`): one request in plan mode, in the attempt's confinement, answered as JSON of
+    /// [`closed_loop::ask::schema`], within `[classify] timeout_seconds`. Not asked when the
+    /// stage's agent is not a model or an agent CLI, the budget is spent, or its provider's
+    /// limits say wait. What it used is journaled with the failure (`usage_recorded`, against the
+    /// run's budget); what it answered is the failure's evidence, used by
+    /// [`closed_loop::ask::adopt`]'s rule.
+    async fn ask_agent(
+        &mut self,
+        state: &mut RunState,
+        stage_id: &StageId,
+        attempt: u32,
+        failure: &mut closed_loop::Failure,
+        context: &crate::patterns::Context,
+    ) {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
+        let Some(agent) = self.pipeline.agent_of(stage).filter(|a| a.runner.is_model_or_cli()) else {
+            return;
+        };
+        if !self.settings.classify.ask_agent {
+            return;
+        }
+        let unusable = |f: &mut closed_loop::Failure, why: String| {
+            closed_loop::ask::adopt(self.patterns, f, &closed_loop::ask::Answer::Unusable(why));
+        };
+        if let Some(why) = crate::decide::budget_exceeded(self.pipeline, state, stage) {
+            return unusable(failure, format!("not asked: {why}"));
+        }
+        let holder = format!("{}/{}/{}/classify", state.run_id, stage_id, attempt);
+        match self.limits.take(agent, &holder).await {
+            Ok(Allowed::Yes) => {}
+            Ok(Allowed::Wait { reason, .. }) => return unusable(failure, format!("not asked: {reason}")),
+            Err(e) => return unusable(failure, format!("not asked: the provider's limits could not be read: {e}")),
+        }
+        let question = closed_loop::ask::question(self.patterns, failure, context);
+        let mut confine = self.confinement(stage);
+        confine.layer = state.stage(stage_id.as_str()).and_then(|s| s.layer.as_ref()).map(|(_, name)| name.clone());
+        let limit = std::time::Duration::from_secs(self.settings.classify.timeout_seconds);
+        let request = StageRequest {
+            run_id: state.run_id.clone(),
+            task_id: state.started.as_ref().expect("a started run").task_id.clone(),
+            stage: stage_id.clone(),
+            attempt,
+            mode: Mode::Plan,
+            agent: Some(agent.clone()),
+            commands: Vec::new(),
+            prompt: question.prompt,
+            timeout: limit.min(capped_timeout(self.pipeline, state, stage)),
+            workspace: self.workspace(state),
+            confine,
+            purpose: crate::ports::Purpose::Classify { schema: question.schema },
+        };
+        // Its processes carry the run's and stage's marks: a crash leaves none that resume
+        // would not end (`end_strays`). A rate limit it meets pauses the provider as usual.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let execution = self.runner.run(&request, tx).await;
+        while let Ok(notice) = rx.try_recv() {
+            if let Notice::RateLimited { detail, until } = notice {
+                self.limits.exhausted(agent, &detail, Some(until)).await;
+            }
+        }
+        let usage = usage_of(agent, &request, &execution, state);
+        self.limits.give(&holder, usage.input_tokens + usage.output_tokens).await;
+        self.defer(state, Event::UsageRecorded { stage: stage_id.clone(), attempt, usage });
+        let answer = match &execution.outcome {
+            ExecOutcome::Exited(0) => closed_loop::ask::read(&execution.stdout),
+            ExecOutcome::TimedOut => {
+                closed_loop::ask::Answer::Unusable(format!("no answer within {} s", request.timeout.as_secs()))
+            }
+            ExecOutcome::Exited(code) => closed_loop::ask::Answer::Unusable(format!("the agent exited with {code}")),
+            ExecOutcome::Signaled(n) => {
+                closed_loop::ask::Answer::Unusable(format!("the agent was killed by signal {n}"))
+            }
+            ExecOutcome::SpawnFailed(why) => {
+                closed_loop::ask::Answer::Unusable(format!("the agent could not start: {why}"))
+            }
+        };
+        closed_loop::ask::adopt(self.patterns, failure, &answer);
+    }
+
     /// How a stage's processes are confined (without a layer: [`Self::execute`] adds it): in a
     /// sandbox unless the stage or the workspace turns it off; reaching the network the stage
     /// names, else its agent's, else the agent's model (an agent) or nothing (shell commands).
@@ -878,6 +942,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                 exit_code: None,
                 output_tail: String::new(),
                 pattern: None,
+                classified_by: None,
             }),
         })
     }
@@ -1009,6 +1074,35 @@ enum Commit {
 }
 
 /// The stage's timeout, shortened to what is left of its and the run's time budgets.
+/// What an agent's request used: the agent's own report, else a count (o200k) of what it was
+/// told and answered; priced from the run's prices when the agent did not say.
+fn usage_of(
+    agent: &loopwright_spec::Agent,
+    request: &StageRequest,
+    execution: &Execution,
+    state: &RunState,
+) -> crate::event::Usage {
+    let mut usage = match &execution.usage {
+        Some(reported) if !reported.estimated => reported.clone(),
+        other => crate::event::Usage {
+            input_tokens: crate::tokens::count_tokens(&request.prompt) as u64,
+            output_tokens: crate::tokens::count_tokens(&execution.stdout) as u64,
+            estimated: true,
+            model: agent.model.clone(),
+            cost_usd: None,
+            quota_wait_ms: other.as_ref().map_or(0, |u| u.quota_wait_ms),
+        },
+    };
+    if usage.cost_usd.is_none() {
+        let prices = state.started.as_ref().map(|s| &s.prices);
+        usage.cost_usd = agent.model.as_ref().and_then(|m| prices.and_then(|p| p.get(m))).map(|p| {
+            (usage.input_tokens as f64 * p.input_per_mtok + usage.output_tokens as f64 * p.output_per_mtok)
+                / 1_000_000.0
+        });
+    }
+    usage
+}
+
 fn capped_timeout(pipeline: &Pipeline, state: &RunState, stage: &loopwright_spec::Stage) -> std::time::Duration {
     if stage.budget.wall_ms.is_none() && pipeline.budget.wall_ms.is_none() {
         return stage.timeout;
@@ -1045,6 +1139,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
                     exit_code: Some(0),
                     output_tail: output_tail(&execution.stdout),
                     pattern: None,
+                    classified_by: None,
                 })
             }
         }
@@ -1054,6 +1149,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
             exit_code: Some(*code),
             output_tail: tail(),
             pattern: None,
+            classified_by: None,
         }),
         ExecOutcome::Signaled(signal) => Err(StageError {
             kind: FailureKind::ExecutionError,
@@ -1061,6 +1157,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
             exit_code: None,
             output_tail: tail(),
             pattern: None,
+            classified_by: None,
         }),
         ExecOutcome::TimedOut => Err(StageError {
             kind: FailureKind::Timeout,
@@ -1071,6 +1168,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
             exit_code: None,
             output_tail: tail(),
             pattern: None,
+            classified_by: None,
         }),
         ExecOutcome::SpawnFailed(why) => Err(StageError {
             kind: FailureKind::ValidationError,
@@ -1078,6 +1176,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
             exit_code: None,
             output_tail: String::new(),
             pattern: None,
+            classified_by: None,
         }),
     }
 }

@@ -165,6 +165,41 @@ pub struct Evidence {
     pub strength: f64,
 }
 
+/// What classified a failure (SPEC §6): a pattern sure of it (or a universal fact), the
+/// built-in statistical classifier when no pattern was sure, the stage's own agent when
+/// neither was, or nothing (unclassified).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClassifiedBy {
+    /// A pattern with confidence 0.7 or more, or a fact that decides.
+    Pattern,
+    /// The learned classifier, at or above its threshold.
+    Statistical,
+    /// The stage's agent, asked in one short request.
+    Agent,
+    /// Nothing was sure: the failure is unclassified.
+    #[default]
+    None,
+}
+
+impl ClassifiedBy {
+    /// As written in the journal and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClassifiedBy::Pattern => "pattern",
+            ClassifiedBy::Statistical => "statistical",
+            ClassifiedBy::Agent => "agent",
+            ClassifiedBy::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for ClassifiedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A classified failure of one iteration: where it came from and what pattern it matched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
@@ -182,6 +217,10 @@ pub struct Failure {
     /// The pattern matched, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
+    /// What decided the pattern (absent in journals written before it was recorded: see
+    /// [`Failure::classified_by`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classified_by: Option<ClassifiedBy>,
     /// 0..1.
     pub confidence: f64,
     /// The matched signals.
@@ -212,6 +251,12 @@ impl Failure {
             .find(|l| HEADLINE.is_match(l))
             .or_else(|| self.lines.iter().find(|l| !l.starts_with("Traceback")))
             .map_or(self.summary.as_str(), |l| l.trim())
+    }
+
+    /// What decided its pattern: as journaled, else (an older journal) a pattern when one
+    /// matched.
+    pub fn classified_by(&self) -> ClassifiedBy {
+        self.classified_by.unwrap_or(if self.pattern.is_some() { ClassifiedBy::Pattern } else { ClassifiedBy::None })
     }
 
     /// The pattern id, or `unclassified`.

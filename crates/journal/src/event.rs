@@ -1017,6 +1017,9 @@ pub struct StageError {
     /// The failure pattern its output matched (SPEC §6), when one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
+    /// What decided that pattern, when its output was classified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classified_by: Option<crate::closed_loop::ClassifiedBy>,
 }
 
 /// Status of a run.

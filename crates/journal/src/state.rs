@@ -355,6 +355,7 @@ impl StageState {
             exit_code: None,
             output_tail: f.output.clone(),
             pattern: f.pattern.clone(),
+            classified_by: Some(f.classified_by()),
         });
     }
 }

@@ -88,19 +88,36 @@ pub fn full_prompt(prompt: &str, mode: Mode) -> String {
     }
 }
 
-/// Runs one attempt against the agent's API until `deadline`; `prompt` is the full prompt
-/// ([`full_prompt`]). The answer's text goes to `live` as it streams in.
+/// One request to a model.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The agent.
+    pub agent: &'a Agent,
+    /// The full prompt ([`full_prompt`]).
+    pub prompt: &'a str,
+    /// Plan, or agent (the answer's edits are applied).
+    pub mode: Mode,
+    /// The JSON Schema the answer must match, when one is asked for: sent as the OpenAI API's
+    /// `response_format` (`json_schema`, strict) or as the Anthropic API's one tool, which the
+    /// model must call; the answer's text is then that JSON. Such a request is not streamed.
+    pub structured: Option<&'a Value>,
+}
+
+/// The name of the tool an Anthropic model answers a structured request with.
+pub const ANSWER_TOOL: &str = "answer";
+
+/// Runs one request against the agent's API until `deadline`. The answer's text goes to
+/// `live` as it streams in.
 pub async fn run(
-    agent: &Agent,
-    prompt: &str,
-    mode: Mode,
+    call: &Call<'_>,
     workspace: &std::path::Path,
     deadline: Instant,
     live: &mut LiveSink<'_>,
     notices: &tokio::sync::mpsc::UnboundedSender<loopwright_engine::ports::Notice>,
 ) -> Answer {
+    let (agent, mode) = (call.agent, call.mode);
     let fail = |outcome, error: String| Answer { outcome, text: String::new(), error, usage: None };
-    let answer = match tokio::time::timeout_at(deadline, ask(agent, prompt, deadline, live, notices)).await {
+    let answer = match tokio::time::timeout_at(deadline, ask(call, deadline, live, notices)).await {
         Ok(answer) => answer,
         Err(_) => {
             return fail(ExecOutcome::TimedOut, format!("no complete answer from {} before the timeout", url(agent)));
@@ -125,12 +142,12 @@ pub async fn run(
 
 /// Sends the request (waiting out rate limits) and reads the streamed answer.
 async fn ask(
-    agent: &Agent,
-    prompt: &str,
+    call: &Call<'_>,
     deadline: Instant,
     live: &mut LiveSink<'_>,
     notices: &tokio::sync::mpsc::UnboundedSender<loopwright_engine::ports::Notice>,
 ) -> Result<Answer, (ExecOutcome, String)> {
+    let (agent, prompt) = (call.agent, call.prompt);
     let url = url(agent);
     let var = key_var(agent);
     let key = std::env::var(&var).ok().filter(|k| !k.is_empty());
@@ -166,6 +183,29 @@ async fn ask(
             b
         }
     };
+    let mut body = body;
+    if let Some(schema) = call.structured {
+        body["stream"] = json!(false);
+        if let Some(o) = body.as_object_mut() {
+            o.remove("stream_options");
+        }
+        match agent.runner {
+            RunnerKind::Anthropic => {
+                body["tools"] = json!([{
+                    "name": ANSWER_TOOL,
+                    "description": "Give the answer asked for.",
+                    "input_schema": schema,
+                }]);
+                body["tool_choice"] = json!({"type": "tool", "name": ANSWER_TOOL});
+            }
+            _ => {
+                body["response_format"] = json!({
+                    "type": "json_schema",
+                    "json_schema": {"name": ANSWER_TOOL, "strict": true, "schema": schema},
+                });
+            }
+        }
+    }
     let client = client()
         .connect_timeout(Duration::from_secs(30))
         .build()
@@ -330,10 +370,14 @@ fn read_whole(runner: RunnerKind, body: &str) -> Option<(String, Option<Usage>)>
     let n = |p: &str| v.pointer(p).and_then(Value::as_u64);
     let (text, input, output) = match runner {
         RunnerKind::Anthropic => (
+            // Text blocks, and a tool's input (a structured answer) as its JSON.
             v.get("content")?
                 .as_array()?
                 .iter()
-                .filter_map(|c| c.get("text").and_then(Value::as_str))
+                .filter_map(|c| match c.get("type").and_then(Value::as_str) {
+                    Some("tool_use") => c.get("input").map(Value::to_string),
+                    _ => c.get("text").and_then(Value::as_str).map(str::to_owned),
+                })
                 .collect::<String>(),
             n("/usage/input_tokens"),
             n("/usage/output_tokens"),

@@ -22,7 +22,7 @@ use std::time::Duration;
 use loopwright_engine::closed_loop::FileChanges;
 use loopwright_engine::event::RestoreCounts;
 use loopwright_engine::ports::{
-    Changes, CommandRequest, ExecOutcome, Execution, Notice, ProcessGroup, Runner, StageRequest, Watch,
+    Changes, CommandRequest, ExecOutcome, Execution, Notice, ProcessGroup, Purpose, Runner, StageRequest, Watch,
 };
 use loopwright_engine::{RunId, TaskId};
 use loopwright_spec::RunnerKind;
@@ -243,7 +243,9 @@ impl ProcessRunner {
 
     /// Where an attempt's stdout and stderr are kept.
     fn output_paths(&self, request: &StageRequest) -> (PathBuf, PathBuf) {
-        live::output_files(&self.runs_dir.join(request.run_id.as_str()), request.stage.as_str(), request.attempt)
+        let dir = self.runs_dir.join(request.run_id.as_str()).join("outputs");
+        let stem = request.file_stem();
+        (dir.join(format!("{stem}.out")), dir.join(format!("{stem}.err")))
     }
 
     /// Writes the attempt's prompt where `LOOPWRIGHT_PROMPT_FILE` points: for an agent, its own
@@ -253,7 +255,7 @@ impl ProcessRunner {
     fn write_prompt(&self, request: &StageRequest, prompt: &str) -> Result<PathBuf, String> {
         let dir = self.runs_dir.join(request.run_id.as_str()).join("prompts");
         let path = match request.agent {
-            Some(_) => dir.join(format!("{}-{}.md", request.stage, request.attempt)),
+            Some(_) => dir.join(format!("{}.md", request.file_stem())),
             None => dir.join("shell.md"),
         };
         if overwrite(&path, prompt.as_bytes()).is_err() {
@@ -342,7 +344,12 @@ impl Runner for ProcessRunner {
         };
         if let (Some(agent), Some(full)) = (http_agent, &full) {
             let mut live = LiveSink::new(self.output_paths(request).0, self.output_cap, &self.redactor);
-            let answer = http::run(agent, full, request.mode, &request.workspace, deadline, &mut live, &notices).await;
+            let structured = match &request.purpose {
+                Purpose::Attempt => None,
+                Purpose::Classify { schema } => Some(schema),
+            };
+            let call = http::Call { agent, prompt: full, mode: request.mode, structured };
+            let answer = http::run(&call, &request.workspace, deadline, &mut live, &notices).await;
             live.finish();
             let execution =
                 self.scrubbed(Execution { usage: answer.usage, ..done(answer.outcome, answer.text, answer.error) });

@@ -24,6 +24,7 @@ fn request(dir: &Path, agent: Option<Agent>, commands: &[&str], timeout: Duratio
         timeout,
         workspace: dir.to_path_buf(),
         confine: Default::default(),
+        purpose: Default::default(),
     }
 }
 

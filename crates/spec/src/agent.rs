@@ -96,6 +96,12 @@ impl RunnerKind {
         Self::ALL.iter().find(|(_, k)| *k == self).map_or("command", |(n, _)| n)
     }
 
+    /// True for a model (HTTP) or a coding-agent CLI: a runner that can answer a question,
+    /// unlike a plain program (`command`, `shell`).
+    pub fn is_model_or_cli(self) -> bool {
+        !matches!(self, RunnerKind::Command | RunnerKind::Shell)
+    }
+
     /// True for runners that talk HTTP rather than start a process.
     pub fn is_http(self) -> bool {
         matches!(self, RunnerKind::Openai | RunnerKind::Anthropic)

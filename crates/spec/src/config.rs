@@ -33,6 +33,26 @@ pub struct Config {
     /// `[[limits]]`: what a provider (a model, an account) allows, shared by every process
     /// using this journal.
     pub limits: Vec<Limit>,
+    /// `[classify]`: how a failure that no pattern is sure of is labelled.
+    pub classify: ClassifyConfig,
+}
+
+/// `[classify]`: asking the stage's own agent about a failure that neither a sure pattern nor
+/// the built-in statistical classifier could label.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClassifyConfig {
+    /// Ask the stage's agent (a model or an agent CLI; never `runner: command` or `shell`) in
+    /// one short request; its tokens count against the run's budget.
+    pub ask_agent: bool,
+    /// The longest that request may take (1 to 600 seconds).
+    pub timeout_seconds: u64,
+}
+
+impl Default for ClassifyConfig {
+    fn default() -> Self {
+        Self { ask_agent: true, timeout_seconds: 60 }
+    }
 }
 
 /// One `[[limits]]` entry: the stages whose agents call `provider` (and `model`, `account`,
@@ -449,6 +469,14 @@ impl Config {
         }
         if !(config.defaults.timeout_minutes.is_finite() && config.defaults.timeout_minutes > 0.0) {
             diags.push(Diagnostic::new(source, "`timeout_minutes` must be above 0").field("defaults.timeout_minutes"));
+        }
+        if !(1..=600).contains(&config.classify.timeout_seconds) {
+            let mut d = Diagnostic::new(source, "[classify] `timeout_seconds` must be 1 to 600")
+                .field("classify.timeout_seconds");
+            if let Some(position) = value_position(&source.text, "classify", "timeout_seconds") {
+                d = d.at(position);
+            }
+            diags.push(d);
         }
         for (key, problem) in config.auto.problems() {
             let mut d = Diagnostic::new(source, format!("[auto] `{key}` {problem}")).field(format!("auto.{key}"));

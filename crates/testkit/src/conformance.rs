@@ -58,6 +58,7 @@ async fn journal_keeps_order_and_content(store: &impl Store) {
                 exit_code: Some(1),
                 output_tail: "boom".into(),
                 pattern: None,
+                classified_by: None,
             },
         },
         Event::RunFinished { status: RunStatus::Failed },

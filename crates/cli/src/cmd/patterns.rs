@@ -41,6 +41,19 @@ pub enum Command {
     },
     /// List the effective library: the built-ins with the project's file merged over them.
     List,
+    /// List the failures the stages' agents labelled when nothing sure could: each with the
+    /// category named, whether it was used, the phrase quoted and a candidate pattern
+    /// (`.loopwright/state/learned/`).
+    ///
+    /// A label that would stop the run for a person (disk-full, permission-error,
+    /// merge-conflict, git-error) is never used, only kept. `--export DIR` writes the samples
+    /// in the failure corpus's layout (`DIR/CATEGORY/NAME.txt` and a row each in
+    /// `DIR/samples.tsv`), to review and add to the statistical classifier's training set.
+    Learned {
+        /// Write the samples as corpus samples into this folder.
+        #[arg(long, value_name = "DIR")]
+        export: Option<std::path::PathBuf>,
+    },
 }
 
 /// `loopwright patterns`.
@@ -59,19 +72,19 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
                 println!("{}", to_json(&c)?);
             } else {
                 match &c.matched_pattern {
-                    Some(id) => {
-                        println!("{id} (confidence {:.2}, strategy {})", c.confidence, c.strategy);
-                        for e in &c.evidence {
-                            println!("  {:<11} {:.2}  {}", e.kind, e.strength, e.value);
-                        }
-                    }
-                    None => {
-                        println!("no pattern matched (best confidence {:.2}); strategy {}", c.confidence, c.strategy)
-                    }
+                    Some(id) => println!(
+                        "{id} (confidence {:.2}, strategy {}, classified by {})",
+                        c.confidence, c.strategy, c.classified_by
+                    ),
+                    None => println!("unclassified: nothing was sure; strategy {}", c.strategy),
+                }
+                for e in &c.evidence {
+                    println!("  {:<18} {:.2}  {}", e.kind, e.strength, e.value);
                 }
             }
             Ok(0)
         }
+        Command::Learned { export } => learned(global, &ws, export.as_deref()),
         Command::List => {
             let patterns = loopwright_app::ops::patterns::list(&ws)?;
             if global.json {
@@ -92,6 +105,44 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             Ok(0)
         }
     }
+}
+
+/// `patterns learned [--export DIR]`.
+fn learned(
+    global: &Global,
+    ws: &loopwright_app::workspace::Workspace,
+    export: Option<&std::path::Path>,
+) -> Result<u8, CliError> {
+    let listing = loopwright_app::learned::list(&ws.runs_dir())?;
+    for skipped in &listing.skipped {
+        eprintln!("loopwright: warning: not a learned sample, left alone: {skipped}");
+    }
+    if let Some(dir) = export {
+        let written = loopwright_app::learned::export(&listing.samples, dir)?;
+        eprintln!("wrote {} sample{} into {}", written.len(), if written.len() == 1 { "" } else { "s" }, dir.display());
+        return Ok(0);
+    }
+    if global.json {
+        println!("{}", to_json(&listing.samples)?);
+        return Ok(0);
+    }
+    if listing.samples.is_empty() {
+        println!("no failure has been labelled by an agent yet");
+        return Ok(0);
+    }
+    for s in &listing.samples {
+        let used = if s.used { "used" } else { "kept, not used (it would stop the run for a person)" };
+        let tool = s.tool.as_deref().unwrap_or("?");
+        println!("{} {} — {used}; {tool}, run {} stage {} attempt {}", s.at, s.category, s.run, s.stage, s.attempt);
+        let reason = crate::terminal::safe(&s.reason);
+        if !reason.is_empty() {
+            println!("  why: {reason}");
+        }
+        for signal in &s.candidate.signals {
+            println!("  candidate pattern {}: signal {:?}", s.candidate.id, crate::terminal::safe(signal));
+        }
+    }
+    Ok(0)
 }
 
 fn to_json(value: &impl serde::Serialize) -> Result<String, CliError> {

@@ -127,7 +127,8 @@ fn patterns_test_classifies_real_output_and_project_patterns_merge() {
         out,
         json!({"matched_pattern": "undefined-name", "confidence": 0.95, "strategy": "context_expand",
                "signals": ["/NameError: name '.+' is not defined/"],
-               "evidence": [{"kind": "signal", "value": "/NameError: name '.+' is not defined/", "strength": 0.95}]})
+               "evidence": [{"kind": "signal", "value": "/NameError: name '.+' is not defined/", "strength": 0.95}],
+               "classified_by": "pattern"})
     );
     // What is known of the command counts: a shell's 137 with no timeout is the OOM killer.
     let mut cmd = ws.cmd();
@@ -138,7 +139,7 @@ fn patterns_test_classifies_real_output_and_project_patterns_merge() {
         .expect("run");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "out-of-memory (confidence 0.60, strategy analyze_then_fix)\n  exit_signal 0.60  SIGKILL\n"
+        "out-of-memory (confidence 0.60, strategy analyze_then_fix, classified by pattern)\n  exit_signal        0.60  SIGKILL\n"
     );
     let (code, _, stderr) = ws.run(&["patterns", "test", "/dev/null", "--exit-code", "1", "--signal", "KILL"]);
     assert_eq!(code, 2);

@@ -319,6 +319,7 @@ mod tests {
             exit_code: Some(1),
             output_tail: "boom".into(),
             pattern: Some("test-failure".into()),
+            classified_by: None,
         };
         let events = vec![
             Event::RunStarted(Box::new(serde_json::from_value(started).expect("start"))),

@@ -8,6 +8,8 @@ use crate::tokens::cap_tokens;
 
 /// Token cap of one failure's details (seed 000: previous error context < 200 tokens).
 pub const DETAIL_TOKENS: usize = 200;
+/// Token cap of an unclassified failure's last lines (SPEC §6: the last 40 lines).
+pub const UNCLASSIFIED_TOKENS: usize = 1000;
 /// Failures shown in a retry context, most recent last.
 pub const MAX_FAILURES_SHOWN: usize = 5;
 
@@ -64,9 +66,11 @@ pub fn loop_failures(state: &LoopState) -> Vec<PriorFailure> {
         .collect()
 }
 
-/// The decisive lines of a failure, capped.
+/// The decisive lines of a failure, capped; an unclassified failure's last lines, capped
+/// more loosely (nothing sure chose them, so there are more).
 pub fn details(f: &Failure) -> String {
-    cap_tokens(f.lines.join("\n").trim(), DETAIL_TOKENS).0
+    let cap = if f.classified_by() == super::ClassifiedBy::None { UNCLASSIFIED_TOKENS } else { DETAIL_TOKENS };
+    cap_tokens(f.lines.join("\n").trim(), cap).0
 }
 
 fn indent(text: &str, by: &str) -> String {

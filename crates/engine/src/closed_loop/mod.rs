@@ -15,6 +15,7 @@
 //! FIX runs a strategy ([`strategies`]) whose findings go into the next prompt's
 //! `<retry_context>` ([`context`]).
 
+pub mod ask;
 pub mod checks;
 pub mod context;
 pub mod effectiveness;
@@ -31,6 +32,8 @@ pub const SKILL: &str = "closed-loop-execution";
 pub const DEFAULT_BUDGET: u32 = 3;
 /// Error outputs this similar are "the same error" (seed 000: >80% token overlap).
 pub const SAME_ERROR_OVERLAP: f64 = 0.8;
+/// Lines of output an unclassified failure's next attempt is shown (SPEC §6).
+pub const UNCLASSIFIED_LINES: usize = 40;
 /// Strategies every pattern may fall back to (seed 000 "Alternate Strategy Selection").
 pub const UNIVERSAL_FALLBACKS: [Strategy; 2] = [Strategy::ContextExpand, Strategy::AnalyzeThenFix];
 
@@ -47,6 +50,8 @@ pub struct Settings {
     pub effectiveness: std::cell::OnceCell<effectiveness::Effectiveness>,
     /// Whether stages run in a sandbox unless they say (`sandbox` in config.toml).
     pub sandbox: loopwright_spec::sandbox::SandboxMode,
+    /// Asking the stage's agent about a failure nothing sure classified (`[classify]`).
+    pub classify: loopwright_spec::config::ClassifyConfig,
 }
 
 impl Default for Settings {
@@ -56,6 +61,7 @@ impl Default for Settings {
             backoff_initial: std::time::Duration::from_secs(5),
             effectiveness: std::cell::OnceCell::new(),
             sandbox: loopwright_spec::sandbox::SandboxMode::Off,
+            classify: loopwright_spec::config::ClassifyConfig::default(),
         }
     }
 }
@@ -101,18 +107,25 @@ pub fn classify(
     let c: Classification = library.classify_in(full, context);
     let pattern = c.matched_pattern.as_deref().and_then(|id| library.get(id));
     // The lines that decided the pattern, with the lines that say what failed (a test's
-    // name, an assertion), in output order; else the output's last lines.
+    // name, an assertion), in output order; else the output's last lines. An unclassified
+    // failure gets its last UNCLASSIFIED_LINES lines: nothing sure picked its excerpt.
     let text = crate::patterns::strip_ansi(full);
-    let mut lines: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| c.lines.iter().any(|d| d == l) || FAILURE_LINE.is_match(l))
-        .take(crate::patterns::MAX_DECISIVE_LINES)
-        .map(|l| l.chars().take(300).collect())
-        .collect();
-    if lines.is_empty() {
+    let last = |n: usize| -> Vec<String> {
         let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        lines = all[all.len().saturating_sub(8)..].iter().map(|l| (*l).to_owned()).collect();
+        all[all.len().saturating_sub(n)..].iter().map(|l| l.chars().take(300).collect()).collect()
+    };
+    let mut lines: Vec<String> = if c.classified_by == ClassifiedBy::None {
+        last(UNCLASSIFIED_LINES)
+    } else {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| c.lines.iter().any(|d| d == l) || FAILURE_LINE.is_match(l))
+            .take(crate::patterns::MAX_DECISIVE_LINES)
+            .map(|l| l.chars().take(300).collect())
+            .collect()
+    };
+    if lines.is_empty() {
+        lines = last(8);
     }
     Failure {
         source: source.to_owned(),
@@ -121,6 +134,7 @@ pub fn classify(
         output: tail_chars(full, OUTPUT_CHARS),
         lines,
         pattern: c.matched_pattern.clone(),
+        classified_by: Some(c.classified_by),
         confidence: c.confidence,
         signals: c.signals,
         evidence: c.evidence,
@@ -280,6 +294,7 @@ mod tests {
             output: output.into(),
             lines: vec![],
             pattern: pattern.map(str::to_owned),
+            classified_by: None,
             confidence: 0.9,
             signals: vec![],
             evidence: vec![],
@@ -325,6 +340,39 @@ mod tests {
         let cx = loopwright_spec::CompileContext { agents: &agents, extra_inputs: &[], default_timeout_minutes: 1.0 };
         let pipeline = loopwright_spec::compile(&source, &cx).expect("valid");
         pipeline.stages[0].clone()
+    }
+
+    #[test]
+    fn an_unclassified_failure_keeps_its_last_forty_lines_and_a_classified_one_its_decisive_lines() {
+        // Patterns alone: what the learned classifier would propose for the noise is not the point.
+        let lib = Library::builtin().patterns_only();
+        let noise: String = (1..=60).map(|i| format!("step {i}: frobnicating the quux\n")).collect();
+        let f = classify(
+            &lib,
+            "tests",
+            FailureType::VerificationFailed,
+            "tests failed".into(),
+            &noise,
+            &Context::default(),
+        );
+        assert_eq!((f.pattern.as_deref(), f.classified_by()), (None, ClassifiedBy::None));
+        let want: Vec<String> = (21..=60).map(|i| format!("step {i}: frobnicating the quux")).collect();
+        assert_eq!(f.lines, want);
+        assert!(
+            context::details(&f).starts_with("step 21:")
+                && context::details(&f).ends_with("step 60: frobnicating the quux")
+        );
+        let decisive = format!("{noise}error[E0425]: cannot find value `total` in this scope\n");
+        let f = classify(
+            &lib,
+            "tests",
+            FailureType::VerificationFailed,
+            "tests failed".into(),
+            &decisive,
+            &Context::default(),
+        );
+        assert_eq!((f.pattern.as_deref(), f.classified_by()), (Some("undefined-name"), ClassifiedBy::Pattern));
+        assert_eq!(f.lines, ["error[E0425]: cannot find value `total` in this scope"]);
     }
 
     #[test]

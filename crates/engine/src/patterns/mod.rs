@@ -15,8 +15,9 @@
 //! signals weigh more. Every piece of evidence that counted is reported.
 
 pub mod command;
+pub mod learned;
 
-pub use loopwright_journal::closed_loop::Evidence;
+pub use loopwright_journal::closed_loop::{ClassifiedBy, Evidence};
 pub use loopwright_spec::patterns::Strategy;
 use loopwright_spec::patterns::{Fact, PatternFile, RawPattern, RawSignal, WhenList};
 pub use loopwright_spec::patterns::{signal_name, signal_names, signal_of};
@@ -192,6 +193,19 @@ pub struct Classification {
     /// The lines where they matched (at most [`MAX_DECISIVE_LINES`]), for feedback prompts.
     #[serde(skip)]
     pub lines: Vec<String>,
+    /// What decided: a sure pattern, the statistical classifier, the agent, or nothing.
+    pub classified_by: ClassifiedBy,
+}
+
+/// A pattern this sure decides (SPEC §6); below it its answer is only a proposal.
+pub const SURE: f64 = 0.7;
+
+impl Pattern {
+    /// Its strategy stops the run for a person: escalating, or not retryable. Only a sure
+    /// pattern (or a fact that decides) may do that.
+    pub fn stops_for_a_person(&self) -> bool {
+        self.strategy == Strategy::Escalate || !self.retryable
+    }
 }
 
 /// Decisive lines kept by `classify`.
@@ -203,6 +217,8 @@ pub const MAX_DECISIVE_LINES: usize = 8;
 pub struct Library {
     patterns: Vec<Pattern>,
     sources: Vec<String>,
+    /// Whether the built-in statistical classifier is asked when no pattern is sure.
+    statistical: bool,
     set: std::sync::OnceLock<RegexSet>,
     /// For each regex of the set: (pattern index, strength, signal as written).
     owners: Vec<(usize, f64, String)>,
@@ -359,7 +375,7 @@ impl Library {
                 id: p.id,
             });
         }
-        Ok(Self { patterns, sources, set: std::sync::OnceLock::new(), owners, whens })
+        Ok(Self { patterns, sources, statistical: true, set: std::sync::OnceLock::new(), owners, whens })
     }
 
     /// The patterns, in library order.
@@ -382,8 +398,60 @@ impl Library {
         self.classify_in(output, &Context::default())
     }
 
-    /// Classifies one error output with what is known of the command that printed it.
+    /// The library without the statistical classifier: patterns alone decide, at any
+    /// confidence of [`MIN_CONFIDENCE`] or more.
+    pub fn patterns_only(mut self) -> Self {
+        self.statistical = false;
+        self
+    }
+
+    /// Classifies one error output with what is known of the command that printed it (SPEC §6
+    /// "Sure, unsure, unclassified"): a pattern decides when it is sure ([`SURE`], or a fact
+    /// decided); else the statistical classifier's proposal is taken when it reaches its
+    /// threshold and does not stop the run for a person; else the failure is unclassified.
+    /// What was proposed and not taken is listed in `evidence` (`unsure_pattern`,
+    /// `unsure_statistical`).
     pub fn classify_in(&self, output: &str, context: &Context) -> Classification {
+        let matched = self.match_patterns(output, context);
+        if !self.statistical || matched.confidence >= SURE || matched.evidence.iter().any(is_universal) {
+            return matched;
+        }
+        let mut unsure: Vec<Evidence> = matched
+            .matched_pattern
+            .iter()
+            .map(|id| Evidence { kind: "unsure_pattern".into(), value: id.clone(), strength: matched.confidence })
+            .collect();
+        let proposal = learned::builtin().propose(output, context);
+        let strength = round(proposal.probability);
+        match self.get(&proposal.class) {
+            Some(pattern) if proposal.probability >= proposal.threshold && !pattern.stops_for_a_person() => {
+                Classification {
+                    matched_pattern: Some(pattern.id.clone()),
+                    confidence: strength,
+                    strategy: pattern.strategy,
+                    signals: Vec::new(),
+                    evidence: std::iter::once(Evidence {
+                        kind: "statistical".into(),
+                        value: pattern.id.clone(),
+                        strength,
+                    })
+                    .chain(unsure)
+                    .collect(),
+                    lines: Vec::new(),
+                    classified_by: ClassifiedBy::Statistical,
+                }
+            }
+            _ => {
+                if proposal.class != learned::NONE {
+                    unsure.push(Evidence { kind: "unsure_statistical".into(), value: proposal.class, strength });
+                }
+                Classification::unclassified(unsure)
+            }
+        }
+    }
+
+    /// What the patterns alone say, sure or not.
+    pub fn match_patterns(&self, output: &str, context: &Context) -> Classification {
         let set = self.set();
         let text = strip_ansi(output);
         let tools = context.command.as_deref().map(command::tools).unwrap_or_default();
@@ -481,16 +549,34 @@ impl Library {
                         .map(|(l, _)| truncate(l.trim(), 300).to_owned())
                         .take(MAX_DECISIVE_LINES)
                         .collect(),
+                    classified_by: ClassifiedBy::Pattern,
                 }
             }
             other => Classification {
-                matched_pattern: None,
                 confidence: other.map_or(0.0, |(_, c)| round(c)),
-                strategy: Strategy::AnalyzeThenFix,
-                signals: Vec::new(),
-                evidence: Vec::new(),
-                lines: Vec::new(),
+                ..Classification::unclassified(Vec::new())
             },
+        }
+    }
+}
+
+/// A fact that decides whatever its strength: a signal ended the command, or loopwright's own
+/// timeout did (SPEC §6's universal facts; the text ones are signals of 0.95 and more).
+fn is_universal(e: &Evidence) -> bool {
+    e.kind == "exit_signal" || e.kind == "timeout" || (e.kind != "signal" && e.strength >= DECISIVE)
+}
+
+impl Classification {
+    /// Nothing decided: no pattern, the generic strategy, what was proposed as evidence.
+    pub fn unclassified(evidence: Vec<Evidence>) -> Self {
+        Self {
+            matched_pattern: None,
+            confidence: 0.0,
+            strategy: Strategy::AnalyzeThenFix,
+            signals: Vec::new(),
+            evidence,
+            lines: Vec::new(),
+            classified_by: ClassifiedBy::None,
         }
     }
 }
@@ -688,6 +774,75 @@ mod tests {
     }
 
     #[test]
+    fn only_a_sure_pattern_or_a_universal_fact_decides_then_the_statistical_proposal_then_nothing() {
+        let lib = Library::builtin();
+        let lint = context(Some("npm run check"), Some(1), Some("lint"));
+        let killed = Context { signal: Some("SIGKILL".into()), ..Context::default() };
+        let build = context(Some("cargo build"), Some(101), Some("build"));
+        let plain_lint = "src/app.js\n  3 problems found in 1 file\n";
+        let no_room = "ERROR: could not write /var/tmp/x: no space\n";
+        type Row<'a> = (&'a str, &'a Context, Option<&'a str>, ClassifiedBy, &'a [(&'a str, &'a str)]);
+        let table: [Row<'_>; 4] = [
+            // Sure: a pattern at 0.7 and more.
+            (
+                "error[E0425]: cannot find value `total` in this scope\n",
+                &build,
+                Some("undefined-name"),
+                ClassifiedBy::Pattern,
+                &[
+                    ("signal", "/error\\[E0425\\]/"),
+                    ("signal", "/cannot find (value|function|type|struct|macro) `.+` in this scope/"),
+                ],
+            ),
+            // A universal fact decides at any strength: the kill.
+            (
+                "running 12 tests\n",
+                &killed,
+                Some("out-of-memory"),
+                ClassifiedBy::Pattern,
+                &[("exit_signal", "SIGKILL")],
+            ),
+            // Unsure (the check's type alone, 0.4): the learned classifier's proposal, above its
+            // threshold, is taken; the pattern's is kept as evidence.
+            (
+                plain_lint,
+                &lint,
+                Some("lint-error"),
+                ClassifiedBy::Statistical,
+                &[("statistical", "lint-error"), ("unsure_pattern", "lint-error")],
+            ),
+            // A proposal that would stop the run for a person (disk-full escalates) needs a sure
+            // pattern: unclassified.
+            (
+                no_room,
+                &lint,
+                None,
+                ClassifiedBy::None,
+                &[("unsure_pattern", "lint-error"), ("unsure_statistical", "disk-full")],
+            ),
+        ];
+        for (text, cx, want, by, evidence) in table {
+            let c = lib.classify_in(text, cx);
+            assert_eq!(
+                (c.matched_pattern.as_deref(), c.classified_by, kinds(&c).as_slice()),
+                (want, by, evidence),
+                "{text:?}"
+            );
+            if by == ClassifiedBy::None {
+                assert_eq!((c.strategy, c.confidence), (Strategy::AnalyzeThenFix, 0.0));
+            }
+        }
+        // The patterns alone take any answer of 0.3 and more.
+        let c = lib.clone().patterns_only().classify_in(plain_lint, &lint);
+        assert_eq!(
+            (c.matched_pattern.as_deref(), c.confidence, c.classified_by),
+            (Some("lint-error"), 0.4, ClassifiedBy::Pattern)
+        );
+        let json = serde_json::to_value(lib.classify_in(plain_lint, &lint)).expect("json");
+        assert_eq!(json["classified_by"], "statistical");
+    }
+
+    #[test]
     fn a_summary_of_warnings_with_no_errors_is_not_a_failure_of_a_run_that_passed() {
         let lib = Library::builtin();
         let eslint = "/work/src/a.js\n  3:7  warning  'x' is assigned a value but never used  no-unused-vars\n\n✖ 1 problem (0 errors, 1 warning)\n";
@@ -734,16 +889,16 @@ mod tests {
     fn a_failing_checks_type_decides_only_when_nothing_more_specific_is_printed() {
         let lib = Library::builtin();
         let plain = "src/app.js\n  3 problems found in 1 file\n";
-        assert_eq!(lib.classify(plain).matched_pattern, None);
-        let c = lib.classify_in(plain, &context(Some("npm run check"), Some(1), Some("lint")));
+        assert_eq!(lib.match_patterns(plain, &Context::default()).matched_pattern, None);
+        let c = lib.match_patterns(plain, &context(Some("npm run check"), Some(1), Some("lint")));
         assert_eq!((c.matched_pattern.as_deref(), kinds(&c)), (Some("lint-error"), vec![("check_type", "lint")]));
         // The same output from a command that succeeded is not a failure of any kind.
         assert_eq!(
-            lib.classify_in(plain, &context(Some("npm run check"), Some(0), Some("lint"))).matched_pattern,
+            lib.match_patterns(plain, &context(Some("npm run check"), Some(0), Some("lint"))).matched_pattern,
             None
         );
         let specific = "E   ModuleNotFoundError: No module named 'yaml'\n";
-        let c = lib.classify_in(specific, &context(Some("pytest -q"), Some(2), Some("test")));
+        let c = lib.match_patterns(specific, &context(Some("pytest -q"), Some(2), Some("test")));
         assert_eq!(c.matched_pattern.as_deref(), Some("import-not-found"), "{c:?}");
     }
 
@@ -751,11 +906,11 @@ mod tests {
     fn the_tool_that_ran_weighs_its_own_vocabulary() {
         let lib = Library::builtin();
         let out = "In deploy.sh line 3:\necho $1\n     ^-- SC2086 (info): Double quote to prevent globbing and word splitting.\n";
-        let c = lib.classify_in(out, &context(Some("shellcheck deploy.sh"), Some(1), None));
+        let c = lib.match_patterns(out, &context(Some("shellcheck deploy.sh"), Some(1), None));
         assert_eq!(c.matched_pattern.as_deref(), Some("lint-error"), "{c:?}");
         assert!(kinds(&c).contains(&("command", "shellcheck")), "{c:?}");
         // Nothing said which tool ran and nothing in the text is strong enough.
-        assert_eq!(lib.classify_in(out, &context(Some("./check.sh"), Some(1), None)).matched_pattern, None);
+        assert_eq!(lib.match_patterns(out, &context(Some("./check.sh"), Some(1), None)).matched_pattern, None);
     }
 
     #[test]
@@ -763,21 +918,21 @@ mod tests {
         let lib = Library::builtin();
         // rcs merge's only line is a warning; it exited 1: the warning is why.
         let merge = "merge: warning: conflicts during merge\n";
-        let c = lib.classify_in(merge, &context(Some("merge a.txt base.txt b.txt"), Some(1), None));
+        let c = lib.match_patterns(merge, &context(Some("merge a.txt base.txt b.txt"), Some(1), None));
         assert_eq!((c.matched_pattern.as_deref(), c.confidence), (Some("merge-conflict"), 0.95), "{c:?}");
         // The same line from a command that succeeded, or said nothing of its exit: 0.3 of it.
         for exit in [Some(0), None] {
-            let c = lib.classify_in(merge, &context(None, exit, None));
+            let c = lib.match_patterns(merge, &context(None, exit, None));
             assert_eq!((c.matched_pattern, c.confidence), (None, 0.285), "exit {exit:?}");
         }
         // A skipped test's reason is not a failure, even in words that would be one.
         let pytest =
             "test_errors.py::test_ok PASSED\ntest_errors.py::test_remote SKIPPED (flaky on CI: connection refused)\n";
-        let c = lib.classify_in(pytest, &context(Some("pytest -v"), Some(0), Some("test")));
+        let c = lib.match_patterns(pytest, &context(Some("pytest -v"), Some(0), Some("test")));
         assert_eq!(c.matched_pattern, None, "{c:?}");
         // Beside a line that says error, a warning's match counts for 0.3: the error decides.
         let mixed = "warning: request timed out, retrying\nerror: cannot find value `total` in this scope\n";
-        let c = lib.classify_in(mixed, &context(Some("cargo build"), Some(101), Some("build")));
+        let c = lib.match_patterns(mixed, &context(Some("cargo build"), Some(101), Some("build")));
         assert_eq!(c.matched_pattern.as_deref(), Some("undefined-name"), "{c:?}");
     }
 
