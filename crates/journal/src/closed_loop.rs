@@ -259,6 +259,29 @@ impl Failure {
         self.classified_by.unwrap_or(if self.pattern.is_some() { ClassifiedBy::Pattern } else { ClassifiedBy::None })
     }
 
+    /// How it was classified, in words: `pattern test-failure (0.95, strategy analyze_then_fix,
+    /// classified by pattern)`, or `unclassified (strategy analyze_then_fix)`; with what the
+    /// stage's agent answered when it was asked and its answer was not used.
+    pub fn classification(&self) -> String {
+        let by = self.classified_by();
+        let mut words = match &self.pattern {
+            Some(p) => format!("pattern {p} ({:.2}, strategy {}, classified by {by})", self.confidence, self.strategy),
+            None => format!("unclassified (strategy {})", self.strategy),
+        };
+        for e in &self.evidence {
+            match e.kind.as_str() {
+                "unsure_agent" if e.value == "unknown" => words.push_str("; the agent could not tell"),
+                "unsure_agent" => words.push_str(&format!(
+                    "; the agent said {}, not used: only a sure pattern may stop the run for a person",
+                    e.value
+                )),
+                "agent_unusable" => words.push_str(&format!("; the agent's answer was not used: {}", e.value)),
+                _ => {}
+            }
+        }
+        words
+    }
+
     /// The pattern id, or `unclassified`.
     pub fn key(&self) -> &str {
         self.pattern.as_deref().unwrap_or("unclassified")

@@ -239,15 +239,7 @@ pub fn line(r: &EventRecord) -> String {
                 .map(|c| format!("{} {}", c.name, if c.passed { "passed" } else { "failed" }))
                 .collect::<Vec<_>>()
                 .join(", "),
-            failure
-                .as_ref()
-                .map(|f| format!(
-                    "; pattern {} ({:.2}, strategy {})",
-                    f.pattern.as_deref().unwrap_or("none"),
-                    f.confidence,
-                    f.strategy
-                ))
-                .unwrap_or_default()
+            failure.as_ref().map(|f| format!("; {}", f.classification())).unwrap_or_default()
         ),
         Event::RegressionGate { stage, reason, baseline, .. } => format!(
             "{stage}: regression detection {} ({reason}){}",

@@ -361,3 +361,237 @@ fn a_model_answer_is_written_to_the_attempt_output_as_it_streams() {
     let (_, result, _) = ws.json(&["status", "latest"]);
     assert_eq!(result["artifacts"], json!({"summary": "first line\nhalf a line"}));
 }
+
+/// A non-streamed JSON reply (what a structured request gets).
+fn json_reply(body: serde_json::Value) -> Reply {
+    Reply::Http {
+        status: "200 OK",
+        headers: vec!["content-type: application/json".into()],
+        chunks: vec![body.to_string()],
+    }
+}
+
+/// An OpenAI chat completion whose message is `content`.
+fn openai_message(content: &str, input: u64, output: u64) -> Reply {
+    json_reply(json!({"choices": [{"message": {"role": "assistant", "content": content}}],
+                      "usage": {"prompt_tokens": input, "completion_tokens": output}}))
+}
+
+/// A workspace whose one closed-loop stage (agent `model`, `runner`) fails a check whose output
+/// nothing sure classifies, once (`max_retries: 1`).
+fn unsure_failure_ws(runner: &str, port: u16, config: &str) -> Ws {
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/agents/model.md",
+        &format!("---\nrunner: {runner}\nmodel: test-model\nbase_url: http://127.0.0.1:{port}/v1\napi_key_env: LW_TEST_KEY\n---\nYou fix code.\n"),
+    );
+    ws.write("check.sh", "echo 'compiling widgets'\necho 'quux: the widget is not ready (slot 7)'\nexit 1\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: fix\n    description: Make the check pass\n    agent: model\n    mode: agent\n    skill: closed-loop-execution\n    closed_loop:\n      max_retries: 1\n    checks:\n      - {name: widgets, type: custom, command: sh check.sh}\n",
+    );
+    ws.write(".loopwright/config.toml", config);
+    ws
+}
+
+/// The failure the check's evaluation journaled, and the usage recorded for attempt 1.
+fn evaluated_failure(ws: &Ws, result: &serde_json::Value) -> (serde_json::Value, Vec<u64>) {
+    let journal = ws.journal(result["run_id"].as_str().expect("run id"));
+    let failure = journal
+        .iter()
+        .find(|e| e["event"]["type"] == "evaluated")
+        .map(|e| e["event"]["failure"].clone())
+        .expect("an evaluated event");
+    let usage = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "usage_recorded" && e["event"]["attempt"] == 1)
+        .map(|e| e["event"]["usage"]["input_tokens"].as_u64().expect("tokens"))
+        .collect();
+    (failure, usage)
+}
+
+fn kinds(failure: &serde_json::Value) -> Vec<(String, String)> {
+    failure["evidence"]
+        .as_array()
+        .expect("evidence")
+        .iter()
+        .map(|e| (e["kind"].as_str().expect("kind").to_owned(), e["value"].as_str().expect("value").to_owned()))
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+#[test]
+fn an_unsure_failure_is_labelled_by_the_stages_own_model_and_kept_as_a_sample() {
+    let answer = r#"{"category":"runtime-error","signal":"the widget is not ready","reason":"the program reported a state it cannot handle"}"#;
+    let server = Server::start(vec![
+        openai_answer("I looked; nothing to change yet.", 100, 10),
+        openai_message(answer, 300, 20),
+    ]);
+    let ws = unsure_failure_ws("openai", server.port, "");
+    let (code, result, stderr) = run_task(&ws);
+    assert_eq!(code, 1, "{stderr}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    // The question: structured (json_schema, not streamed), the categories, the output's lines.
+    let body: serde_json::Value =
+        serde_json::from_str(requests[1].split_once("\r\n\n").expect("body").1).expect("json");
+    assert_eq!((&body["stream"], &body["response_format"]["type"]), (&json!(false), &json!("json_schema")));
+    let categories = body["response_format"]["json_schema"]["schema"]["properties"]["category"]["enum"].clone();
+    assert_eq!(categories.as_array().expect("enum").len(), 21, "20 categories and unknown: {categories}");
+    let prompt = body["messages"][0]["content"].as_str().expect("prompt");
+    assert!(prompt.contains("What ran: the command `sh check.sh`, a `custom` check, exit code 1.\n"), "{prompt}");
+    assert!(
+        prompt.contains("<output>\ncompiling widgets\nquux: the widget is not ready (slot 7)\n</output>"),
+        "{prompt}"
+    );
+    assert!(!prompt.contains("# How to change files"), "a question, not an attempt: {prompt}");
+    // Used: the pattern, its strategy, who classified it, the quoted phrase and the reason.
+    let (failure, usage) = evaluated_failure(&ws, &result);
+    assert_eq!(
+        (&failure["pattern"], &failure["classified_by"], &failure["strategy"], &failure["confidence"]),
+        (&json!("runtime-error"), &json!("agent"), &json!("analyze_then_fix"), &json!(0.7))
+    );
+    // (What the statistical classifier proposed below its threshold comes first; the model decides it.)
+    let agents: Vec<(String, String)> =
+        kinds(&failure).into_iter().filter(|(k, _)| k != "unsure_statistical").collect();
+    assert_eq!(
+        agents,
+        pairs(&[
+            ("agent", "runtime-error"),
+            ("agent_signal", "the widget is not ready"),
+            ("agent_reason", "the program reported a state it cannot handle")
+        ])
+    );
+    // Its tokens count: the attempt's 100 and the question's 300.
+    assert_eq!(usage, vec![100, 300]);
+    let (_, logs, _) = ws.run(&["logs", "latest"]);
+    assert!(
+        logs.contains(
+            "EVALUATE widgets failed; pattern runtime-error (0.70, strategy analyze_then_fix, classified by agent)\n"
+        ),
+        "{logs}"
+    );
+    // Kept as a labelled sample with a candidate pattern, listed and exported.
+    let (code, learned, _) = ws.json(&["patterns", "learned"]);
+    assert_eq!(code, 0);
+    let sample = &learned[0];
+    assert_eq!(
+        (&sample["category"], &sample["used"], &sample["command"], &sample["exit_code"], &sample["tool"]),
+        (&json!("runtime-error"), &json!(true), &json!("sh check.sh"), &json!(1), &json!("sh"))
+    );
+    assert_eq!(sample["candidate"]["signals"], json!(["the widget is not ready"]));
+    assert_eq!(sample["candidate"]["strategy"], "analyze_then_fix");
+    let out = tempfile::tempdir().expect("tempdir");
+    let (code, _, stderr) = ws.run(&["patterns", "learned", "--export", out.path().to_str().expect("utf-8")]);
+    assert_eq!(code, 0, "{stderr}");
+    let table = std::fs::read_to_string(out.path().join("samples.tsv")).expect("samples.tsv");
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert_eq!(rows[0], "file\ttool\tecosystem\tcheck_type\texit\tcommand");
+    let cols: Vec<&str> = rows[1].split('\t').collect();
+    assert_eq!(cols[1..], ["sh", "learned", "custom", "1", "sh check.sh"]);
+    let text = std::fs::read_to_string(out.path().join(format!("{}.txt", cols[0]))).expect("sample");
+    assert_eq!(text, "compiling widgets\nquux: the widget is not ready (slot 7)\n");
+    // Exported again: the same rows, not twice.
+    ws.run(&["patterns", "learned", "--export", out.path().to_str().expect("utf-8")]);
+    assert_eq!(std::fs::read_to_string(out.path().join("samples.tsv")).expect("samples.tsv"), table);
+}
+
+#[test]
+fn an_agents_label_that_would_stop_the_run_garbage_or_silence_leaves_the_failure_unclassified() {
+    // A category that stops for a person is kept, never used; garbage and a timeout are said.
+    let stop = r#"{"category":"disk-full","signal":"the widget is not ready","reason":"maybe the disk"}"#;
+    let cases: [(Reply, &str, Vec<(&str, &str)>, bool); 3] = [
+        (
+            openai_message(stop, 300, 20),
+            "",
+            vec![
+                ("unsure_agent", "disk-full"),
+                ("agent_signal", "the widget is not ready"),
+                ("agent_reason", "maybe the disk"),
+            ],
+            true,
+        ),
+        (
+            openai_message("Probably a flaky test, I would retry.", 300, 20),
+            "",
+            vec![("agent_unusable", "the answer is not the JSON asked for: Probably a flaky test, I would retry.")],
+            false,
+        ),
+        (Reply::Hang, "[classify]\ntimeout_seconds = 2\n", vec![("agent_unusable", "no answer within 2 s")], false),
+    ];
+    for (reply, config, evidence, kept) in cases {
+        let server = Server::start(vec![openai_answer("Nothing to change.", 100, 10), reply]);
+        let ws = unsure_failure_ws("openai", server.port, config);
+        let (code, result, stderr) = run_task(&ws);
+        assert_eq!(code, 1, "{stderr}");
+        assert_eq!(server.requests().len(), 2);
+        let (failure, _) = evaluated_failure(&ws, &result);
+        assert_eq!((&failure["pattern"], &failure["classified_by"]), (&serde_json::Value::Null, &json!("none")));
+        // What the statistical classifier proposed below its threshold depends on the model; the agent's part does not.
+        let got: Vec<(String, String)> =
+            kinds(&failure).into_iter().filter(|(k, _)| k != "unsure_statistical").collect();
+        assert_eq!(got, pairs(&evidence));
+        let (_, logs, _) = ws.run(&["logs", "latest"]);
+        let said = match evidence[0] {
+            ("unsure_agent", category) => format!(
+                "EVALUATE widgets failed; unclassified (strategy analyze_then_fix); the agent said {category}, not used: only a sure pattern may stop the run for a person\n"
+            ),
+            (_, why) => format!(
+                "EVALUATE widgets failed; unclassified (strategy analyze_then_fix); the agent's answer was not used: {why}\n"
+            ),
+        };
+        assert!(logs.contains(&said), "{said}\n{logs}");
+        let (_, learned, _) = ws.json(&["patterns", "learned"]);
+        let listed: Vec<(serde_json::Value, serde_json::Value)> =
+            learned.as_array().expect("list").iter().map(|s| (s["category"].clone(), s["used"].clone())).collect();
+        assert_eq!(listed, if kept { vec![(json!("disk-full"), json!(false))] } else { vec![] });
+    }
+}
+
+#[test]
+fn an_anthropic_model_answers_the_question_with_its_forced_tool_and_ask_agent_off_asks_nothing() {
+    let tool = json!({"type": "message", "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t1", "name": "answer",
+                     "input": {"category": "test-failure", "signal": "the widget is not ready", "reason": "a check failed"}}],
+        "usage": {"input_tokens": 250, "output_tokens": 30}});
+    let first = sse(
+        &[
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": 80, "output_tokens": 1}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Nothing to change."}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 4}}),
+            json!({"type": "message_stop"}),
+        ],
+        false,
+    );
+    let server = Server::start(vec![first, json_reply(tool)]);
+    let ws = unsure_failure_ws("anthropic", server.port, "");
+    let (code, result, stderr) = run_task(&ws);
+    assert_eq!(code, 1, "{stderr}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let body: serde_json::Value =
+        serde_json::from_str(requests[1].split_once("\r\n\n").expect("body").1).expect("json");
+    assert_eq!((&body["stream"], &body["tool_choice"]), (&json!(false), &json!({"type": "tool", "name": "answer"})));
+    assert_eq!(body["tools"][0]["input_schema"]["required"], json!(["category", "signal", "reason"]));
+    let (failure, usage) = evaluated_failure(&ws, &result);
+    assert_eq!((&failure["pattern"], &failure["classified_by"]), (&json!("test-failure"), &json!("agent")));
+    assert_eq!(usage, vec![80, 250]);
+    // Turned off: the one request is the attempt's.
+    let server = Server::start(vec![openai_answer("Nothing to change.", 100, 10)]);
+    let ws = unsure_failure_ws("openai", server.port, "[classify]\nask_agent = false\n");
+    let (code, result, stderr) = run_task(&ws);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(server.requests().len(), 1);
+    let (failure, usage) = evaluated_failure(&ws, &result);
+    assert_eq!((&failure["pattern"], &failure["classified_by"]), (&serde_json::Value::Null, &json!("none")));
+    assert!(kinds(&failure).iter().all(|(k, _)| !k.starts_with("agent") && k != "unsure_agent"), "{failure}");
+    assert_eq!(usage, vec![100]);
+}
+
+fn run_task(ws: &Ws) -> (i32, serde_json::Value, String) {
+    run(ws)
+}
