@@ -15,12 +15,15 @@ use loopwright_engine::patterns::{Context, Library};
 
 /// Top-1 accuracy on failures of the tools the library is tuned on.
 const TUNED_FLOOR: f64 = 0.98;
-/// Top-1 accuracy on failures of the held-out tools.
-const HELD_OUT_FLOOR: f64 = 0.5;
+/// Top-1 accuracy on failures of the held-out tools (patterns and the statistical classifier:
+/// what the binary does without asking an agent).
+const HELD_OUT_FLOOR: f64 = 0.70;
+/// Held-out failures given a wrong category (not unclassified: wrong), at most.
+const HELD_OUT_WRONG_CEILING: f64 = 0.10;
 /// Held-out failures whose answer leads to the strategy their label's pattern chooses.
-const SAME_STRATEGY_FLOOR: f64 = 0.64;
+const SAME_STRATEGY_FLOOR: f64 = 0.80;
 /// Clean outputs (exit 0, nothing wrong) that match no pattern, over both splits.
-const CLEAN_FLOOR: f64 = 0.95;
+const CLEAN_FLOOR: f64 = 1.0;
 
 struct Sample {
     file: String,
@@ -138,6 +141,7 @@ fn the_library_classifies_tools_it_was_not_written_for() {
     // Held-out failures whose answer, right or wrong, leads to the strategy the label's
     // pattern would choose (an unmatched failure gets analyze_then_fix).
     let mut same_strategy = Tally::default();
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
     for s in samples() {
         let text = std::fs::read_to_string(root().join(format!("{}.txt", s.file))).expect("sample");
         let got = lib.classify_in(&text, &s.context);
@@ -170,6 +174,9 @@ fn the_library_classifies_tools_it_was_not_written_for() {
             same_strategy.total += 1;
             same_strategy.right += usize::from(got.strategy == want.strategy);
         }
+        if held.contains(&s.tool) && s.category != "none" {
+            *by.entry(format!("{}{}", got.classified_by, if ok { "" } else { " (missed)" })).or_default() += 1;
+        }
         if held.contains(&s.tool) {
             *out.confusion.entry(s.category.clone()).or_default().entry(got_id).or_default() += 1;
         }
@@ -179,9 +186,18 @@ fn the_library_classifies_tools_it_was_not_written_for() {
             text_only.right += usize::from(bare == s.category);
         }
     }
+    // Wrong: a category that is not the label (unclassified is not wrong).
+    let wrong: usize = out
+        .confusion
+        .iter()
+        .filter(|(want, _)| *want != "none")
+        .map(|(want, row)| row.iter().filter(|(got, _)| *got != want && *got != "none").map(|(_, n)| n).sum::<usize>())
+        .sum();
+    let unclassified = out.total - out.right - wrong;
     eprintln!(
-        "corpus: tuned tools {tuned}, held-out tools {out}, clean outputs matched by nothing {clean}; without context {text_only}"
+        "corpus: tuned tools {tuned}, held-out tools {out} (wrong {wrong}, unclassified {unclassified}), clean outputs matched by nothing {clean}; without context {text_only}"
     );
+    eprintln!("held-out failures decided by: {by:?}");
     eprintln!("held-out failures whose answer chooses the label's strategy: {same_strategy}");
     eprintln!("held-out confusion (want → got: n):");
     for (want, row) in &out.confusion {
@@ -195,6 +211,8 @@ fn the_library_classifies_tools_it_was_not_written_for() {
     }
     assert!(tuned.rate() >= TUNED_FLOOR, "tuned tools: {:.3} < {TUNED_FLOOR}", tuned.rate());
     assert!(out.rate() >= HELD_OUT_FLOOR, "held-out tools: {:.3} < {HELD_OUT_FLOOR}", out.rate());
+    let wrong_rate = wrong as f64 / out.total as f64;
+    assert!(wrong_rate <= HELD_OUT_WRONG_CEILING, "held-out wrong: {wrong_rate:.3} > {HELD_OUT_WRONG_CEILING}");
     assert!(
         same_strategy.rate() >= SAME_STRATEGY_FLOOR,
         "held-out strategy: {:.3} < {SAME_STRATEGY_FLOOR}",

@@ -4,6 +4,7 @@
 //! what happens next or what is asked of the reader. One pure function of the journal's state,
 //! read by the dashboard and the notifications alike.
 
+use loopwright_engine::closed_loop::ClassifiedBy;
 use loopwright_engine::state::{StageState, StageStatus};
 use loopwright_engine::{RunState, RunStatus};
 use loopwright_spec::Pipeline;
@@ -47,13 +48,19 @@ pub struct Headline {
 /// The key lines shown: at most this many.
 const KEY_LINES: usize = 8;
 
-/// The category of a classified failure in words: `test-failure (92 % sure)`, or
-/// `unclassified` when no pattern matched.
-fn category(pattern: Option<&str>, confidence: Option<f64>) -> String {
-    match (pattern, confidence) {
-        (Some(p), Some(c)) => format!("{p} ({:.0} % sure)", (c * 100.0).clamp(0.0, 100.0)),
-        (Some(p), None) => p.to_owned(),
-        (None, _) => "unclassified".to_owned(),
+/// The category of a classified failure in words, with what decided it: `test-failure (92 %
+/// sure, by its pattern)`, `… (84 % likely, by the statistical classifier)`, `… (as the
+/// stage's agent labelled it)`, or `unclassified` when nothing was sure.
+fn category(pattern: Option<&str>, confidence: Option<f64>, by: Option<ClassifiedBy>) -> String {
+    let percent = |c: f64| (c * 100.0).clamp(0.0, 100.0);
+    match (pattern, confidence, by) {
+        (None, _, _) => "unclassified".to_owned(),
+        (Some(p), _, Some(ClassifiedBy::Agent)) => format!("{p} (as the stage's agent labelled it)"),
+        (Some(p), Some(c), Some(ClassifiedBy::Statistical)) => {
+            format!("{p} ({:.0} % likely, by the statistical classifier)", percent(c))
+        }
+        (Some(p), Some(c), _) => format!("{p} ({:.0} % sure, by its pattern)", percent(c)),
+        (Some(p), None, _) => p.to_owned(),
     }
 }
 
@@ -135,13 +142,13 @@ pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headlin
                         lines.into_iter().take(KEY_LINES).collect(),
                         format!(
                             "{}; it calls for {}",
-                            category(f.pattern.as_deref(), Some(f.confidence)),
+                            category(f.pattern.as_deref(), Some(f.confidence), Some(f.classified_by())),
                             f.strategy.as_str().replace('_', " ")
                         ),
                         format!("Stage {id}: {what} — {}", f.headline()),
                     )
                 }
-                None => (None, Vec::new(), category(None, None), format!("Stage {id} did not succeed")),
+                None => (None, Vec::new(), category(None, None, None), format!("Stage {id} did not succeed")),
             }
         }
         _ => {
@@ -155,11 +162,11 @@ pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headlin
                     (
                         None,
                         last_lines(&e.output_tail),
-                        category(e.pattern.as_deref(), None),
+                        category(e.pattern.as_deref(), None, e.classified_by),
                         format!("Stage {id} failed: {how} — {}", e.message.lines().next().unwrap_or_default()),
                     )
                 }
-                None => (None, Vec::new(), category(None, None), format!("Stage {id} failed")),
+                None => (None, Vec::new(), category(None, None, None), format!("Stage {id} failed")),
             }
         }
     };
@@ -332,12 +339,25 @@ fn failure_sentence(f: &loopwright_engine::closed_loop::Failure) -> String {
     let mut s = format!(
         "{}. Category: {}",
         f.summary.trim_end_matches('.'),
-        category(f.pattern.as_deref(), Some(f.confidence))
+        category(f.pattern.as_deref(), Some(f.confidence), Some(f.classified_by()))
     );
     if f.pattern.is_some() {
         s.push_str(&format!("; it calls for {}", f.strategy.as_str().replace('_', " ")));
     }
     s.push('.');
+    for e in &f.evidence {
+        match e.kind.as_str() {
+            "unsure_agent" if e.value == "unknown" => s.push_str(" The stage's agent was asked and could not tell."),
+            "unsure_agent" => s.push_str(&format!(
+                " The stage's agent said {}; not used: only a sure pattern may stop the run for a person.",
+                e.value
+            )),
+            "agent_unusable" => {
+                s.push_str(&format!(" The stage's agent's answer was not used: {}.", e.value.trim_end_matches('.')))
+            }
+            _ => {}
+        }
+    }
     s
 }
 
@@ -517,6 +537,30 @@ mod tests {
 
     fn stage(s: &str) -> loopwright_spec::StageId {
         loopwright_spec::StageId::parse(s).expect("id")
+    }
+
+    #[test]
+    fn a_category_says_what_decided_it() {
+        let table = [
+            (Some("test-failure"), Some(0.92), Some(ClassifiedBy::Pattern), "test-failure (92 % sure, by its pattern)"),
+            (
+                Some("lint-error"),
+                Some(0.843),
+                Some(ClassifiedBy::Statistical),
+                "lint-error (84 % likely, by the statistical classifier)",
+            ),
+            (
+                Some("runtime-error"),
+                Some(0.7),
+                Some(ClassifiedBy::Agent),
+                "runtime-error (as the stage's agent labelled it)",
+            ),
+            (Some("build-error"), None, None, "build-error"),
+            (None, Some(0.0), Some(ClassifiedBy::None), "unclassified"),
+        ];
+        for (pattern, confidence, by, want) in table {
+            assert_eq!(category(pattern, confidence, by), want);
+        }
     }
 
     #[test]

@@ -511,6 +511,23 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         "  patterns: 1 MB of log ({} lines) classified with its command's context in {classify_ms:.2} ms (median of 7)",
         log.lines().count()
     );
+    // The same log without its decisive line, from a command nothing is known of but its
+    // exit: no pattern is sure, so the statistical classifier reads it too (its head and tail).
+    let unsure = log.trim_end().rsplit_once('\n').map_or(log.as_str(), |(rest, _)| rest);
+    let bare = loopwright_engine::patterns::Context { exit_code: Some(1), ..Default::default() };
+    let mut times = Vec::new();
+    for _ in 0..7 {
+        let t = Instant::now();
+        let c = lib.classify_in(unsure, &bare);
+        times.push(ms(t.elapsed()));
+        if c.classified_by == loopwright_engine::patterns::ClassifiedBy::Pattern {
+            return Err(CliError::Internal(anyhow::anyhow!("the unsure bench log was decided by a pattern: {c:?}")));
+        }
+    }
+    let classify_unsure_ms = median(times);
+    eprintln!(
+        "  patterns: the same log with no sure pattern, patterns and the statistical classifier, in {classify_unsure_ms:.2} ms (median of 7)"
+    );
 
     // 5. Strategy effectiveness, measured from the journal as the closed loop does before its
     // first analysis: the cost is reading and folding events, here the engine run's.
@@ -529,6 +546,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
 
     let figures = json!({
         "classify_1mb_ms": classify_ms,
+        "classify_1mb_unsure_ms": classify_unsure_ms,
         "effectiveness_measure": {"ms": measure_ms, "events": events},
         "stages": n,
         "rounds": args.rounds.max(1),
