@@ -504,7 +504,8 @@ fn an_unsure_failure_is_labelled_by_the_stages_own_model_and_kept_as_a_sample() 
 fn an_agents_label_that_would_stop_the_run_garbage_or_silence_leaves_the_failure_unclassified() {
     // A category that stops for a person is kept, never used; garbage and a timeout are said.
     let stop = r#"{"category":"disk-full","signal":"the widget is not ready","reason":"maybe the disk"}"#;
-    let cases: [(Reply, &str, Vec<(&str, &str)>, bool); 3] = [
+    type Case<'a> = (Reply, &'a str, Vec<(&'a str, &'a str)>, bool);
+    let cases: [Case<'_>; 3] = [
         (
             openai_message(stop, 300, 20),
             "",
