@@ -110,6 +110,9 @@ pub struct StageError {
     /// The failure pattern its output matched.
     #[schema(required = false)]
     pattern: Option<String>,
+    /// What decided that pattern: `pattern`, `statistical`, `agent` or `none` (unclassified).
+    #[schema(required = false)]
+    classified_by: Option<String>,
 }
 
 /// What an agent attempt used.
@@ -319,7 +322,7 @@ mod tests {
             exit_code: Some(1),
             output_tail: "boom".into(),
             pattern: Some("test-failure".into()),
-            classified_by: None,
+            classified_by: Some(loopwright_engine::closed_loop::ClassifiedBy::Pattern),
         };
         let events = vec![
             Event::RunStarted(Box::new(serde_json::from_value(started).expect("start"))),
