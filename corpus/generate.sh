@@ -15,8 +15,15 @@
 # The tools are installed by the script: Debian packages with apt, Python packages in a
 # virtualenv and npm packages in $CORPUS_TOOLS (default ~/.cache/loopwright-corpus-tools).
 # Needs root (apt, and cases that run as `nobody`). Run it once; tests read the files.
+#
+# CORPUS_PART=third writes only the third held-out set (corpus/third.txt, issue 28): its cases
+# at the end of this file, their files and rows replaced, every other sample left as it is.
+# CORPUS_OUT=DIR writes into DIR instead of corpus/ (to try cases).
 set -u
-out="$(cd "$(dirname "$0")" && pwd)"
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${CORPUS_OUT:-$here}"
+mkdir -p "$out"
+part="${CORPUS_PART:-all}"
 work="$(mktemp -d /tmp/corpus.XXXXXX)"
 chmod 755 "$work" # cases run as nobody read their files
 T="${CORPUS_TOOLS:-$HOME/.cache/loopwright-corpus-tools}"
@@ -42,6 +49,19 @@ if [ "${CORPUS_NO_INSTALL:-}" = "" ]; then
       markdownlint-cli htmlhint stylelint stylelint-config-standard @biomejs/biome \
       jshint standard esbuild rollup sass less ava tap jasmine pyright >/dev/null )
 fi
+if [ "${CORPUS_NO_INSTALL:-}" = "" ]; then
+  # The third held-out set's tools (issue 28).
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    fish tcsh mksh yash zstd 7zip cpio parallel m4 bc ed expect socat lftp tcc sbcl swi-prolog-nox \
+    elixir gforth luajit rakudo mawk autoconf pkgconf clang-tidy checkstyle xmlstarlet valgrind darcs \
+    cvs quilt wiggle protobuf-compiler graphviz cpplint >/dev/null
+  [ -x "$T/venv/bin/python3" ] || python3 -m venv "$T/venv"
+  # pdm 2.29 breaks with hishel 1.5 and later (no SyncSqliteStorage).
+  "$T/venv/bin/pip" install -q tox hatch pdm 'hishel[httpx]>=1.4,<1.5' vulture pyupgrade autoflake proselint doc8
+  ( cd "$T" && { [ -f package.json ] || npm init -y >/dev/null; } &&
+    npm install -q --no-audit --no-fund yarn pnpm @babel/core @babel/cli terser coffeescript \
+      html-validate stylus jsonlint tape uvu >/dev/null )
+fi
 export PATH="$T/venv/bin:$T/node_modules/.bin:$PATH"
 export NODE_PATH="$T/node_modules" NO_COLOR=1 FORCE_COLOR=0 CARGO_TERM_COLOR=never
 export GOFLAGS=-mod=mod GOPROXY=off GOCACHE="$work/gocache" GOPATH="$work/gopath" GOTOOLCHAIN=local
@@ -49,7 +69,17 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 npm_config_upda
 export CARGO_TARGET_DIR="$work/target"
 
 # ---- writing cases ----
-rm -rf "$out"/*/
+third_tools="$(grep -v '^#' "$here/third.txt" | sed '/^$/d')"
+if [ "$part" = third ]; then
+  # Only the third set's samples are written again: theirs go, the rest stays.
+  if [ -f "$out/samples.tsv" ]; then
+    tail -n +2 "$out/samples.tsv" | while IFS=$'\t' read -r file tool _; do
+      if printf '%s\n' "$third_tools" | grep -qxF "$tool"; then rm -f "$out/$file.txt"; fi
+    done
+  fi
+else
+  rm -rf "$out"/*/
+fi
 rows="$work/rows.tsv"
 : > "$rows"
 eco=shell
@@ -78,7 +108,7 @@ shc() { local c=$1 n=$2 t=$3 k=$4; case_ "$c" "$n" "$t" "$k" sh -c "$5"; }
 # fresh DIR: an empty folder under the work folder, entered.
 fresh() { cd "$work" && rm -rf "$1" && mkdir -p "$1" && cd "$1"; }
 # put FILE TEXT: writes TEXT (printf escapes) to FILE.
-put() { mkdir -p "$(dirname "$1")"; printf "$2" > "$1"; }
+put() { mkdir -p "$(dirname "$1")"; printf -- "$2" > "$1"; }
 
 # servers the network cases talk to: 18429 answers 429 to everything, 18430 accepts and never
 # answers.
@@ -105,6 +135,7 @@ EOF
 pids+=($!)
 sleep 1
 
+if [ "$part" != third ]; then
 # ================================ Rust ================================
 eco=rust
 if have cargo; then
@@ -1384,6 +1415,16 @@ if have pyright; then
   case_ none pyright-0-errors pyright type pyright ok.py
 fi
 
+fi # the first two splits' cases
+
+. "$here/third.sh"
+
+if [ "$part" = third ] && [ -f "$out/samples.tsv" ]; then
+  # Keep the other tools' rows.
+  tail -n +2 "$out/samples.tsv" | while IFS=$'\t' read -r file tool rest; do
+    printf '%s\n' "$third_tools" | grep -qxF "$tool" || printf '%s\t%s\t%s\n' "$file" "$tool" "$rest"
+  done >> "$rows"
+fi
 sort "$rows" > "$out/samples.tsv.new"
 { printf 'file\ttool\tecosystem\tcheck_type\texit\tcommand\n'; cat "$out/samples.tsv.new"; } > "$out/samples.tsv"
 rm "$out/samples.tsv.new"
