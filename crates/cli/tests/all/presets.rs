@@ -147,3 +147,68 @@ fn every_flag_a_preset_uses_is_accepted_by_the_installed_cli() {
     }
     eprintln!("checked the flags of {checked} installed agent CLIs (goose is not on npm or PyPI)");
 }
+
+#[test]
+fn a_claude_agent_is_asked_in_plan_mode_about_a_failure_nothing_sure_classified() {
+    // A stand-in `claude` answering as `claude -p --output-format json` does: the attempt
+    // (agent mode) changes nothing; the question (plan mode) is answered with the JSON asked
+    // for inside its prose, as a CLI's one-shot answer may be.
+    let ws = Ws::empty();
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let bin = out_dir.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let envelope = |text: &str, tokens: u32| {
+        json!({"type": "result", "subtype": "success", "result": text, "usage": {"input_tokens": tokens, "output_tokens": 9}})
+            .to_string()
+    };
+    let answer = envelope(
+        "Here is the label:\n```json\n{\"category\": \"runtime-error\", \"signal\": \"the widget is not ready\", \"reason\": \"the program gave up\"}\n```",
+        420,
+    );
+    std::fs::write(
+        bin.join("claude"),
+        format!(
+            "#!/bin/sh\nn=$(ls {0} | grep -c '\\.argv$')\necho \"$@\" > {0}/call-$n.argv\ncat > {0}/call-$n.stdin\ncase \"$*\" in\n  *'--permission-mode plan'*) printf '%s' '{1}' ;;\n  *) printf '%s' '{2}' ;;\nesac\n",
+            out_dir.path().display(),
+            answer.replace('\'', "'\\''"),
+            envelope("Nothing to change.", 100),
+        ),
+    )
+    .expect("write");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("claude"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    ws.write(".loopwright/agents/dev.md", "---\nrunner: claude\nmodel: sonnet\n---\nYou fix code.\n");
+    ws.write("check.sh", "echo 'compiling widgets'\necho 'quux: the widget is not ready (slot 7)'\nexit 1\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: fix\n    description: Make the check pass\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    closed_loop:\n      max_retries: 1\n    checks:\n      - {name: widgets, type: custom, command: sh check.sh}\n",
+    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = ws.cmd().env("PATH", path).args(["run", "p", "--task", "fix it", "--json"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let read = |f: &str| std::fs::read_to_string(out_dir.path().join(f)).expect("read");
+    assert_eq!(read("call-0.argv"), "-p --output-format json --permission-mode acceptEdits --model sonnet\n");
+    assert_eq!(read("call-1.argv"), "-p --output-format json --permission-mode plan --model sonnet\n");
+    let question = read("call-1.stdin");
+    assert!(
+        question.contains("<output>\ncompiling widgets\nquux: the widget is not ready (slot 7)\n</output>"),
+        "{question}"
+    );
+    assert!(question.contains("\"required\":[\"category\",\"signal\",\"reason\"]"), "{question}");
+    assert!(!out_dir.path().join("call-2.argv").exists(), "asked once");
+    let journal = ws.journal(result["run_id"].as_str().expect("run id"));
+    let failure =
+        journal.iter().find(|e| e["event"]["type"] == "evaluated").expect("evaluated")["event"]["failure"].clone();
+    assert_eq!((&failure["pattern"], &failure["classified_by"]), (&json!("runtime-error"), &json!("agent")));
+    let used: Vec<u64> = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "usage_recorded")
+        .map(|e| e["event"]["usage"]["input_tokens"].as_u64().expect("tokens"))
+        .collect();
+    assert_eq!(used, vec![100, 420]);
+    // Its prompt and answer are kept apart from the attempt's.
+    let run_dir = ws.path().join(".loopwright/state/runs").join(result["run_id"].as_str().expect("id"));
+    assert!(run_dir.join("prompts/fix-1-classify.md").exists());
+    assert!(run_dir.join("prompts/fix-1.md").exists());
+}
