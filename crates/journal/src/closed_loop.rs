@@ -264,22 +264,29 @@ impl Failure {
     /// stage's agent answered when it was asked and its answer was not used.
     pub fn classification(&self) -> String {
         let by = self.classified_by();
-        let mut words = match &self.pattern {
+        let words = match &self.pattern {
             Some(p) => format!("pattern {p} ({:.2}, strategy {}, classified by {by})", self.confidence, self.strategy),
             None => format!("unclassified (strategy {})", self.strategy),
         };
-        for e in &self.evidence {
-            match e.kind.as_str() {
-                "unsure_agent" if e.value == "unknown" => words.push_str("; the agent could not tell"),
-                "unsure_agent" => words.push_str(&format!(
-                    "; the agent said {}, not used: only a sure pattern may stop the run for a person",
+        std::iter::once(words).chain(self.agent_notes()).collect::<Vec<_>>().join("; ")
+    }
+
+    /// What the stage's agent answered when it was asked and its answer was not used, each in
+    /// words: `the agent could not tell`, `the agent said disk-full, not used: …`, `the agent's
+    /// answer was not used: no answer within 60 s`.
+    pub fn agent_notes(&self) -> Vec<String> {
+        self.evidence
+            .iter()
+            .filter_map(|e| match e.kind.as_str() {
+                "unsure_agent" if e.value == "unknown" => Some("the agent could not tell".to_owned()),
+                "unsure_agent" => Some(format!(
+                    "the agent said {}, not used: only a sure pattern may stop the run for a person",
                     e.value
                 )),
-                "agent_unusable" => words.push_str(&format!("; the agent's answer was not used: {}", e.value)),
-                _ => {}
-            }
-        }
-        words
+                "agent_unusable" => Some(format!("the agent's answer was not used: {}", e.value)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The pattern id, or `unclassified`.

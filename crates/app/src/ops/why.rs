@@ -345,18 +345,8 @@ fn failure_sentence(f: &loopwright_engine::closed_loop::Failure) -> String {
         s.push_str(&format!("; it calls for {}", f.strategy.as_str().replace('_', " ")));
     }
     s.push('.');
-    for e in &f.evidence {
-        match e.kind.as_str() {
-            "unsure_agent" if e.value == "unknown" => s.push_str(" The stage's agent was asked and could not tell."),
-            "unsure_agent" => s.push_str(&format!(
-                " The stage's agent said {}; not used: only a sure pattern may stop the run for a person.",
-                e.value
-            )),
-            "agent_unusable" => {
-                s.push_str(&format!(" The stage's agent's answer was not used: {}.", e.value.trim_end_matches('.')))
-            }
-            _ => {}
-        }
+    for note in f.agent_notes() {
+        s.push_str(&format!(" The stage's {}.", note.trim_start_matches("the ").trim_end_matches('.')));
     }
     s
 }
