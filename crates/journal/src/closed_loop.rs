@@ -242,14 +242,23 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// The line that best names the error: an exception or compiler error line when there is
-    /// one (`ZeroDivisionError: division by zero`, `error[E0308]: …`), else the first decisive
-    /// line, else the summary.
+    /// The line that best names the error: the line holding the phrase the stage's agent quoted
+    /// when it labelled the failure, else an exception or compiler error line when there is one
+    /// (`ZeroDivisionError: division by zero`, `error[E0308]: …`), else the first decisive
+    /// line (an unclassified failure's lines are its last: the last of them), else the summary.
     pub fn headline(&self) -> &str {
-        self.lines
+        let quoted = self
+            .evidence
             .iter()
-            .find(|l| HEADLINE.is_match(l))
-            .or_else(|| self.lines.iter().find(|l| !l.starts_with("Traceback")))
+            .find(|e| e.kind == "agent_signal")
+            .and_then(|e| self.lines.iter().find(|l| l.contains(e.value.as_str())));
+        let plain = || match self.classified_by() {
+            ClassifiedBy::None => self.lines.iter().rev().find(|l| !l.trim().is_empty()),
+            _ => self.lines.iter().find(|l| !l.starts_with("Traceback")),
+        };
+        quoted
+            .or_else(|| self.lines.iter().find(|l| HEADLINE.is_match(l)))
+            .or_else(plain)
             .map_or(self.summary.as_str(), |l| l.trim())
     }
 

@@ -221,7 +221,7 @@ async fn ask(
             (_, None) => req,
         };
         let response = req.send().await.map_err(|e| {
-            (ExecOutcome::Exited(1), format!("cannot reach {url}: {}", without_url_secrets(&e.to_string())))
+            (ExecOutcome::Exited(1), format!("cannot reach {url}: {}", without_url_secrets(&with_causes(&e))))
         })?;
         let status = response.status().as_u16();
         match status {
@@ -394,6 +394,22 @@ fn read_whole(runner: RunnerKind, body: &str) -> Option<(String, Option<Usage>)>
         ..Usage::default()
     });
     Some((text, usage))
+}
+
+/// An error with the errors that caused it (`error sending request …: client error (Connect):
+/// tcp connect error: Connection refused (os error 111)`): the client's own message names none.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 fn first_line(text: &str) -> String {

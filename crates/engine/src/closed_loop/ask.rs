@@ -397,6 +397,21 @@ mod tests {
     }
 
     #[test]
+    fn the_headline_is_the_line_the_agent_quoted_else_an_unclassified_failures_last() {
+        let output = "compiling widgets\nquux: the widget is not ready (slot 7)\nsee the log for more\n";
+        let f = unclassified(output);
+        assert_eq!(f.headline(), "see the log for more");
+        let mut labelled = f.clone();
+        let answer = Answer::Label {
+            category: "runtime-error".into(),
+            signal: Some("the widget is not ready".into()),
+            reason: String::new(),
+        };
+        adopt(&Library::builtin(), &mut labelled, &answer);
+        assert_eq!(labelled.headline(), "quux: the widget is not ready (slot 7)");
+    }
+
+    #[test]
     fn a_signal_is_a_phrase_of_one_line_of_the_output() {
         let out = "step 1\nerror: the quux is not ready\n";
         assert_eq!(verified_signal("the quux is not ready", out), Some("the quux is not ready"));
