@@ -16,8 +16,10 @@
 # virtualenv and npm packages in $CORPUS_TOOLS (default ~/.cache/loopwright-corpus-tools).
 # Needs root (apt, and cases that run as `nobody`). Run it once; tests read the files.
 #
-# CORPUS_PART=third writes only the third held-out set (corpus/third.txt, issue 28): its cases
-# at the end of this file, their files and rows replaced, every other sample left as it is.
+# CORPUS_PART=NAME writes only one part added later, corpus/NAME.sh, whose tools corpus/NAME.txt
+# lists: its files and rows replaced, every other sample left as it is. The parts: `third`, the
+# third held-out set (issue 28); `tuned4`, tools added to the tuned ones for the statistical
+# classifier's training (issue 28).
 # CORPUS_OUT=DIR writes into DIR instead of corpus/ (to try cases).
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -61,6 +63,14 @@ if [ "${CORPUS_NO_INSTALL:-}" = "" ]; then
   ( cd "$T" && { [ -f package.json ] || npm init -y >/dev/null; } &&
     npm install -q --no-audit --no-fund yarn pnpm @babel/core @babel/cli terser coffeescript \
       html-validate stylus jsonlint tape uvu >/dev/null )
+  # Tools added to the tuned ones (issue 28, corpus/tuned4.txt).
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    clisp gprolog fp-compiler nim chicken-bin newlisp mruby gnucobol pypy3 groovy rubocop perltidy \
+    libperl-critic-perl php-codesniffer flawfinder splint r-base-core sassc >/dev/null
+  "$T/venv/bin/pip" install -q pylama radon darglint interrogate rstcheck toml-sort yamlfix \
+    robotframework nox flit check-manifest mkdocs django
+  ( cd "$T" && npm install -q --no-audit --no-fund ajv-cli remark-cli textlint cspell qunit solc \
+      handlebars svgo webpack webpack-cli write-good remark-preset-lint-recommended >/dev/null )
 fi
 export PATH="$T/venv/bin:$T/node_modules/.bin:$PATH"
 export NODE_PATH="$T/node_modules" NO_COLOR=1 FORCE_COLOR=0 CARGO_TERM_COLOR=never
@@ -69,12 +79,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 npm_config_upda
 export CARGO_TARGET_DIR="$work/target"
 
 # ---- writing cases ----
-third_tools="$(grep -v '^#' "$here/third.txt" | sed '/^$/d')"
-if [ "$part" = third ]; then
-  # Only the third set's samples are written again: theirs go, the rest stays.
+parts="third tuned4"
+if [ "$part" != all ]; then
+  [ -f "$here/$part.sh" ] || { echo "no part $part (corpus/$part.sh)" >&2; exit 2; }
+  part_tools="$(grep -v '^#' "$here/$part.txt" | sed '/^$/d')"
+  # Only the part's samples are written again: theirs go, the rest stays.
   if [ -f "$out/samples.tsv" ]; then
     tail -n +2 "$out/samples.tsv" | while IFS=$'\t' read -r file tool _; do
-      if printf '%s\n' "$third_tools" | grep -qxF "$tool"; then rm -f "$out/$file.txt"; fi
+      if printf '%s\n' "$part_tools" | grep -qxF "$tool"; then rm -f "$out/$file.txt"; fi
     done
   fi
 else
@@ -135,7 +147,7 @@ EOF
 pids+=($!)
 sleep 1
 
-if [ "$part" != third ]; then
+if [ "$part" = all ]; then
 # ================================ Rust ================================
 eco=rust
 if have cargo; then
@@ -1417,12 +1429,14 @@ fi
 
 fi # the first two splits' cases
 
-. "$here/third.sh"
+for p in $parts; do
+  if [ "$part" = all ] || [ "$part" = "$p" ]; then . "$here/$p.sh"; fi
+done
 
-if [ "$part" = third ] && [ -f "$out/samples.tsv" ]; then
+if [ "$part" != all ] && [ -f "$out/samples.tsv" ]; then
   # Keep the other tools' rows.
   tail -n +2 "$out/samples.tsv" | while IFS=$'\t' read -r file tool rest; do
-    printf '%s\n' "$third_tools" | grep -qxF "$tool" || printf '%s\t%s\t%s\n' "$file" "$tool" "$rest"
+    printf '%s\n' "$part_tools" | grep -qxF "$tool" || printf '%s\t%s\t%s\n' "$file" "$tool" "$rest"
   done >> "$rows"
 fi
 sort "$rows" > "$out/samples.tsv.new"

@@ -22,6 +22,8 @@ const HELD_OUT_FLOOR: f64 = 0.70;
 const HELD_OUT_WRONG_CEILING: f64 = 0.10;
 /// Held-out failures whose answer leads to the strategy their label's pattern chooses.
 const SAME_STRATEGY_FLOOR: f64 = 0.80;
+/// Failures of the tools added for training: the model has seen them, the patterns have not.
+const ADDED_FLOOR: f64 = 0.85;
 /// Clean outputs (exit 0, nothing wrong) that match no pattern, over both splits.
 const CLEAN_FLOOR: f64 = 1.0;
 
@@ -73,6 +75,13 @@ fn third() -> BTreeSet<String> {
     listed("third.txt")
 }
 
+/// Tools added to the tuned ones in issue 28 for the statistical classifier to learn from: it
+/// trains on them, no pattern was written for them; outside the first two splits' figures (their
+/// own is printed, with a floor of its own).
+fn added() -> BTreeSet<String> {
+    listed("tuned4.txt")
+}
+
 fn listed(file: &str) -> BTreeSet<String> {
     std::fs::read_to_string(root().join(file))
         .unwrap_or_else(|e| panic!("corpus/{file}: {e}"))
@@ -87,7 +96,7 @@ fn listed(file: &str) -> BTreeSet<String> {
 fn the_corpus_covers_every_category_with_many_tools_and_the_split_holds_out_a_quarter() {
     let all = samples();
     let held = held_out();
-    let third = third();
+    let later: BTreeSet<String> = third().union(&added()).cloned().collect();
     assert!(all.len() >= 400, "the corpus has {} samples", all.len());
     let on_disk: BTreeSet<String> = std::fs::read_dir(root())
         .expect("corpus")
@@ -103,8 +112,8 @@ fn the_corpus_covers_every_category_with_many_tools_and_the_split_holds_out_a_qu
         .collect();
     let listed: BTreeSet<String> = all.iter().map(|s| s.file.clone()).collect();
     assert_eq!(on_disk, listed, "every corpus file has one row in samples.tsv and no row names a missing file");
-    // The first two splits' rule, over their tools.
-    let samples: Vec<&Sample> = all.iter().filter(|s| !third.contains(&s.tool)).collect();
+    // The first two splits' rule, over their tools (not those added later).
+    let samples: Vec<&Sample> = all.iter().filter(|s| !later.contains(&s.tool)).collect();
     let mut tools: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     let mut ecosystems: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for s in &samples {
@@ -151,6 +160,8 @@ fn the_library_classifies_tools_it_was_not_written_for() {
     let lib = Library::builtin();
     let held = held_out();
     let third_tools = third();
+    let added_tools = added();
+    let mut added_tally = Tally::default();
     let (mut tuned, mut out, mut clean, mut text_only) =
         (Tally::default(), Tally::default(), Tally::default(), Tally::default());
     let (mut third, mut third_clean) = (Tally::default(), Tally::default());
@@ -172,6 +183,16 @@ fn the_library_classifies_tools_it_was_not_written_for() {
             got.confidence,
             got.evidence.iter().map(|e| format!("{} {}", e.kind, e.value)).collect::<Vec<_>>().join(", ")
         );
+        if added_tools.contains(&s.tool) {
+            let tally = &mut added_tally;
+            tally.total += 1;
+            if ok {
+                tally.right += 1;
+            } else {
+                tally.misses.push(miss);
+            }
+            continue;
+        }
         if third_tools.contains(&s.tool) {
             let tally = if s.category == "none" { &mut third_clean } else { &mut third };
             tally.total += 1;
@@ -231,6 +252,7 @@ fn the_library_classifies_tools_it_was_not_written_for() {
         let cells: Vec<String> = row.iter().map(|(got, n)| format!("{got}: {n}")).collect();
         eprintln!("  {want} → {}", cells.join(", "));
     }
+    eprintln!("tools added for training (issue 28; no pattern written for them): {added_tally}");
     if third.total + third_clean.total > 0 {
         let wrong: usize = third
             .confusion
@@ -250,9 +272,14 @@ fn the_library_classifies_tools_it_was_not_written_for() {
             eprintln!("  {want} → {}", cells.join(", "));
         }
     }
-    for (name, t) in
-        [("tuned", &tuned), ("held-out", &out), ("clean", &clean), ("third", &third), ("third clean", &third_clean)]
-    {
+    for (name, t) in [
+        ("tuned", &tuned),
+        ("held-out", &out),
+        ("clean", &clean),
+        ("third", &third),
+        ("third clean", &third_clean),
+        ("added", &added_tally),
+    ] {
         for m in &t.misses {
             eprintln!("miss ({name}): {m}");
         }
@@ -267,6 +294,7 @@ fn the_library_classifies_tools_it_was_not_written_for() {
         same_strategy.rate()
     );
     assert!(clean.rate() >= CLEAN_FLOOR, "clean outputs: {:.3} < {CLEAN_FLOOR}", clean.rate());
+    assert!(added_tally.rate() >= ADDED_FLOOR, "added tools: {:.3} < {ADDED_FLOOR}", added_tally.rate());
 }
 
 #[test]
