@@ -413,7 +413,19 @@ impl Library {
     /// `unsure_statistical`).
     pub fn classify_in(&self, output: &str, context: &Context) -> Classification {
         let matched = self.match_patterns(output, context);
-        if !self.statistical || matched.confidence >= SURE || matched.evidence.iter().any(is_universal) {
+        if !self.statistical || is_sure(&matched) {
+            return matched;
+        }
+        let proposal = learned::builtin().propose(output, context);
+        self.decide(matched, proposal)
+    }
+
+    /// The rule of SPEC §6 once the patterns were not sure: the statistical proposal is taken
+    /// when it reaches its threshold and names a category that does not stop the run for a
+    /// person; else the failure is unclassified, what was proposed kept as evidence. Pure: the
+    /// proposal is given.
+    pub fn decide(&self, matched: Classification, proposal: learned::Proposal) -> Classification {
+        if is_sure(&matched) {
             return matched;
         }
         let mut unsure: Vec<Evidence> = matched
@@ -421,7 +433,6 @@ impl Library {
             .iter()
             .map(|id| Evidence { kind: "unsure_pattern".into(), value: id.clone(), strength: matched.confidence })
             .collect();
-        let proposal = learned::builtin().propose(output, context);
         let strength = round(proposal.probability);
         match self.get(&proposal.class) {
             Some(pattern) if proposal.probability >= proposal.threshold && !pattern.stops_for_a_person() => {
@@ -558,6 +569,11 @@ impl Library {
             },
         }
     }
+}
+
+/// A pattern's answer that decides: sure, or a universal fact.
+fn is_sure(c: &Classification) -> bool {
+    c.confidence >= SURE || c.evidence.iter().any(is_universal)
 }
 
 /// A fact that decides whatever its strength: a signal ended the command, or loopwright's own
@@ -780,9 +796,8 @@ mod tests {
         let killed = Context { signal: Some("SIGKILL".into()), ..Context::default() };
         let build = context(Some("cargo build"), Some(101), Some("build"));
         let plain_lint = "src/app.js\n  3 problems found in 1 file\n";
-        let no_room = "ERROR: could not write /var/tmp/x: no space\n";
         type Row<'a> = (&'a str, &'a Context, Option<&'a str>, ClassifiedBy, &'a [(&'a str, &'a str)]);
-        let table: [Row<'_>; 4] = [
+        let table: [Row<'_>; 3] = [
             // Sure: a pattern at 0.7 and more.
             (
                 "error[E0425]: cannot find value `total` in this scope\n",
@@ -811,15 +826,6 @@ mod tests {
                 ClassifiedBy::Statistical,
                 &[("statistical", "lint-error"), ("unsure_pattern", "lint-error")],
             ),
-            // A proposal that would stop the run for a person (disk-full escalates) needs a sure
-            // pattern: unclassified.
-            (
-                no_room,
-                &lint,
-                None,
-                ClassifiedBy::None,
-                &[("unsure_pattern", "lint-error"), ("unsure_statistical", "disk-full")],
-            ),
         ];
         for (text, cx, want, by, evidence) in table {
             let c = lib.classify_in(text, cx);
@@ -832,6 +838,57 @@ mod tests {
                 assert_eq!((c.strategy, c.confidence), (Strategy::AnalyzeThenFix, 0.0));
             }
         }
+        // The rule over given proposals, whatever the model would say.
+        let unsure = lib.match_patterns(plain_lint, &lint);
+        let proposal = |class: &str, p: f64| learned::Proposal { class: class.into(), probability: p, threshold: 0.65 };
+        type Case<'a> = (learned::Proposal, Option<&'a str>, ClassifiedBy, &'a [(&'a str, &'a str)]);
+        let cases: [Case<'_>; 6] = [
+            (
+                proposal("lint-error", 0.9),
+                Some("lint-error"),
+                ClassifiedBy::Statistical,
+                &[("statistical", "lint-error"), ("unsure_pattern", "lint-error")],
+            ),
+            // Below its threshold: unclassified, the proposal kept.
+            (
+                proposal("lint-error", 0.5),
+                None,
+                ClassifiedBy::None,
+                &[("unsure_pattern", "lint-error"), ("unsure_statistical", "lint-error")],
+            ),
+            // Categories that stop the run for a person need a sure pattern, however likely.
+            (
+                proposal("disk-full", 0.99),
+                None,
+                ClassifiedBy::None,
+                &[("unsure_pattern", "lint-error"), ("unsure_statistical", "disk-full")],
+            ),
+            (
+                proposal("git-error", 0.95),
+                None,
+                ClassifiedBy::None,
+                &[("unsure_pattern", "lint-error"), ("unsure_statistical", "git-error")],
+            ),
+            // "No failure" is not a category to take; one the library does not have is not either.
+            (proposal(learned::NONE, 0.9), None, ClassifiedBy::None, &[("unsure_pattern", "lint-error")]),
+            (
+                proposal("made-up", 0.9),
+                None,
+                ClassifiedBy::None,
+                &[("unsure_pattern", "lint-error"), ("unsure_statistical", "made-up")],
+            ),
+        ];
+        for (p, want, by, evidence) in cases {
+            let c = lib.decide(unsure.clone(), p.clone());
+            assert_eq!(
+                (c.matched_pattern.as_deref(), c.classified_by, kinds(&c).as_slice()),
+                (want, by, evidence),
+                "{p:?}"
+            );
+        }
+        // A sure answer is kept whatever is proposed.
+        let sure = lib.match_patterns("error[E0425]: cannot find value `total` in this scope\n", &build);
+        assert_eq!(lib.decide(sure.clone(), proposal("disk-full", 0.99)), sure);
         // The patterns alone take any answer of 0.3 and more.
         let c = lib.clone().patterns_only().classify_in(plain_lint, &lint);
         assert_eq!(
