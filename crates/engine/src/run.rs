@@ -806,7 +806,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
     }
 
     /// Asks the stage's agent to label a failure nothing sure classified (SPEC §6, `[classify]
-    /// ask_agent`): one request in plan mode, in the attempt's confinement, answered as JSON of
+    /// ask_agent`): one request in plan mode, in the stage's sandbox, answered as JSON of
     /// [`closed_loop::ask::schema`], within `[classify] timeout_seconds`. Not asked when the
     /// stage's agent is not a model or an agent CLI, the budget is spent, or its provider's
     /// limits say wait. What it used is journaled with the failure (`usage_recorded`, against the
@@ -840,8 +840,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
             Err(e) => return unusable(failure, format!("not asked: the provider's limits could not be read: {e}")),
         }
         let question = closed_loop::ask::question(self.patterns, failure, context);
-        let mut confine = self.confinement(stage);
-        confine.layer = state.stage(stage_id.as_str()).and_then(|s| s.layer.as_ref()).map(|(_, name)| name.clone());
+        // The stage's sandbox and network, the workspace read-only (plan mode): the question
+        // carries what failed; the agent is to read, not change.
+        let confine = self.confinement(stage);
         let limit = std::time::Duration::from_secs(self.settings.classify.timeout_seconds);
         let request = StageRequest {
             run_id: state.run_id.clone(),
