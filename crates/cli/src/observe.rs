@@ -268,11 +268,7 @@ impl Observer for Progress {
                     for l in &f.lines {
                         self.line(&format!("    │ {l}"));
                     }
-                    let pattern = f.pattern.as_deref().map_or_else(
-                        || "no pattern matched (confidence < 0.3)".to_owned(),
-                        |p| format!("pattern {p} (confidence {:.2})", f.confidence),
-                    );
-                    self.line(&format!("  {stage}: {pattern}"));
+                    self.line(&format!("  {stage}: {}", f.classification()));
                 }
             }
             Event::Analyzed { stage, analysis, .. } => {

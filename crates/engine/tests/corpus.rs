@@ -144,6 +144,16 @@ struct Tally {
 }
 
 impl Tally {
+    /// One more sample: right, or a miss said so.
+    fn count(&mut self, ok: bool, miss: String) {
+        self.total += 1;
+        if ok {
+            self.right += 1;
+        } else {
+            self.misses.push(miss);
+        }
+    }
+
     fn rate(&self) -> f64 {
         if self.total == 0 { 1.0 } else { self.right as f64 / self.total as f64 }
     }
@@ -184,23 +194,12 @@ fn the_library_classifies_tools_it_was_not_written_for() {
             got.evidence.iter().map(|e| format!("{} {}", e.kind, e.value)).collect::<Vec<_>>().join(", ")
         );
         if added_tools.contains(&s.tool) {
-            let tally = &mut added_tally;
-            tally.total += 1;
-            if ok {
-                tally.right += 1;
-            } else {
-                tally.misses.push(miss);
-            }
+            added_tally.count(ok, miss);
             continue;
         }
         if third_tools.contains(&s.tool) {
             let tally = if s.category == "none" { &mut third_clean } else { &mut third };
-            tally.total += 1;
-            if ok {
-                tally.right += 1;
-            } else {
-                tally.misses.push(miss);
-            }
+            tally.count(ok, miss);
             *third.confusion.entry(s.category.clone()).or_default().entry(got_id).or_default() += 1;
             continue;
         }
