@@ -119,7 +119,9 @@ fn project_patterns(ws: &Workspace) -> Result<Option<PatternFile>, Error> {
 /// merged over them.
 pub fn library(ws: &Workspace) -> Result<Library, Error> {
     let path = ws.root.join(".loopwright/failure-patterns.yml");
-    Library::new(project_patterns(ws)?).map_err(|e| Error::usage(format!("{}: {e}", ws.shown(&path))))
+    let library = Library::new(project_patterns(ws)?).map_err(|e| Error::usage(format!("{}: {e}", ws.shown(&path))))?;
+    // `[classify] statistical = false`: a sure pattern, else unclassified.
+    Ok(if ws.config.classify.statistical { library } else { library.without_statistical() })
 }
 
 /// Every problem of the workspace's `failure-patterns.yml` (none when it has none): an entry

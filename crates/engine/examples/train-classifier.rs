@@ -37,6 +37,8 @@ const FOLDS: u64 = 5;
 /// must not teach its own wording as a category's (chosen by the folds: log loss 0.82 against
 /// 0.94 at 0).
 const TOOL_POWER: f64 = 0.5;
+/// Tools whose samples must show a feature for it to be used (chosen by the folds).
+const MIN_TOOLS: u32 = 3;
 /// The share of failures the folds' proposals may get wrong at the chosen threshold.
 const WRONG_AIM: f64 = 0.08;
 
@@ -137,6 +139,24 @@ fn train(docs: &[&Doc], classes: usize) -> Trained {
             df[b as usize] += 1;
         }
     }
+    // A feature only some tools print is that tool's wording (or a name its cases used), not a
+    // category's: one seen in the samples of fewer than MIN_TOOLS tools is not learnt (its
+    // weights stay 0). It still counts in the length a vector is scaled by, as a feature never
+    // seen does: an output of words the model does not know is a short vector, a weak proposal.
+    let mut by_tool: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for d in docs {
+        by_tool.entry(d.tool.as_str()).or_default().extend(d.counts.terms.iter().map(|t| t.1));
+    }
+    let mut tools_with = vec![0u32; BUCKETS];
+    for buckets in by_tool.values_mut() {
+        buckets.sort_unstable();
+        buckets.dedup();
+        for b in buckets.iter() {
+            tools_with[*b as usize] += 1;
+        }
+    }
+    let min_tools = knob("MIN_TOOLS", MIN_TOOLS as f64) as u32;
+    let learnt: Vec<bool> = tools_with.iter().map(|&t| t >= min_tools).collect();
     let idf: Vec<f32> = df.iter().map(|&d| ((1.0 + n) / (1.0 + d as f32)).ln() + 1.0).collect();
     let xs: Vec<Vec<(usize, f32)>> = docs.iter().map(|d| learned::weigh(&d.counts, &idf)).collect();
     let mut w = vec![0.0f32; BUCKETS * classes];
@@ -179,7 +199,7 @@ fn train(docs: &[&Doc], classes: usize) -> Trained {
                         * (per_tool[docs[k].tool.as_str()] as f32).powf(-tool_power)
                 })
                 .collect();
-            for &(i, v) in x {
+            for &(i, v) in x.iter().filter(|(i, _)| learnt[*i]) {
                 for (wi, g) in w[i * classes..(i + 1) * classes].iter_mut().zip(&grad) {
                     *wi -= rate * (g * v + l2 * *wi);
                 }

@@ -42,6 +42,9 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClassifyConfig {
+    /// Let the built-in statistical classifier propose a category when no pattern is sure
+    /// (false: what no pattern is sure of is unclassified, and the agent may be asked).
+    pub statistical: bool,
     /// Ask the stage's agent (a model or an agent CLI; never `runner: command` or `shell`) in
     /// one short request; its tokens count against the run's budget.
     pub ask_agent: bool,
@@ -51,7 +54,7 @@ pub struct ClassifyConfig {
 
 impl Default for ClassifyConfig {
     fn default() -> Self {
-        Self { ask_agent: true, timeout_seconds: 60 }
+        Self { statistical: true, ask_agent: true, timeout_seconds: 60 }
     }
 }
 

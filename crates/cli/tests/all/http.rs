@@ -378,7 +378,7 @@ fn openai_message(content: &str, input: u64, output: u64) -> Reply {
 }
 
 /// A workspace whose one closed-loop stage (agent `model`, `runner`) fails a check whose output
-/// nothing sure classifies, once (`max_retries: 1`).
+/// no pattern is sure of, once (`max_retries: 1`); `config` adds keys to `[classify]`.
 fn unsure_failure_ws(runner: &str, port: u16, config: &str) -> Ws {
     let ws = Ws::empty();
     ws.write(
@@ -390,7 +390,8 @@ fn unsure_failure_ws(runner: &str, port: u16, config: &str) -> Ws {
         ".loopwright/pipelines/p.yml",
         "name: p\ndescription: d\nversion: 1\nstages:\n  - id: fix\n    description: Make the check pass\n    agent: model\n    mode: agent\n    skill: closed-loop-execution\n    closed_loop:\n      max_retries: 1\n    checks:\n      - {name: widgets, type: custom, command: sh check.sh}\n",
     );
-    ws.write(".loopwright/config.toml", config);
+    // The statistical classifier is off: what it would say of this output is not the point.
+    ws.write(".loopwright/config.toml", &format!("[classify]\nstatistical = false\n{config}"));
     ws
 }
 
@@ -411,12 +412,15 @@ fn evaluated_failure(ws: &Ws, result: &serde_json::Value) -> (serde_json::Value,
 }
 
 fn kinds(failure: &serde_json::Value) -> Vec<(String, String)> {
+    // (An empty list is not written.)
     failure["evidence"]
         .as_array()
-        .expect("evidence")
-        .iter()
-        .map(|e| (e["kind"].as_str().expect("kind").to_owned(), e["value"].as_str().expect("value").to_owned()))
-        .collect()
+        .map(|all| {
+            all.iter()
+                .map(|e| (e["kind"].as_str().expect("kind").to_owned(), e["value"].as_str().expect("value").to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -522,7 +526,7 @@ fn an_agents_label_that_would_stop_the_run_garbage_or_silence_leaves_the_failure
             vec![("agent_unusable", "the answer is not the JSON asked for: Probably a flaky test, I would retry.")],
             false,
         ),
-        (Reply::Hang, "[classify]\ntimeout_seconds = 2\n", vec![("agent_unusable", "no answer within 2 s")], false),
+        (Reply::Hang, "timeout_seconds = 2\n", vec![("agent_unusable", "no answer within 2 s")], false),
     ];
     for (reply, config, evidence, kept) in cases {
         let server = Server::start(vec![openai_answer("Nothing to change.", 100, 10), reply]);
@@ -583,7 +587,7 @@ fn an_anthropic_model_answers_the_question_with_its_forced_tool_and_ask_agent_of
     assert_eq!(usage, vec![80, 250]);
     // Turned off: the one request is the attempt's.
     let server = Server::start(vec![openai_answer("Nothing to change.", 100, 10)]);
-    let ws = unsure_failure_ws("openai", server.port, "[classify]\nask_agent = false\n");
+    let ws = unsure_failure_ws("openai", server.port, "ask_agent = false\n");
     let (code, result, stderr) = run_task(&ws);
     assert_eq!(code, 1, "{stderr}");
     assert_eq!(server.requests().len(), 1);

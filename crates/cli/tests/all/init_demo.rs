@@ -141,6 +141,44 @@ fn patterns_test_classifies_real_output_and_project_patterns_merge() {
         String::from_utf8_lossy(&out.stdout),
         "out-of-memory (confidence 0.60, strategy analyze_then_fix, classified by pattern)\n  exit_signal        0.60  SIGKILL\n"
     );
+    // No pattern is sure of a lint check's bare count (the check's type, 0.4): the statistical
+    // classifier proposes; turned off, the output is unclassified.
+    let lint = |ws: &Ws| {
+        let out = ws
+            .cmd()
+            .args([
+                "patterns",
+                "test",
+                "-",
+                "--json",
+                "--command",
+                "npm run check",
+                "--exit-code",
+                "1",
+                "--check-type",
+                "lint",
+            ])
+            .write_stdin("src/app.js\n  3 problems found in 1 file\n")
+            .output()
+            .expect("run");
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        (got["matched_pattern"].clone(), got["classified_by"].clone(), got["evidence"][1].clone())
+    };
+    assert_eq!(
+        lint(&ws),
+        (
+            json!("lint-error"),
+            json!("statistical"),
+            json!({"kind": "unsure_pattern", "value": "lint-error", "strength": 0.4})
+        )
+    );
+    ws.write(".loopwright/config.toml", "[classify]\nstatistical = false\n");
+    assert_eq!(lint(&ws), (serde_json::Value::Null, json!("none"), serde_json::Value::Null));
+    ws.write(".loopwright/config.toml", "[classify]\nstatistical = 3\n");
+    let (code, _, stderr) = ws.run(&["patterns", "list"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("config.toml:2"), "{stderr}");
+    std::fs::remove_file(ws.path().join(".loopwright/config.toml")).expect("rm");
     let (code, _, stderr) = ws.run(&["patterns", "test", "/dev/null", "--exit-code", "1", "--signal", "KILL"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("cannot be used with"), "{stderr}");

@@ -178,6 +178,7 @@ fn a_claude_agent_is_asked_in_plan_mode_about_a_failure_nothing_sure_classified(
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(bin.join("claude"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     ws.write(".loopwright/agents/dev.md", "---\nrunner: claude\nmodel: sonnet\n---\nYou fix code.\n");
+    ws.write(".loopwright/config.toml", "[classify]\nstatistical = false\n");
     ws.write("check.sh", "echo 'compiling widgets'\necho 'quux: the widget is not ready (slot 7)'\nexit 1\n");
     ws.write(
         ".loopwright/pipelines/p.yml",

@@ -217,8 +217,11 @@ pub const MAX_DECISIVE_LINES: usize = 8;
 pub struct Library {
     patterns: Vec<Pattern>,
     sources: Vec<String>,
-    /// Whether the built-in statistical classifier is asked when no pattern is sure.
+    /// False: patterns alone decide at any confidence of [`MIN_CONFIDENCE`] or more (the rule
+    /// before sure and unsure).
     statistical: bool,
+    /// Whether the built-in statistical classifier is asked when no pattern is sure.
+    propose: bool,
     set: std::sync::OnceLock<RegexSet>,
     /// For each regex of the set: (pattern index, strength, signal as written).
     owners: Vec<(usize, f64, String)>,
@@ -375,7 +378,7 @@ impl Library {
                 id: p.id,
             });
         }
-        Ok(Self { patterns, sources, statistical: true, set: std::sync::OnceLock::new(), owners, whens })
+        Ok(Self { patterns, sources, statistical: true, propose: true, set: std::sync::OnceLock::new(), owners, whens })
     }
 
     /// The patterns, in library order.
@@ -405,6 +408,14 @@ impl Library {
         self
     }
 
+    /// The library whose unsure answers get no statistical proposal (`[classify] statistical =
+    /// false`): a sure pattern decides, else the failure is unclassified (and the stage's agent
+    /// may be asked).
+    pub fn without_statistical(mut self) -> Self {
+        self.propose = false;
+        self
+    }
+
     /// Classifies one error output with what is known of the command that printed it (SPEC §6
     /// "Sure, unsure, unclassified"): a pattern decides when it is sure ([`SURE`], or a fact
     /// decided); else the statistical classifier's proposal is taken when it reaches its
@@ -416,7 +427,11 @@ impl Library {
         if !self.statistical || is_sure(&matched) {
             return matched;
         }
-        let proposal = learned::builtin().propose(output, context);
+        let proposal = if self.propose {
+            learned::builtin().propose(output, context)
+        } else {
+            learned::Proposal { class: learned::NONE.to_owned(), probability: 0.0, threshold: 1.0 }
+        };
         self.decide(matched, proposal)
     }
 
