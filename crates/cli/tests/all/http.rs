@@ -600,3 +600,22 @@ fn an_anthropic_model_answers_the_question_with_its_forced_tool_and_ask_agent_of
 fn run_task(ws: &Ws) -> (i32, serde_json::Value, String) {
     run(ws)
 }
+
+#[test]
+fn a_run_whose_budget_is_spent_does_not_ask_its_agent() {
+    // The attempt used 100 tokens of a budget of 50: the question would spend more.
+    let server = Server::start(vec![openai_answer("Nothing to change.", 100, 10)]);
+    let ws = unsure_failure_ws("openai", server.port, "");
+    let pipeline = ws.read(".loopwright/pipelines/p.yml").replace("version: 1\n", "version: 1\nbudget: {tokens: 50}\n");
+    ws.write(".loopwright/pipelines/p.yml", &pipeline);
+    let (code, result, stderr) = run_task(&ws);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(server.requests().len(), 1, "only the attempt's request");
+    let (failure, usage) = evaluated_failure(&ws, &result);
+    assert_eq!((&failure["pattern"], &failure["classified_by"]), (&serde_json::Value::Null, &json!("none")));
+    assert_eq!(
+        kinds(&failure),
+        pairs(&[("agent_unusable", "not asked: run token budget exhausted: 110 of 50 tokens used")])
+    );
+    assert_eq!(usage, vec![100]);
+}
