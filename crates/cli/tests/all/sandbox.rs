@@ -1012,3 +1012,66 @@ fn a_sandboxed_attempt_in_a_worktree_reads_its_prompt_and_its_repository_and_its
     assert_eq!(ws.read("made.txt"), "made\n");
     assert_eq!(events_of(&ws, "layer_made").len(), 1);
 }
+
+#[test]
+fn the_real_claude_code_answers_the_question_about_a_failed_check_in_plan_mode_in_its_sandbox() {
+    let Some(_) = bwrap() else { return };
+    let bin = crate::presets::installed_clis().join("node_modules/.bin");
+    if !std::process::Command::new(bin.join("claude")).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: Claude Code is not installed ({}): it was not asked", bin.display());
+        return;
+    }
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"auto\"\n\n[classify]\nstatistical = false\n");
+    ws.write(".loopwright/agents/coder.md", "---\nrunner: claude\nmodel: claude-test\n---\nYou fix code.\n");
+    ws.write("check.sh", "echo 'compiling widgets'\necho 'quux: the widget is not ready (slot 7)'\nexit 1\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: fix\n    description: Make the check pass\n    agent: coder\n    mode: agent\n    skill: closed-loop-execution\n    closed_loop:\n      max_retries: 1\n    checks:\n      - {name: widgets, type: custom, command: sh check.sh}\n",
+    );
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.init_git();
+    // The attempt changes nothing; the question (it carries the categories) is answered with the
+    // JSON asked for, in prose as a model may.
+    let label = r#"The category is: {"category": "runtime-error", "signal": "the widget is not ready", "reason": "the program gave up"}"#;
+    let (port, seen) = scripted_api(move |line, body| {
+        let path = line.split_whitespace().nth(1).unwrap_or_default();
+        if !path.starts_with("/v1/messages") || path.contains("count_tokens") {
+            let text = r#"{"type":"error","error":{"type":"not_found_error","message":"not here"}}"#;
+            return reply("404 Not Found", "application/json", text);
+        }
+        let asked = body["messages"].to_string().contains("Label the failure");
+        let text = if asked { label } else { "Nothing to change." };
+        let blocks = vec![json!({"type": "text", "text": text})];
+        reply("200 OK", "text/event-stream", &crate::claude_tui::stream(&blocks, "end_turn"))
+    });
+    let home = tempfile::tempdir().expect("home");
+    std::fs::write(home.path().join(".claude.json"), json!({"hasCompletedOnboarding": true}).to_string())
+        .expect("seed");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = ws
+        .cmd()
+        .args(["run", "p", "--task", "make the widgets ready", "--json"])
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+        .env("ANTHROPIC_API_KEY", "sk-ant-loopwright-offline-test-key")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let evaluated = events_of(&ws, "evaluated");
+    let failure = &evaluated[0]["failure"];
+    let requests = seen.lock().expect("lock").clone();
+    assert_eq!(
+        (&failure["pattern"], &failure["classified_by"]),
+        (&json!("runtime-error"), &json!("agent")),
+        "{failure}\nrequests: {requests:?}\n{}",
+        ws.run(&["logs", "latest"]).1
+    );
+    // Asked in plan mode, in its sandbox: nothing of the workspace changed.
+    assert_eq!(ws.git(&["status", "--porcelain"]), "");
+    assert_eq!(events_of(&ws, "usage_recorded").len(), 2, "the attempt's and the question's");
+}
