@@ -136,7 +136,11 @@ pub fn save(runs_dir: &Path, sample: &Sample) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(sample.file_name());
     let json = serde_json::to_string_pretty(sample).map_err(std::io::Error::other)?;
-    crate::workspace::write_atomic(&path, &json)?;
+    // A temporary file of this process's own: two runs keeping the same output at once each
+    // write theirs whole, and the last rename wins.
+    let tmp = dir.join(format!(".{}.{}.tmp", sample.file_name(), std::process::id()));
+    std::fs::write(&tmp, json)?;
+    std::fs::rename(&tmp, &path)?;
     Ok(path)
 }
 
@@ -144,6 +148,8 @@ pub fn save(runs_dir: &Path, sample: &Sample) -> std::io::Result<PathBuf> {
 pub fn list(runs_dir: &Path) -> Result<Listing, Error> {
     let dir = dir(runs_dir);
     let mut listing = Listing::default();
+    let library = Library::builtin();
+    let offered = ask::categories(&library);
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(listing),
@@ -154,10 +160,16 @@ pub fn list(runs_dir: &Path) -> Result<Listing, Error> {
         if path.extension().and_then(|e| e.to_str()) != Some("json") {
             continue;
         }
+        // The files are the workspace's, so anyone's: a category names a folder on export, and
+        // only the library's own ids are categories.
+        let known = |s: &Sample| offered.iter().any(|p| p.id == s.category);
         match std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
             .and_then(|t| serde_json::from_str::<Sample>(&t).map_err(|e| e.to_string()))
         {
+            Ok(sample) if !known(&sample) => {
+                listing.skipped.push(format!("{}: `{}` is not a failure category", path.display(), sample.category));
+            }
             Ok(sample) => listing.samples.push(sample),
             Err(why) => listing.skipped.push(format!("{}: {why}", path.display())),
         }

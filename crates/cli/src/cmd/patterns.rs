@@ -115,7 +115,7 @@ fn learned(
 ) -> Result<u8, CliError> {
     let listing = loopwright_app::learned::list(&ws.runs_dir())?;
     for skipped in &listing.skipped {
-        eprintln!("loopwright: warning: not a learned sample, left alone: {skipped}");
+        eprintln!("loopwright: warning: not a learned sample, left alone: {}", crate::terminal::safe(skipped));
     }
     if let Some(dir) = export {
         let written = loopwright_app::learned::export(&listing.samples, dir)?;

@@ -502,6 +502,29 @@ fn an_unsure_failure_is_labelled_by_the_stages_own_model_and_kept_as_a_sample() 
     // Exported again: the same rows, not twice.
     ws.run(&["patterns", "learned", "--export", out.path().to_str().expect("utf-8")]);
     assert_eq!(std::fs::read_to_string(out.path().join("samples.tsv")).expect("samples.tsv"), table);
+    // A sample file edited to name a folder outside is not a sample: said, and nothing written
+    // outside the export folder.
+    let kept = std::fs::read_dir(ws.path().join(".loopwright/state/learned"))
+        .expect("learned")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("a sample file");
+    let forged =
+        std::fs::read_to_string(&kept).expect("sample").replace("\"runtime-error\"", "\"../../escaped\\u001b[31m\"");
+    ws.write(".loopwright/state/learned/forged.json", &forged);
+    let (code, listed, stderr) = ws.json(&["patterns", "learned"]);
+    assert_eq!((code, listed.as_array().map(Vec::len)), (0, Some(1)));
+    // (Said safely: the escape sequence it carried does not reach the terminal.)
+    assert!(stderr.contains("forged.json: `../../escaped` is not a failure category"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+    let (code, _, _) = ws.run(&["patterns", "learned", "--export", out.path().to_str().expect("utf-8")]);
+    assert_eq!(code, 0);
+    assert!(
+        !out.path().join("../escaped").exists()
+            && !out.path().parent().expect("parent").join("escaped\u{1b}[31m").exists()
+    );
+    assert_eq!(std::fs::read_to_string(out.path().join("samples.tsv")).expect("samples.tsv"), table);
 }
 
 #[test]

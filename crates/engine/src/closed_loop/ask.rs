@@ -23,6 +23,8 @@ pub const MAX_SIGNAL: usize = 160;
 pub const MIN_SIGNAL: usize = 6;
 /// Characters of the answer's reason kept.
 pub const MAX_REASON: usize = 300;
+/// Bytes of an answer read; the object asked for is a few hundred.
+pub const MAX_ANSWER: usize = 16 * 1024;
 /// Pattern ids an agent is never offered: raised by loopwright itself, not read in output.
 const NOT_OFFERED: [&str; 1] = ["regression-detected"];
 
@@ -131,7 +133,13 @@ struct Raw {
 /// Reads an answer's text: the JSON object itself, or one inside a fenced block or prose (an
 /// agent CLI's one-shot answer). Anything else is [`Answer::Unusable`].
 pub fn read(text: &str) -> Answer {
-    let text = text.trim();
+    // Only the start is read: a JSON object is tried from every `{`, so an answer of a million
+    // braces must not cost a million parses of a million bytes.
+    let mut end = text.len().min(MAX_ANSWER);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let text = text[..end].trim();
     if text.is_empty() {
         return Answer::Unusable("the answer was empty".to_owned());
     }
@@ -311,6 +319,11 @@ mod tests {
         for (text, want) in table {
             assert_eq!(read(text), want, "{text:?}");
         }
+        // A huge answer is read at its start only: what lies past it is not seen.
+        let late = format!("{}{}", "{\"x\": \"".repeat(200_000), r#"{"category":"timeout"}"#);
+        assert!(matches!(read(&late), Answer::Unusable(_)));
+        let early = format!("{}{}", r#"{"category":"timeout"}"#, "{".repeat(1 << 20));
+        assert_eq!(read(&early), label("timeout", None, ""));
     }
 
     #[test]
