@@ -642,3 +642,46 @@ fn a_run_whose_budget_is_spent_does_not_ask_its_agent() {
     );
     assert_eq!(usage, vec![100]);
 }
+
+#[test]
+fn loopwright_killed_while_its_agent_is_being_asked_asks_again_on_resume_and_journals_one_answer() {
+    // The question hangs; loopwright is killed -9 then; `resume` runs the check again, asks
+    // again, and the failure is journaled once, with the second question's answer and usage.
+    let answer = r#"{"category":"runtime-error","signal":"the widget is not ready","reason":"it gave up"}"#;
+    let server =
+        Server::start(vec![openai_answer("Nothing to change.", 100, 10), Reply::Hang, openai_message(answer, 300, 20)]);
+    let ws = unsure_failure_ws("openai", server.port, "");
+    let env = [("LW_TEST_KEY", "sk-test-key-123456")];
+    let child = crate::support::spawn_env(&ws, &["run", "p", "--task", "summarise"], &env);
+    let asked = std::time::Instant::now();
+    while server.requests().len() < 2 {
+        assert!(asked.elapsed() < Duration::from_secs(30), "never asked: {:?}", server.requests());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL)
+        .expect("kill");
+    let (code, _, _) = crate::support::finish(child);
+    assert_eq!(code, -1, "killed");
+    let (_, status, _) = ws.json(&["status", "latest"]);
+    let run = status["run_id"].as_str().expect("run id").to_owned();
+    assert!(
+        ws.journal(&run).iter().all(|e| e["event"]["type"] != "evaluated"),
+        "nothing of the evaluation was journaled"
+    );
+    let out = ws.cmd().env("LW_TEST_KEY", "sk-test-key-123456").args(["resume", &run]).output().expect("resume");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(server.requests().len(), 3, "the attempt once, the question twice");
+    let journal = ws.journal(&run);
+    let evaluated: Vec<&serde_json::Value> =
+        journal.iter().filter(|e| e["event"]["type"] == "evaluated").map(|e| &e["event"]["failure"]).collect();
+    assert_eq!(evaluated.len(), 1);
+    assert_eq!((&evaluated[0]["pattern"], &evaluated[0]["classified_by"]), (&json!("runtime-error"), &json!("agent")));
+    let used: Vec<u64> = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "usage_recorded")
+        .map(|e| e["event"]["usage"]["input_tokens"].as_u64().expect("tokens"))
+        .collect();
+    assert_eq!(used, vec![100, 300], "the killed question's use was never known");
+    let generated = journal.iter().filter(|e| e["event"]["type"] == "generated").count();
+    assert_eq!(generated, 1, "the attempt is not run again");
+}
