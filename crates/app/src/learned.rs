@@ -121,8 +121,7 @@ impl Sample {
 
 /// FNV-1a of a text, in hex (a name, not a secret).
 fn hash_of(text: &str) -> String {
-    let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    format!("{h:016x}")
+    format!("{:016x}", loopwright_engine::hash::fnv1a(text.as_bytes()))
 }
 
 /// `.loopwright/state/learned/`, beside `runs/`.

@@ -118,7 +118,7 @@ impl Rng {
 }
 
 fn fold_of(tool: &str) -> u64 {
-    tool.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)) % FOLDS
+    loopwright_engine::hash::fnv1a(tool.as_bytes()) % FOLDS
 }
 
 /// Weights `[feature * classes + class]` and a bias per class, before quantisation.
@@ -336,7 +336,7 @@ fn main() {
     let bytes = model.write();
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/patterns/model.bin");
     std::fs::write(&out, &bytes).expect("write the model");
-    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = loopwright_engine::hash::fnv1a(&bytes);
     let per_class: BTreeMap<&str, usize> = docs.iter().fold(BTreeMap::new(), |mut m, d| {
         *m.entry(model.classes[d.label].as_str()).or_default() += 1;
         m

@@ -157,6 +157,17 @@ impl Tally {
         }
     }
 
+    /// Failures given another category (unclassified is not wrong), from the confusion.
+    fn wrong(&self) -> usize {
+        self.confusion
+            .iter()
+            .filter(|(want, _)| *want != "none")
+            .map(|(want, row)| {
+                row.iter().filter(|(got, _)| *got != want && *got != "none").map(|(_, n)| n).sum::<usize>()
+            })
+            .sum()
+    }
+
     fn rate(&self) -> f64 {
         if self.total == 0 { 1.0 } else { self.right as f64 / self.total as f64 }
     }
@@ -236,13 +247,7 @@ fn the_library_classifies_tools_it_was_not_written_for() {
             text_only.right += usize::from(bare == s.category);
         }
     }
-    // Wrong: a category that is not the label (unclassified is not wrong).
-    let wrong: usize = out
-        .confusion
-        .iter()
-        .filter(|(want, _)| *want != "none")
-        .map(|(want, row)| row.iter().filter(|(got, _)| *got != want && *got != "none").map(|(_, n)| n).sum::<usize>())
-        .sum();
+    let wrong = out.wrong();
     let unclassified = out.total - out.right - wrong;
     eprintln!(
         "corpus: tuned tools {tuned}, held-out tools {out} (wrong {wrong}, unclassified {unclassified}), clean outputs matched by nothing {clean}; without context {text_only}"
@@ -256,14 +261,7 @@ fn the_library_classifies_tools_it_was_not_written_for() {
     }
     eprintln!("tools added for training (issue 28; no pattern written for them): {added_tally}");
     if third.total + third_clean.total > 0 {
-        let wrong: usize = third
-            .confusion
-            .iter()
-            .filter(|(want, _)| *want != "none")
-            .map(|(want, row)| {
-                row.iter().filter(|(got, _)| *got != want && *got != "none").map(|(_, n)| n).sum::<usize>()
-            })
-            .sum();
+        let wrong = third.wrong();
         eprintln!(
             "third set (measured as it falls, no floor): failures {third} (wrong {wrong}, unclassified {}), clean outputs matched by nothing {third_clean}",
             third.total - third.right - wrong

@@ -55,12 +55,12 @@ pub struct Counts {
     pub terms: Vec<(u8, u32, f32)>,
 }
 
+/// The bucket of a feature: FNV-1a of its group and its bytes.
 fn fnv(group: Group, bytes: &[u8]) -> u32 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in std::iter::once(group as u8).chain(bytes.iter().copied()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let mut hash = crate::hash::Fnv::default();
+    hash.feed(&[group as u8]);
+    hash.feed(bytes);
+    let h = hash.finish();
     // Fold the high bits in: FNV's low bits alone spread short keys poorly.
     ((h ^ (h >> 32)) as usize % BUCKETS) as u32
 }
