@@ -277,22 +277,25 @@ impl Failure {
             Some(p) => format!("pattern {p} ({:.2}, strategy {}, classified by {by})", self.confidence, self.strategy),
             None => format!("unclassified (strategy {})", self.strategy),
         };
-        std::iter::once(words).chain(self.agent_notes()).collect::<Vec<_>>().join("; ")
+        std::iter::once(words)
+            .chain(self.agent_notes().into_iter().map(|n| format!("the {n}")))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// What the stage's agent answered when it was asked and its answer was not used, each in
-    /// words: `the agent could not tell`, `the agent said disk-full, not used: …`, `the agent's
-    /// answer was not used: no answer within 60 s`.
+    /// words after its subject (each surface names the agent its own way): `agent could not
+    /// tell`, `agent said disk-full, not used: …`, `agent's answer was not used: no answer
+    /// within 60 s`.
     pub fn agent_notes(&self) -> Vec<String> {
         self.evidence
             .iter()
             .filter_map(|e| match e.kind.as_str() {
-                "unsure_agent" if e.value == "unknown" => Some("the agent could not tell".to_owned()),
-                "unsure_agent" => Some(format!(
-                    "the agent said {}, not used: only a sure pattern may stop the run for a person",
-                    e.value
-                )),
-                "agent_unusable" => Some(format!("the agent's answer was not used: {}", e.value)),
+                "unsure_agent" if e.value == "unknown" => Some("agent could not tell".to_owned()),
+                "unsure_agent" => {
+                    Some(format!("agent said {}, not used: only a sure pattern may stop the run for a person", e.value))
+                }
+                "agent_unusable" => Some(format!("agent's answer was not used: {}", e.value)),
                 _ => None,
             })
             .collect()

@@ -346,7 +346,7 @@ fn failure_sentence(f: &loopwright_engine::closed_loop::Failure) -> String {
     }
     s.push('.');
     for note in f.agent_notes() {
-        s.push_str(&format!(" The stage's {}.", note.trim_start_matches("the ").trim_end_matches('.')));
+        s.push_str(&format!(" The stage's {}.", note.trim_end_matches('.')));
     }
     s
 }
