@@ -348,7 +348,7 @@ impl Ports {
         let sandboxes = sandboxing(ws, pipeline)?;
         let mut changes = FsChanges::new(root.to_path_buf(), ws.runs_dir()).with_redactor(redactor.clone());
         if let Some((state, overlay)) = sandboxes.layers {
-            changes = changes.with_layers(state, overlay);
+            changes = changes.with_layers(state, overlay).with_max_layer_mb(ws.config.sandbox_limits.max_layer_mb);
         }
         let settings =
             loopwright_engine::closed_loop::Settings { sandbox: ws.config.sandbox, ..closed_loop_settings(ws)? };

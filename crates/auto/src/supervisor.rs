@@ -482,6 +482,7 @@ async fn run_check(command: &str, root: &Path) -> CheckRun {
         argv: &argv,
         stdin: None,
         env: &[],
+        inherit: true,
         cwd: root,
         deadline: tokio::time::Instant::now() + Duration::from_secs(600),
         grace: Duration::from_secs(5),

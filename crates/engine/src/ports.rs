@@ -80,12 +80,15 @@ pub struct Confinement {
     /// The layer the attempt writes into ([`Changes::make_layer`]), for agent-mode attempts
     /// and their checks; `None`: the workspace itself.
     pub layer: Option<String>,
+    /// Environment variables a sandboxed process gets besides the usual ones (the stage's
+    /// `env:`).
+    pub env: Vec<String>,
 }
 
 impl Default for Confinement {
     /// Unsandboxed.
     fn default() -> Self {
-        Self { sandbox: false, network: loopwright_spec::sandbox::Network::None, layer: None }
+        Self { sandbox: false, network: loopwright_spec::sandbox::Network::None, layer: None, env: Vec::new() }
     }
 }
 

@@ -894,7 +894,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         let default = if agent.is_some() { Network::Model } else { Network::None };
         let network = stage.network.clone().or_else(|| agent.and_then(|a| a.network.clone())).unwrap_or(default);
         let mode = stage.sandbox.unwrap_or(self.settings.sandbox);
-        crate::ports::Confinement { sandbox: mode != SandboxMode::Off, network, layer: None }
+        crate::ports::Confinement { sandbox: mode != SandboxMode::Off, network, layer: None, env: stage.env.clone() }
     }
 
     /// Discards the layer a stage's earlier attempt (or this one, interrupted) left, journaling

@@ -4,6 +4,7 @@
 //! `runner: command` (the prompt on stdin and in `LOOPWRIGHT_PROMPT_FILE`, SPEC §5), each
 //! process in its own process group.
 
+pub mod at;
 pub mod edits;
 pub mod git;
 pub mod guard;
@@ -94,9 +95,20 @@ struct Confined {
     _socket_dir: Option<tempfile::TempDir>,
     /// Its home, removed when it ends (copies of the agent's sign-in live there).
     home: Option<PathBuf>,
+    /// What of loopwright's environment it is given (`None`: all of it, unsandboxed).
+    inherited: Option<Vec<(String, String)>>,
 }
 
 impl Confined {
+    /// Its whole environment with `own` (loopwright's variables for it) added, and whether it
+    /// inherits the rest of loopwright's: a sandboxed process gets the allow list only.
+    fn environment(&self, own: &[(String, String)]) -> (Vec<(String, String)>, bool) {
+        match &self.inherited {
+            Some(allowed) => (allowed.iter().chain(own).cloned().collect(), false),
+            None => (own.to_vec(), true),
+        }
+    }
+
     /// Ends what the process needed; returns what the proxy refused it.
     fn finish(self) -> Vec<proxy::Refused> {
         let refused = self.proxy.as_ref().map(proxy::Proxy::refused).unwrap_or_default();
@@ -128,7 +140,8 @@ impl ProcessRunner {
     /// it is.
     fn confined(&self, argv: &[String], whose: &Whose<'_>) -> Result<Confined, String> {
         let Whose { run, home, workspace, mode, agent, confine } = *whose;
-        let unconfined = || Confined { argv: argv.to_vec(), proxy: None, _socket_dir: None, home: None };
+        let unconfined =
+            || Confined { argv: argv.to_vec(), proxy: None, _socket_dir: None, home: None, inherited: None };
         let Some(s) = self.sandbox.as_ref().filter(|_| confine.sandbox) else { return Ok(unconfined()) };
         let home = s.state.join(run.as_str()).join("homes").join(home);
         let _ = std::fs::remove_dir_all(&home);
@@ -162,6 +175,8 @@ impl ProcessRunner {
             Network::Model => agent.map(presets::model_hosts).unwrap_or_default(),
             Network::Hosts(hosts) => hosts.clone(),
         };
+        let (sockets, hosts): (Vec<_>, Vec<_>) = hosts.into_iter().partition(|h| h.unix_socket().is_some());
+        let sockets = sockets.iter().filter_map(|h| h.unix_socket().map(Path::to_path_buf)).collect();
         let (proxy, socket_dir, plan_proxy) = if hosts.is_empty() {
             (None, None, None)
         } else {
@@ -205,8 +220,30 @@ impl ProcessRunner {
             .flatten()
             .chain(sandbox::exposed(Path::new("/tmp"), std::env::var_os("PATH").as_deref(), &program))
             .collect(),
+            hidden: self.state_folders(workspace),
+            sockets,
         };
-        Ok(Confined { argv: sandbox::command(&s.bwrap, &plan, argv), proxy, _socket_dir: socket_dir, home: Some(home) })
+        // The agent's own process alone is given its key; its checks and shell stages are not.
+        let also: Vec<String> =
+            confine.env.iter().cloned().chain(agent.map(presets::agent_environment).unwrap_or_default()).collect();
+        Ok(Confined {
+            argv: sandbox::command(&s.bwrap, &plan, argv),
+            proxy,
+            _socket_dir: socket_dir,
+            home: Some(home),
+            inherited: Some(sandbox::environment(std::env::vars_os(), &also)),
+        })
+    }
+
+    /// loopwright's state folders a sandbox hides: the runs' (the journal, the daemon's token,
+    /// auto mode's sockets) and the workspace's own.
+    fn state_folders(&self, workspace: &Path) -> Vec<PathBuf> {
+        let mut hidden: Vec<PathBuf> = self.runs_dir.parent().map(Path::to_path_buf).into_iter().collect();
+        let own = workspace.join(".loopwright").join("state");
+        if !hidden.contains(&own) {
+            hidden.push(own);
+        }
+        hidden
     }
 
     fn env(&self, request: &StageRequest, prompt_file: &std::path::Path) -> Vec<(String, String)> {
@@ -391,6 +428,7 @@ impl Runner for ProcessRunner {
                 argv,
                 stdin: *stdin,
                 env: &env,
+                inherit: true,
                 cwd: &request.workspace,
                 deadline,
                 grace: self.kill_grace,
@@ -411,7 +449,8 @@ impl Runner for ProcessRunner {
                 Ok(c) => c,
                 Err(why) => return done(ExecOutcome::SpawnFailed(why), stdout, stderr),
             };
-            let spawn = Spawn { argv: &confined.argv, ..spawn };
+            let (environment, inherit) = confined.environment(&env);
+            let spawn = Spawn { argv: &confined.argv, env: &environment, inherit, ..spawn };
             let on_start = |pgid, start_time| {
                 let group = ProcessGroup { pgid, start_time, host: Some(process::machine().to_owned()) };
                 let _ = notices.send(Notice::ProcessStarted { group, command: shown.clone() });
@@ -484,10 +523,12 @@ impl Runner for ProcessRunner {
                 ("LOOPWRIGHT_CHECK".to_owned(), "1".to_owned()),
             ])
             .collect();
+        let (env, inherit) = confined.environment(&env);
         let spawn = Spawn {
             argv: &confined.argv,
             stdin: None,
             env: &env,
+            inherit,
             cwd: request.workspace,
             deadline: started + request.timeout,
             grace: self.kill_grace,
@@ -540,6 +581,9 @@ impl Runner for ProcessRunner {
     }
 }
 
+/// How much a layer may hold unless `[sandbox_limits] max_layer_mb` says (SPEC §12).
+pub const DEFAULT_MAX_LAYER_MB: u64 = 2048;
+
 /// Snapshots in the run's folder and commits with git, for a workspace on this machine.
 pub struct FsChanges {
     workspace: PathBuf,
@@ -554,6 +598,8 @@ pub struct FsChanges {
     layers: Option<(PathBuf, sandbox::Overlay)>,
     /// Where every commit is pushed before it is reported (a worker's run).
     publish: Option<Publish>,
+    /// The most a layer may hold on disk, in bytes, for its copy into the workspace.
+    max_layer: u64,
 }
 
 /// Ends every process of `run` that `lease` started and that still runs on this machine (found
@@ -610,6 +656,7 @@ impl FsChanges {
             last: std::cell::RefCell::new(None),
             redactor: secrets::Redactor::default(),
             layers: None,
+            max_layer: DEFAULT_MAX_LAYER_MB * 1024 * 1024,
             publish: None,
         }
     }
@@ -631,6 +678,11 @@ impl FsChanges {
     /// `overlay` mounts, and plan mode is mounted read-only: the runner sandboxes the stages.
     pub fn with_layers(self, state: PathBuf, overlay: sandbox::Overlay) -> Self {
         Self { layers: Some((state, overlay)), ..self }
+    }
+
+    /// A layer holding more than `mb` MiB is not copied into the workspace: its attempt fails.
+    pub fn with_max_layer_mb(self, mb: u64) -> Self {
+        Self { max_layer: mb.saturating_mul(1024 * 1024), ..self }
     }
 
     fn layer(&self, run: &RunId, name: &str) -> Result<sandbox::Layer, String> {
@@ -816,7 +868,7 @@ impl Changes for FsChanges {
         }
         let head = self.head();
         let copied = layer
-            .copy_into(&self.workspace, head.as_deref())
+            .copy_into(&self.workspace, head.as_deref(), self.max_layer)
             .map_err(|e| format!("cannot copy {} into the workspace: {e}", layer.dir.display()))?;
         let paths: Vec<String> = copied.written.into_iter().chain(copied.deleted).collect();
         let n = paths.len();

@@ -137,6 +137,33 @@ pub fn model_hosts(agent: &Agent) -> Vec<Host> {
     if set.is_empty() { defaults.iter().filter_map(|h| Host::parse(h).ok()).collect() } else { set }
 }
 
+/// The environment variables an agent's own process is given in a sandbox, besides those
+/// every sandboxed process gets: its `api_key_env`, and for a CLI preset the variables it
+/// reads its API key, sign-in and model host from (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`,
+/// …). Nothing else of loopwright's environment reaches it.
+pub fn agent_environment(agent: &Agent) -> Vec<String> {
+    let own: &[&str] = match agent.runner {
+        RunnerKind::Claude => &[
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_AUTH_TOKEN",
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_MODEL",
+            "CLAUDE_CODE_OAUTH_TOKEN",
+            "CLAUDE_CODE_USE_BEDROCK",
+            "CLAUDE_CODE_USE_VERTEX",
+        ],
+        RunnerKind::Codex => &["OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_API_KEY"],
+        RunnerKind::Gemini => &["GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GOOGLE_CLOUD_PROJECT"],
+        RunnerKind::Aider => &["OPENAI_API_KEY", "OPENAI_API_BASE", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
+        RunnerKind::Opencode => &["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"],
+        RunnerKind::Goose => {
+            &["GOOSE_PROVIDER", "OPENAI_API_KEY", "OPENAI_HOST", "ANTHROPIC_API_KEY", "ANTHROPIC_HOST"]
+        }
+        RunnerKind::Openai | RunnerKind::Anthropic | RunnerKind::Command | RunnerKind::Shell => &[],
+    };
+    agent.api_key_env.iter().cloned().chain(own.iter().map(|v| (*v).to_owned())).collect()
+}
+
 /// The provider an agent calls, as `[[limits]]` entries name it: the one its CLI or API is
 /// made for, else (CLIs that take any model) the one its model belongs to (`anthropic/…`,
 /// `claude-…`; `openai/…`, `gpt-…`, `o3`; `google/…`, `gemini-…`); none for a `command`

@@ -49,6 +49,9 @@ pub struct Spawn<'a> {
     pub stdin: Option<&'a str>,
     /// Extra environment.
     pub env: &'a [(String, String)],
+    /// Whether it inherits loopwright's environment besides `env` (false: `env` is all it
+    /// gets, as in a sandbox).
+    pub inherit: bool,
     /// Working directory.
     pub cwd: &'a Path,
     /// When to end it.
@@ -78,6 +81,9 @@ pub async fn run_live(
     // The program sees the name it was given (`sh`, not `/usr/bin/sh`), so its messages read
     // as usual.
     cmd.arg0(program);
+    if !spawn.inherit {
+        cmd.env_clear();
+    }
     cmd.args(args)
         .current_dir(spawn.cwd)
         .envs(spawn.env.iter().map(|(k, v)| (k, v)))

@@ -86,8 +86,13 @@ pub struct Plan {
     pub limits: Option<Limits>,
     /// Host paths it may read, bound read-only at the same path (the attempt's prompt file,
     /// the repository a worktree belongs to, the programs it runs that live under `/tmp`:
-    /// [`exposed`]), where the private `/tmp` or the hidden home would hide them.
+    /// [`exposed`]), where the private `/tmp` or the hidden home would hide them. Bound after
+    /// `hidden`, so a run's prompts show through its hidden state folder.
     pub read_only: Vec<PathBuf>,
+    /// Folders it must not see at all, an empty one over each: loopwright's state folders.
+    pub hidden: Vec<PathBuf>,
+    /// Host Unix sockets it may connect to (`network: [unix:/path]`), bound at their path.
+    pub sockets: Vec<PathBuf>,
 }
 
 /// What a process in `workspace` needs to read besides it: for a git worktree, the repository
@@ -226,18 +231,88 @@ pub struct ProxyPlan {
     pub tunnels: Vec<(String, u16)>,
 }
 
+/// Variables of loopwright's environment every sandboxed process is given (SPEC §12): where
+/// it runs and how it speaks (`PATH`, `LANG`, `LC_*`, `TERM`, `TZ`), who it is, the trace it
+/// belongs to, and where the toolchains it builds with live. `HOME`, `TMPDIR` and the proxy's
+/// variables are set by the sandbox itself, loopwright's own `LOOPWRIGHT_*` by the runner.
+const ENVIRONMENT: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "TRACEPARENT",
+    "TRACESTATE",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "NVM_DIR",
+    "NVM_BIN",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "VIRTUAL_ENV",
+    "GOPATH",
+    "GOROOT",
+    "JAVA_HOME",
+    "BUN_INSTALL",
+    "VOLTA_HOME",
+    "ASDF_DATA_DIR",
+    "DENO_INSTALL",
+];
+
+/// The environment a sandboxed process starts with, from loopwright's (`vars`): an allow list
+/// — [`ENVIRONMENT`], `LC_*`, and the names in `also` (a stage's `env:`; an agent's key) — so
+/// no other secret, store URL or daemon token enters. Variables whose name or value is not
+/// text are left out.
+pub fn environment(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    also: &[String],
+) -> Vec<(String, String)> {
+    vars.filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| ENVIRONMENT.contains(&k.as_str()) || k.starts_with("LC_") || also.contains(k))
+        .collect()
+}
+
 /// Where the proxy's socket is inside the sandbox.
 pub const PROXY_SOCKET: &str = "/run/loopwright/proxy.sock";
 /// The loopback address the forwarder listens on inside the sandbox (`HTTPS_PROXY`).
 pub const PROXY_LISTEN: &str = "127.0.0.1:3128";
 
+/// Where loopwright reads pipelines and agents from, relative to a workspace (and git's own
+/// folder): read-only in every sandbox and never copied back from a layer (SPEC §12).
+pub const CONFIGURATION: &[&str] =
+    &[".git", ".loopwright", "configurations/pipelines", ".claude/agents", ".cursor/agents"];
+
+/// Host folders every sandbox gets an empty one of its own over: where host services keep
+/// their Unix sockets (`/run`, `/var/run`), shared temporary folders, and shared memory.
+const PRIVATE: &[&str] = &["/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm"];
+
 /// The argv that runs `argv` in the sandbox `plan` describes: `bwrap …` (or, for a layer,
 /// `unshare -Urm sh -c 'mount the overlay; exec bwrap …'`). `bwrap` is the program's path.
+///
+/// Whatever the process is, it holds no capability: bubblewrap makes a user namespace of its
+/// own inside any the layer was mounted in (mapped back to the caller's user and group),
+/// drops every capability there, forbids further user namespaces (`--disable-userns`, so
+/// nothing inside can gain capabilities over a namespace of its own) and sets
+/// `no_new_privs`. So a process inside can neither unmount what hides the host nor remount
+/// anything writable, as root or not.
 pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
     let ws = plan.workspace.display().to_string();
+    let (uid, gid) = (nix::unistd::getuid().as_raw().to_string(), nix::unistd::getgid().as_raw().to_string());
     let mut b: Vec<String> = vec![bwrap.display().to_string()];
     let mut add = |items: &[&str]| b.extend(items.iter().map(|s| (*s).to_owned()));
-    add(&["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
+    add(&["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]);
+    for dir in PRIVATE {
+        // `/var/run` is usually a link to `/run`, made private with it.
+        if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
+            add(&["--tmpfs", dir]);
+        }
+    }
+    add(&["--unshare-user", "--uid", &uid, "--gid", &gid, "--disable-userns", "--cap-drop", "ALL"]);
     add(&["--unshare-pid", "--die-with-parent", "--unshare-ipc", "--unshare-uts"]);
     if let Some(user) = plan.user_home.as_ref().filter(|u| u.path.is_absolute() && u.path != Path::new("/")) {
         let path = user.path.display().to_string();
@@ -260,7 +335,7 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
     add(&["--bind", &home, &home, "--setenv", "HOME", &home, "--setenv", "TMPDIR", "/tmp"]);
     if let Some(proxy) = &plan.proxy {
         let url = format!("http://{PROXY_LISTEN}");
-        add(&["--tmpfs", "/run", "--bind", &proxy.socket.display().to_string(), PROXY_SOCKET]);
+        add(&["--bind", &proxy.socket.display().to_string(), PROXY_SOCKET]);
         // The helper may live under /tmp (a build in a temporary clone), which the private
         // /tmp hides.
         let helper = proxy.helper.display().to_string();
@@ -287,9 +362,13 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
         let inside = plan.home.join(under).display().to_string();
         add(&["--ro-bind-try", &host.display().to_string(), &inside]);
     }
-    for path in &plan.read_only {
-        let path = path.display().to_string();
-        add(&["--ro-bind-try", &path, &path]);
+    // loopwright's state (the journal, the daemon's token, auto mode's sockets) is not there at
+    // all. A state folder the workspace lies in (a worktree's) is hidden before the workspace
+    // is bound back in it; the workspace's own after it, which would show it again.
+    let (around, inside): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        plan.hidden.iter().partition(|h| plan.workspace.starts_with(h));
+    for dir in around {
+        add(&["--tmpfs", &dir.display().to_string()]);
     }
     // Bound again after the private /tmp, which would hide a workspace under /tmp. A layer's
     // overlay was mounted over the workspace's own path before bubblewrap starts: binding it
@@ -299,10 +378,25 @@ pub fn command(bwrap: &Path, plan: &Plan, argv: &[String]) -> Vec<String> {
         Write::Direct | Write::Layer { .. } => add(&["--bind", &ws, &ws]),
     }
     if !matches!(plan.write, Write::ReadOnly) {
-        for control in [".git", ".loopwright"] {
-            let path = plan.workspace.join(control).display().to_string();
-            add(&["--ro-bind-try", &path, &path]);
+        for control in CONFIGURATION {
+            let path = plan.workspace.join(control);
+            // Only a real folder is bound: a link the workspace holds there would be followed.
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+                let path = path.display().to_string();
+                add(&["--ro-bind", &path, &path]);
+            }
         }
+    }
+    for dir in inside.into_iter().filter(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir())) {
+        add(&["--tmpfs", &dir.display().to_string()]);
+    }
+    for path in &plan.read_only {
+        let path = path.display().to_string();
+        add(&["--ro-bind-try", &path, &path]);
+    }
+    for socket in &plan.sockets {
+        let socket = socket.display().to_string();
+        add(&["--bind-try", &socket, &socket]);
     }
     add(&["--chdir", &ws, "--"]);
     if let Some(proxy) = &plan.proxy {
@@ -391,6 +485,9 @@ pub struct Probe {
     pub bwrap: Result<(PathBuf, String), String>,
     /// Whether bubblewrap can make its namespaces here (user namespaces), or why not.
     pub namespaces: Result<(), String>,
+    /// What a process inside holds, read from its own `/proc/self/status` in a sandbox made
+    /// as stages' are: `Ok` when it holds no capability and has `no_new_privs`, else why not.
+    pub capabilities: Result<(), String>,
     /// What mounts layers here (an overlay in a user namespace), or why none can.
     pub overlay: Result<Overlay, String>,
 }
@@ -403,9 +500,9 @@ impl Probe {
 
     /// The `bwrap` to make sandboxes with, or why none can be made here.
     pub fn usable(&self) -> Result<&Path, String> {
-        match (&self.bwrap, &self.namespaces) {
-            (Err(why), _) | (_, Err(why)) => Err(why.clone()),
-            (Ok((path, _)), Ok(())) => Ok(path),
+        match (&self.bwrap, &self.namespaces, &self.capabilities) {
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => Err(why.clone()),
+            (Ok((path, _)), Ok(()), Ok(())) => Ok(path),
         }
     }
 }
@@ -427,6 +524,7 @@ pub fn probe(scratch: &Path) -> Probe {
         return Probe {
             bwrap: Err("bubblewrap (`bwrap`) is not installed: `apt-get install bubblewrap`".into()),
             namespaces: Err("not tried: no bubblewrap".into()),
+            capabilities: Err("not tried: no bubblewrap".into()),
             overlay: Err("not tried: no bubblewrap".into()),
         };
     };
@@ -448,8 +546,52 @@ pub fn probe(scratch: &Path) -> Probe {
         )),
         Err(e) => Err(format!("bubblewrap could not be run: {e}")),
     };
+    let capabilities = match &namespaces {
+        Ok(()) => probe_capabilities(&bwrap),
+        Err(_) => Err("not tried: no namespaces".into()),
+    };
     let overlay = probe_overlay(scratch);
-    Probe { bwrap: Ok((bwrap, version)), namespaces, overlay }
+    Probe { bwrap: Ok((bwrap, version)), namespaces, capabilities, overlay }
+}
+
+/// Starts a sandbox as stages get one and reads, inside, what its process holds: every
+/// capability dropped (`CapEff` 0, `CapBnd` 0) and `no_new_privs` set, or why not.
+fn probe_capabilities(bwrap: &Path) -> Result<(), String> {
+    let scratch = std::env::temp_dir();
+    let plan = Plan {
+        workspace: scratch.clone(),
+        write: Write::ReadOnly,
+        home: scratch,
+        config: Vec::new(),
+        network: false,
+        proxy: None,
+        user_home: None,
+        limits: None,
+        read_only: Vec::new(),
+        hidden: Vec::new(),
+        sockets: Vec::new(),
+    };
+    let argv = command(bwrap, &plan, &["cat".to_owned(), "/proc/self/status".to_owned()]);
+    let out =
+        Command::new(&argv[0]).args(&argv[1..]).output().map_err(|e| format!("bubblewrap could not be run: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "bubblewrap cannot drop a process's capabilities here ({}); bubblewrap 0.8 or later is needed",
+            stderr_line(&out)
+        ));
+    }
+    let status = String::from_utf8_lossy(&out.stdout);
+    let field =
+        |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or("unknown").to_owned();
+    let (effective, bounding, nnp) = (field("CapEff:"), field("CapBnd:"), field("NoNewPrivs:"));
+    let none = |v: &str| v.chars().all(|c| c == '0') && !v.is_empty();
+    if none(&effective) && none(&bounding) && nnp == "1" {
+        Ok(())
+    } else {
+        Err(format!(
+            "a process in the sandbox would keep capabilities (CapEff {effective}, CapBnd {bounding}, NoNewPrivs {nnp})"
+        ))
+    }
 }
 
 /// What mounts layers here: the kernel's overlay in a user namespace, else `fuse-overlayfs`,
@@ -523,74 +665,108 @@ pub fn copy_back(upper: &Path, workspace: &Path) -> std::io::Result<CopiedBack> 
 
 /// [`copy_back`] for a layer whose deletions are marked as `marks` says: the layer's entries
 /// as [`list`] gives them (parents before children), each carried into the workspace.
+///
+/// Every write goes through folder handles ([`crate::at`]): no component of a workspace path is
+/// followed if it is a link, whatever the attempt planted there, and each file is made under a
+/// fresh name exclusively before it is renamed into place. Nothing is written under `.git/`,
+/// loopwright's configuration ([`CONFIGURATION`]) or through a link; set-id and sticky bits are
+/// dropped; sparse files stay sparse.
 fn copy_back_marked(upper: &Path, workspace: &Path, marks: Marks) -> std::io::Result<CopiedBack> {
+    use crate::at::{Folder, Kind, Walk};
     let mut entries = Vec::new();
     list(upper, upper, marks, &mut entries)?;
+    let (layer, ws) = (Folder::open(upper)?, Folder::open(workspace)?);
     let mut out = CopiedBack::default();
     let mut refused_folders: Vec<String> = Vec::new();
     for (rel, what) in entries {
-        // What lies in a folder the guard refused is left out with it.
+        // What lies in a folder that was refused is left out with it.
         if refused_folders.iter().any(|f| Path::new(&rel).starts_with(f)) {
             continue;
         }
-        let target = match crate::guard::replaceable(workspace, &rel) {
-            Ok(t) => t,
+        let mut refuse = |why: String, out: &mut CopiedBack| {
+            if matches!(what, Entry::Dir { .. }) {
+                refused_folders.push(rel.clone());
+            }
+            out.refused.push((rel.clone(), why));
+        };
+        let parts = match crate::guard::components(&rel) {
+            Ok(parts) => parts,
             Err(refused) => {
-                if matches!(what, Entry::Dir { .. }) {
-                    refused_folders.push(rel.clone());
-                }
-                out.refused.push((rel, refused.to_string()));
+                refuse(refused.to_string(), &mut out);
                 continue;
             }
         };
-        let path = upper.join(&rel);
+        // A deletion, a replaced folder or a file over a folder that holds configuration would
+        // remove it too.
+        let replaces = matches!(what, Entry::Whiteout | Entry::File | Entry::Dir { opaque: true });
+        if let Some(dir) = configuration(&rel, replaces) {
+            refuse(format!("`{rel}` is inside `{dir}/`, where loopwright reads pipelines and agents from"), &mut out);
+            continue;
+        }
+        let (name, folders) = parts.split_last().expect("components gives at least one");
+        let name = std::ffi::OsStr::new(name);
+        let make = !matches!(what, Entry::Whiteout | Entry::Mark);
+        let parent = match ws.walk(folders, make)? {
+            Walk::Found(parent) => parent,
+            // Nothing there to delete.
+            Walk::Missing => continue,
+            Walk::Link(i) => {
+                let link = parts[..=i].join("/");
+                refuse(crate::guard::Refused::Link { path: rel.clone(), link }.to_string(), &mut out);
+                continue;
+            }
+            Walk::NotFolder(i) => {
+                let at = parts[..=i].join("/");
+                refuse(crate::guard::Refused::Kind { path: rel.clone(), at, expected: "folder" }.to_string(), &mut out);
+                continue;
+            }
+        };
         match what {
             Entry::Mark => {}
             Entry::Whiteout => {
                 // The attempt deleted it.
-                if remove_any(&target)? {
+                if parent.remove(name)? {
                     out.deleted.push(rel);
                 }
             }
             Entry::Dir { opaque } => {
-                if opaque {
-                    // The attempt replaced the folder: what the lower layer had there is gone.
-                    if remove_any(&target)? {
-                        out.deleted.push(rel.clone());
-                    }
+                // An opaque folder: the attempt replaced it, and what the lower layer had there
+                // is gone.
+                if opaque && parent.remove(name)? {
+                    out.deleted.push(rel.clone());
                 }
-                if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir()) {
-                    remove_any(&target)?;
-                }
-                std::fs::create_dir_all(&target)?;
+                parent.make_folder(name)?;
             }
             Entry::File => {
-                let meta = std::fs::symlink_metadata(&path)?;
-                if meta.file_type().is_symlink() {
-                    let to = std::fs::read_link(&path)?;
-                    remove_any(&target)?;
-                    std::os::unix::fs::symlink(to, &target)?;
-                    out.written.push(rel);
-                } else if meta.is_file() {
-                    if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
-                        remove_any(&target)?;
+                let Walk::Found(source) = layer.walk(folders, false)? else { continue };
+                match source.kind(name)? {
+                    Some(Kind::Link) => {
+                        parent.write_link(name, &source.read_link(name)?)?;
+                        out.written.push(rel);
                     }
-                    let tmp = target.with_file_name(format!(
-                        ".{}.loopwright-copy",
-                        target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-                    ));
-                    std::fs::copy(&path, &tmp)?;
-                    std::fs::set_permissions(&tmp, meta.permissions())?;
-                    std::fs::rename(&tmp, &target)?;
-                    out.written.push(rel);
+                    Some(Kind::File) => {
+                        let file = source.open_file(name)?;
+                        let mode =
+                            file.metadata().map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))?;
+                        parent.write_copy(name, &file, mode)?;
+                        out.written.push(rel);
+                    }
+                    // Sockets, pipes and devices made by the attempt are not carried back.
+                    _ => {}
                 }
-                // Sockets, pipes and devices made by the attempt are not carried back.
             }
         }
     }
     out.written.sort();
     out.deleted.sort();
     Ok(out)
+}
+
+/// The configuration folder `rel` (a workspace path) lies in, if it lies in one; with
+/// `or_holds`, also one it holds.
+fn configuration(rel: &str, or_holds: bool) -> Option<&'static str> {
+    let rel = Path::new(rel);
+    CONFIGURATION.iter().copied().find(|c| rel.starts_with(c) || (or_holds && Path::new(c).starts_with(rel)))
 }
 
 /// How a layer marks what the attempt deleted.
@@ -774,13 +950,24 @@ impl Layer {
 
     /// Copies it into `workspace` (see [`copy_back`]), after keeping what the workspace held at
     /// each path it changes; `head` is the repository's commit now, if any.
-    pub fn copy_into(&self, workspace: &Path, head: Option<&str>) -> std::io::Result<CopiedBack> {
+    pub fn copy_into(&self, workspace: &Path, head: Option<&str>, max_bytes: u64) -> std::io::Result<CopiedBack> {
+        use crate::at::{Folder, Walk};
+        let held = self.size()?;
+        if held > max_bytes {
+            return Err(std::io::Error::other(format!(
+                "the attempt wrote {} MiB, more than the {} MiB a layer may hold ([sandbox_limits] max_layer_mb)",
+                held.div_ceil(1024 * 1024),
+                max_bytes / (1024 * 1024)
+            )));
+        }
         let marker = self.dir.join("copying");
         if !marker.exists() {
             // A copy cut short by a crash is done again over the same `before/`: it holds the
             // workspace as it was before the first try.
             let before = self.dir.join("before");
             remove_any(&before)?;
+            std::fs::create_dir(&before)?;
+            let (ws, kept) = (Folder::open(workspace)?, Folder::open(&before)?);
             let mut entries = Vec::new();
             list(&self.upper(), &self.upper(), self.marks(), &mut entries)?;
             let mut created = String::new();
@@ -788,14 +975,21 @@ impl Layer {
                 if matches!(kind, Entry::Dir { opaque: false }) {
                     continue;
                 }
-                let from = workspace.join(&rel);
-                match std::fs::symlink_metadata(&from) {
-                    Ok(_) => keep(&from, &before.join(&rel))?,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // What the copy-back refuses is not kept either.
+                let Ok(parts) = crate::guard::components(&rel) else { continue };
+                let (name, folders) = parts.split_last().expect("components gives at least one");
+                let name = std::ffi::OsStr::new(name);
+                match ws.walk(folders, false)? {
+                    Walk::Found(parent) if parent.kind(name)?.is_some() => {
+                        let Walk::Found(into) = kept.walk(folders, true)? else { continue };
+                        keep(&parent, &into, name)?;
+                    }
+                    Walk::Found(_) | Walk::Missing => {
                         created.push_str(&rel);
                         created.push('\0');
                     }
-                    Err(e) => return Err(e),
+                    // Behind a link or a file: the copy-back writes nothing there.
+                    Walk::Link(_) | Walk::NotFolder(_) => {}
                 }
             }
             std::fs::write(self.dir.join("created"), created)?;
@@ -806,18 +1000,40 @@ impl Layer {
         copy_back_marked(&self.upper(), workspace, self.marks())
     }
 
+    /// What its files take on disk, in bytes (a sparse file counts for the data it holds).
+    pub fn size(&self) -> std::io::Result<u64> {
+        fn under(dir: &Path) -> std::io::Result<u64> {
+            use std::os::unix::fs::MetadataExt;
+            let mut total = 0u64;
+            for entry in std::fs::read_dir(dir)? {
+                let entry = entry?;
+                let meta = entry.metadata()?;
+                total = total.saturating_add(meta.blocks().saturating_mul(512));
+                if meta.is_dir() {
+                    total = total.saturating_add(under(&entry.path())?);
+                }
+            }
+            Ok(total)
+        }
+        under(&self.upper())
+    }
+
     /// Removes it. When a copy into `workspace` had begun and the repository is still at the
     /// commit it was (`head`: nothing was committed since), the copy is undone first: the
     /// workspace is as it was before. Returns how many entries the layer held.
     pub fn discard(&self, workspace: &Path, head: Option<&str>) -> std::io::Result<usize> {
+        use crate::at::{Folder, Walk};
         let held = self.count();
         if let Ok(was) = std::fs::read_to_string(self.dir.join("copying"))
             && was == head.unwrap_or_default()
         {
+            let ws = Folder::open(workspace)?;
             let created = std::fs::read_to_string(self.dir.join("created")).unwrap_or_default();
             for rel in created.split('\0').filter(|r| !r.is_empty()) {
-                if let Ok(target) = crate::guard::replaceable(workspace, rel) {
-                    remove_any(&target)?;
+                let Ok(parts) = crate::guard::components(rel) else { continue };
+                let (name, folders) = parts.split_last().expect("components gives at least one");
+                if let Walk::Found(parent) = ws.walk(folders, false)? {
+                    parent.remove(std::ffi::OsStr::new(name))?;
                 }
             }
             let before = self.dir.join("before");
@@ -851,22 +1067,24 @@ fn list(dir: &Path, upper: &Path, marks: Marks, out: &mut Vec<(String, Entry)>) 
     Ok(())
 }
 
-/// Copies a file, link or folder (recursively) from `from` to `to`, keeping links as links.
-fn keep(from: &Path, to: &Path) -> std::io::Result<()> {
-    if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let meta = std::fs::symlink_metadata(from)?;
-    if meta.is_symlink() {
-        std::os::unix::fs::symlink(std::fs::read_link(from)?, to)
-    } else if meta.is_dir() {
-        std::fs::create_dir_all(to)?;
-        for entry in std::fs::read_dir(from)? {
-            let entry = entry?;
-            keep(&entry.path(), &to.join(entry.file_name()))?;
+/// Copies the file, link or folder (recursively) `name` of `from` into `to`, keeping links as
+/// links, never following one.
+fn keep(from: &crate::at::Folder, to: &crate::at::Folder, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    use crate::at::Kind;
+    match from.kind(name)? {
+        Some(Kind::Link) => to.write_link(name, &from.read_link(name)?),
+        Some(Kind::File) => {
+            let file = from.open_file(name)?;
+            let mode = std::os::unix::fs::PermissionsExt::mode(&file.metadata()?.permissions());
+            to.write_copy(name, &file, mode)
         }
-        Ok(())
-    } else {
-        std::fs::copy(from, to).map(|_| ())
+        Some(Kind::Folder) => {
+            let (inner, into) = (from.child(name)?, to.make_folder(name)?);
+            for (entry, _) in inner.entries()? {
+                keep(&inner, &into, entry.as_os_str())?;
+            }
+            Ok(())
+        }
+        Some(Kind::Other) | None => Ok(()),
     }
 }

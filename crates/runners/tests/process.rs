@@ -218,6 +218,7 @@ async fn the_start_time_told_at_spawn_is_the_one_in_proc() {
             argv: &argv,
             stdin: None,
             env: &[],
+            inherit: true,
             cwd: dir.path(),
             deadline: tokio::time::Instant::now() + Duration::from_secs(10),
             grace: Duration::from_millis(100),

@@ -73,6 +73,8 @@ fn plan(c: &Case, write: Write) -> Plan {
         user_home: None,
         limits: None,
         read_only: vec![],
+        hidden: vec![],
+        sockets: vec![],
     }
 }
 
@@ -143,7 +145,7 @@ fn a_layer_takes_every_write_and_copies_back_only_what_the_guard_allows() {
         assert_eq!((code, out.trim()), (0, "git-refused\nloopwright-refused"), "{overlay:?}: {err}");
         // Nothing reached the workspace while the attempt ran.
         assert_eq!(tree(&c.ws), before);
-        let copied = layer.copy_into(&c.ws, None).expect("copy back");
+        let copied = layer.copy_into(&c.ws, None, u64::MAX).expect("copy back");
         assert_eq!(copied.written, ["change.txt", "link", "src/new/b.rs", "src/old/c.rs"], "{overlay:?}");
         assert_eq!(copied.deleted, ["gone.txt", "src/old"], "{overlay:?}");
         assert_eq!(copied.refused, Vec::<(String, String)>::new());
@@ -345,7 +347,7 @@ fn a_copy_a_crash_cut_short_is_undone_when_its_layer_is_dropped_and_kept_once_co
         // The copy ran (as far as a crash let it), then loopwright died before its journal
         // entry; on resume the layer is dropped. Until a commit moved the repository on, the
         // workspace is put back as it was; after one, the copy stands.
-        layer.copy_into(&c.ws, Some("commit-a")).expect("copy");
+        layer.copy_into(&c.ws, Some("commit-a"), u64::MAX).expect("copy");
         let after = tree(&c.ws);
         assert_ne!(after, before);
         let head_now = if committed { "commit-b" } else { "commit-a" };

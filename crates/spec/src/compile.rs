@@ -420,6 +420,7 @@ impl Compiler<'_> {
         let budget = rs.budget.as_ref().map_or(Some(Budget::default()), |b| self.budget(b, stage));
         let sandbox = rs.sandbox.as_ref().map(|m| self.sandbox_mode(m, stage));
         let network = rs.network.as_ref().map(|n| self.network(n, stage, &agent));
+        let env = rs.env.as_ref().map_or(Some(Vec::new()), |e| self.env_names(e, stage));
 
         Some(Stage {
             id: id?,
@@ -456,7 +457,32 @@ impl Compiler<'_> {
                 Some(network) => Some(network?),
                 None => None,
             },
+            env: env?,
         })
+    }
+
+    /// A stage's `env:`: names of environment variables (letters, digits, `_`, not starting
+    /// with a digit), each once.
+    fn env_names(&mut self, raw: &Spanned<Vec<String>>, stage: Option<&str>) -> Option<Vec<String>> {
+        let mut names: Vec<String> = Vec::new();
+        let mut ok = true;
+        for name in &raw.value {
+            let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                let d = self.error(
+                    Some(&raw.referenced),
+                    stage,
+                    "env",
+                    format!("`{name}` is not the name of an environment variable"),
+                );
+                d.help = Some("write names only, for example: env: [DATABASE_URL, RUST_LOG]".into());
+                ok = false;
+            } else if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        ok.then_some(names)
     }
 
     /// A stage's `sandbox:`: `auto`, `required` or `off`.

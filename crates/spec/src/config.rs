@@ -373,11 +373,14 @@ pub struct SandboxLimits {
     /// Processes this user may have at once while it runs (the kernel counts every process
     /// of the user, not only the sandbox's): a fork bomb stops there.
     pub processes: u64,
+    /// The most an agent-mode attempt's layer may hold on disk, in MiB: a larger one is not
+    /// copied into the workspace and the attempt fails, saying so.
+    pub max_layer_mb: u64,
 }
 
 impl Default for SandboxLimits {
     fn default() -> Self {
-        Self { file_size_mb: 8192, processes: 8192 }
+        Self { file_size_mb: 8192, processes: 8192, max_layer_mb: 2048 }
     }
 }
 

@@ -196,6 +196,8 @@ pub struct Stage {
     pub sandbox: Option<crate::sandbox::SandboxMode>,
     /// `network:` as written on the stage (`None`: the agent's, else the default).
     pub network: Option<crate::sandbox::Network>,
+    /// `env:`: the variables a sandboxed process of the stage gets besides the usual ones.
+    pub env: Vec<String>,
 }
 
 /// Backoff between retries (seed 004).

@@ -129,6 +129,11 @@ pub struct RawStage {
     /// for shell commands and checks.
     #[schemars(with = "Option<RawNetwork>")]
     pub network: Option<Spanned<RawNetworkValue>>,
+    /// Environment variables a sandboxed process of this stage is given besides the ones every
+    /// sandboxed process gets (`PATH`, `HOME`, `LANG`, `LC_*`, `TERM`, `TZ`, loopwright's own):
+    /// names only, their values taken from loopwright's environment.
+    #[schemars(with = "Option<Vec<String>>")]
+    pub env: Option<Spanned<Vec<String>>>,
 }
 
 /// Execution mode of a stage.

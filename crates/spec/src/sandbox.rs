@@ -79,19 +79,34 @@ impl fmt::Display for Network {
     }
 }
 
-/// A host a sandboxed process may reach, with its port.
+/// A host a sandboxed process may reach, with its port; or a host Unix socket it may connect
+/// to (`unix:/path`, port 0: see [`Host::unix_socket`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Host {
-    /// The name or address, lower case, without brackets.
+    /// The name or address, lower case, without brackets; `unix:` and an absolute path for a
+    /// Unix socket.
     pub host: String,
-    /// The port (443 unless written; 80 for an `http://` URL).
+    /// The port (443 unless written; 80 for an `http://` URL; 0 for a Unix socket).
     pub port: u16,
 }
 
+/// How a Unix socket is written in `network:`.
+const UNIX: &str = "unix:";
+
 impl Host {
-    /// Parses `host`, `host:port`, `[v6]:port` or a URL (`https://host[:port]/…`).
+    /// Parses `host`, `host:port`, `[v6]:port`, a URL (`https://host[:port]/…`), or
+    /// `unix:/absolute/path` for a host Unix socket.
     pub fn parse(text: &str) -> Result<Self, String> {
         let text = text.trim();
+        if let Some(path) = text.strip_prefix(UNIX) {
+            let clean = std::path::Path::new(path)
+                .components()
+                .all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
+            if !path.starts_with('/') || !clean || path.len() < 2 {
+                return Err(format!("`{text}`: a Unix socket is written `unix:/absolute/path` (no `..`)"));
+            }
+            return Ok(Self { host: format!("{UNIX}{path}"), port: 0 });
+        }
         let url = if text.contains("://") { text.to_owned() } else { format!("https://{text}") };
         let parsed = url::Url::parse(&url).map_err(|e| format!("`{text}` is not a host, host:port or URL ({e})"))?;
         if !parsed.username().is_empty() || parsed.password().is_some() {
@@ -111,9 +126,18 @@ impl Host {
     }
 }
 
+impl Host {
+    /// The host Unix socket this names, if it names one.
+    pub fn unix_socket(&self) -> Option<&std::path::Path> {
+        self.host.strip_prefix(UNIX).filter(|_| self.port == 0).map(std::path::Path::new)
+    }
+}
+
 impl fmt::Display for Host {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
+        if self.unix_socket().is_some() {
+            f.write_str(&self.host)
+        } else if self.host.contains(':') {
             write!(f, "[{}]:{}", self.host, self.port)
         } else {
             write!(f, "{}:{}", self.host, self.port)
@@ -136,6 +160,9 @@ mod tests {
             "user@host",
             "",
             "ftp://x",
+            "unix:/run/postgresql/.s.PGSQL.5432",
+            "unix:run/x",
+            "unix:/run/../etc/x",
         ]
         .iter()
         .map(|t| Host::parse(t).map(|h| h.to_string()).map_err(|_| ()))
@@ -149,6 +176,9 @@ mod tests {
                 Ok("127.0.0.1:9".into()),
                 Ok("[::1]:9".into()),
                 Err(()),
+                Err(()),
+                Err(()),
+                Ok("unix:/run/postgresql/.s.PGSQL.5432".into()),
                 Err(()),
                 Err(()),
             ]

@@ -80,6 +80,8 @@ fn sandbox_figures(stages: usize) -> Result<u8, CliError> {
         user_home: None,
         limits: None,
         read_only: vec![],
+        hidden: vec![],
+        sockets: vec![],
     };
     let truth = vec!["true".to_owned()];
     let mut figures = Vec::new();

@@ -45,6 +45,7 @@ pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
                 "available": probe.missing().is_none(),
                 "bubblewrap": bwrap,
                 "namespaces": probe.namespaces.as_ref().err(),
+                "capabilities": probe.capabilities.as_ref().err(),
                 "overlay": probe.overlay.as_ref().err(),
                 "layers": probe.overlay.as_ref().ok().map(|o| o.describe()),
                 "state": match &state {
@@ -67,6 +68,12 @@ pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
         Err(why) => println!("  bubblewrap       missing: {why}"),
     }
     println!("  namespaces       {}", word(&probe.namespaces));
+    match &probe.capabilities {
+        Ok(()) => {
+            println!("  capabilities     none inside (CapEff 0, no_new_privs): nothing inside can unmount or remount")
+        }
+        Err(why) => println!("  capabilities     {why}"),
+    }
     match &probe.overlay {
         Ok(overlay) => println!("  layers           {}: agent-mode attempts write into a layer", overlay.describe()),
         Err(why) => println!(

@@ -102,6 +102,8 @@ fn a_process_without_network_reaches_only_the_allowed_hosts_through_the_proxy() 
         user_home: None,
         limits: None,
         read_only: vec![],
+        hidden: vec![],
+        sockets: vec![],
     };
     let script = format!(
         r#"
