@@ -47,6 +47,12 @@ pub enum AutoEvent {
         /// Why.
         reason: String,
     },
+    /// The agent runs without a sandbox (`sandbox = "auto"` in config.toml: an auto loop's
+    /// agent is never sandboxed), said once when the loop starts.
+    Unsandboxed {
+        /// Why.
+        why: String,
+    },
     /// The file watcher could not be set up: the files are read at every heartbeat.
     WatchUnavailable {
         /// Why.
@@ -300,6 +306,7 @@ impl AutoEvent {
             Self::Reattached { agent_alive: true, .. } => "supervisor took over; the agent still runs".into(),
             Self::Reattached { agent_alive: false, .. } => "supervisor took over; the agent is gone".into(),
             Self::Failed { reason } => format!("failed: {reason}"),
+            Self::Unsandboxed { why } => format!("the agent runs unsandboxed: {why}"),
             Self::WatchUnavailable { error, .. } => format!("no file watcher ({error}): reading at every heartbeat"),
             Self::SignalInvalid { problems, .. } => format!("invalid .auto-signal: {}", problems.join("; ")),
             Self::Signal { signal, .. } => {

@@ -12,6 +12,7 @@ use loopwright_auto::state::{ChecksApproved, LoopStatus};
 use loopwright_auto::supervisor::{self, AutoStatus, Context, Internal, Persisted, Supervisor};
 use loopwright_auto::{Settings, holder};
 use loopwright_runners::secrets::Redactor;
+use loopwright_spec::sandbox::SandboxMode;
 use loopwright_spec::{Agent, SourceFile};
 use loopwright_store::SqliteStore;
 use loopwright_store::auto::{AutoLogEntry, ClaimError};
@@ -170,8 +171,12 @@ fn context(ws: &Workspace, store: &Arc<SqliteStore>, p: &Persisted) -> Result<Co
     })
 }
 
+/// Why an auto loop's agent runs without a sandbox where config.toml asks for one where it can.
+const UNSANDBOXED: &str = "an auto loop's agent runs in a terminal of its own that loopwright does not sandbox (sandbox = \"auto\" sandboxes pipeline stages only); it runs with your rights, its commands answered by the allow list";
+
 /// Claims a loop and starts its agent: the supervisor, ready to [`Supervisor::run`].
-/// `needs_human_exits`: the supervisor returns when a person is needed (foreground).
+/// `needs_human_exits`: the supervisor returns when a person is needed (foreground). Refused
+/// under `sandbox = "required"`: the agent's terminal is not sandboxed.
 pub async fn start(
     ws: &Workspace,
     store: &Arc<SqliteStore>,
@@ -190,6 +195,11 @@ pub async fn start(
         Entry::Step { .. } | Entry::ReportThenStop => {}
     }
     let agent = agent(ws, req.agent.as_deref())?;
+    if ws.config.sandbox == SandboxMode::Required {
+        return Err(Error::usage(
+            "sandbox = \"required\" in .loopwright/config.toml: an auto loop's agent runs in a terminal of its own that loopwright does not sandbox, so it would run with all of your rights; run the work as a pipeline, or set sandbox = \"auto\" to run loops unsandboxed",
+        ));
+    }
     let mut config = ws.config.auto.clone();
     if let Some(m) = req.max_iterations {
         config.max_iterations = m;
@@ -243,6 +253,12 @@ pub async fn start(
         ClaimError::Busy(m) => Error::conflict(m),
         ClaimError::Store(e) => Error::from(e),
     })?;
+    if ws.config.sandbox == SandboxMode::Auto {
+        let why = UNSANDBOXED.to_owned();
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| eprintln!("loopwright: {why}"));
+        journal(store, &p.status, &AutoEvent::Unsandboxed { why })?;
+    }
     let mut sup = Supervisor::new(context(ws, store, &p)?, p).map_err(Error::usage)?;
     sup.start().await.map_err(|e| Error::Internal(anyhow::anyhow!("cannot start the agent: {e}")))?;
     Ok(sup)

@@ -1271,3 +1271,33 @@ fn after_a_reboot_the_daemon_restarts_each_running_loop_with_its_recorded_sessio
     assert_eq!(api["markdown"].as_str(), Some(markdown.as_str()));
     assert_eq!(api["report"]["steps"], report["steps"]);
 }
+
+#[test]
+fn under_sandbox_required_a_loop_refuses_to_start_and_under_auto_it_says_once_that_it_runs_unsandboxed() {
+    let (ws, _) = setup(json!([whole_loop()]), "");
+    let config = ws.read(".loopwright/config.toml");
+    ws.write(".loopwright/config.toml", &format!("sandbox = \"required\"\n{config}"));
+    let (code, out, err) = ws.run(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.contains("sandbox = \"required\" in .loopwright/config.toml: an auto loop's agent runs in a terminal of its own that loopwright does not sandbox"),
+        "{err}"
+    );
+    // Nothing was claimed or started.
+    assert!(agent_log(&ws).is_empty());
+    let (code, _, err) = ws.run(&["auto", "status", "mod"]);
+    assert_eq!((code, err.as_str()), (2, "loopwright: error: no auto loop for mod\n"));
+
+    ws.write(".loopwright/config.toml", &format!("sandbox = \"auto\"\n{config}"));
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!((code, status["status"].clone()), (0, json!("complete")), "{err}");
+    assert_eq!(err.matches("runs in a terminal of its own that loopwright does not sandbox").count(), 1, "{err}");
+    let said: Vec<Value> = supervision(&ws).into_iter().filter(|e| e["kind"] == "unsandboxed").collect();
+    let why: Vec<&Value> = said.iter().map(|e| &e["data"]["why"]).collect();
+    assert_eq!(
+        why,
+        [&json!(
+            "an auto loop's agent runs in a terminal of its own that loopwright does not sandbox (sandbox = \"auto\" sandboxes pipeline stages only); it runs with your rights, its commands answered by the allow list"
+        )]
+    );
+}

@@ -1,5 +1,7 @@
 //! `loopwright doctor`: what the machine offers for sandboxes and which agent CLIs it has.
 
+mod attacks;
+
 use std::path::Path;
 
 use pretty_assertions::assert_eq;
@@ -23,7 +25,8 @@ fn doctor_says_what_is_missing_and_how_to_install_it() {
     assert_eq!(
         report["sandbox"],
         json!({"available": false, "bubblewrap": {"missing": "bubblewrap (`bwrap`) is not installed: `apt-get install bubblewrap`"},
-               "namespaces": "not tried: no bubblewrap", "overlay": "not tried: no bubblewrap", "layers": null,
+               "namespaces": "not tried: no bubblewrap", "capabilities": "not tried: no bubblewrap",
+               "overlay": "not tried: no bubblewrap", "layers": null,
                "state": report["sandbox"]["state"].clone(), "limits": null,
                "proxy": "built in: HTTPS CONNECT to the hosts a stage names, on a Unix socket"})
     );
