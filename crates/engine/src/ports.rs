@@ -92,6 +92,10 @@ impl Default for Confinement {
     }
 }
 
+/// How a failed process's error output says that the sandbox refused it a connection (the
+/// target and why follow): a failure saying it is not retried unchanged.
+pub const SANDBOX_REFUSED: &str = "loopwright: the sandbox refused a connection to ";
+
 /// What a runner tells the engine while a stage runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {

@@ -436,6 +436,13 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                     error.pattern = c.matched_pattern;
                     error.classified_by = Some(c.classified_by);
                 }
+                // Refused by the sandbox, it would fail the same way again: not retried, and
+                // the refusal comes first in what is said of it.
+                if let Some(refused) = sandbox_refusals(&execution.stderr) {
+                    error.kind = FailureKind::ValidationError;
+                    error.message =
+                        format!("{refused} (a stage reaches only the hosts its `network:` names); {}", error.message);
+                }
                 // A provider's rate limit pauses it for every run, until the reset it names.
                 if let Some(agent) = &request.agent
                     && error.pattern.as_deref() == Some("rate-limit")
@@ -1063,6 +1070,21 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                 self.record(state, Event::NetworkRefused { stage: stage.clone(), attempt, target, why }).await
             }
         }
+    }
+}
+
+/// What a failed process was refused by the sandbox, in words: `the sandbox refused its
+/// connections to `a:443`, `b:443``, or `None` when it was refused nothing.
+pub fn sandbox_refusals(stderr: &str) -> Option<String> {
+    let targets: Vec<String> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix(crate::ports::SANDBOX_REFUSED))
+        .map(|rest| format!("`{}`", rest.split(": ").next().unwrap_or(rest)))
+        .collect();
+    match targets.len() {
+        0 => None,
+        1 => Some(format!("the sandbox refused its connection to {}", targets[0])),
+        _ => Some(format!("the sandbox refused its connections to {}", targets.join(", "))),
     }
 }
 

@@ -329,6 +329,13 @@ fn overwrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What a failed process's error output is given for each connection the sandbox refused it:
+/// the failure patterns read it (`permission-error`), and the engine does not retry such an
+/// attempt unchanged.
+fn refusal_line(refused: &proxy::Refused) -> String {
+    format!("{}{}: {}\n", loopwright_engine::ports::SANDBOX_REFUSED, refused.target, refused.why)
+}
+
 /// Words that only a shell understands: a command starting with one runs through `sh`.
 const SHELL_ONLY: &[&str] = &[
     "cd", "exit", "export", ".", ":", "eval", "exec", "set", "unset", "shift", "trap", "return", "break", "continue",
@@ -457,14 +464,20 @@ impl Runner for ProcessRunner {
             };
             let result = process::run_live(spawn, on_start, Some((&mut live_out, &mut live_err))).await;
             let mut said = std::collections::BTreeSet::new();
+            let mut refusals = String::new();
             for refused in confined.finish() {
                 if said.insert(refused.target.clone()) {
+                    refusals.push_str(&refusal_line(&refused));
                     let _ = notices.send(Notice::NetworkRefused { target: refused.target, why: refused.why });
                 }
             }
             stdout.push_str(&result.stdout);
             stderr.push_str(&result.stderr);
             outcome = exec_outcome(result.end);
+            // A failure is read with what the sandbox refused it, which is often why.
+            if outcome != ExecOutcome::Exited(0) {
+                stderr.push_str(&refusals);
+            }
             if outcome != ExecOutcome::Exited(0) {
                 break;
             }
@@ -537,10 +550,7 @@ impl Runner for ProcessRunner {
         let result = process::run(spawn, |_, _| {}).await;
         let mut stderr = result.stderr;
         for refused in confined.finish() {
-            stderr.push_str(&format!(
-                "loopwright: the sandbox refused a connection to {}: {}\n",
-                refused.target, refused.why
-            ));
+            stderr.push_str(&refusal_line(&refused));
         }
         self.scrubbed(Execution {
             outcome: exec_outcome(result.end),

@@ -106,11 +106,12 @@ pub fn install_hint(runner: RunnerKind) -> Option<&'static str> {
     })
 }
 
-/// Adds a reported count to a total that stays `None` until something is reported.
 /// The hosts an agent's model is reached at (`network: model` in a sandbox): its `base_url`;
-/// for a CLI preset, the base URL its own environment variable sets, else the hosts the CLI
-/// talks to by default (its API and sign-in). A `command` agent without `base_url` has none
-/// that loopwright knows: its stage names them with `network: [hosts]`.
+/// for a CLI preset, the base URLs its own environment variables and configuration files in
+/// the user's home set (Codex's `openai_base_url` and its chosen `model_providers` entry,
+/// opencode's providers' `baseURL`), else the hosts the CLI talks to by default (its API and
+/// sign-in). A `command` agent without `base_url` has none that loopwright knows: its stage
+/// names them with `network: [hosts]`.
 pub fn model_hosts(agent: &Agent) -> Vec<Host> {
     if let Some(url) = &agent.base_url {
         return Host::parse(url).into_iter().collect();
@@ -132,9 +133,57 @@ pub fn model_hosts(agent: &Agent) -> Vec<Host> {
         RunnerKind::Anthropic => (&[], &["api.anthropic.com"]),
         RunnerKind::Command | RunnerKind::Shell => (&[], &[]),
     };
-    let set: Vec<Host> =
-        vars.iter().filter_map(|v| std::env::var(v).ok()).filter_map(|url| Host::parse(&url).ok()).collect();
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).filter(|h| h.is_absolute());
+    let configured = home.map(|h| configured_base_urls(agent.runner, &h)).unwrap_or_default();
+    let mut set: Vec<Host> = vars
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .chain(configured)
+        .filter_map(|url| Host::parse(&url).ok())
+        .collect();
+    set.dedup();
     if set.is_empty() { defaults.iter().filter_map(|h| Host::parse(h).ok()).collect() } else { set }
+}
+
+/// The base URLs a CLI's own configuration files under `home` point it at (the user's files,
+/// not the workspace's: what an agent wrote must not widen what the next attempt reaches).
+pub fn configured_base_urls(runner: RunnerKind, home: &std::path::Path) -> Vec<String> {
+    match runner {
+        RunnerKind::Codex => {
+            let Some(text) = small_file(&home.join(".codex/config.toml")) else { return Vec::new() };
+            let Ok(config) = toml::from_str::<toml::Table>(&text) else { return Vec::new() };
+            let provider = config
+                .get("model_provider")
+                .and_then(toml::Value::as_str)
+                .and_then(|name| config.get("model_providers")?.get(name)?.get("base_url")?.as_str());
+            config
+                .get("openai_base_url")
+                .and_then(toml::Value::as_str)
+                .into_iter()
+                .chain(provider)
+                .map(str::to_owned)
+                .collect()
+        }
+        RunnerKind::Opencode => {
+            let Some(text) = small_file(&home.join(".config/opencode/opencode.json")) else { return Vec::new() };
+            let Ok(config) = serde_json::from_str::<serde_json::Value>(&text) else { return Vec::new() };
+            let providers = config.get("provider").and_then(serde_json::Value::as_object);
+            providers
+                .into_iter()
+                .flat_map(|p| p.values())
+                .filter_map(|p| p.pointer("/options/baseURL").and_then(serde_json::Value::as_str))
+                .map(str::to_owned)
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// A configuration file's text: a regular file (a link is followed, as the CLI would) of at
+/// most 1 MiB, else nothing.
+fn small_file(path: &std::path::Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    (meta.is_file() && meta.len() <= 1024 * 1024).then(|| std::fs::read_to_string(path).ok()).flatten()
 }
 
 /// The environment variables an agent's own process is given in a sandbox, besides those
@@ -241,6 +290,7 @@ pub fn agent_config(runner: RunnerKind) -> AgentConfig {
     AgentConfig { copies, shared }
 }
 
+/// Adds a reported count to a total that stays `None` until something is reported.
 fn add(total: &mut Option<u64>, count: Option<u64>) {
     if let Some(c) = count {
         *total = Some(total.unwrap_or(0) + c);

@@ -594,6 +594,64 @@ fn probe_capabilities(bwrap: &Path) -> Result<(), String> {
     }
 }
 
+/// Whether `program` (an agent CLI, found on `PATH`) starts in a sandbox as a stage's process
+/// gets one — the user's home hidden but for its toolchains and the program's own folder, an
+/// empty home, no network, the environment's allow list with `env` added — by running it with
+/// `--version`: its first line, or why it did not start (the last line it printed).
+pub fn try_program(bwrap: &Path, program: &str, env: &[String]) -> Result<String, String> {
+    let scratch = tempfile::tempdir().map_err(|e| format!("cannot make a scratch folder: {e}"))?;
+    let (workspace, home) = (scratch.path().join("workspace"), scratch.path().join("home"));
+    for dir in [&workspace, &home] {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let path = std::env::var_os("PATH");
+    let user_home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .map(|h| user_home(&h, path.as_deref(), &[program]));
+    let plan = Plan {
+        workspace,
+        write: Write::ReadOnly,
+        home,
+        config: Vec::new(),
+        network: false,
+        proxy: None,
+        user_home,
+        limits: None,
+        read_only: exposed(Path::new("/tmp"), path.as_deref(), &[program]),
+        hidden: Vec::new(),
+        sockets: Vec::new(),
+    };
+    let argv = command(bwrap, &plan, &[program.to_owned(), "--version".to_owned()]);
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .envs(environment(std::env::vars_os(), env))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("bubblewrap could not be run: {e}"))?;
+    // A CLI that waits for something (a sign-in, the network) is not left running.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().ok().flatten().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("`--version` did not answer within 30 s in the sandbox".to_owned());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().map_err(|e| format!("cannot read its output: {e}"))?;
+    let first =
+        String::from_utf8_lossy(&out.stdout).lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned();
+    if out.status.success() && !first.is_empty() {
+        Ok(first)
+    } else {
+        Err(format!("`{program} --version` failed in the sandbox ({}: {})", out.status, stderr_line(&out)))
+    }
+}
+
 /// What mounts layers here: the kernel's overlay in a user namespace, else `fuse-overlayfs`,
 /// each tried for real over a scratch folder. `LOOPWRIGHT_OVERLAY=kernel` or `fuse` tries only
 /// that one (to use fuse-overlayfs where both work).

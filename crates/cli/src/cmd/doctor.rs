@@ -27,14 +27,7 @@ pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
     let prlimit = loopwright_runners::process::resolve("prlimit");
     let prlimit = prlimit.is_absolute().then_some(prlimit);
     let word = |r: &Result<(), String>| r.as_ref().map_or_else(Clone::clone, |()| "yes".to_owned());
-    let clis: Vec<(&str, Option<std::path::PathBuf>, &str)> = AGENT_CLIS
-        .iter()
-        .map(|(name, kind)| {
-            let path = loopwright_runners::process::resolve(name);
-            let found = path.is_absolute().then_some(path);
-            (*name, found, loopwright_runners::presets::install_hint(*kind).unwrap_or(""))
-        })
-        .collect();
+    let clis: Vec<Cli> = AGENT_CLIS.iter().map(|(name, kind)| Cli::find(name, *kind, probe.usable().ok())).collect();
     if global.json {
         let bwrap = match &probe.bwrap {
             Ok((path, version)) => serde_json::json!({"path": path.display().to_string(), "version": version}),
@@ -55,8 +48,13 @@ pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
                 "proxy": "built in: HTTPS CONNECT to the hosts a stage names, on a Unix socket",
                 "limits": prlimit.as_ref().map(|p| p.display().to_string()),
             },
-            "agents": clis.iter().map(|(name, path, hint)| serde_json::json!({
-                "name": name, "path": path.as_ref().map(|p| p.display().to_string()), "install": hint,
+            "agents": clis.iter().map(|c| serde_json::json!({
+                "name": c.name, "path": c.path.as_ref().map(|p| p.display().to_string()), "install": c.hint,
+                "sandbox": c.sandboxed.as_ref().map(|r| match r {
+                    Ok(version) => serde_json::json!({"runs": true, "version": version}),
+                    Err(why) => serde_json::json!({"runs": false, "why": why}),
+                }),
+                "hosts": c.hosts,
             })).collect::<Vec<_>>(),
         });
         println!("{out}");
@@ -94,11 +92,52 @@ pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
         Some(why) => println!("  → no sandbox here: {why}"),
     }
     println!("Agent CLIs");
-    for (name, path, hint) in &clis {
-        match path {
+    for c in &clis {
+        let name = c.name;
+        match &c.path {
             Some(p) => println!("  {name:<16} {}", p.display()),
-            None => println!("  {name:<16} not found ({hint})"),
+            None => println!("  {name:<16} not found ({})", c.hint),
+        }
+        match &c.sandboxed {
+            Some(Ok(version)) => println!("  {:<16} runs in the sandbox ({version})", ""),
+            Some(Err(why)) => println!("  {:<16} does not run in the sandbox: {why}", ""),
+            None => {}
+        }
+        if c.path.is_some() {
+            println!("  {:<16} network: model reaches {}", "", c.hosts.join(", "));
         }
     }
     Ok(0)
+}
+
+/// An agent CLI as `doctor` reports it.
+struct Cli {
+    name: &'static str,
+    /// Where it is, if it is installed.
+    path: Option<std::path::PathBuf>,
+    /// How to install it.
+    hint: &'static str,
+    /// Whether it starts in a sandbox (its version), or why not; `None` when it is not
+    /// installed or no sandbox can be made here.
+    sandboxed: Option<Result<String, String>>,
+    /// What `network: model` lets it reach in a sandbox, from its environment and its own
+    /// configuration.
+    hosts: Vec<String>,
+}
+
+impl Cli {
+    /// Finds the CLI `name` of preset `kind` on `PATH` and, with `bwrap`, tries it in a sandbox.
+    fn find(name: &'static str, kind: loopwright_spec::RunnerKind, bwrap: Option<&std::path::Path>) -> Self {
+        use loopwright_runners::presets;
+        let path = loopwright_runners::process::resolve(name);
+        let path = path.is_absolute().then_some(path);
+        let source = loopwright_spec::SourceFile::new("doctor.md", format!("---\nrunner: {kind}\n---\n"));
+        let agent = loopwright_spec::parse_agent(&source, name, kind).ok();
+        let hosts =
+            agent.as_ref().map(presets::model_hosts).unwrap_or_default().iter().map(ToString::to_string).collect();
+        let env = agent.as_ref().map(presets::agent_environment).unwrap_or_default();
+        let sandboxed =
+            path.as_ref().and(bwrap).map(|bwrap| loopwright_runners::sandbox::try_program(bwrap, name, &env));
+        Self { name, path, hint: presets::install_hint(kind).unwrap_or(""), sandboxed, hosts }
+    }
 }

@@ -742,7 +742,7 @@ fn sse(events: &[serde_json::Value]) -> String {
 }
 
 #[test]
-fn the_real_codex_runs_sandboxed_with_its_own_config_copied_in_and_reaches_only_the_named_host() {
+fn the_real_codex_runs_sandboxed_with_its_own_model_provider_reached_through_network_model() {
     let Some(_) = bwrap() else { return };
     let bin = crate::presets::installed_clis().join("node_modules/.bin");
     if !std::process::Command::new(bin.join("codex")).arg("--version").output().is_ok_and(|o| o.status.success()) {
@@ -755,16 +755,17 @@ fn the_real_codex_runs_sandboxed_with_its_own_config_copied_in_and_reaches_only_
     ws.write(".loopwright/agents/reader.md", "---\nrunner: codex\nmodel: gpt-test\n---\nYou read code.\n");
     ws.write(
         ".loopwright/pipelines/p.yml",
-        &format!(
-            "name: p\ndescription: d\nversion: 1\nstages:\n  - id: read\n    description: Read the code\n    agent: reader\n    mode: plan\n    network: [\"127.0.0.1:{port}\"]\n    outputs: [notes]\n"
-        ),
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: read\n    description: Read the code\n    agent: reader\n    mode: plan\n    outputs: [notes]\n",
     );
-    // Codex finds its API in its own config file, which the sandbox copies into its home.
+    // Codex finds its API in its own config file, which the sandbox copies into its home: a
+    // model provider of its own on a local server, which `network: model` (the default) allows.
     let home = tempfile::tempdir().expect("home");
     std::fs::create_dir_all(home.path().join(".codex")).expect("mkdir");
     std::fs::write(
         home.path().join(".codex/config.toml"),
-        format!("openai_base_url = \"http://127.0.0.1:{port}/v1\"\n"),
+        format!(
+            "model_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nwire_api = \"responses\"\nenv_key = \"OPENAI_API_KEY\"\n"
+        ),
     )
     .expect("config");
     let (result, requests) = run_real_cli(
@@ -917,7 +918,7 @@ fn the_real_gemini_cli_runs_sandboxed_with_its_settings_and_trusted_folders_copi
 }
 
 #[test]
-fn the_real_opencode_runs_sandboxed_with_its_provider_config_copied_in() {
+fn the_real_opencode_runs_sandboxed_with_its_provider_config_copied_in_and_its_base_url_allowed() {
     let Some(_) = bwrap() else { return };
     let bin = crate::presets::installed_clis().join("node_modules/.bin");
     if !std::process::Command::new(bin.join("opencode")).arg("--version").output().is_ok_and(|o| o.status.success()) {
@@ -969,9 +970,7 @@ fn the_real_opencode_runs_sandboxed_with_its_provider_config_copied_in() {
     ws.write(".loopwright/agents/reader.md", "---\nrunner: opencode\nmodel: openai/gpt-4o\n---\nYou read code.\n");
     ws.write(
         ".loopwright/pipelines/p.yml",
-        &format!(
-            "name: p\ndescription: d\nversion: 1\nstages:\n  - id: read\n    description: Read the code\n    agent: reader\n    mode: plan\n    network: [\"127.0.0.1:{port}\"]\n    outputs: [notes]\n"
-        ),
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: read\n    description: Read the code\n    agent: reader\n    mode: plan\n    outputs: [notes]\n",
     );
     ws.init_git();
     let home = tempfile::tempdir().expect("home");
@@ -1079,4 +1078,49 @@ fn the_real_claude_code_answers_the_question_about_a_failed_check_in_plan_mode_i
     // Asked in plan mode, in its sandbox: nothing of the workspace changed.
     assert_eq!(ws.git(&["status", "--porcelain"]), "");
     assert_eq!(events_of(&ws, "usage_recorded").len(), 2, "the attempt's and the question's");
+}
+
+#[test]
+fn doctor_says_per_preset_whether_it_runs_in_the_sandbox_and_what_it_may_reach() {
+    let Some(_) = bwrap() else { return };
+    let clis = crate::presets::installed_clis();
+    let bin = clis.join("node_modules/.bin");
+    if !bin.join("codex").exists() {
+        eprintln!("skipped: the agent CLIs are not installed ({})", bin.display());
+        return;
+    }
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir_all(home.path().join(".codex")).expect("mkdir");
+    std::fs::write(
+        home.path().join(".codex/config.toml"),
+        "model_provider = \"local\"\n\n[model_providers.local]\nname = \"local\"\nbase_url = \"http://127.0.0.1:8089/v1\"\n",
+    )
+    .expect("config");
+    let ws = Ws::empty();
+    let path = format!(
+        "{}:{}:{}",
+        bin.display(),
+        clis.join("aider-venv/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = ws
+        .cmd()
+        .args(["doctor", "--json"])
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:8090")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .expect("doctor");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let agents = report["agents"].as_array().expect("agents");
+    let by_name = |name: &str| agents.iter().find(|a| a["name"] == name).expect("listed").clone();
+    for name in ["claude", "codex", "gemini", "opencode"] {
+        assert_eq!(by_name(name)["sandbox"]["runs"], true, "{name}: {report:#}");
+    }
+    assert_eq!(by_name("codex")["hosts"], json!(["127.0.0.1:8089"]));
+    assert_eq!(by_name("claude")["hosts"], json!(["127.0.0.1:8090"]));
+    assert_eq!(by_name("gemini")["hosts"][0], "generativelanguage.googleapis.com:443");
+    assert_eq!(by_name("goose")["sandbox"], serde_json::Value::Null);
 }

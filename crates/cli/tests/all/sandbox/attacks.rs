@@ -389,3 +389,47 @@ fn secrets_in_loopwrights_environment_and_state_never_reach_a_stage() {
         assert_eq!(unexpected, Vec::<&&str>::new(), "{who:?}: {shell}");
     }
 }
+
+#[test]
+fn an_attempt_the_sandbox_refused_says_so_and_is_not_retried_unchanged() {
+    let Some(_) = super::bwrap() else { return };
+    let fetch = "import urllib.request\nurllib.request.urlopen('https://example.com/', timeout=5)\n";
+    // A plain stage with retries: one attempt, failed for the refusal.
+    let ws = Ws::empty();
+    ws.write("fetch.py", fetch);
+    ws.write(".loopwright/config.toml", "sandbox = \"required\"\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: fetch\n    description: d\n    agent: shell\n    mode: plan\n    network: [api.example.org]\n    retry:\n      max_attempts: 3\n      initial_delay_seconds: 1\n    run: /usr/bin/python3 fetch.py\n",
+    );
+    let (code, result, err) = ws.json(&["run", "p"]);
+    assert_eq!((code, result["status"].clone()), (1, serde_json::json!("failed")), "{err}");
+    assert_eq!(result["stages_executed"][0]["attempts"], 1, "{result}");
+    let status = ws.run(&["status", "latest"]).1;
+    assert!(
+        status.contains("attempt 1 failed (validation_error): the sandbox refused its connection to `example.com:443` (a stage reaches only the hosts its `network:` names)"),
+        "{status}"
+    );
+
+    // A closed-loop stage whose agent is refused: the failure is classified (not
+    // "unclassified") and escalated rather than tried again.
+    let ws = Ws::empty();
+    ws.write("fetch.py", fetch);
+    ws.write(".loopwright/config.toml", "sandbox = \"required\"\n");
+    ws.write(
+        ".loopwright/agents/dev.md",
+        "---\nname: dev\nrunner: command\ncommand: [\"/usr/bin/python3\", \"fetch.py\"]\n---\nYou work.\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: fix\n    description: d\n    agent: dev\n    mode: agent\n    network: [api.example.org]\n    skill: closed-loop-execution\n    checks:\n      - name: ok\n        type: command\n        command: \"true\"\n",
+    );
+    let (_, result, err) = ws.json(&["run", "p"]);
+    assert_ne!(result["status"], "success", "{err}");
+    let generated = super::events_of(&ws, "generated");
+    assert_eq!(generated.len(), 1, "{generated:#?}");
+    let failure = &generated[0]["failure"];
+    assert_eq!(failure["pattern"], "permission-error", "{failure:#}");
+    let lines = serde_json::to_string(&failure["lines"]).expect("json");
+    assert!(lines.contains("loopwright: the sandbox refused a connection to example.com:443"), "{failure:#}");
+}
