@@ -244,7 +244,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         // In a sandbox that keeps the workspace apart, an agent-mode attempt writes into a layer
         // and plan mode is mounted read-only: neither needs a snapshot (SPEC §12).
         let apart = confine.sandbox && self.changes.confined();
-        if apart && stage.mode == Mode::Agent {
+        // A model's edits are written by loopwright itself, through the path guard, into the
+        // workspace: its attempt is snapshotted, not given a layer its edits would miss.
+        let http = self.pipeline.agent_of(stage).is_some_and(|a| a.runner.is_http());
+        if apart && stage.mode == Mode::Agent && !http {
             let name = format!("{stage_id}-{attempt}");
             let event = match self.changes.make_layer(&state.run_id, &name) {
                 Ok(how) => {

@@ -401,7 +401,11 @@ impl Runner for ProcessRunner {
             return execution;
         }
         let mut env = self.env(request, &prompt_file);
-        let preset = request.agent.as_ref().and_then(|a| presets::invocation(a, request.mode));
+        let sandboxed = self.sandbox.is_some() && request.confine.sandbox;
+        let preset = request.agent.as_ref().and_then(|a| {
+            let invocation = presets::invocation(a, request.mode)?;
+            Some(if sandboxed { presets::inside_sandbox(a.runner, invocation) } else { invocation })
+        });
         // Each command of the stage, with what it gets on stdin.
         let commands: Vec<(Vec<String>, Option<&str>)> = match &request.agent {
             None => request.commands.iter().map(|c| (shell_argv(c), None)).collect(),

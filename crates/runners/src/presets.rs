@@ -93,6 +93,20 @@ pub fn invocation(agent: &Agent, mode: Mode) -> Option<Invocation> {
     Some(Invocation { argv, env, stdin })
 }
 
+/// `invocation` as it runs inside loopwright's sandbox: a CLI's own sandbox, where it cannot be
+/// nested in loopwright's, is turned off, loopwright's holding in its place (plan mode
+/// read-only, agent mode in a layer). Codex's sandbox is bubblewrap on Linux, which needs the
+/// user namespaces loopwright's sandbox forbids, so every command Codex ran would fail.
+pub fn inside_sandbox(runner: RunnerKind, mut invocation: Invocation) -> Invocation {
+    if runner == RunnerKind::Codex
+        && let Some(i) = invocation.argv.iter().position(|a| a == "--sandbox")
+        && let Some(mode) = invocation.argv.get_mut(i + 1)
+    {
+        "danger-full-access".clone_into(mode);
+    }
+    invocation
+}
+
 /// How to install a preset's CLI, for the error that says it is missing.
 pub fn install_hint(runner: RunnerKind) -> Option<&'static str> {
     Some(match runner {
@@ -502,6 +516,12 @@ mod tests {
         );
         assert_eq!(argv(RunnerKind::Opencode, Mode::Plan), "opencode run --format json --agent plan --model m1");
         assert_eq!(argv(RunnerKind::Opencode, Mode::Agent), "opencode run --format json --agent build --model m1");
+        let inside = |r, m| inside_sandbox(r, invocation(&agent(r, Some("m1")), m).expect("preset")).argv.join(" ");
+        assert_eq!(
+            inside(RunnerKind::Codex, Mode::Plan),
+            "codex exec --json --skip-git-repo-check --sandbox danger-full-access --model m1 -"
+        );
+        assert_eq!(inside(RunnerKind::Claude, Mode::Agent), argv(RunnerKind::Claude, Mode::Agent));
         let goose = invocation(&agent(RunnerKind::Goose, None), Mode::Plan).expect("preset");
         assert_eq!(goose.argv.join(" "), "goose run --no-session --quiet --instructions {prompt_file}");
         assert_eq!(goose.env, vec![("GOOSE_MODE".to_owned(), "chat".to_owned())]);

@@ -433,3 +433,31 @@ fn an_attempt_the_sandbox_refused_says_so_and_is_not_retried_unchanged() {
     let lines = serde_json::to_string(&failure["lines"]).expect("json");
     assert!(lines.contains("loopwright: the sandbox refused a connection to example.com:443"), "{failure:#}");
 }
+
+#[test]
+fn an_http_model_works_under_sandbox_required_and_its_edit_is_committed_through_the_guard() {
+    let Some(_) = super::bwrap() else { return };
+    let fixed = "Now add really adds.\n\nFILE: calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let server = crate::http::Server::start(vec![crate::http::openai_answer(fixed, 100, 20)]);
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"required\"\n");
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.write("calc.py", "def add(a, b):\n    return a - b\n");
+    ws.write(
+        ".loopwright/agents/model.md",
+        &format!(
+            "---\nrunner: openai\nmodel: test-model\nbase_url: http://127.0.0.1:{}/v1\napi_key_env: LW_TEST_KEY\n---\nYou fix bugs.\n",
+            server.port
+        ),
+    );
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: fix\n    description: Make add add\n    agent: model\n    mode: agent\n    skill: closed-loop-execution\n    checks:\n      - {name: adds, type: command, command: \"/usr/bin/python3 -c 'from calc import add; assert add(2, 3) == 5'\"}\n",
+    );
+    ws.init_git();
+    let out = ws.cmd().env("LW_TEST_KEY", "sk-test-key-123456").args(["run", "p", "--json"]).output().expect("run");
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(result["status"], "success", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(ws.read("calc.py"), "def add(a, b):\n    return a + b\n");
+    assert_eq!(ws.git(&["show", "--name-only", "--format=", "HEAD"]), "calc.py\n");
+}
