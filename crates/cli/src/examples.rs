@@ -51,10 +51,12 @@ pub const CONFIG_TEMPLATE: &str = r#"# loopwright workspace settings. Every key 
 sandbox = "auto"
 
 [sandbox_limits]
-# The largest file a sandboxed process may write (MiB), and the processes your user may
-# have at once while it runs.
+# The largest file a sandboxed process may write (MiB), the processes your user may have at
+# once while it runs, and the most an agent-mode attempt may write in all (MiB) before it
+# fails instead of being copied into the workspace.
 file_size_mb = 8192
 processes = 8192
+max_layer_mb = 2048
 
 [defaults]
 # Runner for agent files that name neither `runner:` nor `command:`

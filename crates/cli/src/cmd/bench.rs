@@ -108,7 +108,7 @@ fn sandbox_figures(stages: usize) -> Result<u8, CliError> {
     )?;
     eprintln!("  sandbox over a layer:          median {m:5.1} ms, p95 {p:5.1} ms");
     figures.push(json!({"what": "layer", "median_ms": m, "p95_ms": p}));
-    for files in [1usize, 100, 10_000] {
+    for files in [1usize, 100, 1_000, 10_000] {
         let layer = base.join(format!("layer-{files}"));
         let target = base.join(format!("target-{files}"));
         for i in 0..files {
