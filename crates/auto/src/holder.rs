@@ -342,6 +342,9 @@ pub fn run(dir: &Path) -> Result<(), String> {
     cmd.args(args);
     cmd.cwd(&spawn.cwd);
     cmd.env("TERM", "xterm-256color");
+    for name in loopwright_runners::process::CREDENTIALS {
+        cmd.env_remove(name);
+    }
     for (k, v) in &spawn.env {
         cmd.env(k, v);
     }

@@ -62,6 +62,10 @@ pub struct Spawn<'a> {
     pub output_cap: usize,
 }
 
+/// loopwright's own credentials in its environment, which no process it starts is given,
+/// sandboxed or not: the store's URL (with its password).
+pub const CREDENTIALS: &[&str] = &["LOOPWRIGHT_STORE"];
+
 /// Runs a program to its end. `on_start` gets its process group id and start time as soon as
 /// it runs.
 pub async fn run(spawn: Spawn<'_>, on_start: impl FnOnce(i32, Option<u64>)) -> ProcessResult {
@@ -83,6 +87,9 @@ pub async fn run_live(
     cmd.arg0(program);
     if !spawn.inherit {
         cmd.env_clear();
+    }
+    for name in CREDENTIALS {
+        cmd.env_remove(name);
     }
     cmd.args(args)
         .current_dir(spawn.cwd)

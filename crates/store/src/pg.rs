@@ -176,18 +176,26 @@ pub struct PgStore {
     pub(crate) fence: Option<fleet::Fence>,
 }
 
-/// `url` with its password, if any, replaced by `***`: for messages.
+/// `url` with every password it carries replaced by `***`, for messages: the one in its user
+/// information (up to the last `@` before the host, so a raw `@` in a password is hidden
+/// too) and every `password` parameter of its query. A text that is not a URL is shown as
+/// `***` whole rather than risk showing a password.
 pub fn shown_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((user, host)) => match user.split_once(':') {
-                Some((name, _)) => format!("{scheme}://{name}:***@{host}"),
-                None => url.to_owned(),
-            },
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
+    let Ok(mut parsed) = url::Url::parse(url) else { return "***".to_owned() };
+    if parsed.password().is_some() {
+        let _ = parsed.set_password(Some("***"));
     }
+    if parsed.query_pairs().any(|(k, _)| k.eq_ignore_ascii_case("password")) {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if k.eq_ignore_ascii_case("password") { "***".to_owned() } else { v.into_owned() };
+                (k.into_owned(), v)
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.to_string().replace("%2A%2A%2A", "***")
 }
 
 /// TLS for connections that ask for it (`sslmode`): rustls, trusting this machine's roots, or
@@ -838,5 +846,36 @@ impl Store for PgStore {
     /// The feed's last position: it moves with every commit to the journal, by anyone.
     async fn data_version(&self) -> Result<u64, StoreError> {
         self.feed_last().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_url;
+
+    #[test]
+    fn every_password_a_url_carries_is_hidden() {
+        let shown: Vec<String> = [
+            "postgres://lw:secret@db.example:5432/loopwright",
+            "postgres://lw:p@ss@db/loopwright",
+            "postgresql://lw@db/loopwright?password=secret&sslmode=require",
+            "postgres://db/loopwright?PASSWORD=secret",
+            "postgres://lw@db/loopwright",
+            "host=db password=secret",
+        ]
+        .iter()
+        .map(|u| shown_url(u))
+        .collect();
+        assert_eq!(
+            shown,
+            [
+                "postgres://lw:***@db.example:5432/loopwright",
+                "postgres://lw:***@db/loopwright",
+                "postgresql://lw@db/loopwright?password=***&sslmode=require",
+                "postgres://db/loopwright?PASSWORD=***",
+                "postgres://lw@db/loopwright",
+                "***",
+            ]
+        );
     }
 }

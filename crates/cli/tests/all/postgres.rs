@@ -173,3 +173,28 @@ fn a_store_that_is_not_postgres_is_refused_where_it_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn the_stores_password_reaches_no_stage_no_output_and_no_journal() {
+    let Some(url) = fresh_database("password") else { return };
+    // The test server trusts every connection: the password is carried, never checked.
+    let url = url.replacen("postgres://lw@", "postgres://lw:PLANTED-PW@", 1) + "?password=PLANTED-PW2";
+    for sandbox in ["off", "auto"] {
+        let ws = Ws::empty();
+        ws.write(".loopwright/config.toml", &format!("sandbox = \"{sandbox}\"\n"));
+        ws.write(
+            ".loopwright/pipelines/p.yml",
+            "name: p\ndescription: d\nversion: 1\nstages:\n  - {id: look, description: d, agent: shell, mode: agent, run: 'env > env.txt; env'}\n",
+        );
+        let out = ws.cmd().args(["run", "p"]).env("LOOPWRIGHT_STORE", &url).output().expect("run");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{sandbox}: {stderr}");
+        let env = ws.read("env.txt");
+        let logs = ws.cmd().args(["logs", "latest", "--json"]).env("LOOPWRIGHT_STORE", &url).output().expect("logs");
+        let journal = String::from_utf8_lossy(&logs.stdout);
+        assert!(journal.contains("\"look\""), "{sandbox}: {journal}");
+        for (what, text) in [("env", env.as_str()), ("stdout", &stdout), ("stderr", &stderr), ("journal", &journal)] {
+            assert!(!text.contains("PLANTED-PW"), "{sandbox}: the password is in the {what}:\n{text}");
+        }
+    }
+}
