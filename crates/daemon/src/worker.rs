@@ -23,6 +23,7 @@ use loopwright_app::stop::CancelWatch;
 use loopwright_app::workspace::Workspace;
 use loopwright_engine::{Owner, RunId, RunStatus, Stop, Stopper, StoreError};
 use loopwright_runners::git;
+use loopwright_spec::sandbox::SandboxMode;
 use loopwright_store::Journal;
 use loopwright_store::fleet::{Claim, Fence};
 use loopwright_store::pg::PgStore;
@@ -48,6 +49,12 @@ pub struct Options {
     pub cache: PathBuf,
     /// How long a lease lasts without a heartbeat (heartbeats come three times as often).
     pub lease: Duration,
+    /// The repositories it may run (as submissions name them): nothing else is claimed,
+    /// cloned or run.
+    pub repos: Vec<String>,
+    /// The least confinement of every stage it runs (`required`: a repository's config.toml
+    /// or a stage's `sandbox: off` cannot weaken it).
+    pub sandbox: Option<loopwright_spec::sandbox::SandboxMode>,
 }
 
 /// A lease this worker holds.
@@ -133,7 +140,11 @@ pub async fn run(options: Options) -> Result<(), Error> {
         }
         threads.retain(|t| !t.is_finished());
         while worker.held().len() < worker.options.slots as usize {
-            let claim = match worker.store.claim(&worker.id, &worker.options.labels, worker.options.lease).await {
+            let claimed = worker
+                .store
+                .claim(&worker.id, &worker.options.labels, &worker.options.repos, worker.options.lease)
+                .await;
+            let claim = match claimed {
                 Ok(Some(claim)) => claim,
                 Ok(None) => break,
                 Err(e) => {
@@ -241,6 +252,9 @@ fn start(worker: &Arc<Worker>, claim: Claim, shutdown: watch::Receiver<bool>) ->
         // Whatever happened, nothing of the run keeps working here.
         loopwright_runners::end_run_processes(&run, &lease_tag(&worker.id, claim.epoch));
         let fence = worker.held().remove(&run);
+        // A run whose work tree could not be made keeps its lease until it runs out: it is
+        // tried again a lease later (by any worker), not claimed again at once for ever.
+        let fence = fence.filter(|_| ended.is_ok());
         if let Some(held) = fence {
             let store = worker.store.clone();
             let id = worker.id.clone();
@@ -281,10 +295,19 @@ fn drive(
     lost: watch::Receiver<bool>,
     valid_until: Arc<AtomicI64>,
 ) -> Result<String, String> {
-    let tree = checkout(worker, claim)?;
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("no runtime: {e}"))?;
-    let outcome = runtime.block_on(drive_async(worker, claim, &tree, shutdown, lost, valid_until));
+    let (tree, base) = match checkout(worker, claim) {
+        Ok(made) => made,
+        Err(Checkout::Refused(why)) => {
+            return runtime
+                .block_on(refuse(worker, claim, &why))
+                .map(|status| format!("stopped: {}", status.as_str()))
+                .map_err(|e| e.message());
+        }
+        Err(Checkout::Failed(why)) => return Err(why),
+    };
+    let outcome = runtime.block_on(drive_async(worker, claim, &tree, &base, shutdown, lost, valid_until));
     // The worktree is made again from the run's branch by whoever continues it.
     let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let _ = git::worktree_remove(&clone_dir(&worker.options.cache, &claim.submission.repo), &tree);
@@ -296,22 +319,29 @@ async fn drive_async(
     worker: &Worker,
     claim: &Claim,
     tree: &Path,
+    base: &str,
     shutdown: watch::Receiver<bool>,
     lost: watch::Receiver<bool>,
     valid_until: Arc<AtomicI64>,
 ) -> Result<RunStatus, Error> {
-    let ws = Workspace::locate(Some(tree))?.with_store(Some(worker.options.store.clone()))?;
+    let mut ws = Workspace::locate(Some(tree))?.with_store(Some(worker.options.store.clone()))?;
     let fence = Fence { worker: worker.id.clone(), epoch: claim.epoch };
     let store = Journal::Postgres(worker.store.fenced(fence));
-    let (pipeline, mut state) = read::load_run(&ws, &store, &claim.run).await?;
+    let (mut pipeline, mut state) = read::load_run(&ws, &store, &claim.run).await?;
     // The store says which pipeline to run, never what it runs: the file must be the
-    // repository's, as it is at the run's base. Whoever can write to the store can only choose
-    // among the repository's pipelines (and give them inputs), not make workers run a command.
-    if let Err(why) = same_pipeline(tree, &state) {
-        let by = format!("worker {}: refused to run it: {why}", worker.id);
-        let event = loopwright_engine::Event::RunCancelled { stage: None, by, rollback: false };
-        loopwright_app::record::after_read(&store, &mut state, vec![event]).await?;
-        return Ok(state.status);
+    // repository's, as git holds it at the run's base. Whoever can write to the store can only
+    // choose among the repository's pipelines (and give them inputs), not make workers run a
+    // command.
+    let clone = clone_dir(&worker.options.cache, &claim.submission.repo);
+    if let Err(why) = same_pipeline(&clone, base, &state) {
+        return refused(worker, &store, &mut state, &why).await;
+    }
+    // The worker's own floor: a repository or a stage cannot weaken it.
+    if let Some(floor) = worker.options.sandbox.filter(|m| *m != SandboxMode::Off) {
+        ws.config.sandbox = ws.config.sandbox.max(floor);
+        for stage in &mut pipeline.stages {
+            stage.sandbox = Some(stage.sandbox.unwrap_or(floor).max(floor));
+        }
     }
     let lost_now = lost.clone();
     let publish = loopwright_runners::Publish {
@@ -340,21 +370,63 @@ async fn drive_async(
     }
 }
 
-/// Checks that the run's journaled pipeline is the repository's file at the same path, byte for
-/// byte (a path outside the repository is refused).
-fn same_pipeline(tree: &Path, state: &loopwright_engine::RunState) -> Result<(), String> {
+/// Cancels a claimed run this worker refuses to run, saying why in its journal.
+async fn refuse(worker: &Worker, claim: &Claim, why: &str) -> Result<RunStatus, Error> {
+    let fence = Fence { worker: worker.id.clone(), epoch: claim.epoch };
+    let store = Journal::Postgres(worker.store.fenced(fence));
+    let events = loopwright_engine::Store::events(&store, &claim.run).await?;
+    let mut state = loopwright_engine::RunState::replay(claim.run.clone(), &events);
+    refused(worker, &store, &mut state, why).await
+}
+
+/// Journals that this worker refused to run the run (`run_cancelled`, with why).
+async fn refused(
+    worker: &Worker,
+    store: &Journal,
+    state: &mut loopwright_engine::RunState,
+    why: &str,
+) -> Result<RunStatus, Error> {
+    let by = format!("worker {}: refused to run it: {why}", worker.id);
+    let event = loopwright_engine::Event::RunCancelled { stage: None, by, rollback: false };
+    loopwright_app::record::after_read(store, state, vec![event]).await?;
+    Ok(state.status)
+}
+
+/// Why a run's work tree was not made.
+enum Checkout {
+    /// The run asks for what this worker does not do (a base on loopwright's run branches): it
+    /// is cancelled, saying why.
+    Refused(String),
+    /// Something failed (the repository out of reach, a base not pushed yet): tried again later.
+    Failed(String),
+}
+
+/// Checks that the run's journaled pipeline is the repository's file at the same path under
+/// `.loopwright/pipelines/`, byte for byte, as git holds it at `base` (read from git's objects:
+/// a link there is not followed, and nothing a stage wrote in the work tree counts).
+fn same_pipeline(clone: &Path, base: &str, state: &loopwright_engine::RunState) -> Result<(), String> {
     let started = state.started.as_ref().ok_or("the run has no start")?;
-    let path = Path::new(&started.pipeline_path);
-    if !loopwright_app::workspace::repository_file(&started.pipeline_path) {
-        return Err(format!("its pipeline {} is not a file of the repository", started.pipeline_path));
+    let path = started.pipeline_path.trim_start_matches("./");
+    if !loopwright_app::workspace::repository_file(path) || !path.starts_with(".loopwright/pipelines/") {
+        return Err(format!(
+            "its pipeline {} is not a file of the repository's .loopwright/pipelines/",
+            started.pipeline_path
+        ));
     }
-    match std::fs::read_to_string(tree.join(path)) {
+    let entry = git::git(clone, &["ls-tree", base, "--", path]).unwrap_or_default();
+    let mode = entry.split_whitespace().next().unwrap_or_default();
+    if entry.is_empty() {
+        return Err(format!("the repository has no {path} at its base"));
+    }
+    if mode != "100644" && mode != "100755" {
+        return Err(format!("{path} at the run's base is not a regular file (git mode {mode})"));
+    }
+    match git::git(clone, &["cat-file", "blob", &format!("{base}:{path}")]) {
         Ok(text) if text == started.pipeline_source => Ok(()),
         Ok(_) => Err(format!(
-            "its pipeline differs from {} in the repository at its base: commit and push the pipeline, then submit again",
-            started.pipeline_path
+            "its pipeline differs from {path} in the repository at its base: commit and push the pipeline, then submit again"
         )),
-        Err(e) => Err(format!("the repository has no {} at its base ({e})", started.pipeline_path)),
+        Err(e) => Err(format!("cannot read {path} at the run's base: {e}")),
     }
 }
 
@@ -377,43 +449,44 @@ fn clone_dir(cache: &Path, repo: &str) -> PathBuf {
     cache.join("repos").join(format!("{last}-{hash:016x}.git"))
 }
 
-/// The run's worktree, from the cached clone brought up to date: at the run's branch when it
-/// has one (another worker started it), else at its base, which the branch is made from.
-fn checkout(worker: &Worker, claim: &Claim) -> Result<PathBuf, String> {
+/// Where the cached clone keeps what it fetched of the repository's branches: remote-tracking
+/// refs, never `refs/heads/*`, which hold the worktrees' own branches (`work/RUN`).
+const FETCHED: &str = "refs/remotes/origin";
+
+/// The run's worktree, from the cached clone brought up to date, and the run's base commit: at
+/// the run's branch when it has one (another worker started it; the base is where that branch
+/// left the repository's history), else at its base, which the branch is made from.
+fn checkout(worker: &Worker, claim: &Claim) -> Result<(PathBuf, String), Checkout> {
     let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let repo = &claim.submission.repo;
     let clone = clone_dir(&worker.options.cache, repo);
     let cache = &worker.options.cache;
     if !clone.join("HEAD").is_file() {
-        std::fs::create_dir_all(cache.join("repos")).map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
+        std::fs::create_dir_all(cache.join("repos"))
+            .map_err(|e| Checkout::Failed(format!("cannot create {}: {e}", cache.display())))?;
         let target = clone.display().to_string();
-        git::git(cache, &["clone", "--quiet", "--bare", "--", repo, &target])?;
+        git::git(cache, &["init", "--quiet", "--bare", &target]).map_err(Checkout::Failed)?;
     }
-    git::git(
-        &clone,
-        &[
-            "fetch",
-            "--quiet",
-            "--prune",
-            "--force",
-            "--",
-            repo,
-            "+refs/heads/*:refs/heads/*",
-            "+refs/tags/*:refs/tags/*",
-        ],
-    )?;
+    // Into remote-tracking refs only: a fetch must never delete or move the branch another
+    // run's worktree has checked out.
+    let heads = format!("+refs/heads/*:{FETCHED}/*");
+    git::git(&clone, &["fetch", "--quiet", "--prune", "--force", "--", repo, &heads, "+refs/tags/*:refs/tags/*"])
+        .map_err(Checkout::Failed)?;
     let branch = run_branch(&claim.run);
-    let has_branch = git::git(&clone, &["rev-parse", "--verify", "-q", &format!("refs/heads/{branch}")]).is_ok();
-    let start = if has_branch {
-        format!("refs/heads/{branch}")
-    } else {
-        let base = &claim.submission.base;
-        let commit = git::git(&clone, &["rev-parse", "--verify", "-q", &format!("{base}^{{commit}}")])
-            .map_err(|_| format!("the run's base `{base}` is not in {repo}"))?;
-        let commit = commit.trim().to_owned();
-        // The run's branch exists from its start, for whoever continues it.
-        git::git(&clone, &["push", "--quiet", "--", repo, &format!("{commit}:refs/heads/{branch}")])?;
-        commit
+    let pushed = git::git(&clone, &["rev-parse", "--verify", "-q", &format!("{FETCHED}/{branch}^{{commit}}")]);
+    let (start, base) = match pushed {
+        Ok(tip) => {
+            let tip = tip.trim().to_owned();
+            let base = run_base(&clone, &tip, &claim.run).map_err(Checkout::Refused)?;
+            (tip, base)
+        }
+        Err(_) => {
+            let base = resolve_base(&clone, &claim.submission.base, repo)?;
+            // The run's branch exists from its start, for whoever continues it.
+            git::git(&clone, &["push", "--quiet", "--", repo, &format!("{base}:refs/heads/{branch}")])
+                .map_err(Checkout::Failed)?;
+            (base.clone(), base)
+        }
     };
     let tree = cache.join("runs").join(claim.run.as_str());
     if tree.exists() {
@@ -422,6 +495,50 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<PathBuf, String> {
     }
     let _ = git::git(&clone, &["worktree", "prune"]);
     let path = tree.display().to_string();
-    git::git(&clone, &["worktree", "add", "--quiet", "--force", "-B", &format!("work/{}", claim.run), &path, &start])?;
-    Ok(tree)
+    git::git(&clone, &["worktree", "add", "--quiet", "--force", "-B", &format!("work/{}", claim.run), &path, &start])
+        .map_err(Checkout::Failed)?;
+    Ok((tree, base))
+}
+
+/// The commit `base` (a branch, a tag or a commit of the repository) names, as fetched: never
+/// one of loopwright's run branches, nor a commit only they hold (what an agent wrote there is
+/// not the repository's).
+fn resolve_base(clone: &Path, base: &str, repo: &str) -> Result<String, Checkout> {
+    if base.starts_with("loopwright/") || base.contains("/loopwright/") {
+        return Err(Checkout::Refused(format!(
+            "the run's base `{base}` is one of loopwright's run branches, not the repository's"
+        )));
+    }
+    let candidates =
+        [format!("{FETCHED}/{base}"), format!("refs/tags/{base}"), base.to_owned()].map(|c| format!("{c}^{{commit}}"));
+    let commit = candidates
+        .iter()
+        .find_map(|c| git::git(clone, &["rev-parse", "--verify", "-q", c]).ok())
+        .map(|c| c.trim().to_owned())
+        .ok_or_else(|| Checkout::Failed(format!("the run's base `{base}` is not in {repo}")))?;
+    let holders =
+        git::git(clone, &["for-each-ref", "--format=%(refname)", "--contains", &commit, FETCHED, "refs/tags"])
+            .unwrap_or_default();
+    let run_branches = format!("{FETCHED}/loopwright/");
+    if !holders.lines().any(|r| !r.starts_with(&run_branches) && r != format!("{FETCHED}/HEAD")) {
+        return Err(Checkout::Refused(format!(
+            "the run's base `{base}` is on no branch or tag of {repo} but loopwright's run branches"
+        )));
+    }
+    Ok(commit)
+}
+
+/// Where the run's branch left the repository's history: the first commit, going back from
+/// `tip` along first parents, that is not one of the run's own (`Loopwright-Run: RUN`).
+fn run_base(clone: &Path, tip: &str, run: &RunId) -> Result<String, String> {
+    let log = git::git(
+        clone,
+        &["log", "--first-parent", "--format=%H %(trailers:key=Loopwright-Run,valueonly,separator=%x2C)", tip],
+    )?;
+    log.lines()
+        .find_map(|line| {
+            let (commit, runs) = line.split_once(' ').unwrap_or((line, ""));
+            (!runs.split(',').any(|r| r.trim() == run.as_str())).then(|| commit.to_owned())
+        })
+        .ok_or_else(|| format!("the run's branch holds no commit of the repository's own ({tip})"))
 }

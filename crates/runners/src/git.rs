@@ -70,10 +70,30 @@ fn commit_with(
     git(root, &args).map(drop)
 }
 
+/// Refuses a work tree whose `HEAD` is unborn in a repository that has commits: a commit
+/// there would start a new history holding only what it adds (a branch deleted under a
+/// worktree), and a push of it would replace the run's branch.
+fn unborn_head(root: &Path) -> Result<(), String> {
+    if git(root, &["rev-parse", "--verify", "-q", "HEAD"]).is_ok() {
+        return Ok(());
+    }
+    let any = git(root, &["rev-list", "-n", "1", "--all"]).unwrap_or_default();
+    if any.trim().is_empty() {
+        return Ok(());
+    }
+    let branch = git(root, &["symbolic-ref", "-q", "HEAD"]).unwrap_or_default();
+    Err(format!(
+        "HEAD ({}) has no commit although the repository has some: the branch was deleted under the work tree; nothing was committed",
+        branch.trim()
+    ))
+}
+
 /// Commits the changes of `paths` (and only them) with the loopwright trailers; returns the new
 /// commit, or `None` when none of them is something git tracks or may track (ignored files and
-/// files created then deleted are left out).
+/// files created then deleted are left out). A work tree whose `HEAD` is unborn in a repository
+/// with commits is refused.
 pub fn commit(root: &Path, paths: &[String], run: &str, task: &str, stage: &str) -> Result<Option<String>, String> {
+    unborn_head(root)?;
     let (present, gone): (Vec<&String>, Vec<&String>) = paths.iter().partition(|p| root.join(p).exists());
     let list = |args: &[&str], of: &[&String]| -> Result<Vec<String>, String> {
         if of.is_empty() {

@@ -650,6 +650,14 @@ impl Publish {
     fn push(&self, root: &Path, commit: &str) -> Result<(), String> {
         (self.may)().map_err(|why| format!("commit {commit} not pushed: {why}"))?;
         let mut pushed = self.pushed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The run's history only grows: a commit that does not descend from the last one pushed
+        // would replace the stages before it.
+        if !pushed.is_empty() && git::git(root, &["merge-base", "--is-ancestor", pushed.as_str(), commit]).is_err() {
+            return Err(format!(
+                "commit {commit} not pushed: it does not descend from {}, the last commit pushed to {}",
+                *pushed, self.branch
+            ));
+        }
         let lease = format!("--force-with-lease=refs/heads/{}:{}", self.branch, *pushed);
         let target = format!("{commit}:refs/heads/{}", self.branch);
         git::git(root, &["push", "--quiet", "--no-verify", &lease, &self.repo, &target])

@@ -35,6 +35,16 @@ pub struct Config {
     pub limits: Vec<Limit>,
     /// `[classify]`: how a failure that no pattern is sure of is labelled.
     pub classify: ClassifyConfig,
+    /// `[worker]`: what `loopwright worker` started in this workspace may run.
+    pub worker: WorkerConfig,
+}
+
+/// `[worker]`: what a worker started here may run (its `--repo` flags say it instead).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    /// The repositories it may clone and run, as runs name them.
+    pub repos: Vec<String>,
 }
 
 /// `[classify]`: asking the stage's own agent about a failure that neither a sure pattern nor

@@ -5,8 +5,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// `sandbox = …` in config.toml, or `sandbox:` on a stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// `sandbox = …` in config.toml, or `sandbox:` on a stage. Ordered from the least confinement
+/// to the most (`off` < `auto` < `required`), so a floor is a `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxMode {
     /// Unsandboxed, as the user: the default where config.toml does not say (`loopwright

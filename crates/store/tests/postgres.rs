@@ -202,6 +202,11 @@ async fn a_server_asking_for_tls_is_reached_over_it_trusting_only_the_root_named
     );
 }
 
+/// The repositories the test workers may run: the one every test run names.
+fn repos() -> Vec<String> {
+    vec!["/srv/repo.git".to_owned()]
+}
+
 /// A run submitted to workers with these labels.
 async fn submit(store: &PgStore, run: &str, labels: &[(&str, &str)]) -> RunId {
     use loopwright_store::fleet::Submission;
@@ -228,14 +233,15 @@ async fn of_two_workers_racing_for_one_run_exactly_one_claims_it() {
     for round in 0..50 {
         let run = submit(&a, &format!("claim-{round}"), &[]).await;
         let none = labels(&[]);
-        let (first, second) = tokio::join!(a.claim("wa", &none, lease), b.claim("wb", &none, lease));
+        let repos = repos();
+        let (first, second) = tokio::join!(a.claim("wa", &none, &repos, lease), b.claim("wb", &none, &repos, lease));
         let (first, second) = (first.expect("claim a"), second.expect("claim b"));
         let claims: Vec<_> = [first, second].into_iter().flatten().collect();
         assert_eq!(claims.len(), 1, "round {round}: {claims:?}");
         assert_eq!((claims[0].run.clone(), claims[0].epoch), (run, 1), "round {round}");
     }
     // Nothing is left to claim.
-    assert_eq!(a.claim("wa", &labels(&[]), lease).await.expect("claim"), None);
+    assert_eq!(a.claim("wa", &labels(&[]), &repos(), lease).await.expect("claim"), None);
 }
 
 #[tokio::test]
@@ -248,12 +254,19 @@ async fn workers_claim_in_submission_order_only_what_their_labels_allow() {
     let second = submit(&store, "second", &[("os", "linux")]).await;
     let plain = labels(&[("os", "linux")]);
     let claimed = |c: Option<loopwright_store::fleet::Claim>| c.map(|c| c.run);
-    assert_eq!(claimed(store.claim("w1", &plain, lease).await.expect("claim")), Some(first));
-    assert_eq!(claimed(store.claim("w1", &plain, lease).await.expect("claim")), Some(second));
+    assert_eq!(claimed(store.claim("w1", &plain, &repos(), lease).await.expect("claim")), Some(first));
+    assert_eq!(claimed(store.claim("w1", &plain, &repos(), lease).await.expect("claim")), Some(second));
     // The GPU run waits for a worker that has the label; one with more labels takes it.
-    assert_eq!(claimed(store.claim("w1", &plain, lease).await.expect("claim")), None);
+    assert_eq!(claimed(store.claim("w1", &plain, &repos(), lease).await.expect("claim")), None);
     let big = labels(&[("gpu", "a100"), ("os", "linux")]);
-    assert_eq!(claimed(store.claim("w2", &big, lease).await.expect("claim")), Some(gpu));
+    assert_eq!(claimed(store.claim("w2", &big, &repos(), lease).await.expect("claim")), Some(gpu));
+    // A worker that may not run the repository claims nothing of it.
+    let other = submit(&store, "other", &[]).await;
+    assert_eq!(
+        claimed(store.claim("w3", &plain, &["/srv/elsewhere.git".to_owned()], lease).await.expect("claim")),
+        None
+    );
+    assert_eq!(claimed(store.claim("w3", &plain, &repos(), lease).await.expect("claim")), Some(other));
     let workers_before = store.workers().await.expect("workers");
     assert_eq!(workers_before, Vec::new(), "claims alone register no worker");
 }
@@ -266,18 +279,19 @@ async fn a_lease_taken_over_after_it_expired_fences_the_old_holders_writes() {
     let none = labels(&[]);
     let short = std::time::Duration::from_millis(300);
     a.register_worker("wa", "host-a", &none, 1, short).await.expect("register");
-    let claim = a.claim("wa", &none, short).await.expect("claim").expect("claimed");
+    let claim = a.claim("wa", &none, &repos(), short).await.expect("claim").expect("claimed");
     let old = a.fenced(loopwright_store::fleet::Fence { worker: "wa".into(), epoch: claim.epoch });
     let step =
         |n: u32| vec![(Event::AttemptStarted { stage: stage("diagnose"), attempt: n }, t("2027-05-01T00:00:01Z"))];
     old.append_all(&run, &step(1)).await.expect("the holder writes");
     // While the lease lives, nobody else may claim the run; renewed, it lives on.
-    assert_eq!(b.claim("wb", &none, short).await.expect("claim"), None);
+    assert_eq!(b.claim("wb", &none, &repos(), short).await.expect("claim"), None);
     assert_eq!(a.renew("wa", &[(run.clone(), claim.epoch)], short).await.expect("renew"), Vec::<RunId>::new());
-    assert_eq!(b.claim("wb", &none, short).await.expect("claim"), None);
+    assert_eq!(b.claim("wb", &none, &repos(), short).await.expect("claim"), None);
     // Expired (the holder frozen), it is taken over with the next epoch.
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
-    let taken = b.claim("wb", &none, std::time::Duration::from_secs(60)).await.expect("claim").expect("taken over");
+    let taken =
+        b.claim("wb", &none, &repos(), std::time::Duration::from_secs(60)).await.expect("claim").expect("taken over");
     assert_eq!((taken.run.clone(), taken.epoch), (run.clone(), 2));
     let new = b.fenced(loopwright_store::fleet::Fence { worker: "wb".into(), epoch: 2 });
     // The old holder's late writes are refused, whole, and say who holds the run now.
@@ -297,6 +311,6 @@ async fn a_lease_taken_over_after_it_expired_fences_the_old_holders_writes() {
     b.release("wb", &run, 2).await.expect("release");
     assert!(matches!(new.append_all(&run, &step(3)).await, Err(StoreError::Fenced { holder: None, .. })));
     // A run given back is claimed again at once, with the next epoch.
-    let again = a.claim("wa", &none, short).await.expect("claim").expect("claimed again");
+    let again = a.claim("wa", &none, &repos(), short).await.expect("claim").expect("claimed again");
     assert_eq!(again.epoch, 3);
 }

@@ -275,6 +275,13 @@ pub async fn submit(
             prepared.started.pipeline_path
         )));
     }
+    // Workers read a submitted run's pipeline from the repository's `.loopwright/pipelines/`.
+    if !prepared.started.pipeline_path.trim_start_matches("./").starts_with(".loopwright/pipelines/") {
+        return Err(Error::usage(format!(
+            "--submit: {} is not in .loopwright/pipelines/: workers run only the pipelines kept there",
+            prepared.started.pipeline_path
+        )));
+    }
     let submission = loopwright_store::fleet::Submission { repo, base, labels: prepared.pipeline.runs_on.clone() };
     let at = jiff::Timestamp::now();
     let batch = [(Event::RunStarted(Box::new(prepared.started)), at), (Event::RunQueued {}, at)];

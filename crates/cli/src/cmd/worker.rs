@@ -26,6 +26,45 @@ pub struct Args {
     /// often): after a crash of this worker, another continues its runs this long after.
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub lease: u64,
+    /// A repository this worker may run, as runs name it (a URL, or a path every worker
+    /// sees); give it once per repository. A run of any other repository is left for another
+    /// worker: nothing else is cloned or run here.
+    /// (Default: `[worker] repos` in the workspace's config.toml.)
+    #[arg(long = "repo", value_name = "URL")]
+    pub repos: Vec<String>,
+    /// The least confinement of every stage run here: `required` sandboxes every process
+    /// (or runs nothing), whatever a repository's config.toml or a stage's `sandbox:` says;
+    /// `auto` sandboxes where this machine can. Default: what each repository says.
+    #[arg(long, value_name = "MODE", value_parser = sandbox_mode)]
+    pub sandbox: Option<loopwright_spec::sandbox::SandboxMode>,
+}
+
+/// The repositories a worker may run: its `--repo` flags, else `[worker] repos` in the
+/// config.toml of the workspace it is started in; an allow list, so none at all is refused.
+fn repos(given: Vec<String>) -> Result<Vec<String>, CliError> {
+    let repos = if given.is_empty() {
+        match loopwright_app::workspace::Workspace::locate(None) {
+            Ok(ws) => ws.config.worker.repos,
+            Err(_) => Vec::new(),
+        }
+    } else {
+        given
+    };
+    if repos.is_empty() {
+        return Err(CliError::usage(
+            "a worker runs only the repositories it is told it may: --repo URL (once per repository), or `[worker] repos = [\"URL\", …]` in .loopwright/config.toml",
+        ));
+    }
+    if let Some(bad) = repos.iter().find(|r| r.is_empty() || r.starts_with('-')) {
+        return Err(CliError::usage(format!("--repo `{bad}`: expected a git repository's URL or path")));
+    }
+    Ok(repos)
+}
+
+/// `--sandbox MODE`.
+fn sandbox_mode(text: &str) -> Result<loopwright_spec::sandbox::SandboxMode, String> {
+    loopwright_spec::sandbox::SandboxMode::parse(text)
+        .ok_or_else(|| format!("`{text}` is not a sandbox mode: expected auto, required or off"))
 }
 
 /// `key=value,…` as labels; every problem says which pair.
@@ -80,6 +119,8 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         slots: args.slots,
         cache,
         lease: Duration::from_secs(args.lease),
+        repos: repos(args.repos)?,
+        sandbox: args.sandbox,
     };
     on_daemon_runtime(loopwright_daemon::worker::run(options))?;
     Ok(0)

@@ -169,3 +169,21 @@ fn an_agent_cli_that_is_not_installed_is_refused_before_anything_runs() {
     );
     assert!(!ws.has_store());
 }
+
+#[test]
+fn a_worker_without_repositories_it_may_run_does_not_start() {
+    let ws = Ws::empty();
+    let store = "postgres://lw:secret@127.0.0.1:1/loopwright";
+    let (code, out, err) = ws.run(&["worker", "--store", store]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(err.contains("a worker runs only the repositories it is told it may: --repo URL"), "{err}");
+    assert!(!err.contains("secret"), "{err}");
+    let (code, _, err) = ws.run(&["worker", "--store", store, "--repo", "--upload-pack=x"]);
+    assert_eq!(code, 2, "{err}");
+    // `[worker] repos` in the workspace's config.toml says it too: then the store is tried.
+    ws.write(".loopwright/config.toml", "[worker]\nrepos = [\"/srv/repo.git\"]\n");
+    let (code, _, err) =
+        ws.run(&["worker", "--store", store, "--cache", &ws.path().join("cache").display().to_string()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("--repo URL") && err.contains("postgres://lw:***@127.0.0.1:1/loopwright"), "{err}");
+}

@@ -68,7 +68,8 @@ impl Fleet {
     fn worker_with(&self, n: usize, url: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
         let log = std::fs::File::create(self.dir.path().join(format!("worker-{n}.log"))).expect("log");
         let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"));
-        cmd.args(["worker", "--store", url])
+        cmd.args(["worker", "--store", url, "--repo"])
+            .arg(self.remote())
             .args(args)
             .arg("--cache")
             .arg(self.dir.path().join(format!("cache-{n}")))
@@ -377,6 +378,218 @@ stages:
     run: "echo $LOOPWRIGHT_RUN_ID $(date +%s%N) >> COUNTERS/c; sleep 0.2; echo c > c.txt"
 "#;
 
+/// Asserts that each of `stages` of each of `runs` succeeded once and never started (by the
+/// counter files: `RUN NANOSECONDS` per start) after that success was journaled, on any worker.
+fn no_stage_after_its_success(fleet: &Fleet, runs: &[String], stages: &[&str]) {
+    let starts: Vec<(&str, Vec<String>)> = stages.iter().map(|s| (*s, fleet.counter(s))).collect();
+    for run in runs {
+        let mut cmd = fleet.checkout.cmd();
+        let out = cmd.args(["logs", run, "--json", "--store", &fleet.url]).output().expect("logs");
+        let events: Vec<Value> =
+            String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        for (stage, lines) in &starts {
+            let succeeded: Vec<i128> = events
+                .iter()
+                .filter(|v| v["event"]["type"] == "attempt_succeeded" && v["event"]["stage"] == *stage)
+                .map(|v| v["at"].as_str().expect("at").parse::<jiff::Timestamp>().expect("time").as_nanosecond())
+                .collect();
+            assert_eq!(succeeded.len(), 1, "run {run} stage {stage}: one success journaled");
+            let mine: Vec<i128> = lines
+                .iter()
+                .filter_map(|l| l.split_once(' ').filter(|(r, _)| r == run).and_then(|(_, t)| t.parse().ok()))
+                .collect();
+            assert!(!mine.is_empty(), "run {run} stage {stage} never started");
+            assert!(
+                mine.iter().all(|t| *t <= succeeded[0]),
+                "run {run} stage {stage} started after its success was journaled: {mine:?} vs {}",
+                succeeded[0]
+            );
+        }
+    }
+}
+
+/// Asserts that each run's branch is a clean run's: one commit per stage of `stages` (in order)
+/// over the base, and the base's files with each stage's own.
+fn whole_history(fleet: &Fleet, runs: &[String], stages: &[&str]) {
+    for run in runs {
+        let task = fleet.status(run)["task_id"].as_str().expect("task").to_owned();
+        let (subjects, files) = fleet.branch(run);
+        let clean: Vec<String> =
+            stages.iter().rev().map(|s| format!("loopwright: stage {s} of {task}")).chain(["initial".into()]).collect();
+        assert_eq!(subjects, clean, "run {run}");
+        let mut want: Vec<String> = [".loopwright/.gitignore", ".loopwright/pipelines/p.yml", "README"]
+            .iter()
+            .map(|f| (*f).to_owned())
+            .collect();
+        want.extend(stages.iter().map(|s| format!("{s}.txt")));
+        assert_eq!(files, want, "run {run}");
+    }
+}
+
+const FOUR_STAGES: &str = r#"name: p
+description: d
+version: 1
+stages:
+  - id: a
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo $LOOPWRIGHT_RUN_ID $(date +%s%N) >> COUNTERS/a; sleep 0.3; echo a > a.txt"
+  - id: b
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo $LOOPWRIGHT_RUN_ID $(date +%s%N) >> COUNTERS/b; sleep 0.3; echo b > b.txt"
+  - id: c
+    description: d
+    agent: shell
+    mode: plan
+    run: "echo $LOOPWRIGHT_RUN_ID $(date +%s%N) >> COUNTERS/c; sleep 0.2; cat a.txt b.txt"
+  - id: d
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo $LOOPWRIGHT_RUN_ID $(date +%s%N) >> COUNTERS/d; sleep 0.3; echo d > d.txt"
+  - id: e
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo $LOOPWRIGHT_RUN_ID $(date +%s%N) >> COUNTERS/e; sleep 0.2; echo e > e.txt"
+"#;
+
+#[test]
+fn runs_side_by_side_on_a_two_slot_worker_keep_their_whole_history() {
+    let Some(fleet) = Fleet::new("two_slots", FOUR_STAGES) else { return };
+    let runs: Vec<String> = ["one", "two", "three"].iter().map(|t| fleet.submit(t)).collect();
+    let worker = fleet.worker_with(1, &fleet.url, &["--lease", "5", "--slots", "2"], &[]);
+    assert_eq!(fleet.wait_ended(&runs, 120), ["success", "success", "success"], "{}", fleet.log(1));
+    // Two ran at once (the second claim fetched while the first run's worktree was checked out).
+    whole_history(&fleet, &runs, &["a", "b", "d", "e"]);
+    no_stage_after_its_success(&fleet, &runs, &["a", "b", "c", "d", "e"]);
+    signal(&worker, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
+}
+
+#[test]
+fn two_workers_of_two_slots_with_a_kill_keep_every_runs_history() {
+    let Some(fleet) = Fleet::new("two_by_two", FOUR_STAGES) else { return };
+    let runs: Vec<String> = (0..8).map(|i| fleet.submit(&format!("run {i}"))).collect();
+    let args = ["--lease", "2", "--slots", "2"];
+    let mut workers: Vec<std::process::Child> = (0..2).map(|n| fleet.worker_with(n, &fleet.url, &args, &[])).collect();
+    // Killed once mid-run, while it holds two runs, and started again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fleet.counter("b").is_empty() {
+        assert!(Instant::now() < deadline, "no run reached stage b");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    workers[0].kill().expect("kill -9");
+    workers[0].wait().expect("reaped");
+    workers[0] = fleet.worker_with(0, &fleet.url, &args, &[]);
+    let statuses = fleet.wait_ended(&runs, 300);
+    for mut worker in workers {
+        signal(&worker, nix::sys::signal::Signal::SIGTERM);
+        let _ = worker.wait();
+    }
+    assert_eq!(statuses, vec!["success"; runs.len()], "{}\n{}", fleet.log(0), fleet.log(1));
+    whole_history(&fleet, &runs, &["a", "b", "d", "e"]);
+    no_stage_after_its_success(&fleet, &runs, &["a", "b", "c", "d", "e"]);
+}
+
+/// Journals a run straight into the store, as whoever can write it could: `honest`'s start
+/// with `pipeline_source` in its place, submitted for `repo` at `base`.
+fn forge(fleet: &Fleet, honest: &str, id: &str, pipeline_source: &str, repo: &str, base: &str) -> String {
+    let mut cmd = fleet.checkout.cmd();
+    let out = cmd.args(["logs", honest, "--json", "--store", &fleet.url]).output().expect("logs");
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().expect("a line")).expect("json");
+    let mut started = first["event"].clone();
+    started["pipeline_source"] = Value::String(pipeline_source.to_owned());
+    let event: loopwright_engine::Event = serde_json::from_value(started).expect("an event");
+    let forged = loopwright_engine::RunId::new(id);
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime").block_on(async {
+        let store = loopwright_store::pg::PgStore::connect(&fleet.url, 1).await.expect("store");
+        let at = jiff::Timestamp::now();
+        let submission = loopwright_store::fleet::Submission {
+            repo: repo.to_owned(),
+            base: base.to_owned(),
+            labels: Default::default(),
+        };
+        store
+            .submit(&forged, &[(event, at), (loopwright_engine::Event::RunQueued {}, at)], &submission)
+            .await
+            .expect("submit");
+    });
+    forged.to_string()
+}
+
+#[test]
+fn a_store_writer_can_neither_have_an_unlisted_repository_cloned_nor_a_run_branchs_pipeline_run() {
+    let Some(fleet) = Fleet::new("store_writer", TWO_STAGES) else { return };
+    let honest = fleet.submit("honest");
+    let worker = fleet.worker(1, 5);
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&honest), 60), ["success"]);
+    let planted = fleet.dir.path().join("planted");
+    let evil = format!(
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - {{id: a, description: d, agent: shell, mode: plan, run: 'touch {}'}}\n",
+        planted.display()
+    );
+    // A repository of the writer's, holding that pipeline: not one the worker may run.
+    let other = fleet.dir.path().join("other.git");
+    git(fleet.dir.path(), &["init", "--quiet", "--bare", "-b", "main", &other.display().to_string()]);
+    let theirs = Ws::empty();
+    theirs.write(".loopwright/pipelines/p.yml", &evil);
+    theirs.init_git();
+    theirs.git(&["push", "--quiet", &other.display().to_string(), "main"]);
+    let unlisted = forge(&fleet, &honest, "20261128-000000-a0a0a0", &evil, &other.display().to_string(), "main");
+    // The pipeline as an agent could have written it on a run branch of the real repository.
+    let branch = format!("loopwright/{honest}");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let work = scratch.path().join("work");
+    git(scratch.path(), &["clone", "--quiet", "-b", &branch, &fleet.remote().display().to_string(), "work"]);
+    std::fs::write(work.join(".loopwright/pipelines/p.yml"), &evil).expect("write");
+    git(
+        &work,
+        &[
+            "-c",
+            "user.name=agent",
+            "-c",
+            "user.email=agent@example.com",
+            "commit",
+            "--quiet",
+            "-am",
+            "an agent's pipeline",
+        ],
+    );
+    git(&work, &["push", "--quiet", "origin", &format!("HEAD:{branch}")]);
+    let on_branch =
+        forge(&fleet, &honest, "20261128-000000-b0b0b0", &evil, &fleet.remote().display().to_string(), &branch);
+    let commit = git(&work, &["rev-parse", "HEAD"]).trim().to_owned();
+    let by_commit =
+        forge(&fleet, &honest, "20261128-000000-c0c0c0", &evil, &fleet.remote().display().to_string(), &commit);
+    let refused = fleet.wait_ended(&[on_branch.clone(), by_commit.clone()], 60);
+    assert_eq!(refused, ["cancelled", "cancelled"]);
+    for (run, why) in [
+        (&on_branch, format!("the run's base `{branch}` is one of loopwright's run branches, not the repository's")),
+        (&by_commit, format!("the run's base `{commit}` is on no branch or tag of")),
+    ] {
+        let mut cmd = fleet.checkout.cmd();
+        let out = cmd.args(["logs", run, "--store", &fleet.url]).output().expect("logs");
+        let log = String::from_utf8_lossy(&out.stdout);
+        assert!(log.contains(&why), "{log}\n{}", fleet.log(1));
+    }
+    // The unlisted repository's run is left queued for a worker that may run it: never cloned.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(fleet.statuses(std::slice::from_ref(&unlisted)), ["queued"]);
+    let clones: Vec<String> = std::fs::read_dir(fleet.dir.path().join("cache-1/repos"))
+        .expect("repos")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    assert!(clones.iter().all(|c| c.starts_with("remote-")), "{clones:?}");
+    assert!(!planted.exists(), "the store writer's command ran");
+    signal(&worker, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
+}
+
 /// A small random number generator (xorshift), seeded by the clock and said in the output.
 struct Dice(u64);
 
@@ -428,47 +641,9 @@ fn fleet_chaos_three_workers_killed_at_random_lose_nothing_and_repeat_no_finishe
     }
     assert_eq!(statuses, vec!["success"; runs.len()]);
     // No stage started after its success was journaled (on any worker).
-    let starts: Vec<(&str, Vec<String>)> = ["a", "b", "c"].iter().map(|s| (*s, fleet.counter(s))).collect();
-    for run in &runs {
-        let mut cmd = fleet.checkout.cmd();
-        let out = cmd.args(["logs", run, "--json", "--store", &fleet.url]).output().expect("logs");
-        let events: Vec<Value> =
-            String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-        for (stage, lines) in &starts {
-            let succeeded: Vec<i128> = events
-                .iter()
-                .filter(|v| v["event"]["type"] == "attempt_succeeded" && v["event"]["stage"] == *stage)
-                .map(|v| v["at"].as_str().expect("at").parse::<jiff::Timestamp>().expect("time").as_nanosecond())
-                .collect();
-            assert_eq!(succeeded.len(), 1, "run {run} stage {stage}: one success journaled");
-            let mine: Vec<i128> = lines
-                .iter()
-                .filter_map(|l| l.split_once(' ').filter(|(r, _)| r == run).and_then(|(_, t)| t.parse().ok()))
-                .collect();
-            assert!(!mine.is_empty(), "run {run} stage {stage} never started");
-            assert!(
-                mine.iter().all(|t| *t <= succeeded[0]),
-                "run {run} stage {stage} started after its success was journaled: {mine:?} vs {}",
-                succeeded[0]
-            );
-        }
-    }
+    no_stage_after_its_success(&fleet, &runs, &["a", "b", "c"]);
     // Each branch is a clean run's: three stage commits over the base, the files each wrote.
-    for run in &runs {
-        let task = fleet.status(run)["task_id"].as_str().expect("task").to_owned();
-        let (subjects, files) = fleet.branch(run);
-        let clean: Vec<String> = ["c", "b", "a"]
-            .iter()
-            .map(|s| format!("loopwright: stage {s} of {task}"))
-            .chain(["initial".into()])
-            .collect();
-        assert_eq!(subjects, clean, "run {run}");
-        assert_eq!(
-            files,
-            [".loopwright/.gitignore", ".loopwright/pipelines/p.yml", "README", "a.txt", "b.txt", "c.txt"],
-            "run {run}"
-        );
-    }
+    whole_history(&fleet, &runs, &["a", "b", "c"]);
     // Nothing of any run is left running.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
@@ -707,4 +882,26 @@ fn post_api_runs_with_submit_queues_the_run_for_workers_and_says_what_is_wrong()
         assert_eq!(code, 422, "{body} {error}");
         assert!(error.to_string().contains(said), "{body}: {error}");
     }
+}
+
+#[test]
+fn a_workers_sandbox_floor_beats_a_repository_and_a_stage_that_turn_the_sandbox_off() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    if let Err(why) = loopwright_runners::sandbox::probe(scratch.path()).usable() {
+        eprintln!("skipped: no sandbox here ({why})");
+        return;
+    }
+    let pipeline = "name: p\ndescription: d\nversion: 1\nstages:\n  - {id: a, description: d, agent: shell, mode: agent, sandbox: 'off', run: 'echo $HOME > home.txt'}\n";
+    let Some(fleet) = Fleet::new("floor", pipeline) else { return };
+    fleet.checkout.write(".loopwright/config.toml", "sandbox = \"off\"\n");
+    fleet.checkout.git(&["add", "-A"]);
+    fleet.checkout.git(&["commit", "--quiet", "-m", "no sandbox, says the repository"]);
+    fleet.checkout.git(&["push", "--quiet", "origin", "main"]);
+    let run = fleet.submit("floor");
+    let worker = fleet.worker_with(1, &fleet.url, &["--lease", "5", "--sandbox", "required"], &[]);
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"], "{}", fleet.log(1));
+    let home = fleet.file(&run, "home.txt");
+    assert!(home.contains("/homes/a-1"), "the stage ran unsandboxed: HOME={home}");
+    signal(&worker, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
 }

@@ -211,6 +211,7 @@ impl PgStore {
         &self,
         worker: &str,
         labels: &BTreeMap<String, String>,
+        repos: &[String],
         lease: Duration,
     ) -> Result<Option<Claim>, StoreError> {
         let mut client = self.pool.get().await.map_err(pool_error)?;
@@ -225,10 +226,11 @@ impl PgStore {
                  WHERE r.status IN ('queued', 'running', 'interrupted')
                    AND (l.run_id IS NULL OR l.expires_at < now())
                    AND s.labels <@ $1::text::jsonb
+                   AND s.repo = ANY($2::text[])
                  ORDER BY s.position
                  LIMIT 1
                  FOR UPDATE OF s SKIP LOCKED",
-                &[&labels_json(labels)],
+                &[&labels_json(labels), &repos],
             )
             .await
             .map_err(pg)?
