@@ -179,9 +179,11 @@ pub struct PgStore {
 /// `url` with every password it carries replaced by `***`, for messages: the one in its user
 /// information (up to the last `@` before the host, so a raw `@` in a password is hidden
 /// too) and every `password` parameter of its query. A text that is not a URL is shown as
-/// `***` whole rather than risk showing a password.
+/// it is when it could hold no password (no `@`, `:` or `=`: a file name), else as `***`.
 pub fn shown_url(url: &str) -> String {
-    let Ok(mut parsed) = url::Url::parse(url) else { return "***".to_owned() };
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return if url.contains(['@', ':', '=']) { "***".to_owned() } else { url.to_owned() };
+    };
     if parsed.password().is_some() {
         let _ = parsed.set_password(Some("***"));
     }
@@ -862,6 +864,7 @@ mod tests {
             "postgres://db/loopwright?PASSWORD=secret",
             "postgres://lw@db/loopwright",
             "host=db password=secret",
+            "state.db",
         ]
         .iter()
         .map(|u| shown_url(u))
@@ -875,6 +878,7 @@ mod tests {
                 "postgres://db/loopwright?PASSWORD=***",
                 "postgres://lw@db/loopwright",
                 "***",
+                "state.db",
             ]
         );
     }
