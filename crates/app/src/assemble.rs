@@ -241,6 +241,10 @@ pub struct Ports {
     limits: Vec<loopwright_spec::config::Limit>,
 }
 
+/// The longest a provider's answer pauses it for every run unless `[[limits]]` entries say
+/// (`max_pause_minutes`).
+pub const DEFAULT_MAX_PAUSE_MINUTES: u32 = 60;
+
 /// How long a provider slot an attempt holds lasts without being renewed (attempts renew it
 /// every 20 s): a holder that died frees it this long after.
 const SLOT_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -312,12 +316,18 @@ impl loopwright_engine::ports::Limits for StoreLimits<'_> {
         let _ = self.store.give_slot(holder, tokens).await;
     }
 
-    async fn exhausted(&self, agent: &loopwright_spec::Agent, text: &str, until: Option<jiff::Timestamp>) {
+    async fn exhausted(&self, agent: &loopwright_spec::Agent, source: &str, until: jiff::Timestamp) {
         let now = jiff::Timestamp::now();
-        let until = until.or_else(|| loopwright_auto::quota::reset_time(text, now, &jiff::tz::TimeZone::system()));
-        let Some(until) = until.filter(|u| *u > now) else { return };
+        if until <= now {
+            return;
+        }
+        // However long a provider's answer asks for, a pause lasts at most the shortest
+        // `max_pause_minutes` of the entries that govern the agent (60 by default).
+        let minutes = self.rules.iter().filter_map(|l| l.max_pause_minutes).min().unwrap_or(DEFAULT_MAX_PAUSE_MINUTES);
+        let cap = now + jiff::SignedDuration::from_secs(i64::from(minutes) * 60);
+        let until = until.min(cap);
         let why: String =
-            text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("rate limited").chars().take(200).collect();
+            source.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("rate limited").chars().take(200).collect();
         for rule in self.rules_for(agent) {
             let _ = self.store.pause_limit(&rule.key, until, &why).await;
         }

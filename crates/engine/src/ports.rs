@@ -160,9 +160,10 @@ pub trait Limits {
     async fn renew(&self, holder: &str);
     /// The attempt ended, having used `tokens`: gives back what it took.
     async fn give(&self, holder: &str, tokens: u64);
-    /// The provider rate-limited an attempt, saying `text`: pauses it for every run until
-    /// `until`, else until the reset time the text names, if it names one.
-    async fn exhausted(&self, agent: &Agent, text: &str, until: Option<jiff::Timestamp>);
+    /// The provider itself rate-limited an attempt (its answer, `source`, named when it may be
+    /// called again): pauses it for every run until `until`, capped by the limits' longest
+    /// pause.
+    async fn exhausted(&self, agent: &Agent, source: &str, until: jiff::Timestamp);
 }
 
 /// What [`Limits::take`] answers.
@@ -189,7 +190,7 @@ impl Limits for NoLimits {
     }
     async fn renew(&self, _: &str) {}
     async fn give(&self, _: &str, _: u64) {}
-    async fn exhausted(&self, _: &Agent, _: &str, _: Option<jiff::Timestamp>) {}
+    async fn exhausted(&self, _: &Agent, _: &str, _: jiff::Timestamp) {}
 }
 
 /// A stopper that never stops.

@@ -446,13 +446,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                     error.message =
                         format!("{refused} (a stage reaches only the hosts its `network:` names); {}", error.message);
                 }
-                // A provider's rate limit pauses it for every run, until the reset it names.
-                if let Some(agent) = &request.agent
-                    && error.pattern.as_deref() == Some("rate-limit")
-                {
-                    let text = format!("{}\n{}", error.output_tail, execution.stdout_tail());
-                    self.limits.exhausted(agent, &text, None).await;
-                }
+                // A reset named in what the attempt printed (its agent's output, a file it
+                // read, a guess of the classifier) is this attempt's to wait for, not a
+                // provider's pause for every run: only a provider's own answer pauses it
+                // (`Notice::RateLimited`).
                 self.defer(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms, error });
             }
         }
@@ -874,7 +871,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         let execution = self.runner.run(&request, tx).await;
         while let Ok(notice) = rx.try_recv() {
             if let Notice::RateLimited { detail, until } = notice {
-                self.limits.exhausted(agent, &detail, Some(until)).await;
+                self.limits.exhausted(agent, &detail, until).await;
             }
         }
         let usage = usage_of(agent, &request, &execution, state);
@@ -1065,7 +1062,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
             }
             Notice::RateLimited { detail, until } => {
                 if let Some(agent) = self.pipeline.stage(stage.as_str()).and_then(|s| self.pipeline.agent_of(s)) {
-                    self.limits.exhausted(agent, &detail, Some(until)).await;
+                    self.limits.exhausted(agent, &detail, until).await;
                 }
                 Ok(())
             }

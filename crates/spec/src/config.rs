@@ -90,6 +90,10 @@ pub struct Limit {
     /// Tokens (in and out, as the attempts' usage says) per hour.
     #[serde(default)]
     pub tokens_per_hour: Option<u64>,
+    /// The longest the provider's own answer (a 429 and when to come back) may pause it for
+    /// every run, in minutes (60 unless said).
+    #[serde(default)]
+    pub max_pause_minutes: Option<u32>,
 }
 
 impl Limit {
@@ -532,6 +536,7 @@ impl Config {
                 ("concurrent", limit.concurrent.map(u64::from)),
                 ("requests_per_minute", limit.requests_per_minute.map(u64::from)),
                 ("tokens_per_hour", limit.tokens_per_hour),
+                ("max_pause_minutes", limit.max_pause_minutes.map(u64::from)),
             ] {
                 if value == Some(0) {
                     let d = Diagnostic::new(source, format!("[[limits]] `{key}` must be 1 or more"));

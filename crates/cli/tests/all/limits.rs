@@ -151,3 +151,29 @@ fn runs_sharing_a_workspaces_sqlite_file_keep_to_its_limit_too() {
     let reasons: Vec<String> = ids.iter().flat_map(|run| waits(&ws, run, &[])).collect();
     assert!(reasons.iter().any(|r| r == "openai (model test-model): 1 of 1 concurrent stages in use"), "{reasons:?}");
 }
+
+#[test]
+fn a_reset_an_attempt_printed_pauses_no_provider_for_other_runs() {
+    let model = Model::start(Duration::from_millis(10), None);
+    let ws = workspace(model.port, "[[limits]]\nprovider = \"openai\"\nconcurrent = 5\n");
+    // An agent of the same provider that prints a rate limit "resetting" in ten years: text
+    // an attempt printed (its agent, a file it read, a check) is not the provider's word.
+    ws.write(
+        ".loopwright/agents/loud.md",
+        "---\nrunner: command\nmodel: gpt-4o\ncommand: [\"sh\", \"-c\", \"cat > /dev/null; echo 'Error: rate limit reached for gpt-4o, resets at 2036-11-24 10:00 UTC (429)' >&2; exit 1\"]\n---\nYou are loud.\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/loud.yml",
+        "name: loud\ndescription: d\nversion: 1\nstages:\n  - id: shout\n    description: d\n    agent: loud\n    mode: plan\n",
+    );
+    let (code, result, err) = ws.json(&["run", "loud"]);
+    assert_eq!((code, result["status"].clone()), (1, json!("failed")), "{err}");
+    // The next run of the provider is not held back.
+    let started = Instant::now();
+    let child = spawn_env(&ws, &["run", "p", "--json", "--quiet"], &[("LW_TEST_KEY", "k")]);
+    let (code, out, err) = finish(child);
+    assert_eq!(code, 0, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let run = serde_json::from_str::<Value>(&out).expect("json")["run_id"].as_str().expect("id").to_owned();
+    assert_eq!(waits(&ws, &run, &[]), Vec::<String>::new());
+}
