@@ -162,7 +162,9 @@ pub fn list(runs_dir: &Path) -> Result<Listing, Error> {
         // The files are the workspace's, so anyone's: a category names a folder on export, and
         // only the library's own ids are categories.
         let known = |s: &Sample| offered.iter().any(|p| p.id == s.category);
-        match std::fs::read_to_string(&path)
+        // Opened without blocking, a regular file of at most 16 MiB: the folder is the
+        // workspace's, and a FIFO planted there must not hang the listing.
+        match loopwright_runners::at::read_small(&path, 16 * 1024 * 1024)
             .map_err(|e| e.to_string())
             .and_then(|t| serde_json::from_str::<Sample>(&t).map_err(|e| e.to_string()))
         {

@@ -235,7 +235,9 @@ pub fn request_for(kind: NotifyKind, m: &Message) -> (Vec<(String, String)>, Vec
                     .collect();
                 blocks.push(json!({"type": "actions", "elements": buttons}));
             }
-            let body = json!({"text": m.headline, "blocks": blocks});
+            // The top-level text is the notification's fallback (and what a phone shows): read
+            // as mrkdwn too, so escaped like the blocks (`<!channel>`, a disguised link).
+            let body = json!({"text": slack_escape(&m.headline), "blocks": blocks});
             (vec![("Content-Type".into(), "application/json".into())], body.to_string().into_bytes())
         }
         NotifyKind::Ntfy => {
@@ -545,6 +547,12 @@ mod tests {
             body["blocks"][0]["text"]["text"],
             "Stage ship waits for your approval &lt;now&gt;\n<http://127.0.0.1:7878/runs/r1|Open in loopwright>"
         );
+        assert_eq!(body["text"], "Stage ship waits for your approval &lt;now&gt;");
+        let loud =
+            Message { headline: "check said <!channel> see <https://evil.example|docs> & more".into(), ..m.clone() };
+        let (_, body) = request_for(NotifyKind::Slack, &loud);
+        let body: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(body["text"], "check said &lt;!channel&gt; see &lt;https://evil.example|docs&gt; &amp; more");
         assert_eq!(
             body["blocks"][1]["elements"][0],
             json!({"type": "button", "text": {"type": "plain_text", "text": "Approve"}, "url": "http://h/a/t"})

@@ -253,6 +253,26 @@ impl AsFd for Folder {
     }
 }
 
+/// The text of the regular file `path`, read without blocking on what is not one (a FIFO, a
+/// device) and without following a link at its last component, if it holds at most `max`
+/// bytes: for the files loopwright reads back from its state folder, which anyone who can
+/// write the workspace can replace.
+pub fn read_small(path: &Path, max: u64) -> io::Result<String> {
+    use std::io::Read;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, Mode::empty())?;
+    let stat = rustix::fs::fstat(&fd)?;
+    if kind_of(stat.st_mode) != Kind::File {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    if u64::try_from(stat.st_size).unwrap_or(u64::MAX) > max {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("larger than {max} bytes")));
+    }
+    let mut text = String::new();
+    File::from(fd).take(max).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// An unpredictable name for a temporary entry: `.loopwright-` and 128 random bits in hex.
 fn fresh_name() -> PathBuf {
     use std::hash::{BuildHasher, Hasher};
@@ -347,6 +367,21 @@ mod tests {
         // No temporary file is left.
         let names: Vec<PathBuf> = top.entries().unwrap().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, [PathBuf::from("sparse.src"), PathBuf::from("target")]);
+    }
+
+    #[test]
+    fn a_small_read_refuses_a_fifo_a_link_and_a_large_file_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fifo, link, big, fine) =
+            (dir.path().join("fifo"), dir.path().join("link"), dir.path().join("big"), dir.path().join("fine"));
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        std::fs::write(&fine, "ok").unwrap();
+        std::os::unix::fs::symlink(&fine, &link).unwrap();
+        std::fs::write(&big, vec![b'x'; 2048]).unwrap();
+        assert_eq!(read_small(&fine, 1024).unwrap(), "ok");
+        for refused in [&fifo, &link, &big] {
+            assert!(read_small(refused, 1024).is_err(), "{}", refused.display());
+        }
     }
 
     #[test]

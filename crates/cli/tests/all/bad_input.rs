@@ -187,3 +187,19 @@ fn a_worker_without_repositories_it_may_run_does_not_start() {
     assert_eq!(code, 2, "{err}");
     assert!(!err.contains("--repo URL") && err.contains("postgres://lw:***@127.0.0.1:1/loopwright"), "{err}");
 }
+
+#[test]
+fn a_fifo_among_the_learned_samples_hangs_nothing() {
+    let ws = Ws::empty();
+    let dir = ws.path().join(".loopwright/state/learned");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    nix::unistd::mkfifo(&dir.join("test-failure-0000.json"), nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .expect("mkfifo");
+    let child = crate::support::spawn(&ws, &["patterns", "learned", "--json"]);
+    let started = std::time::Instant::now();
+    let (code, out, err) = crate::support::finish(child);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "[]");
+    assert!(err.contains("test-failure-0000.json: not a regular file"), "{err}");
+}
