@@ -202,6 +202,10 @@ impl Observer for Progress {
                 until.map(|u| format!(" (until {})", u.strftime("%H:%M:%S UTC"))).unwrap_or_default()
             )),
             Event::LimitTaken { stage, .. } => self.line(&format!("  {stage}: the provider allows it: going on")),
+            Event::CheckoutFailed { worker, reason, tries } => self.line(&format!(
+                "  worker {worker} could not make the run's work tree (try {tries} of {}): {reason}",
+                Event::CHECKOUT_TRIES
+            )),
             Event::RollbackStarted { stages, .. } => self.line(&format!(
                 "⟲ rolling back {}",
                 stages.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")

@@ -94,6 +94,13 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
             until.map(|u| format!(" (at the latest until {})", u.strftime("%H:%M:%S UTC"))).unwrap_or_default()
         ));
     }
+    if let Some((tries, reason)) = &state.checkout_failed {
+        let then = match state.status {
+            loopwright_engine::RunStatus::Failed => "the run failed".to_owned(),
+            _ => format!("tried again a lease later, at most {} times", loopwright_engine::Event::CHECKOUT_TRIES),
+        };
+        out.push_str(&format!("checkout: no worker could make its work tree ({tries} tries; {then}): {reason}\n"));
+    }
     for s in &state.stages {
         let mark = match s.status {
             StageStatus::Success => "✓",

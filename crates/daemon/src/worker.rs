@@ -305,7 +305,13 @@ fn drive(
                 .map(|status| format!("stopped: {}", status.as_str()))
                 .map_err(|e| e.message());
         }
-        Err(Checkout::Failed(why)) => return Err(why),
+        Err(Checkout::Failed(why)) => {
+            return match runtime.block_on(checkout_failed(worker, claim, &why)) {
+                Ok(RunStatus::Failed) => Ok(format!("failed: {why}")),
+                Ok(_) => Err(why),
+                Err(e) => Err(format!("{why}; and it could not be journaled: {}", e.message())),
+            };
+        }
     };
     let outcome = runtime.block_on(drive_async(worker, claim, &tree, &base, shutdown, lost, valid_until));
     // The worktree is made again from the run's branch by whoever continues it.
@@ -377,6 +383,23 @@ async fn refuse(worker: &Worker, claim: &Claim, why: &str) -> Result<RunStatus, 
     let events = loopwright_engine::Store::events(&store, &claim.run).await?;
     let mut state = loopwright_engine::RunState::replay(claim.run.clone(), &events);
     refused(worker, &store, &mut state, why).await
+}
+
+/// Journals that this worker could not make the run's work tree (`checkout_failed`): the run
+/// is tried again a lease later, and fails after [`Event::CHECKOUT_TRIES`] such tries.
+async fn checkout_failed(worker: &Worker, claim: &Claim, why: &str) -> Result<RunStatus, Error> {
+    use loopwright_engine::Event;
+    let fence = Fence { worker: worker.id.clone(), epoch: claim.epoch };
+    let store = Journal::Postgres(worker.store.fenced(fence));
+    let events = loopwright_engine::Store::events(&store, &claim.run).await?;
+    let mut state = loopwright_engine::RunState::replay(claim.run.clone(), &events);
+    let tries = state.checkout_failed.as_ref().map_or(0, |(t, _)| *t) + 1;
+    let mut batch = vec![Event::CheckoutFailed { worker: worker.id.clone(), reason: why.to_owned(), tries }];
+    if tries >= Event::CHECKOUT_TRIES {
+        batch.push(Event::RunFinished { status: RunStatus::Failed });
+    }
+    loopwright_app::record::after_read(&store, &mut state, batch).await?;
+    Ok(state.status)
 }
 
 /// Journals that this worker refused to run the run (`run_cancelled`, with why).

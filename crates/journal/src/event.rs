@@ -304,6 +304,17 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         until: Option<jiff::Timestamp>,
     },
+    /// A worker could not make the run's work tree (its repository out of reach, its base not
+    /// pushed): the run is tried again a lease later, and fails after
+    /// [`Event::CHECKOUT_TRIES`] such tries.
+    CheckoutFailed {
+        /// The worker.
+        worker: String,
+        /// Why, in words.
+        reason: String,
+        /// How many tries failed so far, this one included.
+        tries: u32,
+    },
     /// The waiting attempt got what it waited for: the run works again.
     LimitTaken {
         /// The stage.
@@ -541,9 +552,13 @@ impl Event {
             | Event::RollbackFinished { .. }
             | Event::WorktreeMerged { .. }
             | Event::WorktreeConflict { .. }
-            | Event::SandboxUnavailable { .. } => None,
+            | Event::SandboxUnavailable { .. }
+            | Event::CheckoutFailed { .. } => None,
         }
     }
+
+    /// How many times workers try to make a run's work tree before the run fails.
+    pub const CHECKOUT_TRIES: u32 = 5;
 
     /// Every event type's name, as [`Event::kind`] gives it (the dashboard listens for each).
     pub const KINDS: &[&str] = &[
@@ -577,6 +592,7 @@ impl Event {
         "run_queued",
         "limit_waiting",
         "limit_taken",
+        "checkout_failed",
         "run_resumed",
         "cancel_requested",
         "run_cancelled",
@@ -628,6 +644,7 @@ impl Event {
             Event::RunQueued { .. } => "run_queued",
             Event::LimitWaiting { .. } => "limit_waiting",
             Event::LimitTaken { .. } => "limit_taken",
+            Event::CheckoutFailed { .. } => "checkout_failed",
             Event::RunResumed { .. } => "run_resumed",
             Event::CancelRequested { .. } => "cancel_requested",
             Event::RunCancelled { .. } => "run_cancelled",

@@ -398,6 +398,9 @@ pub struct RunState {
     /// What an attempt waits for of a provider (`limit_waiting`), until it gets it or the run
     /// stops: the stage, why, and until when at the latest when known.
     pub provider_wait: Option<(StageId, String, Option<jiff::Timestamp>)>,
+    /// The last time workers could not make the run's work tree: how many tries failed, and
+    /// why the last did.
+    pub checkout_failed: Option<(u32, String)>,
     /// Events applied but not yet journaled (they have no effect outside until they are):
     /// the engine commits them in one transaction before its next outside effect.
     unflushed: Vec<(Event, jiff::Timestamp)>,
@@ -456,6 +459,7 @@ impl RunState {
             merge_conflict: None,
             merge_answer: None,
             sandbox_noted: false,
+            checkout_failed: None,
             provider_wait: None,
             unflushed: Vec::new(),
         }
@@ -633,6 +637,7 @@ impl RunState {
             }
             Event::SnapshotFailed { .. } | Event::SnapshotRestored { .. } | Event::RepositoryRepaired { .. } => {}
             Event::SandboxUnavailable { .. } => self.sandbox_noted = true,
+            Event::CheckoutFailed { reason, tries, .. } => self.checkout_failed = Some((*tries, reason.clone())),
             Event::ChangesCommitted { stage, commit, .. } => self.stage_mut(stage).commits.push(commit.clone()),
             Event::RollbackStarted { trigger, stages } => {
                 self.rollback = Some(RollbackState {

@@ -248,16 +248,32 @@ pub fn run_headline(state: &RunState, status: RunStatus, pipeline: &Pipeline) ->
             let stage = state.failed_stage.as_ref().and_then(|id| state.stage(id.as_str())).or_else(|| {
                 state.stages.iter().rev().find(|s| matches!(s.status, StageStatus::Failed | StageStatus::Timeout))
             });
-            let mut headline = stage.and_then(|s| stage_headline(s, pipeline)).unwrap_or(Headline {
-                tone: Tone::Failed,
-                stage: None,
-                title: "The run failed".into(),
-                check: None,
-                lines: Vec::new(),
-                category: None,
-                tried: Vec::new(),
-                next: "Re-run it.".into(),
-            });
+            let mut headline =
+                stage.and_then(|s| stage_headline(s, pipeline)).unwrap_or_else(|| match &state.checkout_failed {
+                    // Workers could not make its work tree, try after try.
+                    Some((tries, reason)) => Headline {
+                        tone: Tone::Failed,
+                        stage: None,
+                        title: format!("No worker could check the run out: {reason}"),
+                        check: None,
+                        lines: Vec::new(),
+                        category: None,
+                        tried: vec![format!("{tries} tries, a lease apart")],
+                        next:
+                            "Push its base to the repository (or make the repository reachable), then submit it again."
+                                .into(),
+                    },
+                    None => Headline {
+                        tone: Tone::Failed,
+                        stage: None,
+                        title: "The run failed".into(),
+                        check: None,
+                        lines: Vec::new(),
+                        category: None,
+                        tried: Vec::new(),
+                        next: "Re-run it.".into(),
+                    },
+                });
             headline.tone = Tone::Failed;
             if let Some(rollback) = &state.rollback
                 && let Some(overall) = rollback.overall

@@ -179,6 +179,10 @@ pub fn line(r: &EventRecord) -> String {
             until.map(|u| format!(" (until {u})")).unwrap_or_default()
         ),
         Event::LimitTaken { stage, attempt } => format!("{stage}: attempt {attempt}: the provider allows it"),
+        Event::CheckoutFailed { worker, reason, tries } => format!(
+            "worker {worker} could not make the run's work tree (try {tries} of {}): {reason}",
+            Event::CHECKOUT_TRIES
+        ),
         Event::CancelRequested { by, .. } => format!("cancel requested by {by}"),
         Event::SnapshotTaken { stage, attempt, snapshot, files } => {
             format!("{stage}: attempt {attempt}: snapshot {snapshot} of {files} file(s)")

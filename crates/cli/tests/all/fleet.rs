@@ -905,3 +905,24 @@ fn a_workers_sandbox_floor_beats_a_repository_and_a_stage_that_turn_the_sandbox_
     signal(&worker, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
 }
+
+#[test]
+fn a_run_whose_base_was_never_pushed_fails_after_a_few_tries_and_starves_no_other_run() {
+    let Some(fleet) = Fleet::new("unpushed", TWO_STAGES) else { return };
+    fleet.checkout.git(&["branch", "feature"]);
+    let (code, out, err) =
+        fleet.checkout.json(&["run", "p", "--task", "lost", "--submit", "--base", "feature", "--store", &fleet.url]);
+    assert_eq!(code, 0, "{err}");
+    let lost = out["run_id"].as_str().expect("run id").to_owned();
+    let fine = fleet.submit("fine");
+    let worker = fleet.worker(1, 1);
+    let started = Instant::now();
+    assert_eq!(fleet.wait_ended(&[lost.clone(), fine.clone()], 60), ["failed", "success"], "{}", fleet.log(1));
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    let tries: Vec<(String, String)> = fleet.kinds(&lost).into_iter().filter(|(k, _)| k == "checkout_failed").collect();
+    assert_eq!(tries.len(), 5, "{tries:?}");
+    let (_, status, _) = fleet.checkout.run(&["status", &lost, "--store", &fleet.url]);
+    assert!(status.contains("the run's base `feature` is not in"), "{status}");
+    signal(&worker, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
+}
