@@ -404,11 +404,20 @@ async fn open_link(shared: &Shared, token: &str) -> Result<(LinkFor, RunState, l
             ));
         }
     }
-    if shared.people.role_of(&link.answer_as).is_some_and(|r| !r.may_answer()) {
-        return Err(Refusal(
-            StatusCode::FORBIDDEN,
-            format!("{} may not answer: their role is viewer.", link.answer_as),
-        ));
+    match shared.people.role_of(&link.answer_as) {
+        Some(role) if !role.may_answer() => {
+            return Err(Refusal(
+                StatusCode::FORBIDDEN,
+                format!("{} may not answer: their role is viewer.", link.answer_as),
+            ));
+        }
+        None if link.person => {
+            return Err(Refusal(
+                StatusCode::FORBIDDEN,
+                format!("{} may no longer answer: their access was revoked.", link.answer_as),
+            ));
+        }
+        _ => {}
     }
     let run = RunId::parse(&link.run).ok_or_else(|| Refusal(StatusCode::NOT_FOUND, "No such run.".into()))?;
     let (pipeline, state) = read::load_run(&shared.ws, &shared.store, &run)
@@ -420,6 +429,25 @@ async fn open_link(shared: &Shared, token: &str) -> Result<(LinkFor, RunState, l
         .waiting
         .as_ref()
         .is_some_and(|w| w.stage == link.stage && (w.kind == "approval") == gate && state.status == RunStatus::Waiting);
+    // The run must still wait the wait the link was made for: a later escalation or gate at the
+    // same stage is another question, which this link did not ask.
+    let began = if waits && link.since > 0 {
+        let events = loopwright_engine::Store::events(&shared.store, &run)
+            .await
+            .map_err(|e| Refusal(StatusCode::NOT_FOUND, e.to_string()))?;
+        events.iter().rev().find(|r| r.event.run_status() == Some(RunStatus::Waiting)).map(|r| r.seq)
+    } else {
+        None
+    };
+    if waits && link.since > 0 && began != Some(link.since) {
+        return Err(Refusal(
+            StatusCode::CONFLICT,
+            format!(
+                "This link was for an earlier question at {} of run {run}, which was answered. Nothing was answered; open the run to answer the new one.",
+                link.stage
+            ),
+        ));
+    }
     if !waits {
         return Err(Refusal(
             StatusCode::CONFLICT,

@@ -77,6 +77,14 @@ pub struct Link {
     /// Who it answers as.
     #[serde(rename = "as")]
     pub answer_as: String,
+    /// Whether `answer_as` was one of the daemon's people when it was made: then it answers
+    /// only while they still are, with a role that may answer.
+    #[serde(default)]
+    pub person: bool,
+    /// The journal position of the event that made the run wait: the link answers that wait
+    /// only, not a later one at the same stage.
+    #[serde(default)]
+    pub since: u64,
     /// Expiry, in seconds since the epoch.
     pub exp: i64,
 }
@@ -344,6 +352,7 @@ impl Notifier {
             let exp =
                 (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(i64::from(target.link_hours))).as_second();
             let answer_as = target.answer_as.clone().unwrap_or_else(|| "notification".to_owned());
+            let person = self.shared.people.role_of(&answer_as).is_some();
             let actions: Vec<LinkAction> = match waiting.as_ref().map(|w| w.kind.as_str()) {
                 Some("approval") => vec![LinkAction::Approve, LinkAction::Reject],
                 Some("escalation") => vec![LinkAction::Retry, LinkAction::Fix, LinkAction::Skip, LinkAction::Abort],
@@ -358,6 +367,8 @@ impl Notifier {
                         stage: stage.clone().unwrap_or_default(),
                         action,
                         answer_as: answer_as.clone(),
+                        person,
+                        since: entry.record.seq,
                         exp,
                     };
                     Action {
@@ -501,6 +512,8 @@ mod tests {
             stage: "ship".into(),
             action: LinkAction::Approve,
             answer_as: "carol".into(),
+            person: true,
+            since: 4,
             exp: 2_000_000_000,
         };
         let token = signer.sign(&link);

@@ -499,3 +499,80 @@ fn two_taps_of_one_link_at_the_same_moment_answer_once_in_twenty_tries() {
         assert_eq!(ws.read("count.txt").matches("two").count(), attempt + 1, "try {attempt}");
     }
 }
+
+#[test]
+fn a_revoked_persons_link_and_a_link_for_an_earlier_question_answer_nothing() {
+    // A gate notified as carol, who is revoked before she taps.
+    let ws = team_ws();
+    let server = receiver(10);
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\nas = \"carol\"\n",
+            server.port
+        ),
+    );
+    create(&ws, "carol", "approver");
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": "revoked"}));
+    assert_eq!(code, 202);
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    let sent =
+        wait_until("the gate's notification", 20, || bodies(&server).into_iter().find(|b| b["run_id"] == run.as_str()));
+    let approve = sent["actions"][0]["url"].as_str().expect("url").to_owned();
+    let (code, _, err) = ws.run(&["serve", "token", "revoke", "carol"]);
+    assert_eq!(code, 0, "{err}");
+    let http = reqwest::blocking::Client::new();
+    let page = http.get(&approve).send().expect("page");
+    assert_eq!(page.status().as_u16(), 403);
+    assert!(page.text().expect("html").contains("carol may no longer answer: their access was revoked."));
+    assert_eq!(http.post(&approve).json(&json!({})).send().expect("post").status().as_u16(), 403);
+    assert_eq!(kinds_and_people(&ws, &run), Vec::<(String, Option<String>)>::new());
+    drop(d);
+
+    // An escalation answered another way, then a second one at the same stage: the first
+    // notification's links do not answer the second.
+    let ws = team_ws();
+    ws.write(
+        ".loopwright/agents/dev.md",
+        "---\nname: dev\nrunner: command\ncommand: [\"sh\", \".loopwright/agents/dev.sh\"]\n---\nYou fix code.\n",
+    );
+    ws.write(
+        ".loopwright/agents/dev.sh",
+        "cat > /dev/null\nmkdir -p scripts\nprintf '#!/bin/sh\\necho checked\\n' > scripts/check.sh\necho wrote the check\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/fixit.yml",
+        "name: fixit\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    description: Write the check script\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    checks:\n      - {name: script_runs, type: command, command: ./scripts/check.sh}\n",
+    );
+    let server = receiver(10);
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\nas = \"erin\"\n",
+            server.port
+        ),
+    );
+    ws.init_git();
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "fixit", "task": "twice"}));
+    assert_eq!(code, 202);
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    let first =
+        wait_until("the first escalation", 20, || bodies(&server).into_iter().find(|b| b["run_id"] == run.as_str()));
+    let abort = first["actions"][3]["url"].as_str().expect("url").to_owned();
+    let (code, body) = d.post(&format!("/api/runs/{run}/respond"), &json!({"answer": "retry"}));
+    assert_eq!(code, 200, "{body}");
+    wait_until("the second escalation", 30, || {
+        (bodies(&server).iter().filter(|b| b["run_id"] == run.as_str()).count() >= 2).then_some(())
+    });
+    d.wait_status(&run, "waiting");
+    let http = reqwest::blocking::Client::new();
+    let page = http.get(&abort).send().expect("page");
+    assert_eq!(page.status().as_u16(), 409);
+    assert!(page.text().expect("html").contains("This link was for an earlier question at implement"), "stale link");
+    assert_eq!(http.post(&abort).json(&json!({})).send().expect("post").status().as_u16(), 409);
+    d.wait_status(&run, "waiting");
+}
