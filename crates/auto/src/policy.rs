@@ -140,6 +140,164 @@ pub const DEFAULT_ALLOW: &[&str] = &[
     "touch",
 ];
 
+/// What an option of an allowed command does with its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    /// Writes the file (or folder) it names: answered only when the path guard would write it.
+    Writes,
+    /// Runs the program or code it names, or changes what runs: never answered.
+    Runs,
+}
+
+/// Options of an allowed command that write files or run programs.
+struct OptionRule {
+    /// The command's argv prefix.
+    command: &'static [&'static str],
+    /// Its short options.
+    short: &'static [char],
+    /// Its long options (`-name` for Go's single-dash flags).
+    long: &'static [&'static str],
+    /// What their value does.
+    effect: Effect,
+}
+
+const fn rule(
+    command: &'static [&'static str],
+    short: &'static [char],
+    long: &'static [&'static str],
+    effect: Effect,
+) -> OptionRule {
+    OptionRule { command, short, long, effect }
+}
+
+/// The options of allowed commands that write files or run programs, whatever their spelling
+/// (`-oVALUE`, `-o VALUE`, `--opt=VALUE`, `--opt VALUE`, a long option shortened to a prefix
+/// as getopt allows, a short option inside a cluster).
+const OPTIONS: &[OptionRule] = &[
+    rule(&["sort"], &['o', 'T'], &["output", "temporary-directory"], Effect::Writes),
+    rule(&["sort"], &[], &["compress-program"], Effect::Runs),
+    rule(&["tree"], &['o'], &[], Effect::Writes),
+    rule(&["file"], &['C'], &["compile"], Effect::Runs),
+    rule(&["git", "diff"], &[], &["output"], Effect::Writes),
+    rule(&["git", "log"], &[], &["output"], Effect::Writes),
+    rule(&["git", "show"], &[], &["output"], Effect::Writes),
+    rule(&["git", "diff"], &[], &["ext-diff", "textconv"], Effect::Runs),
+    rule(&["git", "log"], &[], &["ext-diff", "textconv"], Effect::Runs),
+    rule(&["git", "show"], &[], &["ext-diff", "textconv"], Effect::Runs),
+    rule(&["cargo"], &['Z'], &["config"], Effect::Runs),
+    rule(&["cargo"], &[], &["target-dir", "artifact-dir"], Effect::Writes),
+    rule(&["pytest"], &['p', 'o'], &["override-ini", "pyargs"], Effect::Runs),
+    rule(&["python", "-m", "pytest"], &['p', 'o'], &["override-ini", "pyargs"], Effect::Runs),
+    rule(&["python3", "-m", "pytest"], &['p', 'o'], &["override-ini", "pyargs"], Effect::Runs),
+    rule(&["pytest"], &[], &["junitxml", "junit-xml", "resultlog"], Effect::Writes),
+    rule(&["eslint"], &['o'], &["output-file"], Effect::Writes),
+    rule(&["npx", "eslint"], &['o'], &["output-file"], Effect::Writes),
+    rule(&["eslint"], &[], &["rulesdir", "resolve-plugins-relative-to"], Effect::Runs),
+    rule(&["npx", "eslint"], &[], &["rulesdir", "resolve-plugins-relative-to"], Effect::Runs),
+    rule(&["tsc"], &[], &["outFile", "outDir", "declarationDir", "tsBuildInfoFile"], Effect::Writes),
+    rule(&["npx", "tsc"], &[], &["outFile", "outDir", "declarationDir", "tsBuildInfoFile"], Effect::Writes),
+    rule(&["npm"], &[], &["script-shell", "node-options", "prefix"], Effect::Runs),
+    rule(&["make"], &['E'], &["eval"], Effect::Runs),
+    rule(&["go"], &[], &["-exec", "-toolexec", "-overlay"], Effect::Runs),
+    rule(
+        &["go"],
+        &[],
+        &[
+            "-o",
+            "-coverprofile",
+            "-cpuprofile",
+            "-memprofile",
+            "-blockprofile",
+            "-mutexprofile",
+            "-trace",
+            "-outputdir",
+        ],
+        Effect::Writes,
+    ),
+];
+
+/// Allowed commands whose second operand is a file they write (`uniq INPUT OUTPUT`).
+const WRITES_SECOND_OPERAND: &[&str] = &["uniq"];
+
+/// Judges the options of `argv` (an allowed command) that write files or run programs.
+fn judge_options(argv: &[String], workspace: &Path) -> Result<(), String> {
+    let rules: Vec<&OptionRule> = OPTIONS
+        .iter()
+        .filter(|r| argv.len() >= r.command.len() && argv.iter().zip(r.command.iter()).all(|(a, p)| a == p))
+        .collect();
+    let effect = |target: &str, effect: Effect, option: &str| -> Result<(), String> {
+        match effect {
+            Effect::Runs => {
+                Err(format!("`{}` with `{option}` runs a program or code it names: answered by a person", argv[0]))
+            }
+            Effect::Writes => loopwright_runners::guard::writable(workspace, target)
+                .map(|_| ())
+                .map_err(|e| format!("`{option}` writes `{target}`: {e}")),
+        }
+    };
+    let mut operands = Vec::new();
+    let mut i = 1;
+    while i < argv.len() {
+        let word = &argv[i];
+        i += 1;
+        if word == "--" {
+            operands.extend(argv[i..].iter().cloned());
+            break;
+        }
+        if let Some(long) =
+            word.strip_prefix("--").or_else(|| word.strip_prefix('-').filter(|w| argv[0] == "go" && w.len() > 1))
+        {
+            let (name, value) = match long.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_owned())),
+                None => (long, None),
+            };
+            let go = argv[0] == "go";
+            let hit = rules.iter().find_map(|r| {
+                let eff = &r.effect;
+                r.long
+                    .iter()
+                    .find(|l| {
+                        let l = if go { l.trim_start_matches('-') } else { l };
+                        // getopt takes any unambiguous prefix of a long option.
+                        !name.is_empty() && if go { l == name } else { l.starts_with(name) }
+                    })
+                    .map(|l| (*l, *eff))
+            });
+            if let Some((option, eff)) = hit {
+                let value = match value {
+                    Some(v) => v,
+                    None => {
+                        argv.get(i).cloned().inspect(|_| i += 1).ok_or_else(|| format!("`--{option}` has no value"))?
+                    }
+                };
+                effect(&value, eff, &format!("--{}", option.trim_start_matches('-')))?;
+            }
+            continue;
+        }
+        if let Some(cluster) = word.strip_prefix('-').filter(|w| !w.is_empty()) {
+            for (at, c) in cluster.char_indices() {
+                let Some(eff) = rules.iter().find(|r| r.short.contains(&c)).map(|r| r.effect) else { continue };
+                let rest = &cluster[at + c.len_utf8()..];
+                let value = if rest.is_empty() {
+                    argv.get(i).cloned().inspect(|_| i += 1).ok_or_else(|| format!("`-{c}` has no value"))?
+                } else {
+                    rest.to_owned()
+                };
+                effect(&value, eff, &format!("-{c}"))?;
+                break;
+            }
+            continue;
+        }
+        operands.push(word.clone());
+    }
+    if WRITES_SECOND_OPERAND.contains(&argv[0].as_str())
+        && let Some(output) = operands.get(1)
+    {
+        effect(output, Effect::Writes, "its second operand")?;
+    }
+    Ok(())
+}
+
 /// Commands whose arguments are printed, never run or expanded as paths by the command itself:
 /// their words may hold any text but what makes a shell run or expand something.
 const DATA_COMMANDS: &[&str] = &["echo", "printf"];
@@ -274,6 +432,7 @@ impl Policy {
         parts.push(part);
         for argv in &parts {
             self.judge_simple(argv)?;
+            judge_options(argv, workspace)?;
         }
         Ok(())
     }
@@ -409,5 +568,62 @@ mod tests {
         assert!(judge("FOO=1 cargo test").is_err());
         assert!(judge("cargo test; ls").is_err());
         assert!(judge("cargo test || ls").is_err());
+    }
+
+    #[test]
+    fn options_that_write_or_run_are_judged_whatever_their_spelling() {
+        let refused = [
+            "sort -o .git/config a.txt",
+            "sort -o.git/config a.txt",
+            "sort --output=.git/config a.txt",
+            "sort --output .git/config a.txt",
+            "sort --out=.git/config a.txt",
+            "sort --o .git/config a.txt",
+            "sort -ro.git/config a.txt",
+            "sort -r -o .git/hooks/pre-commit a.txt",
+            "sort -m -o.GIT/config a.txt b.txt",
+            "sort -k1 -o.loopwright/pipelines/p.yml a.txt",
+            "sort --compress-program=sh a.txt",
+            "sort --compress-program sh a.txt",
+            "sort --compress-prog=sh a.txt",
+            "sort --comp=sh a.txt",
+            "sort -T . a.txt",
+            "sort -S 1M -T.git a.txt",
+            "sort -o",
+            "uniq a.txt .git/config",
+            "uniq -c a.txt .git/config",
+            "tree -o .git/config",
+            "git diff --output=.git/hooks/post-checkout",
+            "git log --ext-diff",
+            "cargo test --config target.x86_64-unknown-linux-gnu.runner=sh",
+            "cargo build --config=build.rustc-wrapper=sh",
+            "pytest -p evil_plugin",
+            "pytest -o addopts=-pevil",
+            "go test -exec sh ./...",
+            "go test -toolexec=sh ./...",
+            "make test --eval=all:",
+            "npm test --script-shell=sh",
+            "file -C -m magic",
+        ];
+        let dir = tempfile::tempdir().expect("tmp");
+        let policy = Policy::default();
+        let answered: Vec<&str> =
+            refused.iter().copied().filter(|c| policy.judge_command(c, dir.path()).is_ok()).collect();
+        assert_eq!(answered, Vec::<&str>::new());
+        let fine = [
+            "sort -r a.txt",
+            "sort -o sorted.txt a.txt",
+            "sort --output=sorted.txt a.txt",
+            "sort -k2 -n a.txt",
+            "uniq -c a.txt",
+            "uniq a.txt out.txt",
+            "git diff --stat",
+            "cargo test --target-dir target/other",
+            "go test -run TestX ./...",
+            "pytest -q tests/test_api.py",
+        ];
+        let refused: Vec<(&str, String)> =
+            fine.iter().filter_map(|c| policy.judge_command(c, dir.path()).err().map(|e| (*c, e))).collect();
+        assert_eq!(refused, Vec::<(&str, String)>::new());
     }
 }
