@@ -294,6 +294,8 @@ impl Notifier {
     /// Follows the journal and the loops' notices until the daemon stops.
     pub async fn run(self, mut feed: broadcast::Receiver<Arc<FeedEntry>>) {
         let this = Arc::new(self);
+        this.resume_pending().await;
+        this.catch_up().await;
         let mut shutdown = this.shared.shutdown.clone();
         let mut auto_after = {
             let store = Arc::clone(&this.shared.auto_store);
@@ -303,7 +305,12 @@ impl Notifier {
         loop {
             tokio::select! {
                 entry = feed.recv() => match entry {
-                    Ok(entry) => Arc::clone(&this).on_event(&entry).await,
+                    Ok(entry) => {
+                        Arc::clone(&this).on_event(&entry).await;
+                        if happening(&entry.record.event).is_some() {
+                            this.advance(entry.position).await;
+                        }
+                    }
                     Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
@@ -389,7 +396,7 @@ impl Notifier {
                 url: format!("{}/runs/{}", self.base_url(), entry.run),
                 actions,
             };
-            Arc::clone(&self).send(key, target.clone(), message);
+            Arc::clone(&self).send(key, target.clone(), message).await;
         }
     }
 
@@ -418,84 +425,145 @@ impl Notifier {
                     url: format!("{}/auto#loop-{}", self.base_url(), n.session_name),
                     actions: Vec::new(),
                 };
-                Arc::clone(&self).send(key, target.clone(), message);
+                Arc::clone(&self).send(key, target.clone(), message).await;
             }
         }
         last
     }
 
-    /// Claims the notification, then sends it in a task of its own, retried with backoff.
-    fn send(self: Arc<Self>, key: String, target: Notify, message: Message) {
-        tokio::spawn(async move {
-            let now = jiff::Timestamp::now().to_string();
-            let row = Notification {
-                key: key.clone(),
-                run_id: message.run_id.clone(),
-                session_name: message.session.clone(),
-                event: message.event.as_str().to_owned(),
-                target: target_name(&target),
-                status: NotificationStatus::Pending,
-                attempts: 0,
-                at: now,
-                detail: String::new(),
-                link_used_at: None,
+    /// Claims the notification, with what it sends, then sends it in a task of its own,
+    /// retried with backoff. Returns once it is claimed (or was already).
+    async fn send(self: Arc<Self>, key: String, target: Notify, message: Message) {
+        let (headers, body) = request_for(target.kind, &message);
+        let request = Kept { target: target_hash(&target), headers, body: String::from_utf8_lossy(&body).into_owned() };
+        let row = Notification {
+            key: key.clone(),
+            run_id: message.run_id.clone(),
+            session_name: message.session.clone(),
+            event: message.event.as_str().to_owned(),
+            target: target_name(&target),
+            status: NotificationStatus::Pending,
+            attempts: 0,
+            at: jiff::Timestamp::now().to_string(),
+            detail: String::new(),
+            link_used_at: None,
+        };
+        let store = Arc::clone(&self.shared.auto_store);
+        let kept = serde_json::to_string(&request).unwrap_or_default();
+        let claimed = tokio::task::spawn_blocking(move || store.notify_claim(&row, &kept)).await;
+        if matches!(claimed, Ok(Ok(true))) {
+            tokio::spawn(self.deliver(key, target.url, request, 0));
+        }
+    }
+
+    /// Sends a claimed notification's request to `url`, its attempts going on from
+    /// `attempts_made`, and records each outcome.
+    async fn deliver(self: Arc<Self>, key: String, url: String, request: Kept, attempts_made: u32) {
+        let mut detail = String::new();
+        let mut shutdown = self.shared.shutdown.clone();
+        let made = usize::try_from(attempts_made).unwrap_or(usize::MAX);
+        for (attempt, wait) in BACKOFF.iter().enumerate().skip(made) {
+            tokio::select! {
+                () = tokio::time::sleep(*wait) => {}
+                _ = shutdown.changed() => return,
+            }
+            let mut sending = self.http.post(&url).body(request.body.clone());
+            for (k, v) in &request.headers {
+                sending = sending.header(k.as_str(), v.as_str());
+            }
+            let ok = match sending.send().await {
+                Ok(r) if r.status().is_success() => true,
+                Ok(r) => {
+                    detail = format!("the target answered HTTP {}", r.status().as_u16());
+                    false
+                }
+                Err(e) if e.is_timeout() => {
+                    detail = format!("no answer within {} s", ATTEMPT_TIMEOUT.as_secs());
+                    false
+                }
+                Err(e) if e.is_connect() => {
+                    detail = "the target could not be reached".into();
+                    false
+                }
+                Err(_) => {
+                    detail = "the request failed".into();
+                    false
+                }
             };
-            let store = Arc::clone(&self.shared.auto_store);
-            let claimed = tokio::task::spawn_blocking(move || store.notify_claim(&row)).await;
-            if !matches!(claimed, Ok(Ok(true))) {
+            let attempts = u32::try_from(attempt + 1).unwrap_or(u32::MAX);
+            let last = attempt + 1 == BACKOFF.len();
+            let status = match (ok, last) {
+                (true, _) => NotificationStatus::NotificationSent,
+                (false, true) => NotificationStatus::NotificationFailed,
+                (false, false) => NotificationStatus::Pending,
+            };
+            let (store, key, detail_now) =
+                (Arc::clone(&self.shared.auto_store), key.clone(), if ok { String::new() } else { detail.clone() });
+            let at = jiff::Timestamp::now().to_string();
+            let _ = tokio::task::spawn_blocking(move || store.notify_record(&key, status, attempts, &detail_now, &at))
+                .await;
+            if ok || last {
                 return;
             }
-            let (headers, body) = request_for(target.kind, &message);
-            let mut detail = String::new();
-            let mut shutdown = self.shared.shutdown.clone();
-            for (attempt, wait) in BACKOFF.iter().enumerate() {
-                tokio::select! {
-                    () = tokio::time::sleep(*wait) => {}
-                    _ = shutdown.changed() => return,
-                }
-                let mut request = self.http.post(&target.url).body(body.clone());
-                for (k, v) in &headers {
-                    request = request.header(k.as_str(), v.as_str());
-                }
-                let sent = request.send().await;
-                let ok = match sent {
-                    Ok(r) if r.status().is_success() => true,
-                    Ok(r) => {
-                        detail = format!("the target answered HTTP {}", r.status().as_u16());
-                        false
-                    }
-                    Err(e) if e.is_timeout() => {
-                        detail = format!("no answer within {} s", ATTEMPT_TIMEOUT.as_secs());
-                        false
-                    }
-                    Err(e) if e.is_connect() => {
-                        detail = "the target could not be reached".into();
-                        false
-                    }
-                    Err(_) => {
-                        detail = "the request failed".into();
-                        false
-                    }
-                };
-                let attempts = u32::try_from(attempt + 1).unwrap_or(u32::MAX);
-                let last = attempt + 1 == BACKOFF.len();
-                let status = match (ok, last) {
-                    (true, _) => NotificationStatus::NotificationSent,
-                    (false, true) => NotificationStatus::NotificationFailed,
-                    (false, false) => NotificationStatus::Pending,
-                };
-                let (store, key, detail_now) =
-                    (Arc::clone(&self.shared.auto_store), key.clone(), if ok { String::new() } else { detail.clone() });
-                let at = jiff::Timestamp::now().to_string();
-                let _ =
-                    tokio::task::spawn_blocking(move || store.notify_record(&key, status, attempts, &detail_now, &at))
-                        .await;
-                if ok || last {
-                    return;
-                }
-            }
-        });
+        }
     }
+
+    /// What a daemon that stopped left: the notifications it claimed and had not sent, sent
+    /// now (their attempts going on), to the targets still configured.
+    async fn resume_pending(self: &Arc<Self>) {
+        let store = Arc::clone(&self.shared.auto_store);
+        let Ok(Ok(pending)) = tokio::task::spawn_blocking(move || store.notify_pending()).await else { return };
+        for (key, attempts, kept) in pending {
+            let Ok(request) = serde_json::from_str::<Kept>(&kept) else { continue };
+            let Some(target) = self.targets.iter().find(|t| target_hash(t) == request.target) else { continue };
+            tokio::spawn(Arc::clone(self).deliver(key, target.url.clone(), request, attempts));
+        }
+    }
+
+    /// Notifies what happened in the journal while no daemon followed it: every entry of the
+    /// feed after the notifier's recorded position (on its first start, nothing: it begins at
+    /// the feed's end).
+    async fn catch_up(self: &Arc<Self>) {
+        let store = Arc::clone(&self.shared.auto_store);
+        let known = tokio::task::spawn_blocking(move || store.notifier_position()).await.ok().and_then(Result::ok);
+        let Some(mut position) = known.flatten() else {
+            if let Ok(last) = loopwright_engine::Store::feed_last(&self.shared.store).await {
+                self.advance(last).await;
+            }
+            return;
+        };
+        loop {
+            let Ok(entries) = loopwright_engine::Store::feed_since(&self.shared.store, position, 500).await else {
+                return;
+            };
+            let Some(last) = entries.last().map(|e| e.position) else { return };
+            for entry in &entries {
+                Arc::clone(self).on_event(entry).await;
+            }
+            position = last;
+            self.advance(position).await;
+        }
+    }
+
+    /// Records that the feed was looked at up to `position`.
+    async fn advance(&self, position: u64) {
+        let store = Arc::clone(&self.shared.auto_store);
+        let _ = tokio::task::spawn_blocking(move || store.notifier_advance(position)).await;
+    }
+}
+
+/// A notification's request as the journal keeps it until it is sent: which target (by a hash
+/// of its URL, whose path may be a secret), the headers and the body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Kept {
+    target: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+/// A target's URL, hashed: how a kept request names it.
+fn target_hash(target: &Notify) -> String {
+    format!("{:016x}", loopwright_engine::hash::fnv1a(target.url.as_bytes()))
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/005_runs_list.sql")),
         M::up(include_str!("migrations/006_notifications.sql")),
         M::up(include_str!("migrations/007_limits.sql")),
+        M::up(include_str!("migrations/008_notifier.sql")),
     ])
 }
 

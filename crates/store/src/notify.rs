@@ -72,19 +72,67 @@ pub enum LinkUse {
 }
 
 impl SqliteStore {
-    /// Claims a notification: true when this caller is the one to send it (no row had `key`).
-    pub fn notify_claim(&self, n: &Notification) -> Result<bool, StoreError> {
+    /// Claims a notification, with what it sends (`request`, as the notifier encodes it, so a
+    /// daemon that dies before it is sent lets the next one send it): true when this caller
+    /// is the one to send it (no row had `key`).
+    pub fn notify_claim(&self, n: &Notification, request: &str) -> Result<bool, StoreError> {
         let conn = self.conn();
         let inserted = conn
             .prepare_cached(
-                "INSERT OR IGNORE INTO notifications (key, run_id, session_name, event, target, status, attempts, at, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, '')",
+                "INSERT OR IGNORE INTO notifications (key, run_id, session_name, event, target, status, attempts, at, detail, request)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, '', ?8)",
             )
             .and_then(|mut stmt| {
-                stmt.execute(params![n.key, n.run_id, n.session_name, n.event, n.target, n.status.as_str(), n.at])
+                stmt.execute(params![
+                    n.key,
+                    n.run_id,
+                    n.session_name,
+                    n.event,
+                    n.target,
+                    n.status.as_str(),
+                    n.at,
+                    request
+                ])
             })
             .map_err(backend)?;
         Ok(inserted == 1)
+    }
+
+    /// The notifications claimed and not sent nor given up on, with their request (those a
+    /// daemon that died left): (key, attempts made, request), oldest first.
+    pub fn notify_pending(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT key, attempts, request FROM notifications
+                 WHERE status = 'pending' AND request IS NOT NULL ORDER BY at",
+            )
+            .map_err(backend)?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).map_err(backend)?;
+        rows.collect::<Result<_, _>>().map_err(backend)
+    }
+
+    /// How far into the journal's feed the notifier has looked, if it ever has.
+    pub fn notifier_position(&self) -> Result<Option<u64>, StoreError> {
+        let found: Option<i64> = self
+            .conn()
+            .prepare_cached("SELECT feed_position FROM notifier WHERE id = 1")
+            .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)).optional())
+            .map_err(backend)?;
+        Ok(found.map(|p| u64::try_from(p).unwrap_or(0)))
+    }
+
+    /// Records that the notifier has looked at the feed up to `position`.
+    pub fn notifier_advance(&self, position: u64) -> Result<(), StoreError> {
+        let position = i64::try_from(position).unwrap_or(i64::MAX);
+        self.conn()
+            .prepare_cached(
+                "INSERT INTO notifier (id, feed_position) VALUES (1, ?1)
+                 ON CONFLICT (id) DO UPDATE SET feed_position = MAX(feed_position, excluded.feed_position)",
+            )
+            .and_then(|mut stmt| stmt.execute([position]))
+            .map_err(backend)?;
+        Ok(())
     }
 
     /// Records how sending went.

@@ -576,3 +576,64 @@ fn a_revoked_persons_link_and_a_link_for_an_earlier_question_answer_nothing() {
     assert_eq!(http.post(&abort).json(&json!({})).send().expect("post").status().as_u16(), 409);
     d.wait_status(&run, "waiting");
 }
+
+#[test]
+fn notifications_survive_a_restart_and_a_kill_and_each_happening_is_sent_once() {
+    use crate::http::Reply;
+    let ok = || Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] };
+    // A gate reached while no daemon follows the journal is notified by the next daemon.
+    let ws = team_ws();
+    let server = crate::http::Server::start((0..10).map(|_| ok()).collect());
+    ws.write(
+        ".loopwright/config.toml",
+        &format!("[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\n", server.port),
+    );
+    let (code, _) = Daemon::start(&ws, &[]).stop();
+    assert_eq!(code, 0);
+    let (code, result, err) = ws.json(&["run", "gate", "--task", "while down"]);
+    assert_eq!((code, result["status"].clone()), (3, json!("waiting")), "{err}");
+    let run = result["run_id"].as_str().expect("run").to_owned();
+    let d = Daemon::start(&ws, &[]);
+    let sent = wait_until("the gate reached while down, notified", 20, || {
+        bodies(&server).into_iter().find(|b| b["run_id"] == run.as_str())
+    });
+    assert_eq!(sent["event"], "needs_human");
+    let (code, _) = d.stop();
+    assert_eq!(code, 0);
+    // Started again, nothing is sent twice.
+    let d = Daemon::start(&ws, &[]);
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    assert_eq!(bodies(&server).iter().filter(|b| b["run_id"] == run.as_str()).count(), 1);
+    drop(d);
+
+    // A target down when the daemon is killed: the next daemon sends what was claimed, once.
+    let ws = team_ws();
+    let server = receiver(10);
+    ws.write(
+        ".loopwright/config.toml",
+        &format!("[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\n", server.port),
+    );
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": "killed"}));
+    assert_eq!(code, 202);
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    let attempts = || -> Vec<(String, i64)> {
+        let conn = rusqlite::Connection::open(ws.path().join(".loopwright/state/state.db")).expect("db");
+        let mut stmt = conn.prepare("SELECT status, attempts FROM notifications").expect("sql");
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect("rows").map(|r| r.expect("row")).collect()
+    };
+    wait_until("the first try, refused", 10, || (attempts() == [("pending".to_owned(), 1)]).then_some(()));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.pid()), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(d);
+    let d = Daemon::start(&ws, &[]);
+    wait_until("the claimed notification sent by the next daemon", 20, || {
+        (attempts() == [("notification_sent".to_owned(), 2)]).then_some(())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let got = bodies(&server);
+    assert_eq!(got.len(), 2, "the failed try and the one that went through: {got:?}");
+    assert_eq!(got[0], got[1]);
+    drop(d);
+}
