@@ -258,7 +258,7 @@ fn unknown_fields_and_wrong_types_name_the_place() {
     assert_eq!(
         errors(&stage("    timout_minutes: 3\n")),
         vec![
-            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop, budget, sandbox, network (help: did you mean `timeout_minutes`?)"
+            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop, budget, sandbox, network, env (help: did you mean `timeout_minutes`?)"
         ]
     );
     let e = errors(&stage("    timeout_minutes: ten\n"));

@@ -20,7 +20,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     {
         let store = SqliteStore::open(&path, Synchronous::Full).expect("open");
         suite(&store).await;
-        assert_eq!(store.schema_version().expect("version"), 7);
+        assert_eq!(store.schema_version().expect("version"), 8);
         // Another connection's commit (another process) moves this one's data version; its
         // own commits and reads do not.
         let before = store.data_version().await.expect("version");
@@ -123,7 +123,7 @@ async fn the_owner_column_is_filled_from_the_journal_when_the_store_is_migrated(
         }
     }
     let store = SqliteStore::open(&path, Synchronous::Normal).expect("migrate");
-    assert_eq!(store.schema_version().expect("version"), 7);
+    assert_eq!(store.schema_version().expect("version"), 8);
     let owners: Vec<(String, Option<(u32, bool)>)> = store
         .runs(10)
         .await

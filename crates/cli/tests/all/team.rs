@@ -301,6 +301,16 @@ fn bodies(server: &crate::http::Server) -> Vec<Value> {
         .collect()
 }
 
+/// Tells the workspace's daemon to notify the server on `port` of what needs a person, with
+/// one-tap links answering as `answer_as`.
+fn notify_needs_human(ws: &Ws, port: u16, answer_as: Option<&str>) {
+    let answer_as = answer_as.map(|a| format!("as = \"{a}\"\n")).unwrap_or_default();
+    ws.write(
+        ".loopwright/config.toml",
+        &format!("[[notify]]\nurl = \"http://127.0.0.1:{port}/hook\"\nevents = [\"needs_human\"]\n{answer_as}"),
+    );
+}
+
 fn wait_until<T>(what: &str, seconds: u64, mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
     loop {
@@ -414,13 +424,7 @@ fn an_escalation_is_answered_with_guidance_through_its_fix_link() {
         "name: fixit\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    description: Write the check script\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    checks:\n      - {name: script_runs, type: command, command: ./scripts/check.sh}\n",
     );
     let server = receiver(4);
-    ws.write(
-        ".loopwright/config.toml",
-        &format!(
-            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\nas = \"erin\"\n",
-            server.port
-        ),
-    );
+    notify_needs_human(&ws, server.port, Some("erin"));
     ws.init_git();
     let d = Daemon::start(&ws, &[]);
     let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "fixit", "task": "add the check"}));
@@ -466,13 +470,7 @@ fn two_taps_of_one_link_at_the_same_moment_answer_once_in_twenty_tries() {
     let server = crate::http::Server::start(
         (0..40).map(|_| crate::http::Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] }).collect(),
     );
-    ws.write(
-        ".loopwright/config.toml",
-        &format!(
-            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\nas = \"carol\"\n",
-            server.port
-        ),
-    );
+    notify_needs_human(&ws, server.port, Some("carol"));
     let d = Daemon::start(&ws, &[]);
     let http = reqwest::blocking::Client::new();
     for attempt in 0..20 {
@@ -505,13 +503,7 @@ fn a_revoked_persons_link_and_a_link_for_an_earlier_question_answer_nothing() {
     // A gate notified as carol, who is revoked before she taps.
     let ws = team_ws();
     let server = receiver(10);
-    ws.write(
-        ".loopwright/config.toml",
-        &format!(
-            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\nas = \"carol\"\n",
-            server.port
-        ),
-    );
+    notify_needs_human(&ws, server.port, Some("carol"));
     create(&ws, "carol", "approver");
     let d = Daemon::start(&ws, &[]);
     let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": "revoked"}));
@@ -547,13 +539,7 @@ fn a_revoked_persons_link_and_a_link_for_an_earlier_question_answer_nothing() {
         "name: fixit\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    description: Write the check script\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    checks:\n      - {name: script_runs, type: command, command: ./scripts/check.sh}\n",
     );
     let server = receiver(10);
-    ws.write(
-        ".loopwright/config.toml",
-        &format!(
-            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\nas = \"erin\"\n",
-            server.port
-        ),
-    );
+    notify_needs_human(&ws, server.port, Some("erin"));
     ws.init_git();
     let d = Daemon::start(&ws, &[]);
     let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "fixit", "task": "twice"}));
@@ -584,10 +570,7 @@ fn notifications_survive_a_restart_and_a_kill_and_each_happening_is_sent_once() 
     // A gate reached while no daemon follows the journal is notified by the next daemon.
     let ws = team_ws();
     let server = crate::http::Server::start((0..10).map(|_| ok()).collect());
-    ws.write(
-        ".loopwright/config.toml",
-        &format!("[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\n", server.port),
-    );
+    notify_needs_human(&ws, server.port, None);
     let (code, _) = Daemon::start(&ws, &[]).stop();
     assert_eq!(code, 0);
     let (code, result, err) = ws.json(&["run", "gate", "--task", "while down"]);
@@ -609,10 +592,7 @@ fn notifications_survive_a_restart_and_a_kill_and_each_happening_is_sent_once() 
     // A target down when the daemon is killed: the next daemon sends what was claimed, once.
     let ws = team_ws();
     let server = receiver(10);
-    ws.write(
-        ".loopwright/config.toml",
-        &format!("[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\n", server.port),
-    );
+    notify_needs_human(&ws, server.port, None);
     let d = Daemon::start(&ws, &[]);
     let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate", "task": "killed"}));
     assert_eq!(code, 202);
