@@ -164,7 +164,12 @@ pub struct Served {
     pub url: String,
     /// `--public-url`, when it was given.
     pub public: Option<PublicUrl>,
+    /// Its Unix socket (the owner's tools talk to it there), when it has one.
+    pub socket: Option<std::path::PathBuf>,
 }
+
+/// The daemon's Unix socket, in the workspace's state folder.
+pub const SOCKET: &str = "serve.sock";
 
 impl Served {
     /// The sign-in link of another token (a person's) to this daemon's dashboard.
@@ -184,7 +189,8 @@ pub fn serving(ws: &Workspace) -> Option<Served> {
     let token = std::fs::read_to_string(ws.state_dir().join("serve.token")).ok()?.trim().to_owned();
     let public = info["public_url"].as_str().and_then(|u| PublicUrl::parse(u).ok());
     let url = sign_in_url(public.as_ref(), addr, &token);
-    (alive && !token.is_empty()).then_some(Served { addr, token, pid, url, public })
+    let socket = info["socket"].as_str().map(std::path::PathBuf::from).filter(|p| p.exists());
+    (alive && !token.is_empty()).then_some(Served { addr, token, pid, url, public, socket })
 }
 
 /// The daemon's lock: held while it serves, so a second daemon of the workspace is refused.
@@ -309,7 +315,23 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         .await
         .map_err(|e| Error::usage(format!("cannot listen on {}: {e}", options.addr)))?;
     let addr = listener.local_addr().map_err(|e| Error::Internal(e.into()))?;
+    // The owner's own way in: a Unix socket in the state folder (0700), which no other local
+    // user can reach or crowd.
+    let socket_path = ws.state_dir().join(SOCKET);
+    let _ = std::fs::remove_file(&socket_path);
+    let unix = match tokio::net::UnixListener::bind(&socket_path) {
+        Ok(unix) => Some(unix),
+        Err(e) => {
+            // A state folder deeper than a socket's path may be (108 bytes) has none: the owner's
+            // tools then use TCP like everyone else.
+            eprintln!("loopwright serve: no Unix socket at {} ({e}); local tools use TCP", socket_path.display());
+            None
+        }
+    };
     let mut info = serde_json::json!({"pid": std::process::id(), "addr": addr.to_string(), "started_at": jiff::Timestamp::now().to_string()});
+    if unix.is_some() {
+        info["socket"] = serde_json::Value::String(socket_path.display().to_string());
+    }
     if let Some(p) = &public {
         info["public_url"] = serde_json::Value::String(p.url.clone());
     }
@@ -376,7 +398,8 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
             std::process::exit(1);
         });
     };
-    listen::serve(listener, app, options.max_connections, signalled).await;
+    listen::serve(listener, unix, app, options.max_connections, signalled).await;
+    let _ = std::fs::remove_file(&socket_path);
     // The runs driven here were told to stop: each ends its stage's process group and journals
     // the interruption (resumable; the next daemon takes them up).
     let hosts = Arc::clone(&runs);

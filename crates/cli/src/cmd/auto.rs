@@ -341,7 +341,9 @@ async fn start_in_daemon(
         agent: req.agent.clone(),
         heartbeat_seconds: req.heartbeat_seconds,
     };
-    let url = format!("http://{}/api/sessions/{session}/task-auto", daemon.addr);
+    // Over the daemon's Unix socket when it has one: no other local user can crowd it.
+    let host = if daemon.socket.is_some() { "localhost".to_owned() } else { daemon.addr.to_string() };
+    let url = format!("http://{host}/api/sessions/{session}/task-auto");
     let unreachable = |e: reqwest::Error| {
         CliError::Internal(anyhow::anyhow!(
             "the daemon serving this workspace (process {}, http://{}) did not answer: {e}; stop it, or remove .loopwright/state/serve.json if it is gone",
@@ -349,9 +351,11 @@ async fn start_in_daemon(
             daemon.addr
         ))
     };
-    let client = loopwright_runners::http::client()
-        .build()
-        .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot make an HTTP client: {e}")))?;
+    let mut client = loopwright_runners::http::client();
+    if let Some(socket) = &daemon.socket {
+        client = client.unix_socket(socket.as_path());
+    }
+    let client = client.build().map_err(|e| CliError::Internal(anyhow::anyhow!("cannot make an HTTP client: {e}")))?;
     let answer = client
         .post(&url)
         .bearer_auth(&daemon.token)
