@@ -202,6 +202,10 @@ impl Observer for Progress {
                 until.map(|u| format!(" (until {})", u.strftime("%H:%M:%S UTC"))).unwrap_or_default()
             )),
             Event::LimitTaken { stage, .. } => self.line(&format!("  {stage}: the provider allows it: going on")),
+            Event::CommitsKept { stage, commits, .. } => self.line(&format!(
+                "  {stage}: commits made meanwhile outside the stage, kept: {}",
+                commits.join("; ")
+            )),
             Event::CheckoutFailed { worker, reason, tries } => self.line(&format!(
                 "  worker {worker} could not make the run's work tree (try {tries} of {}): {reason}",
                 Event::CHECKOUT_TRIES

@@ -389,19 +389,27 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         }
         if stage.mode == Mode::Plan && snapshot_taken {
             let files = self.changes.changed(&state.run_id, &snapshot).unwrap_or_default();
+            if !files.commits_kept.is_empty() {
+                let commits = files.commits_kept.clone();
+                self.defer(state, Event::CommitsKept { stage: stage_id.clone(), attempt, commits });
+            }
             if !files.is_empty() {
                 // A read-only stage wrote: put everything back and fail it for good.
                 self.flush(state).await?;
-                let mut kept = Vec::new();
+                let (mut kept, mut undone) = (Vec::new(), Vec::new());
                 if let Ok(report) = self.changes.restore(&state.run_id, &snapshot) {
                     kept = report.unrestorable.clone();
+                    undone = report.kept.clone();
                     self.record(state, Event::SnapshotRestored { stage: stage_id.clone(), attempt, report }).await?;
                 }
-                let restored = if kept.is_empty() {
+                let mut restored = if kept.is_empty() {
                     "the files were restored".to_owned()
                 } else {
                     format!("the files were restored, except what cannot be: {}", kept.join(", "))
                 };
+                if !undone.is_empty() {
+                    restored.push_str(&format!("; {}", undone.join(", ")));
+                }
                 let error = StageError {
                     kind: FailureKind::SecurityViolation,
                     message: format!(

@@ -29,6 +29,10 @@ pub struct FileChanges {
     /// Removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deleted: Vec<String>,
+    /// Commits made on the branch meanwhile, by someone else (`SHA subject`): what they account
+    /// for is not among the changes above, and they are kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commits_kept: Vec<String>,
 }
 
 impl FileChanges {

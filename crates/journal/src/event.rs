@@ -315,6 +315,17 @@ pub enum Event {
         /// How many tries failed so far, this one included.
         tries: u32,
     },
+    /// While a plan-mode stage ran without a sandbox, commits were made on its work tree's
+    /// branch by someone else (a person in a terminal): they are kept, and what they account
+    /// for is not taken for the stage's write.
+    CommitsKept {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// `SHA subject` of each.
+        commits: Vec<String>,
+    },
     /// The waiting attempt got what it waited for: the run works again.
     LimitTaken {
         /// The stage.
@@ -541,7 +552,8 @@ impl Event {
             | Event::DeadLettered { stage, .. }
             | Event::UsageRecorded { stage, .. }
             | Event::LimitWaiting { stage, .. }
-            | Event::LimitTaken { stage, .. } => Some(stage),
+            | Event::LimitTaken { stage, .. }
+            | Event::CommitsKept { stage, .. } => Some(stage),
             Event::RunInterrupted { stage, .. } | Event::RunCancelled { stage, .. } => stage.as_ref(),
             Event::RunStarted(_)
             | Event::RunFinished { .. }
@@ -592,6 +604,7 @@ impl Event {
         "run_queued",
         "limit_waiting",
         "limit_taken",
+        "commits_kept",
         "checkout_failed",
         "run_resumed",
         "cancel_requested",
@@ -644,6 +657,7 @@ impl Event {
             Event::RunQueued { .. } => "run_queued",
             Event::LimitWaiting { .. } => "limit_waiting",
             Event::LimitTaken { .. } => "limit_taken",
+            Event::CommitsKept { .. } => "commits_kept",
             Event::CheckoutFailed { .. } => "checkout_failed",
             Event::RunResumed { .. } => "run_resumed",
             Event::CancelRequested { .. } => "cancel_requested",
@@ -831,6 +845,10 @@ pub struct RestoreCounts {
     /// by fingerprint).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unrestorable: Vec<String>,
+    /// Commits a branch pointed to before it was put back, kept under `refs/loopwright/undone/`
+    /// (`REF was COMMIT`): a restore never discards a commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<String>,
 }
 
 /// The outcome of a rollback (of one stage, or overall).

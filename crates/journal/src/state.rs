@@ -621,7 +621,8 @@ impl RunState {
             Event::RunInterrupted { .. }
             | Event::RunQueued { .. }
             | Event::CancelRequested { .. }
-            | Event::LimitTaken { .. } => {}
+            | Event::LimitTaken { .. }
+            | Event::CommitsKept { .. } => {}
             Event::SnapshotTaken { stage, attempt, snapshot, .. } => {
                 self.stage_mut(stage).snapshots.push((*attempt, snapshot.clone()));
             }

@@ -257,6 +257,9 @@ impl ProcessRunner {
                 ("LOOPWRIGHT_MODE".into(), request.mode.to_string()),
                 ("LOOPWRIGHT_PROMPT_FILE".into(), prompt_file.display().to_string()),
                 ("LOOPWRIGHT_WORKSPACE".into(), request.workspace.display().to_string()),
+                // What git does for the stage says so in the reflog (a person's commit made
+                // meanwhile does not).
+                ("GIT_REFLOG_ACTION".into(), format!("{} {}", snapshot::STAGE_REFLOG_ACTION, request.stage)),
             ])
             .collect()
     }
@@ -764,6 +767,7 @@ impl Changes for FsChanges {
             recreated: report.recreated,
             removed: report.removed,
             unrestorable: report.unrestorable,
+            kept: report.kept,
         })
     }
 
@@ -815,7 +819,7 @@ impl Changes for FsChanges {
         created.extend(shown(diff.control_created));
         let mut deleted = diff.deleted;
         deleted.extend(shown(diff.control_deleted));
-        Ok(FileChanges { modified, created, deleted })
+        Ok(FileChanges { modified, created, deleted, commits_kept: diff.outside })
     }
 
     fn read(&self, path: &str) -> Option<String> {
@@ -873,7 +877,7 @@ impl Changes for FsChanges {
         let layer = self.layer(run, name)?;
         let (modified, created, deleted) =
             layer.changes(&self.workspace).map_err(|e| format!("cannot read {}: {e}", layer.dir.display()))?;
-        Ok(FileChanges { modified, created, deleted })
+        Ok(FileChanges { modified, created, deleted, commits_kept: Vec::new() })
     }
 
     fn commit_layer(

@@ -110,6 +110,10 @@ pub struct Manifest {
     /// fingerprint).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub fingerprints: BTreeMap<String, u64>,
+    /// Plan mode: the commit `HEAD` was at, to tell commits made meanwhile from the stage's
+    /// writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
 }
 
 /// What a restore did.
@@ -123,6 +127,9 @@ pub struct RestoreReport {
     pub removed: usize,
     /// Changes that could not be undone (recorded by stat or fingerprint only).
     pub unrestorable: Vec<String>,
+    /// Commits a branch pointed to before it was put back, kept under
+    /// `refs/loopwright/undone/` (`REF was COMMIT`).
+    pub kept: Vec<String>,
 }
 
 impl RestoreReport {
@@ -151,12 +158,20 @@ pub struct Diff {
     pub index: bool,
     /// Fingerprinted folders that changed.
     pub dirs: Vec<String>,
+    /// Plan mode: commits made on the work tree's branch meanwhile (`SHA subject`), which the
+    /// changes they account for are left to (they are not the stage's to revert).
+    pub outside: Vec<String>,
 }
 
 impl Diff {
     /// True when nothing changed.
     pub fn is_empty(&self) -> bool {
         self == &Diff::default()
+    }
+
+    /// True when nothing a restore would put back changed (commits made meanwhile aside).
+    pub fn nothing_to_restore(&self) -> bool {
+        Diff { outside: Vec::new(), ..self.clone() }.is_empty()
     }
 }
 
@@ -474,6 +489,8 @@ pub fn take(
             manifest.control.insert(path.clone(), entry);
         }
         manifest.control_dirs = dirs.iter().map(|d| d.to_string_lossy().into_owned()).collect();
+        manifest.head =
+            crate::git::git(root, &["rev-parse", "--verify", "--quiet", "HEAD"]).ok().map(|h| h.trim().to_owned());
         if let Some(hash) = index_hash(root) {
             let index = crate::git::git(root, &["rev-parse", "--git-path", "index"]).map_err(io::Error::other)?;
             let object = format!("{name}-index");
@@ -547,8 +564,66 @@ pub fn changes(root: &Path, manifest: &Manifest) -> io::Result<Diff> {
                 Err(_) => diff.dirs.push(format!("{dir}/ (deleted)")),
             }
         }
+        if let Some(head) = &manifest.head {
+            leave_to_commits(root, head, &mut diff);
+        }
     }
     Ok(diff)
+}
+
+/// What the processes of a stage have as `GIT_REFLOG_ACTION`: the reflog entries of what git
+/// does for them begin with it, so their commits are told from a person's.
+pub const STAGE_REFLOG_ACTION: &str = "loopwright stage";
+
+/// Leaves out of `diff` what commits made on the work tree's branch since `head` account for:
+/// the branch moved forward (never back: `head` is an ancestor of the branch now), its ref and
+/// git's bookkeeping of a commit, an index that is the new commit's, and each file the commits
+/// changed whose content is the new commit's. A person who commits in the checkout while a
+/// plan-mode stage reads is not the stage: their commit is named (`diff.outside`), kept, and
+/// not taken for the stage's write; whatever else changed still is.
+fn leave_to_commits(root: &Path, head: &str, diff: &mut Diff) {
+    let git = |args: &[&str]| crate::git::git(root, args).ok();
+    let Some(now) = git(&["rev-parse", "--verify", "--quiet", "HEAD"]).map(|h| h.trim().to_owned()) else { return };
+    if now == head || git(&["merge-base", "--is-ancestor", head, &now]).is_none() {
+        return;
+    }
+    let range = format!("{head}..{now}");
+    // A commit the stage's own processes made says so in the reflog (`GIT_REFLOG_ACTION`, which
+    // loopwright sets for them): that is the stage's write, not a person's.
+    let made: BTreeSet<String> = git(&["rev-list", &range]).unwrap_or_default().lines().map(str::to_owned).collect();
+    let reflog = git(&["reflog", "show", "--format=%H %gs", "-n", "200", "HEAD"]).unwrap_or_default();
+    if reflog
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .any(|(sha, subject)| made.contains(sha) && subject.starts_with(STAGE_REFLOG_ACTION))
+    {
+        return;
+    }
+    diff.outside = git(&["log", "--format=%h %s", &range]).unwrap_or_default().lines().map(str::to_owned).collect();
+    let listed = |args: &[&str]| -> BTreeSet<String> {
+        git(args).unwrap_or_default().split('\0').filter(|p| !p.is_empty()).map(str::to_owned).collect()
+    };
+    let committed = listed(&["diff", "--name-only", "-z", head, &now]);
+    let in_commit = listed(&["ls-tree", "-r", "-z", "--name-only", &now]);
+    let unlike_commit = listed(&["diff", "--name-only", "-z", &now, "--"]);
+    let accounted = |p: &String, present: bool| {
+        committed.contains(p) && in_commit.contains(p) == present && !unlike_commit.contains(p)
+    };
+    diff.modified.retain(|p| !accounted(p, true));
+    diff.created.retain(|p| !accounted(p, true));
+    diff.deleted.retain(|p| !accounted(p, false));
+    if diff.index && git(&["diff", "--cached", "--quiet", &now]).is_some() {
+        diff.index = false;
+    }
+    // The branch's ref and what `git commit` writes beside it.
+    let branch = git(&["symbolic-ref", "-q", "HEAD"]).map(|b| b.trim().to_owned()).unwrap_or_default();
+    let bookkeeping = |path: &String| {
+        let path = Path::new(path);
+        (!branch.is_empty() && path.ends_with(&branch))
+            || path.file_name().is_some_and(|n| n == "packed-refs" || n == "COMMIT_EDITMSG" || n == "AUTO_MERGE")
+    };
+    diff.control_modified.retain(|p| !bookkeeping(p));
+    diff.control_created.retain(|p| !bookkeeping(p));
 }
 
 /// Writes an entry's content (or link) at `target`: a new file renamed over the old, so a
@@ -614,6 +689,20 @@ pub fn restore(root: &Path, store: &Path, manifest: &Manifest) -> io::Result<Res
         for dir in Path::new(path).ancestors().skip(1) {
             if dir.as_os_str().is_empty() || kept_dirs.contains(dir) || fs::remove_dir(root.join(dir)).is_err() {
                 break;
+            }
+        }
+    }
+    // A branch put back never loses the commit it pointed to: it is kept under
+    // refs/loopwright/undone/ first, and named.
+    for path in diff.control_modified.iter().chain(&diff.control_deleted) {
+        let Some((_, name)) = path.split_once("/refs/heads/") else { continue };
+        let Ok(now) = fs::read_to_string(path) else { continue };
+        let now = now.trim();
+        if now.len() == 40 && now.chars().all(|c| c.is_ascii_hexdigit()) {
+            let stamp = jiff::Timestamp::now().as_second();
+            let keep = format!("refs/loopwright/undone/{stamp}/{name}");
+            if crate::git::git(root, &["update-ref", &keep, now]).is_ok() {
+                report.kept.push(format!("refs/heads/{name} was {now}, kept as {keep}"));
             }
         }
     }

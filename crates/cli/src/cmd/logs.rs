@@ -179,6 +179,10 @@ pub fn line(r: &EventRecord) -> String {
             until.map(|u| format!(" (until {u})")).unwrap_or_default()
         ),
         Event::LimitTaken { stage, attempt } => format!("{stage}: attempt {attempt}: the provider allows it"),
+        Event::CommitsKept { stage, attempt, commits } => format!(
+            "{stage}: attempt {attempt}: commits made meanwhile outside the stage, kept: {}",
+            commits.join("; ")
+        ),
         Event::CheckoutFailed { worker, reason, tries } => format!(
             "worker {worker} could not make the run's work tree (try {tries} of {}): {reason}",
             Event::CHECKOUT_TRIES

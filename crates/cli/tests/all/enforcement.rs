@@ -130,3 +130,50 @@ fn budgets_stop_the_run_before_the_attempt_that_would_exceed_them() {
     let (_, status, _) = ws.run(&["status", "latest"]);
     assert!(status.contains("run time budget exhausted"), "{status}");
 }
+
+#[test]
+fn a_commit_a_person_makes_while_a_plan_stage_reads_is_kept_and_a_stages_rewrite_is_kept_aside() {
+    // Without a sandbox, the plan stage is watched; a person commits in a terminal meanwhile.
+    let ws = crate::support::Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"off\"\n");
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.write("notes.txt", "first\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: read\n    description: d\n    agent: shell\n    mode: plan\n    run: \"while [ ! -e .loopwright/state/go ]; do sleep 0.05; done; cat notes.txt\"\n",
+    );
+    ws.init_git();
+    let child = crate::support::spawn(&ws, &["run", "p", "--json"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while crate::support::processes_with("while [ ! -e .loopwright/state/go ]").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the stage never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    ws.write("notes.txt", "second\n");
+    ws.git(&["commit", "--quiet", "-am", "a person's commit"]);
+    let theirs = ws.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    ws.write(".loopwright/state/go", "");
+    let (code, out, err) = crate::support::finish(child);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(ws.git(&["rev-parse", "HEAD"]).trim(), theirs, "the person's commit was undone");
+    assert_eq!(ws.read("notes.txt"), "second\n");
+    let run = serde_json::from_str::<serde_json::Value>(&out).expect("json")["run_id"].as_str().expect("id").to_owned();
+    let kept: Vec<serde_json::Value> =
+        ws.journal(&run).into_iter().map(|e| e["event"].clone()).filter(|e| e["type"] == "commits_kept").collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0]["commits"][0].as_str().is_some_and(|c| c.ends_with(" a person's commit")), "{kept:?}");
+
+    // A plan stage that rewrites the last commit is refused, its branch put back, and the
+    // commit it made kept aside rather than lost.
+    ws.write(
+        ".loopwright/pipelines/q.yml",
+        "name: q\ndescription: d\nversion: 1\nstages:\n  - id: sneak\n    description: d\n    agent: shell\n    mode: plan\n    run: \"git -c user.name=x -c user.email=x@x commit --quiet --amend -m rewritten\"\n",
+    );
+    let (code, result, err) = ws.json(&["run", "q"]);
+    assert_eq!((code, result["status"].clone()), (1, serde_json::json!("failed")), "{err}");
+    assert_eq!(ws.git(&["rev-parse", "HEAD"]).trim(), theirs);
+    let undone = ws.git(&["for-each-ref", "--format=%(refname) %(subject)", "refs/loopwright/undone/"]);
+    assert!(undone.trim_end().ends_with("/main rewritten"), "{undone}");
+    let status = ws.run(&["status", "latest"]).1;
+    assert!(status.contains("refs/heads/main was ") && status.contains("kept as refs/loopwright/undone/"), "{status}");
+}
