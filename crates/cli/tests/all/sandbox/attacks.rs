@@ -377,6 +377,7 @@ fn secrets_in_loopwrights_environment_and_state_never_reach_a_stage() {
                         "OLDPWD",
                         "_",
                         "LISTED_TOKEN",
+                        "GIT_REFLOG_ACTION",
                         "CARGO_HOME",
                         "RUSTUP_HOME",
                         "RUSTUP_TOOLCHAIN",
