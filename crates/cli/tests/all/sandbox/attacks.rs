@@ -20,9 +20,26 @@ enum Who {
 
 const NOBODY: u32 = 65534;
 
-/// Everyone the tests can run loopwright as here.
+/// Everyone the tests can run loopwright as here: `nobody` too when the tests run as root and
+/// `nobody` can reach the binary and the build's temporary folder (a checkout under a private
+/// folder is out of its reach: then said, and only the user runs).
 fn everyone() -> Vec<Who> {
-    if nix::unistd::getuid().is_root() { vec![Who::Me, Who::Nobody] } else { vec![Who::Me] }
+    if !nix::unistd::getuid().is_root() {
+        return vec![Who::Me];
+    }
+    let reach = std::process::Command::new("setpriv")
+        .args([format!("--reuid={NOBODY}"), format!("--regid={NOBODY}"), "--clear-groups".into(), "--".into()])
+        .args(["sh", "-c", "test -x \"$0\" && test -x \"$1\""])
+        .arg(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .arg(env!("CARGO_TARGET_TMPDIR"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if reach {
+        vec![Who::Me, Who::Nobody]
+    } else {
+        eprintln!("note: nobody cannot reach the build ({}): run as this user only", env!("CARGO_TARGET_TMPDIR"));
+        vec![Who::Me]
+    }
 }
 
 /// A folder outside every private folder of the sandbox (`/tmp`, `/var/tmp`, homes): under the
