@@ -297,9 +297,18 @@ impl Notifier {
         this.resume_pending().await;
         this.catch_up().await;
         let mut shutdown = this.shared.shutdown.clone();
+        // The loops' log from where the last daemon left it (on a first start, its end).
         let mut auto_after = {
             let store = Arc::clone(&this.shared.auto_store);
-            tokio::task::spawn_blocking(move || store.auto_log_last()).await.ok().and_then(Result::ok).unwrap_or(0)
+            let kept = tokio::task::spawn_blocking(move || {
+                store.notifier_auto_position().ok().flatten().or_else(|| store.auto_log_last().ok())
+            })
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+            this.auto_advance(kept).await;
+            kept
         };
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -314,7 +323,13 @@ impl Notifier {
                     Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
-                _ = tick.tick() => auto_after = Arc::clone(&this).on_auto(auto_after).await,
+                _ = tick.tick() => {
+                    let seen = Arc::clone(&this).on_auto(auto_after).await;
+                    if seen != auto_after {
+                        this.auto_advance(seen).await;
+                    }
+                    auto_after = seen;
+                }
                 _ = shutdown.changed() => return,
             }
         }
@@ -543,6 +558,12 @@ impl Notifier {
             position = last;
             self.advance(position).await;
         }
+    }
+
+    /// Records that the auto loops' log was looked at up to `id`.
+    async fn auto_advance(&self, id: i64) {
+        let store = Arc::clone(&self.shared.auto_store);
+        let _ = tokio::task::spawn_blocking(move || store.notifier_auto_advance(id)).await;
     }
 
     /// Records that the feed was looked at up to `position`.

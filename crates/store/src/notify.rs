@@ -112,6 +112,26 @@ impl SqliteStore {
         rows.collect::<Result<_, _>>().map_err(backend)
     }
 
+    /// How far into the auto loops' log the notifier has looked, if it ever has.
+    pub fn notifier_auto_position(&self) -> Result<Option<i64>, StoreError> {
+        let found: Option<Option<i64>> = self
+            .conn()
+            .prepare_cached("SELECT auto_position FROM notifier WHERE id = 1")
+            .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)).optional())
+            .map_err(backend)?;
+        Ok(found.flatten())
+    }
+
+    /// Records that the notifier has looked at the auto loops' log up to `id`.
+    pub fn notifier_auto_advance(&self, id: i64) -> Result<(), StoreError> {
+        self.conn()
+            // The row is made by the feed's side, which the notifier records first.
+            .prepare_cached("UPDATE notifier SET auto_position = MAX(COALESCE(auto_position, 0), ?1) WHERE id = 1")
+            .and_then(|mut stmt| stmt.execute([id]))
+            .map_err(backend)?;
+        Ok(())
+    }
+
     /// How far into the journal's feed the notifier has looked, if it ever has.
     pub fn notifier_position(&self) -> Result<Option<u64>, StoreError> {
         let found: Option<i64> = self

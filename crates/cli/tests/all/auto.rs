@@ -1301,3 +1301,38 @@ fn under_sandbox_required_a_loop_refuses_to_start_and_under_auto_it_says_once_th
         )]
     );
 }
+
+#[test]
+fn a_loop_that_ends_while_no_daemon_runs_is_notified_by_the_next_one_once() {
+    let hook = crate::http::Server::start(
+        (0..4).map(|_| crate::http::Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] }).collect(),
+    );
+    let notify = format!("\n[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"auto_finished\"]\n", hook.port);
+    let (ws, _) = setup(json!([whole_loop()]), &notify);
+    // A daemon came and went: the notifier knows where it stopped.
+    let (code, _) = crate::daemon::Daemon::start(&ws, &[]).stop();
+    assert_eq!(code, 0);
+    let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
+    assert_eq!((code, status["status"].clone()), (0, json!("complete")), "{err}");
+    let told = |hook: &crate::http::Server| -> Vec<Value> {
+        hook.requests()
+            .iter()
+            .filter_map(|r| r.split_once("\r\n\r\n\n").or_else(|| r.split_once("\n\n")).map(|(_, b)| b.to_owned()))
+            .filter_map(|b| serde_json::from_str::<Value>(b.trim()).ok())
+            .collect()
+    };
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while told(&hook).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the loop's end was never notified");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (code, _) = d.stop();
+    assert_eq!(code, 0);
+    // Another start sends nothing again.
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let events: Vec<Value> = told(&hook).iter().map(|b| b["event"].clone()).collect();
+    assert_eq!(events, [json!("auto_finished")]);
+    drop(d);
+}
