@@ -378,21 +378,24 @@ async fn drive_async(
 
 /// Cancels a claimed run this worker refuses to run, saying why in its journal.
 async fn refuse(worker: &Worker, claim: &Claim, why: &str) -> Result<RunStatus, Error> {
+    let (store, mut state) = fenced_run(worker, claim).await?;
+    refused(worker, &store, &mut state, why).await
+}
+
+/// The claimed run's journal through the store fenced by the claim's lease, and its state.
+async fn fenced_run(worker: &Worker, claim: &Claim) -> Result<(Journal, loopwright_engine::RunState), Error> {
     let fence = Fence { worker: worker.id.clone(), epoch: claim.epoch };
     let store = Journal::Postgres(worker.store.fenced(fence));
     let events = loopwright_engine::Store::events(&store, &claim.run).await?;
-    let mut state = loopwright_engine::RunState::replay(claim.run.clone(), &events);
-    refused(worker, &store, &mut state, why).await
+    let state = loopwright_engine::RunState::replay(claim.run.clone(), &events);
+    Ok((store, state))
 }
 
 /// Journals that this worker could not make the run's work tree (`checkout_failed`): the run
 /// is tried again a lease later, and fails after [`Event::CHECKOUT_TRIES`] such tries.
 async fn checkout_failed(worker: &Worker, claim: &Claim, why: &str) -> Result<RunStatus, Error> {
     use loopwright_engine::Event;
-    let fence = Fence { worker: worker.id.clone(), epoch: claim.epoch };
-    let store = Journal::Postgres(worker.store.fenced(fence));
-    let events = loopwright_engine::Store::events(&store, &claim.run).await?;
-    let mut state = loopwright_engine::RunState::replay(claim.run.clone(), &events);
+    let (store, mut state) = fenced_run(worker, claim).await?;
     let tries = state.checkout_failed.as_ref().map_or(0, |(t, _)| *t) + 1;
     let mut batch = vec![Event::CheckoutFailed { worker: worker.id.clone(), reason: why.to_owned(), tries }];
     if tries >= Event::CHECKOUT_TRIES {

@@ -21,6 +21,23 @@ fn team_ws() -> Ws {
     ws
 }
 
+/// A workspace whose `fixit` pipeline runs a closed-loop stage: its agent (`dev`, running
+/// `script`) writes `scripts/check.sh`, and the check runs it (a permission error escalates at
+/// once while it is not executable).
+fn fixit_ws(script: &str) -> Ws {
+    let ws = team_ws();
+    ws.write(
+        ".loopwright/agents/dev.md",
+        "---\nname: dev\nrunner: command\ncommand: [\"sh\", \".loopwright/agents/dev.sh\"]\n---\nYou fix code.\n",
+    );
+    ws.write(".loopwright/agents/dev.sh", script);
+    ws.write(
+        ".loopwright/pipelines/fixit.yml",
+        "name: fixit\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    description: Write the check script\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    checks:\n      - {name: script_runs, type: command, command: ./scripts/check.sh}\n",
+    );
+    ws
+}
+
 /// `serve token create NAME --role ROLE --json`: the token.
 fn create(ws: &Ws, name: &str, role: &str) -> String {
     let (code, out, err) = ws.json(&["serve", "token", "create", name, "--role", role]);
@@ -408,20 +425,10 @@ fn a_gate_is_notified_once_retried_journaled_and_answered_by_its_one_tap_link_on
 
 #[test]
 fn an_escalation_is_answered_with_guidance_through_its_fix_link() {
-    let ws = team_ws();
     // The agent writes a check script; the check fails (not executable): permission-error
     // escalates at once; told to "make it executable", the agent does.
-    ws.write(
-        ".loopwright/agents/dev.md",
-        "---\nname: dev\nrunner: command\ncommand: [\"sh\", \".loopwright/agents/dev.sh\"]\n---\nYou fix code.\n",
-    );
-    ws.write(
-        ".loopwright/agents/dev.sh",
+    let ws = fixit_ws(
         "prompt=$(cat)\nmkdir -p scripts\nprintf '#!/bin/sh\\necho checked\\n' > scripts/check.sh\ncase \"$prompt\" in *\"make it executable\"*) chmod +x scripts/check.sh;; esac\necho wrote the check\n",
-    );
-    ws.write(
-        ".loopwright/pipelines/fixit.yml",
-        "name: fixit\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    description: Write the check script\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    checks:\n      - {name: script_runs, type: command, command: ./scripts/check.sh}\n",
     );
     let server = receiver(4);
     notify_needs_human(&ws, server.port, Some("erin"));
@@ -525,18 +532,8 @@ fn a_revoked_persons_link_and_a_link_for_an_earlier_question_answer_nothing() {
 
     // An escalation answered another way, then a second one at the same stage: the first
     // notification's links do not answer the second.
-    let ws = team_ws();
-    ws.write(
-        ".loopwright/agents/dev.md",
-        "---\nname: dev\nrunner: command\ncommand: [\"sh\", \".loopwright/agents/dev.sh\"]\n---\nYou fix code.\n",
-    );
-    ws.write(
-        ".loopwright/agents/dev.sh",
+    let ws = fixit_ws(
         "cat > /dev/null\nmkdir -p scripts\nprintf '#!/bin/sh\\necho checked\\n' > scripts/check.sh\necho wrote the check\n",
-    );
-    ws.write(
-        ".loopwright/pipelines/fixit.yml",
-        "name: fixit\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    description: Write the check script\n    agent: dev\n    mode: agent\n    skill: closed-loop-execution\n    checks:\n      - {name: script_runs, type: command, command: ./scripts/check.sh}\n",
     );
     let server = receiver(10);
     notify_needs_human(&ws, server.port, Some("erin"));
