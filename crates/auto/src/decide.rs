@@ -677,7 +677,14 @@ impl Step<'_> {
             return;
         }
         let hash = screen::masked_hash(&screen.screen);
-        let reading = screen::read_view(&screen.screen, &screen.screen, &screen.above, self.now, self.rules.zone);
+        let reading = screen::read_view(
+            &screen.screen,
+            &screen.screen,
+            &screen.above,
+            &screen.row_faces,
+            self.now,
+            self.rules.zone,
+        );
 
         if self.p.internal.ending.is_some() {
             self.closing(screen, &reading);

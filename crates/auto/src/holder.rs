@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 use serde::{Deserialize, Serialize};
 
+use crate::screen::{Colour, Face};
+
 /// The socket the holder serves.
 pub const SOCKET: &str = "holder.sock";
 /// What to start (written by the supervisor, read by the holder).
@@ -131,6 +133,9 @@ pub struct Response {
     /// prompt — even when output below it keeps coming, or it scrolled up.
     #[serde(default)]
     pub row_ages: Vec<u64>,
+    /// Per row of `screen`: how its characters are drawn (see [`Face`]).
+    #[serde(default)]
+    pub row_faces: Vec<Face>,
     /// The rows that scrolled off the top of the screen, oldest first, at most
     /// [`SCROLLBACK_READ`] of them: where the beginning of a long command a prompt asks about is.
     #[serde(default)]
@@ -262,6 +267,7 @@ impl Shared {
             screen: screen_text(t.parser.screen()),
             above: scrollback_text(&mut t.parser, SCROLLBACK_READ),
             row_ages: t.row_ages(),
+            row_faces: row_faces(t.parser.screen()),
             exit: t.exit.clone(),
             error: None,
         }
@@ -310,6 +316,32 @@ pub fn screen_text(screen: &vt100::Screen) -> String {
     let (_, cols) = screen.size();
     let rows: Vec<String> = screen.rows(0, cols.get()).map(|r| r.trim_end().to_owned()).collect();
     rows.join("\n")
+}
+
+/// How each visible row's characters are drawn: the colour and intensity they share, if they
+/// do (blanks are not counted: a space takes no colour a reader sees).
+pub fn row_faces(screen: &vt100::Screen) -> Vec<Face> {
+    let (rows, cols) = screen.size();
+    (0..rows.get())
+        .map(|row| {
+            let mut face = Face::Unknown;
+            for col in 0..cols.get() {
+                let Some(cell) = screen.cell(row, col).filter(|c| !c.contents().trim().is_empty()) else { continue };
+                let colour = match cell.fgcolor() {
+                    vt100::Color::Default => Colour::Default,
+                    vt100::Color::Idx(i) => Colour::Indexed(i),
+                    vt100::Color::Rgb(r, g, b) => Colour::Rgb(r, g, b),
+                };
+                let this = Face::Uniform { colour, dim: cell.dim() };
+                face = match face {
+                    Face::Unknown => this,
+                    same if same == this => same,
+                    _ => return Face::Mixed,
+                };
+            }
+            face
+        })
+        .collect()
 }
 
 /// The last `max` rows above the screen, oldest first (the view is put back after).
@@ -623,5 +655,31 @@ pub fn start(exe: &Path, dir: &Path, spawn: &Spawn) -> Result<Client, String> {
             return Err("the holder did not start serving within 10 s".into());
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_faces_say_how_each_row_is_drawn() {
+        let size = |n: u16| std::num::NonZeroU16::new(n).expect("not zero");
+        let mut parser = vt100::Parser::new(size(5), size(30), 0);
+        parser.process(b"   sort notes.txt\r\n\x1b[38;5;246m   Run shell command\x1b[0m\r\n");
+        parser.process(b"plain \x1b[2mfaint\x1b[0m\r\n\x1b[2m  all faint  \x1b[0m\r\n\x1b[38;2;1;2;3mrgb\x1b[0m");
+        let plain = |colour, dim| Face::Uniform { colour, dim };
+        assert_eq!(
+            row_faces(parser.screen()),
+            [
+                plain(Colour::Default, false),
+                plain(Colour::Indexed(246), false),
+                Face::Mixed,
+                plain(Colour::Default, true),
+                plain(Colour::Rgb(1, 2, 3), false),
+            ]
+        );
+        let blank = vt100::Parser::new(size(2), size(10), 0);
+        assert_eq!(row_faces(blank.screen()), [Face::Unknown, Face::Unknown]);
     }
 }

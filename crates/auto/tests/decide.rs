@@ -9,6 +9,7 @@ use loopwright_auto::event::AutoEvent;
 use loopwright_auto::holder::{Exit, Response};
 use loopwright_auto::module::ModuleStatus;
 use loopwright_auto::policy::Policy;
+use loopwright_auto::screen::{Colour, Face};
 use loopwright_auto::signal::StopReason;
 use loopwright_auto::state::{AutoStatus, CheckRun, Ending, Internal, LoopStatus, Persisted, WaitKind};
 
@@ -65,14 +66,21 @@ impl World {
     }
 }
 
-/// A settled screen: `rows`, each with the output offset since which it has been on screen.
+/// A settled screen: `rows`, each with the output offset since which it has been on screen; a
+/// row starting with `§` is drawn in Claude Code's grey (the `§` not drawn).
 fn screen(rows: &[(&str, u64)], output_bytes: u64) -> Response {
+    let face = |r: &str| match r {
+        _ if r.starts_with('§') => Face::Uniform { colour: Colour::Indexed(246), dim: false },
+        _ if r.trim().is_empty() => Face::Unknown,
+        _ => Face::Uniform { colour: Colour::Default, dim: false },
+    };
     Response {
         pid: 4242,
         output_bytes,
         quiet_ms: 400,
-        screen: rows.iter().map(|(r, _)| *r).collect::<Vec<_>>().join("\n"),
+        screen: rows.iter().map(|(r, _)| r.trim_start_matches('§')).collect::<Vec<_>>().join("\n"),
         row_ages: rows.iter().map(|(r, age)| if r.trim().is_empty() { 0 } else { *age }).collect(),
+        row_faces: rows.iter().map(|(r, _)| face(r)).collect(),
         ..Response::default()
     }
 }
@@ -117,7 +125,7 @@ fn claude_prompt(command: &str, age: u64, fresh_command_row: Option<u64>) -> Vec
         " Bash command",
         "",
         &format!("   {command}"),
-        "   Run it",
+        "§   Run it",
         "",
         " Do you want to proceed?",
         " ❯ 1. Yes",

@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use loopwright_auto::module::{self, Entry, route};
 use loopwright_auto::policy::{Decision, Policy};
-use loopwright_auto::screen::{self, PromptClass, Reading};
+use loopwright_auto::screen::{self, Colour, Face, PromptClass, Reading};
 use loopwright_auto::{quota, signal};
 use pretty_assertions::assert_eq;
 
@@ -108,17 +108,34 @@ fn an_answered_aider_prompt_and_an_unknown_menu_are_not_answered() {
 }
 
 /// Claude Code's Bash prompt for `command` (one row per line, indented as Claude draws it),
-/// with the description the model gave under it.
+/// with the description the model gave under it (drawn grey: `§`, see [`read_drawn`]).
 fn claude_bash(command: &str, description: &str) -> String {
     let body: Vec<String> = command.lines().map(|l| format!("   {l}")).collect();
     format!(
-        " Bash command\n\n{}\n   {description}\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again for this command\n   3. No\n\n Esc to cancel",
+        " Bash command\n\n{}\n§   {description}\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again for this command\n   3. No\n\n Esc to cancel",
         body.join("\n")
     )
 }
 
+/// Reads a screen given as text whose rows starting with `§` are drawn in Claude Code's grey
+/// (the `§` not drawn), the others in the terminal's default colour.
+fn read_drawn(text: &str, now: Timestamp) -> Reading {
+    const GREY: Face = Face::Uniform { colour: Colour::Indexed(246), dim: false };
+    const PLAIN: Face = Face::Uniform { colour: Colour::Default, dim: false };
+    let (rows, faces): (Vec<&str>, Vec<Face>) = text
+        .split('\n')
+        .map(|r| match r.strip_prefix('§') {
+            Some(grey) => (grey, GREY),
+            None if r.trim().is_empty() => (r, Face::Unknown),
+            None => (r, PLAIN),
+        })
+        .unzip();
+    let screen = rows.join("\n");
+    screen::read_view(&screen, &screen, "", &faces, now, &utc())
+}
+
 fn decide_on(policy: &Policy, screen_text: &str, root: &std::path::Path) -> Decision {
-    let Reading::Prompt(p) = screen::read(screen_text, at("2026-11-23T10:00:00Z"), &utc()) else {
+    let Reading::Prompt(p) = read_drawn(screen_text, at("2026-11-23T10:00:00Z")) else {
         panic!("not read as a prompt:\n{screen_text}")
     };
     policy.decide(&p, root)
@@ -167,7 +184,7 @@ fn the_policy_answers_allowed_commands_only_however_a_destructive_one_is_spelled
         Decision::Refuse("the prompt is about a destructive command: a force push".into())
     );
     // A command that is not shown whole (its header scrolled away) is never answered.
-    let cut = "   cargo test\n   Run it\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No";
+    let cut = "   cargo test\n§   Run it\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No";
     assert!(matches!(decide_on(&policy, cut, root.path()), Decision::Refuse(r) if r.contains("not shown whole")));
     // An allow entry from config extends the list; a deny entry still refuses.
     let more =

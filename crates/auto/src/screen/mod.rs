@@ -101,6 +101,51 @@ pub enum Subject {
     Unseen,
 }
 
+/// How a screen row's characters are drawn: what tells a row a CLI draws as prose (Claude
+/// Code's grey description under a command) from the command's own rows, where the text alone
+/// cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Face {
+    /// A blank row, or one whose drawing is not known (a fixture given as text, a row that
+    /// scrolled off).
+    #[default]
+    Unknown,
+    /// Every character in the same colour and intensity.
+    Uniform {
+        /// Their foreground colour.
+        colour: Colour,
+        /// Drawn faint (SGR 2).
+        dim: bool,
+    },
+    /// Characters in different colours or intensities.
+    Mixed,
+}
+
+impl Face {
+    /// Drawn in a colour or intensity of its own: faint, or a colour that is not the
+    /// terminal's default.
+    pub fn muted(self) -> bool {
+        matches!(
+            self,
+            Face::Uniform { dim: true, .. } | Face::Uniform { colour: Colour::Indexed(_) | Colour::Rgb(..), .. }
+        )
+    }
+}
+
+/// A foreground colour as the terminal was told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Colour {
+    /// The terminal's default.
+    #[default]
+    Default,
+    /// One of the 256 indexed colours.
+    Indexed(u8),
+    /// A 24-bit colour.
+    Rgb(u8, u8, u8),
+}
+
 /// What the screen shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -261,14 +306,14 @@ static SESSION_ID: LazyLock<Regex> =
 
 /// Reads a screen (the visible rows, `\n`-separated) at `now`.
 pub fn read(screen: &str, now: Timestamp, local: &TimeZone) -> Reading {
-    read_view(screen, screen, "", now, local)
+    read_view(screen, screen, "", &[], now, local)
 }
 
 /// Reads `view` — the screen with the rows that are old news blanked, row for row as `full`
 /// — for a prompt, a quota message or a busy marker; what a prompt is about is read from
 /// `full` and the rows `above` it that scrolled off (oldest first), so a long command is read
-/// whole.
-pub fn read_view(view: &str, full: &str, above: &str, now: Timestamp, local: &TimeZone) -> Reading {
+/// whole. `faces` says how each row of `full` is drawn (empty when not known).
+pub fn read_view(view: &str, full: &str, above: &str, faces: &[Face], now: Timestamp, local: &TimeZone) -> Reading {
     let rows: Vec<&str> = view.split('\n').collect();
     let filled: Vec<(usize, &str)> = rows.iter().copied().enumerate().filter(|(_, r)| !r.trim().is_empty()).collect();
     let recent: Vec<(usize, &str)> = filled.iter().rev().take(PROMPT_ROWS).rev().copied().collect();
@@ -308,8 +353,9 @@ pub fn read_view(view: &str, full: &str, above: &str, now: Timestamp, local: &Ti
         };
         let context: Vec<&str> = above.split('\n').filter(|_| !above.is_empty()).chain(full.split('\n')).collect();
         let offset = if above.is_empty() { 0 } else { above.split('\n').count() };
+        let drawn: Vec<Face> = std::iter::repeat_n(Face::Unknown, offset).chain(faces.iter().copied()).collect();
         let subject = match context.get(offset + at) {
-            Some(row) if pattern.question.is_match(row) => subject::of(pattern.id, &context, offset + at),
+            Some(row) if pattern.question.is_match(row) => subject::of(pattern.id, &context, &drawn, offset + at),
             _ => Subject::Unseen,
         };
         // The block ends after the question's menu (its numbered options, if any).

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::{NUMBERED_MENU, Subject, re};
+use super::{Face, NUMBERED_MENU, Subject, re};
 
 /// How far above its question a prompt's block may start.
 const MAX_BLOCK_ROWS: usize = 400;
@@ -22,10 +22,11 @@ static CODEX_FILE: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(\S+) \(\+\d+ -\d
 static BOUNDARY: LazyLock<Regex> =
     LazyLock::new(|| re(r"^\s*[─━]{3,}|Do you want to |Would you like to |\(Y\)es/\(N\)o|^\s*(?:❯|>|›)?\s*1\.\s"));
 
-/// The subject of the prompt recognised by pattern `id` whose question is row `at` of `rows`.
-pub(super) fn of(id: &str, rows: &[&str], at: usize) -> Subject {
+/// The subject of the prompt recognised by pattern `id` whose question is row `at` of `rows`
+/// (`faces`: how each row is drawn, where known).
+pub(super) fn of(id: &str, rows: &[&str], faces: &[Face], at: usize) -> Subject {
     let read = match id {
-        "claude.command@2.1" => claude_command(rows, at),
+        "claude.command@2.1" => claude_command(rows, faces, at),
         "claude.edit@2.1" => claude_edit(rows, at),
         "codex.command@0.5" => codex_command(rows, at),
         "codex.edit@0.5" => codex_edit(rows, at),
@@ -40,13 +41,15 @@ pub(super) fn of(id: &str, rows: &[&str], at: usize) -> Subject {
 }
 
 /// Claude Code's Bash prompt: a ` Bash command` header, a blank row, the command's rows (and
-/// the description the model gave, on the last row), a blank row, the question.
-fn claude_command(rows: &[&str], at: usize) -> Option<Subject> {
+/// the description the model gave, on the last row, drawn in grey), a blank row, the question.
+fn claude_command(rows: &[&str], faces: &[Face], at: usize) -> Option<Subject> {
     let header = header_above(rows, at, |r| r.trim() == "Bash command" || r.trim().starts_with("Bash command ("))?;
-    let mut lines = dedent(&rows[header + 1..at]);
-    if lines.len() >= 2 && is_description(&lines[lines.len() - 1], &lines[lines.len() - 2]) {
-        lines.pop();
-    }
+    let filled: Vec<usize> = (header + 1..at).filter(|&i| !rows[i].trim().is_empty()).collect();
+    let end = match filled.as_slice() {
+        [.., before, last] if is_description(rows, faces, &filled[..filled.len() - 1], *before, *last) => *last,
+        _ => at,
+    };
+    let lines = dedent(&rows[header + 1..end]);
     (!lines.is_empty()).then(|| Subject::Command(lines.join("\n")))
 }
 
@@ -124,13 +127,21 @@ fn dedent(rows: &[&str]) -> Vec<String> {
     block.iter().map(|r| r.get(indent..).unwrap_or("").trim_end().to_owned()).collect()
 }
 
-/// Whether `line`, the last of a Bash prompt's block, is the description Claude Code draws
-/// under the command rather than part of the command. Taken as prose only when it could run
-/// nothing: the line before does not continue onto it, it has no shell syntax, and its first
-/// word is a capitalised plain word that names no program on `PATH`. Anything else counts as
-/// command — a line too many makes the command refused, never answered.
-fn is_description(line: &str, before: &str) -> bool {
-    let before = before.trim_end();
+/// Whether row `last`, the last of a Bash prompt's block, is the description Claude Code draws
+/// under the command rather than part of the command. First by how it is drawn: in a colour or
+/// intensity of its own (Claude Code's grey) that none of the command's rows (`command`) is
+/// drawn in — a command's tail wrapped onto the last row is drawn like the rest of it, and a
+/// screen whose drawing is not known has no description. Then, as well, only when it could run
+/// nothing: the row before (`before`) does not continue onto it, it has no shell syntax, and
+/// its first word is a capitalised plain word that names no program on `PATH` (so a command
+/// that paints its own tail grey is still read whole). Anything else counts as command — a
+/// line too many makes the command refused, never answered.
+fn is_description(rows: &[&str], faces: &[Face], command: &[usize], before: usize, last: usize) -> bool {
+    let face = |i: usize| faces.get(i).copied().unwrap_or_default();
+    if !face(last).muted() || command.iter().any(|&i| face(i) == face(last)) {
+        return false;
+    }
+    let (line, before) = (rows[last], rows[before].trim_end());
     if before.ends_with('\\') || before.ends_with("&&") || before.ends_with('|') {
         return false;
     }
@@ -155,29 +166,62 @@ fn on_path(name: &str) -> bool {
 mod tests {
     use super::*;
 
+    use crate::screen::Colour;
+
+    const GREY: Face = Face::Uniform { colour: Colour::Indexed(246), dim: false };
+    const PLAIN: Face = Face::Uniform { colour: Colour::Default, dim: false };
+
+    /// A screen given as text, a row starting with `§` drawn in Claude Code's grey (the `§`
+    /// not drawn), the others in the terminal's default colour.
+    fn drawn(screen: &str) -> (Vec<&str>, Vec<Face>) {
+        screen
+            .split('\n')
+            .map(|r| match r.strip_prefix('§') {
+                Some(grey) => (grey, GREY),
+                None if r.trim().is_empty() => (r, Face::Unknown),
+                None => (r, PLAIN),
+            })
+            .unzip()
+    }
+
     fn subject(id: &str, screen: &str, question: &str) -> Subject {
-        let rows: Vec<&str> = screen.split('\n').collect();
+        let (rows, faces) = drawn(screen);
         let at = rows.iter().position(|r| r.contains(question)).expect("the question");
-        of(id, &rows, at)
+        of(id, &rows, &faces, at)
     }
 
     #[test]
     fn claude_bash_blocks() {
         let prompt = |body: &str| format!(" Bash command\n\n{body}\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No");
         let cases: &[(&str, Subject)] = &[
-            ("   cargo build\n   Build the project", Subject::Command("cargo build".into())),
+            ("   cargo build\n§   Build the project", Subject::Command("cargo build".into())),
             ("   cargo build", Subject::Command("cargo build".into())),
-            ("   ls\n   rm -rf ~/", Subject::Command("ls\nrm -rf ~/".into())),
-            ("   cargo test && \\\n     Publish it", Subject::Command("cargo test && \\\n  Publish it".into())),
-            ("   cargo test\n   Cleanup = yes", Subject::Command("cargo test\nCleanup = yes".into())),
+            // The same words drawn like the command: its wrapped tail, not a description.
+            ("   cargo build\n   Build the project", Subject::Command("cargo build\nBuild the project".into())),
+            (
+                "   sort -o /outside/file notes.txt other.txt something\n   Sorted",
+                Subject::Command("sort -o /outside/file notes.txt other.txt something\nSorted".into()),
+            ),
+            ("   ls\n§   rm -rf ~/", Subject::Command("ls\nrm -rf ~/".into())),
+            ("   cargo test && \\\n§     Publish it", Subject::Command("cargo test && \\\n  Publish it".into())),
+            ("   cargo test\n§   Cleanup = yes", Subject::Command("cargo test\nCleanup = yes".into())),
+            // A grey row that is the only row, or one the command's rows are drawn in too.
+            ("§   Build the project", Subject::Command("Build the project".into())),
+            ("§   cargo build\n§   Build the project", Subject::Command("cargo build\nBuild the project".into())),
         ];
         for (body, expected) in cases {
             assert_eq!(&subject("claude.command@2.1", &prompt(body), "Do you want to proceed?"), expected, "{body}");
         }
+        // A screen whose drawing is not known: every row is the command's.
+        let text = prompt("   cargo build\n   Build the project");
+        let rows: Vec<&str> = text.split('\n').collect();
+        let at = rows.iter().position(|r| r.contains("proceed")).expect("question");
+        assert_eq!(of("claude.command@2.1", &rows, &[], at), Subject::Command("cargo build\nBuild the project".into()));
         // The header scrolled away: an older prompt's rows above are not taken for it.
-        let cut = "   rm -rf ~/\n Do you want to proceed?\n ❯ 1. Yes\n   echo ok\n   Print\n\n Do you want to proceed?";
-        let rows: Vec<&str> = cut.split('\n').collect();
-        assert_eq!(of("claude.command@2.1", &rows, rows.len() - 1), Subject::Unseen);
+        let cut =
+            "   rm -rf ~/\n Do you want to proceed?\n ❯ 1. Yes\n   echo ok\n§   Print it\n\n Do you want to proceed?";
+        let (rows, faces) = drawn(cut);
+        assert_eq!(of("claude.command@2.1", &rows, &faces, rows.len() - 1), Subject::Unseen);
     }
 
     #[test]

@@ -191,7 +191,7 @@ fn each_cli_prompt_is_answered_with_the_key_that_cli_expects() {
         prompt("aider", "\ncargo test --quiet\nRun shell command? (Y)es/(N)o/(D)on't ask again [Yes]: ", "y\r"),
         prompt(
             "claude",
-            " Bash command\n\n   cargo build\n   Build the project\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and always allow access to ws/ from this project\n   3. No\n\n Esc to cancel",
+            " Bash command\n\n   cargo build\n\u{1b}[38;5;246m   Build the project\u{1b}[39m\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and always allow access to ws/ from this project\n   3. No\n\n Esc to cancel",
             "1",
         ),
     ];
@@ -212,7 +212,7 @@ fn a_prompt_about_a_destructive_command_is_never_answered_and_waits_for_a_human(
     let actions = vec![
         sig("plan", "(generated)", "check", "post-plan"),
         json!({ "do": "prompt", "name": "push", "timeout": 4, "expect": "1",
-            "text": " Bash command\n\n   git push --force origin main\n   Publish the branch\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again\n   3. No\n\n Esc to cancel" }),
+            "text": " Bash command\n\n   git push --force origin main\n\u{1b}[38;5;246m   Publish the branch\u{1b}[39m\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again\n   3. No\n\n Esc to cancel" }),
         json!({ "do": "idle" }),
     ];
     let (ws, task) = setup(json!([actions]), "");
@@ -764,11 +764,11 @@ fn policy_commands(which: &str) -> Vec<String> {
     doc[which].as_array().expect("a list").iter().map(|c| c.as_str().unwrap_or_default().to_owned()).collect()
 }
 
-/// Claude Code's Bash permission prompt as its TUI draws it.
+/// Claude Code's Bash permission prompt as its TUI draws it: the description in its grey.
 fn claude_bash(command: &str, description: &str) -> String {
     let body: Vec<String> = command.lines().map(|l| format!("   {l}")).collect();
     format!(
-        " Bash command\n\n{}\n   {description}\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again for this command\n   3. No\n\n Esc to cancel",
+        " Bash command\n\n{}\n\u{1b}[38;5;246m   {description}\u{1b}[39m\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again for this command\n   3. No\n\n Esc to cancel",
         body.join("\n")
     )
 }
@@ -1080,7 +1080,7 @@ fn at_of(e: &Value) -> f64 {
 /// Claude Code's permission prompt for a shell command.
 fn claude_bash_prompt(name: &str, command: &str) -> Value {
     json!({ "do": "prompt", "name": name, "redraw": true, "keep": true, "expect": "1",
-        "text": format!(" Bash command\n\n   {command}\n   Run it\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again for this command\n   3. No\n\n Esc to cancel · Tab to amend\n") })
+        "text": format!(" Bash command\n\n   {command}\n\u{1b}[38;5;246m   Run it\u{1b}[39m\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again for this command\n   3. No\n\n Esc to cancel · Tab to amend\n") })
 }
 
 #[test]

@@ -106,8 +106,11 @@ struct Api {
     seen: Arc<Mutex<Vec<(String, String, Value)>>>,
 }
 
+/// What the scripted model answers a request with: the kind recorded and the streamed body.
+type Script = Box<dyn Fn(&Value) -> (&'static str, String) + Send>;
+
 impl Api {
-    fn start(signal_path: PathBuf) -> Self {
+    fn start(script: Script) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -122,7 +125,7 @@ impl Api {
                 let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
                 let (kind, reply) = if path.starts_with("/v1/messages") && !path.contains("count_tokens") {
-                    let (kind, text) = answer(&body, &signal_path);
+                    let (kind, text) = script(&body);
                     (
                         kind.to_owned(),
                         format!(
@@ -189,66 +192,112 @@ fn wait_until(what: &str, seconds: u64, mut check: impl FnMut() -> bool, shown: 
     }
 }
 
-#[test]
-fn the_real_claude_code_tui_is_started_answered_and_resumed_after_its_exit() {
+/// The installed Claude Code, or `None` (said) when it is not installed.
+fn claude_code() -> Option<PathBuf> {
     let claude = crate::presets::installed_clis().join("node_modules/.bin/claude");
     let version = std::process::Command::new(&claude).arg("--version").output();
     let Some(version) = version.ok().filter(|v| v.status.success()) else {
         eprintln!("skipped: Claude Code is not installed ({}): its TUI was not driven", claude.display());
-        return;
+        return None;
     };
     eprintln!("driving {}", String::from_utf8_lossy(&version.stdout).trim());
-    let ws = Ws::empty();
-    ws.write(
-        ".loopwright/config.toml",
-        // The default heartbeat (a minute): prompts are answered as they appear, not at a look.
-        "[auto]\nstall_captures = 200\nstop_grace_seconds = 1\nrestart_backoff_seconds = 0.5\n",
-    );
-    ws.write(
-        ".loopwright/agents/claude.md",
-        &format!("---\nrunner: claude\ncommand: [\"{}\"]\n---\nClaude Code.\n", claude.display()),
-    );
-    let (code, _, err) = ws.run(&["auto", "init", "mod", "--target", "Add a greeting file."]);
-    assert_eq!(code, 0, "{err}");
-    ws.init_git();
-    let root = std::fs::canonicalize(ws.path()).expect("root");
-    let task = root.join("mod");
-    let api = Api::start(task.join(".auto-signal"));
+    Some(claude)
+}
 
-    // A HOME where onboarding is done, the key approved and the workspace trusted.
-    let home = tempfile::tempdir().expect("home");
-    let key = "sk-ant-loopwright-offline-test-key";
-    let seed = json!({"hasCompletedOnboarding": true, "numStartups": 1,
-        "customApiKeyResponses": {"approved": [&key[key.len() - 20..]], "rejected": []},
-        "projects": {root.display().to_string(): {"hasTrustDialogAccepted": true, "allowedTools": []}}});
-    std::fs::write(home.path().join(".claude.json"), seed.to_string()).expect("seed");
+/// A supervised Claude Code session on task module `mod` of a fresh workspace, its model the
+/// scripted API `script` makes (given the module's folder).
+struct Session {
+    ws: Ws,
+    api: Api,
+    /// `auto start`, until [`Session::finish`] takes it.
+    supervisor: std::cell::RefCell<Option<std::process::Child>>,
+    /// Where onboarding is done, the key approved and the workspace trusted.
+    _home: tempfile::TempDir,
+}
 
-    let supervisor = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
-        .args(["auto", "start", "mod", "--agent", "claude"])
-        .current_dir(ws.path())
-        .env("HOME", home.path())
-        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{}", api.port))
-        .env("ANTHROPIC_API_KEY", key)
-        .env("DISABLE_TELEMETRY", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("CLAUDE_CODE_DISABLE_TERMINAL_TITLE", "1")
-        .env("LANG", "C.UTF-8")
-        .env_remove("TMUX")
-        .env_remove("ANTHROPIC_AUTH_TOKEN")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("auto start");
-    // (Empty until the supervisor created the journal.)
-    let journal = || {
-        let (_, out, _) = ws.run(&["auto", "log", "mod", "--json"]);
+impl Session {
+    fn start(claude: &Path, script: impl FnOnce(&Path) -> Script) -> Self {
+        let ws = Ws::empty();
+        ws.write(
+            ".loopwright/config.toml",
+            // The default heartbeat (a minute): prompts are answered as they appear, not at a look.
+            "[auto]\nstall_captures = 200\nstop_grace_seconds = 1\nrestart_backoff_seconds = 0.5\n",
+        );
+        ws.write(
+            ".loopwright/agents/claude.md",
+            &format!("---\nrunner: claude\ncommand: [\"{}\"]\n---\nClaude Code.\n", claude.display()),
+        );
+        let (code, _, err) = ws.run(&["auto", "init", "mod", "--target", "Add a greeting file."]);
+        assert_eq!(code, 0, "{err}");
+        ws.init_git();
+        let root = std::fs::canonicalize(ws.path()).expect("root");
+        let api = Api::start(script(&root.join("mod")));
+
+        let home = tempfile::tempdir().expect("home");
+        let key = "sk-ant-loopwright-offline-test-key";
+        let seed = json!({"hasCompletedOnboarding": true, "numStartups": 1,
+            "customApiKeyResponses": {"approved": [&key[key.len() - 20..]], "rejected": []},
+            "projects": {root.display().to_string(): {"hasTrustDialogAccepted": true, "allowedTools": []}}});
+        std::fs::write(home.path().join(".claude.json"), seed.to_string()).expect("seed");
+
+        let supervisor = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+            .args(["auto", "start", "mod", "--agent", "claude"])
+            .current_dir(ws.path())
+            .env("HOME", home.path())
+            .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{}", api.port))
+            .env("ANTHROPIC_API_KEY", key)
+            .env("DISABLE_TELEMETRY", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("CLAUDE_CODE_DISABLE_TERMINAL_TITLE", "1")
+            .env("LANG", "C.UTF-8")
+            .env_remove("TMUX")
+            .env_remove("ANTHROPIC_AUTH_TOKEN")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("auto start");
+        Self { ws, api, supervisor: std::cell::RefCell::new(Some(supervisor)), _home: home }
+    }
+
+    /// The loop's journal (empty until the supervisor created it).
+    fn journal(&self) -> Vec<Value> {
+        let (_, out, _) = self.ws.run(&["auto", "log", "mod", "--json"]);
         let log: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
         log["entries"].as_array().cloned().unwrap_or_default()
-    };
-    let kinds = || journal().iter().map(|e| e["kind"].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>();
-    let screen = || holder(&ws, json!({"op": "screen"}))["screen"].as_str().unwrap_or_default().to_owned();
-    let shown = || format!("journal: {:#?}\nrequests:\n{}\nscreen:\n{}", journal(), api.shown(), screen());
+    }
+
+    fn kinds(&self) -> Vec<String> {
+        self.journal().iter().map(|e| e["kind"].as_str().unwrap_or_default().to_owned()).collect()
+    }
+
+    fn screen(&self) -> Value {
+        holder(&self.ws, json!({"op": "screen"}))
+    }
+
+    /// Waits for `auto start` to return: its exit code, stdout and stderr.
+    fn finish(&self) -> (i32, String, String) {
+        finish(self.supervisor.borrow_mut().take().expect("not finished yet"))
+    }
+
+    fn shown(&self) -> String {
+        let screen = self.screen()["screen"].as_str().unwrap_or_default().to_owned();
+        format!("journal: {:#?}\nrequests:\n{}\nscreen:\n{screen}", self.journal(), self.api.shown())
+    }
+}
+
+#[test]
+fn the_real_claude_code_tui_is_started_answered_and_resumed_after_its_exit() {
+    let Some(claude) = claude_code() else { return };
+    let session = Session::start(&claude, |task| {
+        let signal_path = task.join(".auto-signal");
+        Box::new(move |body| answer(body, &signal_path))
+    });
+    let (ws, api) = (&session.ws, &session.api);
+    let journal = || session.journal();
+    let kinds = || session.kinds();
+    let screen = || session.screen()["screen"].as_str().unwrap_or_default().to_owned();
+    let shown = || session.shown();
 
     // Three permission prompts back to back (two commands, one file), each answered once, the
     // signal written by Claude Code and journaled, the turn over — well within the heartbeat.
@@ -288,9 +337,9 @@ fn the_real_claude_code_tui_is_started_answered_and_resumed_after_its_exit() {
     assert!(first["messages"][0].to_string().contains(".auto-signal"), "the protocol was the first message");
 
     // A person types /exit: the banner names the session; the supervisor resumes it.
-    holder(&ws, json!({"op": "send", "text": "/exit"}));
+    holder(ws, json!({"op": "send", "text": "/exit"}));
     std::thread::sleep(Duration::from_millis(700));
-    holder(&ws, json!({"op": "send", "text": "\r"}));
+    holder(ws, json!({"op": "send", "text": "\r"}));
     wait_until("the restart", 60, || kinds().contains(&"restart".to_owned()), shown);
     wait_until("the resumed turn", 60, || api.kinds().contains(&"resumed".to_owned()), shown);
     let entries = journal();
@@ -309,11 +358,84 @@ fn the_real_claude_code_tui_is_started_answered_and_resumed_after_its_exit() {
     // Stopped: the scripted model never reads `.auto-stop`; after the grace the agent is ended.
     let (code, _, err) = ws.run(&["auto", "stop", "mod"]);
     assert_eq!(code, 0, "{err}");
-    let (code, out, err) = finish(supervisor);
+    let (code, out, err) = session.finish();
     assert_eq!(code, 4, "{out}\n{err}\n{}", shown());
     let (_, status, _) = ws.json(&["auto", "status", "mod"]);
     assert_eq!(
         (&status["status"], &status["stop_reason"], &status["restart_count"]),
         (&json!("stopped"), &json!("user_stop"), &json!(1))
     );
+}
+
+/// Filler words for a command long enough that Claude Code wraps it: capitalised plain words
+/// that name no program, so a wrapped row starting with one reads, by its text alone, like
+/// the description Claude Code draws under a command.
+const WRAPPED_FILLER: &str = "Alpha Bravo Charlie Delta Echo Foxtrot Golf Hotel India Juliett Kilo Lima Mike November \
+Oscar Papa Quebec Romeo Sierra Tango Uniform Victor Whiskey Xray Yankee Zulu";
+
+#[test]
+fn a_command_the_real_claude_code_wraps_on_screen_is_read_whole_and_not_answered() {
+    let Some(claude) = claude_code() else { return };
+    let outside = tempfile::tempdir().expect("outside");
+    let target = outside.path().join("sorted.txt");
+    // One line: `sort` (allowed) writing outside the workspace, its `-o` on the wrapped tail.
+    let command = format!("sort notes.txt {WRAPPED_FILLER} -o {}", target.display());
+    let session = Session::start(&claude, |_| {
+        let command = command.clone();
+        Box::new(move |body| {
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            if body["tools"].as_array().is_none_or(Vec::is_empty) {
+                return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+            }
+            if messages.iter().any(|m| m["role"] == "assistant") {
+                return ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"));
+            }
+            // A blank description (Claude Code draws a blank row for it, where it would draw
+            // "Run shell command" for none): the command's wrapped tail is the last filled row
+            // of the block.
+            let bash = json!({"type": "tool_use", "id": "toolu_sort", "name": "Bash", "input": {"command": command, "description": " "}});
+            ("first", stream(&[bash], "tool_use"))
+        })
+    });
+    session.ws.write("notes.txt", "b\na\n");
+
+    let decided = || {
+        session
+            .journal()
+            .iter()
+            .any(|e| e["kind"] == "needs_human" || (e["kind"] == "keys" && e["data"]["why"] == "command prompt"))
+    };
+    wait_until("the prompt decided on", 60, decided, || session.shown());
+    let screen = session.screen();
+    let rows: Vec<&str> = screen["screen"].as_str().unwrap_or_default().split('\n').collect();
+    let faces = screen["row_faces"].as_array().cloned().unwrap_or_default();
+    // The screen has the shape that was once misread: the command over several rows, the last
+    // of them starting with a capitalised word and holding the `-o` — drawn like the command.
+    let header = rows.iter().position(|r| r.trim() == "Bash command").expect("the Bash prompt");
+    let question = rows.iter().position(|r| r.contains("Do you want to proceed?")).expect("the question");
+    let block: Vec<usize> = (header + 1..question).filter(|&i| !rows[i].trim().is_empty()).collect();
+    let (first, last) = (block[0], block[block.len() - 1]);
+    assert!(block.len() >= 2 && rows[first].trim().starts_with("sort notes.txt"), "{}", session.shown());
+    let tail = rows[last].trim();
+    assert!(
+        tail.starts_with(|c: char| c.is_ascii_uppercase()) && tail.contains("-o"),
+        "the command did not wrap as intended: {tail:?}\n{}",
+        session.shown()
+    );
+    assert_eq!(faces[last], faces[first], "the wrapped tail is drawn like the command");
+
+    let entries = session.journal();
+    let asked = entries.iter().find(|e| e["kind"] == "needs_human").expect("needs_human");
+    let read = asked["data"]["subject"]["value"].as_str().unwrap_or_default();
+    assert_eq!(read.split_whitespace().collect::<Vec<_>>(), command.split_whitespace().collect::<Vec<_>>());
+    let answered: Vec<&Value> =
+        entries.iter().filter(|e| e["kind"] == "keys" && e["data"]["why"] != "first message").collect();
+    assert_eq!(answered, Vec::<&Value>::new(), "{}", session.shown());
+    assert!(!target.exists(), "sort wrote outside the workspace");
+
+    let (code, _, err) = session.ws.run(&["auto", "stop", "mod"]);
+    assert_eq!(code, 0, "{err}");
+    let shown = session.shown();
+    let (code, out, err) = session.finish();
+    assert!(code == 3 || code == 4, "{code}: {out}\n{err}\n{shown}");
 }
