@@ -40,8 +40,7 @@ pub const DEMO: &[File] = bundled! {
 };
 
 /// `.loopwright/config.toml` as `init` writes it.
-pub const CONFIG_TEMPLATE: &str = r#"# loopwright workspace settings. Every key is optional; the values shown are the defaults,
-# except `sandbox`, which is "off" where this file does not set it.
+pub const CONFIG_TEMPLATE: &str = r#"# loopwright workspace settings. Every key is optional; the values shown are the defaults.
 
 # Run each stage's processes in a sandbox (bubblewrap): "auto" where this machine can make
 # one, "required" to run nothing without one, "off" to run them as you. In a sandbox an

@@ -10,9 +10,9 @@ pub use crate::sandbox::SandboxMode;
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Whether stage processes run in a sandbox (bubblewrap): `off` (the default where this file
-    /// does not say; `init` writes `auto`), `auto` (where this machine can make one), `required`
-    /// (refuse to run without one).
+    /// Whether stage processes run in a sandbox (bubblewrap): `auto` (where this machine can
+    /// make one; the default where this file does not say), `required` (refuse to run without
+    /// one), `off`.
     pub sandbox: SandboxMode,
     /// `[sandbox_limits]`: what a sandboxed process may use.
     pub sandbox_limits: SandboxLimits,

@@ -10,12 +10,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxMode {
-    /// Unsandboxed, as the user: the default where config.toml does not say (`loopwright
-    /// init` writes `auto`), because turning the sandbox on changes what an existing
-    /// workspace's stages can reach and how a failed attempt's changes are kept.
-    #[default]
+    /// Unsandboxed, as the user (plan-mode stages watched for changes instead).
     Off,
-    /// Sandboxed where this machine can make one; otherwise unsandboxed, said once.
+    /// Sandboxed where this machine can make one; otherwise unsandboxed, said once. The
+    /// default where config.toml does not say: nothing a person does in the workspace while a
+    /// stage runs is taken for the stage's change where a sandbox can be made.
+    #[default]
     Auto,
     /// Sandboxed, or nothing runs.
     Required,

@@ -337,6 +337,9 @@ fn write_pipeline(root: &Path, stages: usize) -> Result<(), CliError> {
     }
     let dir = root.join(".loopwright/pipelines");
     std::fs::create_dir_all(&dir).map_err(|e| CliError::usage(format!("cannot create {}: {e}", dir.display())))?;
+    // The engine's own cost between stages, unsandboxed (`bench --sandbox` measures the sandbox).
+    std::fs::write(root.join(".loopwright/config.toml"), "sandbox = \"off\"\n")
+        .map_err(|e| CliError::usage(format!("cannot write the config: {e}")))?;
     std::fs::write(dir.join("bench.yml"), yaml).map_err(|e| CliError::usage(format!("cannot write the pipeline: {e}")))
 }
 

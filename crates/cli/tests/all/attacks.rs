@@ -301,7 +301,7 @@ fn loopwrights_own_redirected_output_is_not_a_change_of_the_workspace() {
     assert_eq!(status.code(), Some(0), "{}", ws.read("run.log"));
     assert_eq!(
         ws.git(&["ls-files"]),
-        ".gitignore\n.loopwright/pipelines/p.yml\na.txt\n",
+        ".gitignore\n.loopwright/config.toml\n.loopwright/pipelines/p.yml\na.txt\n",
         "run.log and run.json were not committed"
     );
     assert!(ws.read("run.log").contains("▶ review"));

@@ -1276,7 +1276,8 @@ fn after_a_reboot_the_daemon_restarts_each_running_loop_with_its_recorded_sessio
 fn under_sandbox_required_a_loop_refuses_to_start_and_under_auto_it_says_once_that_it_runs_unsandboxed() {
     let (ws, _) = setup(json!([whole_loop()]), "");
     let config = ws.read(".loopwright/config.toml");
-    ws.write(".loopwright/config.toml", &format!("sandbox = \"required\"\n{config}"));
+    let with = |mode: &str| config.replace("sandbox = \"off\"", &format!("sandbox = \"{mode}\""));
+    ws.write(".loopwright/config.toml", &with("required"));
     let (code, out, err) = ws.run(&["auto", "start", "mod", "--agent", "fake"]);
     assert_eq!((code, out.as_str()), (2, ""), "{err}");
     assert!(
@@ -1288,7 +1289,7 @@ fn under_sandbox_required_a_loop_refuses_to_start_and_under_auto_it_says_once_th
     let (code, _, err) = ws.run(&["auto", "status", "mod"]);
     assert_eq!((code, err.as_str()), (2, "loopwright: error: no auto loop for mod\n"));
 
-    ws.write(".loopwright/config.toml", &format!("sandbox = \"auto\"\n{config}"));
+    ws.write(".loopwright/config.toml", &with("auto"));
     let (code, status, err) = ws.json(&["auto", "start", "mod", "--agent", "fake"]);
     assert_eq!((code, status["status"].clone()), (0, json!("complete")), "{err}");
     assert_eq!(err.matches("runs in a terminal of its own that loopwright does not sandbox").count(), 1, "{err}");

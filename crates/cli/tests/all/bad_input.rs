@@ -100,7 +100,7 @@ fn an_unwritable_state_directory_stops_before_running() {
 #[test]
 fn a_bad_config_file_names_its_line() {
     let ws = Ws::seed();
-    ws.write(".loopwright/config.toml", "[defaults]\nrunnr = \"command\"\n");
+    std::fs::write(ws.path().join(".loopwright/config.toml"), "[defaults]\nrunnr = \"command\"\n").expect("config");
     let stderr = fails(&ws, &["validate"]);
     assert!(stderr.contains("╭─[.loopwright/config.toml:2:1]"), "{stderr}");
     assert!(stderr.contains("unknown field `runnr`"), "{stderr}");

@@ -174,7 +174,7 @@ fn patterns_test_classifies_real_output_and_project_patterns_merge() {
     );
     ws.write(".loopwright/config.toml", "[classify]\nstatistical = false\n");
     assert_eq!(lint(&ws), (serde_json::Value::Null, json!("none"), serde_json::Value::Null));
-    ws.write(".loopwright/config.toml", "[classify]\nstatistical = 3\n");
+    std::fs::write(ws.path().join(".loopwright/config.toml"), "[classify]\nstatistical = 3\n").expect("config");
     let (code, _, stderr) = ws.run(&["patterns", "list"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("config.toml:2"), "{stderr}");

@@ -207,9 +207,14 @@ fn a_sandboxed_plan_stage_is_refused_by_the_mount_and_writes_nothing_anywhere() 
         "name: p\ndescription: d\nversion: 1\nstages:\n  - id: look\n    description: d\n    agent: shell\n    mode: plan\n    run: \"echo z > {}; echo y > $HOME/h; echo x > new.txt\"\n",
         marker.display()
     );
-    for (mode, host_written) in [("auto", false), ("off", true)] {
+    // A config.toml that does not say (written past the tests' own default, `off`) means `auto`.
+    for (mode, host_written) in [("auto", false), ("off", true), ("the default", false)] {
         let ws = Ws::empty();
-        ws.write(".loopwright/config.toml", &format!("sandbox = \"{mode}\"\n"));
+        let config = match mode {
+            "the default" => "[auto]\nstall_captures = 5\n".to_owned(),
+            _ => format!("sandbox = \"{mode}\"\n"),
+        };
+        std::fs::write(ws.path().join(".loopwright/config.toml"), config).expect("config");
         ws.write(".loopwright/pipelines/p.yml", &pipeline);
         let _ = std::fs::remove_file(&marker);
         let (_, result, err) = ws.json(&["run", "p"]);
@@ -218,7 +223,7 @@ fn a_sandboxed_plan_stage_is_refused_by_the_mount_and_writes_nothing_anywhere() 
         // watcher catches the workspace write and restores it, but the host's /tmp is written.
         assert!(!ws.path().join("new.txt").exists(), "{mode}: {result}\n{err}");
         assert_eq!(marker.exists(), host_written, "{mode}: {err}");
-        if mode == "auto" {
+        if !host_written {
             assert_eq!(result["status"], "failed", "{result}");
             let logs = ws.run(&["logs", "latest", "--stage", "look"]).1;
             assert!(logs.contains("Read-only file system"), "{logs}");

@@ -10,16 +10,24 @@ pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
+/// What a test workspace's `config.toml` starts with unless the test sets `sandbox` itself:
+/// stages run unsandboxed, as the user. Most tests talk to their stages through files in `/tmp`
+/// and process ids, which a sandbox makes private; the sandbox's own tests say what they use,
+/// and `a_sandboxed_plan_stage_is_refused_by_the_mount_and_writes_nothing_anywhere` tests the real
+/// default (`auto`).
+pub const UNSANDBOXED: &str = "sandbox = \"off\"\n";
+
 /// A workspace in a temporary directory.
 pub struct Ws {
     pub dir: tempfile::TempDir,
 }
 
 impl Ws {
-    /// An empty workspace (with `.loopwright/`).
+    /// An empty workspace (with `.loopwright/`, its config saying [`UNSANDBOXED`]).
     pub fn empty() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join(".loopwright/pipelines")).expect("mkdir");
+        std::fs::write(dir.path().join(".loopwright/config.toml"), UNSANDBOXED).expect("config");
         Self { dir }
     }
 
@@ -41,9 +49,14 @@ impl Ws {
         self.dir.path()
     }
 
-    /// Writes a file (creating folders).
+    /// Writes a file (creating folders); a `.loopwright/config.toml` that does not set
+    /// `sandbox` starts with [`UNSANDBOXED`].
     pub fn write(&self, rel: &str, text: &str) {
         let path = self.path().join(rel);
+        let sets_sandbox =
+            text.lines().any(|l| l.trim_start().starts_with("sandbox ") || l.trim_start().starts_with("sandbox="));
+        let text =
+            if rel == ".loopwright/config.toml" && !sets_sandbox { &format!("{UNSANDBOXED}{text}") } else { text };
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(path, text).expect("write");
     }
