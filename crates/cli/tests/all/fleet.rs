@@ -215,7 +215,17 @@ fn submitted_runs_are_run_by_a_worker_in_order_and_each_stage_commit_is_on_the_r
             [format!("loopwright: stage b of {task}"), format!("loopwright: stage a of {task}"), "initial".to_owned()],
             "run {run}"
         );
-        assert_eq!(files, [".loopwright/.gitignore", ".loopwright/pipelines/p.yml", "README", "a.txt", "b.txt"]);
+        assert_eq!(
+            files,
+            [
+                ".loopwright/.gitignore",
+                ".loopwright/config.toml",
+                ".loopwright/pipelines/p.yml",
+                "README",
+                "a.txt",
+                "b.txt"
+            ]
+        );
         assert_eq!((fleet.file(run, "a.txt"), fleet.file(run, "b.txt")), ("one\n".to_owned(), "two\n".to_owned()));
         let kinds = fleet.kinds(run);
         assert!(kinds.iter().any(|(k, _)| k == "run_resumed"), "{kinds:?}");
@@ -417,10 +427,11 @@ fn whole_history(fleet: &Fleet, runs: &[String], stages: &[&str]) {
         let clean: Vec<String> =
             stages.iter().rev().map(|s| format!("loopwright: stage {s} of {task}")).chain(["initial".into()]).collect();
         assert_eq!(subjects, clean, "run {run}");
-        let mut want: Vec<String> = [".loopwright/.gitignore", ".loopwright/pipelines/p.yml", "README"]
-            .iter()
-            .map(|f| (*f).to_owned())
-            .collect();
+        let mut want: Vec<String> =
+            [".loopwright/.gitignore", ".loopwright/config.toml", ".loopwright/pipelines/p.yml", "README"]
+                .iter()
+                .map(|f| (*f).to_owned())
+                .collect();
         want.extend(stages.iter().map(|s| format!("{s}.txt")));
         assert_eq!(files, want, "run {run}");
     }
@@ -893,7 +904,7 @@ fn a_workers_sandbox_floor_beats_a_repository_and_a_stage_that_turn_the_sandbox_
     }
     let pipeline = "name: p\ndescription: d\nversion: 1\nstages:\n  - {id: a, description: d, agent: shell, mode: agent, sandbox: 'off', run: 'echo $HOME > home.txt'}\n";
     let Some(fleet) = Fleet::new("floor", pipeline) else { return };
-    fleet.checkout.write(".loopwright/config.toml", "sandbox = \"off\"\n");
+    fleet.checkout.write(".loopwright/config.toml", "# This repository's stages run as you.\nsandbox = \"off\"\n");
     fleet.checkout.git(&["add", "-A"]);
     fleet.checkout.git(&["commit", "--quiet", "-m", "no sandbox, says the repository"]);
     fleet.checkout.git(&["push", "--quiet", "origin", "main"]);
