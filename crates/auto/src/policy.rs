@@ -117,6 +117,9 @@ pub const DEFAULT_ALLOW: &[&str] = &[
     "git ls-files",
     "git blame",
     "git branch --show-current",
+    // git, recording the module's work (the protocol's merge step)
+    "git add",
+    "git commit",
     // Shell commands that read or print
     "ls",
     "pwd",
@@ -495,7 +498,12 @@ fn judge_redirection(op: &str, target: &str, workspace: &Path) -> Result<(), Str
 /// commands, or name a path outside the workspace. Words of a data command (`echo`, `printf`)
 /// may hold any other text.
 fn judge_word(word: &str, data: bool) -> Result<(), String> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:@%+,=^".contains(c);
+    // Besides plain characters, a word may hold what a quoted argument holds and no shell acts
+    // on in any quoting: a space or a quote can only be in a word that was quoted (or
+    // escaped), and `!` expands nothing in the non-interactive shell an agent runs
+    // (`git commit -m "Add the greeting"`, `pytest -k "a and not b"`). Globs, `~`, `$`,
+    // backticks, backslashes and operators stay out, quoted or not.
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:@%+,=^ '\"!".contains(c);
     let unsafe_in_data = |c: char| "`$;&|<>".contains(c) || c.is_control();
     if data {
         if let Some(c) = word.chars().find(|&c| unsafe_in_data(c)) {
@@ -568,6 +576,16 @@ mod tests {
         assert!(judge("FOO=1 cargo test").is_err());
         assert!(judge("cargo test; ls").is_err());
         assert!(judge("cargo test || ls").is_err());
+        // Quoted arguments are judged by their parsed words.
+        assert!(judge("git commit -m \"Add the greeting\"").is_ok());
+        assert!(judge("git add greeting.txt && git commit -m 'Say \"hello\", don'\\''t shout!'").is_ok());
+        assert!(judge("pytest -k \"parser and not slow\"").is_ok());
+        assert!(judge("git commit -m \"a b\";rm -rf x").is_err(), "an operator next to a quoted word");
+        assert!(judge("git commit -m \"$(id)\"").is_err());
+        assert!(judge("git commit -m \"`id`\"").is_err());
+        assert!(judge("pytest -k \"a*\"").is_err());
+        assert!(judge("git commit -m \"x\" -- /etc/passwd").is_err());
+        assert!(judge("git -c core.hooksPath=h commit -m x").is_err());
     }
 
     #[test]

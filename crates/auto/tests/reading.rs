@@ -203,6 +203,42 @@ fn the_policy_answers_allowed_commands_only_however_a_destructive_one_is_spelled
     );
 }
 
+/// Claude Code 2.1.197's Bash prompt as the holder read it off the real TUI (rows and colours):
+/// the description in grey, then `This command requires approval` at the dialog's edge.
+const CLAUDE_2_1_197_BASH: &str = "────────────────────────────────────────
+ Bash command
+
+   git commit -m \"Add the greeting\"
+§   Commit the work
+
+ This command requires approval
+
+ Do you want to proceed?
+ ❯ 1. Yes
+   2. Yes, and don’t ask again for: git commit *
+   3. No
+
+§ Esc to cancel · Tab to amend · ctrl+e to explain";
+
+#[test]
+fn claude_code_2_1_197_s_bash_prompt_is_read_with_its_approval_row() {
+    let root = tempfile::tempdir().expect("tmp");
+    let Reading::Prompt(p) = read_drawn(CLAUDE_2_1_197_BASH, at("2026-11-23T10:00:00Z")) else { panic!("a prompt") };
+    assert_eq!(
+        (p.class, p.pattern.as_str(), p.key.as_str(), &p.subject),
+        (
+            PromptClass::Command,
+            "claude.command@2.1",
+            "1",
+            &screen::Subject::Command("git commit -m \"Add the greeting\"".into())
+        )
+    );
+    assert_eq!(Policy::default().decide(&p, root.path()), Decision::Answer("1".into()));
+    // The same screen with a second paragraph of command rows above the note: not answered.
+    let smuggled = CLAUDE_2_1_197_BASH.replace("\n\n This command", "\n\n   rm -rf ~/\n\n This command");
+    assert!(matches!(decide_on(&Policy::default(), &smuggled, root.path()), Decision::Refuse(_)));
+}
+
 #[test]
 fn edit_prompts_are_answered_inside_the_workspace_only() {
     let root = tempfile::tempdir().expect("tmp");

@@ -41,15 +41,26 @@ pub(super) fn of(id: &str, rows: &[&str], faces: &[Face], at: usize) -> Subject 
 }
 
 /// Claude Code's Bash prompt: a ` Bash command` header, a blank row, the command's rows (and
-/// the description the model gave, on the last row, drawn in grey), a blank row, the question.
+/// the description the model gave, on the last row, drawn in grey), then, before the question,
+/// only Claude Code's own notes drawn at the dialog's edge like the header (2.1.197's `This
+/// command requires approval`). Anything else between the command and the question — a
+/// second paragraph indented like the command — leaves the command unseen.
 fn claude_command(rows: &[&str], faces: &[Face], at: usize) -> Option<Subject> {
     let header = header_above(rows, at, |r| r.trim() == "Bash command" || r.trim().starts_with("Bash command ("))?;
-    let filled: Vec<usize> = (header + 1..at).filter(|&i| !rows[i].trim().is_empty()).collect();
+    let blank = |i: usize| rows[i].trim().is_empty();
+    let indent = |i: usize| rows[i].len() - rows[i].trim_start_matches(' ').len();
+    let edge = indent(header);
+    let start = (header + 1..at).find(|&i| !blank(i))?;
+    let end = (start..at).find(|&i| blank(i)).unwrap_or(at);
+    let filled: Vec<usize> = (start..end).collect();
+    if filled.iter().any(|&i| indent(i) <= edge) || (end..at).any(|i| !blank(i) && indent(i) > edge) {
+        return None;
+    }
     let end = match filled.as_slice() {
         [.., before, last] if is_description(rows, faces, &filled[..filled.len() - 1], *before, *last) => *last,
-        _ => at,
+        _ => end,
     };
-    let lines = dedent(&rows[header + 1..end]);
+    let lines = dedent(&rows[start..end]);
     (!lines.is_empty()).then(|| Subject::Command(lines.join("\n")))
 }
 
@@ -195,6 +206,14 @@ mod tests {
         let prompt = |body: &str| format!(" Bash command\n\n{body}\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No");
         let cases: &[(&str, Subject)] = &[
             ("   cargo build\n§   Build the project", Subject::Command("cargo build".into())),
+            // Claude Code 2.1.197's note under the command, at the dialog's edge.
+            (
+                "   cargo test\n§   Run the tests\n\n This command requires approval",
+                Subject::Command("cargo test".into()),
+            ),
+            // A second paragraph indented like the command: not a note, the command unseen.
+            ("   ls\n\n   rm -rf ~/", Subject::Unseen),
+            ("   cargo test\n§   Run the tests\n\n   rm -rf ~/\n\n This command requires approval", Subject::Unseen),
             ("   cargo build", Subject::Command("cargo build".into())),
             // The same words drawn like the command: its wrapped tail, not a description.
             ("   cargo build\n   Build the project", Subject::Command("cargo build\nBuild the project".into())),

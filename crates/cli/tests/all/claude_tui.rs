@@ -439,3 +439,55 @@ fn a_command_the_real_claude_code_wraps_on_screen_is_read_whole_and_not_answered
     let (code, out, err) = session.finish();
     assert!(code == 3 || code == 4, "{code}: {out}\n{err}\n{shown}");
 }
+
+/// Claude Code 2.1.197 draws `This command requires approval` between a command and its
+/// question, and commits carry a quoted message: both are read and answered.
+#[test]
+fn the_real_claude_code_s_approval_row_and_a_quoted_commit_message_are_answered() {
+    let Some(claude) = claude_code() else { return };
+    let session = Session::start(&claude, |_| {
+        Box::new(move |body| {
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            if body["tools"].as_array().is_none_or(Vec::is_empty) {
+                return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+            }
+            if messages.iter().any(|m| m["role"] == "assistant") {
+                return ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"));
+            }
+            let bash = |id: &str, command: &str, description: &str| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"command": command, "description": description}});
+            let blocks = [
+                bash("toolu_t", "python3 -m pytest -q", "Run the tests"),
+                bash("toolu_c", "git commit --allow-empty -m \"Add the greeting\"", "Commit the work"),
+            ];
+            ("first", stream(&blocks, "tool_use"))
+        })
+    });
+    let answered = || {
+        session.journal().iter().filter(|e| e["kind"] == "keys" && e["data"]["why"] == "command prompt").count() == 2
+            || session.kinds().contains(&"needs_human".to_owned())
+    };
+    wait_until("both prompts decided", 60, answered, || session.shown());
+    wait_until(
+        "the commit",
+        30,
+        || session.ws.git(&["log", "-1", "--format=%s"]).trim() == "Add the greeting",
+        || session.shown(),
+    );
+    let entries = session.journal();
+    let keys: Vec<(&str, &str)> = entries
+        .iter()
+        .filter(|e| e["kind"] == "keys" && e["data"]["why"] != "first message")
+        .map(|e| (e["data"]["why"].as_str().unwrap_or_default(), e["data"]["keys"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(keys, [("command prompt", "1"), ("command prompt", "1")], "{}", session.shown());
+    let excerpts: String =
+        entries.iter().filter(|e| e["kind"] == "keys").map(|e| e["data"]["excerpt"].to_string()).collect();
+    assert!(excerpts.contains("This command requires approval"), "the note was on the screen answered: {excerpts}");
+    assert!(!session.kinds().contains(&"needs_human".to_owned()), "{}", session.shown());
+
+    let (code, _, err) = session.ws.run(&["auto", "stop", "mod"]);
+    assert_eq!(code, 0, "{err}");
+    let shown = session.shown();
+    let (code, out, err) = session.finish();
+    assert!(code == 3 || code == 4, "{code}: {out}\n{err}\n{shown}");
+}
