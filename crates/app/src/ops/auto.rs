@@ -337,16 +337,24 @@ pub fn screen(ws: &Workspace, store: &SqliteStore, session: &str) -> Result<Scre
 /// Types `text` into the terminal of session `session`'s agent for a person (`auto send`,
 /// `POST …/task-auto/keys`), then Enter when `enter`: how a prompt the policy would not
 /// answer gets its answer. Journaled as `keys` with who typed and the screen it answered.
+///
+/// At a numbered menu a person answers with one of its choices, never with text: a menu takes
+/// Enter for its highlighted choice (a typed "no, do not push" then Enter once ran the push).
+/// The choice's key is typed alone (an Enter after it would land on whatever comes next), and a
+/// choice that says yes to a command or edit the policy refused is typed only when `confirm`
+/// repeats that command (or those files) — the person names what they approve.
 pub fn send_keys(
     ws: &Workspace,
     store: &SqliteStore,
     session: &str,
     text: &str,
     enter: bool,
+    confirm: Option<&str>,
     by: &str,
 ) -> Result<AutoStatus> {
     keep_secrets_out(ws, store);
-    let status = session_status(store, session)?;
+    let p = loop_of(ws, store, session)?;
+    let status = p.status.clone();
     if status.status.is_final() {
         return Err(Error::conflict(format!(
             "the auto loop of session {} already ended ({}): there is no agent to type to",
@@ -360,14 +368,85 @@ pub fn send_keys(
         return Err(Error::usage("at most 4096 characters at once"));
     }
     let client = holder::Client::new(&session_dir(ws, &status.session_name));
-    let excerpt = client
+    let shown_screen = client
         .request(&holder::Request::Screen)
-        .map(|r| supervisor::tail(&r.screen, 8))
         .map_err(|e| Error::conflict(format!("the agent of session {} cannot be reached: {e}", status.session_name)))?;
-    client.request(&holder::Request::keys(text, enter)).map_err(|e| Error::conflict(format!("typing failed: {e}")))?;
-    let shown = format!("{text}{}", if enter { "⏎" } else { "" });
-    let _ = journal(store, &status, &AutoEvent::Keys { keys: shown, why: format!("typed by {by}"), excerpt });
+    let excerpt = supervisor::tail(&shown_screen.screen, 8);
+    let (keys, enter, answered) = match at_menu(&shown_screen) {
+        Some((prompt, menu)) => {
+            let choice = pick(&menu, text)?;
+            confirm_yes(ws, &p, &prompt, &choice, confirm)?;
+            (choice.key.clone(), false, format!(": choice {} ({})", choice.key, choice.label))
+        }
+        None => (text.to_owned(), enter, String::new()),
+    };
+    client.request(&holder::Request::keys(&keys, enter)).map_err(|e| Error::conflict(format!("typing failed: {e}")))?;
+    let shown = format!("{keys}{}", if enter { "⏎" } else { "" });
+    let why = format!("typed by {by}{answered}");
+    let _ = journal(store, &status, &AutoEvent::Keys { keys: shown, why, excerpt });
     session_status(store, session)
+}
+
+/// The prompt with a numbered menu the screen shows, and its choices.
+fn at_menu(
+    screen: &holder::Response,
+) -> Option<(loopwright_auto::screen::Prompt, Vec<loopwright_auto::screen::Choice>)> {
+    use loopwright_auto::screen::{self, Reading};
+    let now = jiff::Timestamp::now();
+    let zone = jiff::tz::TimeZone::system();
+    let Reading::Prompt(prompt) =
+        screen::read_view(&screen.screen, &screen.screen, &screen.above, &screen.row_faces, now, &zone)
+    else {
+        return None;
+    };
+    let menu = screen::choices(&screen.screen, &prompt);
+    (!menu.is_empty()).then_some((prompt, menu))
+}
+
+/// The choice of `menu` that `text` names (its number), or why text is not sent at a menu.
+fn pick(menu: &[loopwright_auto::screen::Choice], text: &str) -> Result<loopwright_auto::screen::Choice> {
+    menu.iter().find(|c| c.key == text.trim()).cloned().ok_or_else(|| {
+        let listed: Vec<String> = menu.iter().map(|c| format!("{}. {}", c.key, c.label)).collect();
+        Error::conflict(format!(
+            "the agent shows a menu: answer with one of its choices ({}), not with text — at a menu, Enter takes the highlighted choice",
+            listed.join(" · ")
+        ))
+    })
+}
+
+/// A yes to a prompt the loop's policy refused is typed only when the person repeated what it
+/// approves.
+fn confirm_yes(
+    ws: &Workspace,
+    p: &Persisted,
+    prompt: &loopwright_auto::screen::Prompt,
+    choice: &loopwright_auto::screen::Choice,
+    confirm: Option<&str>,
+) -> Result<()> {
+    use loopwright_auto::policy::Decision;
+    use loopwright_auto::screen::Subject;
+    if !choice.is_yes() {
+        return Ok(());
+    }
+    let policy = p.internal.settings.policy().map_err(Error::usage)?;
+    let Decision::Refuse(why) = policy.decide(prompt, &ws.root) else { return Ok(()) };
+    let what = match &prompt.subject {
+        Subject::Command(c) => c.clone(),
+        Subject::Files(f) => f.join(" "),
+        Subject::Unseen => String::new(),
+    };
+    let named = |c: &str| c.split_whitespace().eq(what.split_whitespace());
+    match confirm {
+        Some(c) if !what.is_empty() && named(c) => Ok(()),
+        _ if what.is_empty() => Err(Error::conflict(format!(
+            "choice {} ({}) approves what the policy refused ({why}), and what it approves could not be read off the screen: answer it in the agent's terminal",
+            choice.key, choice.label
+        ))),
+        _ => Err(Error::conflict(format!(
+            "choice {} ({}) approves `{what}`, which the policy refused ({why}): confirm by repeating it (--confirm / \"confirm\")",
+            choice.key, choice.label
+        ))),
+    }
 }
 
 /// A person approves the checks the agent added to the module of `dir_or_session` after its

@@ -304,6 +304,41 @@ static MASK: LazyLock<Regex> = LazyLock::new(|| {
 static SESSION_ID: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?:claude --resume|codex resume|gemini --resume)\s+([0-9A-Za-z][0-9A-Za-z_\-]{7,})"));
 
+/// One choice of a prompt's numbered menu, as the CLI labels it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choice {
+    /// The key that picks it (its number).
+    pub key: String,
+    /// Its label (`Yes`, `No, and tell Claude what to do differently`).
+    pub label: String,
+}
+
+static CHOICE: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*(\d+)\.\s+(.*?)\s*$"));
+
+/// The numbered choices drawn in `prompt`'s block of `screen` (the screen it was read from):
+/// empty for a prompt without a numbered menu (aider's `(Y)es/(N)o`).
+pub fn choices(screen: &str, prompt: &Prompt) -> Vec<Choice> {
+    // The menu ends the block: the rows from its end up to the question.
+    let block: Vec<&str> = screen.split('\n').skip(prompt.rows.start).take(prompt.rows.len()).collect();
+    let mut menu: Vec<Choice> = block
+        .iter()
+        .rev()
+        .map_while(|row| CHOICE.captures(row))
+        .map(|c| Choice { key: c[1].to_owned(), label: c[2].to_owned() })
+        .collect();
+    menu.reverse();
+    menu
+}
+
+impl Choice {
+    /// The choice says yes (`Yes`, `Yes, and don't ask again`, `Allow once`): picking it lets
+    /// the agent go on with what the prompt asks.
+    pub fn is_yes(&self) -> bool {
+        let first = self.label.split([' ', ',']).next().unwrap_or_default().to_ascii_lowercase();
+        matches!(first.as_str(), "yes" | "allow" | "proceed" | "approve" | "always")
+    }
+}
+
 /// Reads a screen (the visible rows, `\n`-separated) at `now`.
 pub fn read(screen: &str, now: Timestamp, local: &TimeZone) -> Reading {
     read_view(screen, screen, "", &[], now, local)

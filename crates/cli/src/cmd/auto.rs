@@ -69,12 +69,17 @@ pub enum Command {
         /// The task module (or the session's name).
         #[arg(value_name = "DIR")]
         module: String,
-        /// What to type (`1`, `y`, a sentence).
+        /// What to type (`1`, `y`, a sentence). At a numbered menu, one of its choices' numbers:
+        /// text is refused there, since the menu would take Enter for its highlighted choice.
         #[arg(default_value = "")]
         text: String,
-        /// Press Enter after the text.
+        /// Press Enter after the text (not at a menu: the choice's number is typed alone).
         #[arg(long)]
         enter: bool,
+        /// At a menu, approving a command or edit the policy refused: repeat that command (or
+        /// those files) here, to say you read what you approve.
+        #[arg(long, value_name = "COMMAND")]
+        confirm: Option<String>,
     },
     /// Approve the checks the agent added to the module's .index.md after the loop started
     /// (`auto status` lists them): until a person does, they do not run and the loop waits.
@@ -171,12 +176,12 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
             print_status(global, &status);
             Ok(0)
         }
-        Command::Send { module: dir, text, enter } => {
+        Command::Send { module: dir, text, enter, confirm } => {
             let ws = global.workspace()?;
             let store = super::open_existing_local_store(&ws)?;
             let session = auto::status_of(&ws, &store, &dir)?.session_name;
             let by = std::env::var("USER").unwrap_or_else(|_| "cli".into());
-            let status = auto::send_keys(&ws, &store, &session, &text, enter, &by)?;
+            let status = auto::send_keys(&ws, &store, &session, &text, enter, confirm.as_deref(), &by)?;
             print_status(global, &status);
             Ok(0)
         }

@@ -713,7 +713,28 @@ fn a_person_answers_a_refused_prompt_through_the_api_and_the_loop_goes_on() {
     assert!(waiting["needs_human"].as_str().unwrap_or_default().contains("git push --force"), "{waiting:#}");
     let (code, body) = d.post("/api/sessions/s/task-auto/keys", &json!({ "text": "", "by": "alice" }));
     assert_eq!(code, 422, "nothing to type: {body}");
-    let (code, body) = d.post("/api/sessions/s/task-auto/keys", &json!({ "text": "3", "by": "alice" }));
+    // At the menu a sentence and Enter would take its highlighted choice (yes, push): refused
+    // with the choices, through the API and the CLI; so is a yes that does not name the push.
+    let choices = "1. Yes · 2. Yes, and don't ask again · 3. No";
+    let (code, body) =
+        d.post("/api/sessions/s/task-auto/keys", &json!({ "text": "no, do not push", "enter": true, "by": "alice" }));
+    assert_eq!(code, 409, "{body}");
+    assert!(body.to_string().contains(choices), "{body}");
+    let (code, _, err) = ws.run(&["auto", "send", "s", "no, do not push", "--enter"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(choices), "{err}");
+    for confirm in [None, Some("git push origin main")] {
+        let (code, body) =
+            d.post("/api/sessions/s/task-auto/keys", &json!({ "text": "1", "by": "alice", "confirm": confirm }));
+        assert_eq!(code, 409, "{body}");
+        assert!(
+            body.to_string()
+                .contains("choice 1 (Yes) approves `git push --force origin main`, which the policy refused"),
+            "{body}"
+        );
+    }
+    assert!(agent_log(&ws).iter().all(|e| e["kind"] != "answer"), "nothing reached the agent");
+    let (code, body) = d.post("/api/sessions/s/task-auto/keys", &json!({ "text": "3", "enter": true, "by": "alice" }));
     assert_eq!(code, 200, "{body}");
     let end = wait_loop(&d, "s", "complete");
     assert_eq!(end["iteration"], 6);
@@ -732,7 +753,7 @@ fn a_person_answers_a_refused_prompt_through_the_api_and_the_loop_goes_on() {
     assert_eq!(answers.iter().map(|a| a["keys"].clone()).collect::<Vec<_>>(), [json!("3")]);
     let typed =
         supervision(&ws).into_iter().find(|e| e["kind"] == "keys" && e["data"]["keys"] == "3").expect("journaled");
-    assert_eq!(typed["data"]["why"], "typed by alice");
+    assert_eq!(typed["data"]["why"], "typed by alice: choice 3 (No)");
     assert!(typed["data"]["excerpt"].as_str().unwrap_or_default().contains("git push --force"), "{typed:#}");
     // Ended: nothing to type to.
     let (code, _, err) = ws.run(&["auto", "send", "s", "y", "--enter"]);

@@ -243,7 +243,9 @@ pub async fn keys(
 ) -> ApiResult<axum::Json<AutoLoop>> {
     let by = caller.by(body.by)?;
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
-    let status = blocking(move || auto::send_keys(&ws, &store, &id, &body.text, body.enter, &by)).await?;
+    let status =
+        blocking(move || auto::send_keys(&ws, &store, &id, &body.text, body.enter, body.confirm.as_deref(), &by))
+            .await?;
     Ok(axum::Json(status.into()))
 }
 

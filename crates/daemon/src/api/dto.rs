@@ -605,9 +605,15 @@ pub struct AutoKeys {
     #[serde(default)]
     #[schema(max_length = 4096)]
     pub text: String,
-    /// Press Enter after it.
+    /// Press Enter after it. At a numbered menu the choice's number is typed alone (free text
+    /// is refused there: a menu takes Enter for its highlighted choice).
     #[serde(default)]
     pub enter: bool,
+    /// At a menu, a choice that approves a command or edit the policy refused is typed only when
+    /// this repeats that command (or those files).
+    #[serde(default)]
+    #[schema(max_length = 4096)]
+    pub confirm: Option<String>,
     /// Who types (default `api`).
     #[serde(default)]
     #[schema(max_length = 100, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
