@@ -257,9 +257,21 @@ impl Step<'_> {
     }
 
     fn set_status(&mut self, status: LoopStatus) {
-        if !self.p.status.status.is_final() {
-            self.p.status.status = status;
+        if self.p.status.status.is_final() {
+            return;
         }
+        // The time a person is waited for is not the loop's: it is kept apart from the timeout.
+        let s = &mut self.p.status;
+        match (s.status == LoopStatus::NeedsHuman, status == LoopStatus::NeedsHuman) {
+            (false, true) => s.human_wait_since = Some(self.now),
+            (true, false) => {
+                if let Some(began) = s.human_wait_since.take() {
+                    s.human_paused_s += crate::state::seconds_between(began, self.now);
+                }
+            }
+            _ => {}
+        }
+        s.status = status;
     }
 
     fn observe(&mut self, obs: Observation) {
@@ -950,6 +962,13 @@ impl Step<'_> {
         if s.elapsed_at(self.now) >= s.timeout_s && s.stop_reason.is_none() {
             self.request_stop(StopReason::Timeout, None);
         }
+        let s = &self.p.status;
+        if let (Some(limit), Some(began)) = (self.p.internal.settings.human_wait_minutes, s.human_wait_since)
+            && self.since(began) >= limit * 60.0
+            && s.stop_reason.is_none()
+        {
+            self.request_stop(StopReason::Timeout, Some("nobody answered within [auto] human_wait_minutes"));
+        }
     }
 
     // ---- waits for the provider ------------------------------------------------------------
@@ -1039,6 +1058,9 @@ impl Step<'_> {
         let status = ending.status(self.p.status.stop_reason);
         if let Some(began) = self.p.status.quota_wait_since.take() {
             self.p.status.quota_paused_s += self.since(began);
+        }
+        if let Some(began) = self.p.status.human_wait_since.take() {
+            self.p.status.human_paused_s += self.since(began);
         }
         self.p.status.quota_resets_at = None;
         self.p.internal.pending_typed = None;

@@ -122,7 +122,7 @@ pub struct AutoStatus {
     pub iteration: u64,
     /// `maxIterations`.
     pub max_iterations: u64,
-    /// Seconds of supervised time, quota waits excluded.
+    /// Seconds of supervised time, quota waits and waits for a person excluded.
     pub elapsed_s: f64,
     /// `timeoutMinutes` in seconds.
     pub timeout_s: f64,
@@ -160,6 +160,12 @@ pub struct AutoStatus {
     pub checks: Vec<CheckRun>,
     /// Seconds spent in quota waits.
     pub quota_paused_s: f64,
+    /// When the current wait for a person (`needs_human`) began.
+    #[serde(default)]
+    pub human_wait_since: Option<Timestamp>,
+    /// Seconds spent waiting for a person, the current wait not counted.
+    #[serde(default)]
+    pub human_paused_s: f64,
     /// Which loop of the session (keys `auto log`).
     pub loop_id: String,
     /// Checks the agent added to `.index.md` after the loop started: shown, and run only once
@@ -169,10 +175,13 @@ pub struct AutoStatus {
 }
 
 impl AutoStatus {
-    /// Seconds supervised at `now`, quota waits (past and current) excluded.
+    /// Seconds supervised at `now`, quota waits and waits for a person (past and current)
+    /// excluded.
     pub fn elapsed_at(&self, now: Timestamp) -> f64 {
-        let waiting = self.quota_wait_since.map_or(0.0, |t| seconds_between(t, now));
-        (seconds_between(self.started_at, now) - self.quota_paused_s - waiting).max(0.0)
+        let quota = self.quota_wait_since.map_or(0.0, |t| seconds_between(t, now));
+        let human = self.human_wait_since.map_or(0.0, |t| seconds_between(t, now));
+        let paused = self.quota_paused_s + quota + self.human_paused_s + human;
+        (seconds_between(self.started_at, now) - paused).max(0.0)
     }
 }
 

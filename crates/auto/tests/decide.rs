@@ -534,6 +534,37 @@ fn the_timeout_counts_supervised_time_only_and_max_iterations_stops_the_loop() {
 }
 
 #[test]
+fn waiting_for_a_person_does_not_spend_the_timeout_and_human_wait_minutes_bounds_it() {
+    let w = World::new();
+    // 60 of its 61 minutes spent when a prompt nobody may answer comes.
+    let mut p = running(|s| s.config.timeout_minutes = 61.0);
+    p.internal.last_action_output = 100;
+    let push = claude_prompt("git push --force origin main", 150, None);
+    let (asked, _) = w.decide(&p, look(screen(&as_rows(&push), 2000)), at(0.0));
+    assert_eq!((asked.status.status, asked.status.human_wait_since), (LoopStatus::NeedsHuman, Some(at(0.0))));
+    // Forty minutes later nobody has answered: the loop is not stopped, its time stood still.
+    let (night, actions) = w.decide(&asked, heartbeat(screen(&as_rows(&push), 2000), 0), at(2400.0));
+    assert_eq!((kinds(&actions), night.status.stop_reason), (Vec::<String>::new(), None));
+    assert_eq!(night.status.elapsed_at(at(2400.0)).round(), 3600.0);
+    // The person answers; the screen moves on: the wait is counted apart, the clock runs again.
+    let answered = screen(&[("● Bash(git push origin main)", 2100), ("  ⎿  done", 2100)], 2200);
+    let (morning, _) = w.decide(&night, look(answered), at(2401.0));
+    assert_eq!(morning.status.status, LoopStatus::Running);
+    assert_eq!((morning.status.human_wait_since, morning.status.human_paused_s), (None, 2401.0));
+    assert_eq!(morning.status.elapsed_at(at(2430.0)).round(), 3629.0);
+    // With `human_wait_minutes = 30` the same wait ends the loop, saying why.
+    let mut bounded = asked.clone();
+    bounded.internal.settings.config.human_wait_minutes = Some(30.0);
+    let (early, _) = w.decide(&bounded, heartbeat(screen(&as_rows(&push), 2000), 0), at(1700.0));
+    assert_eq!(early.status.stop_reason, None);
+    let (stopped, actions) = w.decide(&bounded, heartbeat(screen(&as_rows(&push), 2000), 0), at(1800.0));
+    assert_eq!(
+        (kinds(&actions), stopped.status.stop_reason),
+        (vec!["writestop".to_owned(), "stop_requested".to_owned()], Some(StopReason::Timeout))
+    );
+}
+
+#[test]
 fn a_loop_nobody_supervises_is_ended_by_a_persons_stop_with_its_wait_cleared() {
     let w = World::new();
     let mut p = running(|_| {});

@@ -243,8 +243,12 @@ pub struct AutoConfig {
     pub hung_call_minutes: f64,
     /// Iterations before the loop is stopped (`maxIterations`).
     pub max_iterations: u32,
-    /// Minutes before the loop is stopped, quota waits excluded (`timeoutMinutes`).
+    /// Minutes before the loop is stopped, quota waits and waits for a person excluded
+    /// (`timeoutMinutes`).
     pub timeout_minutes: f64,
+    /// Minutes one wait for a person (`needs_human`) may last before the loop is stopped
+    /// (`timeout`); none by default: a loop that needs someone at 1 a.m. waits for the morning.
+    pub human_wait_minutes: Option<f64>,
     /// Seconds the agent has to honour `.auto-stop` before its process group is ended.
     pub stop_grace_seconds: f64,
     /// Seconds to wait after a quota's reset time before the one continue.
@@ -281,6 +285,7 @@ impl AutoConfig {
         let checks = [
             ("heartbeat_seconds", positive(self.heartbeat_seconds), "must be above 0"),
             ("timeout_minutes", positive(self.timeout_minutes), "must be above 0"),
+            ("human_wait_minutes", self.human_wait_minutes.is_none_or(positive), "must be above 0"),
             ("stop_grace_seconds", not_negative(self.stop_grace_seconds), "must be 0 or more"),
             ("restart_window_minutes", positive(self.restart_window_minutes), "must be above 0"),
             ("restart_backoff_seconds", not_negative(self.restart_backoff_seconds), "must be 0 or more"),
@@ -336,6 +341,7 @@ impl Default for AutoConfig {
             hung_call_minutes: 15.0,
             max_iterations: 20,
             timeout_minutes: 30.0,
+            human_wait_minutes: None,
             stop_grace_seconds: 120.0,
             quota_jitter_seconds: 30.0,
             quota_fallback_minutes: 60.0,
