@@ -546,6 +546,8 @@ impl Step<'_> {
             self.p.internal.signals.skip();
             None
         };
+        // Progress: whatever the provider refused before is over.
+        self.p.internal.provider_trouble_since = None;
         if let Some(unjournaled) = journaled {
             self.journal(AutoEvent::Signal {
                 signal: sig.clone(),
@@ -974,6 +976,21 @@ impl Step<'_> {
     // ---- waits for the provider ------------------------------------------------------------
 
     fn enter_wait(&mut self, wait: WaitKind, pattern: &str, excerpt: &str, resets_at: Option<Timestamp>) {
+        if wait == WaitKind::RateLimit {
+            let since = *self.p.internal.provider_trouble_since.get_or_insert(self.now);
+            let limit = self.p.internal.settings.provider_wait_minutes;
+            if self.since(since) >= limit * 60.0 {
+                // The provider has refused for longer than the night allows: the loop ends
+                // blocked with the reason (the agent cannot reach its model to honour a stop).
+                let reading =
+                    format!("the provider refused requests for {limit} minutes ([auto] provider_wait_minutes)");
+                self.journal(verdict(&reading, "end the loop: blocked"));
+                self.p.status.needs_human = Some(format!("{reading}: {}", excerpt.trim()));
+                self.actions.push(Action::EndAgent);
+                self.end(Ending::Blocked);
+                return;
+            }
+        }
         let s = &self.p.internal.settings;
         let backoff = (s.quota_jitter_seconds.max(0.1)
             * 2f64.powi(i32::try_from(self.p.internal.quota_retries).unwrap_or(16)))
@@ -1015,6 +1032,7 @@ impl Step<'_> {
         if output_since && went_on {
             self.leave_wait("the agent resumed by itself");
             self.p.internal.quota_retries = 0;
+            self.p.internal.provider_trouble_since = None;
             return;
         }
         let until = self.p.status.quota_resets_at.unwrap_or(self.now);

@@ -253,6 +253,10 @@ pub struct Internal {
     pub failed_starts: u32,
     /// Continues sent in a row at quota or rate-limit resets without the agent resuming.
     pub quota_retries: u32,
+    /// When the provider began refusing (the first rate-limit wait since the agent last made
+    /// progress): bounded by `[auto] provider_wait_minutes`.
+    #[serde(default)]
+    pub provider_trouble_since: Option<Timestamp>,
     /// What the current wait is for.
     pub wait: WaitKind,
     /// A hash of the last `.auto-signal` read (to tell a new one; the text itself may be

@@ -306,6 +306,56 @@ fn the_providers_rate_limit_is_waited_out_with_backoff_never_nudged_and_never_fa
     assert_eq!((back.status.status, kinds(&actions)), (LoopStatus::Running, vec!["quota_resume".to_owned()]));
 }
 
+#[test]
+fn a_provider_refusing_all_night_ends_the_loop_blocked_never_stalled() {
+    let w = World::new();
+    let mut p = running(|s| {
+        s.config.quota_jitter_seconds = 10.0;
+        s.config.provider_wait_minutes = 20.0;
+    });
+    p.internal.last_action_output = 100;
+    // Claude gives up on a 429, again and again: each round a wait with backoff and one
+    // continue; progress (a signal) in between starts the count afresh.
+    let mut state = p;
+    let mut now = 0.0;
+    let mut offset = 200;
+    let mut round = 0;
+    loop {
+        let refused = screen(
+            &[
+                ("  ⎿  API Error: Request rejected (429) · this may be a temporary capacity issue.", offset - 50),
+                ("❯", offset - 50),
+            ],
+            offset,
+        );
+        let (next, actions) = w.decide(&state, look(refused.clone()), at(now));
+        state = next;
+        if state.status.status.is_final() {
+            assert_eq!(kinds(&actions), ["verdict", "endagent", "cleanup", "finished"]);
+            break;
+        }
+        assert_eq!(state.status.status, LoopStatus::QuotaWait, "round {round}");
+        assert!(!kinds(&actions).contains(&"stall".to_owned()));
+        let until = state.status.quota_resets_at.expect("a reset");
+        now = until.duration_since(at(0.0)).as_secs_f64() + 10.0;
+        let (next, actions) = w.decide(&state, heartbeat(refused, 0), at(now));
+        assert_eq!(
+            typed(&actions),
+            [("continue\r".to_owned(), "quota reset: one continue".to_owned())],
+            "round {round}"
+        );
+        state = next;
+        now += 1.0;
+        offset += 300;
+        round += 1;
+        assert!(round < 20, "never ended");
+    }
+    assert_eq!((state.status.status, state.status.stop_reason), (LoopStatus::Blocked, None));
+    assert!(now >= 20.0 * 60.0, "ended after {now} s");
+    let why = state.status.needs_human.clone().unwrap_or_default();
+    assert!(why.starts_with("the provider refused requests for 20 minutes ([auto] provider_wait_minutes)"), "{why}");
+}
+
 fn exit(code: u32) -> Exit {
     Exit { code, signal: None, screen: "Error: cannot start".into(), at: T0.into() }
 }

@@ -362,6 +362,15 @@ fn a_wrap_up_notice_is_nothing_and_the_providers_rate_limit_is_a_backoff_not_a_q
         ("⎿  API Error: 429 {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\"}}".into(), None)
     );
     assert_eq!(rate("  ⎿  API Error: 529 Overloaded").1, None);
+    // Claude Code 2.1.197's own words once it gave up (from the CLI's source), and Codex's.
+    for line in [
+        "  ⎿  API Error: Request rejected (429) · this may be a temporary capacity issue.",
+        "  ⎿  API Error: Server is temporarily limiting requests (not your usage limit) · Rate limited",
+        "  ⎿  API Error: Repeated 529 Overloaded errors · this may be a temporary capacity issue.",
+        "■ exceeded retry limit, last status: 429 Too Many Requests",
+    ] {
+        assert_eq!(rate(&format!("{line}\n\n❯ \n  ? for shortcuts")), (line.trim().to_owned(), None), "{line}");
+    }
     // Work below the old error: the agent went on.
     assert!(matches!(
         screen::read(

@@ -255,6 +255,9 @@ pub struct AutoConfig {
     pub quota_jitter_seconds: f64,
     /// Minutes to wait on a quota message that gives no reset time.
     pub quota_fallback_minutes: f64,
+    /// Minutes the provider may keep refusing (429, 529, overloaded) with backoff before the
+    /// loop ends `blocked`, saying so: provider trouble is a wait, never a stall.
+    pub provider_wait_minutes: f64,
     /// Prompt classes answered: edit, command, trust, yes_no, continuation, quota_menu.
     pub answer: Vec<String>,
     /// More regular expressions of commands never approved (added to the built-in list).
@@ -293,6 +296,7 @@ impl AutoConfig {
             ("hung_call_minutes", positive(self.hung_call_minutes), "must be above 0"),
             ("quota_jitter_seconds", not_negative(self.quota_jitter_seconds), "must be 0 or more"),
             ("quota_fallback_minutes", positive(self.quota_fallback_minutes), "must be above 0"),
+            ("provider_wait_minutes", positive(self.provider_wait_minutes), "must be above 0"),
             ("stall_captures", self.stall_captures >= 1, "must be at least 1"),
             ("max_iterations", self.max_iterations >= 1, "must be at least 1"),
             ("rows", self.rows >= 2, "must be at least 2"),
@@ -345,6 +349,7 @@ impl Default for AutoConfig {
             stop_grace_seconds: 120.0,
             quota_jitter_seconds: 30.0,
             quota_fallback_minutes: 60.0,
+            provider_wait_minutes: 60.0,
             answer: ["edit", "command", "trust", "yes_no", "continuation", "quota_menu"].map(str::to_owned).to_vec(),
             deny: vec![],
             policy: AutoPolicy::default(),

@@ -280,10 +280,12 @@ static NOT_QUOTA: LazyLock<Regex> =
 static GEMINI_RESET: LazyLock<Regex> = LazyLock::new(|| re(r"Access resets at .+"));
 
 /// The provider refused a request: Claude's `API Error: 429 …` / `API error · Retrying in 4s`,
-/// a 529 `overloaded_error`, aider's `rate limited you`.
+/// 2.1's `API Error: Request rejected (429)`, `Server is temporarily limiting requests` and
+/// `Repeated 529 Overloaded errors`, a 529 `overloaded_error`, Codex's `last status: 429`,
+/// aider's `rate limited you`.
 static RATE_LIMIT: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)API Error:?\s*(?:429|529)\b|API error · Retrying|overloaded_error|rate_limit_error|\bOverloaded\b.*(?:retry|try again)|rate limited you",
+        r"(?i)API Error:?\s*(?:429|529)\b|API Error: Request rejected \((?:429|529)\)|API Error: Server is temporarily limiting requests|Repeated 529 Overloaded|API error · Retrying|overloaded_error|rate_limit_error|\bOverloaded\b.*(?:retry|try again)|rate limited you|last status: (?:429|529|503)\b|429 Too Many Requests",
     )
 });
 static RETRYING: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)Retrying in (\d+)(?:\.\d+)?\s*s"));
