@@ -99,11 +99,36 @@ impl SqliteStore {
     /// starts racing for one directory cannot both win. `won` runs inside the transaction once
     /// the claim is certain, before anyone can see the new row (the caller clears what a past
     /// loop left behind: nothing done for the new loop can be undone by it).
-    pub fn auto_claim(&self, new: &AutoRow, won: impl FnOnce()) -> Result<(), ClaimError> {
+    ///
+    /// `shares_tree` says whether another active loop's task directory is in the same working
+    /// tree as the new one's: that refuses the claim too, inside the same transaction (two
+    /// loops editing one tree see each other's changes — one's check once passed on the
+    /// other's fix).
+    pub fn auto_claim(
+        &self,
+        new: &AutoRow,
+        shares_tree: impl Fn(&str) -> bool,
+        won: impl FnOnce(),
+    ) -> Result<(), ClaimError> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(backend)?;
         if let Some(busy) = active(&tx, &new.session_name, &new.task_dir)? {
             return Err(ClaimError::Busy(busy));
+        }
+        let others: Vec<(String, String)> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT session_name, task_dir FROM task_auto \
+                     WHERE status IN ('running', 'needs_human', 'quota_wait') AND task_dir <> ?1",
+                )
+                .map_err(backend)?;
+            let rows = stmt.query_map(params![new.task_dir], |r| Ok((r.get(0)?, r.get(1)?))).map_err(backend)?;
+            rows.collect::<Result<_, _>>().map_err(backend)?
+        };
+        if let Some((session, dir)) = others.iter().find(|(_, dir)| shares_tree(dir)) {
+            return Err(ClaimError::Busy(format!(
+                "{dir} already runs an auto loop in session {session}, in the same working tree: one loop per tree — stop it, or give this module a worktree of its own (`git worktree add ../other`) and start it there"
+            )));
         }
         won();
         tx.execute(

@@ -249,7 +249,9 @@ pub async fn start(
         signal::remove(&dir, module::STOP);
         signal::remove(&dir, module::SIGNAL);
     };
-    store.auto_claim(&p.to_row(), stale).map_err(|e| match e {
+    let tree = working_tree(&dir);
+    let shares_tree = |other: &str| working_tree(Path::new(other)) == tree;
+    store.auto_claim(&p.to_row(), shares_tree, stale).map_err(|e| match e {
         ClaimError::Busy(m) => Error::conflict(m),
         ClaimError::Store(e) => Error::from(e),
     })?;
@@ -317,6 +319,22 @@ pub struct Screen {
     pub screen: String,
     /// True while the agent runs.
     pub alive: bool,
+}
+
+/// The top of the git working tree `dir` is in (each worktree its own), or `dir` itself
+/// outside git.
+fn working_tree(dir: &Path) -> PathBuf {
+    let top = std::process::Command::new("git")
+        .args(["rev-parse", "--show-toplevel"])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let top = top.unwrap_or_else(|| dir.to_path_buf());
+    top.canonicalize().unwrap_or(top)
 }
 
 /// The live screen of session `session`'s agent, from its holder.

@@ -695,6 +695,40 @@ fn without_a_file_watcher_the_signals_are_read_at_every_heartbeat() {
 }
 
 #[test]
+fn two_loops_in_one_working_tree_are_refused_and_a_worktree_of_its_own_is_not() {
+    let (ws, _) = setup(json!([[{ "do": "idle" }], [{ "do": "idle" }]]), "");
+    let (code, _, err) = ws.run(&["auto", "init", "other", "--target", "Something else."]);
+    assert_eq!(code, 0, "{err}");
+    ws.write(".gitignore", ".loopwright/state/\n");
+    ws.init_git();
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let post = |session: &str, dir: &str| {
+        d.post(&format!("/api/sessions/{session}/task-auto"), &json!({ "taskDir": dir, "agent": "fake" }))
+    };
+    let (code, body) = post("one", "mod");
+    assert_eq!(code, 201, "{body}");
+    // Another module of the same tree: refused, saying how to run it apart.
+    let (code, body) = post("two", "other");
+    assert_eq!(code, 409, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("in the same working tree: one loop per tree") && message.contains("git worktree add"),
+        "{body}"
+    );
+    let (code, _, err) = ws.run(&["auto", "start", "other", "--agent", "fake", "--session", "three"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("one loop per tree"), "{err}");
+    // The same module in a worktree of its own (inside the workspace): a tree apart, started.
+    ws.git(&["worktree", "add", "--quiet", "apart"]);
+    let (code, body) = post("four", "apart/other");
+    assert_eq!(code, 201, "{body}");
+    for session in ["one", "four"] {
+        let (code, body) = d.delete(&format!("/api/sessions/{session}/task-auto"));
+        assert_eq!(code, 200, "{body}");
+    }
+}
+
+#[test]
 fn a_person_answers_a_refused_prompt_through_the_api_and_the_loop_goes_on() {
     let mut actions = vec![json!({ "do": "prompt", "name": "push", "expect": "3", "timeout": 60,
         "text": " Bash command\n\n   git push --force origin main\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again\n   3. No\n\n Esc to cancel" })];

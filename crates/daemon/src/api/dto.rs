@@ -420,6 +420,11 @@ pub struct AutoLoop {
     pub checks: Vec<AutoCheck>,
     /// Seconds spent in quota waits.
     pub quota_paused_s: f64,
+    /// When the current wait for a person (`needs_human`) began: not counted against the
+    /// timeout.
+    pub human_wait_since: Option<String>,
+    /// Seconds spent waiting for a person, the current wait not counted.
+    pub human_paused_s: f64,
     /// Which loop of the session this is (keys its supervision journal).
     pub loop_id: String,
 }
@@ -478,6 +483,8 @@ impl From<loopwright_auto::supervisor::AutoStatus> for AutoLoop {
                 })
                 .collect(),
             quota_paused_s: s.quota_paused_s,
+            human_wait_since: s.human_wait_since.map(|t| t.to_string()),
+            human_paused_s: s.human_paused_s,
             loop_id: s.loop_id,
             checks_to_approve: s.checks_to_approve,
         }
