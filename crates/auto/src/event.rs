@@ -340,6 +340,11 @@ impl AutoEvent {
                 if *given { "" } else { " (no reset time shown)" }
             ),
             Self::QuotaResume { why, .. } => format!("wait over: {why}"),
+            // The supervisor found the holder and the agent gone without a word (a reboot, a
+            // `kill -9` of the whole group): there is no exit code to show.
+            Self::Exited { code: u32::MAX, .. } => {
+                "agent gone without an exit status (the machine restarted, or its processes were killed)".into()
+            }
             Self::Exited { code, signal: Some(s), .. } => format!("agent exited (code {code}, signal {s})"),
             Self::Exited { code, .. } => format!("agent exited (code {code})"),
             Self::Restart { restart_count, why, resume, .. } => format!(
@@ -434,5 +439,18 @@ mod tests {
         let finished =
             AutoEvent::from_entry("finished", r#"{"status":"stopped","by":"auto stop (no supervisor alive)"}"#);
         assert_eq!(finished.map(|f| f.describe()).as_deref(), Some("loop stopped by auto stop (no supervisor alive)"));
+        // An agent found gone after a reboot has no exit code to show (not 4294967295).
+        let exited = |code, signal: Option<&str>| {
+            let signal = signal.map(str::to_owned);
+            AutoEvent::Exited { code, signal, session_id: None, excerpt: String::new() }.describe()
+        };
+        assert_eq!(
+            [exited(u32::MAX, Some("lost")), exited(0, None), exited(0, Some("KILL"))],
+            [
+                "agent gone without an exit status (the machine restarted, or its processes were killed)",
+                "agent exited (code 0)",
+                "agent exited (code 0, signal KILL)"
+            ]
+        );
     }
 }
