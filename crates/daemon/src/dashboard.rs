@@ -190,6 +190,17 @@ fn duration(ms: i64) -> String {
     }
 }
 
+/// Time left until a wait's end, in whole seconds as the page's clock ticks it (`app.js`
+/// `left`): a backoff is never shown as "57 ms".
+fn countdown(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as i64;
+    match s {
+        3600.. => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+        60.. => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{s} s"),
+    }
+}
+
 fn when(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
@@ -1318,7 +1329,7 @@ fn auto_view(
         },
         quota_wait_since: l.quota_wait_since.map(Moment::of),
         quota_resets_at: l.quota_resets_at.map(Moment::of),
-        quota_left: l.quota_resets_at.map(|t| secs(t.duration_since(now).as_secs_f64().max(0.0))),
+        quota_left: l.quota_resets_at.map(|t| countdown(t.duration_since(now).as_secs_f64())),
         rate_limited: waiting_for_rate,
         checks_to_approve: l.checks_to_approve.clone(),
         stop_reason: l.stop_reason.map(|r| r.as_str()),
@@ -1338,6 +1349,12 @@ mod tests {
     use loopwright_engine::event::RollbackStatus;
     use loopwright_spec::StageId;
     use loopwright_spec::pipeline::RollbackStrategy;
+
+    #[test]
+    fn a_countdown_is_in_whole_seconds_like_the_pages_clock() {
+        let shown: Vec<String> = [0.057, -3.0, 4.6, 61.0, 3725.0].map(super::countdown).to_vec();
+        assert_eq!(shown, ["0 s", "0 s", "5 s", "1m 01s", "1h 02m"]);
+    }
 
     #[test]
     fn a_reports_suggested_steps_and_its_error_come_first() {
