@@ -393,6 +393,23 @@
     notice(r.ok ? `${session}: checks approved (${by()}); they run at the next look` : `approve: ${errorText(r)}`, !r.ok);
     scheduleRefresh();
   });
+  // A menu's choice, by its number alone; a yes to what the policy refused is sent only with
+  // the command the person typed to confirm it (the server checks it names the command).
+  document.addEventListener('click', async (e) => {
+    const button = e.target.closest('button[data-choice]');
+    if (!button) return;
+    const session = button.dataset.session;
+    const send = (confirm) => api('POST', `/api/sessions/${encodeURIComponent(session)}/task-auto/keys`,
+      { text: button.dataset.choice, confirm, by: by() });
+    let r = await send(null);
+    if (!r.ok && r.status === 409 && /confirm by repeating it/.test(errorText(r))) {
+      const typed = window.prompt(`${errorText(r)}\n\nType the command to approve it:`);
+      if (typed === null) { notice(`${session}: not answered`); return; }
+      r = await send(typed);
+    }
+    notice(r.ok ? `${session}: answered ${button.textContent} (${by()})` : `answer: ${errorText(r)}`, !r.ok);
+    scheduleRefresh();
+  });
   document.addEventListener('submit', async (e) => {
     const form = e.target;
     if (!form.classList.contains('keys-form')) return;

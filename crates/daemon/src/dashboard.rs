@@ -1167,6 +1167,8 @@ struct LoopView {
     needs_human: Option<String>,
     checks: Vec<loopwright_auto::state::CheckRun>,
     screen: Option<String>,
+    /// The menu the agent shows, as (key, label): a person answers with one of them.
+    choices: Vec<(String, String)>,
     alive: bool,
     log: Vec<LogLine>,
     log_count: usize,
@@ -1336,6 +1338,10 @@ fn auto_view(
         needs_human: l.needs_human.clone(),
         checks: l.checks.clone(),
         screen: screen.as_ref().map(|s| s.screen.clone()),
+        choices: screen
+            .as_ref()
+            .map(|s| s.choices.iter().map(|c| (c.key.clone(), c.label.clone())).collect())
+            .unwrap_or_default(),
         alive: screen.as_ref().is_some_and(|s| s.alive),
         log,
         log_count: entries.len(),

@@ -319,6 +319,9 @@ pub struct Screen {
     pub screen: String,
     /// True while the agent runs.
     pub alive: bool,
+    /// The choices of the numbered menu the agent shows, as its CLI labels them (empty when
+    /// no menu is shown): how a person answers it.
+    pub choices: Vec<loopwright_auto::screen::Choice>,
 }
 
 /// The top of the git working tree `dir` is in (each worktree its own), or `dir` itself
@@ -341,15 +344,18 @@ fn working_tree(dir: &Path) -> PathBuf {
 pub fn screen(ws: &Workspace, store: &SqliteStore, session: &str) -> Result<Screen> {
     let status = session_status(store, session)?;
     let client = holder::Client::new(&session_dir(ws, &status.session_name));
-    let (screen, alive) = match client.request(&holder::Request::Screen) {
+    let (screen, alive, choices) = match client.request(&holder::Request::Screen) {
         Ok(r) => match r.exit {
-            Some(exit) => (exit.screen, false),
-            None => (r.screen, true),
+            Some(exit) => (exit.screen, false, Vec::new()),
+            None => {
+                let choices = at_menu(&r).map(|(_, menu)| menu).unwrap_or_default();
+                (r.screen, true, choices)
+            }
         },
-        Err(_) => (client.recorded_exit().map(|e| e.screen).unwrap_or_default(), false),
+        Err(_) => (client.recorded_exit().map(|e| e.screen).unwrap_or_default(), false, Vec::new()),
     };
     let screen = secrets(ws).redact(&screen).into_owned();
-    Ok(Screen { session_name: status.session_name, screen, alive })
+    Ok(Screen { session_name: status.session_name, screen, alive, choices })
 }
 
 /// Types `text` into the terminal of session `session`'s agent for a person (`auto send`,

@@ -750,6 +750,19 @@ fn a_person_answers_a_refused_prompt_through_the_api_and_the_loop_goes_on() {
     // At the menu a sentence and Enter would take its highlighted choice (yes, push): refused
     // with the choices, through the API and the CLI; so is a yes that does not name the push.
     let choices = "1. Yes · 2. Yes, and don't ask again · 3. No";
+    // The menu's own choices, as the CLI labels them: in the API's screen and on the dashboard
+    // (buttons instead of a text box).
+    let (code, shown) = d.get("/api/sessions/s/task-auto/screen");
+    assert_eq!(code, 200, "{shown}");
+    assert_eq!(
+        shown["choices"],
+        json!([{"key": "1", "label": "Yes"}, {"key": "2", "label": "Yes, and don't ask again"}, {"key": "3", "label": "No"}])
+    );
+    let token = ws.read(".loopwright/state/serve.token");
+    let (code, page) = d.page_as("/auto", token.trim());
+    assert_eq!(code, 200);
+    assert!(page.contains(r#"data-choice="3" data-session="s">3. No</button>"#), "{page}");
+    assert!(!page.contains("keys-form"), "no free text at a menu: {page}");
     let (code, body) =
         d.post("/api/sessions/s/task-auto/keys", &json!({ "text": "no, do not push", "enter": true, "by": "alice" }));
     assert_eq!(code, 409, "{body}");

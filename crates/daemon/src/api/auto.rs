@@ -12,8 +12,8 @@ use loopwright_app::ops::auto::{self, StartRequest};
 
 use super::auth::Caller;
 use super::dto::{
-    AutoApproveChecks, AutoKeys, AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoNotice, AutoReport, AutoScreen,
-    LookupQuery, NoticesQuery, StartAuto,
+    AutoApproveChecks, AutoChoice, AutoKeys, AutoLogEntry, AutoLogQuery, AutoLookup, AutoLoop, AutoNotice, AutoReport,
+    AutoScreen, LookupQuery, NoticesQuery, StartAuto,
 };
 use super::error::{ApiError, ErrorBody, Json, Query};
 use crate::Shared;
@@ -121,7 +121,8 @@ pub async fn lookup(
 pub async fn screen(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult<axum::Json<AutoScreen>> {
     let (ws, store) = (shared.ws.clone(), Arc::clone(&shared.auto_store));
     let s = blocking(move || auto::screen(&ws, &store, &id)).await?;
-    Ok(axum::Json(AutoScreen { session_name: s.session_name, screen: s.screen, alive: s.alive }))
+    let choices = s.choices.into_iter().map(|c| AutoChoice { key: c.key, label: c.label }).collect();
+    Ok(axum::Json(AutoScreen { session_name: s.session_name, screen: s.screen, alive: s.alive, choices }))
 }
 
 /// The most notices sent at once.

@@ -518,6 +518,18 @@ pub struct AutoScreen {
     pub screen: String,
     /// True while the agent runs.
     pub alive: bool,
+    /// The choices of the numbered menu the agent shows, as its CLI labels them: answer one
+    /// by posting its `key` to `…/task-auto/keys` (empty when no menu is shown).
+    pub choices: Vec<AutoChoice>,
+}
+
+/// One choice of the menu an agent shows.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AutoChoice {
+    /// The key that picks it (its number).
+    pub key: String,
+    /// Its label, as the CLI draws it.
+    pub label: String,
 }
 
 /// `GET /api/sessions/{id}/task-auto/report`: the night's summary of a loop.
