@@ -48,7 +48,9 @@ pub struct Report {
     pub restart_count: usize,
     /// Each time a person was needed, with why.
     pub needs_human: Vec<Happening>,
-    /// What the agent changed in the module since the loop started.
+    /// What each person answered (the keys or the menu choice) and approved.
+    pub answered: Vec<Happening>,
+    /// What changed in the working tree since the loop started: commits and the diff.
     pub changes: Changes,
     /// The cost or token use the CLI printed when it exited, if it did.
     pub cost: Option<String>,
@@ -106,12 +108,14 @@ pub struct Happening {
     pub what: String,
 }
 
-/// The module's changes since the loop started.
+/// The working tree's changes since the loop started.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct Changes {
-    /// `git diff --stat` of the module against the commit the loop started at.
+    /// The commits made since the loop started (`git log --oneline`), newest first.
+    pub commits: Vec<String>,
+    /// `git diff --stat` of the working tree against the commit the loop started at.
     pub stat: String,
-    /// Files in the module git does not track yet.
+    /// Files in the working tree git does not track yet (and does not ignore).
     pub untracked: Vec<String>,
     /// Why there is nothing to show (not a git repository, no start commit).
     pub unavailable: Option<String>,
@@ -139,6 +143,7 @@ impl Report {
             restarts: vec![],
             restart_count: 0,
             needs_human: vec![],
+            answered: vec![],
             changes,
             cost: None,
         };
@@ -172,6 +177,20 @@ impl Report {
                 AutoEvent::Keys { why, .. } if why == "continuation prompt" => {
                     r.recoveries.push(happened("a continuation prompt answered".into()));
                 }
+                AutoEvent::Keys { keys, why, .. } if why.starts_with("typed by ") => {
+                    let (who, choice) =
+                        why["typed by ".len()..].split_once(": ").unwrap_or((&why["typed by ".len()..], ""));
+                    r.answered.push(happened(if choice.is_empty() {
+                        format!("{who} typed `{keys}`")
+                    } else {
+                        format!("{who} answered {choice}")
+                    }));
+                }
+                AutoEvent::ChecksApproved(a) => r.answered.push(happened(format!(
+                    "{} approved the checks {}",
+                    a.by,
+                    a.checks.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+                ))),
                 AutoEvent::Restart { .. } => {
                     r.restart_count += 1;
                     r.restarts.push(happened(e.describe()));
@@ -234,7 +253,7 @@ impl Report {
                 s.next
             ));
         }
-        let sections: [(&str, Vec<String>); 5] = [
+        let sections: [(&str, Vec<String>); 6] = [
             (
                 "Checks",
                 self.checks
@@ -278,6 +297,7 @@ impl Report {
             ("Recoveries", happenings(&self.recoveries)),
             ("Restarts", happenings(&self.restarts)),
             ("A person was needed", happenings(&self.needs_human)),
+            ("What people answered", happenings(&self.answered)),
         ];
         for (title, items) in sections {
             line(String::new());
@@ -291,14 +311,18 @@ impl Report {
             }
         }
         line(String::new());
-        line("## Changes in the module".into());
+        line("## Changes in the working tree".into());
         line(String::new());
-        match &self.changes.unavailable {
+        let c = &self.changes;
+        match &c.unavailable {
             Some(why) => line(format!("Not available: {why}.")),
-            None if self.changes.stat.trim().is_empty() && self.changes.untracked.is_empty() => {
+            None if c.stat.trim().is_empty() && c.untracked.is_empty() && c.commits.is_empty() => {
                 line("None.".into());
             }
             None => {
+                for commit in &self.changes.commits {
+                    line(format!("- commit {commit}"));
+                }
                 if !self.changes.stat.trim().is_empty() {
                     line("```".into());
                     line(self.changes.stat.trim_end().to_owned());
@@ -413,11 +437,24 @@ mod tests {
                 },
             ),
             (
+                at("2026-11-25T02:10:00Z"),
+                AutoEvent::Keys {
+                    keys: "3".into(),
+                    why: "typed by alice: choice 3 (No)".into(),
+                    excerpt: String::new(),
+                },
+            ),
+            (
+                at("2026-11-25T02:11:00Z"),
+                AutoEvent::Keys { keys: "y⏎".into(), why: "typed by bo".into(), excerpt: String::new() },
+            ),
+            (
                 at("2026-11-25T02:31:00Z"),
                 AutoEvent::Finished { status: LoopStatus::Complete, stop_reason: None, iteration: 1, by: None },
             ),
         ];
         let changes = Changes {
+            commits: vec!["1a2b3c4 Add the greeting".into()],
             stat: " mod/plan.md | 12 ++++++++++++\n 1 file changed, 12 insertions(+)\n".into(),
             untracked: vec!["mod/notes.md".into()],
             unavailable: None,
@@ -460,8 +497,14 @@ mod tests {
 
 None.
 
-## Changes in the module
+## What people answered
 
+- 02:10:00 alice answered choice 3 (No)
+- 02:11:00 bo typed `y⏎`
+
+## Changes in the working tree
+
+- commit 1a2b3c4 Add the greeting
 ```
  mod/plan.md | 12 ++++++++++++
  1 file changed, 12 insertions(+)

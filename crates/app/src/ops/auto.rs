@@ -658,13 +658,15 @@ pub fn report(ws: &Workspace, store: &SqliteStore, dir_or_session: &str) -> Resu
         .iter()
         .filter_map(|e| Some((e.at.parse().ok()?, AutoEvent::from_entry(&e.kind, &e.data)?)))
         .collect();
-    let changes = module_changes(&ws.root, Path::new(&p.status.task_dir), p.internal.start_commit.as_deref());
+    let changes = module_changes(Path::new(&p.status.task_dir), p.internal.start_commit.as_deref());
     let status = shown(p);
     Ok(loopwright_auto::report::Report::build(&status, &entries, changes, jiff::Timestamp::now()))
 }
 
-/// What changed in the module `dir` since `start` (a commit of the workspace `root`).
-fn module_changes(root: &Path, dir: &Path, start: Option<&str>) -> loopwright_auto::report::Changes {
+/// What changed in the working tree of the module `dir` since `start` (the commit the loop
+/// started at): the commits since, the diff's stat and the untracked files — the whole tree,
+/// not only the module, since the agent works on the project.
+fn module_changes(dir: &Path, start: Option<&str>) -> loopwright_auto::report::Changes {
     use loopwright_auto::report::Changes;
     let Some(start) = start else {
         return Changes {
@@ -672,23 +674,23 @@ fn module_changes(root: &Path, dir: &Path, start: Option<&str>) -> loopwright_au
             ..Changes::default()
         };
     };
+    let root = working_tree(dir);
     let git = |args: &[&str]| {
         std::process::Command::new("git")
-            .current_dir(root)
+            .current_dir(&root)
             .args(args)
             .output()
             .ok()
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
     };
-    let path = dir.display().to_string();
-    let Some(stat) = git(&["diff", "--stat", start, "--", &path]) else {
+    let Some(stat) = git(&["diff", "--stat", start]) else {
         return Changes { unavailable: Some(format!("git could not compare with {start}")), ..Changes::default() };
     };
-    let untracked = git(&["ls-files", "--others", "--exclude-standard", "--", &path])
-        .map(|s| s.lines().map(str::to_owned).collect())
-        .unwrap_or_default();
-    Changes { stat, untracked, unavailable: None }
+    let lines = |s: Option<String>| s.map(|s| s.lines().map(str::to_owned).collect()).unwrap_or_default();
+    let commits = lines(git(&["log", "--oneline", "--no-decorate", &format!("{start}..HEAD")]));
+    let untracked = lines(git(&["ls-files", "--others", "--exclude-standard"]));
+    Changes { commits, stat, untracked, unavailable: None }
 }
 
 /// Something a person should know about a loop: it needs them, or it ended.

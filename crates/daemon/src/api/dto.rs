@@ -553,8 +553,9 @@ pub struct AutoReport {
     pub cost: Option<String>,
     /// The whole report as Markdown (`loopwright auto report --markdown`).
     pub markdown: String,
-    /// The whole report: steps, checks, waits, recoveries, restarts, what a person was asked
-    /// and the module's changes (`loopwright auto report --json`).
+    /// The whole report: steps, checks, waits, recoveries, restarts, what a person was asked,
+    /// what people answered and the working tree's changes since the start (`loopwright auto
+    /// report --json`).
     #[schema(value_type = Object)]
     pub report: serde_json::Value,
 }
