@@ -367,6 +367,21 @@ fn the_real_claude_code_tui_is_started_answered_and_resumed_after_its_exit() {
     );
 }
 
+/// A model that answers the first turn with the tool calls `blocks` and every later turn
+/// with a word (a title request, without tools, with a title).
+fn one_turn(blocks: Vec<Value>) -> Script {
+    Box::new(move |body| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        if body["tools"].as_array().is_none_or(Vec::is_empty) {
+            return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+        }
+        if messages.iter().any(|m| m["role"] == "assistant") {
+            return ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"));
+        }
+        ("first", stream(&blocks, "tool_use"))
+    })
+}
+
 /// Filler words for a command long enough that Claude Code wraps it: capitalised plain words
 /// that name no program, so a wrapped row starting with one reads, by its text alone, like
 /// the description Claude Code draws under a command.
@@ -380,23 +395,10 @@ fn a_command_the_real_claude_code_wraps_on_screen_is_read_whole_and_not_answered
     let target = outside.path().join("sorted.txt");
     // One line: `sort` (allowed) writing outside the workspace, its `-o` on the wrapped tail.
     let command = format!("sort notes.txt {WRAPPED_FILLER} -o {}", target.display());
-    let session = Session::start(&claude, |_| {
-        let command = command.clone();
-        Box::new(move |body| {
-            let messages = body["messages"].as_array().cloned().unwrap_or_default();
-            if body["tools"].as_array().is_none_or(Vec::is_empty) {
-                return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
-            }
-            if messages.iter().any(|m| m["role"] == "assistant") {
-                return ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"));
-            }
-            // A blank description (Claude Code draws a blank row for it, where it would draw
-            // "Run shell command" for none): the command's wrapped tail is the last filled row
-            // of the block.
-            let bash = json!({"type": "tool_use", "id": "toolu_sort", "name": "Bash", "input": {"command": command, "description": " "}});
-            ("first", stream(&[bash], "tool_use"))
-        })
-    });
+    // A blank description (Claude Code draws a blank row for it, where it would draw "Run shell
+    // command" for none): the command's wrapped tail is the last filled row of the block.
+    let bash = json!({"type": "tool_use", "id": "toolu_sort", "name": "Bash", "input": {"command": command, "description": " "}});
+    let session = Session::start(&claude, |_| one_turn(vec![bash]));
     session.ws.write("notes.txt", "b\na\n");
 
     let decided = || {
@@ -445,23 +447,12 @@ fn a_command_the_real_claude_code_wraps_on_screen_is_read_whole_and_not_answered
 #[test]
 fn the_real_claude_code_s_approval_row_and_a_quoted_commit_message_are_answered() {
     let Some(claude) = claude_code() else { return };
-    let session = Session::start(&claude, |_| {
-        Box::new(move |body| {
-            let messages = body["messages"].as_array().cloned().unwrap_or_default();
-            if body["tools"].as_array().is_none_or(Vec::is_empty) {
-                return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
-            }
-            if messages.iter().any(|m| m["role"] == "assistant") {
-                return ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"));
-            }
-            let bash = |id: &str, command: &str, description: &str| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"command": command, "description": description}});
-            let blocks = [
-                bash("toolu_t", "python3 -m pytest -q", "Run the tests"),
-                bash("toolu_c", "git commit --allow-empty -m \"Add the greeting\"", "Commit the work"),
-            ];
-            ("first", stream(&blocks, "tool_use"))
-        })
-    });
+    let bash = |id: &str, command: &str, description: &str| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"command": command, "description": description}});
+    let blocks = vec![
+        bash("toolu_t", "python3 -m pytest -q", "Run the tests"),
+        bash("toolu_c", "git commit --allow-empty -m \"Add the greeting\"", "Commit the work"),
+    ];
+    let session = Session::start(&claude, |_| one_turn(blocks));
     let answered = || {
         session.journal().iter().filter(|e| e["kind"] == "keys" && e["data"]["why"] == "command prompt").count() == 2
             || session.kinds().contains(&"needs_human".to_owned())
