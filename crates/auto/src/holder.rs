@@ -373,7 +373,12 @@ pub fn run(dir: &Path) -> Result<(), String> {
     let mut cmd = CommandBuilder::new(program);
     cmd.args(args);
     cmd.cwd(&spawn.cwd);
+    // This terminal draws 256 colours, and how a row is drawn is read (a command's rows from
+    // the grey description under them): the agent is told so, whatever the environment it was
+    // started from says (`CI=true` alone turns colours off in Node's supports-color).
     cmd.env("TERM", "xterm-256color");
+    cmd.env("FORCE_COLOR", "2");
+    cmd.env_remove("NO_COLOR");
     for name in loopwright_runners::process::CREDENTIALS {
         cmd.env_remove(name);
     }
