@@ -695,6 +695,38 @@ fn without_a_file_watcher_the_signals_are_read_at_every_heartbeat() {
 }
 
 #[test]
+fn at_the_default_heartbeat_a_prompt_after_a_persons_answer_is_answered_as_it_appears() {
+    // The person answers a refused push with "No"; the agent's next prompt (an allowed command)
+    // comes at once, redrawn in place as Claude Code does — answered then, not a heartbeat later.
+    let push = json!({ "do": "prompt", "name": "push", "redraw": true, "keep": true, "expect": "3", "timeout": 60,
+        "text": " Bash command\n\n   git push --force origin main\n\u{1b}[38;5;246m   Publish it\u{1b}[39m\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again for this command\n   3. No\n\n Esc to cancel · Tab to amend\n" });
+    let (ws, _) = setup(json!([[push, claude_bash_prompt("next", "cargo test"), { "do": "idle" }]]), "");
+    let config = ws.read(".loopwright/config.toml").replace("heartbeat_seconds = 0.2", "heartbeat_seconds = 60");
+    ws.write(".loopwright/config.toml", &config);
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, body) = d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    wait_loop(&d, "s", "needs_human");
+    let (code, body) = d.post("/api/sessions/s/task-auto/keys", &json!({ "text": "3", "by": "alice" }));
+    assert_eq!(code, 200, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(50);
+    let at = |kind: &str, name: &str| {
+        agent_log(&ws).iter().find(|e| e["kind"] == kind && e["prompt"] == name).and_then(|e| e["at"].as_f64())
+    };
+    let (asked, answered) = loop {
+        if let (Some(a), Some(b)) = (at("asked", "next"), at("answer", "next")) {
+            break (a, b);
+        }
+        assert!(std::time::Instant::now() < deadline, "the next prompt was not answered: {:#?}", agent_log(&ws));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // Well under the minute's heartbeat: the look came with the screen.
+    assert!(answered - asked < 20.0, "answered {:.1} s after it appeared", answered - asked);
+    let (code, body) = d.delete("/api/sessions/s/task-auto");
+    assert_eq!(code, 200, "{body}");
+}
+
+#[test]
 fn two_loops_in_one_working_tree_are_refused_and_a_worktree_of_its_own_is_not() {
     let (ws, _) = setup(json!([[{ "do": "idle" }], [{ "do": "idle" }]]), "");
     let (code, _, err) = ws.run(&["auto", "init", "other", "--target", "Something else."]);
