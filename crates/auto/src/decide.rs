@@ -264,11 +264,7 @@ impl Step<'_> {
         let s = &mut self.p.status;
         match (s.status == LoopStatus::NeedsHuman, status == LoopStatus::NeedsHuman) {
             (false, true) => s.human_wait_since = Some(self.now),
-            (true, false) => {
-                if let Some(began) = s.human_wait_since.take() {
-                    s.human_paused_s += crate::state::seconds_between(began, self.now);
-                }
-            }
+            (true, false) => s.end_human_wait(self.now),
             _ => {}
         }
         s.status = status;
@@ -1052,9 +1048,7 @@ impl Step<'_> {
     }
 
     fn leave_wait(&mut self, why: &str) {
-        if let Some(began) = self.p.status.quota_wait_since.take() {
-            self.p.status.quota_paused_s += self.since(began);
-        }
+        self.p.status.end_quota_wait(self.now);
         self.p.status.quota_resets_at = None;
         self.set_status(LoopStatus::Running);
         self.journal(AutoEvent::QuotaResume { why: why.to_owned(), paused_s: self.p.status.quota_paused_s });
@@ -1074,12 +1068,8 @@ impl Step<'_> {
         }
         self.p.internal.ending = Some(ending);
         let status = ending.status(self.p.status.stop_reason);
-        if let Some(began) = self.p.status.quota_wait_since.take() {
-            self.p.status.quota_paused_s += self.since(began);
-        }
-        if let Some(began) = self.p.status.human_wait_since.take() {
-            self.p.status.human_paused_s += self.since(began);
-        }
+        self.p.status.end_quota_wait(self.now);
+        self.p.status.end_human_wait(self.now);
         self.p.status.quota_resets_at = None;
         self.p.internal.pending_typed = None;
         self.p.internal.restart_after = None;

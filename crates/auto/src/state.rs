@@ -175,6 +175,21 @@ pub struct AutoStatus {
 }
 
 impl AutoStatus {
+    /// Ends the current quota wait (if one runs) at `now`: its time joins `quota_paused_s`.
+    pub fn end_quota_wait(&mut self, now: Timestamp) {
+        if let Some(began) = self.quota_wait_since.take() {
+            self.quota_paused_s += seconds_between(began, now);
+        }
+    }
+
+    /// Ends the current wait for a person (if one runs) at `now`: its time joins
+    /// `human_paused_s`.
+    pub fn end_human_wait(&mut self, now: Timestamp) {
+        if let Some(began) = self.human_wait_since.take() {
+            self.human_paused_s += seconds_between(began, now);
+        }
+    }
+
     /// Seconds supervised at `now`, quota waits and waits for a person (past and current)
     /// excluded.
     pub fn elapsed_at(&self, now: Timestamp) -> f64 {

@@ -35,10 +35,13 @@ pub fn git_bytes(root: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
 
 /// True when `root` is the top of a git work tree.
 pub fn is_repo(root: &Path) -> bool {
-    git(root, &["rev-parse", "--show-toplevel"])
-        .ok()
-        .and_then(|top| Path::new(top.trim()).canonicalize().ok())
-        .is_some_and(|top| root.canonicalize().is_ok_and(|r| r == top))
+    toplevel(root).is_some_and(|top| root.canonicalize().is_ok_and(|r| r == top))
+}
+
+/// The top of the git work tree `dir` is in (each worktree its own), canonical; `None` outside
+/// git.
+pub fn toplevel(dir: &Path) -> Option<std::path::PathBuf> {
+    git(dir, &["rev-parse", "--show-toplevel"]).ok().and_then(|top| Path::new(top.trim()).canonicalize().ok())
 }
 
 /// Identity flags for a repository with no user configured (git refuses to commit otherwise).

@@ -327,17 +327,7 @@ pub struct Screen {
 /// The top of the git working tree `dir` is in (each worktree its own), or `dir` itself
 /// outside git.
 fn working_tree(dir: &Path) -> PathBuf {
-    let top = std::process::Command::new("git")
-        .args(["rev-parse", "--show-toplevel"])
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    let top = top.unwrap_or_else(|| dir.to_path_buf());
-    top.canonicalize().unwrap_or(top)
+    loopwright_runners::git::toplevel(dir).unwrap_or_else(|| dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()))
 }
 
 /// The live screen of session `session`'s agent, from its holder.
@@ -675,15 +665,7 @@ fn module_changes(dir: &Path, start: Option<&str>) -> loopwright_auto::report::C
         };
     };
     let root = working_tree(dir);
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .current_dir(&root)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-    };
+    let git = |args: &[&str]| loopwright_runners::git::git(&root, args).ok();
     let Some(stat) = git(&["diff", "--stat", start]) else {
         return Changes { unavailable: Some(format!("git could not compare with {start}")), ..Changes::default() };
     };

@@ -249,7 +249,8 @@ static PROMPTS: LazyLock<Vec<PromptPattern>> = LazyLock::new(|| {
 
 static NUMBERED_YES: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*1\.\s+(?:Yes|Allow)\b"));
 static NUMBERED_MENU: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*[12]\.\s+\S"));
-static MENU_ROW: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*\d+\.\s+\S"));
+/// A row of a numbered menu: its number and its label.
+static MENU_ROW: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*(\d+)\.\s+(\S.*?)\s*$"));
 static QUESTION: LazyLock<Regex> = LazyLock::new(|| re(r"\?\s*$"));
 
 struct QuotaPattern {
@@ -315,8 +316,6 @@ pub struct Choice {
     pub label: String,
 }
 
-static CHOICE: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*(\d+)\.\s+(.*?)\s*$"));
-
 /// The numbered choices drawn in `prompt`'s block of `screen` (the screen it was read from):
 /// empty for a prompt without a numbered menu (aider's `(Y)es/(N)o`).
 pub fn choices(screen: &str, prompt: &Prompt) -> Vec<Choice> {
@@ -325,7 +324,7 @@ pub fn choices(screen: &str, prompt: &Prompt) -> Vec<Choice> {
     let mut menu: Vec<Choice> = block
         .iter()
         .rev()
-        .map_while(|row| CHOICE.captures(row))
+        .map_while(|row| MENU_ROW.captures(row))
         .map(|c| Choice { key: c[1].to_owned(), label: c[2].to_owned() })
         .collect();
     menu.reverse();
