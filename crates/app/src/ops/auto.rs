@@ -671,7 +671,10 @@ fn module_changes(dir: &Path, start: Option<&str>) -> loopwright_auto::report::C
     };
     let lines = |s: Option<String>| s.map(|s| s.lines().map(str::to_owned).collect()).unwrap_or_default();
     let commits = lines(git(&["log", "--oneline", "--no-decorate", &format!("{start}..HEAD")]));
-    let untracked = lines(git(&["ls-files", "--others", "--exclude-standard"]));
+    // loopwright's own state (the journal, the holder's files) is not the agent's work.
+    let mine = |f: &String| f.starts_with(".loopwright/state/") || f.contains("/.loopwright/state/");
+    let mut untracked: Vec<String> = lines(git(&["ls-files", "--others", "--exclude-standard"]));
+    untracked.retain(|f| !mine(f));
     Changes { commits, stat, untracked, unavailable: None }
 }
 

@@ -211,12 +211,24 @@ struct Session {
     api: Api,
     /// `auto start`, until [`Session::finish`] takes it.
     supervisor: std::cell::RefCell<Option<std::process::Child>>,
+    /// The daemon supervising the loop, when it was started through one.
+    daemon: Option<crate::daemon::Daemon>,
     /// Where onboarding is done, the key approved and the workspace trusted.
     _home: tempfile::TempDir,
 }
 
 impl Session {
+    /// Supervised by a foreground `auto start`.
     fn start(claude: &Path, script: impl FnOnce(&Path) -> Script) -> Self {
+        Self::begin(claude, script, false)
+    }
+
+    /// Supervised by `loopwright serve`, the loop started through its API (session `mod`).
+    fn served(claude: &Path, script: impl FnOnce(&Path) -> Script) -> Self {
+        Self::begin(claude, script, true)
+    }
+
+    fn begin(claude: &Path, script: impl FnOnce(&Path) -> Script, served: bool) -> Self {
         let ws = Ws::empty();
         ws.write(
             ".loopwright/config.toml",
@@ -239,17 +251,28 @@ impl Session {
             "customApiKeyResponses": {"approved": [&key[key.len() - 20..]], "rejected": []},
             "projects": {root.display().to_string(): {"hasTrustDialogAccepted": true, "allowedTools": []}}});
         std::fs::write(home.path().join(".claude.json"), seed.to_string()).expect("seed");
-
+        let base_url = format!("http://127.0.0.1:{}", api.port);
+        let home_dir = home.path().display().to_string();
+        let env = [
+            ("HOME", home_dir.as_str()),
+            ("ANTHROPIC_BASE_URL", base_url.as_str()),
+            ("ANTHROPIC_API_KEY", key),
+            ("DISABLE_TELEMETRY", "1"),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("CLAUDE_CODE_DISABLE_TERMINAL_TITLE", "1"),
+            ("LANG", "C.UTF-8"),
+        ];
+        if served {
+            let daemon = crate::daemon::Daemon::start_env(&ws, &[], &env);
+            let (code, body) =
+                daemon.post("/api/sessions/mod/task-auto", &json!({ "taskDir": "mod", "agent": "claude" }));
+            assert_eq!(code, 201, "{body}");
+            return Self { ws, api, supervisor: std::cell::RefCell::new(None), daemon: Some(daemon), _home: home };
+        }
         let supervisor = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
             .args(["auto", "start", "mod", "--agent", "claude"])
             .current_dir(ws.path())
-            .env("HOME", home.path())
-            .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{}", api.port))
-            .env("ANTHROPIC_API_KEY", key)
-            .env("DISABLE_TELEMETRY", "1")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("CLAUDE_CODE_DISABLE_TERMINAL_TITLE", "1")
-            .env("LANG", "C.UTF-8")
+            .envs(env)
             .env_remove("TMUX")
             .env_remove("ANTHROPIC_AUTH_TOKEN")
             .stdin(std::process::Stdio::null())
@@ -257,7 +280,7 @@ impl Session {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("auto start");
-        Self { ws, api, supervisor: std::cell::RefCell::new(Some(supervisor)), _home: home }
+        Self { ws, api, supervisor: std::cell::RefCell::new(Some(supervisor)), daemon: None, _home: home }
     }
 
     /// The loop's journal (empty until the supervisor created it).
@@ -481,4 +504,125 @@ fn the_real_claude_code_s_approval_row_and_a_quoted_commit_message_are_answered(
     let shown = session.shown();
     let (code, out, err) = session.finish();
     assert!(code == 3 || code == 4, "{code}: {out}\n{err}\n{shown}");
+}
+
+/// Seconds between two journal entries' `at`.
+fn seconds_between(from: &Value, to: &Value) -> f64 {
+    let at = |e: &Value| e["at"].as_str().unwrap_or_default().parse::<jiff::Timestamp>().expect("an entry's time");
+    (at(to) - at(from)).total(jiff::Unit::Second).expect("seconds")
+}
+
+/// A person at a refused `rm -rf`, the loop under the daemon at its default heartbeat (60 s):
+/// a sentence with Enter is refused through the API and `auto send` (the menu's highlighted
+/// "Yes" never takes it), so is a "Yes" that does not name the command; the menu's own "No" is
+/// typed, then their instruction; the command the model asks for next is answered as soon as it
+/// is drawn, not at the next heartbeat; the report says who answered what.
+#[test]
+fn a_persons_no_at_the_real_claude_code_never_approves_and_the_next_prompt_is_answered_at_once() {
+    let Some(claude) = claude_code() else { return };
+    let bash = |id: &str, command: &str, description: &str| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"command": command, "description": description}});
+    let remove = bash("toolu_rm", "rm -rf canary", "Remove the old folder");
+    let instead = bash("toolu_echo", "echo after > after.txt", "Write the marker");
+    let script: Script = Box::new(move |body| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = messages.last().map(Value::to_string).unwrap_or_default();
+        if body["tools"].as_array().is_none_or(Vec::is_empty) {
+            return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+        }
+        if last.contains("toolu_echo") {
+            return ("done", stream(&[json!({"type": "text", "text": "Marker written."})], "end_turn"));
+        }
+        if last.contains("write after.txt instead") {
+            return ("instead", stream(&[instead.clone()], "tool_use"));
+        }
+        if messages.iter().any(|m| m["role"] == "assistant") {
+            return ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"));
+        }
+        ("first", stream(&[remove.clone()], "tool_use"))
+    });
+    let session = Session::served(&claude, |_| script);
+    let (ws, d) = (&session.ws, session.daemon.as_ref().expect("a daemon"));
+    ws.write("canary/keep.txt", "keep\n");
+    wait_until("the refused prompt", 60, || session.kinds().contains(&"needs_human".to_owned()), || session.shown());
+    let keys = |body: Value| d.post("/api/sessions/mod/task-auto/keys", &body);
+
+    // A sentence with Enter at the menu: refused with the menu's own choices, nothing typed.
+    let choices = "1. Yes · 2. Yes, and always allow access to canary/ from this project · 3. No";
+    let (code, body) = keys(json!({ "text": "no, do not delete it", "enter": true, "by": "alice" }));
+    assert_eq!(code, 409, "{body}");
+    assert!(body.to_string().contains(choices), "{body}");
+    let (code, _, err) = ws.run(&["auto", "send", "mod", "no, do not delete it", "--enter"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(choices), "{err}");
+    // "Yes" without naming the command: refused too.
+    let (code, body) = keys(json!({ "text": "1", "by": "alice" }));
+    assert_eq!(code, 409, "{body}");
+    assert!(body.to_string().contains("choice 1 (Yes) approves `rm -rf canary`, which the policy refused"), "{body}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(ws.read("canary/keep.txt"), "keep\n", "{}", session.shown());
+    let (code, shown) = d.get("/api/sessions/mod/task-auto/screen");
+    assert_eq!(code, 200, "{shown}");
+    assert_eq!(
+        shown["choices"],
+        json!([{"key": "1", "label": "Yes"}, {"key": "2", "label": "Yes, and always allow access to canary/ from this project"}, {"key": "3", "label": "No"}])
+    );
+
+    // The menu's "No", then what to do instead: typed where Claude Code takes text.
+    let (code, body) = keys(json!({ "text": "3", "by": "alice" }));
+    assert_eq!(code, 200, "{body}");
+    wait_until(
+        "Claude Code asking what to do instead",
+        20,
+        || session.screen()["screen"].as_str().unwrap_or_default().contains("What should Claude do instead?"),
+        || session.shown(),
+    );
+    let (code, body) = keys(json!({ "text": "Keep it; write after.txt instead.", "enter": true, "by": "alice" }));
+    assert_eq!(code, 200, "{body}");
+    wait_until("the marker", 40, || ws.path().join("after.txt").exists(), || session.shown());
+    assert_eq!(ws.read("canary/keep.txt"), "keep\n");
+
+    let entries = session.journal();
+    let typed: Vec<(&str, &str)> = entries
+        .iter()
+        .filter(|e| e["kind"] == "keys" && e["data"]["why"] != "first message")
+        .map(|e| (e["data"]["why"].as_str().unwrap_or_default(), e["data"]["keys"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        typed,
+        [
+            ("typed by alice: choice 3 (No)", "3"),
+            ("typed by alice", "Keep it; write after.txt instead.⏎"),
+            ("command prompt", "1")
+        ],
+        "{}",
+        session.shown()
+    );
+    let person = entries.iter().rfind(|e| e["data"]["why"] == "typed by alice").expect("the instruction");
+    let answered = entries.iter().rfind(|e| e["data"]["why"] == "command prompt").expect("the answer");
+    // The model's turn and the prompt's drawing lie between: seconds, not the minute's heartbeat.
+    let took = seconds_between(person, answered);
+    eprintln!("instruction typed → the next command answered: {took:.2} s");
+    assert!(took < 20.0, "answered {took:.1} s after the instruction\n{}", session.shown());
+
+    let (code, report, err) = ws.run(&["auto", "report", "mod"]);
+    assert_eq!(code, 0, "{err}");
+    let section = |title: &str| {
+        let from = report.find(&format!("## {title}\n\n")).unwrap_or_else(|| panic!("no {title}: {report}"));
+        let body = &report[from + title.len() + 5..];
+        body[..body.find("\n\n").unwrap_or(body.len())]
+            .lines()
+            .map(|l| l.trim_start_matches("- ").to_owned())
+            .collect::<Vec<_>>()
+    };
+    // Each line after its time: what was answered, by whom; the agent's files, not loopwright's.
+    let answers: Vec<String> =
+        section("What people answered").iter().map(|l| l[l.find(' ').unwrap_or(0)..].trim().to_owned()).collect();
+    assert_eq!(
+        answers,
+        ["alice answered choice 3 (No)", "alice typed `Keep it; write after.txt instead.⏎`"],
+        "{report}"
+    );
+    assert_eq!(section("Changes in the working tree"), ["new: `after.txt`", "new: `canary/keep.txt`"], "{report}");
+    let (code, body) = d.delete("/api/sessions/mod/task-auto");
+    assert_eq!(code, 200, "{body}");
 }
