@@ -533,12 +533,12 @@ fn a_persons_no_at_the_real_claude_code_never_approves_and_the_next_prompt_is_an
             return ("done", stream(&[json!({"type": "text", "text": "Marker written."})], "end_turn"));
         }
         if last.contains("write after.txt instead") {
-            return ("instead", stream(&[instead.clone()], "tool_use"));
+            return ("instead", stream(std::slice::from_ref(&instead), "tool_use"));
         }
         if messages.iter().any(|m| m["role"] == "assistant") {
             return ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"));
         }
-        ("first", stream(&[remove.clone()], "tool_use"))
+        ("first", stream(std::slice::from_ref(&remove), "tool_use"))
     });
     let session = Session::served(&claude, |_| script);
     let (ws, d) = (&session.ws, session.daemon.as_ref().expect("a daemon"));
