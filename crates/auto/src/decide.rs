@@ -802,6 +802,7 @@ impl Step<'_> {
                 let about = match &prompt.subject {
                     Subject::Command(c) => format!("command:\n{c}\n\n"),
                     Subject::Files(f) => format!("files: {}\n\n", f.join(", ")),
+                    Subject::Url(u) => format!("address: {u}\n\n"),
                     Subject::Unseen => String::new(),
                 };
                 self.p.status.needs_human = Some(format!("{reason}\n{about}{}", prompt.excerpt));

@@ -327,6 +327,7 @@ impl AutoEvent {
             Self::NeedsHuman { reason, subject, .. } => match subject {
                 Subject::Command(c) => format!("needs a person: {reason} — `{}`", first_line(c)),
                 Subject::Files(f) => format!("needs a person: {reason} — {}", f.join(", ")),
+                Subject::Url(u) => format!("needs a person: {reason} — {u}"),
                 Subject::Unseen => format!("needs a person: {reason}"),
             },
             Self::Stall { captures, .. } => format!("stalled ({captures} unchanged looks)"),

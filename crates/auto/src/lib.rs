@@ -58,9 +58,10 @@ impl Settings {
         for name in &self.config.answer {
             classes.insert(
                 screen::PromptClass::parse(name)
-                    .ok_or_else(|| format!("[auto] answer: unknown prompt class {name:?} (expected one of edit, command, trust, yes_no, continuation, quota_menu)"))?,
+                    .ok_or_else(|| format!("[auto] answer: unknown prompt class {name:?} (expected one of edit, command, fetch, trust, yes_no, continuation, quota_menu)"))?,
             );
         }
-        policy::Policy::new(classes, &self.config.deny, &self.config.policy.allow)
+        policy::Policy::new(classes, &self.config.deny, &self.config.policy.allow)?
+            .with_fetch(&self.config.policy.fetch)
     }
 }

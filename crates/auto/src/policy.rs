@@ -320,6 +320,8 @@ pub struct Policy {
     answer: BTreeSet<PromptClass>,
     deny: Vec<(String, Regex)>,
     allow: Vec<Vec<String>>,
+    /// Hosts a fetch prompt is answered for (each also allows its subdomains).
+    fetch: Vec<String>,
 }
 
 impl Default for Policy {
@@ -354,7 +356,7 @@ impl Policy {
         }
         let mut answer = answer;
         answer.remove(&PromptClass::Unclear);
-        Ok(Self { answer, deny, allow })
+        Ok(Self { answer, deny, allow, fetch: Vec::new() })
     }
 
     /// The classes answered.
@@ -367,6 +369,7 @@ impl Policy {
         let subject_text = match &prompt.subject {
             Subject::Command(c) => c.clone(),
             Subject::Files(f) => f.join("\n"),
+            Subject::Url(u) => u.clone(),
             Subject::Unseen => String::new(),
         };
         if let Some((words, _)) =
@@ -390,11 +393,44 @@ impl Policy {
                 "the file this edit prompt ({}) is about is not shown where it can be read",
                 prompt.pattern
             )),
+            (PromptClass::Fetch, Subject::Url(url)) => self.judge_fetch(url),
+            (PromptClass::Fetch, _) => Err(format!(
+                "the address this fetch prompt ({}) is about is not shown where it can be read",
+                prompt.pattern
+            )),
             _ => Ok(()),
         };
         match verdict {
             Ok(()) => Decision::Answer(prompt.key.clone()),
             Err(why) => Decision::Refuse(why),
+        }
+    }
+
+    /// The same policy, answering fetch prompts for `hosts` (names like `docs.rs`; each allows
+    /// its subdomains too). None by default: a fetch goes to a person.
+    pub fn with_fetch(mut self, hosts: &[String]) -> Result<Self, String> {
+        for host in hosts {
+            let name = host.trim().to_ascii_lowercase();
+            let valid = !name.is_empty()
+                && name.split('.').all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+            if !valid {
+                return Err(format!(
+                    "[auto.policy] fetch: {host:?} is not a host name (expected a name like \"docs.rs\", without scheme, port or path)"
+                ));
+            }
+            self.fetch.push(name);
+        }
+        Ok(self)
+    }
+
+    /// Whether the page at `url` may be fetched without a person: `Err` says why not.
+    pub fn judge_fetch(&self, url: &str) -> Result<(), String> {
+        let host = url_host(url).ok_or_else(|| format!("`{url}` has no host that can be read"))?.to_ascii_lowercase();
+        let allowed = self.fetch.iter().any(|h| host == *h || host.ends_with(&format!(".{h}")));
+        if allowed {
+            Ok(())
+        } else {
+            Err(format!("fetching `{url}`: {host} is not a host answered for ([auto.policy] fetch)"))
         }
     }
 
@@ -532,6 +568,21 @@ fn judge_word(word: &str, data: bool) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The host of an `http(s)://` address (without port), or `None` when it has none or names a
+/// user (`https://docs.rs@evil.example/`).
+pub fn url_host(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"))?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    if authority.contains('@') || authority.contains('\\') {
+        return None;
+    }
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority, |(h, port)| if port.chars().all(|c| c.is_ascii_digit()) { h } else { authority });
+    let valid = !host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    valid.then_some(host)
 }
 
 /// Every file an edit prompt names must be one loopwright itself would write.

@@ -258,7 +258,7 @@ pub struct AutoConfig {
     /// Minutes the provider may keep refusing (429, 529, overloaded) with backoff before the
     /// loop ends `blocked`, saying so: provider trouble is a wait, never a stall.
     pub provider_wait_minutes: f64,
-    /// Prompt classes answered: edit, command, trust, yes_no, continuation, quota_menu.
+    /// Prompt classes answered: edit, command, fetch, trust, yes_no, continuation, quota_menu.
     pub answer: Vec<String>,
     /// More regular expressions of commands never approved (added to the built-in list).
     pub deny: Vec<String>,
@@ -277,6 +277,9 @@ pub struct AutoPolicy {
     /// More commands allowed, as argv prefixes written as shell words (`"cargo xtask lint"`),
     /// added to the built-in ones (tests, builds, linters, read-only git).
     pub allow: Vec<String>,
+    /// Hosts whose pages an agent may fetch without a person (`"docs.rs"`; each allows its
+    /// subdomains). None by default.
+    pub fetch: Vec<String>,
 }
 
 impl AutoConfig {
@@ -350,7 +353,9 @@ impl Default for AutoConfig {
             quota_jitter_seconds: 30.0,
             quota_fallback_minutes: 60.0,
             provider_wait_minutes: 60.0,
-            answer: ["edit", "command", "trust", "yes_no", "continuation", "quota_menu"].map(str::to_owned).to_vec(),
+            answer: ["edit", "command", "fetch", "trust", "yes_no", "continuation", "quota_menu"]
+                .map(str::to_owned)
+                .to_vec(),
             deny: vec![],
             policy: AutoPolicy::default(),
             rows: 40,

@@ -447,6 +447,7 @@ fn confirm_yes(
     let what = match &prompt.subject {
         Subject::Command(c) => c.clone(),
         Subject::Files(f) => f.join(" "),
+        Subject::Url(u) => u.clone(),
         Subject::Unseen => String::new(),
     };
     let named = |c: &str| c.split_whitespace().eq(what.split_whitespace());

@@ -27,6 +27,8 @@ pub enum PromptClass {
     Edit,
     /// Run a command or call a tool.
     Command,
+    /// Fetch a web page (Claude Code's WebFetch).
+    Fetch,
     /// Trust the workspace folder.
     Trust,
     /// A generic yes/no question.
@@ -41,14 +43,15 @@ pub enum PromptClass {
 
 impl PromptClass {
     /// Every class a policy may allow.
-    pub const ALL: [Self; 6] =
-        [Self::Edit, Self::Command, Self::Trust, Self::YesNo, Self::Continuation, Self::QuotaMenu];
+    pub const ALL: [Self; 7] =
+        [Self::Edit, Self::Command, Self::Fetch, Self::Trust, Self::YesNo, Self::Continuation, Self::QuotaMenu];
 
     /// The name in config and the journal.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Edit => "edit",
             Self::Command => "command",
+            Self::Fetch => "fetch",
             Self::Trust => "trust",
             Self::YesNo => "yes_no",
             Self::Continuation => "continuation",
@@ -95,6 +98,8 @@ pub enum Subject {
     Command(String),
     /// The files an edit changes, as the CLI names them.
     Files(Vec<String>),
+    /// The address a fetch prompt asks to read.
+    Url(String),
     /// Not shown where this CLI puts it, cut off at the top of what is kept, or a prompt that
     /// is about neither: a command or an edit prompt with it is never answered.
     #[default]
@@ -211,6 +216,7 @@ static PROMPTS: LazyLock<Vec<PromptPattern>> = LazyLock::new(|| {
         p("claude.trust@2.1", Trust, r"Do you trust the files in this folder\?|Yes, I trust this folder", None),
         p("claude.edit@2.1", Edit, r"Do you want to (?:create|make this edit to|overwrite|delete) .+\?", None),
         p("claude.command@2.1", Command, r"Do you want to proceed\?", None),
+        p("claude.fetch@2.1", Fetch, r"Do you want to allow Claude to fetch this content\?", None),
         p("claude.allow@2.0", Command, r"^\s*(?:❯\s*)?1\. Allow\s*$", None),
         // Codex (codex-rs approval overlay).
         p("codex.command@0.5", Command, r"Would you like to run the following command\?", Some("y")),

@@ -17,6 +17,8 @@ static CLAUDE_EDIT_HEADER: LazyLock<Regex> =
     LazyLock::new(|| re(r"^\s*(?:Create|Edit|Overwrite|Update|Delete|Write) file\s*$"));
 static CLAUDE_EDIT_QUESTION: LazyLock<Regex> =
     LazyLock::new(|| re(r"Do you want to (?:create|make this edit to|overwrite|delete) (.+)\?\s*$"));
+static CLAUDE_FETCH_URL: LazyLock<Regex> = LazyLock::new(|| re(r#"^\s+url: "(https?://[^"\s]+)""#));
+static CLAUDE_FETCH_HOST: LazyLock<Regex> = LazyLock::new(|| re(r"^\s+Claude wants to fetch content from (\S+)\s*$"));
 static CODEX_FILE: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(\S+) \(\+\d+ -\d+\)\s*$"));
 /// A row that ends a prompt's block: a frame's rule, a question, a menu.
 static BOUNDARY: LazyLock<Regex> =
@@ -28,6 +30,7 @@ pub(super) fn of(id: &str, rows: &[&str], faces: &[Face], at: usize) -> Subject 
     let read = match id {
         "claude.command@2.1" => claude_command(rows, faces, at),
         "claude.edit@2.1" => claude_edit(rows, at),
+        "claude.fetch@2.1" => claude_fetch(rows, at),
         "codex.command@0.5" => codex_command(rows, at),
         "codex.edit@0.5" => codex_edit(rows, at),
         "aider.command@0.8" => block_above(rows, at).map(|lines| Subject::Command(lines.join("\n"))),
@@ -109,6 +112,20 @@ fn header_above(rows: &[&str], at: usize, is_header: impl Fn(&str) -> bool) -> O
         }
     }
     None
+}
+
+/// Claude Code's WebFetch prompt: a ` Fetch` header, the tool's input (`url: "…", prompt:
+/// "…"`, the model's words, perhaps over several rows), then Claude Code's own `Claude wants
+/// to fetch content from HOST` as the last row before the question. The address is taken only
+/// when the first row starts with it and its host is the one Claude Code names.
+fn claude_fetch(rows: &[&str], at: usize) -> Option<Subject> {
+    let header = header_above(rows, at, |r| r.trim() == "Fetch")?;
+    let filled: Vec<usize> = (header + 1..at).filter(|&i| !rows[i].trim().is_empty()).collect();
+    let (&first, &last) = (filled.first()?, filled.last()?);
+    let url = CLAUDE_FETCH_URL.captures(rows[first])?.get(1)?.as_str();
+    let named = CLAUDE_FETCH_HOST.captures(rows[last])?.get(1)?.as_str();
+    let host = crate::policy::url_host(url)?;
+    (first != last && host.eq_ignore_ascii_case(named)).then(|| Subject::Url(url.to_owned()))
 }
 
 /// The first menu row below the question at `at`.

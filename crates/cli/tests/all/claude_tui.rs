@@ -626,3 +626,62 @@ fn a_persons_no_at_the_real_claude_code_never_approves_and_the_next_prompt_is_an
     let (code, body) = d.delete("/api/sessions/mod/task-auto");
     assert_eq!(code, 200, "{body}");
 }
+
+/// Claude Code 2.1.197's edit prompt for a file it read is answered; its WebFetch prompt is
+/// read as a fetch of the address it shows, and with no host allowed goes to a person.
+#[test]
+fn the_real_claude_code_s_edit_is_answered_and_its_fetch_waits_for_a_person() {
+    let Some(claude) = claude_code() else { return };
+    let tool = |id: &str, name: &str, input: Value| json!({"type": "tool_use", "id": id, "name": name, "input": input});
+    let read = tool("toolu_read", "Read", json!({"file_path": "notes.txt"}));
+    let edit = tool("toolu_edit", "Edit", json!({"file_path": "notes.txt", "old_string": "old", "new_string": "new"}));
+    let fetch = tool("toolu_web", "WebFetch", json!({"url": "https://example.com/docs", "prompt": "Summarise"}));
+    let script: Script = Box::new(move |body| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = messages.last().map(Value::to_string).unwrap_or_default();
+        if body["tools"].as_array().is_none_or(Vec::is_empty) {
+            return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+        }
+        let (kind, next) = if last.contains("toolu_edit") {
+            ("fetch", &fetch)
+        } else if last.contains("toolu_read") {
+            ("edit", &edit)
+        } else if messages.iter().any(|m| m["role"] == "assistant") {
+            return ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"));
+        } else {
+            ("first", &read)
+        };
+        (kind, stream(std::slice::from_ref(next), "tool_use"))
+    });
+    let session = Session::served(&claude, |_| script);
+    session.ws.write("notes.txt", "old line\n");
+    wait_until("the fetch decided on", 60, || session.kinds().contains(&"needs_human".to_owned()), || session.shown());
+    assert_eq!(session.ws.read("notes.txt"), "new line\n");
+    let entries = session.journal();
+    let answered: Vec<(&str, &str)> = entries
+        .iter()
+        .filter(|e| e["kind"] == "keys" && e["data"]["why"] != "first message")
+        .map(|e| (e["data"]["why"].as_str().unwrap_or_default(), e["data"]["keys"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(answered, [("edit prompt", "1")], "{}", session.shown());
+    let asked = entries.iter().find(|e| e["kind"] == "needs_human").expect("needs_human");
+    assert_eq!(
+        (&asked["data"]["pattern"], &asked["data"]["subject"], &asked["data"]["reason"]),
+        (
+            &json!("claude.fetch@2.1"),
+            &json!({"kind": "url", "value": "https://example.com/docs"}),
+            &json!("fetching `https://example.com/docs`: example.com is not a host answered for ([auto.policy] fetch)")
+        ),
+        "{asked:#}"
+    );
+    let d = session.daemon.as_ref().expect("a daemon");
+    let (code, shown) = d.get("/api/sessions/mod/task-auto/screen");
+    assert_eq!(code, 200, "{shown}");
+    assert_eq!(
+        shown["choices"],
+        json!([{"key": "1", "label": "Yes"}, {"key": "2", "label": "Yes, and don't ask again for example.com"},
+            {"key": "3", "label": "No, and tell Claude what to do differently (esc)"}])
+    );
+    let (code, body) = d.delete("/api/sessions/mod/task-auto");
+    assert_eq!(code, 200, "{body}");
+}
