@@ -107,6 +107,16 @@ stages:
   for (let i = 0; i < 400; i++) spin.push({ do: 'spin', seconds: 0.3 }, { do: 'check_stop' });
   write('scenario.json', JSON.stringify({ task_dir: path.join(ws, 'mod'), log: path.join(ws, 'agent.log'), runs: [spin] }));
   write('.loopwright/agents/fake.md', `---\nrunner: command\ncommand: ["python3", "${path.join(root, 'crates/cli/tests/all/fake_agent.py')}", "${path.join(ws, 'scenario.json')}"]\n---\nA scripted agent.\n`);
+  // A second agent: a long output (the live screen must open at its newest rows), then Claude
+  // Code's Bash prompt for a command the policy refuses, kept on screen until a key comes.
+  const menuPrompt = ' Bash command\n\n   rm -rf canary\n\u001b[38;5;246m   Remove the old folder\u001b[39m\n\n'
+    + ' Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and always allow access to canary/ from this project\n   3. No\n\n Esc to cancel · Tab to amend\n';
+  const output = Array.from({ length: 60 }, (_, i) => `  ⎿  output line ${i + 1}`).join('\n');
+  write('menu.json', JSON.stringify({ task_dir: path.join(ws, 'menu'), log: path.join(ws, 'menu.log'),
+    runs: [[{ do: 'print', text: output }, { do: 'prompt', name: 'rm', keep: true, text: menuPrompt, timeout: 300 }, { do: 'idle' }]] }));
+  write('.loopwright/agents/menu.md', `---\nrunner: command\ncommand: ["python3", "${path.join(root, 'crates/cli/tests/all/fake_agent.py')}", "${path.join(ws, 'menu.json')}"]\n---\nA scripted agent at a menu.\n`);
+  write('canary/keep.txt', 'keep\n');
+  execFileSync(bin, ['auto', 'init', 'menu', '--target', 'Tidy the old folder.'], { cwd: ws });
   execFileSync(bin, ['auto', 'init', 'mod', '--target', 'Add a greeting file.'], { cwd: ws });
   execFileSync(bin, ['auto', 'init', 'empty'], { cwd: ws });
   execFileSync('git', ['init', '-q', '-b', 'main'], { cwd: ws });
@@ -441,6 +451,71 @@ browserTest('auto mode: a loop started from the panel with the defaults shown, i
   assert.match(await page.innerText('pre.report'), /## Steps\n\nNo step reported\./);
   await page.setViewportSize({ width: 390, height: 844 });
   assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the summary is wider than a phone');
+});
+
+browserTest('auto mode: a menu is answered with its own choices; a yes to a refused command needs it typed', async (newPage) => {
+  const started = await api('POST', '/api/sessions/menu/task-auto', { taskDir: 'menu', agent: 'menu' });
+  assert.equal(started.status, 201, JSON.stringify(started.body));
+  const page = await newPage();
+  await page.goto(`${base}/auto`);
+  const card = page.locator('#loop-menu');
+  await card.locator('[data-field="status"]', { hasText: 'needs you' }).waitFor();
+  // The menu's own choices, as the CLI labels them, and no text box that Enter would turn
+  // into the highlighted "Yes".
+  const choices = card.locator('.choices button[data-choice]');
+  await choices.first().waitFor();
+  assert.deepEqual(await choices.allInnerTexts(),
+    ['1. Yes', '2. Yes, and always allow access to canary/ from this project', '3. No']);
+  assert.equal(await card.locator('form.keys-form').count(), 0);
+  // The live screen opens at its newest rows (the prompt), not at the top of the output.
+  const terminal = card.locator('pre.terminal');
+  // Read in one go in the page: the card is replaced by a fresh one every second.
+  const atBottom = () => page.evaluate(() => {
+    const t = document.querySelector('#loop-menu pre.terminal');
+    return t.scrollHeight > t.clientHeight && t.scrollTop + t.clientHeight >= t.scrollHeight - 4;
+  });
+  assert.ok(await atBottom(), 'the live screen opened at its top');
+  await page.waitForTimeout(1500);
+  assert.ok(await atBottom(), 'a refresh scrolled the live screen back to its top');
+  // Drawn with glyphs the page's font has: Claude Code's ⎿ would be a box.
+  assert.match(await terminal.innerText(), /└  output line 60/);
+  await page.evaluate(() => document.querySelector('#loop-menu .needs').scrollIntoView());
+  await shot(page, 'dashboard-auto-menu.png');
+  // On a phone the choices are within a screen of the "Needs you" heading, not below the excerpt.
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the auto page is wider than a phone');
+  const reach = await page.evaluate(() => document.querySelector('#loop-menu .choices').getBoundingClientRect().bottom
+    - document.querySelector('#loop-menu .needs').getBoundingClientRect().top);
+  assert.ok(reach < 700, `the choices end ${reach} px below the heading`);
+  await page.evaluate(() => document.querySelector('#loop-menu .needs').scrollIntoView());
+  await shot(page, 'dashboard-auto-menu-phone.png');
+  await page.setViewportSize({ width: 1280, height: 800 });
+  // "Yes": the page asks for the command; cancelled, nothing is typed.
+  const dialogs = [];
+  const answerWith = (typed) => page.once('dialog', (d) => { dialogs.push(d.message()); typed === null ? d.dismiss() : d.accept(typed); });
+  answerWith(null);
+  await choices.nth(0).click();
+  await page.locator('#notice', { hasText: 'menu: not answered' }).waitFor();
+  assert.match(dialogs[0], /approves `rm -rf canary`, which the policy refused/);
+  // Another command typed: refused by the server, said on the page, nothing typed.
+  answerWith('rm -rf other');
+  await choices.nth(0).click();
+  await page.locator('#notice', { hasText: 'confirm by repeating it' }).waitFor();
+  const log = () => fs.readFileSync(path.join(ws, 'menu.log'), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  assert.deepEqual(log().filter((e) => e.kind === 'answer'), [], 'a key reached the agent');
+  // "No": typed alone, journaled with the person's name.
+  await choices.nth(2).click();
+  await page.locator('#notice', { hasText: 'menu: answered 3. No' }).waitFor();
+  for (let i = 0; i < 50 && !log().some((e) => e.kind === 'answer'); i++) await page.waitForTimeout(100);
+  assert.deepEqual(log().filter((e) => e.kind === 'answer').map((e) => e.keys), ['3']);
+  assert.equal(fs.readFileSync(path.join(ws, 'canary/keep.txt'), 'utf8'), 'keep\n');
+  const journal = await api('GET', '/api/sessions/menu/task-auto/log');
+  assert.equal(journal.status, 200);
+  const typed = journal.body.filter((e) => e.kind === 'keys' && e.data.why.startsWith('typed by')).map((e) => [e.data.keys, e.data.why]);
+  assert.equal(typed.length, 1, JSON.stringify(typed));
+  assert.match(typed[0][1], /^typed by .+: choice 3 \(No\)$/);
+  const stopped = await api('DELETE', '/api/sessions/menu/task-auto');
+  assert.equal(stopped.status, 200);
 });
 
 /** A fresh browser (no cookie) at `width`×`height`, signed in with `personToken` when given. */

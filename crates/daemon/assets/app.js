@@ -76,7 +76,18 @@
     const nextComment = $('#answer-comment', next);
     if (comment && nextComment) nextComment.value = comment.value;
     const key = current.contains(document.activeElement) ? focusKey(document.activeElement) : null;
+    // A live screen follows its agent (its newest rows at the bottom), unless the reader
+    // scrolled up in it: then it stays where they are.
+    const scrolled = new Map();
+    current.querySelectorAll('pre.terminal').forEach((t) => {
+      const owner = t.closest('[id]');
+      if (owner && t.scrollTop + t.clientHeight < t.scrollHeight - 4) scrolled.set(owner.id, t.scrollTop);
+    });
     current.replaceWith(next);
+    next.querySelectorAll('pre.terminal').forEach((t) => {
+      const owner = t.closest('[id]');
+      t.scrollTop = owner && scrolled.has(owner.id) ? scrolled.get(owner.id) : t.scrollHeight;
+    });
     localTimes(next);
     if (key) { const again = $(key); if (again) again.focus(); }
   }
@@ -97,6 +108,8 @@
     });
   }
   localTimes(document);
+  // A live screen opens at its newest rows.
+  document.querySelectorAll('pre.terminal').forEach((t) => { t.scrollTop = t.scrollHeight; });
 
   function swapBadge(doc) {
     const badge = $('#badge');

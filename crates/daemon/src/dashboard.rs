@@ -1165,6 +1165,8 @@ struct LoopView {
     checks_to_approve: Vec<String>,
     stop_reason: Option<&'static str>,
     needs_human: Option<String>,
+    /// Its first line: why the policy did not answer (shown above the choices).
+    needs_why: Option<String>,
     checks: Vec<loopwright_auto::state::CheckRun>,
     screen: Option<String>,
     /// The menu the agent shows, as (key, label): a person answers with one of them.
@@ -1289,8 +1291,8 @@ fn auto_view(
         .is_some_and(|e| matches!(e, AutoEvent::QuotaWait { wait: WaitKind::RateLimit, .. }));
     let (status_word, status_class, icon) = match l.status {
         LoopStatus::NeedsHuman => ("needs you", "waiting", "⚑"),
-        LoopStatus::QuotaWait if waiting_for_rate => ("rate limited", "waiting", "⏸"),
-        LoopStatus::QuotaWait => ("quota wait", "waiting", "⏸"),
+        LoopStatus::QuotaWait if waiting_for_rate => ("rate limited", "waiting", "‖"),
+        LoopStatus::QuotaWait => ("quota wait", "waiting", "‖"),
         LoopStatus::Complete => ("complete", "success", "✓"),
         LoopStatus::Blocked => ("blocked", "failed", "✗"),
         LoopStatus::Stopped => ("stopped", "cancelled", "⊘"),
@@ -1335,9 +1337,10 @@ fn auto_view(
         rate_limited: waiting_for_rate,
         checks_to_approve: l.checks_to_approve.clone(),
         stop_reason: l.stop_reason.map(|r| r.as_str()),
-        needs_human: l.needs_human.clone(),
+        needs_human: l.needs_human.as_deref().map(legible),
+        needs_why: l.needs_human.as_deref().and_then(|n| n.lines().next()).map(legible),
         checks: l.checks.clone(),
-        screen: screen.as_ref().map(|s| s.screen.clone()),
+        screen: screen.as_ref().map(|s| legible(&s.screen)),
         choices: screen
             .as_ref()
             .map(|s| s.choices.iter().map(|c| (c.key.clone(), c.label.clone())).collect())
@@ -1348,6 +1351,24 @@ fn auto_view(
     }
 }
 
+/// The agent's screen as the dashboard draws it: the few glyphs agent CLIs draw that common
+/// monospace fonts lack (Claude Code's `⎿` and `⏺`; DejaVu Sans Mono has none of them, so a
+/// reader saw boxes) drawn with the nearest glyph those fonts have.
+fn legible(screen: &str) -> String {
+    screen
+        .chars()
+        .map(|c| match c {
+            '⎿' => '└',
+            '⏺' => '●',
+            '⏵' => '▶',
+            '⏸' => '‖',
+            '⏹' => '■',
+            '⧉' => '□',
+            c => c,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::rollback_line;
@@ -1355,6 +1376,12 @@ mod tests {
     use loopwright_engine::event::RollbackStatus;
     use loopwright_spec::StageId;
     use loopwright_spec::pipeline::RollbackStrategy;
+
+    #[test]
+    fn glyphs_common_fonts_lack_are_drawn_with_ones_they_have() {
+        let screen = "● Bash(cargo test)\n  ⎿  Waiting…\n⏺ Done ⏵⏵ accept edits ⏸ ⏹ ⧉ ❯ ✻";
+        assert_eq!(super::legible(screen), "● Bash(cargo test)\n  └  Waiting…\n● Done ▶▶ accept edits ‖ ■ □ ❯ ✻");
+    }
 
     #[test]
     fn a_countdown_is_in_whole_seconds_like_the_pages_clock() {
