@@ -20,11 +20,15 @@ use crate::support::{Ws, finish};
 
 /// Anthropic's streamed answer: `event:` + `data:` lines, as the SDK reads them.
 pub(crate) fn stream(blocks: &[Value], stop_reason: &str) -> String {
+    // Each answer its own message id: Claude Code takes a repeated id for the same message and
+    // asks again.
+    static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = format!("msg_lw{}", IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let mut out = String::new();
     let mut event = |name: &str, data: Value| out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
     event(
         "message_start",
-        json!({"type": "message_start", "message": {"id": "msg_lw", "type": "message", "role": "assistant",
+        json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant",
             "model": "claude-test", "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": 10, "output_tokens": 1}}}),
     );
