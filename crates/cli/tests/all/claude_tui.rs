@@ -104,6 +104,15 @@ fn answer(body: &Value, signal_path: &Path) -> (&'static str, String) {
     ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"))
 }
 
+/// Anthropic's answer when it refuses for the rate limit: 429, `retry-after`, a JSON error.
+fn rate_limited() -> String {
+    let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#;
+    format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// The scripted Messages API: every request recorded with the kind of answer it got.
 struct Api {
     port: u16,
@@ -130,12 +139,13 @@ impl Api {
                 let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
                 let (kind, reply) = if path.starts_with("/v1/messages") && !path.contains("count_tokens") {
                     let (kind, text) = script(&body);
-                    (
-                        kind.to_owned(),
-                        format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{text}"
-                        ),
-                    )
+                    // A whole response (an error) as the script wrote it, else a stream.
+                    let reply = if text.starts_with("HTTP/1.1 ") {
+                        text
+                    } else {
+                        format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{text}")
+                    };
+                    (kind.to_owned(), reply)
                 } else {
                     let text = r#"{"type":"error","error":{"type":"not_found_error","message":"not here"}}"#;
                     (
@@ -224,20 +234,31 @@ struct Session {
 impl Session {
     /// Supervised by a foreground `auto start`.
     fn start(claude: &Path, script: impl FnOnce(&Path) -> Script) -> Self {
-        Self::begin(claude, script, false)
+        Self::begin(claude, script, false, "stall_captures = 200\n", &[])
     }
 
     /// Supervised by `loopwright serve`, the loop started through its API (session `mod`).
     fn served(claude: &Path, script: impl FnOnce(&Path) -> Script) -> Self {
-        Self::begin(claude, script, true)
+        Self::begin(claude, script, true, "stall_captures = 200\n", &[])
     }
 
-    fn begin(claude: &Path, script: impl FnOnce(&Path) -> Script, served: bool) -> Self {
+    /// [`Session::served`] with `[auto]` settings `auto` and more environment for Claude Code.
+    fn served_with(claude: &Path, auto: &str, env: &[(&str, &str)], script: impl FnOnce(&Path) -> Script) -> Self {
+        Self::begin(claude, script, true, auto, env)
+    }
+
+    fn begin(
+        claude: &Path,
+        script: impl FnOnce(&Path) -> Script,
+        served: bool,
+        auto: &str,
+        more_env: &[(&str, &str)],
+    ) -> Self {
         let ws = Ws::empty();
         ws.write(
             ".loopwright/config.toml",
             // The default heartbeat (a minute): prompts are answered as they appear, not at a look.
-            "[auto]\nstall_captures = 200\nstop_grace_seconds = 1\nrestart_backoff_seconds = 0.5\n",
+            &format!("[auto]\n{auto}stop_grace_seconds = 1\nrestart_backoff_seconds = 0.5\n"),
         );
         ws.write(
             ".loopwright/agents/claude.md",
@@ -257,7 +278,7 @@ impl Session {
         std::fs::write(home.path().join(".claude.json"), seed.to_string()).expect("seed");
         let base_url = format!("http://127.0.0.1:{}", api.port);
         let home_dir = home.path().display().to_string();
-        let env = [
+        let mut env = vec![
             ("HOME", home_dir.as_str()),
             ("ANTHROPIC_BASE_URL", base_url.as_str()),
             ("ANTHROPIC_API_KEY", key),
@@ -266,6 +287,7 @@ impl Session {
             ("CLAUDE_CODE_DISABLE_TERMINAL_TITLE", "1"),
             ("LANG", "C.UTF-8"),
         ];
+        env.extend_from_slice(more_env);
         if served {
             let daemon = crate::daemon::Daemon::start_env(&ws, &[], &env);
             let (code, body) =
@@ -276,7 +298,7 @@ impl Session {
         let supervisor = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
             .args(["auto", "start", "mod", "--agent", "claude"])
             .current_dir(ws.path())
-            .envs(env)
+            .envs(env.iter().copied())
             .env_remove("TMUX")
             .env_remove("ANTHROPIC_AUTH_TOKEN")
             .stdin(std::process::Stdio::null())
@@ -516,18 +538,13 @@ fn seconds_between(from: &Value, to: &Value) -> f64 {
     (at(to) - at(from)).total(jiff::Unit::Second).expect("seconds")
 }
 
-/// A person at a refused `rm -rf`, the loop under the daemon at its default heartbeat (60 s):
-/// a sentence with Enter is refused through the API and `auto send` (the menu's highlighted
-/// "Yes" never takes it), so is a "Yes" that does not name the command; the menu's own "No" is
-/// typed, then their instruction; the command the model asks for next is answered as soon as it
-/// is drawn, not at the next heartbeat; the report says who answered what.
-#[test]
-fn a_persons_no_at_the_real_claude_code_never_approves_and_the_next_prompt_is_answered_at_once() {
-    let Some(claude) = claude_code() else { return };
+/// A model that asks to `rm -rf canary`; told to write `after.txt` instead, asks for
+/// `echo after > after.txt`; then says it is done.
+fn remove_then_instead() -> Script {
     let bash = |id: &str, command: &str, description: &str| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"command": command, "description": description}});
     let remove = bash("toolu_rm", "rm -rf canary", "Remove the old folder");
     let instead = bash("toolu_echo", "echo after > after.txt", "Write the marker");
-    let script: Script = Box::new(move |body| {
+    Box::new(move |body| {
         let messages = body["messages"].as_array().cloned().unwrap_or_default();
         let last = messages.last().map(Value::to_string).unwrap_or_default();
         if body["tools"].as_array().is_none_or(Vec::is_empty) {
@@ -543,8 +560,18 @@ fn a_persons_no_at_the_real_claude_code_never_approves_and_the_next_prompt_is_an
             return ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"));
         }
         ("first", stream(std::slice::from_ref(&remove), "tool_use"))
-    });
-    let session = Session::served(&claude, |_| script);
+    })
+}
+
+/// A person at a refused `rm -rf`, the loop under the daemon at its default heartbeat (60 s):
+/// a sentence with Enter is refused through the API and `auto send` (the menu's highlighted
+/// "Yes" never takes it), so is a "Yes" that does not name the command; the menu's own "No" is
+/// typed, then their instruction; the command the model asks for next is answered as soon as it
+/// is drawn, not at the next heartbeat; the report says who answered what.
+#[test]
+fn a_persons_no_at_the_real_claude_code_never_approves_and_the_next_prompt_is_answered_at_once() {
+    let Some(claude) = claude_code() else { return };
+    let session = Session::served(&claude, |_| remove_then_instead());
     let (ws, d) = (&session.ws, session.daemon.as_ref().expect("a daemon"));
     ws.write("canary/keep.txt", "keep\n");
     wait_until("the refused prompt", 60, || session.kinds().contains(&"needs_human".to_owned()), || session.shown());
@@ -686,6 +713,127 @@ fn the_real_claude_code_s_edit_is_answered_and_its_fetch_waits_for_a_person() {
         json!([{"key": "1", "label": "Yes"}, {"key": "2", "label": "Yes, and don't ask again for example.com"},
             {"key": "3", "label": "No, and tell Claude what to do differently (esc)"}])
     );
+    let (code, body) = d.delete("/api/sessions/mod/task-auto");
+    assert_eq!(code, 200, "{body}");
+}
+
+/// A model that refuses with 429 (`retry-after: 1`) until `refusing` is over, then plans.
+fn refusing_for(refusing: Duration) -> Script {
+    let started = Instant::now();
+    Box::new(move |body| {
+        if body["tools"].as_array().is_none_or(Vec::is_empty) {
+            return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+        }
+        if started.elapsed() < refusing {
+            return ("429", rate_limited());
+        }
+        ("planned", stream(&[json!({"type": "text", "text": "Planned."})], "end_turn"))
+    })
+}
+
+/// The settings of the 429 tests: a night's minutes in seconds (backoff from 1 s, the provider
+/// given half a minute), stalls judged every second after 3 unchanged looks (where the loop
+/// once ended `stall_limit`), Claude Code retrying once before it prints its `API Error`.
+const REFUSED_NIGHT: &str =
+    "heartbeat_seconds = 1\nstall_captures = 3\nquota_jitter_seconds = 1\nprovider_wait_minutes = 0.5\n";
+
+fn loop_status(session: &Session) -> Value {
+    session.ws.json(&["auto", "status", "mod"]).1
+}
+
+#[test]
+fn the_real_claude_code_refused_with_429_all_night_ends_the_loop_blocked_never_stalled() {
+    let Some(claude) = claude_code() else { return };
+    let env = [("CLAUDE_CODE_MAX_RETRIES", "1")];
+    let session = Session::served_with(&claude, REFUSED_NIGHT, &env, |_| refusing_for(Duration::from_secs(3600)));
+    let ended = || !matches!(loop_status(&session)["status"].as_str(), Some("running" | "quota_wait"));
+    wait_until("the loop's end", 120, ended, || session.shown());
+    let status = loop_status(&session);
+    assert_eq!(
+        (&status["status"], &status["stop_reason"]),
+        (&json!("blocked"), &Value::Null),
+        "{status:#}\n{}",
+        session.shown()
+    );
+    let why = status["needs_human"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("the provider refused requests for 0.5 minutes ([auto] provider_wait_minutes): ")
+            && why.contains("API Error: Request rejected (429)"),
+        "{why}"
+    );
+    let kinds = session.kinds();
+    let waits = kinds.iter().filter(|k| *k == "quota_wait").count();
+    assert!(waits >= 2, "each refusal a wait with backoff: {kinds:?}");
+    assert!(!kinds.iter().any(|k| k == "stall" || k == "recovery"), "{kinds:?}\n{}", session.shown());
+    // Each wait ended with one continue, the model asked again; the refusal after the last one,
+    // past the half minute, ended the loop.
+    let continues =
+        session.journal().iter().filter(|e| e["kind"] == "keys" && e["data"]["keys"] == "continue\r").count();
+    assert_eq!(continues, waits, "{}", session.shown());
+    assert!(session.api.kinds().iter().filter(|k| *k == "429").count() >= 2 * waits);
+}
+
+#[test]
+fn the_real_claude_code_refused_with_429_for_a_while_goes_on_when_the_provider_does() {
+    let Some(claude) = claude_code() else { return };
+    let env = [("CLAUDE_CODE_MAX_RETRIES", "1")];
+    let session = Session::served_with(&claude, REFUSED_NIGHT, &env, |_| refusing_for(Duration::from_secs(6)));
+    wait_until("the model's answer", 90, || session.api.kinds().contains(&"planned".to_owned()), || session.shown());
+    wait_until(
+        "the end of the wait",
+        30,
+        || {
+            loop_status(&session)["status"] == "running"
+                && session.screen()["screen"].as_str().unwrap_or_default().contains("Planned.")
+        },
+        || session.shown(),
+    );
+    let kinds = session.kinds();
+    assert!(kinds.contains(&"quota_wait".to_owned()), "{kinds:?}");
+    assert!(
+        !kinds.iter().any(|k| k == "stall" || k == "recovery" || k == "needs_human"),
+        "{kinds:?}\n{}",
+        session.shown()
+    );
+    let status = loop_status(&session);
+    assert_eq!((&status["quota_resets_at"], &status["stop_reason"]), (&Value::Null, &Value::Null), "{status:#}");
+    let d = session.daemon.as_ref().expect("a daemon");
+    let (code, body) = d.delete("/api/sessions/mod/task-auto");
+    assert_eq!(code, 200, "{body}");
+}
+
+/// A person who answers after the loop's whole timeout (here 15 s for the night's 30 minutes):
+/// the wait was not counted, the loop goes on, the next prompt is answered.
+#[test]
+fn a_person_answering_the_real_claude_code_after_the_timeout_finds_the_loop_going_on() {
+    let Some(claude) = claude_code() else { return };
+    let auto = "heartbeat_seconds = 1\nstall_captures = 200\ntimeout_minutes = 0.25\n";
+    let session = Session::served_with(&claude, auto, &[], |_| remove_then_instead());
+    let (ws, d) = (&session.ws, session.daemon.as_ref().expect("a daemon"));
+    ws.write("canary/keep.txt", "keep\n");
+    wait_until("the refused prompt", 60, || session.kinds().contains(&"needs_human".to_owned()), || session.shown());
+    std::thread::sleep(Duration::from_secs(20));
+    let waiting = loop_status(&session);
+    assert_eq!((&waiting["status"], &waiting["stop_reason"]), (&json!("needs_human"), &Value::Null), "{waiting:#}");
+    assert!(waiting["elapsed_s"].as_f64().unwrap_or(99.0) < 15.0, "{waiting:#}");
+    let (code, body) = d.post("/api/sessions/mod/task-auto/keys", &json!({ "text": "3", "by": "alice" }));
+    assert_eq!(code, 200, "{body}");
+    wait_until(
+        "Claude Code asking what to do instead",
+        20,
+        || session.screen()["screen"].as_str().unwrap_or_default().contains("What should Claude do instead?"),
+        || session.shown(),
+    );
+    let text = json!({ "text": "Keep it; write after.txt instead.", "enter": true, "by": "alice" });
+    let (code, body) = d.post("/api/sessions/mod/task-auto/keys", &text);
+    assert_eq!(code, 200, "{body}");
+    wait_until("the marker", 40, || ws.path().join("after.txt").exists(), || session.shown());
+    let going = loop_status(&session);
+    assert_eq!((&going["status"], &going["stop_reason"]), (&json!("running"), &Value::Null), "{going:#}");
+    let paused = going["human_paused_s"].as_f64().unwrap_or_default();
+    assert!(paused >= 20.0, "the wait for a person is shown apart: {going:#}");
+    assert!(going["elapsed_s"].as_f64().unwrap_or(99.0) < 15.0, "{going:#}");
+    assert_eq!(ws.read("canary/keep.txt"), "keep\n");
     let (code, body) = d.delete("/api/sessions/mod/task-auto");
     assert_eq!(code, 200, "{body}");
 }
