@@ -450,7 +450,13 @@ fn watch_screen(dir: PathBuf, tx: mpsc::UnboundedSender<()>) {
                         let _ = tx.send(());
                         std::thread::sleep(Duration::from_millis(500));
                     } else if r.output_bytes > after {
-                        after = r.output_bytes;
+                        // Only output that has settled is passed: a wait that ended on its
+                        // timeout while the agent still drew (a spinner, then the prompt in
+                        // the same breath) is asked again from the same place, so the quiet
+                        // that follows is seen at once — not at the next heartbeat.
+                        if r.quiet_ms >= SETTLE_MS {
+                            after = r.output_bytes;
+                        }
                         let _ = tx.send(());
                     }
                 }

@@ -218,6 +218,24 @@ fn claude_code() -> Option<PathBuf> {
     Some(claude)
 }
 
+/// How a [`Session`] starts.
+struct Options<'a> {
+    /// Through `loopwright serve` (else a foreground `auto start`).
+    served: bool,
+    /// `[auto]` settings.
+    auto: &'a str,
+    /// More environment for Claude Code.
+    env: &'a [(&'a str, &'a str)],
+    /// The module's `.index.md` before the loop starts (its checks are declared then).
+    index: Option<&'a str>,
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Self { served: true, auto: "stall_captures = 200\n", env: &[], index: None }
+    }
+}
+
 /// A supervised Claude Code session on task module `mod` of a fresh workspace, its model the
 /// scripted API `script` makes (given the module's folder).
 struct Session {
@@ -227,6 +245,8 @@ struct Session {
     supervisor: std::cell::RefCell<Option<std::process::Child>>,
     /// The daemon supervising the loop, when it was started through one.
     daemon: Option<crate::daemon::Daemon>,
+    /// The environment Claude Code is given (through the daemon's, when served).
+    env: Vec<(String, String)>,
     /// Where onboarding is done, the key approved and the workspace trusted.
     _home: tempfile::TempDir,
 }
@@ -234,26 +254,21 @@ struct Session {
 impl Session {
     /// Supervised by a foreground `auto start`.
     fn start(claude: &Path, script: impl FnOnce(&Path) -> Script) -> Self {
-        Self::begin(claude, script, false, "stall_captures = 200\n", &[])
+        Self::begin(claude, script, Options { served: false, ..Options::default() })
     }
 
     /// Supervised by `loopwright serve`, the loop started through its API (session `mod`).
     fn served(claude: &Path, script: impl FnOnce(&Path) -> Script) -> Self {
-        Self::begin(claude, script, true, "stall_captures = 200\n", &[])
+        Self::begin(claude, script, Options::default())
     }
 
     /// [`Session::served`] with `[auto]` settings `auto` and more environment for Claude Code.
     fn served_with(claude: &Path, auto: &str, env: &[(&str, &str)], script: impl FnOnce(&Path) -> Script) -> Self {
-        Self::begin(claude, script, true, auto, env)
+        Self::begin(claude, script, Options { auto, env, ..Options::default() })
     }
 
-    fn begin(
-        claude: &Path,
-        script: impl FnOnce(&Path) -> Script,
-        served: bool,
-        auto: &str,
-        more_env: &[(&str, &str)],
-    ) -> Self {
+    fn begin(claude: &Path, script: impl FnOnce(&Path) -> Script, options: Options) -> Self {
+        let Options { served, auto, env: more_env, index } = options;
         let ws = Ws::empty();
         ws.write(
             ".loopwright/config.toml",
@@ -266,6 +281,9 @@ impl Session {
         );
         let (code, _, err) = ws.run(&["auto", "init", "mod", "--target", "Add a greeting file."]);
         assert_eq!(code, 0, "{err}");
+        if let Some(index) = index {
+            ws.write("mod/.index.md", index);
+        }
         ws.init_git();
         let root = std::fs::canonicalize(ws.path()).expect("root");
         let api = Api::start(script(&root.join("mod")));
@@ -288,12 +306,20 @@ impl Session {
             ("LANG", "C.UTF-8"),
         ];
         env.extend_from_slice(more_env);
+        let kept: Vec<(String, String)> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         if served {
             let daemon = crate::daemon::Daemon::start_env(&ws, &[], &env);
             let (code, body) =
                 daemon.post("/api/sessions/mod/task-auto", &json!({ "taskDir": "mod", "agent": "claude" }));
             assert_eq!(code, 201, "{body}");
-            return Self { ws, api, supervisor: std::cell::RefCell::new(None), daemon: Some(daemon), _home: home };
+            return Self {
+                ws,
+                api,
+                supervisor: std::cell::RefCell::new(None),
+                daemon: Some(daemon),
+                env: kept,
+                _home: home,
+            };
         }
         let supervisor = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
             .args(["auto", "start", "mod", "--agent", "claude"])
@@ -306,7 +332,16 @@ impl Session {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("auto start");
-        Self { ws, api, supervisor: std::cell::RefCell::new(Some(supervisor)), daemon: None, _home: home }
+        Self { ws, api, supervisor: std::cell::RefCell::new(Some(supervisor)), daemon: None, env: kept, _home: home }
+    }
+
+    /// `kill -9` of the daemon, and a new one in its place (it takes the loop over).
+    fn kill_daemon_and_serve_again(&mut self) {
+        let old = self.daemon.take().expect("a daemon");
+        crate::daemon::nix_kill(old.pid(), "KILL").expect("kill -9");
+        drop(old);
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.daemon = Some(crate::daemon::Daemon::start_env(&self.ws, &[], &env));
     }
 
     /// The loop's journal (empty until the supervisor created it).
@@ -836,4 +871,187 @@ fn a_person_answering_the_real_claude_code_after_the_timeout_finds_the_loop_goin
     assert_eq!(ws.read("canary/keep.txt"), "keep\n");
     let (code, body) = d.delete("/api/sessions/mod/task-auto");
     assert_eq!(code, 200, "{body}");
+}
+
+/// The scripted model of a whole night: it plans, checks, goes quiet (a stall) until nudged,
+/// executes, checks, merges with a quoted commit and then a force push (refused: a person
+/// answers No and says what to do), reports, claims "done" without the greeting the module's
+/// check wants (sent back by the supervisor), adds it and reports again. As the protocol asks
+/// of a model, the step is chosen by the module's `.auto-signal` (in `task`): Claude Code's
+/// `--resume` after a `kill -9` does not bring back every turn of the conversation.
+fn night(task: &Path) -> Script {
+    let signal_file = task.join(".auto-signal");
+    let greeting = task.parent().expect("the workspace").join("greeting.txt");
+    let bash = |id: &str, command: &str| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {"command": command, "description": "Loop step"}});
+    // A file is written as Claude Code wants it: read first (an error when it does not exist
+    // yet), then written whole — an edit prompt inside the workspace.
+    let write = |id: &str, path: &str, content: &str| {
+        [
+            json!({"type": "tool_use", "id": format!("{id}_read"), "name": "Read", "input": {"file_path": path}}),
+            json!({"type": "tool_use", "id": id, "name": "Write", "input": {"file_path": path, "content": content}}),
+        ]
+    };
+    let signal = move |id: &str, step: &str, result: &str, next: &str, checkpoint: &str, iteration: u32| {
+        let s = json!({"step": step, "result": result, "next": next, "checkpoint": checkpoint,
+            "iteration": iteration, "timestamp": "2026-11-28T01:00:00Z"});
+        write(id, "mod/.auto-signal", &s.to_string())
+    };
+    let complete =
+        write("toolu_index", "mod/.index.md", "---\nstatus: complete\nchecks:\n  - test -f greeting.txt\n---\n");
+    let text = |t: &str| json!({"type": "text", "text": t});
+    Box::new(move |body| {
+        if body["tools"].as_array().is_none_or(Vec::is_empty) {
+            return ("side", stream(&[text("{\"title\": \"Auto loop\"}")], "end_turn"));
+        }
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let all = Value::Array(messages.clone()).to_string();
+        let turn = |kind: &'static str, blocks: Vec<Value>| (kind, stream(&blocks, "tool_use"));
+        let written: Value = std::fs::read_to_string(&signal_file)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        // What the supervisor or a person typed may reach the model inside a later message
+        // (Claude Code queues what is typed during a turn): looked for in the whole conversation.
+        if all.contains("ran the module's checks") && !greeting.exists() {
+            return turn(
+                "fix",
+                [
+                    vec![bash("toolu_fix", "echo hello > greeting.txt")],
+                    signal("toolu_fix_s", "report", "(done)", "(stop)", "", 7).to_vec(),
+                ]
+                .concat(),
+            );
+        }
+        match written["iteration"].as_u64() {
+            None => turn(
+                "plan",
+                [
+                    vec![text("Planning."), bash("toolu_plan", "echo '1. Write the greeting' > mod/plan.md")],
+                    signal("toolu_plan_s", "plan", "(generated)", "check", "post-plan", 1).to_vec(),
+                ]
+                .concat(),
+            ),
+            Some(1) => turn("check", signal("toolu_check", "check", "PASS", "exec", "", 2).to_vec()),
+            // Quiet after the check, as a model that lost its thread is: a stall, until nudged.
+            Some(2) if !all.contains("Continue the loopwright auto loop") => {
+                ("quiet", stream(&[text("Thinking about the next step.")], "end_turn"))
+            }
+            Some(2) => turn(
+                "exec",
+                [
+                    vec![bash("toolu_exec", "echo draft > notes.txt")],
+                    signal("toolu_exec_s", "exec", "(done)", "check", "post-exec", 3).to_vec(),
+                ]
+                .concat(),
+            ),
+            Some(3) => turn("accept", signal("toolu_accept", "check", "ACCEPT", "merge", "", 4).to_vec()),
+            Some(4) if all.contains("the commit is enough") => {
+                turn("merged", signal("toolu_merged", "merge", "success", "report", "", 5).to_vec())
+            }
+            Some(4) => turn(
+                "merge",
+                vec![
+                    bash("toolu_commit", "git add notes.txt && git commit -m \"Add the notes\""),
+                    bash("toolu_push", "git push --force origin main"),
+                ],
+            ),
+            // The false "done": the module's check wants greeting.txt, which is not written.
+            Some(5) => turn(
+                "report",
+                [complete.to_vec(), signal("toolu_report_s", "report", "(done)", "(stop)", "", 6).to_vec()].concat(),
+            ),
+            _ => ("idle", stream(&[text("The loop is complete.")], "end_turn")),
+        }
+    })
+}
+
+/// The night through the real Claude Code under the daemon at `heartbeat` seconds (stalls
+/// judged after `captures` unchanged looks), with a daemon `kill -9` and a Claude Code
+/// `kill -9` on the way.
+fn a_night(heartbeat: u32, captures: u32) {
+    let Some(claude) = claude_code() else { return };
+    let index = "---\nstatus: draft\nphase: \"\"\nchecks:\n  - test -f greeting.txt\n---\n\n# Plan\n";
+    let auto = format!("heartbeat_seconds = {heartbeat}\nstall_captures = {captures}\n");
+    let options = Options { auto: &auto, index: Some(index), ..Options::default() };
+    let mut session = Session::begin(&claude, night, options);
+    // A remote a force push would rewrite.
+    let origin = tempfile::tempdir().expect("origin");
+    session.ws.git(&["init", "--quiet", "--bare", origin.path().to_str().expect("path")]);
+    session.ws.git(&["remote", "add", "origin", origin.path().to_str().expect("path")]);
+    session.ws.git(&["push", "--quiet", "origin", "main"]);
+    let pushed = session.ws.git(&["--git-dir", origin.path().to_str().expect("path"), "rev-parse", "main"]);
+    let signalled = |session: &Session, iteration: u64| {
+        session.journal().iter().any(|e| e["kind"] == "signal" && e["data"]["signal"]["iteration"] == iteration)
+    };
+
+    // The daemon is killed after the check; another takes the loop over, and the stall after
+    // it is seen and nudged.
+    wait_until("the check's signal", 60, || signalled(&session, 2), || session.shown());
+    session.kill_daemon_and_serve_again();
+    let stall_wait = u64::from(heartbeat * (captures + 3)) + 30;
+    wait_until("the nudge", stall_wait, || session.api.kinds().contains(&"exec".to_owned()), || session.shown());
+
+    // The force push waits for a person; a sentence at its menu is refused; No, then words.
+    wait_until("the refused push", 60, || loop_status(&session)["status"] == "needs_human", || session.shown());
+    let d = session.daemon.as_ref().expect("a daemon");
+    let keys = |body: Value| d.post("/api/sessions/mod/task-auto/keys", &body);
+    let (code, body) = keys(json!({ "text": "no, do not push", "enter": true, "by": "alice" }));
+    assert_eq!(code, 409, "{body}");
+    let (code, body) = keys(json!({ "text": "3", "by": "alice" }));
+    assert_eq!(code, 200, "{body}");
+    wait_until(
+        "Claude Code asking what to do instead",
+        20,
+        || session.screen()["screen"].as_str().unwrap_or_default().contains("What should Claude do instead?"),
+        || session.shown(),
+    );
+    let (code, body) = keys(json!({ "text": "Do not push: the commit is enough.", "enter": true, "by": "alice" }));
+    assert_eq!(code, 200, "{body}");
+
+    // Claude Code is killed after the merge's signal; it is resumed with its conversation.
+    wait_until("the merge's signal", 60, || signalled(&session, 5), || session.shown());
+    let started = session.journal().into_iter().rfind(|e| e["kind"] == "agent_started").expect("agent_started");
+    let (pid, id) = (started["data"]["pid"].as_i64().expect("pid"), started["data"]["session_id"].clone());
+    crate::daemon::nix_kill(i32::try_from(pid).expect("pid"), "KILL").expect("kill -9 claude");
+
+    // The false "done" is sent back by the check; the greeting follows; the loop completes.
+    let ended = || !matches!(loop_status(&session)["status"].as_str(), Some("running" | "quota_wait"));
+    wait_until("the loop's end", 180, ended, || session.shown());
+    let status = loop_status(&session);
+    assert_eq!((&status["status"], &status["restart_count"]), (&json!("complete"), &json!(1)), "{}", session.shown());
+    assert_eq!(session.ws.read("greeting.txt"), "hello\n");
+    assert_eq!(session.ws.git(&["log", "-1", "--format=%s"]).trim(), "Add the notes");
+    let now = session.ws.git(&["--git-dir", origin.path().to_str().expect("path"), "rev-parse", "main"]);
+    assert_eq!(now, pushed, "the force push ran");
+
+    let entries = session.journal();
+    let kinds: Vec<&str> = entries.iter().map(|e| e["kind"].as_str().unwrap_or_default()).collect();
+    for kind in ["stall", "needs_human", "exited", "restart", "verification_failed", "verified"] {
+        assert!(kinds.contains(&kind), "no {kind}: {kinds:?}");
+    }
+    let restarted = entries.iter().filter(|e| e["kind"] == "agent_started").nth(1).expect("a second start");
+    assert_eq!(
+        (&restarted["data"]["argv"][1], &restarted["data"]["argv"][2]),
+        (&json!("--resume"), &id),
+        "{restarted:#}"
+    );
+    // Every safe prompt answered once — commands: the plan, exec, the quoted commit, the
+    // greeting; edits: the seven signals and the index — and nothing for the push.
+    let answered = |why: &str| entries.iter().filter(|e| e["kind"] == "keys" && e["data"]["why"] == why).count();
+    assert_eq!((answered("command prompt"), answered("edit prompt")), (4, 8), "{}", session.shown());
+    let (code, report, err) = session.ws.run(&["auto", "report", "mod"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(report.contains("alice answered choice 3 (No)"), "{report}");
+    assert!(report.contains("commit ") && report.contains("Add the notes"), "{report}");
+}
+
+#[test]
+fn a_night_with_the_real_claude_code_at_a_one_second_heartbeat() {
+    a_night(1, 3);
+}
+
+#[test]
+fn a_night_with_the_real_claude_code_at_the_default_heartbeat() {
+    // One unchanged look at a minute's heartbeat makes the stall: about two minutes in all.
+    a_night(60, 1);
 }
