@@ -17,6 +17,8 @@ Writes only under a temporary folder and stops everything it started."""
 import datetime, json, os, shutil, socket, subprocess, sys, tempfile, threading, time, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from auto_cpu import holders, ticks
+
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 bin = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(root, "target/release/loopwright")
 prompts = int(sys.argv[2]) if len(sys.argv) > 2 else 10
@@ -82,27 +84,6 @@ class Api(BaseHTTPRequestHandler):
         self.send_header("connection", "close")
         self.end_headers()
         self.wfile.write(data)
-
-
-def ticks(pid):
-    try:
-        f = open(f"/proc/{pid}/stat").read().split(") ")[1].split()
-        return int(f[11]) + int(f[12])
-    except FileNotFoundError:
-        return 0
-
-
-def holder_pids(ws):
-    out = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if len(cmd) > 3 and cmd[1:3] == [b"auto", b"hold"] and cmd[3].decode(errors="replace").startswith(ws):
-                out.append(int(pid))
-    return out
 
 
 def screen(sock):
@@ -180,14 +161,14 @@ def case(heartbeat):
     while not os.path.exists(f"{ws}/bench-{prompts}.txt") and time.time() < deadline:
         time.sleep(0.05)
     busy = time.time() - t0
-    holders = holder_pids(real) or holder_pids(ws)
-    h_busy = sum(ticks(p) for p in holders)
+    pids = holders(real) or holders(ws)
+    h_busy = sum(ticks(p) for p in pids)
     d_busy = ticks(daemon.pid) - d0
     # Quiet: the agent waits at its input; the supervisor only keeps its heartbeat.
     time.sleep(3)
-    d1, h1 = ticks(daemon.pid), sum(ticks(p) for p in holders)
+    d1, h1 = ticks(daemon.pid), sum(ticks(p) for p in pids)
     time.sleep(idle)
-    d_idle, h_idle = ticks(daemon.pid) - d1, sum(ticks(p) for p in holders) - h1
+    d_idle, h_idle = ticks(daemon.pid) - d1, sum(ticks(p) for p in pids) - h1
     log = call("GET", "/api/sessions/b/task-auto/log")
     answered = {}
     for e in log:

@@ -11,32 +11,12 @@ Prints one line per case: % of one core in all, and per loop. Writes only under 
 folder, and stops everything it started."""
 import json, os, subprocess, sys, tempfile, time, urllib.request
 
+from auto_cpu import holders, ticks
+
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 bin = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(root, "target/release/loopwright")
 seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 20.0
 hz = os.sysconf("SC_CLK_TCK")
-
-
-def ticks(pid):
-    try:
-        f = open(f"/proc/{pid}/stat").read().split(") ")[1].split()
-        return int(f[11]) + int(f[12])
-    except FileNotFoundError:
-        return 0
-
-
-def holders(ws):
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if len(cmd) > 3 and cmd[1:3] == [b"auto", b"hold"] and cmd[3].decode(errors="replace").startswith(ws):
-            out.append(int(pid))
-    return out
 
 
 def case(name, loops, spinning):

@@ -344,6 +344,23 @@ impl Session {
         self.daemon = Some(crate::daemon::Daemon::start_env(&self.ws, &[], &env));
     }
 
+    /// A person at a Claude Code permission menu, through the daemon's API: its "No" (choice 3),
+    /// then, where Claude Code asks what to do instead, `instruction` with Enter.
+    fn answer_no_then(&self, instruction: &str) {
+        let d = self.daemon.as_ref().expect("a daemon");
+        let keys = |body: Value| d.post("/api/sessions/mod/task-auto/keys", &body);
+        let (code, body) = keys(json!({ "text": "3", "by": "alice" }));
+        assert_eq!(code, 200, "{body}");
+        wait_until(
+            "Claude Code asking what to do instead",
+            20,
+            || self.screen()["screen"].as_str().unwrap_or_default().contains("What should Claude do instead?"),
+            || self.shown(),
+        );
+        let (code, body) = keys(json!({ "text": instruction, "enter": true, "by": "alice" }));
+        assert_eq!(code, 200, "{body}");
+    }
+
     /// The loop's journal (empty until the supervisor created it).
     fn journal(&self) -> Vec<Value> {
         let (_, out, _) = self.ws.run(&["auto", "log", "mod", "--json"]);
@@ -634,16 +651,7 @@ fn a_persons_no_at_the_real_claude_code_never_approves_and_the_next_prompt_is_an
     );
 
     // The menu's "No", then what to do instead: typed where Claude Code takes text.
-    let (code, body) = keys(json!({ "text": "3", "by": "alice" }));
-    assert_eq!(code, 200, "{body}");
-    wait_until(
-        "Claude Code asking what to do instead",
-        20,
-        || session.screen()["screen"].as_str().unwrap_or_default().contains("What should Claude do instead?"),
-        || session.shown(),
-    );
-    let (code, body) = keys(json!({ "text": "Keep it; write after.txt instead.", "enter": true, "by": "alice" }));
-    assert_eq!(code, 200, "{body}");
+    session.answer_no_then("Keep it; write after.txt instead.");
     wait_until("the marker", 40, || ws.path().join("after.txt").exists(), || session.shown());
     assert_eq!(ws.read("canary/keep.txt"), "keep\n");
 
@@ -851,17 +859,7 @@ fn a_person_answering_the_real_claude_code_after_the_timeout_finds_the_loop_goin
     let waiting = loop_status(&session);
     assert_eq!((&waiting["status"], &waiting["stop_reason"]), (&json!("needs_human"), &Value::Null), "{waiting:#}");
     assert!(waiting["elapsed_s"].as_f64().unwrap_or(99.0) < 15.0, "{waiting:#}");
-    let (code, body) = d.post("/api/sessions/mod/task-auto/keys", &json!({ "text": "3", "by": "alice" }));
-    assert_eq!(code, 200, "{body}");
-    wait_until(
-        "Claude Code asking what to do instead",
-        20,
-        || session.screen()["screen"].as_str().unwrap_or_default().contains("What should Claude do instead?"),
-        || session.shown(),
-    );
-    let text = json!({ "text": "Keep it; write after.txt instead.", "enter": true, "by": "alice" });
-    let (code, body) = d.post("/api/sessions/mod/task-auto/keys", &text);
-    assert_eq!(code, 200, "{body}");
+    session.answer_no_then("Keep it; write after.txt instead.");
     wait_until("the marker", 40, || ws.path().join("after.txt").exists(), || session.shown());
     let going = loop_status(&session);
     assert_eq!((&going["status"], &going["stop_reason"]), (&json!("running"), &Value::Null), "{going:#}");
@@ -997,16 +995,7 @@ fn a_night(heartbeat: u32, captures: u32) {
     let keys = |body: Value| d.post("/api/sessions/mod/task-auto/keys", &body);
     let (code, body) = keys(json!({ "text": "no, do not push", "enter": true, "by": "alice" }));
     assert_eq!(code, 409, "{body}");
-    let (code, body) = keys(json!({ "text": "3", "by": "alice" }));
-    assert_eq!(code, 200, "{body}");
-    wait_until(
-        "Claude Code asking what to do instead",
-        20,
-        || session.screen()["screen"].as_str().unwrap_or_default().contains("What should Claude do instead?"),
-        || session.shown(),
-    );
-    let (code, body) = keys(json!({ "text": "Do not push: the commit is enough.", "enter": true, "by": "alice" }));
-    assert_eq!(code, 200, "{body}");
+    session.answer_no_then("Do not push: the commit is enough.");
 
     // Claude Code is killed after the merge's signal; it is resumed with its conversation.
     wait_until("the merge's signal", 60, || signalled(&session, 5), || session.shown());
