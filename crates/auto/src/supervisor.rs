@@ -446,24 +446,34 @@ fn watch_screen(dir: PathBuf, tx: mpsc::UnboundedSender<()>) {
                     if r.pid != pid {
                         (pid, after) = (r.pid, 0);
                     }
+                    let look;
+                    (after, look) = watch_step(after, &r);
+                    if look {
+                        let _ = tx.send(());
+                    }
                     if r.exit.is_some() {
-                        let _ = tx.send(());
                         std::thread::sleep(Duration::from_millis(500));
-                    } else if r.output_bytes > after {
-                        // Only output that has settled is passed: a wait that ended on its
-                        // timeout while the agent still drew (a spinner, then the prompt in
-                        // the same breath) is asked again from the same place, so the quiet
-                        // that follows is seen at once — not at the next heartbeat.
-                        if r.quiet_ms >= SETTLE_MS {
-                            after = r.output_bytes;
-                        }
-                        let _ = tx.send(());
                     }
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(200)),
             }
         }
     });
+}
+
+/// After the holder answered a `Settled` wait from `after` with `r`: where the next wait starts,
+/// and whether the supervisor looks now. Only output that has settled moves the start on: a
+/// wait that ended on its timeout while the agent still drew (a spinner, then the prompt in the
+/// same breath) is asked again from the same place, so the quiet that follows is seen at once —
+/// not at the next heartbeat.
+fn watch_step(after: u64, r: &Response) -> (u64, bool) {
+    if r.exit.is_some() {
+        return (after, true);
+    }
+    if r.output_bytes <= after {
+        return (after, false);
+    }
+    (if r.quiet_ms >= SETTLE_MS { r.output_bytes } else { after }, true)
 }
 
 /// The workspace's commit now (the report's diff starts there).
@@ -580,6 +590,25 @@ mod tests {
             checkpoint: String::new(),
             iteration: Some(1),
             timestamp: at.into(),
+        }
+    }
+
+    #[test]
+    fn the_screen_watcher_moves_on_only_past_output_that_settled() {
+        let answer = |output_bytes: u64, quiet_ms: u64| Response { output_bytes, quiet_ms, ..Response::default() };
+        let exit = holder::Exit { code: 0, signal: None, screen: String::new(), at: String::new() };
+        let exited = Response { exit: Some(exit), ..answer(500, 0) };
+        let cases = [
+            // (from, the holder's answer, where the next wait starts, a look now)
+            (100, answer(500, 300), (500, true)),
+            // The wait's 2 s ran out mid-drawing (Claude Code's spinner, then its prompt): a
+            // look, and the next wait from the same place returns once the prompt is quiet.
+            (100, answer(500, 28), (100, true)),
+            (100, answer(100, 2000), (100, false)),
+            (100, exited, (100, true)),
+        ];
+        for (from, r, expected) in cases {
+            assert_eq!(watch_step(from, &r), expected, "{r:?}");
         }
     }
 
