@@ -386,9 +386,10 @@ async fn runs_page(
     )
 }
 
-/// A one-tap link checked: the link and the run it answers, or the page that refuses it.
-async fn open_link(shared: &Shared, token: &str) -> Result<(LinkFor, RunState, loopwright_spec::Pipeline), Refusal> {
-    use crate::notifications::{LinkAction, LinkRefused};
+/// A one-tap link checked — signed here, unexpired, unused, its person still allowed to
+/// answer — or the page that refuses it.
+async fn check_link(shared: &Shared, token: &str) -> Result<crate::notifications::Link, Refusal> {
+    use crate::notifications::LinkRefused;
     let link = shared.signer.check(token, jiff::Timestamp::now()).map_err(|r| match r {
         LinkRefused::Forged => {
             Refusal(StatusCode::FORBIDDEN, "This link was not made by this loopwright, or it was changed.".into())
@@ -430,6 +431,15 @@ async fn open_link(shared: &Shared, token: &str) -> Result<(LinkFor, RunState, l
         }
         _ => {}
     }
+    Ok(link)
+}
+
+/// A one-tap link checked: the link and the run it answers, or the page that refuses it.
+async fn open_link(
+    shared: &Shared,
+    link: crate::notifications::Link,
+) -> Result<(LinkFor, RunState, loopwright_spec::Pipeline), Refusal> {
+    use crate::notifications::LinkAction;
     let run = RunId::parse(&link.run).ok_or_else(|| Refusal(StatusCode::NOT_FOUND, "No such run.".into()))?;
     let (pipeline, state) = read::load_run(&shared.ws, &shared.store, &run)
         .await
@@ -492,7 +502,27 @@ impl Refusal {
 /// `/a/{token}`: the confirmation page of a one-tap link — the headline, and the change so far
 /// (a gate) or the escalation's report (the question).
 async fn link_page(State(shared): State<Arc<Shared>>, Path(token): Path<String>) -> Response {
-    let (found, state, pipeline) = match open_link(&shared, &token).await {
+    let link = match check_link(&shared, &token).await {
+        Ok(link) => link,
+        Err(refusal) => return refusal.page(),
+    };
+    if let (Some(session), Some(choice)) = (link.session.clone(), link.choice.clone()) {
+        return match auto_question(&shared, &link, &session).await {
+            Ok(q) => page(
+                "link.html",
+                json!({
+                    "auto": true,
+                    "session": session,
+                    "label": format!("{}. {}", choice.key, choice.label),
+                    "as": link.answer_as,
+                    "why": legible(&q.why),
+                    "approves": if choice.is_yes() { q.approves } else { None },
+                }),
+            ),
+            Err(refusal) => refusal.page(),
+        };
+    }
+    let (found, state, pipeline) = match open_link(&shared, link).await {
         Ok(found) => found,
         Err(refusal) => return refusal.page(),
     };
@@ -539,7 +569,14 @@ async fn link_answer(
     let refuse = |code: StatusCode, message: String| {
         (code, axum::Json(json!({"error": {"code": "conflict", "message": message}}))).into_response()
     };
-    let (found, _, _) = match open_link(&shared, &token).await {
+    let link = match check_link(&shared, &token).await {
+        Ok(link) => link,
+        Err(Refusal(code, message)) => return refuse(code, message),
+    };
+    if let (Some(session), Some(choice)) = (link.session.clone(), link.choice.clone()) {
+        return auto_link_answer(&shared, link, session, choice).await;
+    }
+    let (found, _, _) = match open_link(&shared, link).await {
         Ok(found) => found,
         Err(Refusal(code, message)) => return refuse(code, message),
     };
@@ -567,6 +604,7 @@ async fn link_answer(
         }
         LinkAction::Skip => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Skip, by).await,
         LinkAction::Abort => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Abort, by).await,
+        LinkAction::Choose => return refuse(StatusCode::FORBIDDEN, "This link answers no run.".into()),
     };
     match answered {
         Ok(()) => axum::Json(json!({
@@ -575,6 +613,63 @@ async fn link_answer(
         }))
         .into_response(),
         Err(e) => e.into_response(),
+    }
+}
+
+/// The question an auto loop's link was made for, while the loop still waits on it.
+async fn auto_question(
+    shared: &Arc<Shared>,
+    link: &crate::notifications::Link,
+    session: &str,
+) -> Result<ops::auto::Question, Refusal> {
+    let (s, name) = (Arc::clone(shared), session.to_owned());
+    let found = tokio::task::spawn_blocking(move || ops::auto::question(&s.ws, &s.auto_store, &name)).await;
+    match found {
+        Ok(Ok(Some(q))) if u64::try_from(q.asked).ok() == Some(link.since) => Ok(q),
+        Ok(Err(e)) => Err(Refusal(StatusCode::NOT_FOUND, e.message())),
+        _ => Err(Refusal(
+            StatusCode::CONFLICT,
+            format!(
+                "Auto loop {session} no longer waits on the question this link was made for. Nothing was answered; open the Auto page to see where it is."
+            ),
+        )),
+    }
+}
+
+/// `POST /a/{token}` of a link to an auto loop's menu: its choice typed, once, as the link's
+/// person — journaled as typed through a link.
+async fn auto_link_answer(
+    shared: &Arc<Shared>,
+    link: crate::notifications::Link,
+    session: String,
+    choice: loopwright_auto::screen::Choice,
+) -> Response {
+    let refuse = |code: StatusCode, message: String| {
+        (code, axum::Json(json!({"error": {"code": "conflict", "message": message}}))).into_response()
+    };
+    if let Err(Refusal(code, message)) = auto_question(shared, &link, &session).await {
+        return refuse(code, message);
+    }
+    let (store, key, at) = (Arc::clone(&shared.auto_store), link.key.clone(), jiff::Timestamp::now().to_string());
+    match tokio::task::spawn_blocking(move || store.notify_use_link(&key, &at)).await {
+        Ok(Ok(loopwright_store::notify::LinkUse::First)) => {}
+        _ => return refuse(StatusCode::GONE, "This link was already used. Each link answers once.".into()),
+    }
+    let by = format!("{} (one-tap link)", link.answer_as);
+    let asked = i64::try_from(link.since).unwrap_or_default();
+    let (s, name, picked) = (Arc::clone(shared), session.clone(), choice.clone());
+    let answered = tokio::task::spawn_blocking(move || {
+        ops::auto::answer_question(&s.ws, &s.auto_store, &name, asked, &picked, &by)
+    })
+    .await;
+    match answered {
+        Ok(Ok(_)) => axum::Json(json!({
+            "done": format!("{}. {} — typed as {} in auto loop {session}", choice.key, choice.label, link.answer_as),
+            "run_url": format!("/auto#loop-{session}"),
+        }))
+        .into_response(),
+        Ok(Err(e)) => refuse(StatusCode::CONFLICT, e.message()),
+        Err(_) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "the answer could not be typed".into()),
     }
 }
 

@@ -47,6 +47,8 @@ pub enum LinkAction {
     Skip,
     /// Answer the escalation: abort the run.
     Abort,
+    /// Answer an auto loop's menu with the choice the link names.
+    Choose,
 }
 
 impl LinkAction {
@@ -59,6 +61,7 @@ impl LinkAction {
             Self::Fix => "Fix with guidance",
             Self::Skip => "Skip the stage",
             Self::Abort => "Abort the run",
+            Self::Choose => "Answer",
         }
     }
 }
@@ -87,6 +90,13 @@ pub struct Link {
     pub since: u64,
     /// Expiry, in seconds since the epoch.
     pub exp: i64,
+    /// The auto loop's session, for a link that answers a loop's menu (`run` and `stage` are
+    /// empty then, `since` is the journal entry that asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The menu's choice it types.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choice: Option<loopwright_auto::screen::Choice>,
 }
 
 /// Signs and checks links with the daemon's key.
@@ -215,7 +225,7 @@ pub struct Action {
     /// The answer.
     pub action: LinkAction,
     /// The button's words.
-    pub label: &'static str,
+    pub label: String,
     /// The signed link.
     pub url: String,
 }
@@ -392,10 +402,12 @@ impl Notifier {
                         person,
                         since: entry.record.seq,
                         exp,
+                        session: None,
+                        choice: None,
                     };
                     Action {
                         action,
-                        label: action.label(),
+                        label: action.label().to_owned(),
                         url: format!("{}/a/{}", self.base_url(), self.signer.sign(&link)),
                     }
                 })
@@ -427,8 +439,47 @@ impl Notifier {
                 loopwright_auto::event::NoticeKind::NeedsHuman => NotifyEvent::AutoNeedsHuman,
                 loopwright_auto::event::NoticeKind::Ended => NotifyEvent::AutoFinished,
             };
+            // A loop waiting at a menu: one-tap links for its choices, bound to this question.
+            let question = if event == NotifyEvent::AutoNeedsHuman {
+                let (shared, session) = (Arc::clone(&self.shared), n.session_name.clone());
+                tokio::task::spawn_blocking(move || ops::auto::question(&shared.ws, &shared.auto_store, &session))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten()
+                    .filter(|q| q.asked == n.id)
+            } else {
+                None
+            };
             for target in self.targets.iter().filter(|t| t.events.contains(&event)) {
                 let key = format!("auto:{}:{:016x}", n.id, loopwright_engine::hash::fnv1a(target.url.as_bytes()));
+                let exp = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(i64::from(target.link_hours)))
+                    .as_second();
+                let answer_as = target.answer_as.clone().unwrap_or_else(|| "notification".to_owned());
+                let person = self.shared.people.role_of(&answer_as).is_some();
+                let actions = question
+                    .iter()
+                    .flat_map(|q| &q.choices)
+                    .map(|choice| {
+                        let link = Link {
+                            key: key.clone(),
+                            run: String::new(),
+                            stage: String::new(),
+                            action: LinkAction::Choose,
+                            answer_as: answer_as.clone(),
+                            person,
+                            since: u64::try_from(n.id).unwrap_or_default(),
+                            exp,
+                            session: Some(n.session_name.clone()),
+                            choice: Some(choice.clone()),
+                        };
+                        Action {
+                            action: LinkAction::Choose,
+                            label: format!("{}. {}", choice.key, choice.label),
+                            url: format!("{}/a/{}", self.base_url(), self.signer.sign(&link)),
+                        }
+                    })
+                    .collect();
                 let message = Message {
                     event,
                     run_id: None,
@@ -438,7 +489,7 @@ impl Notifier {
                     stage: None,
                     headline: format!("Auto loop {}: {}", n.session_name, n.text),
                     url: format!("{}/auto#loop-{}", self.base_url(), n.session_name),
-                    actions: Vec::new(),
+                    actions,
                 };
                 Arc::clone(&self).send(key, target.clone(), message).await;
             }
@@ -604,6 +655,8 @@ mod tests {
             person: true,
             since: 4,
             exp: 2_000_000_000,
+            session: None,
+            choice: None,
         };
         let token = signer.sign(&link);
         let now = jiff::Timestamp::from_second(1_900_000_000).expect("time");
@@ -633,7 +686,7 @@ mod tests {
             stage: Some("ship".into()),
             headline: "Stage ship waits for your approval <now>".into(),
             url: "http://127.0.0.1:7878/runs/r1".into(),
-            actions: vec![Action { action: LinkAction::Approve, label: "Approve", url: "http://h/a/t".into() }],
+            actions: vec![Action { action: LinkAction::Approve, label: "Approve".into(), url: "http://h/a/t".into() }],
         };
         let (_, body) = request_for(NotifyKind::Webhook, &m);
         let body: Value = serde_json::from_slice(&body).expect("json");

@@ -401,6 +401,76 @@ pub fn send_keys(
     session_status(store, session)
 }
 
+/// What a loop that needs a person asks of them, for a one-tap answer from a notification:
+/// the question's place in the journal (a link answers that question only), the menu's
+/// choices, and what a "yes" would approve when the policy refused it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    /// The journal entry (`needs_human`) that asked it.
+    pub asked: i64,
+    /// The menu's choices, as the CLI labels them.
+    pub choices: Vec<loopwright_auto::screen::Choice>,
+    /// The command (or files, or address) a "yes" approves, which the policy refused.
+    pub approves: Option<String>,
+    /// Why the policy did not answer, and the screen it read (the loop's `needs_human`).
+    pub why: String,
+}
+
+/// The question session `session`'s loop waits on, when it waits at a menu; `None` when it
+/// does not need a person or shows no menu.
+pub fn question(ws: &Workspace, store: &SqliteStore, session: &str) -> Result<Option<Question>> {
+    use loopwright_auto::policy::Decision;
+    use loopwright_auto::screen::Subject;
+    let p = loop_of(ws, store, session)?;
+    if p.status.status != LoopStatus::NeedsHuman || !p.status.checks_to_approve.is_empty() {
+        return Ok(None);
+    }
+    let entries = store.auto_log_since(&p.status.loop_id, 0)?;
+    let Some(asked) = entries.iter().rev().find(|e| e.kind == "needs_human").map(|e| e.id) else { return Ok(None) };
+    let client = holder::Client::new(&session_dir(ws, &p.status.session_name));
+    let Ok(screen) = client.request(&holder::Request::Screen) else { return Ok(None) };
+    if screen.exit.is_some() {
+        return Ok(None);
+    }
+    let Some((prompt, choices)) = at_menu(&screen) else { return Ok(None) };
+    let policy = p.internal.settings.policy().map_err(Error::usage)?;
+    let approves = match policy.decide(&prompt, &ws.root) {
+        Decision::Refuse(_) => match &prompt.subject {
+            Subject::Command(c) => Some(c.clone()),
+            Subject::Files(f) => Some(f.join(" ")),
+            Subject::Url(u) => Some(u.clone()),
+            Subject::Unseen => None,
+        },
+        Decision::Answer(_) => None,
+    };
+    let why = secrets(ws).redact(p.status.needs_human.as_deref().unwrap_or_default()).into_owned();
+    Ok(Some(Question { asked, choices, approves, why }))
+}
+
+/// Answers the question journaled at `asked` with `choice`, for a one-tap link: refused when
+/// the loop has moved on (another question, or none) or the menu no longer offers that choice.
+/// The link's confirmation page named what a "yes" approves: that is its confirmation.
+pub fn answer_question(
+    ws: &Workspace,
+    store: &SqliteStore,
+    session: &str,
+    asked: i64,
+    choice: &loopwright_auto::screen::Choice,
+    by: &str,
+) -> Result<AutoStatus> {
+    let q = question(ws, store, session)?.filter(|q| q.asked == asked).ok_or_else(|| {
+        Error::conflict("the loop no longer waits on the question this link was made for: nothing was typed")
+    })?;
+    if !q.choices.contains(choice) {
+        return Err(Error::conflict(format!(
+            "the agent's menu no longer offers \"{}. {}\": nothing was typed",
+            choice.key, choice.label
+        )));
+    }
+    let confirm = if choice.is_yes() { q.approves.as_deref() } else { None };
+    send_keys(ws, store, session, &choice.key, false, confirm, by)
+}
+
 /// The prompt with a numbered menu the screen shows, and its choices.
 fn at_menu(
     screen: &holder::Response,

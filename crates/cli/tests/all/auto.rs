@@ -1437,3 +1437,66 @@ fn a_loop_that_ends_while_no_daemon_runs_is_notified_by_the_next_one_once() {
     assert_eq!(events, [json!("auto_finished")]);
     drop(d);
 }
+
+#[test]
+fn a_notification_of_a_refused_prompt_answers_with_the_menus_own_choices_once() {
+    // A refused force push at Claude Code's menu; the notification carries a link per choice.
+    let push = json!({ "do": "prompt", "name": "push", "redraw": true, "keep": true, "timeout": 60,
+        "text": " Bash command\n\n   git push --force origin main\n\u{1b}[38;5;246m   Publish it\u{1b}[39m\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. Yes, and don't ask again for this command\n   3. No\n\n Esc to cancel · Tab to amend\n" });
+    let hook = crate::http::Server::start(
+        (0..4).map(|_| crate::http::Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] }).collect(),
+    );
+    let notify = format!(
+        "\n[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"auto_needs_human\"]\nas = \"dana\"\n",
+        hook.port
+    );
+    let (ws, _) = setup(json!([[push, { "do": "idle" }]]), &notify);
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, body) = d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let sent = loop {
+        if let Some(n) = crate::team::bodies(&hook).into_iter().find(|b| b["event"] == "auto_needs_human") {
+            break n;
+        }
+        assert!(std::time::Instant::now() < deadline, "no notification: {:?}", hook.requests());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let labels: Vec<&str> =
+        sent["actions"].as_array().expect("actions").iter().filter_map(|a| a["label"].as_str()).collect();
+    assert_eq!(labels, ["1. Yes", "2. Yes, and don't ask again for this command", "3. No"], "{sent:#}");
+    let link = |i: usize| sent["actions"][i]["url"].as_str().expect("url").to_owned();
+    let (yes, no) = (link(0), link(2));
+
+    // The "Yes" page names what it would approve; the "No" page asks nothing more.
+    let http = reqwest::blocking::Client::new();
+    let page = http.get(&yes).send().expect("page");
+    assert_eq!(page.status().as_u16(), 200);
+    let html = page.text().expect("html");
+    assert!(
+        html.contains("This approves <code>git push --force origin main</code>, which the loop's policy refused")
+            && html.contains("Answer 1. Yes as dana"),
+        "{html}"
+    );
+    // "No", tapped: typed alone, once, journaled as typed through a link.
+    let done = http.post(&no).json(&json!({})).send().expect("confirm");
+    assert_eq!(done.status().as_u16(), 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !agent_log(&ws).iter().any(|e| e["kind"] == "answer") {
+        assert!(std::time::Instant::now() < deadline, "nothing typed: {:#?}", agent_log(&ws));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let answers: Vec<Value> =
+        agent_log(&ws).into_iter().filter(|e| e["kind"] == "answer").map(|e| e["keys"].clone()).collect();
+    assert_eq!(answers, [json!("3")]);
+    let (_, log) = d.get("/api/sessions/s/task-auto/log");
+    let typed: Vec<&Value> =
+        log.as_array().expect("log").iter().filter(|e| e["kind"] == "keys" && e["data"]["keys"] == "3").collect();
+    assert_eq!(typed.len(), 1, "{log:#}");
+    assert_eq!(typed[0]["data"]["why"], "typed by dana (one-tap link): choice 3 (No)");
+    // Used: refused the second time; the "Yes" of the same notification is spent with it.
+    assert_eq!(http.post(&no).json(&json!({})).send().expect("again").status().as_u16(), 410);
+    assert_eq!(http.post(&yes).json(&json!({})).send().expect("yes").status().as_u16(), 410);
+    let (code, body) = d.delete("/api/sessions/s/task-auto");
+    assert_eq!(code, 200, "{body}");
+}

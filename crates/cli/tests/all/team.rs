@@ -309,7 +309,7 @@ fn receiver(n: usize) -> crate::http::Server {
 }
 
 /// The JSON bodies the receiver got, in order (the failed first try included).
-fn bodies(server: &crate::http::Server) -> Vec<Value> {
+pub(crate) fn bodies(server: &crate::http::Server) -> Vec<Value> {
     server
         .requests()
         .iter()
