@@ -39,6 +39,13 @@ const PROMPTS: &[(&str, PromptClass, &str, &str)] = &[
         "1",
     ),
     (
+        // Codex 0.171.0's first-run dialog, as the holder read it off the real TUI.
+        "\n  Folder access\n  /tmp/cx/ws\n\n  Trust this folder? Codex can read, edit, and run files here, subject to your permission settings. Folder settings\n  can run code automatically, even without a model request. Continue only if you trust these files. Your trust\n  decision will be saved.\n\n› 1. Trust and continue\n  2. Back to Agent Command Center\n\n  enter continue · esc back",
+        PromptClass::Trust,
+        "codex.trust@0.171",
+        "\r",
+    ),
+    (
         "  Would you like to make the following edits?\n\n  src/main.rs (+2 -1)\n\n› 1. Yes, proceed (y)\n  2. No, and tell Codex what to do differently (esc)",
         PromptClass::Edit,
         "codex.edit@0.5",

@@ -219,6 +219,8 @@ static PROMPTS: LazyLock<Vec<PromptPattern>> = LazyLock::new(|| {
         p("claude.fetch@2.1", Fetch, r"Do you want to allow Claude to fetch this content\?", None),
         p("claude.allow@2.0", Command, r"^\s*(?:❯\s*)?1\. Allow\s*$", None),
         // Codex (codex-rs approval overlay).
+        // 0.171's first-run folder dialog: its highlighted first choice trusts the folder.
+        p("codex.trust@0.171", Trust, r"^\s*Trust this folder\? Codex can read, edit, and run files here", Some("\r")),
         p("codex.command@0.5", Command, r"Would you like to run the following command\?", Some("y")),
         p("codex.edit@0.5", Edit, r"Would you like to make the following edits\?", Some("y")),
         p("codex.command@0.1", Command, r"Allow command\?", Some("y")),
