@@ -329,6 +329,45 @@ fn claude_code_2_1_197_s_edit_and_fetch_prompts_are_read_and_a_fetch_answered_fo
     }
 }
 
+/// Codex 0.171.0's command approval, as the holder read it off the real TUI: its environment
+/// and the model's reason between the question and the command.
+const CODEX_0_171_COMMAND: &str = "• Running touch hi.txt
+
+
+  Would you like to run the following command?
+
+  Environment: local
+
+  Reason: Create the marker file
+
+  $ touch hi.txt
+
+
+› 1. Yes, proceed (y)
+  2. Yes, and don't ask again for commands that start with `touch hi.txt` (p)
+  3. No, and tell Codex what to do differently (esc)
+
+  Press enter to confirm or esc to cancel";
+
+#[test]
+fn codex_0_171_s_command_prompt_is_read_past_its_environment_and_reason() {
+    let root = tempfile::tempdir().expect("tmp");
+    let Reading::Prompt(p) = read_drawn(CODEX_0_171_COMMAND, at("2026-11-23T10:00:00Z")) else { panic!("a prompt") };
+    assert_eq!(
+        (p.class, p.pattern.as_str(), p.key.as_str(), &p.subject),
+        (PromptClass::Command, "codex.command@0.5", "y", &screen::Subject::Command("touch hi.txt".into()))
+    );
+    assert_eq!(Policy::default().decide(&p, root.path()), Decision::Answer("y".into()));
+    // A reason that draws a command row of its own: which one runs cannot be told, so neither.
+    let smuggled = CODEX_0_171_COMMAND.replace("Reason: Create the marker file", "Reason: Run it\n  $ cargo test");
+    let Reading::Prompt(p) = read_drawn(&smuggled, at("2026-11-23T10:00:00Z")) else { panic!("a prompt") };
+    assert_eq!(p.subject, screen::Subject::Unseen);
+    // Anything else above the command: unseen too.
+    let other = CODEX_0_171_COMMAND.replace("Environment: local", "Sandbox: none");
+    let Reading::Prompt(p) = read_drawn(&other, at("2026-11-23T10:00:00Z")) else { panic!("a prompt") };
+    assert_eq!(p.subject, screen::Subject::Unseen);
+}
+
 #[test]
 fn edit_prompts_are_answered_inside_the_workspace_only() {
     let root = tempfile::tempdir().expect("tmp");

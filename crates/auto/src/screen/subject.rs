@@ -82,11 +82,25 @@ fn claude_edit(rows: &[&str], at: usize) -> Option<Subject> {
 }
 
 /// Codex's approval overlay: the question, then `$ command` (its rows), then the menu.
+///
+/// Codex 0.171 draws `Environment: …` and `Reason: …` (the model's justification, perhaps
+/// over several rows) between the question and the command: they are passed over only when
+/// the block holds exactly one `$ ` row — a justification that draws one of its own leaves the
+/// command unseen.
 fn codex_command(rows: &[&str], at: usize) -> Option<Subject> {
     let lines = dedent(&rows[at + 1..menu_below(rows, at)?]);
-    let first = lines.first()?.strip_prefix("$ ")?.to_owned();
-    let mut command = vec![first];
-    command.extend(lines[1..].iter().cloned());
+    let [start] = lines.iter().enumerate().filter(|(_, l)| l.starts_with("$ ")).map(|(i, _)| i).collect::<Vec<_>>()[..]
+    else {
+        return None;
+    };
+    let notes = &lines[..start];
+    let known = notes.first().is_none_or(|l| l.starts_with("Environment: ") || l.starts_with("Reason: "));
+    if !known {
+        return None;
+    }
+    let mut command = vec![lines[start].strip_prefix("$ ")?.to_owned()];
+    let rest: Vec<String> = lines[start + 1..].iter().filter(|l| !l.trim().is_empty()).cloned().collect();
+    command.extend(rest);
     Some(Subject::Command(command.join("\n")))
 }
 
