@@ -1,5 +1,5 @@
 """What the auto-mode benches count: CPU ticks of a process and the PTY holders (`loopwright
-auto hold`) of a workspace's loops. Imported by scripts/bench-auto-cpu.py and
+auto hold`) of a workspace's loops. Imported by scripts/bench-auto.py, scripts/bench-auto-cpu.py and
 scripts/bench-auto-claude.py (Python puts a script's own folder on its path)."""
 import os
 

@@ -22,6 +22,8 @@ import tempfile
 import time
 import urllib.request
 
+from auto_cpu import holders, ticks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AGENT = os.path.join(ROOT, "crates/cli/tests/all/fake_agent.py")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -32,9 +34,7 @@ QUOTA = ("■ You've hit your usage limit. Upgrade to Pro (https://chatgpt.com/e
 
 
 def cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return ticks(pid) / TICK
 
 
 def rss_mb(pid):
@@ -58,20 +58,6 @@ def children(pid):
         except OSError:
             pass
     return out
-
-
-def holders(ws):
-    found = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{p}/cmdline").read().split("\0")
-        except OSError:
-            continue
-        if len(cmd) > 3 and cmd[1:3] == ["auto", "hold"] and cmd[3].startswith(ws):
-            found.append(int(p))
-    return found
 
 
 def workspace(modules, runs, heartbeat, extra=""):

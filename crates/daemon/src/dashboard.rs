@@ -492,6 +492,11 @@ struct LinkFor {
 struct Refusal(StatusCode, String);
 
 impl Refusal {
+    /// The refusal as the answer to a confirmation's `POST` (the page's script shows it).
+    fn json(self) -> Response {
+        (self.0, axum::Json(json!({"error": {"code": "conflict", "message": self.1}}))).into_response()
+    }
+
     fn page(self) -> Response {
         let mut response = page("link.html", json!({"refused": self.1}));
         *response.status_mut() = self.0;
@@ -566,9 +571,7 @@ async fn link_answer(
     crate::api::error::OptionalJson(body): crate::api::error::OptionalJson<LinkConfirm>,
 ) -> Response {
     use crate::notifications::LinkAction;
-    let refuse = |code: StatusCode, message: String| {
-        (code, axum::Json(json!({"error": {"code": "conflict", "message": message}}))).into_response()
-    };
+    let refuse = |code: StatusCode, message: String| Refusal(code, message).json();
     let link = match check_link(&shared, &token).await {
         Ok(link) => link,
         Err(Refusal(code, message)) => return refuse(code, message),
@@ -586,11 +589,8 @@ async fn link_answer(
         return refuse(StatusCode::UNPROCESSABLE_ENTITY, "Write the guidance for the next attempt.".into());
     }
     let comment = body.comment.map(|c| c.trim().chars().take(2000).collect::<String>()).filter(|c| !c.is_empty());
-    // The link is spent before the answer is recorded: two taps at once answer once.
-    let (store, key, at) = (Arc::clone(&shared.auto_store), link.key.clone(), jiff::Timestamp::now().to_string());
-    match tokio::task::spawn_blocking(move || store.notify_use_link(&key, &at)).await {
-        Ok(Ok(loopwright_store::notify::LinkUse::First)) => {}
-        _ => return refuse(StatusCode::GONE, "This link was already used. Each link answers once.".into()),
+    if let Err(Refusal(code, message)) = spend_link(shared.as_ref(), &link.key).await {
+        return refuse(code, message);
     }
     use loopwright_engine::event::Answer;
     let by = link.answer_as.clone();
@@ -613,6 +613,15 @@ async fn link_answer(
         }))
         .into_response(),
         Err(e) => e.into_response(),
+    }
+}
+
+/// Spends the link `key` before its answer is recorded: two taps at once answer once.
+async fn spend_link(shared: &Shared, key: &str) -> Result<(), Refusal> {
+    let (store, key, at) = (Arc::clone(&shared.auto_store), key.to_owned(), jiff::Timestamp::now().to_string());
+    match tokio::task::spawn_blocking(move || store.notify_use_link(&key, &at)).await {
+        Ok(Ok(loopwright_store::notify::LinkUse::First)) => Ok(()),
+        _ => Err(Refusal(StatusCode::GONE, "This link was already used. Each link answers once.".into())),
     }
 }
 
@@ -644,16 +653,12 @@ async fn auto_link_answer(
     session: String,
     choice: loopwright_auto::screen::Choice,
 ) -> Response {
-    let refuse = |code: StatusCode, message: String| {
-        (code, axum::Json(json!({"error": {"code": "conflict", "message": message}}))).into_response()
-    };
+    let refuse = |code: StatusCode, message: String| Refusal(code, message).json();
     if let Err(Refusal(code, message)) = auto_question(shared, &link, &session).await {
         return refuse(code, message);
     }
-    let (store, key, at) = (Arc::clone(&shared.auto_store), link.key.clone(), jiff::Timestamp::now().to_string());
-    match tokio::task::spawn_blocking(move || store.notify_use_link(&key, &at)).await {
-        Ok(Ok(loopwright_store::notify::LinkUse::First)) => {}
-        _ => return refuse(StatusCode::GONE, "This link was already used. Each link answers once.".into()),
+    if let Err(Refusal(code, message)) = spend_link(shared.as_ref(), &link.key).await {
+        return refuse(code, message);
     }
     let by = format!("{} (one-tap link)", link.answer_as);
     let asked = i64::try_from(link.since).unwrap_or_default();

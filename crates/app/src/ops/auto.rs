@@ -419,8 +419,6 @@ pub struct Question {
 /// The question session `session`'s loop waits on, when it waits at a menu; `None` when it
 /// does not need a person or shows no menu.
 pub fn question(ws: &Workspace, store: &SqliteStore, session: &str) -> Result<Option<Question>> {
-    use loopwright_auto::policy::Decision;
-    use loopwright_auto::screen::Subject;
     let p = loop_of(ws, store, session)?;
     if p.status.status != LoopStatus::NeedsHuman || !p.status.checks_to_approve.is_empty() {
         return Ok(None);
@@ -433,16 +431,7 @@ pub fn question(ws: &Workspace, store: &SqliteStore, session: &str) -> Result<Op
         return Ok(None);
     }
     let Some((prompt, choices)) = at_menu(&screen) else { return Ok(None) };
-    let policy = p.internal.settings.policy().map_err(Error::usage)?;
-    let approves = match policy.decide(&prompt, &ws.root) {
-        Decision::Refuse(_) => match &prompt.subject {
-            Subject::Command(c) => Some(c.clone()),
-            Subject::Files(f) => Some(f.join(" ")),
-            Subject::Url(u) => Some(u.clone()),
-            Subject::Unseen => None,
-        },
-        Decision::Answer(_) => None,
-    };
+    let approves = refused(ws, &p, &prompt)?.map(|(_, what)| what).filter(|what| !what.is_empty());
     let why = secrets(ws).redact(p.status.needs_human.as_deref().unwrap_or_default()).into_owned();
     Ok(Some(Question { asked, choices, approves, why }))
 }
@@ -500,6 +489,27 @@ fn pick(menu: &[loopwright_auto::screen::Choice], text: &str) -> Result<loopwrig
 
 /// A yes to a prompt the loop's policy refused is typed only when the person repeated what it
 /// approves.
+/// Why the loop's policy refused `prompt` and what a "yes" to it approves (the command, the
+/// files or the address; empty when the screen did not show it whole), or `None` when the
+/// policy would answer it.
+fn refused(
+    ws: &Workspace,
+    p: &Persisted,
+    prompt: &loopwright_auto::screen::Prompt,
+) -> Result<Option<(String, String)>> {
+    use loopwright_auto::policy::Decision;
+    use loopwright_auto::screen::Subject;
+    let policy = p.internal.settings.policy().map_err(Error::usage)?;
+    let Decision::Refuse(why) = policy.decide(prompt, &ws.root) else { return Ok(None) };
+    let what = match &prompt.subject {
+        Subject::Command(c) => c.clone(),
+        Subject::Files(f) => f.join(" "),
+        Subject::Url(u) => u.clone(),
+        Subject::Unseen => String::new(),
+    };
+    Ok(Some((why, what)))
+}
+
 fn confirm_yes(
     ws: &Workspace,
     p: &Persisted,
@@ -507,19 +517,10 @@ fn confirm_yes(
     choice: &loopwright_auto::screen::Choice,
     confirm: Option<&str>,
 ) -> Result<()> {
-    use loopwright_auto::policy::Decision;
-    use loopwright_auto::screen::Subject;
     if !choice.is_yes() {
         return Ok(());
     }
-    let policy = p.internal.settings.policy().map_err(Error::usage)?;
-    let Decision::Refuse(why) = policy.decide(prompt, &ws.root) else { return Ok(()) };
-    let what = match &prompt.subject {
-        Subject::Command(c) => c.clone(),
-        Subject::Files(f) => f.join(" "),
-        Subject::Url(u) => u.clone(),
-        Subject::Unseen => String::new(),
-    };
+    let Some((why, what)) = refused(ws, p, prompt)? else { return Ok(()) };
     let named = |c: &str| c.split_whitespace().eq(what.split_whitespace());
     match confirm {
         Some(c) if !what.is_empty() && named(c) => Ok(()),

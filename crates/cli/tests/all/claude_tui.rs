@@ -63,14 +63,20 @@ pub(crate) fn stream(blocks: &[Value], stop_reason: &str) -> String {
     out
 }
 
+/// Claude Code's side request for a session title (it carries no tools): answered with one.
+fn side_request(body: &Value) -> Option<(&'static str, String)> {
+    let title = json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"});
+    body["tools"].as_array().is_none_or(Vec::is_empty).then(|| ("side", stream(&[title], "end_turn")))
+}
+
 /// What the scripted model says, by what it is asked: the first turn (the protocol) writes
 /// `.auto-signal`; after the tool's result it is done; a resumed session says so (its last user
 /// message is the supervisor's resume message, merged with the earlier tool result).
 fn answer(body: &Value, signal_path: &Path) -> (&'static str, String) {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().map(Value::to_string).unwrap_or_default();
-    if body["tools"].as_array().is_none_or(Vec::is_empty) {
-        return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+    if let Some(side) = side_request(body) {
+        return side;
     }
     if last.contains("You were restarted") {
         return ("resumed", stream(&[json!({"type": "text", "text": "Resumed where the loop was."})], "end_turn"));
@@ -473,8 +479,8 @@ fn the_real_claude_code_tui_is_started_answered_and_resumed_after_its_exit() {
 fn one_turn(blocks: Vec<Value>) -> Script {
     Box::new(move |body| {
         let messages = body["messages"].as_array().cloned().unwrap_or_default();
-        if body["tools"].as_array().is_none_or(Vec::is_empty) {
-            return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+        if let Some(side) = side_request(body) {
+            return side;
         }
         if messages.iter().any(|m| m["role"] == "assistant") {
             return ("other_turn", stream(&[json!({"type": "text", "text": "Noted."})], "end_turn"));
@@ -599,8 +605,8 @@ fn remove_then_instead() -> Script {
     Box::new(move |body| {
         let messages = body["messages"].as_array().cloned().unwrap_or_default();
         let last = messages.last().map(Value::to_string).unwrap_or_default();
-        if body["tools"].as_array().is_none_or(Vec::is_empty) {
-            return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+        if let Some(side) = side_request(body) {
+            return side;
         }
         if last.contains("toolu_echo") {
             return ("done", stream(&[json!({"type": "text", "text": "Marker written."})], "end_turn"));
@@ -713,8 +719,8 @@ fn the_real_claude_code_s_edit_is_answered_and_its_fetch_waits_for_a_person() {
     let script: Script = Box::new(move |body| {
         let messages = body["messages"].as_array().cloned().unwrap_or_default();
         let last = messages.last().map(Value::to_string).unwrap_or_default();
-        if body["tools"].as_array().is_none_or(Vec::is_empty) {
-            return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+        if let Some(side) = side_request(body) {
+            return side;
         }
         let (kind, next) = if last.contains("toolu_edit") {
             ("fetch", &fetch)
@@ -764,8 +770,8 @@ fn the_real_claude_code_s_edit_is_answered_and_its_fetch_waits_for_a_person() {
 fn refusing_for(refusing: Duration) -> Script {
     let started = Instant::now();
     Box::new(move |body| {
-        if body["tools"].as_array().is_none_or(Vec::is_empty) {
-            return ("side", stream(&[json!({"type": "text", "text": "{\"title\": \"Auto loop\"}"})], "end_turn"));
+        if let Some(side) = side_request(body) {
+            return side;
         }
         if started.elapsed() < refusing {
             return ("429", rate_limited());
@@ -898,8 +904,8 @@ fn night(task: &Path) -> Script {
         write("toolu_index", "mod/.index.md", "---\nstatus: complete\nchecks:\n  - test -f greeting.txt\n---\n");
     let text = |t: &str| json!({"type": "text", "text": t});
     Box::new(move |body| {
-        if body["tools"].as_array().is_none_or(Vec::is_empty) {
-            return ("side", stream(&[text("{\"title\": \"Auto loop\"}")], "end_turn"));
+        if let Some(side) = side_request(body) {
+            return side;
         }
         let messages = body["messages"].as_array().cloned().unwrap_or_default();
         let all = Value::Array(messages.clone()).to_string();
