@@ -368,6 +368,57 @@ fn codex_0_171_s_command_prompt_is_read_past_its_environment_and_reason() {
     assert_eq!(p.subject, screen::Subject::Unseen);
 }
 
+/// Codex 0.171.0's edit approval (a patch its sandbox could not write), as the TUI drew it:
+/// Codex's own description, then one `Destination:` row per file (`{ws}`: the workspace).
+const CODEX_0_171_EDIT: &str = "• Added {ws}/greeting.txt (+1 -0)
+    1 +hello
+
+
+  Would you like to make the following edits?
+
+  Description: command failed; retry without sandbox?
+  Destination: {ws}/greeting.txt
+  Destination: {ws}/sub/two.txt
+
+
+› 1. Yes, proceed (y)
+  2. Yes, and don't ask again for these files (a)
+  3. No, and tell Codex what to do differently (esc)
+
+  Press enter to confirm or esc to cancel";
+
+#[test]
+fn codex_0_171_s_edit_prompt_is_read_by_its_destinations() {
+    let root = tempfile::tempdir().expect("tmp");
+    let ws = root.path().display().to_string();
+    let now = at("2026-11-23T10:00:00Z");
+    let screen = CODEX_0_171_EDIT.replace("{ws}", &ws);
+    let Reading::Prompt(p) = read_drawn(&screen, now) else { panic!("a prompt") };
+    let files = vec![format!("{ws}/greeting.txt"), format!("{ws}/sub/two.txt")];
+    assert_eq!(
+        (p.class, p.pattern.as_str(), p.key.as_str(), &p.subject),
+        (PromptClass::Edit, "codex.edit@0.5", "y", &screen::Subject::Files(files))
+    );
+    assert_eq!(Policy::default().decide(&p, root.path()), Decision::Answer("y".into()));
+    // A destination outside the workspace: read, and refused.
+    let outside = screen.replace(&format!("{ws}/sub/two.txt"), "/etc/cron.d/two");
+    let Reading::Prompt(p) = read_drawn(&outside, now) else { panic!("a prompt") };
+    assert_eq!(p.subject, screen::Subject::Files(vec![format!("{ws}/greeting.txt"), "/etc/cron.d/two".into()]));
+    assert!(matches!(Policy::default().decide(&p, root.path()), Decision::Refuse(_)));
+    // A path wrapped onto the next row, a description over two rows, a row of another kind, no
+    // destination at all: which files are written cannot be told, so none is answered for.
+    for tampered in [
+        screen.replace("/sub/two.txt", "/sub/\n  two.txt"),
+        screen.replace("retry without sandbox?", "retry without sandbox?\n  and more words"),
+        screen.replace("Description: ", "Reason: "),
+        screen.replace(&format!("  Destination: {ws}/greeting.txt\n  Destination: {ws}/sub/two.txt\n"), ""),
+    ] {
+        let Reading::Prompt(p) = read_drawn(&tampered, now) else { panic!("a prompt: {tampered}") };
+        assert_eq!(p.subject, screen::Subject::Unseen, "{tampered}");
+        assert!(matches!(Policy::default().decide(&p, root.path()), Decision::Refuse(_)), "{tampered}");
+    }
+}
+
 #[test]
 fn edit_prompts_are_answered_inside_the_workspace_only() {
     let root = tempfile::tempdir().expect("tmp");

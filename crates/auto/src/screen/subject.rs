@@ -20,6 +20,7 @@ static CLAUDE_EDIT_QUESTION: LazyLock<Regex> =
 static CLAUDE_FETCH_URL: LazyLock<Regex> = LazyLock::new(|| re(r#"^\s+url: "(https?://[^"\s]+)""#));
 static CLAUDE_FETCH_HOST: LazyLock<Regex> = LazyLock::new(|| re(r"^\s+Claude wants to fetch content from (\S+)\s*$"));
 static CODEX_FILE: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(\S+) \(\+\d+ -\d+\)\s*$"));
+static CODEX_DESTINATION: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*Destination: (\S+)\s*$"));
 /// A row that ends a prompt's block: a frame's rule, a question, a menu.
 static BOUNDARY: LazyLock<Regex> =
     LazyLock::new(|| re(r"^\s*[─━]{3,}|Do you want to |Would you like to |\(Y\)es/\(N\)o|^\s*(?:❯|>|›)?\s*1\.\s"));
@@ -104,13 +105,24 @@ fn codex_command(rows: &[&str], at: usize) -> Option<Subject> {
     Some(Subject::Command(command.join("\n")))
 }
 
-/// Codex's edit overlay: the question, then one `path (+A -D)` row per file, then the menu.
+/// Codex's edit overlay: the question, then one `path (+A -D)` row per file, then the menu —
+/// or, from 0.171, one `Description: …` row (Codex's own words, such as `command failed; retry
+/// without sandbox?`) and then one `Destination: PATH` row per file. Any other row, a second
+/// description row or a path wrapped onto the next row leaves the files unseen.
 fn codex_edit(rows: &[&str], at: usize) -> Option<Subject> {
-    let mut files = Vec::new();
-    for row in rows[at + 1..menu_below(rows, at)?].iter().filter(|r| !r.trim().is_empty()) {
-        files.push(CODEX_FILE.captures(row)?.get(1)?.as_str().to_owned());
-    }
-    (!files.is_empty()).then_some(Subject::Files(files))
+    let filled: Vec<&str> =
+        rows[at + 1..menu_below(rows, at)?].iter().copied().filter(|r| !r.trim().is_empty()).collect();
+    let files: Option<Vec<String>> = match filled.split_first() {
+        Some((first, destinations)) if first.trim_start().starts_with("Description: ") => destinations
+            .iter()
+            .map(|row| CODEX_DESTINATION.captures(row).and_then(|c| c.get(1)).map(|m| m.as_str().to_owned()))
+            .collect(),
+        _ => filled
+            .iter()
+            .map(|row| CODEX_FILE.captures(row).and_then(|c| c.get(1)).map(|m| m.as_str().to_owned()))
+            .collect(),
+    };
+    files.filter(|f| !f.is_empty()).map(Subject::Files)
 }
 
 /// The row of the header above `at` that `is_header` recognises, with nothing between that

@@ -195,7 +195,7 @@ impl Api {
 }
 
 /// One request to the holder of the session (its Unix socket, line-JSON).
-fn holder(ws: &Ws, request: Value) -> Value {
+pub(crate) fn holder(ws: &Ws, request: Value) -> Value {
     let sock = ws.path().join(".loopwright/state/auto/mod/holder.sock");
     let Ok(mut stream) = std::os::unix::net::UnixStream::connect(&sock) else { return Value::Null };
     let _ = stream.write_all(format!("{request}\n").as_bytes());

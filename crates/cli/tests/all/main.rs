@@ -7,6 +7,7 @@ mod bench;
 mod chaos;
 mod claude_tui;
 mod closed_loop;
+mod codex_tui;
 mod crashes;
 mod daemon;
 mod durability;
