@@ -757,18 +757,22 @@ impl Step<'_> {
 
     /// Whether a prompt on screen was drawn after the last keystroke: a row of its block is
     /// newer than the keystroke (two identical menus are told apart by what the prompt is
-    /// about), or it is the latest thing on a screen that changed since.
+    /// about), or it is the latest thing on a screen that changed since — unless its block is
+    /// the one just decided on, row for row: a CLI that redraws the rows above a dialog it is
+    /// still taking down (Gemini CLI restarting after its trust answer) is not asking again.
     fn prompt_is_new(&self, prompt: &Prompt, screen: &Response, hash: u64) -> bool {
         let after = self.p.internal.last_action_output;
         let block_new = screen.row_ages.len() != screen.screen.split('\n').count()
             || prompt.rows.clone().any(|r| screen.row_ages.get(r).is_some_and(|&age| age > after));
         let context_changed = prompt_hash(&screen.screen, prompt) != self.p.internal.last_prompt_hash;
-        block_new || (prompt.at_bottom && context_changed && hash != self.p.internal.last_action_hash)
+        let same_block = block_hash(&screen.screen, prompt) == self.p.internal.last_block_hash;
+        block_new || (prompt.at_bottom && context_changed && !same_block && hash != self.p.internal.last_action_hash)
     }
 
     fn on_prompt(&mut self, prompt: &Prompt, screen: &Response, hash: u64) {
         self.p.status.stall_count = 0;
         self.p.internal.last_prompt_hash = prompt_hash(&screen.screen, prompt);
+        self.p.internal.last_block_hash = block_hash(&screen.screen, prompt);
         self.p.internal.last_hash = hash;
         match self.rules.policy.decide(prompt, self.rules.root) {
             Decision::Answer(key) => {
@@ -1095,6 +1099,13 @@ fn prompt_hash(screen: &str, prompt: &Prompt) -> u64 {
     let end = prompt.rows.end.min(rows.len());
     let start = prompt.rows.start.saturating_sub(PROMPT_CONTEXT_ROWS).min(end);
     screen::masked_hash(&rows[start..end].join("\n"))
+}
+
+/// The masked hash of `prompt`'s own rows of `screen`.
+fn block_hash(screen: &str, prompt: &Prompt) -> u64 {
+    let rows: Vec<&str> = screen.split('\n').collect();
+    let end = prompt.rows.end.min(rows.len());
+    screen::masked_hash(&rows[prompt.rows.start.min(end)..end].join("\n"))
 }
 
 fn verdict(reading: &str, decision: &str) -> AutoEvent {

@@ -253,6 +253,8 @@ pub struct Internal {
     pub last_action_hash: u64,
     /// The masked hash of the last prompt answered or refused, with the rows above it.
     pub last_prompt_hash: u64,
+    /// The masked hash of that prompt's own rows (its block, without the rows above it).
+    pub last_block_hash: u64,
     /// The masked hash of the last capture (the stall baseline).
     pub last_hash: u64,
     /// When the stop was requested.

@@ -172,6 +172,48 @@ fn back_to_back_prompts_are_each_answered_once_as_they_appear() {
     assert_eq!(typed(&actions), [("1".to_owned(), "command prompt".to_owned())]);
 }
 
+/// Gemini CLI 0.61's folder dialog (its frame taken off), under `above`, every row of age `age`.
+fn gemini_trust(above: &str, age: u64) -> Vec<(String, u64)> {
+    let mut rows: Vec<String> = (0..6).map(|i| format!(" {above} {i}")).collect();
+    rows.extend(
+        [
+            " ╭────────────╮",
+            "",
+            "   Do you trust the files in this folder?",
+            "",
+            "   Trusting a folder allows Gemini CLI to load its local configurations, including custom",
+            "   commands, hooks, MCP servers, agent skills, and settings. These configurations could",
+            "   execute code on your behalf or change the behavior of the CLI.",
+            "",
+            "",
+            "   ● 1. Trust folder (ws)",
+            "     2. Trust parent folder (tmp)",
+            "     3. Don't trust",
+            " ╰────────────╯",
+        ]
+        .map(str::to_owned),
+    );
+    rows.into_iter().map(|r| (r, age)).collect()
+}
+
+#[test]
+fn a_dialog_still_drawn_after_its_answer_is_not_answered_again_when_only_the_rows_above_change() {
+    let w = World::new();
+    let mut p = running(|_| {});
+    p.internal.last_action_output = 100;
+    let dialog = gemini_trust("? Shell  touch hi.txt", 150);
+    let (p1, actions) = w.decide(&p, look(screen(&as_rows(&dialog), 2000)), at(0.5));
+    assert_eq!(typed(&actions), [("\r".to_owned(), "trust prompt".to_owned())]);
+    // Gemini redraws what is above the dialog while it restarts with the answer.
+    let redrawn = gemini_trust("✓ Shell  touch hi.txt", 150);
+    let (p2, actions) = w.decide(&p1, look(screen(&as_rows(&redrawn), 2400)), at(0.9));
+    assert_eq!(typed(&actions), []);
+    // The dialog drawn anew (its rows newer than the keystroke): asked again, answered.
+    let anew = gemini_trust("✓ Shell  touch hi.txt", 2500);
+    let (_, actions) = w.decide(&p2, look(screen(&as_rows(&anew), 2600)), at(1.5));
+    assert_eq!(typed(&actions), [("\r".to_owned(), "trust prompt".to_owned())]);
+}
+
 #[test]
 fn a_prompt_is_read_only_once_its_frame_settled_and_history_below_output_is_not_a_prompt() {
     let w = World::new();

@@ -213,6 +213,9 @@ static PROMPTS: LazyLock<Vec<PromptPattern>> = LazyLock::new(|| {
         // Claude Code 2.x: a question, then a numbered menu whose first option is the yes.
         p("claude.quota_menu@2.1", QuotaMenu, r"Stop and wait for limit to reset", Some("1")),
         p("claude.api_key@2.1", Unclear, r"Do you want to use this API key\?", None),
+        // Gemini CLI 0.61's folder dialog asks Claude Code's question: told apart by its menu,
+        // whose highlighted first choice trusts the folder.
+        p("gemini.trust@0.61", Trust, r"^\s*●\s*1\. Trust folder \(", Some("\r")),
         p("claude.trust@2.1", Trust, r"Do you trust the files in this folder\?|Yes, I trust this folder", None),
         p("claude.edit@2.1", Edit, r"Do you want to (?:create|make this edit to|overwrite|delete) .+\?", None),
         p("claude.command@2.1", Command, r"Do you want to proceed\?", None),
@@ -255,10 +258,13 @@ static PROMPTS: LazyLock<Vec<PromptPattern>> = LazyLock::new(|| {
     ]
 });
 
-static NUMBERED_YES: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*1\.\s+(?:Yes|Allow)\b"));
-static NUMBERED_MENU: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*[12]\.\s+\S"));
+// A menu's highlighted row is marked `❯` (Claude Code), `›` (Codex), `●` (Gemini CLI) or `>`.
+static NUMBERED_YES: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›|●)?\s*1\.\s+(?:Yes|Allow)\b"));
+static NUMBERED_MENU: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›|●)?\s*[12]\.\s+\S"));
 /// A row of a numbered menu: its number and its label.
-static MENU_ROW: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›)?\s*(\d+)\.\s+(\S.*?)\s*$"));
+static MENU_ROW: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(?:❯|>|›|●)?\s*(\d+)\.\s+(\S.*?)\s*$"));
+/// A CLI saying, under a dialog, that it took the answer: the dialog above is history.
+static MOVED_ON: LazyLock<Regex> = LazyLock::new(|| re(r"Gemini CLI is restarting to apply the trust changes"));
 static QUESTION: LazyLock<Regex> = LazyLock::new(|| re(r"\?\s*$"));
 
 struct QuotaPattern {
@@ -328,7 +334,8 @@ pub struct Choice {
 /// empty for a prompt without a numbered menu (aider's `(Y)es/(N)o`).
 pub fn choices(screen: &str, prompt: &Prompt) -> Vec<Choice> {
     // The menu ends the block: the rows from its end up to the question.
-    let block: Vec<&str> = screen.split('\n').skip(prompt.rows.start).take(prompt.rows.len()).collect();
+    let block: Vec<String> =
+        screen.split('\n').skip(prompt.rows.start).take(prompt.rows.len()).map(|r| unframed(r).into_owned()).collect();
     let mut menu: Vec<Choice> = block
         .iter()
         .rev()
@@ -358,9 +365,16 @@ pub fn read(screen: &str, now: Timestamp, local: &TimeZone) -> Reading {
 /// `full` and the rows `above` it that scrolled off (oldest first), so a long command is read
 /// whole. `faces` says how each row of `full` is drawn (empty when not known).
 pub fn read_view(view: &str, full: &str, above: &str, faces: &[Face], now: Timestamp, local: &TimeZone) -> Reading {
+    let (view, full, above) = (unframe(view), unframe(full), unframe(above));
+    let (view, full, above) = (view.as_str(), full.as_str(), above.as_str());
     let rows: Vec<&str> = view.split('\n').collect();
     let filled: Vec<(usize, &str)> = rows.iter().copied().enumerate().filter(|(_, r)| !r.trim().is_empty()).collect();
     let recent: Vec<(usize, &str)> = filled.iter().rev().take(PROMPT_ROWS).rev().copied().collect();
+    // What is above a CLI's word that it took an answer is history.
+    let recent = match recent.iter().rposition(|(_, r)| MOVED_ON.is_match(r)) {
+        Some(moved_on) => recent[moved_on + 1..].to_vec(),
+        None => recent,
+    };
 
     // A quota menu or a prompt waits for a key: it wins over everything else on screen.
     for pattern in PROMPTS.iter() {
@@ -402,8 +416,10 @@ pub fn read_view(view: &str, full: &str, above: &str, faces: &[Face], now: Times
             Some(row) if pattern.question.is_match(row) => subject::of(pattern.id, &context, &drawn, offset + at),
             _ => Subject::Unseen,
         };
-        // The block ends after the question's menu (its numbered options, if any).
-        let end = (at + 1..rows.len()).find(|&i| !MENU_ROW.is_match(rows[i])).unwrap_or(rows.len());
+        // The block ends after the question's menu: the lowest numbered rows below it (Codex
+        // draws the command between the question and its menu; rows the model wrote there that
+        // look like a menu are above the real one).
+        let end = (at + 1..rows.len()).rev().find(|&i| MENU_ROW.is_match(rows[i])).map_or(at + 1, |last| last + 1);
         let below = rows[end..].iter().filter(|r| !r.trim().is_empty()).count();
         return Reading::Prompt(Prompt {
             class,
@@ -444,6 +460,22 @@ pub fn read_view(view: &str, full: &str, above: &str, faces: &[Face], now: Times
         return Reading::Busy { marker: m.as_str().to_owned() };
     }
     Reading::Quiet
+}
+
+/// `row` without the frame a CLI draws its dialog in (Gemini CLI: `│ … │`): each bar replaced
+/// by a space, so the row keeps its columns. A frame inside it (a box in the dialog) is kept.
+fn unframed(row: &str) -> std::borrow::Cow<'_, str> {
+    let body = row.trim_end();
+    let lead = body.len() - body.trim_start().len();
+    match body[lead..].strip_prefix('│').and_then(|r| r.strip_suffix('│')) {
+        Some(inner) => format!("{} {inner} ", &body[..lead]).into(),
+        None => row.into(),
+    }
+}
+
+/// Every row of `screen` [`unframed`].
+fn unframe(screen: &str) -> String {
+    screen.split('\n').map(unframed).collect::<Vec<_>>().join("\n")
 }
 
 /// The lowest quota line among `recent` rows, with its reset time.

@@ -1,7 +1,7 @@
 //! What a command or edit prompt is about, read whole off the rows around its question — or
 //! [`Subject::Unseen`] when the layout is not the one this CLI draws, the block is cut off at
 //! the top of what the terminal kept, or a row could belong to something else. Only the CLIs
-//! whose layouts are known are read (Claude Code, Codex, aider); for the others a command or
+//! whose layouts are known are read (Claude Code, Codex, Gemini CLI, aider); for the others a command or
 //! an edit is left to a person.
 
 use std::sync::LazyLock;
@@ -21,6 +21,8 @@ static CLAUDE_FETCH_URL: LazyLock<Regex> = LazyLock::new(|| re(r#"^\s+url: "(htt
 static CLAUDE_FETCH_HOST: LazyLock<Regex> = LazyLock::new(|| re(r"^\s+Claude wants to fetch content from (\S+)\s*$"));
 static CODEX_FILE: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*(\S+) \(\+\d+ -\d+\)\s*$"));
 static CODEX_DESTINATION: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*Destination: (\S+)\s*$"));
+static GEMINI_WRITE: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*\? WriteFile  Writing to (\S+)\s*$"));
+static GEMINI_EDIT: LazyLock<Regex> = LazyLock::new(|| re(r"^\s*\? Edit  ([^\s:]+): "));
 /// A row that ends a prompt's block: a frame's rule, a question, a menu.
 static BOUNDARY: LazyLock<Regex> =
     LazyLock::new(|| re(r"^\s*[─━]{3,}|Do you want to |Would you like to |\(Y\)es/\(N\)o|^\s*(?:❯|>|›)?\s*1\.\s"));
@@ -34,6 +36,8 @@ pub(super) fn of(id: &str, rows: &[&str], faces: &[Face], at: usize) -> Subject 
         "claude.fetch@2.1" => claude_fetch(rows, at),
         "codex.command@0.5" => codex_command(rows, at),
         "codex.edit@0.5" => codex_edit(rows, at),
+        "gemini.command@0.9" => gemini_command(rows, at),
+        "gemini.edit@0.9" => gemini_edit(rows, at),
         "aider.command@0.8" => block_above(rows, at).map(|lines| Subject::Command(lines.join("\n"))),
         "aider.create@0.8" => match block_above(rows, at).as_deref() {
             Some([file]) => Some(Subject::Files(vec![file.clone()])),
@@ -123,6 +127,51 @@ fn codex_edit(rows: &[&str], at: usize) -> Option<Subject> {
             .collect(),
     };
     files.filter(|f| !f.is_empty()).map(Subject::Files)
+}
+
+/// Gemini CLI's confirmation (its outer frame already taken off): a header row `? Tool  …`
+/// (perhaps over several rows), a box holding the command or the change, then the question
+/// right under the box. Returns the header's rows and the box's inner rows — each framed, so
+/// that the box's top is the first row above its bottom that is not: text the model gave
+/// that draws a box of its own stays inside the real one.
+fn gemini_block<'a>(rows: &[&'a str], at: usize) -> Option<(Vec<&'a str>, Vec<String>)> {
+    let starts = |i: usize, c: char| rows[i].trim_start().starts_with(c);
+    let bottom = at.checked_sub(1).filter(|&b| starts(b, '╰'))?;
+    let lowest = at.saturating_sub(MAX_BLOCK_ROWS);
+    let top = (lowest..bottom).rev().find(|&i| !starts(i, '│'))?;
+    if !starts(top, '╭') {
+        return None;
+    }
+    let inner: Vec<String> = rows[top + 1..bottom].iter().map(|r| super::unframed(r).into_owned()).collect();
+    let outer = (lowest..top).rev().find(|&i| starts(i, '╭') || starts(i, '╰') || rows[i].trim().is_empty())?;
+    let header: Vec<&str> = rows[outer + 1..top].to_vec();
+    let first = header.first()?;
+    first.trim_start().starts_with("? ").then_some((header, inner))
+}
+
+/// Gemini CLI's shell confirmation: `? Shell  COMMAND` over the box that holds the command's
+/// rows; the command is what the box holds.
+fn gemini_command(rows: &[&str], at: usize) -> Option<Subject> {
+    let (header, inner) = gemini_block(rows, at)?;
+    if !header[0].trim_start().starts_with("? Shell ") {
+        return None;
+    }
+    let inner: Vec<&str> = inner.iter().map(String::as_str).collect();
+    let lines = dedent(&inner);
+    (!lines.is_empty()).then(|| Subject::Command(lines.join("\n")))
+}
+
+/// Gemini CLI's edit confirmation: `? WriteFile  Writing to PATH` (one row) or `? Edit  PATH:
+/// OLD => NEW`, the path relative to the workspace. A path Gemini shortened (`…/.../…`), a
+/// `WriteFile` header over several rows or an `Edit` path holding a colon is not read.
+fn gemini_edit(rows: &[&str], at: usize) -> Option<Subject> {
+    let (header, _) = gemini_block(rows, at)?;
+    let path = match (GEMINI_WRITE.captures(header[0]), GEMINI_EDIT.captures(header[0])) {
+        (Some(c), _) if header.len() == 1 => c.get(1)?.as_str(),
+        (_, Some(c)) => c.get(1)?.as_str(),
+        _ => return None,
+    };
+    (!path.contains("...")).then(|| Subject::Files(vec![path.to_owned()]))
 }
 
 /// The row of the header above `at` that `is_header` recognises, with nothing between that

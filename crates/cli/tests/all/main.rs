@@ -14,6 +14,7 @@ mod durability;
 mod enforcement;
 mod feedback;
 mod fleet;
+mod gemini_tui;
 mod http;
 mod init_demo;
 mod limits;
