@@ -199,10 +199,48 @@ impl Drop for Session {
     }
 }
 
+/// A person at the refused `rm -rf canary` prompt, through `auto send`: a sentence with Enter
+/// is refused with the menu's own choices (`choices`), and so is a "yes" that does not name
+/// the command; the menu's "No" (choice 3, labelled `no`) is typed alone, journaled as the
+/// person's, and the CLI takes it (`taken` shows on its screen). The folder is kept.
+pub(crate) fn a_person_says_no_to_the_removal(ws: &Ws, choices: &str, no: &str, taken: &str) {
+    let (code, _, err) = ws.run(&["auto", "send", "mod", "no, do not delete it", "--enter"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(choices), "{err}");
+    let (code, _, err) = ws.run(&["auto", "send", "mod", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("approves `rm -rf canary`, which the policy refused"), "{err}");
+    let (code, _, err) = ws.run(&["auto", "send", "mod", "3"]);
+    assert_eq!(code, 0, "{err}");
+    let screen =
+        || crate::claude_tui::holder(ws, json!({"op": "screen"}))["screen"].as_str().unwrap_or_default().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !screen().contains(taken) {
+        assert!(Instant::now() < deadline, "the CLI did not take the No:\n{}", screen());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, log, _) = ws.run(&["auto", "log", "mod", "--json"]);
+    let log: Value = serde_json::from_str(&log).expect("the journal");
+    let typed: Vec<(String, String)> = log["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["kind"] == "keys" && e["data"]["why"].as_str().is_some_and(|w| w.starts_with("typed by")))
+        .map(|e| {
+            (
+                e["data"]["why"].as_str().unwrap_or_default().to_owned(),
+                e["data"]["keys"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(typed, [(format!("typed by tester: choice 3 ({no})"), "3".to_owned())]);
+    assert_eq!(ws.read("canary/keep.txt"), "keep\n");
+}
+
 /// Codex 0.171 on a first run: its trust dialog, a command it runs outside the sandbox (the
 /// model's reason above it) and a patch it could not write in its sandbox (two files) are
-/// answered, each once; then `rm -rf canary` is refused and the loop waits for a person —
-/// the folder kept.
+/// answered, each once; then `rm -rf canary` is refused and the loop waits for a person,
+/// whose sentence with Enter is refused and whose "No" is typed — the folder kept.
 #[test]
 fn the_real_codex_tui_s_trust_command_and_edit_prompts_are_answered_and_a_removal_is_not() {
     let Some(codex) = codex() else { return };
@@ -242,4 +280,10 @@ fn the_real_codex_tui_s_trust_command_and_edit_prompts_are_answered_and_a_remova
         ("hello\n".to_owned(), "two\n".to_owned(), "keep\n".to_owned())
     );
     assert!(ws.path().join("hi.txt").exists(), "{shown}");
+    a_person_says_no_to_the_removal(
+        ws,
+        "1. Yes, proceed (y) · 2. Yes, and don't ask again for commands that start with `rm -rf canary` (p) · 3. No, and tell Codex what to do differently (esc)",
+        "No, and tell Codex what to do differently (esc)",
+        "You canceled the request to run rm -rf canary",
+    );
 }

@@ -169,7 +169,7 @@ impl Drop for Session {
 /// Gemini CLI 0.61 in a folder it does not trust yet: its trust dialog (drawn under the first
 /// command's confirmation) is answered and Gemini restarts itself; then a command, a new file
 /// and an edit are answered, each once; then `rm -rf canary` is refused and the loop waits for
-/// a person — the folder kept.
+/// a person, whose sentence with Enter is refused and whose "No" is typed — the folder kept.
 #[test]
 fn the_real_gemini_cli_s_trust_shell_and_edit_confirmations_are_answered_and_a_removal_is_not() {
     let Some(gemini) = gemini() else { return };
@@ -213,4 +213,10 @@ fn the_real_gemini_cli_s_trust_shell_and_edit_confirmations_are_answered_and_a_r
         "{shown}"
     );
     assert!(ws.path().join("hi.txt").exists(), "{shown}");
+    crate::codex_tui::a_person_says_no_to_the_removal(
+        ws,
+        "1. Allow once · 2. Allow for this session · 3. No, suggest changes (esc)",
+        "No, suggest changes (esc)",
+        "Request cancelled.",
+    );
 }
