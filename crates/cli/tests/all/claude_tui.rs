@@ -214,14 +214,7 @@ fn wait_until(what: &str, seconds: u64, mut check: impl FnMut() -> bool, shown: 
 
 /// The installed Claude Code, or `None` (said) when it is not installed.
 fn claude_code() -> Option<PathBuf> {
-    let claude = crate::presets::installed_clis().join("node_modules/.bin/claude");
-    let version = std::process::Command::new(&claude).arg("--version").output();
-    let Some(version) = version.ok().filter(|v| v.status.success()) else {
-        eprintln!("skipped: Claude Code is not installed ({}): its TUI was not driven", claude.display());
-        return None;
-    };
-    eprintln!("driving {}", String::from_utf8_lossy(&version.stdout).trim());
-    Some(claude)
+    crate::real_cli::installed("claude", "Claude Code")
 }
 
 /// How a [`Session`] starts.

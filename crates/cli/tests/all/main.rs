@@ -20,6 +20,7 @@ mod init_demo;
 mod limits;
 mod postgres;
 mod presets;
+mod real_cli;
 mod rollback;
 mod run;
 mod sandbox;
