@@ -5,11 +5,14 @@
 //!   semantics as the SQLite store (it passes the same [`conformance`] suite).
 //! - [`ScriptedRunner`]: plays a script of outcomes and records what it was asked to run.
 //! - [`FakeClock`]: stands still except when the engine waits, and records the waits.
+//! - [`History`]: a run's journal built event by event, for tables of decisions.
 
 pub mod conformance;
 mod doubles;
+mod history;
 
 pub use doubles::{FakeClock, MemoryStore, ScriptedRunner};
+pub use history::History;
 
 use std::collections::BTreeMap;
 

@@ -5,7 +5,7 @@
 //! whose strategy does not stop the run for a person — escalating needs a sure pattern or a
 //! universal fact, never a model's word.
 //!
-//! Everything here is pure: `run.rs` sends the [`Question`] through the `Runner` port (an HTTP
+//! Everything here is pure: `run/evaluate.rs` sends the [`Question`] through the `Runner` port (an HTTP
 //! model gets the schema as its structured-output or tool definition, an agent CLI its
 //! one-shot mode with the schema in the prompt) and hands the text back.
 

@@ -1,0 +1,68 @@
+//! Acquire limits: what the provider allows is taken before anything of the attempt starts;
+//! waiting for it, the run is queued with the reason, and a stop ends the wait as it ends an
+//! attempt.
+
+use loopwright_spec::Stage;
+
+use super::Engine;
+use crate::event::Event;
+use crate::ports::{Allowed, Changes, Clock, Limits, Runner, Stopper, Store, StoreError};
+use crate::state::RunState;
+
+/// How often an attempt waiting for a provider limit asks again, at least and at most.
+const LIMIT_POLL_MIN: jiff::SignedDuration = jiff::SignedDuration::from_millis(200);
+const LIMIT_POLL_MAX: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
+
+/// Whether the attempt may go on.
+pub(super) enum Acquired {
+    /// Its provider's slot is held by `holder` (or it has no provider).
+    Taken,
+    /// The run was stopped while it waited; the stop is journaled.
+    Stopped,
+}
+
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
+    /// Takes the slot of the stage's agent's provider for `holder`, journaling when the
+    /// attempt starts waiting and when it waits for another reason (not for another count of
+    /// the same one).
+    pub(super) async fn acquire(
+        &mut self,
+        state: &mut RunState,
+        stage: &Stage,
+        attempt: u32,
+        holder: &str,
+    ) -> Result<Acquired, StoreError> {
+        let Some(agent) = self.pipeline.agent_of(stage) else { return Ok(Acquired::Taken) };
+        let mut waited: Option<String> = None;
+        loop {
+            match self.limits.take(agent, holder).await? {
+                Allowed::Yes => break,
+                Allowed::Wait { reason, until } => {
+                    let kind: String = reason.chars().filter(|c| !c.is_ascii_digit()).collect();
+                    if waited.as_ref() != Some(&kind) {
+                        let event = Event::LimitWaiting { stage: stage.id.clone(), attempt, reason, until };
+                        self.record(state, event).await?;
+                        waited = Some(kind);
+                    }
+                    let now = self.clock.now();
+                    let pause = until
+                        .map(|u| u.duration_since(now).clamp(LIMIT_POLL_MIN, LIMIT_POLL_MAX))
+                        .unwrap_or(LIMIT_POLL_MAX);
+                    let (clock, stopper) = (self.clock, self.stopper);
+                    tokio::select! {
+                        biased;
+                        stop = stopper.stopped() => {
+                            self.stop(state, stop).await?;
+                            return Ok(Acquired::Stopped);
+                        }
+                        () = clock.sleep_until(now + pause) => {}
+                    }
+                }
+            }
+        }
+        if waited.is_some() {
+            self.defer(state, Event::LimitTaken { stage: stage.id.clone(), attempt });
+        }
+        Ok(Acquired::Taken)
+    }
+}
