@@ -1,6 +1,7 @@
 //! The arrows of ARCHITECTURE.md, checked on the sources: which crate may depend on which,
-//! no cycle between the modules of any crate, and no operation or command importing another
-//! (they share library modules instead).
+//! no cycle between the modules of any crate, no operation or command importing another
+//! (they share library modules instead), decisions that do no I/O, and a run driver whose
+//! functions and files stay small (AGENTS.md's house rules).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -215,6 +216,86 @@ fn operations_and_commands_do_not_import_each_other() {
     }
 }
 
+/// The modules that decide: pure functions of a journal, its state and the time.
+const DECISIONS: &[&str] = &["engine/src/decide.rs", "engine/src/closed_loop/mod.rs", "auto/src/decide.rs"];
+
+/// What a decision must not use: the file system, processes, the network, the environment,
+/// threads, an async runtime, a database or an HTTP client.
+const IO: &[&str] = &[
+    "std::fs",
+    "std::process",
+    "std::net",
+    "std::io",
+    "std::env",
+    "std::thread",
+    "tokio",
+    "reqwest",
+    "rusqlite",
+    "sqlx",
+    "postgres",
+    ".await",
+];
+
+/// The I/O `text` uses, of [`IO`].
+fn io_in(text: &str) -> Vec<&'static str> {
+    let code = code(text);
+    IO.iter().copied().filter(|io| code.contains(io)).collect()
+}
+
+#[test]
+fn decisions_do_no_io() {
+    for rel in DECISIONS {
+        let text = std::fs::read_to_string(workspace().join("crates").join(rel)).expect("a decision module");
+        assert_eq!(io_in(&text), Vec::<&str>::new(), "{rel} decides: the driver does its I/O");
+    }
+}
+
+/// Each function of `text` (at the top level or in an `impl`): its name and its length in
+/// lines, from its signature to its closing brace.
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let indent = line.len() - line.trim_start().len();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| *w == "fn") else { continue };
+        let leading = words[..at].iter().all(|w| ["pub", "pub(super)", "pub(crate)", "async", "const"].contains(w));
+        if !leading || (indent != 0 && indent != 4) {
+            continue;
+        }
+        let name = words.get(at + 1).map_or("", |w| w.split(['(', '<']).next().unwrap_or(w));
+        let close = format!("{}}}", " ".repeat(indent));
+        if let Some(end) = lines[i..].iter().position(|l| *l == close) {
+            out.push((name.to_owned(), end + 1));
+        }
+    }
+    out
+}
+
+/// The driver's budget: a function of at most this many lines, a file of at most…
+const DRIVER_FUNCTION_LINES: usize = 80;
+const DRIVER_FILE_LINES: usize = 500;
+
+#[test]
+fn the_run_driver_stays_small() {
+    let dir = workspace().join("crates/engine/src/run");
+    let mut over = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("engine/src/run") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("a step file");
+        let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if text.lines().count() > DRIVER_FILE_LINES {
+            over.push(format!("{file}: {} lines", text.lines().count()));
+        }
+        for (name, lines) in function_lengths(&text) {
+            if lines > DRIVER_FUNCTION_LINES {
+                over.push(format!("{file}: fn {name}: {lines} lines"));
+            }
+        }
+    }
+    assert_eq!(over, Vec::<String>::new(), "split them into steps (AGENTS.md)");
+}
+
 #[test]
 fn the_scan_sees_a_cycle_and_a_crossing() {
     // The checks above would pass on an empty scan: show they catch what they look for.
@@ -232,4 +313,7 @@ fn the_scan_sees_a_cycle_and_a_crossing() {
     assert_eq!(module_of(Path::new("cmd/run.rs"), &["cmd"]), Some("cmd/run".into()));
     assert_eq!(module_of(Path::new("closed_loop/mod.rs"), &[]), Some("closed_loop".into()));
     assert_eq!(module_of(Path::new("main.rs"), &[]), None);
+    assert_eq!(io_in("use std::fs;\n// tokio\nfn f() { x.await }"), ["std::fs", ".await"]);
+    let driver = "fn a() {\n}\nimpl X {\n    pub(super) async fn b(\n        x: u8,\n    ) {\n        1\n    }\n}\n";
+    assert_eq!(function_lengths(driver), [("a".to_owned(), 2), ("b".to_owned(), 5)]);
 }
