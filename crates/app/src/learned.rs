@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use loopwright_engine::closed_loop::ask;
-use loopwright_engine::closed_loop::{CheckResult, Failure};
+use loopwright_engine::closed_loop::{CheckResult, EvidenceKind, Failure};
 use loopwright_engine::patterns::{Library, Strategy};
 use serde::{Deserialize, Serialize};
 
@@ -80,13 +80,13 @@ impl Sample {
     ) -> Option<Self> {
         let (category, used) = ask::answered(failure)?;
         let pattern = library.get(category)?;
-        let evidence = |kind: &str| failure.evidence.iter().find(|e| e.kind == kind).map(|e| e.value.clone());
+        let evidence = |kind: EvidenceKind| failure.evidence.iter().find(|e| e.kind == kind).map(|e| e.value.clone());
         let command = check.map(|c| c.command.clone());
         let tool = command
             .as_deref()
             .and_then(|c| loopwright_engine::patterns::command::tools(c).into_iter().next())
             .and_then(|t| t.into_iter().next());
-        let reason = evidence("agent_reason").unwrap_or_default();
+        let reason = evidence(EvidenceKind::AgentReason).unwrap_or_default();
         let hash = hash_of(&failure.output);
         Some(Self {
             category: category.to_owned(),
@@ -94,7 +94,7 @@ impl Sample {
             candidate: Candidate {
                 id: format!("learned-{category}-{}", &hash[..8]),
                 description: if reason.is_empty() { pattern.description.clone() } else { reason.clone() },
-                signals: evidence("agent_signal").into_iter().collect(),
+                signals: evidence(EvidenceKind::AgentSignal).into_iter().collect(),
                 commands: tool.iter().cloned().collect(),
                 strategy: pattern.strategy,
                 retryable: pattern.retryable,
@@ -103,7 +103,7 @@ impl Sample {
             output: failure.output.clone(),
             command,
             exit_code: check.and_then(|c| c.exit_code),
-            check_type: check.map(|c| c.kind.clone()),
+            check_type: check.map(|c| c.kind.as_str().to_owned()),
             tool,
             run: place.0.to_owned(),
             stage: place.1.to_owned(),

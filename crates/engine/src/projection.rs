@@ -116,10 +116,11 @@ pub fn metrics_markdown(state: &RunState) -> String {
 /// Seed 000's per-execution closed-loop metrics of a stage, as a YAML block.
 fn loop_metrics(stage: &StageState, lp: &crate::closed_loop::LoopState) -> String {
     let list = |v: Vec<String>| format!("[{}]", v.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "));
-    let validations: Vec<&(Vec<String>, Vec<crate::closed_loop::Violation>)> =
+    let validations: Vec<&(Vec<crate::closed_loop::Gate>, Vec<crate::closed_loop::Violation>)> =
         lp.iterations.iter().filter_map(|i| i.validation.as_ref()).collect();
     let passed = validations.iter().filter(|(_, v)| v.is_empty()).count();
-    let catches: Vec<String> = validations.iter().flat_map(|(_, v)| v.iter().map(|x| x.gate.clone())).collect();
+    let catches: Vec<String> =
+        validations.iter().flat_map(|(_, v)| v.iter().map(|x| x.gate.as_str().to_owned())).collect();
     let regression_runs = lp.iterations.iter().filter(|i| i.regression.is_some()).count();
     let detected = lp.iterations.iter().filter(|i| i.regression.as_ref().is_some_and(|(_, r)| !r.is_empty())).count();
     let auto_fixed = lp

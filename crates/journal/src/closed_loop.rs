@@ -92,8 +92,8 @@ impl FileChanges {
 pub struct CheckResult {
     /// Its name (`tests_pass`).
     pub name: String,
-    /// `lint`, `type`, `test`, `build`, `custom`, `syntax` or `command`.
-    pub kind: String,
+    /// What kind of check it is.
+    pub kind: loopwright_spec::pipeline::CheckKind,
     /// The command run.
     pub command: String,
     /// It passed.
@@ -108,11 +108,43 @@ pub struct CheckResult {
     pub duration_ms: u64,
 }
 
+/// A VALIDATE gate (seed 000's pre-execution gates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gate {
+    /// Changed YAML, JSON and TOML files parse.
+    Syntax,
+    /// Nothing changed points outside the workspace.
+    WorkspaceBoundary,
+    /// A plan-mode stage changed nothing.
+    PlanMode,
+}
+
+impl Gate {
+    /// Every gate, in the order VALIDATE runs them.
+    pub const ALL: [Gate; 3] = [Gate::Syntax, Gate::WorkspaceBoundary, Gate::PlanMode];
+
+    /// Its name in the journal and in reports (`workspace_boundary`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gate::Syntax => "syntax",
+            Gate::WorkspaceBoundary => "workspace_boundary",
+            Gate::PlanMode => "plan_mode",
+        }
+    }
+}
+
+impl std::fmt::Display for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A VALIDATE gate's finding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
-    /// The gate: `syntax`, `workspace_boundary` or `plan_mode`.
-    pub gate: String,
+    /// The gate that found it.
+    pub gate: Gate,
     /// The file concerned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
@@ -158,11 +190,77 @@ impl std::fmt::Display for FailureType {
     }
 }
 
+/// What a piece of evidence is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceKind {
+    /// A text signal of the pattern, as written.
+    Signal,
+    /// The exit code the command returned.
+    ExitCode,
+    /// The signal that ended the command (`SIGKILL`).
+    ExitSignal,
+    /// loopwright's own timeout ended it.
+    Timeout,
+    /// A tool the command runs.
+    Command,
+    /// The check's type.
+    CheckType,
+    /// A pattern that matched without deciding.
+    UnsurePattern,
+    /// The statistical classifier's category, sure enough to be used.
+    Statistical,
+    /// The statistical classifier's proposal, not sure enough.
+    UnsureStatistical,
+    /// The category the stage's agent named, used.
+    Agent,
+    /// The category the stage's agent named, not used (or `unknown`).
+    UnsureAgent,
+    /// Why nothing of the agent's answer could be used.
+    AgentUnusable,
+    /// The phrase of the output the agent quoted.
+    AgentSignal,
+    /// The agent's reason for its label.
+    AgentReason,
+    /// A kind this version does not know (a journal written by a newer one).
+    #[serde(other)]
+    Other,
+}
+
+impl EvidenceKind {
+    /// Its name in the journal (`exit_code`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvidenceKind::Signal => "signal",
+            EvidenceKind::ExitCode => "exit_code",
+            EvidenceKind::ExitSignal => "exit_signal",
+            EvidenceKind::Timeout => "timeout",
+            EvidenceKind::Command => "command",
+            EvidenceKind::CheckType => "check_type",
+            EvidenceKind::UnsurePattern => "unsure_pattern",
+            EvidenceKind::Statistical => "statistical",
+            EvidenceKind::UnsureStatistical => "unsure_statistical",
+            EvidenceKind::Agent => "agent",
+            EvidenceKind::UnsureAgent => "unsure_agent",
+            EvidenceKind::AgentUnusable => "agent_unusable",
+            EvidenceKind::AgentSignal => "agent_signal",
+            EvidenceKind::AgentReason => "agent_reason",
+            EvidenceKind::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for EvidenceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One piece of evidence that counted for a classification (SPEC §6).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
-    /// `signal` (a text signal), `exit_code`, `exit_signal`, `timeout`, `command` or `check_type`.
-    pub kind: String,
+    /// What it is.
+    pub kind: EvidenceKind,
     /// What matched: the signal as written, `127`, `SIGKILL`, the tool, the check type.
     pub value: String,
     /// How sure it made the pattern on its own, as it counted (0..1).
@@ -254,7 +352,7 @@ impl Failure {
         let quoted = self
             .evidence
             .iter()
-            .find(|e| e.kind == "agent_signal")
+            .find(|e| e.kind == EvidenceKind::AgentSignal)
             .and_then(|e| self.lines.iter().find(|l| l.contains(e.value.as_str())));
         let plain = || match self.classified_by() {
             ClassifiedBy::None => self.lines.iter().rev().find(|l| !l.trim().is_empty()),
@@ -294,12 +392,12 @@ impl Failure {
     pub fn agent_notes(&self) -> Vec<String> {
         self.evidence
             .iter()
-            .filter_map(|e| match e.kind.as_str() {
-                "unsure_agent" if e.value == "unknown" => Some("agent could not tell".to_owned()),
-                "unsure_agent" => {
+            .filter_map(|e| match e.kind {
+                EvidenceKind::UnsureAgent if e.value == "unknown" => Some("agent could not tell".to_owned()),
+                EvidenceKind::UnsureAgent => {
                     Some(format!("agent said {}, not used: only a sure pattern may stop the run for a person", e.value))
                 }
-                "agent_unusable" => Some(format!("agent's answer was not used: {}", e.value)),
+                EvidenceKind::AgentUnusable => Some(format!("agent's answer was not used: {}", e.value)),
                 _ => None,
             })
             .collect()

@@ -394,7 +394,7 @@ pub enum Event {
         /// The attempt.
         attempt: u32,
         /// Gates checked.
-        gates: Vec<String>,
+        gates: Vec<crate::closed_loop::Gate>,
         /// What they found.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         violations: Vec<Violation>,

@@ -23,7 +23,7 @@ pub struct Iteration {
     /// Files the attempt changed.
     pub files: FileChanges,
     /// VALIDATE ran: gates checked and what they found.
-    pub validation: Option<(Vec<String>, Vec<Violation>)>,
+    pub validation: Option<(Vec<crate::closed_loop::Gate>, Vec<Violation>)>,
     /// EVALUATE ran: each check.
     pub checks: Option<Vec<CheckResult>>,
     /// Regression re-check ran: dependents and regressions.

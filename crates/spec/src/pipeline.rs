@@ -338,6 +338,17 @@ pub enum Complexity {
     High,
 }
 
+impl Complexity {
+    /// Its name in pipelines, variables and the journal (`medium`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Complexity::Low => "low",
+            Complexity::Medium => "medium",
+            Complexity::High => "high",
+        }
+    }
+}
+
 /// Closed-loop options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClosedLoop {

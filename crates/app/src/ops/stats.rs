@@ -179,7 +179,7 @@ pub async fn stats(ws: &Workspace, runs: usize) -> Result<Stats, Error> {
                 Event::Validated { violations, .. } => {
                     validations += 1;
                     for v in violations {
-                        *validation_catches.entry(v.gate.clone()).or_default() += 1;
+                        *validation_catches.entry(v.gate.as_str().to_owned()).or_default() += 1;
                     }
                 }
                 Event::RegressionGate { baseline: None, .. } => regression_skipped += 1,

@@ -398,7 +398,8 @@ pub fn phase(event: &loopwright_engine::Event) -> Option<Phase> {
         }
         Event::Validated { gates, violations, failure, .. } => {
             let mut sentences = vec![if violations.is_empty() {
-                format!("The gates passed: {}.", list(gates, 8))
+                let gates: Vec<String> = gates.iter().map(|g| g.as_str().to_owned()).collect();
+                format!("The gates passed: {}.", list(&gates, 8))
             } else {
                 let found: Vec<String> = violations
                     .iter()

@@ -9,7 +9,7 @@
 //! model gets the schema as its structured-output or tool definition, an agent CLI its
 //! one-shot mode with the schema in the prompt) and hands the text back.
 
-use loopwright_journal::closed_loop::{ClassifiedBy, Evidence, Failure};
+use loopwright_journal::closed_loop::{ClassifiedBy, Evidence, EvidenceKind, Failure};
 
 use crate::patterns::{Context, Library};
 
@@ -187,17 +187,20 @@ pub fn verified_signal<'a>(signal: &'a str, output: &str) -> Option<&'a str> {
 /// `agent_unusable` (why nothing could be read), with `agent_signal` (the phrase it quoted, when
 /// the output holds it) and `agent_reason`.
 pub fn adopt(library: &Library, failure: &mut Failure, answer: &Answer) {
-    let note = |kind: &str, value: String| Evidence { kind: kind.to_owned(), value, strength: 0.0 };
+    let note = |kind: EvidenceKind, value: String| Evidence { kind, value, strength: 0.0 };
     match answer {
-        Answer::Unusable(why) => failure.evidence.push(note("agent_unusable", why.clone())),
-        Answer::Unknown => failure.evidence.push(note("unsure_agent", UNKNOWN.to_owned())),
+        Answer::Unusable(why) => failure.evidence.push(note(EvidenceKind::AgentUnusable, why.clone())),
+        Answer::Unknown => failure.evidence.push(note(EvidenceKind::UnsureAgent, UNKNOWN.to_owned())),
         Answer::Label { category, signal, reason } => {
             let offered = categories(library).into_iter().find(|p| p.id == *category);
             match offered {
-                None => failure
-                    .evidence
-                    .push(note("agent_unusable", format!("it named no category of the list: {}", shown(category, 60)))),
-                Some(p) if p.stops_for_a_person() => failure.evidence.push(note("unsure_agent", p.id.clone())),
+                None => failure.evidence.push(note(
+                    EvidenceKind::AgentUnusable,
+                    format!("it named no category of the list: {}", shown(category, 60)),
+                )),
+                Some(p) if p.stops_for_a_person() => {
+                    failure.evidence.push(note(EvidenceKind::UnsureAgent, p.id.clone()))
+                }
                 Some(p) => {
                     failure.pattern = Some(p.id.clone());
                     failure.classified_by = Some(ClassifiedBy::Agent);
@@ -207,17 +210,17 @@ pub fn adopt(library: &Library, failure: &mut Failure, answer: &Answer) {
                     failure.max_auto_retries = Some(p.max_auto_retries);
                     failure.retryable = p.retryable;
                     failure.evidence.push(Evidence {
-                        kind: "agent".to_owned(),
+                        kind: EvidenceKind::Agent,
                         value: p.id.clone(),
                         strength: AGENT_CONFIDENCE,
                     });
                 }
             }
             if let Some(s) = signal.as_deref().and_then(|s| verified_signal(s, &failure.output)) {
-                failure.evidence.push(note("agent_signal", s.to_owned()));
+                failure.evidence.push(note(EvidenceKind::AgentSignal, s.to_owned()));
             }
             if !reason.is_empty() {
-                failure.evidence.push(note("agent_reason", reason.clone()));
+                failure.evidence.push(note(EvidenceKind::AgentReason, reason.clone()));
             }
         }
     }
@@ -226,9 +229,9 @@ pub fn adopt(library: &Library, failure: &mut Failure, answer: &Answer) {
 /// What the agent answered of a failure, read back from its evidence: the category it named
 /// (used or not) and whether it was used. `None` when it was not asked or gave nothing usable.
 pub fn answered(failure: &Failure) -> Option<(&str, bool)> {
-    failure.evidence.iter().find_map(|e| match e.kind.as_str() {
-        "agent" => Some((e.value.as_str(), true)),
-        "unsure_agent" if e.value != UNKNOWN => Some((e.value.as_str(), false)),
+    failure.evidence.iter().find_map(|e| match e.kind {
+        EvidenceKind::Agent => Some((e.value.as_str(), true)),
+        EvidenceKind::UnsureAgent if e.value != UNKNOWN => Some((e.value.as_str(), false)),
         _ => None,
     })
 }

@@ -8,7 +8,7 @@
 use loopwright_spec::Mode;
 use loopwright_spec::pipeline::{Check, CheckKind};
 
-use super::{FileChanges, Violation};
+use super::{FileChanges, Gate, Violation};
 use crate::ports::Changes;
 
 /// The checks of EVALUATE for a stage: its own, else the defaults for `task_type`.
@@ -186,7 +186,6 @@ impl Project {
 }
 
 /// The gates VALIDATE runs, by name.
-pub const GATES: [&str; 3] = ["syntax", "workspace_boundary", "plan_mode"];
 
 /// VALIDATE (seed 000 pre-execution gates): changed YAML / JSON / TOML files parse, nothing
 /// changed points outside the workspace, and a plan-mode stage changed nothing.
@@ -194,7 +193,7 @@ pub fn validate(files: &FileChanges, mode: Mode, ws: &dyn Changes) -> Vec<Violat
     let mut out = Vec::new();
     if mode == Mode::Plan && !files.is_empty() {
         out.push(Violation {
-            gate: "plan_mode".into(),
+            gate: Gate::PlanMode,
             file: None,
             message: format!(
                 "a plan-mode stage changed files: {} (plan mode is read-only; the files were restored)",
@@ -205,7 +204,7 @@ pub fn validate(files: &FileChanges, mode: Mode, ws: &dyn Changes) -> Vec<Violat
     for path in files.modified.iter().chain(&files.created) {
         if ws.escapes(path) {
             out.push(Violation {
-                gate: "workspace_boundary".into(),
+                gate: Gate::WorkspaceBoundary,
                 file: Some(path.clone()),
                 message: format!("{path} points outside the workspace"),
             });
@@ -217,11 +216,7 @@ pub fn validate(files: &FileChanges, mode: Mode, ws: &dyn Changes) -> Vec<Violat
             _ => None,
         };
         if let Some(problem) = problem {
-            out.push(Violation {
-                gate: "syntax".into(),
-                file: Some(path.clone()),
-                message: format!("{path}: {problem}"),
-            });
+            out.push(Violation { gate: Gate::Syntax, file: Some(path.clone()), message: format!("{path}: {problem}") });
         }
     }
     out

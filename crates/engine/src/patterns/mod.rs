@@ -17,7 +17,7 @@
 pub mod command;
 pub mod learned;
 
-pub use loopwright_journal::closed_loop::{ClassifiedBy, Evidence};
+pub use loopwright_journal::closed_loop::{ClassifiedBy, Evidence, EvidenceKind};
 pub use loopwright_spec::patterns::Strategy;
 use loopwright_spec::patterns::{Fact, PatternFile, RawPattern, RawSignal, WhenList};
 pub use loopwright_spec::patterns::{signal_name, signal_names, signal_of};
@@ -121,13 +121,13 @@ const COMMAND_STRENGTH: f64 = 0.4;
 const CHECK_TYPE_STRENGTH: f64 = 0.4;
 
 /// How evidence of a fact is named (`exit_code`) and what it shows (`127`).
-fn shown(fact: &Fact) -> (&'static str, String) {
+fn shown(fact: &Fact) -> (EvidenceKind, String) {
     match fact {
-        Fact::Exit(c) => ("exit_code", c.to_string()),
-        Fact::Signal(s) => ("exit_signal", (*s).to_owned()),
-        Fact::Timeout => ("timeout", "timeout".to_owned()),
-        Fact::Command(c) => ("command", c.clone()),
-        Fact::CheckType(c) => ("check_type", c.clone()),
+        Fact::Exit(c) => (EvidenceKind::ExitCode, c.to_string()),
+        Fact::Signal(s) => (EvidenceKind::ExitSignal, (*s).to_owned()),
+        Fact::Timeout => (EvidenceKind::Timeout, "timeout".to_owned()),
+        Fact::Command(c) => (EvidenceKind::Command, c.clone()),
+        Fact::CheckType(c) => (EvidenceKind::CheckType, c.clone()),
     }
 }
 
@@ -446,7 +446,7 @@ impl Library {
         let mut unsure: Vec<Evidence> = matched
             .matched_pattern
             .iter()
-            .map(|id| Evidence { kind: "unsure_pattern".into(), value: id.clone(), strength: matched.confidence })
+            .map(|id| Evidence { kind: EvidenceKind::UnsurePattern, value: id.clone(), strength: matched.confidence })
             .collect();
         let strength = round(proposal.probability);
         match self.get(&proposal.class) {
@@ -457,7 +457,7 @@ impl Library {
                     strategy: pattern.strategy,
                     signals: Vec::new(),
                     evidence: std::iter::once(Evidence {
-                        kind: "statistical".into(),
+                        kind: EvidenceKind::Statistical,
                         value: pattern.id.clone(),
                         strength,
                     })
@@ -469,7 +469,7 @@ impl Library {
             }
             _ => {
                 if proposal.class != learned::NONE {
-                    unsure.push(Evidence { kind: "unsure_statistical".into(), value: proposal.class, strength });
+                    unsure.push(Evidence { kind: EvidenceKind::UnsureStatistical, value: proposal.class, strength });
                 }
                 Classification::unclassified(unsure)
             }
@@ -553,13 +553,13 @@ impl Library {
                 let mut evidence: Vec<Evidence> = signals
                     .iter()
                     .map(|(signal, s)| Evidence {
-                        kind: "signal".into(),
+                        kind: EvidenceKind::Signal,
                         value: (*signal).clone(),
                         strength: round(*s),
                     })
                     .chain(facts.iter().filter(|w| w.pattern == p).map(|w| {
                         let (kind, value) = shown(&w.fact);
-                        Evidence { kind: kind.into(), value, strength: round(w.strength) }
+                        Evidence { kind, value, strength: round(w.strength) }
                     }))
                     .collect();
                 evidence.sort_by(|a, b| b.strength.total_cmp(&a.strength));
@@ -594,7 +594,8 @@ fn is_sure(c: &Classification) -> bool {
 /// A fact that decides whatever its strength: a signal ended the command, or loopwright's own
 /// timeout did (SPEC §6's universal facts; the text ones are signals of 0.95 and more).
 fn is_universal(e: &Evidence) -> bool {
-    e.kind == "exit_signal" || e.kind == "timeout" || (e.kind != "signal" && e.strength >= DECISIVE)
+    matches!(e.kind, EvidenceKind::ExitSignal | EvidenceKind::Timeout)
+        || (e.kind != EvidenceKind::Signal && e.strength >= DECISIVE)
 }
 
 impl Classification {

@@ -65,7 +65,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
         let given = state.started.as_ref().and_then(|s| s.vars.get("complexity").cloned()).filter(|c| !c.is_empty());
         let config = stage.closed_loop.as_ref();
-        let complexity = config.and_then(|c| c.complexity).map(|c| format!("{c:?}").to_lowercase()).or(given);
+        let complexity = config.and_then(|c| c.complexity).map(|c| c.as_str().to_owned()).or(given);
         let settings = &self.settings.regression;
         let (enabled, reason) = match config.and_then(|c| c.regression) {
             Some(on) => (on, format!("closed_loop.regression: {on}")),
@@ -154,7 +154,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
     ) -> Result<Verdict, StoreError> {
         let stage_id = &stage.id;
         let violations = closed_loop::checks::validate(files, stage.mode, self.changes);
-        let plan = violations.iter().any(|v| v.gate == "plan_mode");
+        let plan = violations.iter().any(|v| v.gate == closed_loop::Gate::PlanMode);
         if plan
             && let Some(name) = snapshot
             && let Ok(report) = self.changes.restore(&state.run_id, name)
@@ -175,7 +175,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
             Box::new(closed_loop::classify(self.patterns, "pre_validation", kind, summary, &text, &Default::default()))
         });
         let verdict = Verdict::from(failure.is_some());
-        let gates = closed_loop::checks::GATES.iter().map(|g| (*g).to_owned()).collect();
+        let gates = closed_loop::Gate::ALL.to_vec();
         self.record(state, Event::Validated { stage: stage_id.clone(), attempt, gates, violations, failure }).await?;
         Ok(verdict)
     }
@@ -202,7 +202,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
             let passed = exit_code == Some(0) && expected_ok;
             results.push(CheckResult {
                 name: check.name.clone(),
-                kind: check.kind.as_str().to_owned(),
+                kind: check.kind,
                 command: check.command.clone(),
                 passed,
                 exit_code,
