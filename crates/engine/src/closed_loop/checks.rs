@@ -185,8 +185,6 @@ impl Project {
     }
 }
 
-/// The gates VALIDATE runs, by name.
-
 /// VALIDATE (seed 000 pre-execution gates): changed YAML / JSON / TOML files parse, nothing
 /// changed points outside the workspace, and a plan-mode stage changed nothing.
 pub fn validate(files: &FileChanges, mode: Mode, ws: &dyn Changes) -> Vec<Violation> {
