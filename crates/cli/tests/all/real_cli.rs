@@ -83,7 +83,12 @@ impl Loop {
         let mut cmd = Command::new(assert_cmd::cargo::cargo_bin!("loopwright"));
         cmd.args(["auto", "start", "mod", "--agent", agent]).current_dir(ws.path()).env("LANG", "C.UTF-8");
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        for name in unset.iter().chain(&["TMUX"]) {
+        // The agent's terminal is interactive: a CI runner's variables would make a CLI act
+        // headless (Gemini CLI then refuses a folder it was not told to trust).
+        let ci = std::env::vars()
+            .map(|(k, _)| k)
+            .filter(|k| k == "CI" || k.starts_with("CI_") || k == "CONTINUOUS_INTEGRATION");
+        for name in unset.iter().map(|n| (*n).to_owned()).chain(["TMUX".to_owned()]).chain(ci) {
             cmd.env_remove(name);
         }
         let supervisor =
