@@ -147,7 +147,7 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
             for a in &s.attempt_log {
                 let what = match (&a.error, &a.message) {
                     (Some(kind), Some(message)) => format!("failed ({kind}): {message}"),
-                    _ => a.status.to_owned(),
+                    _ => a.status.as_str().to_owned(),
                 };
                 let then = match (&a.retry_delay_ms, &a.retry_reason) {
                     (Some(d), Some(r)) => {
@@ -217,7 +217,7 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
                 result.run_id,
                 result.run_id
             ));
-        } else if w.kind == "escalation" {
+        } else if w.kind == loopwright_engine::result::WaitKind::Escalation {
             out.push_str(&format!(
                 "waiting for a human: review `{}` still has blocking feedback; answer with `loopwright respond {} retry|fix TEXT|skip|abort`\n",
                 w.stage, result.run_id
@@ -225,7 +225,10 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
         } else {
             out.push_str(&format!(
                 "waiting for {} of stage `{}`: `loopwright approve {}` or `loopwright reject {}`\n",
-                w.kind, w.stage, result.run_id, result.run_id
+                w.kind.as_str(),
+                w.stage,
+                result.run_id,
+                result.run_id
             ));
         }
     }

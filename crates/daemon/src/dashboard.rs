@@ -21,6 +21,7 @@ use axum::response::{Html, IntoResponse, Response};
 use loopwright_app::ops::people::Role;
 use loopwright_app::ops::{self, output, read};
 use loopwright_engine::event::Event;
+use loopwright_engine::result::WaitKind;
 use loopwright_engine::state::StageStatus;
 use loopwright_engine::{RunId, RunState, RunStatus, Store};
 use serde::Deserialize;
@@ -446,10 +447,9 @@ async fn open_link(
         .map_err(|e| Refusal(StatusCode::NOT_FOUND, e.message()))?;
     let result = loopwright_engine::result::PipelineResult::from_state(&state);
     let gate = matches!(link.action, LinkAction::Approve | LinkAction::Reject);
-    let waits = result
-        .waiting
-        .as_ref()
-        .is_some_and(|w| w.stage == link.stage && (w.kind == "approval") == gate && state.status == RunStatus::Waiting);
+    let waits = result.waiting.as_ref().is_some_and(|w| {
+        w.stage == link.stage && (w.kind == WaitKind::Approval) == gate && state.status == RunStatus::Waiting
+    });
     // The run must still wait the wait the link was made for: a later escalation or gate at the
     // same stage is another question, which this link did not ask.
     let began = if waits && link.since > 0 {
@@ -848,11 +848,11 @@ fn run_context(
         }));
     }
     let waiting = result.waiting.as_ref().filter(|_| status == RunStatus::Waiting).map(|w| {
-        let report = (w.kind == "escalation")
+        let report = (w.kind == WaitKind::Escalation)
             .then(|| read::escalation_report(state).map(|(_, m)| render_markdown(&m)))
             .flatten();
         let impact = loopwright_spec::StageId::parse(&w.stage)
-            .filter(|_| w.kind == "escalation")
+            .filter(|_| w.kind == WaitKind::Escalation)
             .map(|s| ops::answer::skip_impact(pipeline, state, &s));
         json!({"kind": w.kind, "stage": w.stage, "report": report, "skip_impact": impact})
     });

@@ -15,6 +15,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use loopwright_app::ops::{self, read};
 use loopwright_engine::event::Event;
+use loopwright_engine::result::WaitKind;
 use loopwright_engine::{FeedEntry, RunStatus};
 use loopwright_spec::config::{Notify, NotifyEvent, NotifyKind};
 use loopwright_store::notify::{Notification, NotificationStatus};
@@ -385,10 +386,12 @@ impl Notifier {
                 (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(i64::from(target.link_hours))).as_second();
             let answer_as = target.answer_as.clone().unwrap_or_else(|| "notification".to_owned());
             let person = self.shared.people.role_of(&answer_as).is_some();
-            let actions: Vec<LinkAction> = match waiting.as_ref().map(|w| w.kind.as_str()) {
-                Some("approval") => vec![LinkAction::Approve, LinkAction::Reject],
-                Some("escalation") => vec![LinkAction::Retry, LinkAction::Fix, LinkAction::Skip, LinkAction::Abort],
-                _ => Vec::new(),
+            let actions: Vec<LinkAction> = match waiting.as_ref().map(|w| w.kind) {
+                Some(WaitKind::Approval) => vec![LinkAction::Approve, LinkAction::Reject],
+                Some(WaitKind::Escalation) => {
+                    vec![LinkAction::Retry, LinkAction::Fix, LinkAction::Skip, LinkAction::Abort]
+                }
+                None => Vec::new(),
             };
             let actions = actions
                 .into_iter()

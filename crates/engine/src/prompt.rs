@@ -60,8 +60,11 @@ fn retry_block(stage: &Stage, state: &RunState) -> Option<String> {
         let max = u32::try_from(lp.base).unwrap_or(u32::MAX).saturating_add(budget).max(st.attempts);
         return Some(retry_context(st.attempts, max, lp.user_fix.as_deref(), &failures));
     }
-    let failed: Vec<&crate::state::AttemptRecord> =
-        st.attempt_log.iter().filter(|a| a.status == "failed" && a.attempt > st.pass_base).collect();
+    let failed: Vec<&crate::state::AttemptRecord> = st
+        .attempt_log
+        .iter()
+        .filter(|a| a.status == crate::state::AttemptStatus::Failed && a.attempt > st.pass_base)
+        .collect();
     if failed.is_empty() {
         return None;
     }

@@ -52,10 +52,30 @@ pub struct StageResult {
 /// What a waiting run waits for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Waiting {
-    /// `approval | escalation`.
-    pub kind: String,
+    /// A gate's answer or an escalation's.
+    pub kind: WaitKind,
     /// The stage.
     pub stage: String,
+}
+
+/// What a person is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitKind {
+    /// To approve or reject a gate.
+    Approval,
+    /// To answer an escalation: retry, fix, skip or abort.
+    Escalation,
+}
+
+impl WaitKind {
+    /// Its name in the result JSON (`approval`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitKind::Approval => "approval",
+            WaitKind::Escalation => "escalation",
+        }
+    }
 }
 
 impl PipelineResult {
@@ -97,11 +117,11 @@ impl PipelineResult {
             rollback_performed: state.rollback.as_ref().is_some_and(|r| r.overall.is_some()),
             waiting: state
                 .waiting_for_approval()
-                .map(|s| Waiting { kind: "approval".into(), stage: s.id.to_string() })
+                .map(|s| Waiting { kind: WaitKind::Approval, stage: s.id.to_string() })
                 .or_else(|| {
                     state
                         .waiting_for_escalation()
-                        .map(|s| Waiting { kind: "escalation".into(), stage: s.id.to_string() })
+                        .map(|s| Waiting { kind: WaitKind::Escalation, stage: s.id.to_string() })
                 }),
         }
     }

@@ -247,13 +247,42 @@ pub struct Spend {
     pub active_ms: u64,
 }
 
+/// How an attempt stands in the retry log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptStatus {
+    /// Started, not ended (or in flight when loopwright died).
+    Running,
+    /// It passed.
+    Success,
+    /// It failed.
+    Failed,
+}
+
+impl AttemptStatus {
+    /// Its name in projections and logs (`success`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptStatus::Running => "running",
+            AttemptStatus::Success => "success",
+            AttemptStatus::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One attempt of a stage, for the retry log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AttemptRecord {
     /// 1-based attempt number.
     pub attempt: u32,
-    /// `success`, `failed` or `running`.
-    pub status: &'static str,
+    /// How it stands.
+    pub status: AttemptStatus,
     /// The failure kind, when it failed.
     pub error: Option<String>,
     /// The failure message, when it failed.
@@ -341,7 +370,7 @@ impl StageState {
             it.failure = Some(f.clone());
         }
         if let Some(a) = self.attempt_log.iter_mut().rev().find(|a| a.attempt == attempt) {
-            a.status = "failed";
+            a.status = AttemptStatus::Failed;
             a.error = Some(f.failure_type.as_str().to_owned());
             a.message = Some(f.summary.clone());
         }
@@ -549,7 +578,7 @@ impl RunState {
                 s.attempt_log.retain(|a| a.attempt != *attempt);
                 s.attempt_log.push(AttemptRecord {
                     attempt: *attempt,
-                    status: "running",
+                    status: AttemptStatus::Running,
                     error: None,
                     message: None,
                     duration_ms: 0,
@@ -677,7 +706,7 @@ impl RunState {
             Event::AttemptSucceeded { stage, duration_ms, outputs, .. } => {
                 let s = self.stage_mut(stage);
                 if let Some(a) = s.attempt_log.last_mut() {
-                    a.status = "success";
+                    a.status = AttemptStatus::Success;
                     a.duration_ms = a.duration_ms.max(*duration_ms);
                 }
                 if let Some(lp) = s.closed.as_mut() {
@@ -693,7 +722,7 @@ impl RunState {
             Event::AttemptFailed { stage, duration_ms, error, .. } => {
                 let s = self.stage_mut(stage);
                 if let Some(a) = s.attempt_log.last_mut() {
-                    a.status = "failed";
+                    a.status = AttemptStatus::Failed;
                     a.duration_ms = *duration_ms;
                     a.error = Some(error.kind.as_str().to_owned());
                     a.message = Some(error.message.clone());
