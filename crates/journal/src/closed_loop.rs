@@ -136,7 +136,8 @@ impl Gate {
 
 impl std::fmt::Display for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`, so a width (`{:<18}`) lines it up.
+        f.pad(self.as_str())
     }
 }
 
@@ -252,7 +253,8 @@ impl EvidenceKind {
 
 impl std::fmt::Display for EvidenceKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`, so a width (`{:<18}`) lines it up.
+        f.pad(self.as_str())
     }
 }
 
@@ -514,4 +516,15 @@ pub struct Regression {
     /// Tests that passed before and fail now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tests: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vocabulary_words_line_up_in_columns() {
+        assert_eq!(format!("{:<12}|{:>6}|", EvidenceKind::ExitSignal, Gate::Syntax), "exit_signal |syntax|");
+        assert_eq!(format!("{:<13}|", Gate::PlanMode), "plan_mode    |");
+    }
 }

@@ -272,7 +272,8 @@ impl AttemptStatus {
 
 impl std::fmt::Display for AttemptStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`, so a width (`{:<18}`) lines it up.
+        f.pad(self.as_str())
     }
 }
 
