@@ -21,6 +21,7 @@ use loopwright_app::ops::{answer, read};
 use loopwright_app::session::Session;
 use loopwright_app::stop::CancelWatch;
 use loopwright_app::workspace::Workspace;
+use loopwright_engine::ids::LeaseEpoch;
 use loopwright_engine::{Owner, RunId, RunStatus, Stop, Stopper, StoreError};
 use loopwright_runners::git;
 use loopwright_spec::sandbox::SandboxMode;
@@ -59,7 +60,7 @@ pub struct Options {
 
 /// A lease this worker holds.
 struct Held {
-    epoch: u64,
+    epoch: LeaseEpoch,
     /// Set when the lease is no longer this worker's (taken over, or not renewed in time).
     lost: watch::Sender<bool>,
     /// Until when (Unix milliseconds, this machine's clock) the lease is known to live.
@@ -205,7 +206,7 @@ fn clear_stale(cache: &Path) {
 async fn heartbeat(worker: Arc<Worker>) {
     let every = worker.options.lease / 3;
     loop {
-        let held: Vec<(RunId, u64)> = worker.held().iter().map(|(run, h)| (run.clone(), h.epoch)).collect();
+        let held: Vec<(RunId, LeaseEpoch)> = worker.held().iter().map(|(run, h)| (run.clone(), h.epoch)).collect();
         let asked = now_ms();
         let renewed = worker.store.renew(&worker.id, &held, worker.options.lease).await;
         let lease_ms = i64::try_from(worker.options.lease.as_millis()).unwrap_or(i64::MAX);
@@ -250,7 +251,7 @@ fn start(worker: &Arc<Worker>, claim: Claim, shutdown: watch::Receiver<bool>) ->
             Err(why) => eprintln!("loopwright worker {}: run {run}: {why}", worker.id),
         }
         // Whatever happened, nothing of the run keeps working here.
-        loopwright_runners::end_run_processes(&run, &lease_tag(&worker.id, claim.epoch));
+        loopwright_runners::end_run_processes(&run, &claim.epoch.tag(&worker.id));
         let fence = worker.held().remove(&run);
         // A run whose work tree could not be made keeps its lease until it runs out: it is
         // tried again a lease later (by any worker), not claimed again at once for ever.
@@ -362,7 +363,7 @@ async fn drive_async(
             }
         }),
     };
-    let session = Session::for_worker(&ws, &store, &pipeline, &claim.run, publish, lease_tag(&worker.id, claim.epoch))?;
+    let session = Session::for_worker(&ws, &store, &pipeline, &claim.run, publish, claim.epoch.tag(&worker.id))?;
     let cancel = CancelWatch::new(&store, claim.run.clone(), state.last_seq, CANCEL_POLL);
     let stopper = WorkerStopper { cancel, shutdown, lost };
     let mut files = Projector::new(ws.runs_dir());
@@ -454,11 +455,6 @@ fn same_pipeline(clone: &Path, base: &str, state: &loopwright_engine::RunState) 
         )),
         Err(e) => Err(format!("cannot read {path} at the run's base: {e}")),
     }
-}
-
-/// What marks the processes a lease started (`LOOPWRIGHT_LEASE`).
-fn lease_tag(worker: &str, epoch: u64) -> String {
-    format!("{worker}:{epoch}")
 }
 
 /// The run's branch on its repository.

@@ -1,4 +1,4 @@
-//! Run and task identifiers.
+//! Run and task identifiers, and the epoch of a run's lease.
 
 use std::fmt;
 
@@ -109,5 +109,45 @@ mod tests {
         assert!(TaskId::parse("task-x7y8z9-fix-login").is_some());
         assert!(TaskId::parse("../etc").is_none());
         assert!(TaskId::parse("a b").is_none());
+    }
+}
+
+/// The epoch of a run's lease on the fleet: one more with every claim, the fence of every
+/// write the worker holding it makes for the run. Kept as a BIGINT in PostgreSQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LeaseEpoch(u64);
+
+impl LeaseEpoch {
+    /// Epoch `n`.
+    pub fn new(n: u64) -> Self {
+        Self(n)
+    }
+
+    /// Its number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// From the database's BIGINT (never negative there; a negative one reads as 0).
+    pub fn from_sql(value: i64) -> Self {
+        Self(u64::try_from(value).unwrap_or(0))
+    }
+
+    /// As the database's BIGINT.
+    pub fn to_sql(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
+
+    /// The mark the processes `worker` starts under this lease carry (`LOOPWRIGHT_LEASE`):
+    /// `worker:epoch`.
+    pub fn tag(self, worker: &str) -> String {
+        format!("{worker}:{}", self.0)
+    }
+}
+
+impl fmt::Display for LeaseEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
     }
 }

@@ -14,6 +14,6 @@ pub mod state;
 pub mod store;
 
 pub use event::{Event, EventRecord, FailureKind, Outputs, Owner, RunStarted, RunStatus, SkipReason, StageError};
-pub use ids::{RunId, TaskId};
+pub use ids::{LeaseEpoch, RunId, TaskId};
 pub use state::{RunState, StageStatus};
 pub use store::{FeedEntry, RunPage, RunQuery, RunSummary, Store, StoreError};

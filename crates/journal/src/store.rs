@@ -37,7 +37,7 @@ pub enum StoreError {
         /// The run.
         run: RunId,
         /// The epoch of the lease the writer held.
-        epoch: u64,
+        epoch: crate::ids::LeaseEpoch,
         /// Who holds the run's lease now, if anyone.
         holder: Option<String>,
     },

@@ -5,7 +5,7 @@
 //! (`LOOPWRIGHT_TEST_PG`); without one these tests say so and pass, unless
 //! `LOOPWRIGHT_REQUIRE_PG` is set (CI sets it).
 
-use loopwright_journal::{Event, RunId, Store, StoreError};
+use loopwright_journal::{Event, LeaseEpoch, RunId, Store, StoreError};
 use loopwright_store::pg::PgStore;
 use loopwright_testkit::conformance::{stage, started, suite, t};
 use pretty_assertions::assert_eq;
@@ -238,7 +238,7 @@ async fn of_two_workers_racing_for_one_run_exactly_one_claims_it() {
         let (first, second) = (first.expect("claim a"), second.expect("claim b"));
         let claims: Vec<_> = [first, second].into_iter().flatten().collect();
         assert_eq!(claims.len(), 1, "round {round}: {claims:?}");
-        assert_eq!((claims[0].run.clone(), claims[0].epoch), (run, 1), "round {round}");
+        assert_eq!((claims[0].run.clone(), claims[0].epoch), (run, LeaseEpoch::new(1)), "round {round}");
     }
     // Nothing is left to claim.
     assert_eq!(a.claim("wa", &labels(&[]), &repos(), lease).await.expect("claim"), None);
@@ -292,13 +292,16 @@ async fn a_lease_taken_over_after_it_expired_fences_the_old_holders_writes() {
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     let taken =
         b.claim("wb", &none, &repos(), std::time::Duration::from_secs(60)).await.expect("claim").expect("taken over");
-    assert_eq!((taken.run.clone(), taken.epoch), (run.clone(), 2));
-    let new = b.fenced(loopwright_store::fleet::Fence { worker: "wb".into(), epoch: 2 });
+    assert_eq!((taken.run.clone(), taken.epoch), (run.clone(), LeaseEpoch::new(2)));
+    let new = b.fenced(loopwright_store::fleet::Fence { worker: "wb".into(), epoch: LeaseEpoch::new(2) });
     // The old holder's late writes are refused, whole, and say who holds the run now.
     let late = old.append_all(&run, &step(2)).await;
-    assert!(matches!(&late, Err(StoreError::Fenced { epoch: 1, holder: Some(h), .. }) if h == "wb"), "{late:?}");
+    assert!(
+        matches!(&late, Err(StoreError::Fenced { epoch, holder: Some(h), .. }) if h == "wb" && epoch.get() == 1),
+        "{late:?}"
+    );
     assert!(matches!(old.append_after(&run, 3, &step(2)).await, Err(StoreError::Fenced { .. })));
-    assert_eq!(a.renew("wa", &[(run.clone(), 1)], short).await.expect("renew"), vec![run.clone()]);
+    assert_eq!(a.renew("wa", &[(run.clone(), LeaseEpoch::new(1))], short).await.expect("renew"), vec![run.clone()]);
     new.append_all(&run, &step(2)).await.expect("the new holder writes");
     assert_eq!(a.events(&run).await.expect("events").len(), 4);
     // The holder is listed with its lease; given back, the lease fences its giver too.
@@ -308,9 +311,9 @@ async fn a_lease_taken_over_after_it_expired_fences_the_old_holders_writes() {
         [("wa", "host-a", 1)]
     );
     assert_eq!(workers[0].leases, Vec::new(), "wa holds nothing now");
-    b.release("wb", &run, 2).await.expect("release");
+    b.release("wb", &run, LeaseEpoch::new(2)).await.expect("release");
     assert!(matches!(new.append_all(&run, &step(3)).await, Err(StoreError::Fenced { holder: None, .. })));
     // A run given back is claimed again at once, with the next epoch.
     let again = a.claim("wa", &none, &repos(), short).await.expect("claim").expect("claimed again");
-    assert_eq!(again.epoch, 3);
+    assert_eq!(again.epoch, LeaseEpoch::new(3));
 }

@@ -27,7 +27,7 @@ pub struct LeaseView {
     /// The run.
     pub run_id: RunId,
     /// The lease's epoch (one more with every worker that took the run).
-    pub epoch: u64,
+    pub epoch: loopwright_engine::ids::LeaseEpoch,
     /// When the lease runs out unless renewed.
     pub expires_at: jiff::Timestamp,
 }

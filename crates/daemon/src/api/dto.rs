@@ -724,7 +724,11 @@ impl From<loopwright_app::ops::fleet::WorkerView> for Worker {
             leases: w
                 .leases
                 .into_iter()
-                .map(|l| Lease { run_id: l.run_id.to_string(), epoch: l.epoch, expires_at: l.expires_at.to_string() })
+                .map(|l| Lease {
+                    run_id: l.run_id.to_string(),
+                    epoch: l.epoch.get(),
+                    expires_at: l.expires_at.to_string(),
+                })
                 .collect(),
         }
     }

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use loopwright_journal::{Event, EventRecord, RunId, StoreError};
+use loopwright_journal::{Event, EventRecord, LeaseEpoch, RunId, StoreError};
 
 use super::{PgStore, backend, lost_a_race, pool_error};
 
@@ -22,7 +22,7 @@ pub struct Fence {
     /// The worker holding it.
     pub worker: String,
     /// Its epoch (raised by every claim).
-    pub epoch: u64,
+    pub epoch: LeaseEpoch,
 }
 
 /// Where a submitted run's work is done: its repository, the ref it starts from, and the
@@ -43,7 +43,7 @@ pub struct Claim {
     /// The run.
     pub run: RunId,
     /// The lease's epoch: the fence of every write from now on.
-    pub epoch: u64,
+    pub epoch: LeaseEpoch,
     /// Where its work is done.
     pub submission: Submission,
 }
@@ -77,7 +77,7 @@ pub struct LeaseInfo {
     /// The run.
     pub run: RunId,
     /// Its epoch.
-    pub epoch: u64,
+    pub epoch: LeaseEpoch,
     /// When it expires unless renewed.
     pub expires_at: jiff::Timestamp,
 }
@@ -99,10 +99,6 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn epoch_of(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
-}
-
 /// Refuses the append unless `fence` is still the run's lease (called under the run's row
 /// lock, in the append's transaction; the lease row is read `FOR SHARE`, so a claim raising
 /// the epoch waits for this append's commit, or this append sees the raised epoch).
@@ -119,7 +115,7 @@ pub(crate) async fn check_fence(
         Some(row) => (row.get(0), row.get(1)),
         None => (None, 0),
     };
-    if holder.as_deref() == Some(fence.worker.as_str()) && epoch_of(epoch) == fence.epoch {
+    if holder.as_deref() == Some(fence.worker.as_str()) && LeaseEpoch::from_sql(epoch) == fence.epoch {
         Ok(())
     } else {
         Err(StoreError::Fenced { run: run.clone(), epoch: fence.epoch, holder })
@@ -253,19 +249,24 @@ impl PgStore {
             .map_err(pg)?;
         let Some(epoch) = epoch else { return Ok(None) };
         tx.commit().await.map_err(pg)?;
-        Ok(Some(Claim { run: RunId::new(run), epoch: epoch_of(epoch.get(0)), submission }))
+        Ok(Some(Claim { run: RunId::new(run), epoch: LeaseEpoch::from_sql(epoch.get(0)), submission }))
     }
 
     /// Renews the worker's heartbeat and the leases it holds for another `lease`; returns the
     /// runs whose lease is no longer its own (taken over: it must stop driving them).
-    pub async fn renew(&self, worker: &str, held: &[(RunId, u64)], lease: Duration) -> Result<Vec<RunId>, StoreError> {
+    pub async fn renew(
+        &self,
+        worker: &str,
+        held: &[(RunId, LeaseEpoch)],
+        lease: Duration,
+    ) -> Result<Vec<RunId>, StoreError> {
         let mut client = self.pool.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(|e| backend(&e))?;
         let pg = |e: tokio_postgres::Error| backend(&e);
         tx.execute("UPDATE workers SET heartbeat_at = now() WHERE worker_id = $1", &[&worker]).await.map_err(pg)?;
         let mut lost = Vec::new();
         for (run, epoch) in held {
-            let epoch = i64::try_from(*epoch).unwrap_or(i64::MAX);
+            let epoch = epoch.to_sql();
             let renewed = tx
                 .execute(
                     "UPDATE leases SET expires_at = now() + $4::BIGINT * interval '1 millisecond'
@@ -284,9 +285,9 @@ impl PgStore {
 
     /// Gives a lease back: the run may be claimed at once (by any worker, when it is still
     /// runnable), and the giver's writes are refused from now on.
-    pub async fn release(&self, worker: &str, run: &RunId, epoch: u64) -> Result<(), StoreError> {
+    pub async fn release(&self, worker: &str, run: &RunId, epoch: LeaseEpoch) -> Result<(), StoreError> {
         let client = self.pool.get().await.map_err(pool_error)?;
-        let epoch = i64::try_from(epoch).unwrap_or(i64::MAX);
+        let epoch = epoch.to_sql();
         client
             .execute(
                 "UPDATE leases SET worker_id = NULL, expires_at = '-infinity'
@@ -348,7 +349,7 @@ impl PgStore {
                         .filter(|l| l.get::<_, String>(0) == id)
                         .map(|l| LeaseInfo {
                             run: RunId::new(l.get::<_, String>(1)),
-                            epoch: epoch_of(l.get(2)),
+                            epoch: LeaseEpoch::from_sql(l.get(2)),
                             expires_at: timestamp(l.get(3)),
                         })
                         .collect(),
