@@ -35,14 +35,7 @@ fn execute(stage: &str, attempt: u32) -> Step {
 }
 
 fn error(kind: FailureKind) -> StageError {
-    StageError {
-        kind,
-        message: "exited with status 1".into(),
-        exit_code: Some(1),
-        output_tail: String::new(),
-        pattern: None,
-        classified_by: None,
-    }
+    History::error(kind)
 }
 
 fn retry(attempt: u32, delay_ms: u64, how: &str) -> Event {

@@ -48,17 +48,23 @@ impl History {
         })
     }
 
-    /// Attempt `attempt` of `stage` started and failed with `kind` in 10 ms.
+    /// Attempt `attempt` of `stage` started and failed with [`History::error`] of `kind` in
+    /// 10 ms.
     pub fn failed(self, stage: &str, attempt: u32, kind: FailureKind) -> Self {
-        let error = StageError {
+        let error = Self::error(kind);
+        self.attempt(stage, attempt).then(Event::AttemptFailed { stage: id(stage), attempt, duration_ms: 10, error })
+    }
+
+    /// The error [`History::failed`] journals: `kind`, "exited with status 1".
+    pub fn error(kind: FailureKind) -> StageError {
+        StageError {
             kind,
             message: "exited with status 1".into(),
             exit_code: Some(1),
             output_tail: String::new(),
             pattern: None,
             classified_by: None,
-        };
-        self.attempt(stage, attempt).then(Event::AttemptFailed { stage: id(stage), attempt, duration_ms: 10, error })
+        }
     }
 
     /// The events so far.
