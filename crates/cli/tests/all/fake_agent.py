@@ -173,8 +173,12 @@ def main():
             elif do == "quota":
                 reset = datetime.datetime.now().astimezone() + datetime.timedelta(seconds=a.get("in_seconds", 3))
                 if a.get("next_minute"):
-                    # Claude gives the time to the minute: the next minute's start.
-                    reset = (datetime.datetime.now().astimezone() + datetime.timedelta(minutes=1)).replace(second=0, microsecond=0)
+                    # Claude gives the time to the minute: the next minute's start — or the one
+                    # after, when the next is so close that the menu's answer could come after it.
+                    now = datetime.datetime.now().astimezone()
+                    reset = (now + datetime.timedelta(minutes=1)).replace(second=0, microsecond=0)
+                    if (reset - now).total_seconds() < 5:
+                        reset += datetime.timedelta(minutes=1)
                     log("reset_at", reset=reset.timestamp())
                 hour = reset.strftime("%I").lstrip("0") or "12"
                 text = a["text"].replace("{time}", "%s:%s%s" % (hour, reset.strftime("%M"), reset.strftime("%p").lower()))
