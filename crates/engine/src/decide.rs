@@ -352,9 +352,7 @@ pub fn budget_exceeded(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> 
 
 /// The closed loop after GENERATE (seed 000): evaluate, analyze, fix, escalate or give up.
 fn loop_step(pipeline: &Pipeline, state: &RunState, stage: &Stage, now: jiff::Timestamp) -> Step {
-    let st = state.stage(stage.id.as_str()).expect("a looping stage has state");
-    let lp = st.closed.as_ref().expect("a looping stage has a loop");
-    let it = lp.iterations.last().expect("a looping stage has generated");
+    let (st, lp, it) = state.looping(stage.id.as_str());
     let id = stage.id.clone();
     if it.failure.is_none() {
         return Step::Evaluate { stage: id, attempt: it.attempt };

@@ -509,6 +509,17 @@ impl RunState {
         self.index.get(id).map(|&i| &self.stages[i])
     }
 
+    /// A looping stage's state, its closed loop and the loop's latest iteration.
+    ///
+    /// # Panics
+    /// When the stage has not generated in its closed loop yet: callers act on an iteration
+    /// the journal already holds.
+    pub fn looping(&self, id: &str) -> (&StageState, &LoopState, &Iteration) {
+        let st = self.stage(id).expect("a looping stage has state");
+        let lp = st.closed.as_deref().expect("a looping stage has a loop");
+        (st, lp, lp.iterations.last().expect("a looping stage has generated"))
+    }
+
     fn stage_mut(&mut self, id: &StageId) -> &mut StageState {
         let index = match self.index.get(id.as_str()) {
             Some(&i) => i,

@@ -9,8 +9,7 @@
 
 use serde_json::{Value, json};
 
-use crate::real_cli::{Loop, Scripted, a_person_says_no_to_the_removal, installed};
-use crate::support::Ws;
+use crate::real_cli::{Loop, Scripted, a_person_says_no_to_the_removal, installed, module_for};
 
 /// One streamed Responses API answer whose single output is `item`.
 fn streamed(n: usize, item: &Value) -> String {
@@ -84,15 +83,8 @@ struct Session {
 
 impl Session {
     fn start(codex: &std::path::Path, turns: Vec<fn(usize) -> Value>) -> Self {
-        let ws = Ws::empty();
-        ws.write(".loopwright/config.toml", "[auto]\nstall_captures = 200\nstop_grace_seconds = 1\n");
-        ws.write(
-            ".loopwright/agents/codex.md",
-            &format!("---\nrunner: codex\ncommand: [\"{}\"]\n---\nCodex.\n", codex.display()),
-        );
-        let (code, _, err) = ws.run(&["auto", "init", "mod", "--target", "Add a greeting file."]);
-        assert_eq!(code, 0, "{err}");
-        ws.write("canary/keep.txt", "keep\n");
+        let agent = format!("---\nrunner: codex\ncommand: [\"{}\"]\n---\nCodex.\n", codex.display());
+        let ws = module_for("codex", &agent);
         ws.init_git();
         let api = api(turns);
         let home = tempfile::tempdir().expect("home");

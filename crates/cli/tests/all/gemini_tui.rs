@@ -10,8 +10,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::real_cli::{Loop, Scripted, a_person_says_no_to_the_removal, installed};
-use crate::support::Ws;
+use crate::real_cli::{Loop, Scripted, a_person_says_no_to_the_removal, installed, module_for};
 
 /// A model's answer holding `part` (a text or a function call).
 fn answer(part: Value) -> Value {
@@ -59,16 +58,10 @@ struct Session {
 
 impl Session {
     fn start(gemini: &Path, turns: impl FnOnce(&Path) -> Vec<Value>) -> Self {
-        let ws = Ws::empty();
-        ws.write(".loopwright/config.toml", "[auto]\nstall_captures = 200\nstop_grace_seconds = 1\n");
         // A model named: Gemini's automatic choice first asks a router model.
-        ws.write(
-            ".loopwright/agents/gemini.md",
-            &format!("---\nrunner: gemini\ncommand: [\"{}\"]\nmodel: gemini-2.5-pro\n---\nGemini.\n", gemini.display()),
-        );
-        let (code, _, err) = ws.run(&["auto", "init", "mod", "--target", "Add a greeting file."]);
-        assert_eq!(code, 0, "{err}");
-        ws.write("canary/keep.txt", "keep\n");
+        let agent =
+            format!("---\nrunner: gemini\ncommand: [\"{}\"]\nmodel: gemini-2.5-pro\n---\nGemini.\n", gemini.display());
+        let ws = module_for("gemini", &agent);
         ws.write("notes.txt", "old\n");
         ws.init_git();
         let root = std::fs::canonicalize(ws.path()).expect("root");

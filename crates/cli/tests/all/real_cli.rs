@@ -28,6 +28,18 @@ pub(crate) fn installed(bin: &str, name: &str) -> Option<PathBuf> {
 /// A scripted model API on 127.0.0.1: request `n` (its path, its JSON body) is answered with
 /// what `answer` returns — a line recorded for the test's output, the content type and the
 /// body — or a 404 for `None`.
+/// A workspace with the auto module `mod` for an agent file `agent` (`.loopwright/agents/NAME.md`
+/// → its text), supervised patiently (no stall judged), and a canary folder no agent may remove.
+pub(crate) fn module_for(name: &str, agent: &str) -> Ws {
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "[auto]\nstall_captures = 200\nstop_grace_seconds = 1\n");
+    ws.write(&format!(".loopwright/agents/{name}.md"), agent);
+    let (code, _, err) = ws.run(&["auto", "init", "mod", "--target", "Add a greeting file."]);
+    assert_eq!(code, 0, "{err}");
+    ws.write("canary/keep.txt", "keep\n");
+    ws
+}
+
 pub(crate) struct Scripted {
     pub port: u16,
     seen: Arc<Mutex<Vec<String>>>,

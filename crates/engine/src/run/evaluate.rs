@@ -53,7 +53,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
             }
         };
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
-        let lp = state.stage(stage_id.as_str()).and_then(|s| s.closed.as_deref()).expect("a looping stage has a loop");
+        let (_, lp, _) = state.looping(stage_id.as_str());
         let analysis = closed_loop::analyze(stage, lp, measured);
         self.defer(state, Event::Analyzed { stage: stage_id, attempt, analysis });
         Ok(())
@@ -109,9 +109,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         attempt: u32,
     ) -> Result<(), StoreError> {
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
-        let st = state.stage(stage_id.as_str()).expect("a looping stage has state");
-        let lp = st.closed.as_ref().expect("a looping stage has a loop");
-        let it = lp.iterations.last().expect("a looping stage has generated").clone();
+        let (st, lp, it) = state.looping(stage_id.as_str());
+        let it = it.clone();
         let snapshot = st.snapshots.iter().rev().find(|(a, _)| *a == attempt).map(|(_, n)| n.clone());
         let first_snapshot = st.snapshots.first().map(|(_, n)| n.clone());
         let layer = st.layer.as_ref().filter(|(a, _)| *a == attempt).map(|(_, n)| n.clone());

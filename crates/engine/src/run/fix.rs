@@ -19,9 +19,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         attempt: u32,
     ) -> Result<(), StoreError> {
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
-        let st = state.stage(stage_id.as_str()).expect("a looping stage has state");
-        let lp = st.closed.as_ref().expect("a looping stage has a loop");
-        let it = lp.iterations.last().expect("a looping stage has generated").clone();
+        let (_, lp, it) = state.looping(stage_id.as_str());
+        let it = it.clone();
         let failure = it.failure.clone().expect("FIX follows a failure");
         let strategy = it.analysis.as_ref().and_then(|a| a.strategy).unwrap_or(Strategy::AnalyzeThenFix);
         let backoffs = u32::try_from(
