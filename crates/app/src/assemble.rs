@@ -197,10 +197,12 @@ pub fn sandboxing(ws: &Workspace, pipeline: &Pipeline) -> Result<Sandboxes, Erro
     if modes.iter().all(|(_, m)| *m == SandboxMode::Off) {
         return Ok(Sandboxes::default());
     }
+    use loopwright_runners::sandbox::Unavailable;
     let made = loopwright_runners::sandbox::state_dir().and_then(|state| {
         let probe = probe(&state);
         let bwrap = probe.usable()?.to_path_buf();
-        let helper = std::env::current_exe().map_err(|e| format!("cannot find the loopwright program: {e}"))?;
+        let helper = std::env::current_exe()
+            .map_err(|e| Unavailable::Scratch(format!("cannot find the loopwright program: {e}")))?;
         let prlimit = loopwright_runners::process::resolve("prlimit");
         let limits = prlimit.is_absolute().then(|| loopwright_runners::sandbox::Limits {
             prlimit,
@@ -226,7 +228,7 @@ pub fn sandboxing(ws: &Workspace, pipeline: &Pipeline) -> Result<Sandboxes, Erro
             }
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| eprintln!("loopwright: no sandbox here ({why}); stages run unsandboxed"));
-            Ok(Sandboxes { sandbox: None, layers: None, unsandboxed: Some(why) })
+            Ok(Sandboxes { sandbox: None, layers: None, unsandboxed: Some(why.to_string()) })
         }
     }
 }

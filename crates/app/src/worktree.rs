@@ -23,7 +23,7 @@ pub fn create(ws: &Workspace, task: &TaskId) -> Result<Worktree, Error> {
         .map_err(|e| Error::usage(format!("cannot create {}: {e}", ws.state_dir().display())))?;
     let _turn = crate::lock::git_turn(&ws.root)?;
     git::worktree_add(&ws.root, &path, &branch).map_err(|e| {
-        if e.contains("already exists") {
+        if e.to_string().contains("already exists") {
             Error::conflict(format!(
                 "cannot create the worktree of task {task} on branch {branch}: {e} (a run of this task has it: resume that run, or give this one another task id)"
             ))

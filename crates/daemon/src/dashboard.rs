@@ -270,20 +270,31 @@ struct ListParams {
     until: String,
 }
 
+/// What is wrong with the runs list's filter.
+#[derive(Debug, thiserror::Error)]
+enum BadFilter {
+    /// Not a run status.
+    #[error("unknown status `{0}`")]
+    Status(String),
+    /// Not a day the list can start or end on.
+    #[error("{name} `{text}`: expected a date such as 2026-11-25")]
+    Date { name: &'static str, text: String },
+}
+
 impl ListParams {
     /// The filter these ask for, or what is wrong with them.
-    fn filter(&self, page: usize) -> Result<read::PageFilter, String> {
+    fn filter(&self, page: usize) -> Result<read::PageFilter, BadFilter> {
         let some = |s: &str| Some(s.trim().to_owned()).filter(|s| !s.is_empty());
         let status = match some(&self.status) {
-            Some(s) => Some(RunStatus::parse(&s).ok_or_else(|| format!("unknown status `{s}`"))?),
+            Some(s) => Some(RunStatus::parse(&s).ok_or(BadFilter::Status(s))?),
             None => None,
         };
-        let day = |text: &str, name: &str, next: bool| -> Result<Option<jiff::Timestamp>, String> {
+        let day = |text: &str, name: &'static str, next: bool| -> Result<Option<jiff::Timestamp>, BadFilter> {
             let Some(text) = some(text) else { return Ok(None) };
-            let date: jiff::civil::Date =
-                text.parse().map_err(|_| format!("{name} `{text}`: expected a date such as 2026-11-25"))?;
-            let date = if next { date.tomorrow().map_err(|e| e.to_string())? } else { date };
-            Ok(Some(date.to_zoned(jiff::tz::TimeZone::UTC).map_err(|e| e.to_string())?.timestamp()))
+            let bad = || BadFilter::Date { name, text: text.clone() };
+            let date: jiff::civil::Date = text.parse().map_err(|_| bad())?;
+            let date = if next { date.tomorrow().map_err(|_| bad())? } else { date };
+            Ok(Some(date.to_zoned(jiff::tz::TimeZone::UTC).map_err(|_| bad())?.timestamp()))
         };
         Ok(read::PageFilter {
             status,
@@ -349,7 +360,7 @@ async fn runs_page(
         q.page.as_deref().and_then(|p| p.parse::<usize>().ok()).filter(|p| (1..=1_000_000).contains(p)).unwrap_or(1);
     let (filter, problem) = match params.filter(page_no) {
         Ok(f) => (f, None),
-        Err(problem) => (read::PageFilter { limit: PAGE_SIZE, ..Default::default() }, Some(problem)),
+        Err(problem) => (read::PageFilter { limit: PAGE_SIZE, ..Default::default() }, Some(problem.to_string())),
     };
     let found = read::page(&shared.store, &filter).await;
     let (runs, total, problem) = match found {

@@ -117,20 +117,29 @@ pub struct PublicUrl {
     pub host: String,
 }
 
+/// What is wrong with a `--public-url`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--public-url {text}: {why}")]
+pub struct BadPublicUrl {
+    /// The URL as given.
+    pub text: String,
+    /// What is wrong with it.
+    pub why: String,
+}
+
 impl PublicUrl {
     /// Parses `--public-url`: an `http` or `https` URL with a host and no path, query or
     /// fragment other than `/`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let uri: axum::http::Uri = text.parse().map_err(|e| format!("--public-url {text}: {e}"))?;
+    pub fn parse(text: &str) -> Result<Self, BadPublicUrl> {
+        let bad = |why: String| BadPublicUrl { text: text.to_owned(), why };
+        let uri: axum::http::Uri = text.parse().map_err(|e: axum::http::uri::InvalidUri| bad(e.to_string()))?;
         let scheme = uri.scheme_str().unwrap_or_default().to_ascii_lowercase();
         if !matches!(scheme.as_str(), "http" | "https") {
-            return Err(format!("--public-url {text}: expected an http:// or https:// URL"));
+            return Err(bad("expected an http:// or https:// URL".to_owned()));
         }
-        let authority = uri.authority().ok_or_else(|| format!("--public-url {text}: no host"))?;
+        let authority = uri.authority().ok_or_else(|| bad("no host".to_owned()))?;
         if authority.as_str().contains('@') || !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-            return Err(format!(
-                "--public-url {text}: expected scheme://host[:port] only (the dashboard is served at /)"
-            ));
+            return Err(bad("expected scheme://host[:port] only (the dashboard is served at /)".to_owned()));
         }
         let host = authority.host().to_ascii_lowercase();
         let default_port = if scheme == "https" { 443 } else { 80 };
@@ -301,7 +310,8 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
             options.addr
         )));
     }
-    let public = options.public_url.as_deref().map(PublicUrl::parse).transpose().map_err(Error::usage)?;
+    let public =
+        options.public_url.as_deref().map(PublicUrl::parse).transpose().map_err(|e| Error::usage(e.to_string()))?;
     if public.is_some() && !options.allow_remote {
         return Err(Error::usage("--public-url: the daemon is reached through a proxy only with --allow-remote"));
     }

@@ -295,22 +295,21 @@ fn drive(
     shutdown: watch::Receiver<bool>,
     lost: watch::Receiver<bool>,
     valid_until: Arc<AtomicI64>,
-) -> Result<String, String> {
-    let runtime =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("no runtime: {e}"))?;
+) -> Result<String, Ended> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Ended::NoRuntime)?;
     let (tree, base) = match checkout(worker, claim) {
         Ok(made) => made,
         Err(Checkout::Refused(why)) => {
             return runtime
                 .block_on(refuse(worker, claim, &why))
                 .map(|status| format!("stopped: {}", status.as_str()))
-                .map_err(|e| e.message());
+                .map_err(Ended::Failed);
         }
         Err(Checkout::Failed(why)) => {
             return match runtime.block_on(checkout_failed(worker, claim, &why)) {
                 Ok(RunStatus::Failed) => Ok(format!("failed: {why}")),
-                Ok(_) => Err(why),
-                Err(e) => Err(format!("{why}; and it could not be journaled: {}", e.message())),
+                Ok(_) => Err(Ended::Checkout(why)),
+                Err(e) => Err(Ended::Unjournaled { why, journal: e }),
             };
         }
     };
@@ -319,7 +318,36 @@ fn drive(
     let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let _ = git::worktree_remove(&clone_dir(&worker.options.cache, &claim.submission.repo), &tree);
     let _ = std::fs::remove_dir_all(&tree);
-    outcome.map(|status| format!("stopped: {}", status.as_str())).map_err(|e| e.message())
+    outcome.map(|status| format!("stopped: {}", status.as_str())).map_err(Ended::Failed)
+}
+
+/// Why driving a claimed run ended in an error.
+#[derive(Debug)]
+enum Ended {
+    /// No runtime could be made for it.
+    NoRuntime(std::io::Error),
+    /// Its work tree could not be made: tried again a lease later.
+    Checkout(String),
+    /// Its work tree could not be made, and that could not be journaled.
+    Unjournaled {
+        /// Why the work tree was not made.
+        why: String,
+        /// Why it was not journaled.
+        journal: Error,
+    },
+    /// The run failed to be driven.
+    Failed(Error),
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoRuntime(e) => write!(f, "no runtime: {e}"),
+            Self::Checkout(why) => f.write_str(why),
+            Self::Unjournaled { why, journal } => write!(f, "{why}; and it could not be journaled: {journal}"),
+            Self::Failed(e) => write!(f, "{e}"),
+        }
+    }
 }
 
 async fn drive_async(
@@ -340,7 +368,7 @@ async fn drive_async(
     // choose among the repository's pipelines (and give them inputs), not make workers run a
     // command.
     let clone = clone_dir(&worker.options.cache, &claim.submission.repo);
-    if let Err(why) = same_pipeline(&clone, base, &state) {
+    if let Err(Checkout::Refused(why) | Checkout::Failed(why)) = same_pipeline(&clone, base, &state) {
         return refused(worker, &store, &mut state, &why).await;
     }
     // The worker's own floor: a repository or a stage cannot weaken it.
@@ -355,13 +383,7 @@ async fn drive_async(
         repo: claim.submission.repo.clone(),
         branch: run_branch(&claim.run),
         pushed: Mutex::new(git::git(tree, &["rev-parse", "HEAD"]).map(|s| s.trim().to_owned()).unwrap_or_default()),
-        may: Box::new(move || {
-            if *lost_now.borrow() || now_ms() >= valid_until.load(Ordering::SeqCst) {
-                Err("this worker's lease on the run was lost".to_owned())
-            } else {
-                Ok(())
-            }
-        }),
+        lease_held: Box::new(move || !*lost_now.borrow() && now_ms() < valid_until.load(Ordering::SeqCst)),
     };
     let session = Session::for_worker(&ws, &store, &pipeline, &claim.run, publish, claim.epoch.tag(&worker.id))?;
     let cancel = CancelWatch::new(&store, claim.run.clone(), state.last_seq, CANCEL_POLL);
@@ -420,6 +442,7 @@ async fn refused(
 }
 
 /// Why a run's work tree was not made.
+#[derive(Debug)]
 enum Checkout {
     /// The run asks for what this worker does not do (a base on loopwright's run branches): it
     /// is cancelled, saying why.
@@ -428,14 +451,21 @@ enum Checkout {
     Failed(String),
 }
 
+impl From<git::GitError> for Checkout {
+    fn from(e: git::GitError) -> Self {
+        Self::Failed(e.to_string())
+    }
+}
+
 /// Checks that the run's journaled pipeline is the repository's file at the same path under
 /// `.loopwright/pipelines/`, byte for byte, as git holds it at `base` (read from git's objects:
 /// a link there is not followed, and nothing a stage wrote in the work tree counts).
-fn same_pipeline(clone: &Path, base: &str, state: &loopwright_engine::RunState) -> Result<(), String> {
-    let started = state.started.as_ref().ok_or("the run has no start")?;
+fn same_pipeline(clone: &Path, base: &str, state: &loopwright_engine::RunState) -> Result<(), Checkout> {
+    let refused = |why: String| Err(Checkout::Refused(why));
+    let started = state.started.as_ref().ok_or_else(|| Checkout::Refused("the run has no start".to_owned()))?;
     let path = started.pipeline_path.trim_start_matches("./");
     if !loopwright_app::workspace::repository_file(path) || !path.starts_with(".loopwright/pipelines/") {
-        return Err(format!(
+        return refused(format!(
             "its pipeline {} is not a file of the repository's .loopwright/pipelines/",
             started.pipeline_path
         ));
@@ -443,17 +473,17 @@ fn same_pipeline(clone: &Path, base: &str, state: &loopwright_engine::RunState) 
     let entry = git::git(clone, &["ls-tree", base, "--", path]).unwrap_or_default();
     let mode = entry.split_whitespace().next().unwrap_or_default();
     if entry.is_empty() {
-        return Err(format!("the repository has no {path} at its base"));
+        return refused(format!("the repository has no {path} at its base"));
     }
     if mode != "100644" && mode != "100755" {
-        return Err(format!("{path} at the run's base is not a regular file (git mode {mode})"));
+        return refused(format!("{path} at the run's base is not a regular file (git mode {mode})"));
     }
     match git::git(clone, &["cat-file", "blob", &format!("{base}:{path}")]) {
         Ok(text) if text == started.pipeline_source => Ok(()),
-        Ok(_) => Err(format!(
+        Ok(_) => refused(format!(
             "its pipeline differs from {path} in the repository at its base: commit and push the pipeline, then submit again"
         )),
-        Err(e) => Err(format!("cannot read {path} at the run's base: {e}")),
+        Err(e) => refused(format!("cannot read {path} at the run's base: {e}")),
     }
 }
 
@@ -487,26 +517,24 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<(PathBuf, String), Checkou
         std::fs::create_dir_all(cache.join("repos"))
             .map_err(|e| Checkout::Failed(format!("cannot create {}: {e}", cache.display())))?;
         let target = clone.display().to_string();
-        git::git(cache, &["init", "--quiet", "--bare", &target]).map_err(Checkout::Failed)?;
+        git::git(cache, &["init", "--quiet", "--bare", &target])?;
     }
     // Into remote-tracking refs only: a fetch must never delete or move the branch another
     // run's worktree has checked out.
     let heads = format!("+refs/heads/*:{FETCHED}/*");
-    git::git(&clone, &["fetch", "--quiet", "--prune", "--force", "--", repo, &heads, "+refs/tags/*:refs/tags/*"])
-        .map_err(Checkout::Failed)?;
+    git::git(&clone, &["fetch", "--quiet", "--prune", "--force", "--", repo, &heads, "+refs/tags/*:refs/tags/*"])?;
     let branch = run_branch(&claim.run);
     let pushed = git::git(&clone, &["rev-parse", "--verify", "-q", &format!("{FETCHED}/{branch}^{{commit}}")]);
     let (start, base) = match pushed {
         Ok(tip) => {
             let tip = tip.trim().to_owned();
-            let base = run_base(&clone, &tip, &claim.run).map_err(Checkout::Refused)?;
+            let base = run_base(&clone, &tip, &claim.run)?;
             (tip, base)
         }
         Err(_) => {
             let base = resolve_base(&clone, &claim.submission.base, repo)?;
             // The run's branch exists from its start, for whoever continues it.
-            git::git(&clone, &["push", "--quiet", "--", repo, &format!("{base}:refs/heads/{branch}")])
-                .map_err(Checkout::Failed)?;
+            git::git(&clone, &["push", "--quiet", "--", repo, &format!("{base}:refs/heads/{branch}")])?;
             (base.clone(), base)
         }
     };
@@ -517,8 +545,7 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<(PathBuf, String), Checkou
     }
     let _ = git::git(&clone, &["worktree", "prune"]);
     let path = tree.display().to_string();
-    git::git(&clone, &["worktree", "add", "--quiet", "--force", "-B", &format!("work/{}", claim.run), &path, &start])
-        .map_err(Checkout::Failed)?;
+    git::git(&clone, &["worktree", "add", "--quiet", "--force", "-B", &format!("work/{}", claim.run), &path, &start])?;
     Ok((tree, base))
 }
 
@@ -552,15 +579,16 @@ fn resolve_base(clone: &Path, base: &str, repo: &str) -> Result<String, Checkout
 
 /// Where the run's branch left the repository's history: the first commit, going back from
 /// `tip` along first parents, that is not one of the run's own (`Loopwright-Run: RUN`).
-fn run_base(clone: &Path, tip: &str, run: &RunId) -> Result<String, String> {
+fn run_base(clone: &Path, tip: &str, run: &RunId) -> Result<String, Checkout> {
     let log = git::git(
         clone,
         &["log", "--first-parent", "--format=%H %(trailers:key=Loopwright-Run,valueonly,separator=%x2C)", tip],
-    )?;
+    )
+    .map_err(|e| Checkout::Refused(e.to_string()))?;
     log.lines()
         .find_map(|line| {
             let (commit, runs) = line.split_once(' ').unwrap_or((line, ""));
             (!runs.split(',').any(|r| r.trim() == run.as_str())).then(|| commit.to_owned())
         })
-        .ok_or_else(|| format!("the run's branch holds no commit of the repository's own ({tip})"))
+        .ok_or_else(|| Checkout::Refused(format!("the run's branch holds no commit of the repository's own ({tip})")))
 }

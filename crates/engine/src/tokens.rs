@@ -26,6 +26,23 @@ static RANKS: &[u8] = include_bytes!("../data/o200k_base.tiktoken.gz");
 
 static O200K: LazyLock<Encoding> = LazyLock::new(|| Encoding::o200k().expect("the embedded o200k table is valid"));
 
+/// Why the embedded rank table cannot be used (a defect of this build).
+#[derive(Debug, thiserror::Error)]
+enum RanksError {
+    /// It does not unpack.
+    #[error("cannot unpack: {0}")]
+    Unpack(String),
+    /// A line of it is not `TOKEN RANK` in rank order.
+    #[error("line {line}: {reason}")]
+    Line { line: usize, reason: String },
+    /// It holds more than 4 GiB of tokens.
+    #[error("the table is too large")]
+    TooLarge,
+    /// The pre-tokenizer's pattern does not compile.
+    #[error("the pre-tokenizer: {0}")]
+    Pretokenizer(String),
+}
+
 /// The o200k_base encoding, unpacked on first use.
 pub fn o200k() -> &'static Encoding {
     &O200K
@@ -44,29 +61,28 @@ pub struct Encoding {
 }
 
 impl Encoding {
-    fn o200k() -> Result<Self, String> {
+    fn o200k() -> Result<Self, RanksError> {
         let mut text = String::new();
-        flate2::read::GzDecoder::new(RANKS).read_to_string(&mut text).map_err(|e| e.to_string())?;
+        flate2::read::GzDecoder::new(RANKS).read_to_string(&mut text).map_err(|e| RanksError::Unpack(e.to_string()))?;
         let mut bytes = Vec::with_capacity(1 << 21);
         let mut offsets = Vec::with_capacity(200_001);
         offsets.push(0);
         for (line_no, line) in text.lines().enumerate() {
-            let (token, rank) = line.split_once(' ').ok_or_else(|| format!("line {}: no rank", line_no + 1))?;
+            let at = |reason: String| RanksError::Line { line: line_no + 1, reason };
+            let (token, rank) = line.split_once(' ').ok_or_else(|| at("no rank".to_owned()))?;
             if rank.parse::<usize>().ok() != Some(line_no) {
-                return Err(format!("line {}: rank {rank} out of order", line_no + 1));
+                return Err(at(format!("rank {rank} out of order")));
             }
-            base64::engine::general_purpose::STANDARD
-                .decode_vec(token, &mut bytes)
-                .map_err(|e| format!("line {}: {e}", line_no + 1))?;
-            offsets.push(u32::try_from(bytes.len()).map_err(|e| e.to_string())?);
+            base64::engine::general_purpose::STANDARD.decode_vec(token, &mut bytes).map_err(|e| at(e.to_string()))?;
+            offsets.push(u32::try_from(bytes.len()).map_err(|_| RanksError::TooLarge)?);
         }
         let hasher = RandomState::new();
         let mut by_bytes = HashTable::with_capacity(offsets.len());
         let token = |r: u32| &bytes[offsets[r as usize] as usize..offsets[r as usize + 1] as usize];
-        for rank in 0..u32::try_from(offsets.len() - 1).map_err(|e| e.to_string())? {
+        for rank in 0..u32::try_from(offsets.len() - 1).map_err(|_| RanksError::TooLarge)? {
             by_bytes.insert_unique(hasher.hash_one(token(rank)), rank, |&r| hasher.hash_one(token(r)));
         }
-        let split = Pretokenizer::o200k().map_err(|e| e.to_string())?;
+        let split = Pretokenizer::o200k().map_err(|e| RanksError::Pretokenizer(e.to_string()))?;
         Ok(Self { bytes, offsets, by_bytes, hasher, split })
     }
 

@@ -1,6 +1,7 @@
 //! The state machine driven through its ports: a journal in memory, a runner that plays a
 //! script of outcomes, and a clock that records waits instead of sleeping.
 
+use loopwright_engine::ports;
 use std::collections::BTreeMap;
 
 use loopwright_engine::event::ConditionOutcome;
@@ -278,17 +279,30 @@ async fn approval_gates_wait_unless_approved_up_front() {
 /// A workspace that cannot be snapshotted (a full disk, say).
 struct Unwatchable;
 
-impl loopwright_engine::ports::Changes for Unwatchable {
-    fn snapshot(&self, _: &RunId, _: &str, _: loopwright_engine::ports::Watch) -> Result<(String, usize), String> {
-        Err("cannot snapshot the workspace: No space left on device".into())
+impl ports::Workspace for Unwatchable {}
+
+impl ports::Layers for Unwatchable {}
+
+impl ports::Snapshots for Unwatchable {
+    fn snapshot(&self, _: &RunId, _: &str, _: ports::Watch) -> Result<(String, usize), ports::SnapshotError> {
+        Err(ports::SnapshotError::Take("No space left on device".into()))
     }
-    fn restore(&self, _: &RunId, _: &str) -> Result<loopwright_engine::event::RestoreCounts, String> {
-        Err("no snapshot".into())
+    fn restore(&self, _: &RunId, name: &str) -> Result<loopwright_engine::event::RestoreCounts, ports::SnapshotError> {
+        Err(ports::SnapshotError::Read { name: name.to_owned(), reason: "no snapshot".into() })
     }
-    fn commit(&self, _: &RunId, _: &str, _: &TaskId, _: &StageId) -> Result<Option<(String, usize)>, String> {
+}
+
+impl ports::Commits for Unwatchable {
+    fn commit(
+        &self,
+        _: &RunId,
+        _: &str,
+        _: &TaskId,
+        _: &StageId,
+    ) -> Result<Option<(String, usize)>, ports::CommitError> {
         Ok(None)
     }
-    fn revert(&self, _: &TaskId, _: &StageId) -> Result<usize, String> {
+    fn revert(&self, _: &TaskId, _: &StageId) -> Result<usize, ports::CommitError> {
         Ok(0)
     }
 }

@@ -5,27 +5,13 @@ use std::collections::BTreeMap;
 
 use loopwright_engine::closed_loop::TestCounts;
 use loopwright_engine::closed_loop::regression::{compare, dependents, parse_results, report};
-use loopwright_engine::ports::Changes;
-use loopwright_engine::{RunId, TaskId};
-use loopwright_spec::StageId;
+use loopwright_engine::ports::Workspace;
 use pretty_assertions::assert_eq;
 
 /// A workspace of files in memory.
 struct Files(BTreeMap<&'static str, &'static str>);
 
-impl Changes for Files {
-    fn snapshot(&self, _: &RunId, _: &str, _: loopwright_engine::ports::Watch) -> Result<(String, usize), String> {
-        Err("none".into())
-    }
-    fn restore(&self, _: &RunId, _: &str) -> Result<loopwright_engine::event::RestoreCounts, String> {
-        Err("none".into())
-    }
-    fn commit(&self, _: &RunId, _: &str, _: &TaskId, _: &StageId) -> Result<Option<(String, usize)>, String> {
-        Ok(None)
-    }
-    fn revert(&self, _: &TaskId, _: &StageId) -> Result<usize, String> {
-        Ok(0)
-    }
+impl Workspace for Files {
     fn read(&self, path: &str) -> Option<String> {
         self.0.get(path).map(|s| (*s).to_owned())
     }
@@ -141,19 +127,7 @@ fn new_failures_against_the_baseline_make_the_seed_report() {
 /// A workspace with some programs on PATH.
 struct WithPrograms(Files, &'static [&'static str]);
 
-impl Changes for WithPrograms {
-    fn snapshot(&self, r: &RunId, n: &str, w: loopwright_engine::ports::Watch) -> Result<(String, usize), String> {
-        self.0.snapshot(r, n, w)
-    }
-    fn restore(&self, r: &RunId, n: &str) -> Result<loopwright_engine::event::RestoreCounts, String> {
-        self.0.restore(r, n)
-    }
-    fn commit(&self, r: &RunId, n: &str, t: &TaskId, s: &StageId) -> Result<Option<(String, usize)>, String> {
-        self.0.commit(r, n, t, s)
-    }
-    fn revert(&self, t: &TaskId, s: &StageId) -> Result<usize, String> {
-        self.0.revert(t, s)
-    }
+impl Workspace for WithPrograms {
     fn read(&self, path: &str) -> Option<String> {
         self.0.read(path)
     }
@@ -168,7 +142,7 @@ impl Changes for WithPrograms {
 #[test]
 fn default_checks_and_fixers_come_from_the_project() {
     use loopwright_engine::closed_loop::checks::{Project, checks_for};
-    let commands = |ws: &dyn Changes, task_type: Option<&str>| -> Vec<(String, String)> {
+    let commands = |ws: &dyn Workspace, task_type: Option<&str>| -> Vec<(String, String)> {
         checks_for(&[], task_type, ws).into_iter().map(|c| (c.name, c.command)).collect()
     };
     let rust =

@@ -55,8 +55,68 @@ pub enum Edit {
     },
 }
 
+/// Why an answer's edits were not applied (none of them was).
+#[derive(Debug, thiserror::Error)]
+pub enum EditError {
+    /// An edit block comes before any `FILE:` line.
+    #[error("line {0}: an edit block without a `FILE: path` line before it")]
+    NoFile(usize),
+    /// A block is never closed.
+    #[error("line {line}: `<<<<<<< {block}` is never closed")]
+    Unclosed {
+        /// The block's first line.
+        line: usize,
+        /// `SEARCH` or `WHOLE`.
+        block: &'static str,
+    },
+    /// A SEARCH block has no `=======`.
+    #[error("line {0}: `<<<<<<< SEARCH` has no `=======`")]
+    NoSeparator(usize),
+    /// The path may not be written (see [`guard::writable`]).
+    #[error(transparent)]
+    Refused(#[from] guard::Refused),
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A SEARCH block edits a file that does not exist.
+    #[error("{0}: no such file to edit (use a WHOLE block to create it)")]
+    NoSuchFile(String),
+    /// A SEARCH block edits a file that is not text.
+    #[error("{0}: not a text file (UTF-8); use a WHOLE block to replace it")]
+    NotText(String),
+    /// The SEARCH text is not in the file.
+    #[error("{path}: the SEARCH text was not found:\n{search}")]
+    NotFound {
+        /// The file.
+        path: String,
+        /// The text looked for.
+        search: String,
+    },
+    /// The SEARCH text is in the file more than once.
+    #[error("{path}: the SEARCH text occurs {times} times; include more lines to make it unique")]
+    Ambiguous {
+        /// The file.
+        path: String,
+        /// How many times.
+        times: usize,
+    },
+    /// A file could not be written (what was written is undone).
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Reads the edit blocks of an answer.
-pub fn parse(answer: &str) -> Result<Vec<Edit>, String> {
+pub fn parse(answer: &str) -> Result<Vec<Edit>, EditError> {
     let lines: Vec<&str> = answer.lines().collect();
     let mut edits = Vec::new();
     let mut path: Option<String> = None;
@@ -68,18 +128,16 @@ pub fn parse(answer: &str) -> Result<Vec<Edit>, String> {
             path = Some(p.trim().trim_matches('`').to_owned());
         } else if line == "<<<<<<< SEARCH" || line == "<<<<<<< WHOLE" {
             let Some(p) = path.clone() else {
-                return Err(format!("line {}: an edit block without a `FILE: path` line before it", i + 1));
+                return Err(EditError::NoFile(i + 1));
             };
             if line == "<<<<<<< WHOLE" {
-                let end =
-                    until(i + 1, ">>>>>>> WHOLE").ok_or(format!("line {}: `<<<<<<< WHOLE` is never closed", i + 1))?;
+                let end = until(i + 1, ">>>>>>> WHOLE").ok_or(EditError::Unclosed { line: i + 1, block: "WHOLE" })?;
                 edits.push(Edit::Whole { path: p, content: join(&lines[i + 1..end]) });
                 i = end;
             } else {
-                let mid =
-                    until(i + 1, "=======").ok_or(format!("line {}: `<<<<<<< SEARCH` has no `=======`", i + 1))?;
-                let end = until(mid + 1, ">>>>>>> REPLACE")
-                    .ok_or(format!("line {}: `<<<<<<< SEARCH` is never closed", i + 1))?;
+                let mid = until(i + 1, "=======").ok_or(EditError::NoSeparator(i + 1))?;
+                let end =
+                    until(mid + 1, ">>>>>>> REPLACE").ok_or(EditError::Unclosed { line: i + 1, block: "SEARCH" })?;
                 edits.push(Edit::Replace {
                     path: p,
                     search: join(&lines[i + 1..mid]),
@@ -117,7 +175,7 @@ struct Planned {
 /// targets first and renamed over them only when every one was written; a rename that fails
 /// puts back the files already renamed. A file keeps its permission bits (never set-id ones);
 /// a new file gets `0644`, whatever the answer says.
-pub fn apply(answer: &str, workspace: &Path) -> Result<Vec<String>, String> {
+pub fn apply(answer: &str, workspace: &Path) -> Result<Vec<String>, EditError> {
     let edits = parse(answer)?;
     let mut planned: Vec<Planned> = Vec::new();
     for edit in &edits {
@@ -127,14 +185,14 @@ pub fn apply(answer: &str, workspace: &Path) -> Result<Vec<String>, String> {
         let index = match planned.iter().position(|p| &p.path == path) {
             Some(i) => i,
             None => {
-                let full = guard::writable(workspace, path).map_err(|e| e.to_string())?;
+                let full = guard::writable(workspace, path)?;
                 let before = match std::fs::read(&full) {
                     Ok(bytes) => {
                         let mode = std::fs::metadata(&full).map(|m| m.permissions().mode()).unwrap_or(0o644);
                         Some((bytes, mode))
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                    Err(e) => return Err(format!("cannot read {path}: {e}")),
+                    Err(source) => return Err(EditError::Read { path: path.clone(), source }),
                 };
                 let after = before.as_ref().map(|(b, _)| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
                 planned.push(Planned { path: path.clone(), full, before, after });
@@ -146,20 +204,16 @@ pub fn apply(answer: &str, workspace: &Path) -> Result<Vec<String>, String> {
             Edit::Whole { content, .. } => file.after = content.clone(),
             Edit::Replace { search, replace, .. } => {
                 match &file.before {
-                    None => return Err(format!("{path}: no such file to edit (use a WHOLE block to create it)")),
+                    None => return Err(EditError::NoSuchFile(path.clone())),
                     Some((bytes, _)) if std::str::from_utf8(bytes).is_err() => {
-                        return Err(format!("{path}: not a text file (UTF-8); use a WHOLE block to replace it"));
+                        return Err(EditError::NotText(path.clone()));
                     }
                     Some(_) => {}
                 }
                 match file.after.matches(search.as_str()).count() {
                     1 => file.after = file.after.replacen(search.as_str(), replace, 1),
-                    0 => return Err(format!("{path}: the SEARCH text was not found:\n{search}")),
-                    n => {
-                        return Err(format!(
-                            "{path}: the SEARCH text occurs {n} times; include more lines to make it unique"
-                        ));
-                    }
+                    0 => return Err(EditError::NotFound { path: path.clone(), search: search.clone() }),
+                    times => return Err(EditError::Ambiguous { path: path.clone(), times }),
                 }
             }
         }
@@ -170,7 +224,7 @@ pub fn apply(answer: &str, workspace: &Path) -> Result<Vec<String>, String> {
 
 /// Writes every planned file, or none: stage each into a temporary file beside it, then rename
 /// them over their targets; on any failure undo what was done.
-fn write_all(planned: &[Planned]) -> Result<(), String> {
+fn write_all(planned: &[Planned]) -> Result<(), EditError> {
     let mut created_dirs: Vec<PathBuf> = Vec::new();
     let mut staged: Vec<PathBuf> = Vec::new();
     let undo = |staged: &[PathBuf], created_dirs: &[PathBuf]| {
@@ -197,13 +251,13 @@ fn write_all(planned: &[Planned]) -> Result<(), String> {
             out.set_permissions(std::fs::Permissions::from_mode(mode))?;
             Ok(())
         })();
-        if let Err(e) = result {
+        if let Err(source) = result {
             undo(&staged, &created_dirs);
-            return Err(format!("cannot write {}: {e}", file.path));
+            return Err(EditError::Write { path: file.path.clone(), source });
         }
     }
     for (i, file) in planned.iter().enumerate() {
-        if let Err(e) = std::fs::rename(&staged[i], &file.full) {
+        if let Err(source) = std::fs::rename(&staged[i], &file.full) {
             // Put back the files already replaced, then drop the rest.
             for done in &planned[..i] {
                 let _ = match &done.before {
@@ -213,7 +267,7 @@ fn write_all(planned: &[Planned]) -> Result<(), String> {
                 };
             }
             undo(&staged[i..], &created_dirs);
-            return Err(format!("cannot write {}: {e}", file.path));
+            return Err(EditError::Write { path: file.path.clone(), source });
         }
     }
     Ok(())
@@ -245,17 +299,20 @@ mod tests {
         assert_eq!(std::fs::read_to_string(dir.path().join("notes/new.txt")).expect("read"), "hello\n");
         // A failing block leaves every file as it was.
         let bad = "FILE: calc.py\n<<<<<<< SEARCH\n    return a + b\n=======\n    return b + a\n>>>>>>> REPLACE\nFILE: calc.py\n<<<<<<< SEARCH\nnot there\n=======\nx\n>>>>>>> REPLACE\n";
-        assert_eq!(apply(bad, dir.path()), Err("calc.py: the SEARCH text was not found:\nnot there\n".to_owned()));
+        assert_eq!(
+            apply(bad, dir.path()).map_err(|e| e.to_string()),
+            Err("calc.py: the SEARCH text was not found:\nnot there\n".to_owned())
+        );
         assert_eq!(
             std::fs::read_to_string(dir.path().join("calc.py")).expect("read"),
             "def add(a, b):\n    return a + b\n"
         );
         assert_eq!(
-            apply("FILE: ../etc/passwd\n<<<<<<< WHOLE\nx\n>>>>>>> WHOLE\n", dir.path()),
+            apply("FILE: ../etc/passwd\n<<<<<<< WHOLE\nx\n>>>>>>> WHOLE\n", dir.path()).map_err(|e| e.to_string()),
             Err("`../etc/passwd` is not a path inside the workspace".to_owned())
         );
         assert_eq!(
-            apply("FILE: /etc/passwd\n<<<<<<< WHOLE\nx\n>>>>>>> WHOLE\n", dir.path()),
+            apply("FILE: /etc/passwd\n<<<<<<< WHOLE\nx\n>>>>>>> WHOLE\n", dir.path()).map_err(|e| e.to_string()),
             Err("`/etc/passwd` is not a path inside the workspace".to_owned())
         );
     }
@@ -337,7 +394,7 @@ mod tests {
                 "ok.txt: the SEARCH text was not found:\nmissing\n",
             ),
         ] {
-            assert_eq!(apply(&answer, ws), Err(error.to_owned()), "{answer}");
+            assert_eq!(apply(&answer, ws).map_err(|e| e.to_string()), Err(error.to_owned()), "{answer}");
             assert_eq!(tree(ws), before, "{answer}");
         }
         assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
@@ -362,7 +419,7 @@ mod tests {
             },
             Planned { path: "b".into(), full: ws.join("b"), before: None, after: "B\n".into() },
         ];
-        assert!(write_all(&planned).unwrap_err().starts_with("cannot write b: "));
+        assert!(write_all(&planned).unwrap_err().to_string().starts_with("cannot write b: "));
         assert_eq!(tree(ws), before);
     }
 

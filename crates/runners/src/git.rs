@@ -8,13 +8,40 @@ use std::process::Command;
 /// (`core.fsmonitor` names a program git runs on `status`), no editor.
 pub const HARDENED: [&str; 5] = ["--no-pager", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"];
 
+/// Why a git command, or what loopwright does with git, failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GitError {
+    /// git could not be started.
+    #[error("cannot run git: {0}")]
+    Spawn(String),
+    /// git ran and failed: the command's arguments and what it printed on stderr.
+    #[error("git {command}: {stderr}")]
+    Failed {
+        /// The arguments, joined by spaces.
+        command: String,
+        /// git's own words.
+        stderr: String,
+    },
+    /// The repository is in a state loopwright does not change (a deleted branch under a work
+    /// tree, a merge that moved HEAD).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl GitError {
+    /// True when git failed because another git process holds one of the repository's locks.
+    pub fn locked(&self) -> bool {
+        matches!(self, Self::Failed { stderr, .. } if stderr.contains(".lock"))
+    }
+}
+
 /// Runs git in `root` with a predictable environment; returns stdout, or stderr as the error.
-pub fn git(root: &Path, args: &[&str]) -> Result<String, String> {
+pub fn git(root: &Path, args: &[&str]) -> Result<String, GitError> {
     git_bytes(root, args).map(|out| String::from_utf8_lossy(&out).into_owned())
 }
 
 /// Like [`git`], with stdout as bytes (file contents).
-pub fn git_bytes(root: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
+pub fn git_bytes(root: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
     let out = Command::new("git")
         .args(HARDENED)
         .args(args)
@@ -25,11 +52,14 @@ pub fn git_bytes(root: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
         // Paths are file names, never globs or magic pathspecs.
         .env("GIT_LITERAL_PATHSPECS", "1")
         .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
+        .map_err(|e| GitError::Spawn(e.to_string()))?;
     if out.status.success() {
         Ok(out.stdout)
     } else {
-        Err(format!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+        Err(GitError::Failed {
+            command: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
     }
 }
 
@@ -61,7 +91,7 @@ fn commit_with(
     trailers: &[String],
     flags: &[&str],
     paths: &[String],
-) -> Result<(), String> {
+) -> Result<(), GitError> {
     let id = identity(root);
     let mut args: Vec<&str> = id.iter().map(String::as_str).collect();
     args.extend(["commit", "--quiet", "--no-verify", "-m", message]);
@@ -76,7 +106,7 @@ fn commit_with(
 /// Refuses a work tree whose `HEAD` is unborn in a repository that has commits: a commit
 /// there would start a new history holding only what it adds (a branch deleted under a
 /// worktree), and a push of it would replace the run's branch.
-fn unborn_head(root: &Path) -> Result<(), String> {
+fn unborn_head(root: &Path) -> Result<(), GitError> {
     if git(root, &["rev-parse", "--verify", "-q", "HEAD"]).is_ok() {
         return Ok(());
     }
@@ -85,20 +115,20 @@ fn unborn_head(root: &Path) -> Result<(), String> {
         return Ok(());
     }
     let branch = git(root, &["symbolic-ref", "-q", "HEAD"]).unwrap_or_default();
-    Err(format!(
+    Err(GitError::Refused(format!(
         "HEAD ({}) has no commit although the repository has some: the branch was deleted under the work tree; nothing was committed",
         branch.trim()
-    ))
+    )))
 }
 
 /// Commits the changes of `paths` (and only them) with the loopwright trailers; returns the new
 /// commit, or `None` when none of them is something git tracks or may track (ignored files and
 /// files created then deleted are left out). A work tree whose `HEAD` is unborn in a repository
 /// with commits is refused.
-pub fn commit(root: &Path, paths: &[String], run: &str, task: &str, stage: &str) -> Result<Option<String>, String> {
+pub fn commit(root: &Path, paths: &[String], run: &str, task: &str, stage: &str) -> Result<Option<String>, GitError> {
     unborn_head(root)?;
     let (present, gone): (Vec<&String>, Vec<&String>) = paths.iter().partition(|p| root.join(p).exists());
-    let list = |args: &[&str], of: &[&String]| -> Result<Vec<String>, String> {
+    let list = |args: &[&str], of: &[&String]| -> Result<Vec<String>, GitError> {
         if of.is_empty() {
             return Ok(Vec::new());
         }
@@ -153,7 +183,7 @@ pub fn head_commit_of(root: &Path, run: &str, stage: &str) -> Option<(String, us
 
 /// The commits `git log ARGS` lists, newest first, each with the values of two trailers
 /// (empty when a commit has none).
-fn log_trailers(root: &Path, args: &[&str], keys: [&str; 2]) -> Result<Vec<(String, [String; 2])>, String> {
+fn log_trailers(root: &Path, args: &[&str], keys: [&str; 2]) -> Result<Vec<(String, [String; 2])>, GitError> {
     let format =
         format!("--format=%H%x1f%(trailers:key={},valueonly)%x1f%(trailers:key={},valueonly)", keys[0], keys[1]);
     let mut all = vec!["log", "-z", format.as_str()];
@@ -197,14 +227,14 @@ fn held_open(path: &Path) -> bool {
 }
 
 /// The commits of a stage of a task, newest first.
-pub fn stage_commits(root: &Path, task: &str, stage: &str) -> Result<Vec<String>, String> {
+pub fn stage_commits(root: &Path, task: &str, stage: &str) -> Result<Vec<String>, GitError> {
     let log = log_trailers(root, &[], ["Loopwright-Task", "Loopwright-Stage"])?;
     Ok(log.into_iter().filter(|(_, [t, s])| t == task && s == stage).map(|(sha, _)| sha).collect())
 }
 
 /// Reverts a stage's commits, newest first, in one revert commit; on a conflict the revert is
 /// abandoned and the tree left as it was. Returns how many commits were reverted.
-pub fn revert_stage(root: &Path, task: &str, stage: &str) -> Result<usize, String> {
+pub fn revert_stage(root: &Path, task: &str, stage: &str) -> Result<usize, GitError> {
     let commits = stage_commits(root, task, stage)?;
     if commits.is_empty() {
         return Ok(0);
@@ -234,18 +264,18 @@ pub fn revert_stage(root: &Path, task: &str, stage: &str) -> Result<usize, Strin
 }
 
 /// Creates a worktree at `path` on a new branch `branch` from the current commit.
-pub fn worktree_add(root: &Path, path: &Path, branch: &str) -> Result<(), String> {
+pub fn worktree_add(root: &Path, path: &Path, branch: &str) -> Result<(), GitError> {
     let shown = path.display().to_string();
     with_lock_retries(|| git(root, &["worktree", "add", "--quiet", "-b", branch, &shown, "HEAD"]).map(drop))
 }
 
 /// Runs a git operation again while another git process holds one of the repository's locks
 /// (two runs finishing at once), for up to ~10 s.
-pub fn with_lock_retries<T>(mut op: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+pub fn with_lock_retries<T>(mut op: impl FnMut() -> Result<T, GitError>) -> Result<T, GitError> {
     let mut tries = 0;
     loop {
         match op() {
-            Err(e) if e.contains(".lock") && tries < 50 => {
+            Err(e) if e.locked() && tries < 50 => {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(200));
             }
@@ -255,7 +285,7 @@ pub fn with_lock_retries<T>(mut op: impl FnMut() -> Result<T, String>) -> Result
 }
 
 /// Removes a worktree (its branch stays).
-pub fn worktree_remove(root: &Path, path: &Path) -> Result<(), String> {
+pub fn worktree_remove(root: &Path, path: &Path) -> Result<(), GitError> {
     let shown = path.display().to_string();
     git(root, &["worktree", "remove", "--force", &shown]).map(drop)
 }
@@ -275,7 +305,7 @@ pub enum Merge {
 
 /// Merges `branch` into the current branch of `root`: fast-forward when possible, else a
 /// merge commit; on a conflict the merge is aborted, leaving `root` as it was.
-pub fn merge(root: &Path, branch: &str) -> Result<Merge, String> {
+pub fn merge(root: &Path, branch: &str) -> Result<Merge, GitError> {
     let before = git(root, &["rev-parse", "HEAD"])?.trim().to_owned();
     let ahead = git(root, &["rev-list", "--count", &format!("HEAD..{branch}")])?.trim().parse::<u32>().unwrap_or(0);
     if ahead == 0 {
@@ -304,7 +334,9 @@ pub fn merge(root: &Path, branch: &str) -> Result<Merge, String> {
             }
             let after = git(root, &["rev-parse", "HEAD"])?.trim().to_owned();
             if after != before {
-                return Err(format!("the aborted merge of {branch} left HEAD at {after} instead of {before}"));
+                return Err(GitError::Refused(format!(
+                    "the aborted merge of {branch} left HEAD at {after} instead of {before}"
+                )));
             }
             Ok(Merge::Conflict(files))
         }

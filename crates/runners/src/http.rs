@@ -301,24 +301,41 @@ async fn ask(
     Ok(Answer { outcome: ExecOutcome::Exited(0), text, error: String::new(), usage })
 }
 
+/// Why a model's event stream could not be read.
+#[derive(Debug, thiserror::Error)]
+enum StreamError {
+    /// The stream broke.
+    #[error("{0}")]
+    Read(String),
+    /// An event's data is not JSON.
+    #[error("an event is not JSON ({reason}): {line}")]
+    NotJson { reason: String, line: String },
+    /// The server sent an error event: its message.
+    #[error("{0}")]
+    Server(String),
+    /// The stream ended without its last event.
+    #[error("the stream ended before the answer was complete")]
+    Incomplete,
+}
+
 /// Reads a server-sent-event stream: the answer's text and the usage.
 async fn read_stream(
     runner: RunnerKind,
     response: reqwest::Response,
     live: &mut LiveSink<'_>,
-) -> Result<(String, Option<Usage>), String> {
+) -> Result<(String, Option<Usage>), StreamError> {
     let mut events = response.bytes_stream().eventsource();
     let mut text = String::new();
     let (mut input, mut output) = (None::<u64>, None::<u64>);
     let mut complete = false;
     while let Some(event) = events.next().await {
-        let event = event.map_err(|e| e.to_string())?;
+        let event = event.map_err(|e| StreamError::Read(e.to_string()))?;
         if event.data.trim() == "[DONE]" {
             complete = true;
             break;
         }
         let v: Value = serde_json::from_str(&event.data)
-            .map_err(|e| format!("an event is not JSON ({e}): {}", first_line(&event.data)))?;
+            .map_err(|e| StreamError::NotJson { reason: e.to_string(), line: first_line(&event.data).to_owned() })?;
         match runner {
             RunnerKind::Anthropic => match v.get("type").and_then(Value::as_str).unwrap_or(&event.event) {
                 "message_start" => input = v.pointer("/message/usage/input_tokens").and_then(Value::as_u64).or(input),
@@ -333,11 +350,8 @@ async fn read_stream(
                     break;
                 }
                 "error" => {
-                    return Err(v
-                        .pointer("/error/message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("error event")
-                        .to_owned());
+                    let said = v.pointer("/error/message").and_then(Value::as_str).unwrap_or("error event");
+                    return Err(StreamError::Server(said.to_owned()));
                 }
                 _ => {}
             },
@@ -354,7 +368,7 @@ async fn read_stream(
         }
     }
     if !complete {
-        return Err("the stream ended before the answer was complete".to_owned());
+        return Err(StreamError::Incomplete);
     }
     let usage = (input.is_some() || output.is_some()).then(|| Usage {
         input_tokens: input.unwrap_or(0),

@@ -23,7 +23,8 @@ use std::time::Duration;
 use loopwright_engine::closed_loop::FileChanges;
 use loopwright_engine::event::RestoreCounts;
 use loopwright_engine::ports::{
-    Changes, CommandRequest, ExecOutcome, Execution, Notice, ProcessGroup, Purpose, Runner, StageRequest, Watch,
+    CommandRequest, CommitError, Commits, ExecOutcome, Execution, LayerError, Layers, Notice, ProcessGroup, Purpose,
+    Runner, SnapshotError, Snapshots, StageRequest, Watch, Workspace,
 };
 use loopwright_engine::{RunId, TaskId};
 use loopwright_spec::RunnerKind;
@@ -138,14 +139,14 @@ impl ProcessRunner {
     /// for `.git/` and `.loopwright/`; a home of its own holding only its agent's
     /// configuration; the hosts `confine` allows through a proxy, else no network), else as
     /// it is.
-    fn confined(&self, argv: &[String], whose: &Whose<'_>) -> Result<Confined, String> {
+    fn confined(&self, argv: &[String], whose: &Whose<'_>) -> Result<Confined, SetupError> {
         let Whose { run, home, workspace, mode, agent, confine } = *whose;
         let unconfined =
             || Confined { argv: argv.to_vec(), proxy: None, _socket_dir: None, home: None, inherited: None };
         let Some(s) = self.sandbox.as_ref().filter(|_| confine.sandbox) else { return Ok(unconfined()) };
         let home = s.state.join(run.as_str()).join("homes").join(home);
         let _ = std::fs::remove_dir_all(&home);
-        std::fs::create_dir_all(&home).map_err(|e| format!("cannot create {}: {e}", home.display()))?;
+        std::fs::create_dir_all(&home).map_err(|source| SetupError::Create { path: home.clone(), source })?;
         let mut config = Vec::new();
         let user_home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
         let program: Vec<&str> = argv.first().map(String::as_str).into_iter().collect();
@@ -165,7 +166,7 @@ impl ProcessRunner {
                     let to = home.join(file);
                     let copied =
                         to.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::copy(&from, &to));
-                    copied.map_err(|e| format!("cannot copy {} into the sandbox's home: {e}", from.display()))?;
+                    copied.map_err(|source| SetupError::CopyHome { path: from.clone(), source })?;
                 }
             }
             config.extend(wanted.shared.iter().map(|dir| (user_home.join(dir), (*dir).to_owned())));
@@ -180,13 +181,10 @@ impl ProcessRunner {
         let (proxy, socket_dir, plan_proxy) = if hosts.is_empty() {
             (None, None, None)
         } else {
-            let dir = tempfile::Builder::new()
-                .prefix("lw-net-")
-                .tempdir()
-                .map_err(|e| format!("cannot make a folder for the network proxy: {e}"))?;
+            let dir = tempfile::Builder::new().prefix("lw-net-").tempdir().map_err(SetupError::ProxyFolder)?;
             let socket = dir.path().join("proxy.sock");
             let allowed = hosts.iter().map(|h| proxy::Allowed { host: h.host.clone(), port: h.port }).collect();
-            let running = proxy::start(&socket, allowed).map_err(|e| format!("cannot start the network proxy: {e}"))?;
+            let running = proxy::start(&socket, allowed).map_err(SetupError::Proxy)?;
             let tunnels = hosts
                 .iter()
                 .filter(|h| h.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()))
@@ -292,15 +290,15 @@ impl ProcessRunner {
     /// file per attempt (`prompts/STAGE-ATTEMPT.md`, kept as the record of what it was told);
     /// for a shell stage, the run's `prompts/shell.md`, rewritten for each (stages run one at a
     /// time), which spares a new file per stage.
-    fn write_prompt(&self, request: &StageRequest, prompt: &str) -> Result<PathBuf, String> {
+    fn write_prompt(&self, request: &StageRequest, prompt: &str) -> Result<PathBuf, SetupError> {
         let dir = self.runs_dir.join(request.run_id.as_str()).join("prompts");
         let path = match request.agent {
             Some(_) => dir.join(format!("{}.md", request.file_stem())),
             None => dir.join("shell.md"),
         };
         if overwrite(&path, prompt.as_bytes()).is_err() {
-            std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            overwrite(&path, prompt.as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            std::fs::create_dir_all(&dir).map_err(|source| SetupError::Create { path: dir.clone(), source })?;
+            overwrite(&path, prompt.as_bytes()).map_err(|source| SetupError::Write { path: path.clone(), source })?;
         }
         Ok(path)
     }
@@ -387,7 +385,7 @@ impl Runner for ProcessRunner {
         let full = http_agent.map(|_| http::full_prompt(&prompt_text, request.mode));
         let prompt_file = match self.write_prompt(request, full.as_deref().unwrap_or(&prompt_text)) {
             Ok(p) => p,
-            Err(why) => return done(ExecOutcome::SpawnFailed(why), String::new(), String::new()),
+            Err(why) => return done(ExecOutcome::SpawnFailed(why.to_string()), String::new(), String::new()),
         };
         if let (Some(agent), Some(full)) = (http_agent, &full) {
             let mut live = LiveSink::new(self.output_paths(request).0, self.output_cap, &self.redactor);
@@ -461,7 +459,7 @@ impl Runner for ProcessRunner {
             };
             let confined = match self.confined(argv, &whose) {
                 Ok(c) => c,
-                Err(why) => return done(ExecOutcome::SpawnFailed(why), stdout, stderr),
+                Err(why) => return done(ExecOutcome::SpawnFailed(why.to_string()), stdout, stderr),
             };
             let (environment, inherit) = confined.environment(&env);
             let spawn = Spawn { argv: &confined.argv, env: &environment, inherit, ..spawn };
@@ -533,7 +531,7 @@ impl Runner for ProcessRunner {
         };
         let confined = match self.confined(&argv, &whose) {
             Ok(c) => c,
-            Err(why) => return self.scrubbed(done(ExecOutcome::SpawnFailed(why), String::new())),
+            Err(why) => return self.scrubbed(done(ExecOutcome::SpawnFailed(why.to_string()), String::new())),
         };
         let lease = self.lease.iter().map(|l| ("LOOPWRIGHT_LEASE".to_owned(), l.clone()));
         let env: Vec<(String, String)> = lease
@@ -633,6 +631,26 @@ pub fn end_run_processes(run: &RunId, lease: &str) {
     }
 }
 
+/// Why an attempt could not be set up to run: its home, its prompt file, its network proxy.
+#[derive(Debug, thiserror::Error)]
+enum SetupError {
+    /// A folder could not be made.
+    #[error("cannot create {}: {source}", path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    /// A file could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+    /// An agent's configuration could not be copied into the sandbox's home.
+    #[error("cannot copy {} into the sandbox's home: {source}", path.display())]
+    CopyHome { path: PathBuf, source: std::io::Error },
+    /// The proxy's socket folder could not be made.
+    #[error("cannot make a folder for the network proxy: {0}")]
+    ProxyFolder(std::io::Error),
+    /// The proxy could not start.
+    #[error("cannot start the network proxy: {0}")]
+    Proxy(std::io::Error),
+}
+
 /// Where a worker pushes each commit of a run — to its branch on the run's repository —
 /// before the engine journals the stage that made it, so that another worker continuing the
 /// run starts from the last journaled stage's commit.
@@ -644,27 +662,32 @@ pub struct Publish {
     /// The commit the branch is known to hold (the push expects it: a push by a worker whose
     /// lease was taken over, over the new holder's, is refused).
     pub pushed: std::sync::Mutex<String>,
-    /// Whether this process may still push (its lease lives): says why not.
-    pub may: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
+    /// Whether this process may still push: false once its lease on the run is lost.
+    pub lease_held: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
 impl Publish {
     /// Pushes `commit` of the work tree at `root` to the run's branch.
-    fn push(&self, root: &Path, commit: &str) -> Result<(), String> {
-        (self.may)().map_err(|why| format!("commit {commit} not pushed: {why}"))?;
+    fn push(&self, root: &Path, commit: &str) -> Result<(), CommitError> {
+        if !(self.lease_held)() {
+            return Err(CommitError::NotPushed(format!(
+                "commit {commit} not pushed: this worker's lease on the run was lost"
+            )));
+        }
         let mut pushed = self.pushed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // The run's history only grows: a commit that does not descend from the last one pushed
         // would replace the stages before it.
         if !pushed.is_empty() && git::git(root, &["merge-base", "--is-ancestor", pushed.as_str(), commit]).is_err() {
-            return Err(format!(
+            return Err(CommitError::NotPushed(format!(
                 "commit {commit} not pushed: it does not descend from {}, the last commit pushed to {}",
                 *pushed, self.branch
-            ));
+            )));
         }
         let lease = format!("--force-with-lease=refs/heads/{}:{}", self.branch, *pushed);
         let target = format!("{commit}:refs/heads/{}", self.branch);
-        git::git(root, &["push", "--quiet", "--no-verify", &lease, &self.repo, &target])
-            .map_err(|e| format!("cannot push commit {commit} to {} of {}: {e}", self.branch, self.repo))?;
+        git::git(root, &["push", "--quiet", "--no-verify", &lease, &self.repo, &target]).map_err(|e| {
+            CommitError::NotPushed(format!("cannot push commit {commit} to {} of {}: {e}", self.branch, self.repo))
+        })?;
         *pushed = commit.to_owned();
         Ok(())
     }
@@ -692,7 +715,7 @@ impl FsChanges {
     }
 
     /// `commit`, pushed first when this run's commits are published.
-    fn published(&self, commit: Option<(String, usize)>) -> Result<Option<(String, usize)>, String> {
+    fn published(&self, commit: Option<(String, usize)>) -> Result<Option<(String, usize)>, CommitError> {
         if let (Some(publish), Some((sha, _))) = (&self.publish, &commit) {
             publish.push(&self.workspace, sha)?;
         }
@@ -710,8 +733,8 @@ impl FsChanges {
         Self { max_layer: mb.saturating_mul(1024 * 1024), ..self }
     }
 
-    fn layer(&self, run: &RunId, name: &str) -> Result<sandbox::Layer, String> {
-        let (state, _) = self.layers.as_ref().ok_or("layers are not made here")?;
+    fn layer(&self, run: &RunId, name: &str) -> Result<sandbox::Layer, LayerError> {
+        let (state, _) = self.layers.as_ref().ok_or(LayerError::NotHere)?;
         Ok(sandbox::Layer::of(state, run.as_str(), name))
     }
 
@@ -728,100 +751,15 @@ impl FsChanges {
     fn store(&self, run: &RunId) -> PathBuf {
         self.runs_dir.join(run.as_str()).join("snapshots")
     }
+
+    /// Snapshot `name` of `run`, read back.
+    fn manifest(&self, run: &RunId, name: &str) -> Result<snapshot::Manifest, SnapshotError> {
+        snapshot::load(&self.store(run), name)
+            .map_err(|e| SnapshotError::Read { name: name.to_owned(), reason: e.to_string() })
+    }
 }
 
-impl Changes for FsChanges {
-    fn snapshot(&self, run: &RunId, name: &str, watch: Watch) -> Result<(String, usize), String> {
-        let store = self.store(run);
-        let mut last = self.last.borrow_mut();
-        let previous = last.as_ref().filter(|(r, _, _)| r == run);
-        let scope = match watch {
-            Watch::Files => snapshot::Scope::Files,
-            Watch::ReadOnly => snapshot::Scope::PlanMode,
-        };
-        // Nothing changed since the previous snapshot, which watched as much: it serves again,
-        // and nothing is written.
-        if let Some((_, prev_name, prev)) = previous
-            && (scope == snapshot::Scope::Files || !prev.control_dirs.is_empty())
-            && snapshot::changes(&self.workspace, prev).is_ok_and(|d| d.is_empty())
-        {
-            return Ok((prev_name.clone(), prev.files.len()));
-        }
-        let base = if self.git { snapshot::git_base(&self.workspace) } else { None };
-        let manifest = snapshot::take(&self.workspace, &store, name, previous.map(|(_, _, m)| m), base.as_ref(), scope)
-            .map_err(|e| format!("cannot snapshot the workspace: {e}"))?;
-        let files = manifest.files.len();
-        *last = Some((run.clone(), name.to_owned(), manifest));
-        Ok((name.to_owned(), files))
-    }
-
-    fn restore(&self, run: &RunId, name: &str) -> Result<RestoreCounts, String> {
-        let store = self.store(run);
-        let manifest = snapshot::load(&store, name).map_err(|e| format!("cannot read snapshot {name}: {e}"))?;
-        let report = snapshot::restore(&self.workspace, &store, &manifest)
-            .map_err(|e| format!("cannot restore snapshot {name}: {e}"))?;
-        // The workspace is now as the snapshot was.
-        self.last.replace(None);
-        Ok(RestoreCounts {
-            restored: report.restored,
-            recreated: report.recreated,
-            removed: report.removed,
-            unrestorable: report.unrestorable,
-            kept: report.kept,
-        })
-    }
-
-    fn commit(
-        &self,
-        run: &RunId,
-        name: &str,
-        task: &TaskId,
-        stage: &StageId,
-    ) -> Result<Option<(String, usize)>, String> {
-        if !self.git {
-            return Ok(None);
-        }
-        let manifest =
-            snapshot::load(&self.store(run), name).map_err(|e| format!("cannot read snapshot {name}: {e}"))?;
-        let diff = snapshot::changes(&self.workspace, &manifest).map_err(|e| e.to_string())?;
-        let paths: Vec<String> = diff.modified.into_iter().chain(diff.deleted).chain(diff.created).collect();
-        let n = paths.len();
-        self.published(
-            git::commit(&self.workspace, &paths, run.as_str(), task.as_str(), stage.as_str())?.map(|sha| (sha, n)),
-        )
-    }
-
-    fn changed(&self, run: &RunId, name: &str) -> Result<FileChanges, String> {
-        let manifest =
-            snapshot::load(&self.store(run), name).map_err(|e| format!("cannot read snapshot {name}: {e}"))?;
-        let diff = snapshot::changes(&self.workspace, &manifest).map_err(|e| e.to_string())?;
-        // Git's and loopwright's files are named as a person sees them: inside the workspace,
-        // relative to it.
-        let root = self.workspace.canonicalize().unwrap_or_else(|_| self.workspace.clone());
-        let shown = |paths: Vec<String>| -> Vec<String> {
-            paths
-                .into_iter()
-                .map(|p| {
-                    Path::new(&p)
-                        .strip_prefix(&root)
-                        .or_else(|_| Path::new(&p).strip_prefix(&self.workspace))
-                        .map_or(p.clone(), |r| r.display().to_string())
-                })
-                .collect()
-        };
-        let mut modified = diff.modified;
-        modified.extend(shown(diff.control_modified));
-        modified.extend(diff.dirs);
-        if diff.index {
-            modified.push("the git index (staged content)".to_owned());
-        }
-        let mut created = diff.created;
-        created.extend(shown(diff.control_created));
-        let mut deleted = diff.deleted;
-        deleted.extend(shown(diff.control_deleted));
-        Ok(FileChanges { modified, created, deleted, commits_kept: diff.outside })
-    }
-
+impl Workspace for FsChanges {
     fn read(&self, path: &str) -> Option<String> {
         // The same guard as for writes: a link cannot carry a read outside the workspace.
         let full = guard::writable(&self.workspace, path).ok()?;
@@ -848,35 +786,108 @@ impl Changes for FsChanges {
         process::resolve(name).is_absolute()
     }
 
+    fn root(&self) -> Option<&Path> {
+        Some(&self.workspace)
+    }
+}
+
+impl Snapshots for FsChanges {
+    fn snapshot(&self, run: &RunId, name: &str, watch: Watch) -> Result<(String, usize), SnapshotError> {
+        let store = self.store(run);
+        let mut last = self.last.borrow_mut();
+        let previous = last.as_ref().filter(|(r, _, _)| r == run);
+        let scope = match watch {
+            Watch::Files => snapshot::Scope::Files,
+            Watch::ReadOnly => snapshot::Scope::PlanMode,
+        };
+        // Nothing changed since the previous snapshot, which watched as much: it serves again,
+        // and nothing is written.
+        if let Some((_, prev_name, prev)) = previous
+            && (scope == snapshot::Scope::Files || !prev.control_dirs.is_empty())
+            && snapshot::changes(&self.workspace, prev).is_ok_and(|d| d.is_empty())
+        {
+            return Ok((prev_name.clone(), prev.files.len()));
+        }
+        let base = if self.git { snapshot::git_base(&self.workspace) } else { None };
+        let manifest = snapshot::take(&self.workspace, &store, name, previous.map(|(_, _, m)| m), base.as_ref(), scope)
+            .map_err(|e| SnapshotError::Take(e.to_string()))?;
+        let files = manifest.files.len();
+        *last = Some((run.clone(), name.to_owned(), manifest));
+        Ok((name.to_owned(), files))
+    }
+
+    fn restore(&self, run: &RunId, name: &str) -> Result<RestoreCounts, SnapshotError> {
+        let store = self.store(run);
+        let manifest = self.manifest(run, name)?;
+        let report = snapshot::restore(&self.workspace, &store, &manifest)
+            .map_err(|e| SnapshotError::Restore { name: name.to_owned(), reason: e.to_string() })?;
+        // The workspace is now as the snapshot was.
+        self.last.replace(None);
+        Ok(RestoreCounts {
+            restored: report.restored,
+            recreated: report.recreated,
+            removed: report.removed,
+            unrestorable: report.unrestorable,
+            kept: report.kept,
+        })
+    }
+
+    fn changed(&self, run: &RunId, name: &str) -> Result<FileChanges, SnapshotError> {
+        let manifest = self.manifest(run, name)?;
+        let diff = snapshot::changes(&self.workspace, &manifest).map_err(|e| SnapshotError::Compare(e.to_string()))?;
+        // Git's and loopwright's files are named as a person sees them: inside the workspace,
+        // relative to it.
+        let root = self.workspace.canonicalize().unwrap_or_else(|_| self.workspace.clone());
+        let shown = |paths: Vec<String>| -> Vec<String> {
+            paths
+                .into_iter()
+                .map(|p| {
+                    Path::new(&p)
+                        .strip_prefix(&root)
+                        .or_else(|_| Path::new(&p).strip_prefix(&self.workspace))
+                        .map_or(p.clone(), |r| r.display().to_string())
+                })
+                .collect()
+        };
+        let mut modified = diff.modified;
+        modified.extend(shown(diff.control_modified));
+        modified.extend(diff.dirs);
+        if diff.index {
+            modified.push("the git index (staged content)".to_owned());
+        }
+        let mut created = diff.created;
+        created.extend(shown(diff.control_created));
+        let mut deleted = diff.deleted;
+        deleted.extend(shown(diff.control_deleted));
+        Ok(FileChanges { modified, created, deleted, commits_kept: diff.outside })
+    }
+}
+
+impl Layers for FsChanges {
     fn confined(&self) -> bool {
         self.layers.is_some()
     }
 
-    fn ended(&self, run: &RunId) {
-        if let Some((state, _)) = &self.layers {
-            let _ = std::fs::remove_dir_all(state.join(run.as_str()));
-        }
-    }
-
-    fn make_layer(&self, run: &RunId, name: &str) -> Result<String, String> {
+    fn make_layer(&self, run: &RunId, name: &str) -> Result<String, LayerError> {
         let layer = self.layer(run, name)?;
-        let (_, overlay) = self.layers.as_ref().ok_or("layers are not made here")?;
-        layer.make(overlay).map_err(|e| format!("cannot make {}: {e}", layer.dir.display()))?;
+        let (_, overlay) = self.layers.as_ref().ok_or(LayerError::NotHere)?;
+        layer.make(overlay).map_err(|e| LayerError::Make { dir: layer.shown(), reason: e.to_string() })?;
         Ok(overlay.describe().to_owned())
     }
 
-    fn drop_layer(&self, run: &RunId, name: &str) -> Result<usize, String> {
+    fn drop_layer(&self, run: &RunId, name: &str) -> Result<usize, LayerError> {
         let layer = self.layer(run, name)?;
         let head = self.head();
         layer
             .discard(&self.workspace, head.as_deref())
-            .map_err(|e| format!("cannot remove {}: {e}", layer.dir.display()))
+            .map_err(|e| LayerError::Remove { dir: layer.shown(), reason: e.to_string() })
     }
 
-    fn layer_changed(&self, run: &RunId, name: &str) -> Result<FileChanges, String> {
+    fn layer_changed(&self, run: &RunId, name: &str) -> Result<FileChanges, LayerError> {
         let layer = self.layer(run, name)?;
-        let (modified, created, deleted) =
-            layer.changes(&self.workspace).map_err(|e| format!("cannot read {}: {e}", layer.dir.display()))?;
+        let (modified, created, deleted) = layer
+            .changes(&self.workspace)
+            .map_err(|e| LayerError::Read { dir: layer.shown(), reason: e.to_string() })?;
         Ok(FileChanges { modified, created, deleted, commits_kept: Vec::new() })
     }
 
@@ -886,7 +897,7 @@ impl Changes for FsChanges {
         name: &str,
         task: &TaskId,
         stage: &StageId,
-    ) -> Result<Option<(String, usize)>, String> {
+    ) -> Result<Option<(String, usize)>, LayerError> {
         let layer = self.layer(run, name)?;
         if !layer.exists() {
             // Copied and committed before a crash, whose commit `committed` adopts.
@@ -895,18 +906,63 @@ impl Changes for FsChanges {
         let head = self.head();
         let copied = layer
             .copy_into(&self.workspace, head.as_deref(), self.max_layer)
-            .map_err(|e| format!("cannot copy {} into the workspace: {e}", layer.dir.display()))?;
+            .map_err(|e| LayerError::Copy { dir: layer.shown(), reason: e.to_string() })?;
         let paths: Vec<String> = copied.written.into_iter().chain(copied.deleted).collect();
         let n = paths.len();
         let commit = if self.git && !paths.is_empty() {
-            git::commit(&self.workspace, &paths, run.as_str(), task.as_str(), stage.as_str())?.map(|sha| (sha, n))
+            git::commit(&self.workspace, &paths, run.as_str(), task.as_str(), stage.as_str())
+                .map_err(|e| CommitError::Git(e.to_string()))?
+                .map(|sha| (sha, n))
         } else {
             None
         };
         // Copied (and committed): the layer is of no more use, and dropping it later must not
         // undo the copy.
         let _ = std::fs::remove_dir_all(&layer.dir);
-        self.published(commit)
+        Ok(self.published(commit)?)
+    }
+
+    fn ended(&self, run: &RunId) {
+        if let Some((state, _)) = &self.layers {
+            let _ = std::fs::remove_dir_all(state.join(run.as_str()));
+        }
+    }
+}
+
+impl Commits for FsChanges {
+    fn commit(
+        &self,
+        run: &RunId,
+        name: &str,
+        task: &TaskId,
+        stage: &StageId,
+    ) -> Result<Option<(String, usize)>, CommitError> {
+        if !self.git {
+            return Ok(None);
+        }
+        let manifest = self.manifest(run, name)?;
+        let diff = snapshot::changes(&self.workspace, &manifest).map_err(|e| SnapshotError::Compare(e.to_string()))?;
+        let paths: Vec<String> = diff.modified.into_iter().chain(diff.deleted).chain(diff.created).collect();
+        let n = paths.len();
+        self.published(
+            git::commit(&self.workspace, &paths, run.as_str(), task.as_str(), stage.as_str())
+                .map_err(|e| CommitError::Git(e.to_string()))?
+                .map(|sha| (sha, n)),
+        )
+    }
+
+    fn revert(&self, task: &TaskId, stage: &StageId) -> Result<usize, CommitError> {
+        if !self.git {
+            return Err(CommitError::NotRepository);
+        }
+        let reverted = git::revert_stage(&self.workspace, task.as_str(), stage.as_str())
+            .map_err(|e| CommitError::Git(e.to_string()))?;
+        if reverted > 0
+            && let Some(head) = self.head()
+        {
+            self.published(Some((head, reverted)))?;
+        }
+        Ok(reverted)
     }
 
     fn committed(&self, run: &RunId, stage: &StageId) -> Option<(String, usize)> {
@@ -923,23 +979,6 @@ impl Changes for FsChanges {
         git::clear_stale_index_lock(&self.workspace)
             .map(|lock| vec![format!("removed {lock}, left by a git process that no longer runs")])
             .unwrap_or_default()
-    }
-
-    fn root(&self) -> Option<&Path> {
-        Some(&self.workspace)
-    }
-
-    fn revert(&self, task: &TaskId, stage: &StageId) -> Result<usize, String> {
-        if !self.git {
-            return Err("the workspace is not a git repository, so there are no commits to revert".to_owned());
-        }
-        let reverted = git::revert_stage(&self.workspace, task.as_str(), stage.as_str())?;
-        if reverted > 0
-            && let Some(head) = self.head()
-        {
-            self.published(Some((head, reverted)))?;
-        }
-        Ok(reverted)
     }
 }
 

@@ -91,11 +91,25 @@ fn inside(ip: IpAddr) -> bool {
     }
 }
 
+/// Why a tunnel is not opened.
+#[derive(Debug, thiserror::Error)]
+enum Unreachable {
+    /// The stage does not name the host and port.
+    #[error("not a host this stage may reach")]
+    NotAllowed,
+    /// The name has no address (and why, in parentheses, when the resolver said).
+    #[error("the name does not resolve{0}")]
+    Unresolved(String),
+    /// The name resolves into this machine's own networks.
+    #[error("the name resolves to {0}, an address inside this machine's networks")]
+    Inside(IpAddr),
+}
+
 /// Where a tunnel to `host:port` goes, if it may: the addresses to connect to.
-async fn resolve(allow: &[Allowed], host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+async fn resolve(allow: &[Allowed], host: &str, port: u16) -> Result<Vec<SocketAddr>, Unreachable> {
     let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
     if !allow.iter().any(|a| a.host == host && a.port == port) {
-        return Err("not a host this stage may reach".into());
+        return Err(Unreachable::NotAllowed);
     }
     if let Ok(ip) = host.parse::<IpAddr>() {
         // Allowed as written.
@@ -103,13 +117,13 @@ async fn resolve(allow: &[Allowed], host: &str, port: u16) -> Result<Vec<SocketA
     }
     let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
         .await
-        .map_err(|e| format!("the name does not resolve ({e})"))?
+        .map_err(|e| Unreachable::Unresolved(format!(" ({e})")))?
         .collect();
     if found.is_empty() {
-        return Err("the name does not resolve".into());
+        return Err(Unreachable::Unresolved(String::new()));
     }
     if let Some(bad) = found.iter().find(|a| inside(a.ip())) {
-        return Err(format!("the name resolves to {}, an address inside this machine's networks", bad.ip()));
+        return Err(Unreachable::Inside(bad.ip()));
     }
     Ok(found)
 }
@@ -164,7 +178,7 @@ async fn answer(req: Request<Incoming>, allow: &[Allowed], noted: &Mutex<Vec<Ref
     let target = format!("{host}:{port}");
     let addresses = match resolve(allow, &host, port).await {
         Ok(a) => a,
-        Err(why) => return refuse(target, why, StatusCode::FORBIDDEN),
+        Err(why) => return refuse(target, why.to_string(), StatusCode::FORBIDDEN),
     };
     let upstream = match TcpStream::connect(&addresses[..]).await {
         Ok(s) => s,

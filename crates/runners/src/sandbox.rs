@@ -482,24 +482,56 @@ fn layer_mount(workspace: &Path, write: &Write, b: Vec<String>) -> Vec<String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
     /// The `bwrap` program and its version, or why there is none.
-    pub bwrap: Result<(PathBuf, String), String>,
+    pub bwrap: Result<(PathBuf, String), Unavailable>,
     /// Whether bubblewrap can make its namespaces here (user namespaces), or why not.
-    pub namespaces: Result<(), String>,
+    pub namespaces: Result<(), Unavailable>,
     /// What a process inside holds, read from its own `/proc/self/status` in a sandbox made
     /// as stages' are: `Ok` when it holds no capability and has `no_new_privs`, else why not.
-    pub capabilities: Result<(), String>,
+    pub capabilities: Result<(), Unavailable>,
     /// What mounts layers here (an overlay in a user namespace), or why none can.
-    pub overlay: Result<Overlay, String>,
+    pub overlay: Result<Overlay, Unavailable>,
+}
+
+/// Written as its words (`loopwright doctor --json`).
+impl serde::Serialize for Unavailable {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// Why a piece of the sandbox cannot be used here, in words that say what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    /// bubblewrap is not installed.
+    #[error("bubblewrap (`bwrap`) is not installed: `apt-get install bubblewrap`")]
+    NoBwrap,
+    /// Not tried: a piece it needs is missing.
+    #[error("not tried: no {0}")]
+    NotTried(&'static str),
+    /// A program the trial needs could not be started.
+    #[error("{program} could not be run: {reason}")]
+    NotRun {
+        /// The program.
+        program: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A scratch folder for the trial could not be made, or its output read.
+    #[error("{0}")]
+    Scratch(String),
+    /// The trial ran and failed: what cannot be done here, and what the machine said.
+    #[error("{0}")]
+    Failed(String),
 }
 
 impl Probe {
     /// Why no sandbox can be made here, if one cannot: the first missing piece, in words.
     pub fn missing(&self) -> Option<String> {
-        self.usable().err()
+        self.usable().err().map(|why| why.to_string())
     }
 
     /// The `bwrap` to make sandboxes with, or why none can be made here.
-    pub fn usable(&self) -> Result<&Path, String> {
+    pub fn usable(&self) -> Result<&Path, Unavailable> {
         match (&self.bwrap, &self.namespaces, &self.capabilities) {
             (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => Err(why.clone()),
             (Ok((path, _)), Ok(()), Ok(())) => Ok(path),
@@ -522,10 +554,10 @@ fn stderr_line(out: &std::process::Output) -> String {
 pub fn probe(scratch: &Path) -> Probe {
     let Some(bwrap) = find_bwrap() else {
         return Probe {
-            bwrap: Err("bubblewrap (`bwrap`) is not installed: `apt-get install bubblewrap`".into()),
-            namespaces: Err("not tried: no bubblewrap".into()),
-            capabilities: Err("not tried: no bubblewrap".into()),
-            overlay: Err("not tried: no bubblewrap".into()),
+            bwrap: Err(Unavailable::NoBwrap),
+            namespaces: Err(Unavailable::NotTried("bubblewrap")),
+            capabilities: Err(Unavailable::NotTried("bubblewrap")),
+            overlay: Err(Unavailable::NotTried("bubblewrap")),
         };
     };
     let version = Command::new(&bwrap)
@@ -540,15 +572,15 @@ pub fn probe(scratch: &Path) -> Probe {
         .output();
     let namespaces = match tried {
         Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!(
+        Ok(o) => Err(Unavailable::Failed(format!(
             "bubblewrap cannot make its namespaces here ({}): user namespaces may be off (sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces)",
             stderr_line(&o)
-        )),
-        Err(e) => Err(format!("bubblewrap could not be run: {e}")),
+        ))),
+        Err(e) => Err(Unavailable::NotRun { program: "bubblewrap", reason: e.to_string() }),
     };
     let capabilities = match &namespaces {
         Ok(()) => probe_capabilities(&bwrap),
-        Err(_) => Err("not tried: no namespaces".into()),
+        Err(_) => Err(Unavailable::NotTried("namespaces")),
     };
     let overlay = probe_overlay(scratch);
     Probe { bwrap: Ok((bwrap, version)), namespaces, capabilities, overlay }
@@ -556,7 +588,7 @@ pub fn probe(scratch: &Path) -> Probe {
 
 /// Starts a sandbox as stages get one and reads, inside, what its process holds: every
 /// capability dropped (`CapEff` 0, `CapBnd` 0) and `no_new_privs` set, or why not.
-fn probe_capabilities(bwrap: &Path) -> Result<(), String> {
+fn probe_capabilities(bwrap: &Path) -> Result<(), Unavailable> {
     let scratch = std::env::temp_dir();
     let plan = Plan {
         workspace: scratch.clone(),
@@ -572,13 +604,15 @@ fn probe_capabilities(bwrap: &Path) -> Result<(), String> {
         sockets: Vec::new(),
     };
     let argv = command(bwrap, &plan, &["cat".to_owned(), "/proc/self/status".to_owned()]);
-    let out =
-        Command::new(&argv[0]).args(&argv[1..]).output().map_err(|e| format!("bubblewrap could not be run: {e}"))?;
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .output()
+        .map_err(|e| Unavailable::NotRun { program: "bubblewrap", reason: e.to_string() })?;
     if !out.status.success() {
-        return Err(format!(
+        return Err(Unavailable::Failed(format!(
             "bubblewrap cannot drop a process's capabilities here ({}); bubblewrap 0.8 or later is needed",
             stderr_line(&out)
-        ));
+        )));
     }
     let status = String::from_utf8_lossy(&out.stdout);
     let field =
@@ -588,9 +622,9 @@ fn probe_capabilities(bwrap: &Path) -> Result<(), String> {
     if none(&effective) && none(&bounding) && nnp == "1" {
         Ok(())
     } else {
-        Err(format!(
+        Err(Unavailable::Failed(format!(
             "a process in the sandbox would keep capabilities (CapEff {effective}, CapBnd {bounding}, NoNewPrivs {nnp})"
-        ))
+        )))
     }
 }
 
@@ -598,11 +632,13 @@ fn probe_capabilities(bwrap: &Path) -> Result<(), String> {
 /// gets one — the user's home hidden but for its toolchains and the program's own folder, an
 /// empty home, no network, the environment's allow list with `env` added — by running it with
 /// `--version`: its first line, or why it did not start (the last line it printed).
-pub fn try_program(bwrap: &Path, program: &str, env: &[String]) -> Result<String, String> {
-    let scratch = tempfile::tempdir().map_err(|e| format!("cannot make a scratch folder: {e}"))?;
+pub fn try_program(bwrap: &Path, program: &str, env: &[String]) -> Result<String, Unavailable> {
+    let scratch =
+        tempfile::tempdir().map_err(|e| Unavailable::Scratch(format!("cannot make a scratch folder: {e}")))?;
     let (workspace, home) = (scratch.path().join("workspace"), scratch.path().join("home"));
     for dir in [&workspace, &home] {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Unavailable::Scratch(format!("cannot create {}: {e}", dir.display())))?;
     }
     let path = std::env::var_os("PATH");
     let user_home = std::env::var_os("HOME")
@@ -631,58 +667,62 @@ pub fn try_program(bwrap: &Path, program: &str, env: &[String]) -> Result<String
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("bubblewrap could not be run: {e}"))?;
+        .map_err(|e| Unavailable::NotRun { program: "bubblewrap", reason: e.to_string() })?;
     // A CLI that waits for something (a sign-in, the network) is not left running.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while child.try_wait().ok().flatten().is_none() {
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            return Err("`--version` did not answer within 30 s in the sandbox".to_owned());
+            return Err(Unavailable::Failed("`--version` did not answer within 30 s in the sandbox".to_owned()));
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let out = child.wait_with_output().map_err(|e| format!("cannot read its output: {e}"))?;
+    let out = child.wait_with_output().map_err(|e| Unavailable::Scratch(format!("cannot read its output: {e}")))?;
     let first =
         String::from_utf8_lossy(&out.stdout).lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned();
     if out.status.success() && !first.is_empty() {
         Ok(first)
     } else {
-        Err(format!("`{program} --version` failed in the sandbox ({}: {})", out.status, stderr_line(&out)))
+        Err(Unavailable::Failed(format!(
+            "`{program} --version` failed in the sandbox ({}: {})",
+            out.status,
+            stderr_line(&out)
+        )))
     }
 }
 
 /// What mounts layers here: the kernel's overlay in a user namespace, else `fuse-overlayfs`,
 /// each tried for real over a scratch folder. `LOOPWRIGHT_OVERLAY=kernel` or `fuse` tries only
 /// that one (to use fuse-overlayfs where both work).
-fn probe_overlay(scratch: &Path) -> Result<Overlay, String> {
+fn probe_overlay(scratch: &Path) -> Result<Overlay, Unavailable> {
     let only = std::env::var("LOOPWRIGHT_OVERLAY").ok();
     let mut why = Vec::new();
     if only.as_deref() != Some("fuse") {
         match try_overlay(scratch, &Overlay::Kernel) {
             Ok(()) => return Ok(Overlay::Kernel),
-            Err(e) => why.push(e),
+            Err(e) => why.push(e.to_string()),
         }
     }
     if only.as_deref() != Some("kernel") {
         match crate::process::resolve("fuse-overlayfs") {
             fuse if fuse.is_absolute() => match try_overlay(scratch, &Overlay::Fuse(fuse.clone())) {
                 Ok(()) => return Ok(Overlay::Fuse(fuse)),
-                Err(e) => why.push(e),
+                Err(e) => why.push(e.to_string()),
             },
             _ => why.push("fuse-overlayfs is not installed (`apt-get install fuse-overlayfs`)".to_owned()),
         }
     }
-    Err(why.join("; "))
+    Err(Unavailable::Failed(why.join("; ")))
 }
 
 /// Mounts a layer with `overlay` in a user namespace over a scratch folder and writes through
 /// it: whether `overlay` works here, or why not.
-pub fn try_overlay(scratch: &Path, overlay: &Overlay) -> Result<(), String> {
+pub fn try_overlay(scratch: &Path, overlay: &Overlay) -> Result<(), Unavailable> {
     let dir = scratch.join(format!("loopwright-overlay-probe-{}", std::process::id()));
     let (lower, upper, work) = (dir.join("lower"), dir.join("upper"), dir.join("work"));
     for d in [&lower, &upper, &work] {
-        std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(|e| Unavailable::Scratch(format!("cannot create {}: {e}", d.display())))?;
     }
     let write = Write::Layer { upper: upper.clone(), work: work.clone(), overlay: overlay.clone() };
     // The layer's own mount, without bubblewrap, and a write through it.
@@ -697,8 +737,8 @@ pub fn try_overlay(scratch: &Path, overlay: &Overlay) -> Result<(), String> {
     };
     match out {
         Ok(o) if o.status.success() && wrote => Ok(()),
-        Ok(o) => Err(format!("{what} ({})", stderr_line(&o))),
-        Err(e) => Err(format!("`unshare` could not be run: {e}")),
+        Ok(o) => Err(Unavailable::Failed(format!("{what} ({})", stderr_line(&o)))),
+        Err(e) => Err(Unavailable::NotRun { program: "`unshare`", reason: e.to_string() }),
     }
 }
 
@@ -899,7 +939,7 @@ fn opaque(dir: &Path) -> bool {
 /// `/var/tmp/loopwright-UID` (on disk, kept across a reboot so `resume` finds a layer again).
 /// Made 0700; an existing one must be a folder of this user's that nobody else may enter, or
 /// another local user could have planted it.
-pub fn state_dir() -> Result<PathBuf, String> {
+pub fn state_dir() -> Result<PathBuf, Unavailable> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let uid = nix::unistd::getuid().as_raw();
     let dir = match std::env::var_os("LOOPWRIGHT_SANDBOX_DIR") {
@@ -913,14 +953,15 @@ pub fn state_dir() -> Result<PathBuf, String> {
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+        Err(e) => return Err(Unavailable::Scratch(format!("cannot create {}: {e}", dir.display()))),
     }
-    let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(&dir)
+        .map_err(|e| Unavailable::Scratch(format!("cannot read {}: {e}", dir.display())))?;
     if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
+        return Err(Unavailable::Failed(format!(
             "{} is not a private folder of this user (a folder, owned by uid {uid}, mode 0700); remove it or set LOOPWRIGHT_SANDBOX_DIR",
             dir.display()
-        ));
+        )));
     }
     Ok(dir)
 }
@@ -936,6 +977,11 @@ pub struct Layer {
 }
 
 impl Layer {
+    /// The layer's folder, as errors name it.
+    pub fn shown(&self) -> String {
+        self.dir.display().to_string()
+    }
+
     /// Layer `name` of run `run` under the sandbox state folder `state`.
     pub fn of(state: &Path, run: &str, name: &str) -> Self {
         Self { dir: state.join(run).join("layers").join(name) }

@@ -200,9 +200,20 @@ pub fn shown_url(url: &str) -> String {
     parsed.to_string().replace("%2A%2A%2A", "***")
 }
 
+/// Why the certificates of `sslrootcert` cannot be trusted.
+#[derive(Debug, thiserror::Error)]
+enum TlsError {
+    #[error("cannot read the certificates in {file}: {reason}")]
+    Unreadable { file: String, reason: String },
+    #[error("a certificate in {file} does not read: {reason}")]
+    Malformed { file: String, reason: String },
+    #[error("a certificate in {file} is refused: {reason}")]
+    Refused { file: String, reason: String },
+}
+
 /// TLS for connections that ask for it (`sslmode`): rustls, trusting this machine's roots, or
 /// only the certificates in the PEM file `root`.
-fn tls(root: Option<&std::path::Path>) -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
+fn tls(root: Option<&std::path::Path>) -> Result<tokio_postgres_rustls::MakeRustlsConnect, TlsError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     static PROVIDER: std::sync::Once = std::sync::Once::new();
@@ -213,11 +224,12 @@ fn tls(root: Option<&std::path::Path>) -> Result<tokio_postgres_rustls::MakeRust
     let config = match root {
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
+            let file = || path.display().to_string();
             let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("cannot read the certificates in {}: {e}", path.display()))?;
+                .map_err(|e| TlsError::Unreadable { file: file(), reason: e.to_string() })?;
             for cert in certs {
-                let cert = cert.map_err(|e| format!("a certificate in {} does not read: {e}", path.display()))?;
-                roots.add(cert).map_err(|e| format!("a certificate in {} is refused: {e}", path.display()))?;
+                let cert = cert.map_err(|e| TlsError::Malformed { file: file(), reason: e.to_string() })?;
+                roots.add(cert).map_err(|e| TlsError::Refused { file: file(), reason: e.to_string() })?;
             }
             rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth()
         }
@@ -330,7 +342,7 @@ impl PgStore {
             None => IDLE_IN_TRANSACTION.to_owned(),
         };
         config.options(options);
-        let tls = tls(root).map_err(|why| Error::Connect { url: shown.clone(), why })?;
+        let tls = tls(root).map_err(|why| Error::Connect { url: shown.clone(), why: why.to_string() })?;
         let manager = Manager::from_connect(
             config.clone(),
             OnIo { tls: tls.clone() },

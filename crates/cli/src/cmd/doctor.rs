@@ -26,7 +26,8 @@ pub fn run(global: &Global, _args: Args) -> Result<u8, CliError> {
     let probe = sandbox::probe(state.as_deref().unwrap_or(&std::env::temp_dir()));
     let prlimit = loopwright_runners::process::resolve("prlimit");
     let prlimit = prlimit.is_absolute().then_some(prlimit);
-    let word = |r: &Result<(), String>| r.as_ref().map_or_else(Clone::clone, |()| "yes".to_owned());
+    let word =
+        |r: &Result<(), sandbox::Unavailable>| r.as_ref().map_or_else(ToString::to_string, |()| "yes".to_owned());
     let clis: Vec<Cli> = AGENT_CLIS.iter().map(|(name, kind)| Cli::find(name, *kind, probe.usable().ok())).collect();
     if global.json {
         let bwrap = match &probe.bwrap {
@@ -119,7 +120,7 @@ struct Cli {
     hint: &'static str,
     /// Whether it starts in a sandbox (its version), or why not; `None` when it is not
     /// installed or no sandbox can be made here.
-    sandboxed: Option<Result<String, String>>,
+    sandboxed: Option<Result<String, loopwright_runners::sandbox::Unavailable>>,
     /// What `network: model` lets it reach in a sandbox, from its environment and its own
     /// configuration.
     hosts: Vec<String>,

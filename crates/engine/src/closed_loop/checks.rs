@@ -9,10 +9,10 @@ use loopwright_spec::Mode;
 use loopwright_spec::pipeline::{Check, CheckKind};
 
 use super::{FileChanges, Gate, Violation};
-use crate::ports::Changes;
+use crate::ports::Workspace;
 
 /// The checks of EVALUATE for a stage: its own, else the defaults for `task_type`.
-pub fn checks_for(own: &[Check], task_type: Option<&str>, ws: &dyn Changes) -> Vec<Check> {
+pub fn checks_for(own: &[Check], task_type: Option<&str>, ws: &dyn Workspace) -> Vec<Check> {
     if !own.is_empty() {
         return own.to_vec();
     }
@@ -57,7 +57,7 @@ pub struct Project {
 
 impl Project {
     /// Looks at the workspace's top-level files.
-    pub fn detect(ws: &dyn Changes) -> Self {
+    pub fn detect(ws: &dyn Workspace) -> Self {
         let files = ws.files();
         let top = |name: &str| files.iter().any(|f| f == name);
         let npm_scripts = ws
@@ -187,7 +187,7 @@ impl Project {
 
 /// VALIDATE (seed 000 pre-execution gates): changed YAML / JSON / TOML files parse, nothing
 /// changed points outside the workspace, and a plan-mode stage changed nothing.
-pub fn validate(files: &FileChanges, mode: Mode, ws: &dyn Changes) -> Vec<Violation> {
+pub fn validate(files: &FileChanges, mode: Mode, ws: &dyn Workspace) -> Vec<Violation> {
     let mut out = Vec::new();
     if mode == Mode::Plan && !files.is_empty() {
         out.push(Violation {

@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::{Regression, TestCounts};
-use crate::ports::Changes;
+use crate::ports::Workspace;
 
 /// Settings from `.loopwright/verification-gates.yml` (seed 000 "verification-gates-local").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +41,7 @@ impl Default for Settings {
 
 impl Settings {
     /// Parses `verification-gates.yml`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, serde_saphyr::Error> {
         #[derive(serde::Deserialize, Default)]
         #[serde(default)]
         struct File {
@@ -62,7 +62,7 @@ impl Settings {
         if text.trim().is_empty() {
             return Ok(Self::default());
         }
-        let file: File = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+        let file: File = serde_saphyr::from_str(text)?;
         let raw = file.regression_detection.unwrap_or_default();
         let d = Self::default();
         Ok(Self {
@@ -105,7 +105,7 @@ fn join(dir: &str, rel: &str) -> String {
 }
 
 /// The workspace files each file imports.
-pub fn import_graph(ws: &dyn Changes) -> BTreeMap<String, BTreeSet<String>> {
+pub fn import_graph(ws: &dyn Workspace) -> BTreeMap<String, BTreeSet<String>> {
     let files: BTreeSet<String> = ws.files().into_iter().collect();
     let has = |p: &str| files.contains(p);
     let crate_name = ws
@@ -233,7 +233,7 @@ pub fn import_graph(ws: &dyn Changes) -> BTreeMap<String, BTreeSet<String>> {
 
 /// The files that import the changed files, up to `depth` levels, without the changed files
 /// themselves and without excluded ones.
-pub fn dependents(ws: &dyn Changes, changed: &[&str], depth: usize, exclude: &[String]) -> Vec<String> {
+pub fn dependents(ws: &dyn Workspace, changed: &[&str], depth: usize, exclude: &[String]) -> Vec<String> {
     let graph = import_graph(ws);
     let mut glob = globset::GlobSetBuilder::new();
     for p in exclude {
@@ -274,7 +274,7 @@ static GO_TEST: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^\s*--- (PASS|FA
 static GO_PKG: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^(?:ok|FAIL)\s+(\S+)\s").expect("valid"));
 
 /// Per-file test outcomes from a verbose test run.
-pub fn parse_results(output: &str, ws: &dyn Changes) -> BTreeMap<String, TestCounts> {
+pub fn parse_results(output: &str, ws: &dyn Workspace) -> BTreeMap<String, TestCounts> {
     let files: BTreeSet<String> = ws.files().into_iter().collect();
     let mut out: BTreeMap<String, TestCounts> = BTreeMap::new();
     let mut record = |file: String, name: String, passed: bool| {

@@ -13,7 +13,7 @@ use regex::Regex;
 
 use super::Failure;
 use super::checks::Project;
-use crate::ports::Changes;
+use crate::ports::Workspace;
 use crate::tokens::cap_tokens;
 
 /// Token cap of a strategy's findings (seed 000: expanded context < 500 tokens).
@@ -37,7 +37,7 @@ static LOCATION: LazyLock<Vec<Regex>> = LazyLock::new(|| {
 
 /// `file:line` places an error output names that are files of the workspace, in order of
 /// first mention, without repeats.
-pub fn locations(output: &str, ws: &dyn Changes) -> Vec<(String, usize)> {
+pub fn locations(output: &str, ws: &dyn Workspace) -> Vec<(String, usize)> {
     let files = ws.files();
     let mut out: Vec<(String, usize)> = Vec::new();
     for line in output.lines() {
@@ -77,7 +77,7 @@ fn excerpt(text: &str, line: usize, around: usize) -> String {
 
 /// The code around the places named by the error (at most `max_files` files); when the error
 /// names files without lines (a regression report), their beginning.
-fn around_locations(failure: &Failure, ws: &dyn Changes, max_files: usize) -> (String, Vec<String>) {
+fn around_locations(failure: &Failure, ws: &dyn Workspace, max_files: usize) -> (String, Vec<String>) {
     let mut body = String::new();
     let mut shown = Vec::new();
     if locations(&failure.output, ws).is_empty() {
@@ -112,7 +112,7 @@ static IDENTIFIER: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 /// Where the names an error says are missing are defined in the workspace (±10 lines).
-fn definitions(failure: &Failure, ws: &dyn Changes) -> String {
+fn definitions(failure: &Failure, ws: &dyn Workspace) -> String {
     let names: BTreeSet<String> = IDENTIFIER
         .captures_iter(&failure.output)
         .filter_map(|c| c.iter().skip(1).flatten().next().map(|m| m.as_str().to_owned()))
@@ -143,7 +143,7 @@ pub fn is_source(path: &str) -> bool {
 }
 
 /// `context_expand`: the code the error points at, and where the names it misses are defined.
-pub fn context_expand(failure: &Failure, ws: &dyn Changes) -> (String, Option<String>) {
+pub fn context_expand(failure: &Failure, ws: &dyn Workspace) -> (String, Option<String>) {
     let (around, files) = around_locations(failure, ws, 3);
     let defs = definitions(failure, ws);
     let mut body = around;
@@ -161,7 +161,7 @@ pub fn context_expand(failure: &Failure, ws: &dyn Changes) -> (String, Option<St
 
 /// `analyze_then_fix`: the code at the error location and what was expected against what
 /// happened, for a targeted fix.
-pub fn analyze_then_fix(failure: &Failure, ws: &dyn Changes) -> (String, Option<String>) {
+pub fn analyze_then_fix(failure: &Failure, ws: &dyn Workspace) -> (String, Option<String>) {
     let (around, files) = around_locations(failure, ws, 2);
     let expected: Vec<&str> = failure
         .output
@@ -214,7 +214,7 @@ static MODULE: LazyLock<Vec<Regex>> = LazyLock::new(|| {
 
 /// `dependency_check`: the module the error misses, and whether the project's manifest
 /// declares it (missing, or declared — then a version or path conflict is likely).
-pub fn dependency_check(failure: &Failure, ws: &dyn Changes) -> (String, Option<String>) {
+pub fn dependency_check(failure: &Failure, ws: &dyn Workspace) -> (String, Option<String>) {
     let Some(module) = MODULE.iter().find_map(|re| re.captures(&failure.output)).and_then(|c| c.get(1)) else {
         return ("dependency_check: no module name found in the error; the error itself is fed back".into(), None);
     };
@@ -273,7 +273,7 @@ fn declared_line<'a>(text: &'a str, names: &[&str]) -> Option<&'a str> {
 
 /// The fixer `auto_fix` runs: the pattern's `fix_command` (with `{file}` set to the first file
 /// the error names), else the project's own fixer.
-pub fn fixer_command(failure: &Failure, fix_command: Option<&str>, ws: &dyn Changes) -> Option<String> {
+pub fn fixer_command(failure: &Failure, fix_command: Option<&str>, ws: &dyn Workspace) -> Option<String> {
     if let Some(cmd) = fix_command {
         let file = locations(&failure.output, ws).into_iter().next().map_or_else(|| ".".to_owned(), |(f, _)| f);
         return Some(cmd.replace("{file}", &file));

@@ -315,28 +315,53 @@ impl Model {
     }
 
     /// Reads a model written by [`Model::write`].
-    pub fn read(bytes: &[u8]) -> Result<Self, String> {
+    pub fn read(bytes: &[u8]) -> Result<Self, ModelError> {
         let mut r = Reader { bytes, at: 0 };
         if r.take(8)? != MAGIC {
-            return Err("not a loopwright classifier".into());
+            return Err(ModelError::NotAModel);
         }
         let (buckets, n) = (r.u32()?, r.u32()?);
         if buckets != BUCKETS || n == 0 || n > 64 {
-            return Err(format!("a model of {buckets} buckets and {n} classes does not fit this build"));
+            return Err(ModelError::Misfit { buckets, classes: n });
         }
         let mut classes = Vec::with_capacity(n);
         for _ in 0..n {
             let len = r.u32()?;
-            classes.push(String::from_utf8(r.take(len)?.to_vec()).map_err(|e| e.to_string())?);
+            classes.push(String::from_utf8(r.take(len)?.to_vec()).map_err(|_| ModelError::ClassName)?);
         }
         let head = r.f32s(2)?;
         let (scales, bias, idf) = (r.f32s(n)?, r.f32s(n)?, r.f32s(BUCKETS)?);
         let weights = r.take(BUCKETS * n)?.iter().map(|b| i8::from_le_bytes([*b])).collect();
         if r.at != bytes.len() {
-            return Err("the model file has bytes past its end".into());
+            return Err(ModelError::PastEnd);
         }
         Ok(Self { classes, idf, weights, scales, bias, temperature: head[0], threshold: head[1] })
     }
+}
+
+/// Why a model file cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    /// It does not start as a model does.
+    #[error("not a loopwright classifier")]
+    NotAModel,
+    /// It was trained for another build.
+    #[error("a model of {buckets} buckets and {classes} classes does not fit this build")]
+    Misfit {
+        /// Its feature buckets.
+        buckets: usize,
+        /// Its classes.
+        classes: usize,
+    },
+    /// A class's name is not UTF-8.
+    #[error("a class name in the model file is not UTF-8")]
+    ClassName,
+    /// It ends before its last field.
+    #[error("the model file is cut short")]
+    CutShort,
+    /// It goes on after its last field.
+    #[error("the model file has bytes past its end")]
+    PastEnd,
 }
 
 /// Reads a model file front to back.
@@ -346,17 +371,17 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let s = self.bytes.get(self.at..self.at + n).ok_or("the model file is cut short")?;
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ModelError> {
+        let s = self.bytes.get(self.at..self.at + n).ok_or(ModelError::CutShort)?;
         self.at += n;
         Ok(s)
     }
 
-    fn u32(&mut self) -> Result<usize, String> {
+    fn u32(&mut self) -> Result<usize, ModelError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")) as usize)
     }
 
-    fn f32s(&mut self, count: usize) -> Result<Vec<f32>, String> {
+    fn f32s(&mut self, count: usize) -> Result<Vec<f32>, ModelError> {
         Ok(self.take(count * 4)?.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
     }
 }
@@ -407,7 +432,8 @@ mod tests {
         let p = m.probabilities("error: something\n", &Context::default());
         assert_eq!(p.len(), m.classes.len());
         assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-9);
-        assert_eq!(Model::read(b"LWCLS001\x00").err().as_deref(), Some("the model file is cut short"));
-        assert_eq!(Model::read(b"nothing at all").err().as_deref(), Some("not a loopwright classifier"));
+        assert_eq!(Model::read(b"LWCLS001\x00").err(), Some(ModelError::CutShort));
+        assert_eq!(Model::read(b"nothing at all").err(), Some(ModelError::NotAModel));
+        assert_eq!(ModelError::CutShort.to_string(), "the model file is cut short");
     }
 }

@@ -251,7 +251,7 @@ fn default_strength(signal: &RawSignal) -> f64 {
 
 /// (regex source, strength, as written) of a signal; `check` compiles it to report a bad regex
 /// now (a project's signals; the built-ins are checked by tests).
-fn compile_signal(signal: &RawSignal, check: bool) -> Result<(String, f64, String), String> {
+fn compile_signal(signal: &RawSignal, check: bool) -> Result<(String, f64, String), LibraryError> {
     let strength = match signal {
         RawSignal::Spec { strength: Some(s), .. } => s.clamp(0.0, 1.0),
         _ => default_strength(signal),
@@ -263,12 +263,48 @@ fn compile_signal(signal: &RawSignal, check: bool) -> Result<(String, f64, Strin
         RawSignal::Text(t) => (format!("(?i){}", regex::escape(t)), t.clone()),
         RawSignal::Spec { regex: Some(r), .. } => (r.clone(), format!("/{r}/")),
         RawSignal::Spec { literal: Some(l), .. } => (format!("(?i){}", regex::escape(l)), l.clone()),
-        RawSignal::Spec { .. } => return Err("a signal needs `regex` or `literal`".into()),
+        RawSignal::Spec { .. } => return Err(LibraryError::EmptySignal),
     };
     if check {
-        Regex::new(&source).map_err(|e| format!("signal {shown}: {e}"))?;
+        Regex::new(&source).map_err(|e| LibraryError::Regex { signal: shown.clone(), reason: e.to_string() })?;
     }
     Ok((source, strength, shown))
+}
+
+/// Why a library of failure patterns cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LibraryError {
+    /// The built-in file does not parse (a defect of this build).
+    #[error("built-in patterns: {0}")]
+    Builtin(String),
+    /// A project's pattern has no id.
+    #[error("a pattern without an `id`")]
+    NoId,
+    /// A signal names neither a regex nor a literal.
+    #[error("a signal needs `regex` or `literal`")]
+    EmptySignal,
+    /// A signal's regex does not compile.
+    #[error("signal {signal}: {reason}")]
+    Regex {
+        /// The signal as written.
+        signal: String,
+        /// The regex engine's words.
+        reason: String,
+    },
+    /// Something in pattern `id` is wrong.
+    #[error("pattern `{id}`: {reason}")]
+    Pattern {
+        /// The pattern.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl LibraryError {
+    fn in_pattern(id: &str, reason: String) -> Self {
+        Self::Pattern { id: id.to_owned(), reason }
+    }
 }
 
 fn merge(base: &mut RawPattern, over: RawPattern) {
@@ -300,8 +336,8 @@ impl Library {
 
     /// The built-in library with a project's file merged over it (by id), or replaced by it
     /// when the file says `extends: none`.
-    pub fn new(project: Option<PatternFile>) -> Result<Self, String> {
-        let builtin: PatternFile = serde_saphyr::from_str(BUILTIN).map_err(|e| format!("built-in patterns: {e}"))?;
+    pub fn new(project: Option<PatternFile>) -> Result<Self, LibraryError> {
+        let builtin: PatternFile = serde_saphyr::from_str(BUILTIN).map_err(|e| LibraryError::Builtin(e.to_string()))?;
         let builtin_ids: Vec<String> = builtin.patterns.iter().map(|p| p.id.clone()).collect();
         let mut raw: Vec<RawPattern> = builtin.patterns;
         let mut checked: Vec<String> = Vec::new();
@@ -313,7 +349,7 @@ impl Library {
             }
             for p in project.patterns {
                 if p.id.trim().is_empty() {
-                    return Err("a pattern without an `id`".into());
+                    return Err(LibraryError::NoId);
                 }
                 if p.signals.is_some() {
                     checked.push(p.id.clone());
@@ -336,8 +372,10 @@ impl Library {
             for (n, (list, name)) in WhenList::ALL.into_iter().enumerate() {
                 for entry in p.whens(list) {
                     // A project's file was checked where it was read; the built-ins by tests.
-                    let (fact, strength) =
-                        entry.value.resolve(list).map_err(|e| format!("pattern `{}`: {name}: {e}", p.id))?;
+                    let (fact, strength) = entry
+                        .value
+                        .resolve(list)
+                        .map_err(|e| LibraryError::in_pattern(&p.id, format!("{name}: {e}")))?;
                     let default = match list {
                         WhenList::ExitCodes => EXIT_STRENGTH,
                         WhenList::Commands => COMMAND_STRENGTH,
@@ -352,13 +390,14 @@ impl Library {
             for signal in p.signals.iter().flatten() {
                 let check = checked.contains(&p.id) || !builtin_ids.contains(&p.id);
                 let (source, strength, as_written) =
-                    compile_signal(signal, check).map_err(|e| format!("pattern `{}`: {e}", p.id))?;
+                    compile_signal(signal, check).map_err(|e| LibraryError::in_pattern(&p.id, e.to_string()))?;
                 sources.push(source);
                 owners.push((i, strength, as_written.clone()));
                 shown.push(as_written);
             }
             // A project's file was checked where it was read; the built-ins by tests.
-            let strategy = |name: &str| name.parse::<Strategy>().map_err(|e| format!("pattern `{}`: {e}", p.id));
+            let strategy =
+                |name: &str| name.parse::<Strategy>().map_err(|e| LibraryError::in_pattern(&p.id, e.to_string()));
             let alternatives =
                 p.alternatives.iter().flatten().map(|s| strategy(&s.value)).collect::<Result<Vec<_>, _>>()?;
             patterns.push(Pattern {
@@ -729,7 +768,7 @@ mod tests {
     fn a_bad_project_regex_is_reported_when_the_library_is_made() {
         let file: PatternFile =
             serde_saphyr::from_str("patterns:\n  - id: broken\n    signals: ['/unclosed(/']\n").expect("file");
-        let err = Library::new(Some(file)).expect_err("invalid regex");
+        let err = Library::new(Some(file)).expect_err("invalid regex").to_string();
         assert!(err.starts_with("pattern `broken`: signal /unclosed(/: regex parse error"), "{err}");
     }
 
@@ -1059,14 +1098,14 @@ mod tests {
             serde_saphyr::from_str("patterns:\n  - id: odd\n    exit_codes: [SIGNOPE]\n").expect("file");
         let err = Library::new(Some(bad)).expect_err("bad entry");
         assert_eq!(
-            err,
+            err.to_string(),
             "pattern `odd`: exit_codes: `SIGNOPE` is not an exit code, a signal name (SIGKILL) or `timeout`"
         );
         let bad: PatternFile =
             serde_saphyr::from_str("patterns:\n  - id: odd\n    check_types: [{when: lint, strength: 2}]\n")
                 .expect("file");
         assert_eq!(
-            Library::new(Some(bad)).expect_err("bad"),
+            Library::new(Some(bad)).expect_err("bad").to_string(),
             "pattern `odd`: check_types: strength 2 is not between 0 and 1"
         );
     }

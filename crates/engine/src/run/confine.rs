@@ -93,7 +93,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                 self.record(state, failed).await?;
                 return Ok(Confined::Refused);
             }
-            Err(reason) => (None, Event::SnapshotFailed { stage: stage_id.clone(), attempt, reason }),
+            Err(e) => (None, Event::SnapshotFailed { stage: stage_id.clone(), attempt, reason: e.to_string() }),
         };
         self.defer(state, event);
         Ok(Confined::Ready(Setup { confine, snapshot }))

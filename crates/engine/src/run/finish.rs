@@ -9,7 +9,9 @@ use loopwright_spec::{Mode, Stage, StageId};
 use super::{Engine, output_tail};
 use crate::closed_loop::{self, FailureType};
 use crate::event::{Event, FailureKind, StageError};
-use crate::ports::{Changes, Clock, ExecOutcome, Execution, Limits, Runner, StageRequest, Stopper, Store, StoreError};
+use crate::ports::{
+    Changes, Clock, ExecOutcome, Execution, LayerError, Limits, Runner, StageRequest, Stopper, Store, StoreError,
+};
 use crate::state::RunState;
 
 /// What a plan-mode attempt did to the workspace.
@@ -194,7 +196,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         let task = state.started.as_ref().map(|s| s.task_id.clone()).expect("a started run");
         let known = |sha: &str| state.stage(stage_id.as_str()).is_some_and(|s| s.commits.iter().any(|c| c == sha));
         let made = match commit {
-            Commit::Since(name) => self.changes.commit(&state.run_id, name, &task, stage_id),
+            Commit::Since(name) => self.changes.commit(&state.run_id, name, &task, stage_id).map_err(LayerError::from),
             Commit::Layer(name) => self.changes.commit_layer(&state.run_id, name, &task, stage_id),
         };
         Ok(match made {

@@ -32,7 +32,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                 RollbackStrategy::GitRevert => match self.changes.revert(&task, &id) {
                     Ok(0) => (RollbackStatus::Success, "no commits to revert".to_owned()),
                     Ok(n) => (RollbackStatus::Success, format!("reverted {n} commit{}", if n == 1 { "" } else { "s" })),
-                    Err(e) => (RollbackStatus::Failed, e),
+                    Err(e) => (RollbackStatus::Failed, e.to_string()),
                 },
                 RollbackStrategy::FileRestore => match st.and_then(|s| s.snapshots.first()).map(|(_, n)| n.clone()) {
                     Some(name) => match self.changes.restore(&state.run_id, &name) {
@@ -43,7 +43,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                                 c.restored, c.recreated, c.removed
                             ),
                         ),
-                        Err(e) => (RollbackStatus::Failed, e),
+                        Err(e) => (RollbackStatus::Failed, e.to_string()),
                     },
                     None => (RollbackStatus::Failed, "no snapshot was taken before the stage".to_owned()),
                 },
