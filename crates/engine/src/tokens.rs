@@ -287,7 +287,7 @@ mod tests {
         texts.push("\n".repeat(100) + "  \n \t\n");
         // Real prose and code: this crate's own sources, whole and in ragged slices.
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
-        for name in ["tokens.rs", "prompt.rs", "decide.rs", "run/mod.rs", "run/evaluate.rs"] {
+        for name in ["tokens.rs", "prompt.rs", "decide/mod.rs", "run/mod.rs", "run/evaluate.rs"] {
             let text = std::fs::read_to_string(format!("{root}/{name}")).expect("read source");
             let chars: Vec<char> = text.chars().collect();
             for (i, len) in [(0, 10), (7, 101), (333, 1000), (1001, 4097)] {

@@ -18,6 +18,7 @@
 pub mod ask;
 pub mod checks;
 pub mod context;
+mod dead_letter;
 pub mod effectiveness;
 pub mod regression;
 pub mod strategies;
@@ -181,36 +182,12 @@ pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState, measured: &eff
         reason,
         measured: None,
     };
-    if failure.failure_type == FailureType::SecurityViolation {
-        return decision(
-            NextAction::Escalate,
-            None,
-            format!("{} (a security violation is never retried automatically)", failure.summary),
-        );
-    }
-    if !failure.retryable || failure.strategy == Strategy::Escalate {
-        return decision(
-            NextAction::Escalate,
-            None,
-            format!("{} is not retryable: it needs a human (pattern strategy `{}`)", failure.key(), failure.strategy),
-        );
-    }
-    if used >= budget {
-        return decision(
-            NextAction::DeadLetter,
-            None,
-            format!("retry budget exhausted: {used} of {budget} attempts failed (last: {})", failure.key()),
-        );
+    if let Some((next, reason)) = no_fix(failure, used, budget) {
+        return decision(next, None, reason);
     }
     // The pattern's strategies in the order they are tried: its own, its alternatives, the
     // universal fallbacks — by measured success once some of them have enough outcomes.
-    let mut fixed: Vec<Strategy> = Vec::new();
-    for s in std::iter::once(failure.strategy).chain(failure.alternatives.iter().copied()).chain(UNIVERSAL_FALLBACKS) {
-        if s != Strategy::Escalate && !fixed.contains(&s) {
-            fixed.push(s);
-        }
-    }
-    let order = measured.order(failure.key(), &fixed);
+    let order = measured.order(failure.key(), &strategies_of(failure));
     let why_order = order.because.as_ref().map(|b| format!(" ({b})")).unwrap_or_default();
     let primary = order.strategies.first().copied().unwrap_or(failure.strategy);
     let repeated = same.iter().find(|i| {
@@ -249,6 +226,37 @@ pub fn analyze(stage: &loopwright_spec::Stage, state: &LoopState, measured: &eff
             ),
         ),
     }
+}
+
+/// A failure no strategy is tried for: a security violation or one that needs a person
+/// (escalated), or a spent budget (dead-lettered).
+fn no_fix(failure: &Failure, used: u32, budget: u32) -> Option<(NextAction, String)> {
+    if failure.failure_type == FailureType::SecurityViolation {
+        let reason = format!("{} (a security violation is never retried automatically)", failure.summary);
+        return Some((NextAction::Escalate, reason));
+    }
+    if !failure.retryable || failure.strategy == Strategy::Escalate {
+        let reason =
+            format!("{} is not retryable: it needs a human (pattern strategy `{}`)", failure.key(), failure.strategy);
+        return Some((NextAction::Escalate, reason));
+    }
+    if used >= budget {
+        let reason = format!("retry budget exhausted: {used} of {budget} attempts failed (last: {})", failure.key());
+        return Some((NextAction::DeadLetter, reason));
+    }
+    None
+}
+
+/// A failure's strategies, each once: its pattern's own, its alternatives, the universal
+/// fallbacks; never `escalate`.
+fn strategies_of(failure: &Failure) -> Vec<Strategy> {
+    let mut fixed: Vec<Strategy> = Vec::new();
+    for s in std::iter::once(failure.strategy).chain(failure.alternatives.iter().copied()).chain(UNIVERSAL_FALLBACKS) {
+        if s != Strategy::Escalate && !fixed.contains(&s) {
+            fixed.push(s);
+        }
+    }
+    fixed
 }
 
 /// Word tokens of an error output, for the same-error rule: lowercase words, without pure

@@ -107,7 +107,6 @@ fn join(dir: &str, rel: &str) -> String {
 /// The workspace files each file imports.
 pub fn import_graph(ws: &dyn Workspace) -> BTreeMap<String, BTreeSet<String>> {
     let files: BTreeSet<String> = ws.files().into_iter().collect();
-    let has = |p: &str| files.contains(p);
     let crate_name = ws
         .read("Cargo.toml")
         .and_then(|t| toml::from_str::<serde_json::Value>(&t).ok())
@@ -117,118 +116,136 @@ pub fn import_graph(ws: &dyn Workspace) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files.iter().filter(|f| super::strategies::is_source(f)).take(5000) {
         let Some(text) = ws.read(file) else { continue };
-        let mut deps = BTreeSet::new();
-        let dir = parent(file);
         let ext = file.rsplit_once('.').map_or("", |(_, e)| e);
-        match ext {
-            "py" => {
-                for c in PY_IMPORT.captures_iter(&text) {
-                    let mut modules: Vec<String> = Vec::new();
-                    if let Some(from) = c.get(1) {
-                        let from = from.as_str();
-                        let dots = from.chars().take_while(|c| *c == '.').count();
-                        let rest = from[dots..].replace('.', "/");
-                        let base = if dots == 0 { String::new() } else { join(dir, &"../".repeat(dots - 1)) };
-                        let module = join(&base, &rest);
-                        for name in c.get(2).map_or("", |m| m.as_str()).split(',').map(str::trim) {
-                            modules.push(join(&module, name));
-                        }
-                        modules.push(module);
-                    }
-                    if let Some(list) = c.get(3) {
-                        for m in list.as_str().split(',') {
-                            let m = m.split_whitespace().next().unwrap_or("");
-                            modules.push(m.replace('.', "/"));
-                        }
-                    }
-                    for m in modules.into_iter().filter(|m| !m.is_empty()) {
-                        for root in ["", "src/", dir] {
-                            let base = if root.is_empty() || root.ends_with('/') {
-                                format!("{root}{m}")
-                            } else {
-                                format!("{root}/{m}")
-                            };
-                            for cand in [format!("{base}.py"), format!("{base}/__init__.py")] {
-                                if has(&cand) && cand != *file {
-                                    deps.insert(cand);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            "js" | "jsx" | "ts" | "tsx" | "mjs" | "cjs" => {
-                for c in JS_IMPORT.captures_iter(&text) {
-                    let base = join(dir, &c[1]);
-                    let found = std::iter::once(base.clone())
-                        .chain(["ts", "tsx", "js", "jsx", "mjs", "cjs"].iter().map(|e| format!("{base}.{e}")))
-                        .chain(["ts", "js"].iter().map(|e| format!("{base}/index.{e}")))
-                        .find(|c| has(c));
-                    if let Some(f) = found {
-                        deps.insert(f);
-                    }
-                }
-            }
-            "rs" => {
-                let name = file.rsplit('/').next().unwrap_or(file);
-                let mod_dir = if matches!(name, "lib.rs" | "main.rs" | "mod.rs") {
-                    dir.to_owned()
-                } else {
-                    join(dir, name.trim_end_matches(".rs"))
-                };
-                for c in RS_MOD.captures_iter(&text) {
-                    for cand in [join(&mod_dir, &format!("{}.rs", &c[1])), join(&mod_dir, &format!("{}/mod.rs", &c[1]))]
-                    {
-                        if has(&cand) {
-                            deps.insert(cand);
-                        }
-                    }
-                }
-                for c in RS_USE.captures_iter(&text) {
-                    let root = &c[1];
-                    let (base, crate_root) = match root {
-                        "crate" => ("src".to_owned(), true),
-                        "super" => (parent(&mod_dir).to_owned(), false),
-                        "self" => (mod_dir.clone(), false),
-                        r if Some(r) == crate_name.as_deref() => ("src".to_owned(), true),
-                        _ => continue,
-                    };
-                    if crate_root && !file.starts_with("src/") {
-                        for lib in ["src/lib.rs", "src/main.rs"] {
-                            if has(lib) {
-                                deps.insert(lib.to_owned());
-                            }
-                        }
-                    }
-                    let mut path = base;
-                    for seg in c[2].split("::") {
-                        path = join(&path, seg);
-                        for cand in [format!("{path}.rs"), format!("{path}/mod.rs")] {
-                            if has(&cand) && cand != *file {
-                                deps.insert(cand);
-                            }
-                        }
-                    }
-                }
-            }
-            "go" => {
-                if let Some(module) = &go_module {
-                    for c in GO_IMPORT.captures_iter(&text) {
-                        if let Some(pkg) = c[1].strip_prefix(module.as_str()) {
-                            let pkg = pkg.trim_start_matches('/');
-                            for f in files.iter().filter(|f| f.ends_with(".go") && parent(f) == pkg) {
-                                deps.insert(f.clone());
-                            }
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
+        let mut deps = match ext {
+            "py" => python_imports(&text, file, &files),
+            "js" | "jsx" | "ts" | "tsx" | "mjs" | "cjs" => js_imports(&text, file, &files),
+            "rs" => rust_imports(&text, file, &files, crate_name.as_deref()),
+            "go" => go_module.as_deref().map(|m| go_imports(&text, m, &files)).unwrap_or_default(),
+            _ => BTreeSet::new(),
+        };
         deps.remove(file);
         graph.insert(file.clone(), deps);
     }
     graph
+}
+
+/// The workspace files a Python file imports (`import a.b`, `from .c import d`), looked for
+/// from the root, `src/` and its own folder.
+fn python_imports(text: &str, file: &str, files: &BTreeSet<String>) -> BTreeSet<String> {
+    let dir = parent(file);
+    let mut deps = BTreeSet::new();
+    for c in PY_IMPORT.captures_iter(text) {
+        let mut modules: Vec<String> = Vec::new();
+        if let Some(from) = c.get(1) {
+            let from = from.as_str();
+            let dots = from.chars().take_while(|c| *c == '.').count();
+            let rest = from[dots..].replace('.', "/");
+            let base = if dots == 0 { String::new() } else { join(dir, &"../".repeat(dots - 1)) };
+            let module = join(&base, &rest);
+            for name in c.get(2).map_or("", |m| m.as_str()).split(',').map(str::trim) {
+                modules.push(join(&module, name));
+            }
+            modules.push(module);
+        }
+        if let Some(list) = c.get(3) {
+            for m in list.as_str().split(',') {
+                let m = m.split_whitespace().next().unwrap_or("");
+                modules.push(m.replace('.', "/"));
+            }
+        }
+        for m in modules.into_iter().filter(|m| !m.is_empty()) {
+            for root in ["", "src/", dir] {
+                let base =
+                    if root.is_empty() || root.ends_with('/') { format!("{root}{m}") } else { format!("{root}/{m}") };
+                for cand in [format!("{base}.py"), format!("{base}/__init__.py")] {
+                    if files.contains(&cand) && cand != file {
+                        deps.insert(cand);
+                    }
+                }
+            }
+        }
+    }
+    deps
+}
+
+/// The workspace files a JavaScript or TypeScript file imports by a relative path.
+fn js_imports(text: &str, file: &str, files: &BTreeSet<String>) -> BTreeSet<String> {
+    let dir = parent(file);
+    let mut deps = BTreeSet::new();
+    for c in JS_IMPORT.captures_iter(text) {
+        let base = join(dir, &c[1]);
+        let found = std::iter::once(base.clone())
+            .chain(["ts", "tsx", "js", "jsx", "mjs", "cjs"].iter().map(|e| format!("{base}.{e}")))
+            .chain(["ts", "js"].iter().map(|e| format!("{base}/index.{e}")))
+            .find(|c| files.contains(c));
+        if let Some(f) = found {
+            deps.insert(f);
+        }
+    }
+    deps
+}
+
+/// The workspace files a Rust file names: its `mod`s, and the modules its `crate::`,
+/// `super::`, `self::` or own-crate paths lead to (and the crate's root for those).
+fn rust_imports(text: &str, file: &str, files: &BTreeSet<String>, crate_name: Option<&str>) -> BTreeSet<String> {
+    let dir = parent(file);
+    let has = |p: &str| files.contains(p);
+    let mut deps = BTreeSet::new();
+    let name = file.rsplit('/').next().unwrap_or(file);
+    let mod_dir = if matches!(name, "lib.rs" | "main.rs" | "mod.rs") {
+        dir.to_owned()
+    } else {
+        join(dir, name.trim_end_matches(".rs"))
+    };
+    for c in RS_MOD.captures_iter(text) {
+        for cand in [join(&mod_dir, &format!("{}.rs", &c[1])), join(&mod_dir, &format!("{}/mod.rs", &c[1]))] {
+            if has(&cand) {
+                deps.insert(cand);
+            }
+        }
+    }
+    for c in RS_USE.captures_iter(text) {
+        let root = &c[1];
+        let (base, crate_root) = match root {
+            "crate" => ("src".to_owned(), true),
+            "super" => (parent(&mod_dir).to_owned(), false),
+            "self" => (mod_dir.clone(), false),
+            r if Some(r) == crate_name => ("src".to_owned(), true),
+            _ => continue,
+        };
+        if crate_root && !file.starts_with("src/") {
+            for lib in ["src/lib.rs", "src/main.rs"] {
+                if has(lib) {
+                    deps.insert(lib.to_owned());
+                }
+            }
+        }
+        let mut path = base;
+        for seg in c[2].split("::") {
+            path = join(&path, seg);
+            for cand in [format!("{path}.rs"), format!("{path}/mod.rs")] {
+                if has(&cand) && cand != file {
+                    deps.insert(cand);
+                }
+            }
+        }
+    }
+    deps
+}
+
+/// The workspace's Go files in the packages of `module` a Go file imports.
+fn go_imports(text: &str, module: &str, files: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut deps = BTreeSet::new();
+    for c in GO_IMPORT.captures_iter(text) {
+        if let Some(pkg) = c[1].strip_prefix(module) {
+            let pkg = pkg.trim_start_matches('/');
+            for f in files.iter().filter(|f| f.ends_with(".go") && parent(f) == pkg) {
+                deps.insert(f.clone());
+            }
+        }
+    }
+    deps
 }
 
 /// The files that import the changed files, up to `depth` levels, without the changed files
