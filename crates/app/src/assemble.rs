@@ -9,7 +9,7 @@ use loopwright_engine::{Engine, Observer, Stopper, SystemClock};
 use loopwright_runners::secrets::Redactor;
 use loopwright_runners::{FsChanges, ProcessRunner};
 use loopwright_spec::patterns::PatternFile;
-use loopwright_spec::{Diagnostic, Diagnostics, Pipeline, SourceFile};
+use loopwright_spec::{Diagnostic, Diagnostics, Pipeline, SandboxPlan, SourceFile};
 use loopwright_store::{Journal, SqliteStore};
 
 use crate::error::Error;
@@ -189,12 +189,8 @@ pub struct Sandboxes {
 /// all when none asks; where this machine can (`auto`: if it cannot, said once on stderr and
 /// in the run's journal); or always (`required`: without a sandbox nothing runs, and the
 /// error says what is missing and where it was required).
-pub fn sandboxing(ws: &Workspace, pipeline: &Pipeline) -> Result<Sandboxes, Error> {
-    use loopwright_spec::sandbox::SandboxMode;
-    let default = ws.config.sandbox;
-    let modes: Vec<(Option<&str>, SandboxMode)> =
-        pipeline.stages.iter().map(|s| (s.sandbox.map(|_| s.id.as_str()), s.sandbox.unwrap_or(default))).collect();
-    if modes.iter().all(|(_, m)| *m == SandboxMode::Off) {
+pub fn sandboxing(ws: &Workspace, pipeline: &Pipeline, plan: &SandboxPlan) -> Result<Sandboxes, Error> {
+    if plan.all_off(pipeline) {
         return Ok(Sandboxes::default());
     }
     use loopwright_runners::sandbox::Unavailable;
@@ -217,7 +213,7 @@ pub fn sandboxing(ws: &Workspace, pipeline: &Pipeline) -> Result<Sandboxes, Erro
     match made {
         Ok((sandbox, layers)) => Ok(Sandboxes { sandbox: Some(sandbox), layers, unsandboxed: None }),
         Err(why) => {
-            if let Some((stage, _)) = modes.iter().find(|(_, m)| *m == SandboxMode::Required) {
+            if let Some(stage) = plan.required_by(pipeline) {
                 let asked = match stage {
                     Some(id) => format!("stage `{id}` of pipeline `{}` says `sandbox: required`", pipeline.name),
                     None => "sandbox = \"required\" in config.toml".to_owned(),
@@ -357,13 +353,13 @@ impl Ports {
                 std::borrow::Cow::Borrowed(_) => None,
             }));
         }
-        let sandboxes = sandboxing(ws, pipeline)?;
+        let plan = SandboxPlan::resolve(pipeline, ws.config.sandbox);
+        let sandboxes = sandboxing(ws, pipeline, &plan)?;
         let mut changes = FsChanges::new(root.to_path_buf(), ws.runs_dir()).with_redactor(redactor.clone());
         if let Some((state, overlay)) = sandboxes.layers {
             changes = changes.with_layers(state, overlay).with_max_layer_mb(ws.config.sandbox_limits.max_layer_mb);
         }
-        let settings =
-            loopwright_engine::closed_loop::Settings { sandbox: ws.config.sandbox, ..closed_loop_settings(ws)? };
+        let settings = loopwright_engine::closed_loop::Settings { sandbox: plan, ..closed_loop_settings(ws)? };
         Ok(Self {
             changes,
             runner: ProcessRunner {

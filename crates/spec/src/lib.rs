@@ -21,4 +21,4 @@ pub use compile::{CompileContext, compile};
 pub use condition::Condition;
 pub use config::Config;
 pub use diag::{Diagnostic, Diagnostics, Position, SourceFile};
-pub use pipeline::{AgentRef, Mode, Pipeline, RetryPolicy, Stage, StageId};
+pub use pipeline::{AgentRef, Mode, Pipeline, RetryPolicy, SandboxPlan, Stage, StageId};

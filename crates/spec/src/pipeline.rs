@@ -80,6 +80,55 @@ pub fn is_label(text: &str) -> bool {
     !text.is_empty() && text.len() <= 64 && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
 }
 
+/// Where a pipeline's stages run: each stage's sandbox mode, resolved once from the
+/// workspace's `sandbox` and the stage's own `sandbox:` (the stage's word wins). The app
+/// resolves it when it assembles a run; the runner's sandboxes and the engine's confinement
+/// both read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPlan {
+    /// The workspace's mode, for the stages that say nothing.
+    workspace: crate::sandbox::SandboxMode,
+    /// The stages that say, and what.
+    stages: BTreeMap<StageId, crate::sandbox::SandboxMode>,
+}
+
+/// No sandbox but where a stage asks for one (tests, and engines built without a workspace).
+impl Default for SandboxPlan {
+    fn default() -> Self {
+        Self { workspace: crate::sandbox::SandboxMode::Off, stages: BTreeMap::new() }
+    }
+}
+
+impl SandboxPlan {
+    /// The plan of `pipeline` in a workspace whose `sandbox` is `workspace`.
+    pub fn resolve(pipeline: &Pipeline, workspace: crate::sandbox::SandboxMode) -> Self {
+        let stages = pipeline.stages.iter().filter_map(|s| Some((s.id.clone(), s.sandbox?))).collect();
+        Self { workspace, stages }
+    }
+
+    /// A stage's mode.
+    pub fn mode(&self, stage: &StageId) -> crate::sandbox::SandboxMode {
+        self.stages.get(stage).copied().unwrap_or(self.workspace)
+    }
+
+    /// True when no stage of `pipeline` runs in a sandbox.
+    pub fn all_off(&self, pipeline: &Pipeline) -> bool {
+        pipeline.stages.iter().all(|s| self.mode(&s.id) == crate::sandbox::SandboxMode::Off)
+    }
+
+    /// Who requires a sandbox, if anyone does: the first stage of `pipeline` that says
+    /// `required` (`Some(stage)`), else the workspace (`Some(None)`) when a stage takes its
+    /// `required`.
+    pub fn required_by<'p>(&self, pipeline: &'p Pipeline) -> Option<Option<&'p StageId>> {
+        use crate::sandbox::SandboxMode::Required;
+        pipeline
+            .stages
+            .iter()
+            .find(|s| self.mode(&s.id) == Required)
+            .map(|s| self.stages.contains_key(&s.id).then_some(&s.id))
+    }
+}
+
 impl Pipeline {
     /// The index of a stage by id.
     pub fn index_of(&self, id: &str) -> Option<usize> {

@@ -49,8 +49,8 @@ pub struct Settings {
     /// How well each (pattern, strategy) pair has done in earlier runs: measured from the
     /// journal when a failure is first analyzed (a run whose stages pass never reads it).
     pub effectiveness: std::cell::OnceCell<effectiveness::Effectiveness>,
-    /// Whether stages run in a sandbox unless they say (`sandbox` in config.toml).
-    pub sandbox: loopwright_spec::sandbox::SandboxMode,
+    /// Which stages run in a sandbox, as the app resolved it.
+    pub sandbox: loopwright_spec::SandboxPlan,
     /// Asking the stage's agent about a failure nothing sure classified (`[classify]`).
     pub classify: loopwright_spec::config::ClassifyConfig,
 }
@@ -61,7 +61,7 @@ impl Default for Settings {
             regression: regression::Settings::default(),
             backoff_initial: std::time::Duration::from_secs(5),
             effectiveness: std::cell::OnceCell::new(),
-            sandbox: loopwright_spec::sandbox::SandboxMode::Off,
+            sandbox: loopwright_spec::SandboxPlan::default(),
             classify: loopwright_spec::config::ClassifyConfig::default(),
         }
     }

@@ -224,7 +224,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         let agent = self.pipeline.agent_of(stage);
         let default = if agent.is_some() { Network::Model } else { Network::None };
         let network = stage.network.clone().or_else(|| agent.and_then(|a| a.network.clone())).unwrap_or(default);
-        let mode = stage.sandbox.unwrap_or(self.settings.sandbox);
+        let mode = self.settings.sandbox.mode(&stage.id);
         crate::ports::Confinement { sandbox: mode != SandboxMode::Off, network, layer: None, env: stage.env.clone() }
     }
 
