@@ -387,3 +387,27 @@ fn repo_and_runs_on_say_where_workers_run_a_pipeline() {
     assert!(errs[0].contains("p.yml:1") && errs[0].contains("`gpu: a 100` is not a label"), "{errs:?}");
     assert!(errs[1].contains("p.yml:2") && errs[1].contains("`repo` is `--upload-pack=x`"), "{errs:?}");
 }
+
+#[test]
+fn each_stages_sandbox_mode_is_its_own_else_the_workspaces() {
+    use loopwright_spec::SandboxPlan;
+    use loopwright_spec::sandbox::SandboxMode::{Auto, Off, Required};
+    let yaml = format!(
+        "{HEAD}  - id: a\n    agent: cto\n    mode: plan\n    description: x\n  - id: b\n    agent: cto\n    mode: plan\n    description: x\n    sandbox: off\n  - id: c\n    agent: cto\n    mode: plan\n    description: x\n    sandbox: required\n"
+    );
+    let p = try_compile(&yaml).expect("valid");
+    let modes = |plan: &SandboxPlan| p.stages.iter().map(|s| plan.mode(&s.id)).collect::<Vec<_>>();
+    let by = |plan: &SandboxPlan| plan.required_by(&p).map(|s| s.map(ToString::to_string));
+    for (workspace, expected, required) in [
+        (Auto, vec![Auto, Off, Required], Some(Some("c".to_owned()))),
+        (Off, vec![Off, Off, Required], Some(Some("c".to_owned()))),
+        (Required, vec![Required, Off, Required], Some(None)),
+    ] {
+        let plan = SandboxPlan::resolve(&p, workspace);
+        assert_eq!((modes(&plan), by(&plan), plan.all_off(&p)), (expected, required, false), "{workspace:?}");
+    }
+    let quiet = try_compile(&stage("")).expect("valid");
+    let off = SandboxPlan::resolve(&quiet, Off);
+    assert_eq!((off.all_off(&quiet), off.required_by(&quiet)), (true, None));
+    assert_eq!(SandboxPlan::default(), off, "no sandbox unless a stage asks");
+}
