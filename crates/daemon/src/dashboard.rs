@@ -1011,7 +1011,7 @@ async fn stats_page(State(shared): State<Arc<Shared>>, caller: Option<Extension<
     let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
     let header_ctx = header_context(&shared, &caller, "stats").await;
     let stats = match ops::stats::stats(&shared.ws, 10_000).await {
-        Ok(s) => s.to_json(),
+        Ok(s) => s.report(),
         Err(e) => return page("stats.html", json!({"header": header_ctx, "missing": e.message()})),
     };
     page("stats.html", json!({"header": header_ctx, "stats": stats}))

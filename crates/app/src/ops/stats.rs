@@ -7,7 +7,6 @@ use loopwright_engine::closed_loop::effectiveness::Effectiveness;
 use loopwright_engine::event::{Answer, Event, FeedbackAction};
 use loopwright_engine::{RunState, StageStatus, Store};
 use serde::Serialize;
-use serde_json::json;
 
 use crate::error::Error;
 use crate::workspace::Workspace;
@@ -254,42 +253,150 @@ impl Stats {
         self.stage_runs.iter().filter(|s| s.attempts > 1).collect()
     }
 
-    /// `stats --json`.
-    pub fn to_json(&self) -> serde_json::Value {
+    /// The figures with the rates they give: `stats --json` and `GET /api/stats`.
+    pub fn report(&self) -> Report {
         let total = self.stage_runs.len();
+        let rate = |n: usize, of: usize| n as f64 / of.max(1) as f64;
         let retried = self.retried();
         let retry_success = retried.iter().filter(|s| s.result.starts_with("success")).count();
-        let aggregated: BTreeMap<&String, serde_json::Value> = self
-            .by_pattern
-            .iter()
-            .map(|(p, s)| {
-                (
-                    p,
-                    json!({"occurrences": s.occurrences, "success_rate": s.succeeded as f64 / s.stages.max(1) as f64,
-                           "avg_attempts": f64::from(s.total_attempts) / s.stages.max(1) as f64}),
-                )
-            })
-            .collect();
-        json!({
-            "stages_run": total, "first_attempt_success": self.first_attempt_success(), "retried": retried.len(),
-            "retry_success": retry_success, "escalations": self.escalations, "skipped": self.skipped,
-            "escalation_rate": self.escalations as f64 / total.max(1) as f64,
-            "dead_letters": self.dead_letters, "dead_letter_rate": self.dead_letters as f64 / total.max(1) as f64,
-            "pre_validation_runs": self.validations,
-            "pre_validation_catch_rate": self.validation_catches.values().sum::<usize>() as f64 / self.validations.max(1) as f64,
-            "most_common_pre_validation_catches": self.validation_catches,
-            "regression_checks_run": self.regression_runs, "regression_checks_skipped": self.regression_skipped,
-            "regressions_detected": self.regressions_found,
-            "by_pattern": aggregated, "stages": self.stage_runs,
-            "by_strategy": self.by_strategy.iter().map(|(name, s)| (name.clone(), json!({
-                "applied": s.applied, "succeeded": s.succeeded,
-                "success_rate": s.succeeded as f64 / s.applied.max(1) as f64,
-            }))).collect::<serde_json::Map<String, serde_json::Value>>(),
-            "strategy_effectiveness": self.effectiveness.pairs().map(|(pattern, strategy, r)| json!({
-                "pattern": pattern, "strategy": strategy, "attempts": r.attempts, "succeeded": r.succeeded,
-                "success_rate": r.rate(), "verdict": r.verdict(),
-            })).collect::<Vec<_>>(),
-            "candidate_patterns": self.candidates,
-        })
+        Report {
+            stages_run: total,
+            first_attempt_success: self.first_attempt_success(),
+            retried: retried.len(),
+            retry_success,
+            escalations: self.escalations,
+            skipped: self.skipped,
+            escalation_rate: rate(self.escalations, total),
+            dead_letters: self.dead_letters,
+            dead_letter_rate: rate(self.dead_letters, total),
+            pre_validation_runs: self.validations,
+            pre_validation_catch_rate: rate(self.validation_catches.values().sum(), self.validations),
+            most_common_pre_validation_catches: self.validation_catches.clone(),
+            regression_checks_run: self.regression_runs,
+            regression_checks_skipped: self.regression_skipped,
+            regressions_detected: self.regressions_found,
+            by_pattern: self
+                .by_pattern
+                .iter()
+                .map(|(p, s)| {
+                    let report = PatternReport {
+                        occurrences: s.occurrences,
+                        success_rate: rate(s.succeeded, s.stages),
+                        avg_attempts: f64::from(s.total_attempts) / s.stages.max(1) as f64,
+                    };
+                    (p.clone(), report)
+                })
+                .collect(),
+            stages: self.stage_runs.clone(),
+            by_strategy: self
+                .by_strategy
+                .iter()
+                .map(|(name, s)| {
+                    let report = StrategyReport {
+                        applied: s.applied,
+                        succeeded: s.succeeded,
+                        success_rate: rate(s.succeeded, s.applied),
+                    };
+                    (name.clone(), report)
+                })
+                .collect(),
+            strategy_effectiveness: self
+                .effectiveness
+                .pairs()
+                .map(|(pattern, strategy, r)| PairReport {
+                    pattern: pattern.to_owned(),
+                    strategy,
+                    attempts: r.attempts,
+                    succeeded: r.succeeded,
+                    success_rate: r.rate(),
+                    verdict: r.verdict(),
+                })
+                .collect(),
+            candidate_patterns: self.candidates.clone(),
+        }
     }
+}
+
+/// The figures `stats --json` prints, with their rates (a rate of nothing is 0).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Stage runs counted.
+    pub stages_run: usize,
+    /// Of them, passed at the first attempt.
+    pub first_attempt_success: usize,
+    /// Of them, with more than one attempt.
+    pub retried: usize,
+    /// Of those, passed in the end.
+    pub retry_success: usize,
+    /// Escalations to a person.
+    pub escalations: usize,
+    /// Stages a person's answer skipped.
+    pub skipped: usize,
+    /// Escalations per stage run.
+    pub escalation_rate: f64,
+    /// Dead letters.
+    pub dead_letters: usize,
+    /// Dead letters per stage run.
+    pub dead_letter_rate: f64,
+    /// VALIDATE phases run.
+    pub pre_validation_runs: usize,
+    /// Violations VALIDATE caught per phase run.
+    pub pre_validation_catch_rate: f64,
+    /// Violations caught, by gate.
+    pub most_common_pre_validation_catches: BTreeMap<String, usize>,
+    /// Regression checks run.
+    pub regression_checks_run: usize,
+    /// Regression gates without a baseline.
+    pub regression_checks_skipped: usize,
+    /// Regression checks that found regressions.
+    pub regressions_detected: usize,
+    /// By failure pattern.
+    pub by_pattern: BTreeMap<String, PatternReport>,
+    /// Every stage run counted, newest run first.
+    pub stages: Vec<StageRun>,
+    /// By fix strategy.
+    pub by_strategy: BTreeMap<String, StrategyReport>,
+    /// Each (pattern, strategy) pair's measured success.
+    pub strategy_effectiveness: Vec<PairReport>,
+    /// Pattern-learning candidates.
+    pub candidate_patterns: Candidates,
+}
+
+/// A failure pattern in [`Report`].
+#[derive(Debug, Clone, Serialize)]
+pub struct PatternReport {
+    /// Failed attempts classified as it.
+    pub occurrences: usize,
+    /// Of the stage runs it occurred in, the share that passed in the end.
+    pub success_rate: f64,
+    /// Their attempts, on average.
+    pub avg_attempts: f64,
+}
+
+/// A fix strategy in [`Report`].
+#[derive(Debug, Clone, Serialize)]
+pub struct StrategyReport {
+    /// Times applied.
+    pub applied: usize,
+    /// Times the attempt after it passed.
+    pub succeeded: usize,
+    /// `succeeded / applied`.
+    pub success_rate: f64,
+}
+
+/// A (pattern, strategy) pair's record in [`Report`].
+#[derive(Debug, Clone, Serialize)]
+pub struct PairReport {
+    /// The failure pattern.
+    pub pattern: String,
+    /// The strategy.
+    pub strategy: loopwright_engine::closed_loop::Strategy,
+    /// Fixes whose next attempt has an outcome.
+    pub attempts: u32,
+    /// Of those, the next attempt passed.
+    pub succeeded: u32,
+    /// `succeeded / attempts`.
+    pub success_rate: f64,
+    /// How far it can be trusted.
+    pub verdict: loopwright_engine::closed_loop::effectiveness::Verdict,
 }

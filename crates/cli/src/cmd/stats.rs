@@ -24,7 +24,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let ws = global.workspace()?;
     let stats = loopwright_app::ops::stats::stats(&ws, args.runs).await?;
     if global.json {
-        println!("{}", serde_json::to_string_pretty(&stats.to_json()).map_err(|e| CliError::Internal(e.into()))?);
+        println!("{}", serde_json::to_string_pretty(&stats.report()).map_err(|e| CliError::Internal(e.into()))?);
         return Ok(0);
     }
     let Stats { stage_runs, validation_catches, by_pattern, .. } = &stats;

@@ -257,6 +257,18 @@ fn access_errors_and_a_gate_answered_once_of_two_concurrent_approvals() {
     let (code, got) = d.post("/api/patterns/test", &json!({"text": text, "signal": "NOPE"}));
     assert_eq!((code, got["error"]["code"].clone()), (422, json!("invalid")), "{got}");
 
+    // The insight endpoints answer what the CLI's `--json` prints, through their own wire types.
+    ws.write(
+        ".loopwright/agents/fetcher.md",
+        "---\nrunner: command\ncommand: [\"true\"]\nmodes: [plan]\nnetwork: [api.example.com:8443]\n---\nFetches.\n",
+    );
+    for (path, args) in
+        [("/api/agents", &["agents"][..]), ("/api/stats", &["stats"]), ("/api/dead-letters", &["dead-letters", "list"])]
+    {
+        let (code, got) = d.get(path);
+        assert_eq!((code, got), (200, ws.json(args).1), "{path}");
+    }
+
     // A second daemon of the workspace is refused, naming the first.
     let (code, _, stderr) = ws.run(&["serve", "--addr", "127.0.0.1:0"]);
     assert_eq!(code, 2, "{stderr}");

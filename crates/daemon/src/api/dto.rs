@@ -733,3 +733,372 @@ impl From<loopwright_app::ops::fleet::WorkerView> for Worker {
         }
     }
 }
+
+/// A dead letter in the list (`GET /api/dead-letters`, as `dead-letters list --json`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterRow {
+    /// The task the closed loop gave up on.
+    pub task_id: String,
+    /// Its stage.
+    pub stage: String,
+    /// The run.
+    pub run_id: String,
+    /// The last failure's pattern.
+    pub final_pattern: String,
+    /// Attempts made.
+    pub total_attempts: u64,
+    /// When (RFC 3339).
+    pub blocked_at: String,
+    /// Why the loop gave up.
+    pub blocked_reason: String,
+    /// `pattern:extension:error`, what similar failures share.
+    pub error_signature: String,
+    /// Dead letters of other tasks with the same signature.
+    pub similar_failures: u64,
+}
+
+impl From<loopwright_app::ops::dead_letters::Row> for DeadLetterRow {
+    fn from(r: loopwright_app::ops::dead_letters::Row) -> Self {
+        Self {
+            task_id: r.task_id,
+            stage: r.stage,
+            run_id: r.run_id,
+            final_pattern: r.final_pattern,
+            total_attempts: r.total_attempts,
+            blocked_at: r.blocked_at,
+            blocked_reason: r.blocked_reason,
+            error_signature: r.error_signature,
+            similar_failures: r.similar_failures,
+        }
+    }
+}
+
+/// One dead letter (`GET /api/dead-letters/{task}`, as `dead-letters show TASK --json`): its
+/// Markdown, and what its front matter says when it reads.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetter {
+    /// The task.
+    pub task_id: Option<String>,
+    /// `pattern:extension:error`.
+    pub error_signature: Option<String>,
+    /// The last failure's pattern.
+    pub final_pattern: Option<String>,
+    /// The dead letter, whole.
+    pub text: String,
+}
+
+impl From<loopwright_app::ops::dead_letters::Letter> for DeadLetter {
+    fn from(l: loopwright_app::ops::dead_letters::Letter) -> Self {
+        Self { task_id: l.task_id, error_signature: l.error_signature, final_pattern: l.final_pattern, text: l.text }
+    }
+}
+
+/// What the classifier made of a text (`POST /api/patterns/test`, as `patterns test --json`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Classification {
+    /// The pattern, when one matched with enough confidence.
+    pub matched_pattern: Option<String>,
+    /// 0..1.
+    pub confidence: f64,
+    /// The fix strategy it calls for.
+    #[schema(example = "analyze_then_fix")]
+    pub strategy: String,
+    /// That pattern's signals that matched.
+    pub signals: Vec<String>,
+    /// What counted, strongest first.
+    pub evidence: Vec<EvidenceItem>,
+    /// What decided: `pattern`, `statistical`, `agent` or `none`.
+    #[schema(example = "pattern")]
+    pub classified_by: String,
+}
+
+/// One piece of evidence of a classification.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EvidenceItem {
+    /// `signal`, `exit_code`, `exit_signal`, `timeout`, `command`, `check_type`, …
+    #[schema(example = "exit_code")]
+    pub kind: String,
+    /// What it was (a signal as written, `127`, a tool's name).
+    pub value: String,
+    /// How much it counted, 0..1.
+    pub strength: f64,
+}
+
+impl From<loopwright_engine::patterns::Classification> for Classification {
+    fn from(c: loopwright_engine::patterns::Classification) -> Self {
+        Self {
+            matched_pattern: c.matched_pattern,
+            confidence: c.confidence,
+            strategy: c.strategy.as_str().to_owned(),
+            signals: c.signals,
+            evidence: c
+                .evidence
+                .into_iter()
+                .map(|e| EvidenceItem { kind: e.kind.as_str().to_owned(), value: e.value, strength: e.strength })
+                .collect(),
+            classified_by: c.classified_by.as_str().to_owned(),
+        }
+    }
+}
+
+/// An agent of the workspace (`GET /api/agents`, as `agents --json`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentInfo {
+    /// Its name.
+    pub name: String,
+    /// What it is for.
+    pub description: Option<String>,
+    /// How it is run: `command`, `claude`, `codex`, `gemini`, `aider`, `opencode`, `openai`, `anthropic`.
+    #[schema(example = "claude")]
+    pub runner: String,
+    /// Its argv (command runners and presets).
+    pub command: Vec<String>,
+    /// Its model.
+    pub model: Option<String>,
+    /// Its API's base URL (HTTP runners).
+    pub base_url: Option<String>,
+    /// The variable holding its API key.
+    pub api_key_env: Option<String>,
+    /// The longest answer asked for (HTTP runners).
+    pub max_tokens: Option<u32>,
+    /// Its sampling temperature.
+    pub temperature: Option<f64>,
+    /// The modes it may run in (`plan`, `agent`); all when empty.
+    pub modes: Vec<String>,
+    /// What it may reach in a sandbox.
+    pub network: Option<AgentNetwork>,
+    /// Its persona (the file's body).
+    pub persona: String,
+    /// Its file.
+    pub file: String,
+}
+
+/// What an agent may reach in a sandbox.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentNetwork {
+    /// Nothing.
+    None,
+    /// Its model's API host.
+    Model,
+    /// These hosts.
+    Hosts(Vec<NetworkHost>),
+}
+
+/// A host (and port) a sandboxed process may reach; `unix:/path` with port 0 for a socket.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NetworkHost {
+    /// The name or address.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+}
+
+impl From<&loopwright_spec::Agent> for AgentInfo {
+    fn from(a: &loopwright_spec::Agent) -> Self {
+        use loopwright_spec::sandbox::Network;
+        Self {
+            name: a.name.clone(),
+            description: a.description.clone(),
+            runner: a.runner.as_str().to_owned(),
+            command: a.command.clone(),
+            model: a.model.clone(),
+            base_url: a.base_url.clone(),
+            api_key_env: a.api_key_env.clone(),
+            max_tokens: a.max_tokens,
+            temperature: a.temperature,
+            modes: a.modes.iter().map(|m| m.as_str().to_owned()).collect(),
+            network: a.network.as_ref().map(|n| match n {
+                Network::None => AgentNetwork::None,
+                Network::Model => AgentNetwork::Model,
+                Network::Hosts(hosts) => AgentNetwork::Hosts(
+                    hosts.iter().map(|h| NetworkHost { host: h.host.clone(), port: h.port }).collect(),
+                ),
+            }),
+            persona: a.persona.clone(),
+            file: a.file.clone(),
+        }
+    }
+}
+
+/// Retry and failure metrics (`GET /api/stats`, as `stats --json`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Stats {
+    /// Stage runs counted.
+    pub stages_run: usize,
+    /// Of them, passed at the first attempt.
+    pub first_attempt_success: usize,
+    /// Of them, with more than one attempt.
+    pub retried: usize,
+    /// Of those, passed in the end.
+    pub retry_success: usize,
+    /// Escalations to a person.
+    pub escalations: usize,
+    /// Stages a person's answer skipped.
+    pub skipped: usize,
+    /// Escalations per stage run.
+    pub escalation_rate: f64,
+    /// Dead letters.
+    pub dead_letters: usize,
+    /// Dead letters per stage run.
+    pub dead_letter_rate: f64,
+    /// VALIDATE phases run.
+    pub pre_validation_runs: usize,
+    /// Violations caught per VALIDATE phase.
+    pub pre_validation_catch_rate: f64,
+    /// Violations caught, by gate.
+    pub most_common_pre_validation_catches: BTreeMap<String, usize>,
+    /// Regression checks run.
+    pub regression_checks_run: usize,
+    /// Regression gates without a baseline.
+    pub regression_checks_skipped: usize,
+    /// Regression checks that found regressions.
+    pub regressions_detected: usize,
+    /// By failure pattern.
+    pub by_pattern: BTreeMap<String, PatternStats>,
+    /// Every stage run counted, newest run first.
+    pub stages: Vec<StageRunStats>,
+    /// By fix strategy.
+    pub by_strategy: BTreeMap<String, StrategyStats>,
+    /// Each (pattern, strategy) pair's measured success.
+    pub strategy_effectiveness: Vec<PairStats>,
+    /// Pattern-learning candidates, by what a person did with them.
+    pub candidate_patterns: CandidateStats,
+}
+
+/// A failure pattern's figures.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PatternStats {
+    /// Failed attempts classified as it.
+    pub occurrences: usize,
+    /// Of the stage runs it occurred in, the share that passed in the end.
+    pub success_rate: f64,
+    /// Their attempts, on average.
+    pub avg_attempts: f64,
+}
+
+/// One stage of one run.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StageRunStats {
+    /// The run.
+    pub run_id: String,
+    /// The stage.
+    pub stage: String,
+    /// Its attempts.
+    pub attempts: u32,
+    /// How it ended (`success`, `success (retry worked)`, `dead_letter`, `escalated`, …).
+    pub result: String,
+    /// The failure pattern of each failed attempt.
+    pub patterns: Vec<String>,
+}
+
+/// A fix strategy's figures.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StrategyStats {
+    /// Times applied.
+    pub applied: usize,
+    /// Times the attempt after it passed.
+    pub succeeded: usize,
+    /// `succeeded / applied`.
+    pub success_rate: f64,
+}
+
+/// A (pattern, strategy) pair's measured success.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PairStats {
+    /// The failure pattern.
+    pub pattern: String,
+    /// The strategy.
+    pub strategy: String,
+    /// Fixes whose next attempt has an outcome.
+    pub attempts: u32,
+    /// Of those, the next attempt passed.
+    pub succeeded: u32,
+    /// `succeeded / attempts`.
+    pub success_rate: f64,
+    /// `too_few`, `flagged`, `measured` or `reliable`.
+    #[schema(example = "too_few")]
+    pub verdict: String,
+}
+
+/// Pattern-learning candidates.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CandidateStats {
+    /// Waiting for review.
+    pub proposed: usize,
+    /// Accepted.
+    pub accepted: usize,
+    /// Rejected.
+    pub rejected: usize,
+}
+
+impl From<loopwright_app::ops::stats::Report> for Stats {
+    fn from(r: loopwright_app::ops::stats::Report) -> Self {
+        Self {
+            stages_run: r.stages_run,
+            first_attempt_success: r.first_attempt_success,
+            retried: r.retried,
+            retry_success: r.retry_success,
+            escalations: r.escalations,
+            skipped: r.skipped,
+            escalation_rate: r.escalation_rate,
+            dead_letters: r.dead_letters,
+            dead_letter_rate: r.dead_letter_rate,
+            pre_validation_runs: r.pre_validation_runs,
+            pre_validation_catch_rate: r.pre_validation_catch_rate,
+            most_common_pre_validation_catches: r.most_common_pre_validation_catches,
+            regression_checks_run: r.regression_checks_run,
+            regression_checks_skipped: r.regression_checks_skipped,
+            regressions_detected: r.regressions_detected,
+            by_pattern: r
+                .by_pattern
+                .into_iter()
+                .map(|(p, s)| {
+                    (
+                        p,
+                        PatternStats {
+                            occurrences: s.occurrences,
+                            success_rate: s.success_rate,
+                            avg_attempts: s.avg_attempts,
+                        },
+                    )
+                })
+                .collect(),
+            stages: r
+                .stages
+                .into_iter()
+                .map(|s| StageRunStats {
+                    run_id: s.run_id,
+                    stage: s.stage,
+                    attempts: s.attempts,
+                    result: s.result,
+                    patterns: s.patterns,
+                })
+                .collect(),
+            by_strategy: r
+                .by_strategy
+                .into_iter()
+                .map(|(n, s)| {
+                    (n, StrategyStats { applied: s.applied, succeeded: s.succeeded, success_rate: s.success_rate })
+                })
+                .collect(),
+            strategy_effectiveness: r
+                .strategy_effectiveness
+                .into_iter()
+                .map(|p| PairStats {
+                    pattern: p.pattern,
+                    strategy: p.strategy.as_str().to_owned(),
+                    attempts: p.attempts,
+                    succeeded: p.succeeded,
+                    success_rate: p.success_rate,
+                    verdict: p.verdict.as_str().to_owned(),
+                })
+                .collect(),
+            candidate_patterns: CandidateStats {
+                proposed: r.candidate_patterns.proposed,
+                accepted: r.candidate_patterns.accepted,
+                rejected: r.candidate_patterns.rejected,
+            },
+        }
+    }
+}

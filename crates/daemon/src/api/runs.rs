@@ -388,22 +388,22 @@ pub async fn resume(
 }
 
 /// The dead letters, as `dead-letters list --json`.
-#[utoipa::path(get, path = "/api/dead-letters", tag = "insight", responses((status = 200, body = Vec<Object>)))]
+#[utoipa::path(get, path = "/api/dead-letters", tag = "insight", responses((status = 200, body = Vec<super::dto::DeadLetterRow>)))]
 pub async fn dead_letters(State(shared): State<Arc<Shared>>) -> Response {
-    json(ops::dead_letters::list(&shared.ws))
+    json(ops::dead_letters::list(&shared.ws).into_iter().map(super::dto::DeadLetterRow::from).collect::<Vec<_>>())
 }
 
 /// One dead letter, as `dead-letters show TASK --json`.
 #[utoipa::path(get, path = "/api/dead-letters/{task}", tag = "insight", params(("task" = String, Path, description = "The task id")),
-    responses((status = 200, body = Object), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = super::dto::DeadLetter), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn dead_letter(State(shared): State<Arc<Shared>>, Path(task): Path<String>) -> ApiResult<Response> {
-    Ok(json(ops::dead_letters::show(&shared.ws, &task)?))
+    Ok(json(super::dto::DeadLetter::from(ops::dead_letters::show(&shared.ws, &task)?)))
 }
 
 /// Retry and failure metrics, as `stats --json`.
-#[utoipa::path(get, path = "/api/stats", tag = "insight", responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/stats", tag = "insight", responses((status = 200, body = super::dto::Stats), (status = 404, body = ErrorBody)))]
 pub async fn stats(State(shared): State<Arc<Shared>>) -> ApiResult<Response> {
-    Ok(json(ops::stats::stats(&shared.ws, 100).await?.to_json()))
+    Ok(json(super::dto::Stats::from(ops::stats::stats(&shared.ws, 100).await?.report())))
 }
 
 /// The workers sharing the store (PostgreSQL; none with the SQLite store): labels, slots, the
@@ -415,15 +415,15 @@ pub async fn workers(State(shared): State<Arc<Shared>>) -> ApiResult<Response> {
 }
 
 /// The agents found, as `agents --json`.
-#[utoipa::path(get, path = "/api/agents", tag = "insight", responses((status = 200, body = Vec<Object>)))]
+#[utoipa::path(get, path = "/api/agents", tag = "insight", responses((status = 200, body = Vec<super::dto::AgentInfo>)))]
 pub async fn agents(State(shared): State<Arc<Shared>>) -> Response {
     let (agents, _) = ops::agents::list(&shared.ws);
-    json(agents.values().collect::<Vec<_>>())
+    json(agents.values().map(super::dto::AgentInfo::from).collect::<Vec<_>>())
 }
 
 /// Classifies an error output, as `patterns test --json`.
 #[utoipa::path(post, path = "/api/patterns/test", tag = "insight", request_body = PatternTest,
-    responses((status = 200, body = Object), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = super::dto::Classification), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn patterns_test(State(shared): State<Arc<Shared>>, Json(body): Json<PatternTest>) -> ApiResult<Response> {
     if body.check_type.as_ref().is_some_and(|t| t.chars().count() > 64) {
         return Err(ApiError::invalid("`check_type`: at most 64 characters"));
@@ -435,5 +435,5 @@ pub async fn patterns_test(State(shared): State<Arc<Shared>>, Json(body): Json<P
         check_type: body.check_type,
         timed_out: body.timed_out,
     };
-    Ok(json(ops::patterns::test(&shared.ws, &body.text, &context)?))
+    Ok(json(super::dto::Classification::from(ops::patterns::test(&shared.ws, &body.text, &context)?)))
 }

@@ -47,6 +47,18 @@ pub enum Verdict {
     Reliable,
 }
 
+impl Verdict {
+    /// As written in `stats --json` and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::TooFew => "too_few",
+            Verdict::Flagged => "flagged",
+            Verdict::Measured => "measured",
+            Verdict::Reliable => "reliable",
+        }
+    }
+}
+
 impl Record {
     /// The share of fixes followed by a passing attempt.
     pub fn rate(&self) -> f64 {
