@@ -1,0 +1,306 @@
+//! One-tap links (`/a/{token}`): checked, confirmed, answered once.
+
+use crate::Shared;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use loopwright_app::ops::{self, read};
+use loopwright_engine::result::WaitKind;
+use loopwright_engine::{RunId, RunState, RunStatus};
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::Arc;
+
+use super::auto::legible;
+use super::{page, render_markdown};
+
+/// A one-tap link checked — signed here, unexpired, unused, its person still allowed to
+/// answer — or the page that refuses it.
+pub(super) async fn check_link(shared: &Shared, token: &str) -> Result<crate::notifications::Link, Refusal> {
+    use crate::notifications::LinkRefused;
+    let link = shared.signer.check(token, jiff::Timestamp::now()).map_err(|r| match r {
+        LinkRefused::Forged => {
+            Refusal(StatusCode::FORBIDDEN, "This link was not made by this loopwright, or it was changed.".into())
+        }
+        LinkRefused::Expired => {
+            Refusal(StatusCode::GONE, "This link has expired. Open the run in the dashboard to answer it.".into())
+        }
+    })?;
+    let store = Arc::clone(&shared.auto_store);
+    let key = link.key.clone();
+    let used = tokio::task::spawn_blocking(move || store.notify_link_used(&key)).await;
+    match used {
+        Ok(Ok(Some(None))) => {}
+        Ok(Ok(Some(Some(at)))) => {
+            return Err(Refusal(
+                StatusCode::GONE,
+                format!("This link was already used ({at}). Each link answers once."),
+            ));
+        }
+        _ => {
+            return Err(Refusal(
+                StatusCode::FORBIDDEN,
+                "This link's notification is not in this workspace's journal.".into(),
+            ));
+        }
+    }
+    match shared.people.role_of(&link.answer_as) {
+        Some(role) if !role.may_answer() => {
+            return Err(Refusal(
+                StatusCode::FORBIDDEN,
+                format!("{} may not answer: their role is viewer.", link.answer_as),
+            ));
+        }
+        None if link.person => {
+            return Err(Refusal(
+                StatusCode::FORBIDDEN,
+                format!("{} may no longer answer: their access was revoked.", link.answer_as),
+            ));
+        }
+        _ => {}
+    }
+    Ok(link)
+}
+
+/// A one-tap link checked: the link and the run it answers, or the page that refuses it.
+pub(super) async fn open_link(
+    shared: &Shared,
+    link: crate::notifications::Link,
+) -> Result<(LinkFor, RunState, loopwright_spec::Pipeline), Refusal> {
+    use crate::notifications::LinkAction;
+    let run = RunId::parse(&link.run).ok_or_else(|| Refusal(StatusCode::NOT_FOUND, "No such run.".into()))?;
+    let (pipeline, state) = read::load_run(&shared.ws, &shared.store, &run)
+        .await
+        .map_err(|e| Refusal(StatusCode::NOT_FOUND, e.message()))?;
+    let result = loopwright_engine::result::PipelineResult::from_state(&state);
+    let gate = matches!(link.action, LinkAction::Approve | LinkAction::Reject);
+    let waits = result.waiting.as_ref().is_some_and(|w| {
+        w.stage == link.stage && (w.kind == WaitKind::Approval) == gate && state.status == RunStatus::Waiting
+    });
+    // The run must still wait the wait the link was made for: a later escalation or gate at the
+    // same stage is another question, which this link did not ask.
+    let began = if waits && link.since > 0 {
+        let events = loopwright_engine::Store::events(&shared.store, &run)
+            .await
+            .map_err(|e| Refusal(StatusCode::NOT_FOUND, e.to_string()))?;
+        events.iter().rev().find(|r| r.event.run_status() == Some(RunStatus::Waiting)).map(|r| r.seq)
+    } else {
+        None
+    };
+    if waits && link.since > 0 && began != Some(link.since) {
+        return Err(Refusal(
+            StatusCode::CONFLICT,
+            format!(
+                "This link was for an earlier question at {} of run {run}, which was answered. Nothing was answered; open the run to answer the new one.",
+                link.stage
+            ),
+        ));
+    }
+    if !waits {
+        return Err(Refusal(
+            StatusCode::CONFLICT,
+            format!(
+                "Run {run} no longer waits at {}: it is {}. Nothing was answered.",
+                link.stage,
+                state.status.as_str()
+            ),
+        ));
+    }
+    Ok((LinkFor { link, run }, state, pipeline))
+}
+
+/// A link that was checked, with its run's id.
+pub(super) struct LinkFor {
+    link: crate::notifications::Link,
+    run: RunId,
+}
+
+/// Why a link page refuses: its status and words.
+pub(super) struct Refusal(StatusCode, String);
+
+impl Refusal {
+    /// The refusal as the answer to a confirmation's `POST` (the page's script shows it).
+    fn json(self) -> Response {
+        (self.0, axum::Json(json!({"error": {"code": "conflict", "message": self.1}}))).into_response()
+    }
+
+    fn page(self) -> Response {
+        let mut response = page("link.html", json!({"refused": self.1}));
+        *response.status_mut() = self.0;
+        response
+    }
+}
+
+/// `/a/{token}`: the confirmation page of a one-tap link — the headline, and the change so far
+/// (a gate) or the escalation's report (the question).
+pub(super) async fn link_page(State(shared): State<Arc<Shared>>, Path(token): Path<String>) -> Response {
+    let link = match check_link(&shared, &token).await {
+        Ok(link) => link,
+        Err(refusal) => return refusal.page(),
+    };
+    if let (Some(session), Some(choice)) = (link.session.clone(), link.choice.clone()) {
+        return match auto_question(&shared, &link, &session).await {
+            Ok(q) => page(
+                "link.html",
+                json!({
+                    "auto": true,
+                    "session": session,
+                    "label": format!("{}. {}", choice.key, choice.label),
+                    "as": link.answer_as,
+                    "why": legible(&q.why),
+                    "approves": if choice.is_yes() { q.approves } else { None },
+                }),
+            ),
+            Err(refusal) => refusal.page(),
+        };
+    }
+    let (found, state, pipeline) = match open_link(&shared, link).await {
+        Ok(found) => found,
+        Err(refusal) => return refusal.page(),
+    };
+    let status = loopwright_app::ownership::shown_status(&state);
+    let link = &found.link;
+    let report = read::escalation_report(&state).map(|(_, m)| render_markdown(&m));
+    let gate =
+        matches!(link.action, crate::notifications::LinkAction::Approve | crate::notifications::LinkAction::Reject);
+    page(
+        "link.html",
+        json!({
+            "run": found.run.as_str(),
+            "pipeline": state.started.as_ref().map(|s| s.pipeline.clone()),
+            "task": state.started.as_ref().map(|s| s.task.clone()),
+            "stage": link.stage,
+            "action": link.action,
+            "label": link.action.label(),
+            "as": link.answer_as,
+            "headline": ops::why::run_headline(&state, status, &pipeline),
+            "diff": if gate { read::run_diff(&state, 400) } else { None },
+            "report": if gate { None } else { report },
+            "gate": gate,
+        }),
+    )
+}
+
+/// What a person adds when confirming a link.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LinkConfirm {
+    #[serde(default)]
+    comment: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+/// `POST /a/{token}`: answers as the link says, once.
+pub(super) async fn link_answer(
+    State(shared): State<Arc<Shared>>,
+    Path(token): Path<String>,
+    crate::api::error::OptionalJson(body): crate::api::error::OptionalJson<LinkConfirm>,
+) -> Response {
+    use crate::notifications::LinkAction;
+    let refuse = |code: StatusCode, message: String| Refusal(code, message).json();
+    let link = match check_link(&shared, &token).await {
+        Ok(link) => link,
+        Err(Refusal(code, message)) => return refuse(code, message),
+    };
+    if let (Some(session), Some(choice)) = (link.session.clone(), link.choice.clone()) {
+        return auto_link_answer(&shared, link, session, choice).await;
+    }
+    let (found, _, _) = match open_link(&shared, link).await {
+        Ok(found) => found,
+        Err(Refusal(code, message)) => return refuse(code, message),
+    };
+    let link = found.link;
+    let text = body.text.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
+    if link.action == LinkAction::Fix && text.is_none() {
+        return refuse(StatusCode::UNPROCESSABLE_ENTITY, "Write the guidance for the next attempt.".into());
+    }
+    let comment = body.comment.map(|c| c.trim().chars().take(2000).collect::<String>()).filter(|c| !c.is_empty());
+    if let Err(Refusal(code, message)) = spend_link(shared.as_ref(), &link.key).await {
+        return refuse(code, message);
+    }
+    use loopwright_engine::event::Answer;
+    let by = link.answer_as.clone();
+    let answered = match link.action {
+        LinkAction::Approve => crate::api::runs::answer_gate(&shared, &found.run, true, by, comment, false).await,
+        LinkAction::Reject => crate::api::runs::answer_gate(&shared, &found.run, false, by, comment, false).await,
+        LinkAction::Retry => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Retry, by).await,
+        LinkAction::Fix => {
+            let text = text.unwrap_or_default().chars().take(20_000).collect();
+            crate::api::runs::answer_escalation(&shared, &found.run, Answer::Fix { text }, by).await
+        }
+        LinkAction::Skip => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Skip, by).await,
+        LinkAction::Abort => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Abort, by).await,
+        LinkAction::Choose => return refuse(StatusCode::FORBIDDEN, "This link answers no run.".into()),
+    };
+    match answered {
+        Ok(()) => axum::Json(json!({
+            "done": format!("{} — answered as {} on run {}", link.action.label(), link.answer_as, found.run),
+            "run_url": format!("/runs/{}", found.run),
+        }))
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Spends the link `key` before its answer is recorded: two taps at once answer once.
+pub(super) async fn spend_link(shared: &Shared, key: &str) -> Result<(), Refusal> {
+    let (store, key, at) = (Arc::clone(&shared.auto_store), key.to_owned(), jiff::Timestamp::now().to_string());
+    match tokio::task::spawn_blocking(move || store.notify_use_link(&key, &at)).await {
+        Ok(Ok(loopwright_store::notify::LinkUse::First)) => Ok(()),
+        _ => Err(Refusal(StatusCode::GONE, "This link was already used. Each link answers once.".into())),
+    }
+}
+
+/// The question an auto loop's link was made for, while the loop still waits on it.
+pub(super) async fn auto_question(
+    shared: &Arc<Shared>,
+    link: &crate::notifications::Link,
+    session: &str,
+) -> Result<ops::auto::Question, Refusal> {
+    let (s, name) = (Arc::clone(shared), session.to_owned());
+    let found = tokio::task::spawn_blocking(move || ops::auto::question(&s.ws, &s.auto_store, &name)).await;
+    match found {
+        Ok(Ok(Some(q))) if u64::try_from(q.asked).ok() == Some(link.since) => Ok(q),
+        Ok(Err(e)) => Err(Refusal(StatusCode::NOT_FOUND, e.message())),
+        _ => Err(Refusal(
+            StatusCode::CONFLICT,
+            format!(
+                "Auto loop {session} no longer waits on the question this link was made for. Nothing was answered; open the Auto page to see where it is."
+            ),
+        )),
+    }
+}
+
+/// `POST /a/{token}` of a link to an auto loop's menu: its choice typed, once, as the link's
+/// person — journaled as typed through a link.
+pub(super) async fn auto_link_answer(
+    shared: &Arc<Shared>,
+    link: crate::notifications::Link,
+    session: String,
+    choice: loopwright_auto::screen::Choice,
+) -> Response {
+    let refuse = |code: StatusCode, message: String| Refusal(code, message).json();
+    if let Err(Refusal(code, message)) = auto_question(shared, &link, &session).await {
+        return refuse(code, message);
+    }
+    if let Err(Refusal(code, message)) = spend_link(shared.as_ref(), &link.key).await {
+        return refuse(code, message);
+    }
+    let by = format!("{} (one-tap link)", link.answer_as);
+    let asked = i64::try_from(link.since).unwrap_or_default();
+    let (s, name, picked) = (Arc::clone(shared), session.clone(), choice.clone());
+    let answered = tokio::task::spawn_blocking(move || {
+        ops::auto::answer_question(&s.ws, &s.auto_store, &name, asked, &picked, &by)
+    })
+    .await;
+    match answered {
+        Ok(Ok(_)) => axum::Json(json!({
+            "done": format!("{}. {} — typed as {} in auto loop {session}", choice.key, choice.label, link.answer_as),
+            "run_url": format!("/auto#loop-{session}"),
+        }))
+        .into_response(),
+        Ok(Err(e)) => refuse(StatusCode::CONFLICT, e.message()),
+        Err(_) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "the answer could not be typed".into()),
+    }
+}

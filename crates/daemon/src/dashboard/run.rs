@@ -1,0 +1,380 @@
+//! A run's page (`/runs/{run}`): its stages and attempts, what it waits for, and why.
+
+use crate::Shared;
+use crate::api::auth::Caller;
+use axum::Extension;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use loopwright_app::ops::{self, output, read};
+use loopwright_engine::event::Event;
+use loopwright_engine::result::WaitKind;
+use loopwright_engine::state::StageStatus;
+use loopwright_engine::{RunId, RunState, RunStatus};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{Moment, duration, header_context, icon, page, render_markdown, signin, when};
+
+pub(super) async fn run_page(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    caller: Option<Extension<Caller>>,
+) -> Response {
+    let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
+    let header_ctx = header_context(&shared, &caller, "run").await;
+    let not_found = |message: String| {
+        let mut r = page("run.html", json!({"header": header_ctx, "missing": message}));
+        *r.status_mut() = StatusCode::NOT_FOUND;
+        r
+    };
+    let Some(run) = RunId::parse(&run) else { return not_found(format!("There is no run `{run}`.")) };
+    // One read of the journal for the whole page, however many stages the run has.
+    let (pipeline, state, events) = match read::load_run_events(&shared.ws, &shared.store, &run).await {
+        Ok(loaded) => loaded,
+        Err(e) => return not_found(e.message()),
+    };
+    let shown = loopwright_app::ownership::shown_status(&state);
+    let run_dir = shared.ws.runs_dir().join(run.as_str());
+    let by_stage = read::events_by_stage(&events);
+    let mut attempts = BTreeMap::new();
+    for stage in &state.stages {
+        let id = stage.id.as_str();
+        let of_stage = read::attempts_in(&run_dir, &state, id, by_stage.get(id).map_or(&[][..], Vec::as_slice));
+        attempts.insert(id.to_owned(), of_stage);
+    }
+    let context = run_context(&shared, &pipeline, &state, shown, &events, &attempts);
+    let store = Arc::clone(&shared.auto_store);
+    let id = run.to_string();
+    let notified: Vec<NotifiedView> = tokio::task::spawn_blocking(move || store.notifications(Some(&id), 100))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
+        .into_iter()
+        .map(NotifiedView::of)
+        .collect();
+    page("run.html", json!({"header": header_ctx, "run": context, "notified": notified}))
+}
+
+/// Everything the run page shows.
+pub(super) fn run_context(
+    shared: &Shared,
+    pipeline: &loopwright_spec::Pipeline,
+    state: &RunState,
+    status: RunStatus,
+    events: &[loopwright_engine::EventRecord],
+    attempts: &BTreeMap<String, Vec<read::Attempt>>,
+) -> Value {
+    let started = state.started.as_ref();
+    let first = events.first().map(|e| e.at);
+    let last = events.last().map(|e| e.at);
+    let now = jiff::Timestamp::now();
+    let elapsed = match (first, last) {
+        (Some(f), Some(l)) => (if status.is_final() { l } else { now }).duration_since(f).as_millis() as i64,
+        _ => 0,
+    };
+    // A stage in flight has run for its finished attempts and the current one so far.
+    let in_attempt_since = |id: &loopwright_spec::StageId| {
+        events.iter().rev().find_map(|e| match &e.event {
+            Event::AttemptStarted { stage, .. } if stage == id => Some(e.at),
+            _ => None,
+        })
+    };
+    let shown_ms = |st: &loopwright_engine::state::StageState| {
+        let running = matches!(st.status, StageStatus::Running | StageStatus::Looping) && !status.is_final();
+        let current = in_attempt_since(&st.id)
+            .filter(|_| running)
+            .map_or(0, |at| u64::try_from(now.duration_since(at).as_millis()).unwrap_or(0));
+        st.duration_ms + current
+    };
+    let longest = state.stages.iter().map(shown_ms).max().unwrap_or(0).max(1);
+    let in_flight = output::in_flight(state);
+    let result = loopwright_engine::result::PipelineResult::from_state(state);
+    // The stage at a gate or escalation the run waits on.
+    let waiting_at = result.waiting.as_ref().filter(|_| status == RunStatus::Waiting).map(|w| w.stage.as_str());
+    let mut stages = Vec::new();
+    // Every stage of the pipeline, in its order; those not reached yet are pending.
+    for stage in &pipeline.stages {
+        let Some(st) = state.stage(stage.id.as_str()) else {
+            stages.push(json!({
+                "id": stage.id.as_str(), "status": "pending", "icon": icon("pending"), "attempts_count": 0,
+                "duration": duration(0), "width": 0, "marks": [], "attempts": [], "spend": null,
+                "in_flight": false, "outputs": [],
+            }));
+            continue;
+        };
+        let status_word = if waiting_at == Some(st.id.as_str()) {
+            "waiting"
+        } else if status.is_final() && matches!(st.status, StageStatus::Running | StageStatus::Looping) {
+            // The run ended (interrupted, cancelled) while this stage was in flight.
+            "interrupted"
+        } else {
+            stage_word(st.status)
+        };
+        let ms = shown_ms(st);
+        let attempts: Vec<Value> = attempts
+            .get(st.id.as_str())
+            .map(|a| {
+                a.iter()
+                    .map(|attempt| {
+                        // The attempt in flight prints into the live box below, not here too.
+                        let live = !status.is_final()
+                            && in_flight
+                                .as_ref()
+                                .is_some_and(|f| f.stage == st.id.as_str() && f.attempt == attempt.number);
+                        attempt_context(attempt, live)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let budget = pipeline.stage(st.id.as_str()).map(|s| s.budget).unwrap_or_default();
+        let spend = &st.spend;
+        let spend_line = (spend.invocations > 0 || budget.tokens.is_some() || budget.cost_usd.is_some()).then(|| {
+            let mut parts = vec![format!(
+                "{} tokens{}",
+                spend.tokens,
+                budget.tokens.map(|b| format!(" of {b}")).unwrap_or_default()
+            )];
+            parts.push(format!(
+                "${:.4}{}",
+                spend.cost_usd,
+                budget.cost_usd.map(|b| format!(" of ${b:.2}")).unwrap_or_default()
+            ));
+            parts.push(format!(
+                "{} agent call(s){}",
+                spend.invocations,
+                budget.invocations.map(|b| format!(" of {b}")).unwrap_or_default()
+            ));
+            format!("{}{}", parts.join(" · "), if spend.estimated { " (tokens estimated)" } else { "" })
+        });
+        stages.push(json!({
+            "id": st.id.as_str(),
+            "status": status_word,
+            "icon": icon(status_word),
+            "attempts_count": st.attempts,
+            "duration": duration(ms as i64),
+            "width": (ms as f64 / longest as f64 * 100.0).clamp(1.0, 100.0).round(),
+            "marks": (1..=st.attempts).collect::<Vec<u32>>(),
+            "attempts": attempts,
+            "spend": spend_line,
+            "in_flight": in_flight.as_ref().is_some_and(|f| f.stage == st.id.as_str()),
+            "outputs": st.outputs.keys().collect::<Vec<_>>(),
+            "headline": ops::why::stage_headline(st, pipeline),
+        }));
+    }
+    let waiting = result.waiting.as_ref().filter(|_| status == RunStatus::Waiting).map(|w| {
+        let report = (w.kind == WaitKind::Escalation)
+            .then(|| read::escalation_report(state).map(|(_, m)| render_markdown(&m)))
+            .flatten();
+        let impact = loopwright_spec::StageId::parse(&w.stage)
+            .filter(|_| w.kind == WaitKind::Escalation)
+            .map(|s| ops::answer::skip_impact(pipeline, state, &s));
+        json!({"kind": w.kind, "stage": w.stage, "report": report, "skip_impact": impact})
+    });
+    let rollback: Vec<String> = events.iter().filter_map(|r| rollback_line(&r.event)).collect();
+    let letters: Vec<Value> = ops::dead_letters::list(&shared.ws)
+        .into_iter()
+        .filter(|row| row.run_id == state.run_id.as_str())
+        .filter_map(|row| ops::dead_letters::show(&shared.ws, &row.task_id).ok())
+        .map(|l| json!({"task_id": l.task_id, "text": render_markdown(&l.text)}))
+        .collect();
+    let answers = read::answers(events);
+    let resumable = matches!(ops::resume::check(state), Ok(ops::resume::Resumable::Yes))
+        && matches!(status, RunStatus::Interrupted);
+    json!({
+        "id": state.run_id.as_str(),
+        "pipeline": started.map(|s| s.pipeline.clone()),
+        "task_id": started.map(|s| s.task_id.to_string()),
+        "task": started.map(|s| s.task.clone()),
+        "status": status.as_str(),
+        "icon": icon(status.as_str()),
+        "started": first.map(when),
+        "duration": duration(elapsed),
+        "final": status.is_final(),
+        "retry_from": state.stages.iter().find(|s| s.status == StageStatus::Failed).map(|s| s.id.as_str()),
+        "cancellable": !status.is_final(),
+        "resumable": resumable,
+        "stages": stages,
+        "waiting": waiting,
+        "ended_by": ended_by(status, &answers),
+        // The worker that drives it now, or drove it last (runs submitted to workers).
+        "worker": state.owner.as_ref().and_then(|o| o.worker.clone()),
+        "headline": ops::why::run_headline(state, status, pipeline),
+        "answers": answers.into_iter().map(AnswerView::of).collect::<Vec<_>>(),
+        "artifacts": result.artifacts,
+        "failed_stage": result.failed_stage,
+        "rollback": rollback,
+        "dead_letters": letters,
+        "in_flight": in_flight.map(|f| json!({"stage": f.stage, "attempt": f.attempt})),
+    })
+}
+
+pub(super) fn stage_word(status: StageStatus) -> &'static str {
+    // Finer than the result JSON's word while a stage is between attempts.
+    match status {
+        StageStatus::RetryWaiting => "retry_waiting",
+        StageStatus::Looping => "looping",
+        other => other.as_str(),
+    }
+}
+
+/// How an attempt ended, in words (a closed-loop attempt ends in one of its phases).
+pub(super) fn attempt_word(status: &str) -> String {
+    match status {
+        "generated" => "generated, not checked yet",
+        "validated" => "validated, its checks next",
+        "evaluated" => "checked",
+        "regression_checked" => "checked for regressions",
+        "analyzed" => "failed; its failure analyzed",
+        "fix_applied" => "failed; a fix was applied for the next attempt",
+        "loop_escalated" => "failed; escalated to a person",
+        "dead_lettered" => "failed; given up (dead letter)",
+        other => other,
+    }
+    .to_owned()
+}
+
+/// A stage's error in words: what failed, how it ended and the pattern it matched.
+pub(super) fn error_words(e: &loopwright_engine::StageError) -> String {
+    let mut text = e.message.trim().to_owned();
+    if let Some(code) = e.exit_code
+        && !text.contains(&format!("exit code {code}"))
+    {
+        text.push_str(&format!(" (exit code {code})"));
+    }
+    if let Some(p) = &e.pattern {
+        text.push_str(&format!(" — failure pattern {p}"));
+    }
+    text
+}
+
+pub(super) fn attempt_context(a: &read::Attempt, live: bool) -> Value {
+    let usage = a.usage.as_ref().map(|u| {
+        let cost = u.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
+        let estimated = if u.estimated { " (estimated)" } else { "" };
+        format!("{} tokens{cost}{estimated}", u.input_tokens + u.output_tokens)
+    });
+    // What the closed loop did and decided, phase by phase, in sentences.
+    let phases: Vec<ops::why::Phase> = a.phases.iter().filter_map(ops::why::phase).collect();
+    json!({
+        "number": a.number,
+        "status": attempt_word(&a.status),
+        "icon": icon(&a.status),
+        "started": a.started_at.map(when),
+        "duration": a.duration_ms.map(|d| duration(d as i64)),
+        "prompt": a.prompt,
+        "output": if live { None } else { a.output.as_ref() },
+        "stderr": if live { None } else { a.stderr.as_ref() },
+        "live": live,
+        "error": a.error.as_ref().map(error_words),
+        // The error's output is the tail of the attempt's stderr or stdout: shown apart only
+        // when neither is there to show it (one attempt, one output).
+        "error_output": a
+            .error
+            .as_ref()
+            .map(|e| e.output_tail.clone())
+            .filter(|t| !t.trim().is_empty())
+            .filter(|t| ![&a.output, &a.stderr].iter().any(|o| o.as_deref().is_some_and(|o| o.contains(t.trim())))),
+        "retry_context": a.retry_context,
+        "usage": usage,
+        "phases": phases,
+    })
+}
+
+/// A rollback's step in words: what was undone, how, and how it went.
+pub(super) fn rollback_line(event: &Event) -> Option<String> {
+    use loopwright_spec::pipeline::RollbackStrategy;
+    let names = |stages: &[loopwright_spec::StageId]| stages.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
+    Some(match event {
+        Event::RollbackStarted { trigger: Some(t), stages } => {
+            format!("Rolling back {} after {} failed", names(stages), t.as_str())
+        }
+        Event::RollbackStarted { trigger: None, stages } => format!("Rolling back {} (asked for)", names(stages)),
+        Event::StageRolledBack { stage, strategy, status, detail } => {
+            let how = match strategy {
+                RollbackStrategy::GitRevert => "its commits reverted",
+                RollbackStrategy::FileRestore => "its files restored",
+                RollbackStrategy::MemoryCleanup => "its artifacts and state removed",
+                RollbackStrategy::Manual => "manual steps",
+            };
+            let detail = if detail.trim().is_empty() { String::new() } else { format!(": {}", detail.trim()) };
+            format!("{} — {how}, {}{detail}", stage.as_str(), status.as_str())
+        }
+        Event::RollbackFinished { overall } => format!("Rollback finished: {}", overall.as_str()),
+        _ => return None,
+    })
+}
+
+/// Why a cancelled run ended, when a person ended it: a rejected gate (and the comment) or a
+/// cancel, with who — so the header does not just say "cancelled".
+pub(super) fn ended_by(status: RunStatus, answers: &[read::PersonAnswer]) -> Option<String> {
+    if status != RunStatus::Cancelled {
+        return None;
+    }
+    answers.iter().rev().find_map(|a| match a.action {
+        read::PersonAction::Rejected => Some(format!(
+            "Rejected by {} at {}{}",
+            a.by,
+            a.stage.as_deref().unwrap_or("its gate"),
+            a.comment.as_ref().map(|c| format!(": {c}")).unwrap_or_default()
+        )),
+        read::PersonAction::Cancelled => Some(format!("Cancelled by {}", a.by)),
+        _ => None,
+    })
+}
+
+/// A notification about the run, as its page lists it.
+#[derive(Debug, Serialize)]
+pub(super) struct NotifiedView {
+    at: Option<Moment>,
+    event: String,
+    target: String,
+    outcome: String,
+}
+
+impl NotifiedView {
+    fn of(n: loopwright_store::notify::Notification) -> Self {
+        use loopwright_store::notify::NotificationStatus;
+        let tries = if n.attempts == 1 { "1 try".to_owned() } else { format!("{} tries", n.attempts) };
+        let outcome = match n.status {
+            NotificationStatus::Pending => format!(
+                "being sent ({tries} so far{})",
+                if n.detail.is_empty() { String::new() } else { format!(": {}", n.detail) }
+            ),
+            NotificationStatus::NotificationSent => format!("sent ({tries})"),
+            NotificationStatus::NotificationFailed => format!("not delivered after {tries}: {}", n.detail),
+        };
+        let outcome = match &n.link_used_at {
+            Some(at) => format!("{outcome}; its link was used at {at}"),
+            None => outcome,
+        };
+        Self { at: n.at.parse().ok().map(Moment::of), event: n.event.replace('_', " "), target: n.target, outcome }
+    }
+}
+
+/// An answer a person gave the run, as its page shows it.
+#[derive(Debug, Serialize)]
+pub(super) struct AnswerView {
+    at: Moment,
+    by: String,
+    verb: &'static str,
+    stage: Option<String>,
+    detail: Option<String>,
+    comment: Option<String>,
+}
+
+impl AnswerView {
+    fn of(a: read::PersonAnswer) -> Self {
+        Self {
+            at: Moment::of(a.at),
+            by: a.by,
+            verb: a.action.verb(),
+            stage: a.stage,
+            detail: a.detail,
+            comment: a.comment,
+        }
+    }
+}
