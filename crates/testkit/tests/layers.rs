@@ -327,6 +327,19 @@ fn the_engine_stays_small() {
 }
 
 #[test]
+fn the_dashboard_renders_typed_views() {
+    let dir = workspace().join("crates/daemon/src/dashboard");
+    let mut untyped = Vec::new();
+    for path in rust_files(&dir) {
+        let text = std::fs::read_to_string(&path).expect("a source file");
+        if code(&text).contains("json!") {
+            untyped.push(path.strip_prefix(&dir).expect("under the dashboard").display().to_string());
+        }
+    }
+    assert_eq!(untyped, Vec::<String>::new(), "a page renders a typed view, not json! (AGENTS.md)");
+}
+
+#[test]
 fn the_scan_sees_a_cycle_and_a_crossing() {
     // The checks above would pass on an empty scan: show they catch what they look for.
     let graph = BTreeMap::from([

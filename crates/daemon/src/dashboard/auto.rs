@@ -8,10 +8,9 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use loopwright_app::ops::{self};
 use serde::Serialize;
-use serde_json::json;
 use std::sync::Arc;
 
-use super::{Moment, countdown, duration, header_context, page, signin};
+use super::{Moment, Page, countdown, duration, header_context, page, signin};
 
 /// The auto loops' page: each loop's status object in words, its live screen and journal,
 /// the stop button; the start dialog with the defaults of `[auto]`.
@@ -38,18 +37,47 @@ pub(super) async fn auto_page(State(shared): State<Arc<Shared>>, caller: Option<
         }
     }
     let defaults = &shared.ws.config.auto;
-    page(
-        "auto.html",
-        json!({
-            "header": header_ctx,
-            "loops": loops,
-            "modules": modules,
-            "agents": names,
-            "default_agent": shared.ws.config.defaults.runner,
-            // `30`, not `30.0`: what a person would type.
-            "defaults": {"max_iterations": defaults.max_iterations, "timeout_minutes": format!("{}", defaults.timeout_minutes)},
-        }),
-    )
+    let body = AutoPage {
+        loops,
+        modules,
+        agents: names,
+        default_agent: shared.ws.config.defaults.runner.clone(),
+        // `30`, not `30.0`: what a person would type.
+        defaults: StartDefaults {
+            max_iterations: defaults.max_iterations,
+            timeout_minutes: format!("{}", defaults.timeout_minutes),
+        },
+    };
+    page("auto.html", &Page { header: header_ctx, body })
+}
+
+/// The auto loops' page.
+#[derive(Debug, Serialize)]
+struct AutoPage {
+    /// Each loop, those that need a person first.
+    loops: Vec<LoopView>,
+    /// The task modules a loop can be started on.
+    modules: Vec<String>,
+    /// The agents a loop can be started with.
+    agents: Vec<String>,
+    /// The one chosen unless a person picks another.
+    default_agent: String,
+    /// The start dialog's defaults, from `[auto]`.
+    defaults: StartDefaults,
+}
+
+/// The start dialog's defaults.
+#[derive(Debug, Serialize)]
+struct StartDefaults {
+    max_iterations: u32,
+    /// As a person would type it.
+    timeout_minutes: String,
+}
+
+/// An ended loop's report page.
+#[derive(Debug, Serialize)]
+struct ReportPage {
+    report: ReportView,
 }
 
 /// One loop as the auto page shows it.
@@ -164,7 +192,7 @@ pub(super) async fn auto_report_page(
         cost: r.cost.clone(),
         markdown: r.to_markdown(),
     };
-    page("auto_report.html", json!({ "header": header_ctx, "report": view }))
+    page("auto_report.html", &Page { header: header_ctx, body: ReportPage { report: view } })
 }
 
 pub(super) fn auto_view(

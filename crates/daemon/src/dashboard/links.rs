@@ -1,18 +1,18 @@
 //! One-tap links (`/a/{token}`): checked, confirmed, answered once.
 
 use crate::Shared;
+use crate::api::error::{ErrorBody, ErrorDetail};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use loopwright_app::ops::{self, read};
 use loopwright_engine::result::WaitKind;
 use loopwright_engine::{RunId, RunState, RunStatus};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use super::auto::legible;
-use super::{page, render_markdown};
+use super::{Rendered, page, render_markdown};
 
 /// A one-tap link checked — signed here, unexpired, unused, its person still allowed to
 /// answer — or the page that refuses it.
@@ -121,11 +121,12 @@ pub(super) struct Refusal(StatusCode, String);
 impl Refusal {
     /// The refusal as the answer to a confirmation's `POST` (the page's script shows it).
     fn json(self) -> Response {
-        (self.0, axum::Json(json!({"error": {"code": "conflict", "message": self.1}}))).into_response()
+        let error = ErrorDetail { code: "conflict".to_owned(), message: self.1, diagnostics: Vec::new() };
+        (self.0, axum::Json(ErrorBody { error })).into_response()
     }
 
     fn page(self) -> Response {
-        let mut response = page("link.html", json!({"refused": self.1}));
+        let mut response = page("link.html", &LinkPage::Refused { refused: self.1 });
         *response.status_mut() = self.0;
         response
     }
@@ -142,14 +143,14 @@ pub(super) async fn link_page(State(shared): State<Arc<Shared>>, Path(token): Pa
         return match auto_question(&shared, &link, &session).await {
             Ok(q) => page(
                 "link.html",
-                json!({
-                    "auto": true,
-                    "session": session,
-                    "label": format!("{}. {}", choice.key, choice.label),
-                    "as": link.answer_as,
-                    "why": legible(&q.why),
-                    "approves": if choice.is_yes() { q.approves } else { None },
-                }),
+                &LinkPage::Auto {
+                    auto: true,
+                    label: format!("{}. {}", choice.key, choice.label),
+                    answer_as: link.answer_as,
+                    why: legible(&q.why),
+                    approves: if choice.is_yes() { q.approves } else { None },
+                    session,
+                },
             ),
             Err(refusal) => refusal.page(),
         };
@@ -165,20 +166,75 @@ pub(super) async fn link_page(State(shared): State<Arc<Shared>>, Path(token): Pa
         matches!(link.action, crate::notifications::LinkAction::Approve | crate::notifications::LinkAction::Reject);
     page(
         "link.html",
-        json!({
-            "run": found.run.as_str(),
-            "pipeline": state.started.as_ref().map(|s| s.pipeline.clone()),
-            "task": state.started.as_ref().map(|s| s.task.clone()),
-            "stage": link.stage,
-            "action": link.action,
-            "label": link.action.label(),
-            "as": link.answer_as,
-            "headline": ops::why::run_headline(&state, status, &pipeline),
-            "diff": if gate { read::run_diff(&state, 400) } else { None },
-            "report": if gate { None } else { report },
-            "gate": gate,
-        }),
+        &LinkPage::Run(Box::new(RunLink {
+            run: found.run.to_string(),
+            pipeline: state.started.as_ref().map(|s| s.pipeline.clone()),
+            task: state.started.as_ref().map(|s| s.task.clone()),
+            stage: link.stage.clone(),
+            action: link.action,
+            label: link.action.label(),
+            answer_as: link.answer_as.clone(),
+            headline: ops::why::run_headline(&state, status, &pipeline),
+            diff: if gate { read::run_diff(&state, 400) } else { None },
+            report: if gate { None } else { report },
+            gate,
+        })),
     )
+}
+
+/// The confirmation page of a one-tap link.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum LinkPage {
+    /// The link answers nothing: why.
+    Refused { refused: String },
+    /// A choice of an auto loop's menu.
+    Auto {
+        /// Always true: the template shows the loop's question.
+        auto: bool,
+        session: String,
+        /// The choice, as the menu draws it.
+        label: String,
+        /// Who answers.
+        #[serde(rename = "as")]
+        answer_as: String,
+        /// What the loop asks, legible.
+        why: String,
+        /// What a yes approves, when the choice is one.
+        approves: Option<String>,
+    },
+    /// A run's gate or escalation.
+    Run(Box<RunLink>),
+}
+
+/// A link to a run's gate or escalation, as its confirmation page shows it.
+#[derive(Debug, Serialize)]
+struct RunLink {
+    run: String,
+    pipeline: Option<String>,
+    task: Option<String>,
+    stage: String,
+    action: crate::notifications::LinkAction,
+    /// The action, in words.
+    label: &'static str,
+    /// Who answers.
+    #[serde(rename = "as")]
+    answer_as: String,
+    headline: Option<ops::why::Headline>,
+    /// The change so far (a gate).
+    diff: Option<String>,
+    /// The escalation's report (a question).
+    report: Option<Rendered>,
+    gate: bool,
+}
+
+/// A link's answer, recorded: what the confirmation page says, and where to go next.
+#[derive(Debug, Serialize)]
+struct Done {
+    /// What was answered, as whom.
+    done: String,
+    /// The run's page, or the auto loop's.
+    run_url: String,
 }
 
 /// What a person adds when confirming a link.
@@ -234,10 +290,10 @@ pub(super) async fn link_answer(
         LinkAction::Choose => return refuse(StatusCode::FORBIDDEN, "This link answers no run.".into()),
     };
     match answered {
-        Ok(()) => axum::Json(json!({
-            "done": format!("{} — answered as {} on run {}", link.action.label(), link.answer_as, found.run),
-            "run_url": format!("/runs/{}", found.run),
-        }))
+        Ok(()) => axum::Json(Done {
+            done: format!("{} — answered as {} on run {}", link.action.label(), link.answer_as, found.run),
+            run_url: format!("/runs/{}", found.run),
+        })
         .into_response(),
         Err(e) => e.into_response(),
     }
@@ -295,10 +351,10 @@ pub(super) async fn auto_link_answer(
     })
     .await;
     match answered {
-        Ok(Ok(_)) => axum::Json(json!({
-            "done": format!("{}. {} — typed as {} in auto loop {session}", choice.key, choice.label, link.answer_as),
-            "run_url": format!("/auto#loop-{session}"),
-        }))
+        Ok(Ok(_)) => axum::Json(Done {
+            done: format!("{}. {} — typed as {} in auto loop {session}", choice.key, choice.label, link.answer_as),
+            run_url: format!("/auto#loop-{session}"),
+        })
         .into_response(),
         Ok(Err(e)) => refuse(StatusCode::CONFLICT, e.message()),
         Err(_) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "the answer could not be typed".into()),

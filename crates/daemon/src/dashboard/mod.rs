@@ -22,7 +22,6 @@ use loopwright_engine::event::Event;
 use loopwright_engine::{RunStatus, Store};
 use serde::Deserialize;
 use serde::Serialize;
-use serde_json::{Value, json};
 use std::sync::{Arc, LazyLock};
 
 mod auto;
@@ -94,8 +93,9 @@ struct RunsQuery {
     page: Option<String>,
 }
 
-fn page(template: &str, context: Value) -> Response {
-    match TEMPLATES.get_template(template).and_then(|t| t.render(minijinja::value::Serde(&context))) {
+/// A page rendered from its typed view.
+fn page(template: &str, context: &impl Serialize) -> Response {
+    match TEMPLATES.get_template(template).and_then(|t| t.render(minijinja::value::Serde(context))) {
         Ok(html) => {
             let mut response = Html(html).into_response();
             let headers = response.headers_mut();
@@ -112,7 +112,15 @@ fn page(template: &str, context: Value) -> Response {
 /// The page a visitor without the cookie gets.
 fn signin(shared: &Shared, status: StatusCode, wrong: bool) -> Response {
     let days = shared.session_seconds / 86_400;
-    let mut response = page("signin.html", json!({"wrong": wrong, "days": days}));
+    /// The sign-in page's view.
+    #[derive(Serialize)]
+    struct SignIn {
+        /// The token given was wrong.
+        wrong: bool,
+        /// How many days a sign-in lasts.
+        days: u64,
+    }
+    let mut response = page("signin.html", &SignIn { wrong, days });
     *response.status_mut() = status;
     response
 }
@@ -128,22 +136,75 @@ async fn asset(Path(file): Path<String>) -> Response {
 
 /// What every page shows in its header: who is signed in and what they may do, how many runs
 /// and auto loops wait for a person.
-async fn header_context(shared: &Shared, caller: &Caller, current: &str) -> Value {
+async fn header_context(shared: &Shared, caller: &Caller, current: &'static str) -> HeaderView {
     let waiting = runs_waiting(shared).await;
     let feed = shared.store.feed_last().await.unwrap_or(0);
     let auto_needs = auto_needing_you(shared).await;
-    json!({
-        "waiting_count": waiting + auto_needs.len() as u64,
-        "auto_needs": auto_needs.len(),
-        "auto_needs_list": auto_needs,
-        "current": current,
-        "person": caller.person,
-        "role": caller.role.as_str(),
-        "can_answer": caller.role.may_answer(),
-        "can_admin": caller.role >= Role::Admin,
-        "kinds": Event::KINDS,
-        "feed": feed,
-    })
+    HeaderView {
+        waiting_count: waiting + auto_needs.len() as u64,
+        auto_needs: auto_needs.len(),
+        auto_needs_list: auto_needs,
+        current,
+        person: caller.person.clone(),
+        role: caller.role.as_str(),
+        can_answer: caller.role.may_answer(),
+        can_admin: caller.role >= Role::Admin,
+        kinds: Event::KINDS,
+        feed,
+    }
+}
+
+/// Every page's header.
+#[derive(Debug, Serialize)]
+struct HeaderView {
+    /// Runs and auto loops waiting for a person.
+    waiting_count: u64,
+    /// Of them, auto loops.
+    auto_needs: usize,
+    /// Those loops.
+    auto_needs_list: Vec<NeedsYou>,
+    /// The page shown (`runs`, `run`, `auto`, …).
+    current: &'static str,
+    /// Who is signed in, when known.
+    person: Option<String>,
+    /// Their role.
+    role: &'static str,
+    /// Whether they may answer gates and escalations.
+    can_answer: bool,
+    /// Whether they may administer.
+    can_admin: bool,
+    /// The journal's event kinds (the page's script follows them).
+    kinds: &'static [&'static str],
+    /// The journal's feed position the page was rendered at.
+    feed: u64,
+}
+
+/// A page: its header, and what it shows.
+#[derive(Debug, Serialize)]
+struct Page<T: Serialize> {
+    /// The header.
+    header: HeaderView,
+    /// The page's own view.
+    #[serde(flatten)]
+    body: T,
+}
+
+/// What a page shows instead of its content when that cannot be read.
+#[derive(Debug, Serialize)]
+struct Missing {
+    /// Why.
+    missing: String,
+}
+
+/// An auto loop waiting for a person, in the header.
+#[derive(Debug, Serialize)]
+struct NeedsYou {
+    /// Its session.
+    session: String,
+    /// Its task module, as the workspace shows it.
+    task_dir: String,
+    /// The first line of why it waits.
+    why: String,
 }
 
 /// How many runs wait for a person.
@@ -158,19 +219,17 @@ async fn waiting_count(shared: &Shared) -> u64 {
 }
 
 /// The auto loops that wait for a person (a prompt the policy will not answer).
-async fn auto_needing_you(shared: &Shared) -> Vec<Value> {
+async fn auto_needing_you(shared: &Shared) -> Vec<NeedsYou> {
     let store = Arc::clone(&shared.auto_store);
     let loops = tokio::task::spawn_blocking(move || ops::auto::list(&store)).await.ok().and_then(Result::ok);
     loops
         .unwrap_or_default()
         .into_iter()
         .filter(|l| l.status == loopwright_auto::state::LoopStatus::NeedsHuman)
-        .map(|l| {
-            json!({
-                "session": l.session_name,
-                "task_dir": shared.ws.shown(std::path::Path::new(&l.task_dir)),
-                "why": l.needs_human.as_deref().and_then(|w| w.lines().next()).unwrap_or_default(),
-            })
+        .map(|l| NeedsYou {
+            task_dir: shared.ws.shown(std::path::Path::new(&l.task_dir)),
+            why: l.needs_human.as_deref().and_then(|w| w.lines().next()).unwrap_or_default().to_owned(),
+            session: l.session_name,
         })
         .collect()
 }

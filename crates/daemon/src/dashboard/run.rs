@@ -12,11 +12,12 @@ use loopwright_engine::result::WaitKind;
 use loopwright_engine::state::StageStatus;
 use loopwright_engine::{RunId, RunState, RunStatus};
 use serde::Serialize;
-use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{Moment, duration, header_context, icon, page, render_markdown, signin, when};
+use super::{
+    HeaderView, Missing, Moment, Page, Rendered, duration, header_context, icon, page, render_markdown, signin, when,
+};
 
 pub(super) async fn run_page(
     State(shared): State<Arc<Shared>>,
@@ -25,16 +26,16 @@ pub(super) async fn run_page(
 ) -> Response {
     let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
     let header_ctx = header_context(&shared, &caller, "run").await;
-    let not_found = |message: String| {
-        let mut r = page("run.html", json!({"header": header_ctx, "missing": message}));
+    let not_found = |header: HeaderView, missing: String| {
+        let mut r = page("run.html", &Page { header, body: Missing { missing } });
         *r.status_mut() = StatusCode::NOT_FOUND;
         r
     };
-    let Some(run) = RunId::parse(&run) else { return not_found(format!("There is no run `{run}`.")) };
+    let Some(run) = RunId::parse(&run) else { return not_found(header_ctx, format!("There is no run `{run}`.")) };
     // One read of the journal for the whole page, however many stages the run has.
     let (pipeline, state, events) = match read::load_run_events(&shared.ws, &shared.store, &run).await {
         Ok(loaded) => loaded,
-        Err(e) => return not_found(e.message()),
+        Err(e) => return not_found(header_ctx, e.message()),
     };
     let shown = loopwright_app::ownership::shown_status(&state);
     let run_dir = shared.ws.runs_dir().join(run.as_str());
@@ -56,18 +57,131 @@ pub(super) async fn run_page(
         .into_iter()
         .map(NotifiedView::of)
         .collect();
-    page("run.html", json!({"header": header_ctx, "run": context, "notified": notified}))
+    page("run.html", &Page { header: header_ctx, body: RunPage { run: context, notified } })
+}
+
+/// A run's page.
+#[derive(Debug, Serialize)]
+struct RunPage {
+    run: RunView,
+    /// The notifications sent about it.
+    notified: Vec<NotifiedView>,
+}
+
+/// A run, as its page shows it.
+#[derive(Debug, Serialize)]
+pub(super) struct RunView {
+    id: String,
+    pipeline: Option<String>,
+    task_id: Option<String>,
+    task: Option<String>,
+    status: &'static str,
+    icon: &'static str,
+    started: Option<String>,
+    duration: String,
+    #[serde(rename = "final")]
+    ended: bool,
+    /// The failed stage a rerun would start from.
+    retry_from: Option<String>,
+    cancellable: bool,
+    resumable: bool,
+    /// Every stage of the pipeline, in its order.
+    stages: Vec<StageView>,
+    /// What it waits for, when it waits for a person.
+    waiting: Option<WaitingView>,
+    /// Who ended it, in words.
+    ended_by: Option<String>,
+    /// The worker that drives it now, or drove it last.
+    worker: Option<String>,
+    headline: Option<ops::why::Headline>,
+    answers: Vec<AnswerView>,
+    artifacts: BTreeMap<String, String>,
+    failed_stage: Option<String>,
+    /// Its rollback, in words.
+    rollback: Vec<String>,
+    dead_letters: Vec<LetterView>,
+    in_flight: Option<InFlightView>,
+}
+
+/// A stage of a run's page.
+#[derive(Debug, Serialize)]
+struct StageView {
+    id: String,
+    status: &'static str,
+    icon: &'static str,
+    attempts_count: u32,
+    duration: String,
+    /// Its bar's width, in percent of the longest stage's.
+    width: f64,
+    /// One mark per attempt.
+    marks: Vec<u32>,
+    attempts: Vec<AttemptView>,
+    /// What it spent, against its budget.
+    spend: Option<String>,
+    in_flight: bool,
+    /// The outputs it declared.
+    outputs: Vec<String>,
+    headline: Option<ops::why::Headline>,
+}
+
+/// What a waiting run waits for.
+#[derive(Debug, Serialize)]
+struct WaitingView {
+    kind: WaitKind,
+    stage: String,
+    /// An escalation's report.
+    report: Option<Rendered>,
+    /// What skipping the stage would leave without its outputs.
+    skip_impact: Option<String>,
+}
+
+/// A dead letter of the run.
+#[derive(Debug, Serialize)]
+struct LetterView {
+    task_id: Option<String>,
+    text: Rendered,
+}
+
+/// The attempt running now.
+#[derive(Debug, Serialize)]
+struct InFlightView {
+    stage: String,
+    attempt: u32,
+}
+
+/// An attempt of a stage.
+#[derive(Debug, Serialize)]
+struct AttemptView {
+    number: u32,
+    status: String,
+    icon: &'static str,
+    started: Option<String>,
+    duration: Option<String>,
+    prompt: Option<String>,
+    /// What it printed (not while it runs: the live box shows that).
+    output: Option<String>,
+    stderr: Option<String>,
+    live: bool,
+    /// Its error, in words.
+    error: Option<String>,
+    /// The error's output, when neither stream shows it.
+    error_output: Option<String>,
+    retry_context: Option<String>,
+    /// Its tokens and cost.
+    usage: Option<String>,
+    /// What the closed loop did, phase by phase.
+    phases: Vec<ops::why::Phase>,
 }
 
 /// Everything the run page shows.
-pub(super) fn run_context(
+fn run_context(
     shared: &Shared,
     pipeline: &loopwright_spec::Pipeline,
     state: &RunState,
     status: RunStatus,
     events: &[loopwright_engine::EventRecord],
     attempts: &BTreeMap<String, Vec<read::Attempt>>,
-) -> Value {
+) -> RunView {
     let started = state.started.as_ref();
     let first = events.first().map(|e| e.at);
     let last = events.last().map(|e| e.at);
@@ -99,11 +213,20 @@ pub(super) fn run_context(
     // Every stage of the pipeline, in its order; those not reached yet are pending.
     for stage in &pipeline.stages {
         let Some(st) = state.stage(stage.id.as_str()) else {
-            stages.push(json!({
-                "id": stage.id.as_str(), "status": "pending", "icon": icon("pending"), "attempts_count": 0,
-                "duration": duration(0), "width": 0, "marks": [], "attempts": [], "spend": null,
-                "in_flight": false, "outputs": [],
-            }));
+            stages.push(StageView {
+                id: stage.id.to_string(),
+                status: "pending",
+                icon: icon("pending"),
+                attempts_count: 0,
+                duration: duration(0),
+                width: 0.0,
+                marks: Vec::new(),
+                attempts: Vec::new(),
+                spend: None,
+                in_flight: false,
+                outputs: Vec::new(),
+                headline: None,
+            });
             continue;
         };
         let status_word = if waiting_at == Some(st.id.as_str()) {
@@ -115,7 +238,7 @@ pub(super) fn run_context(
             stage_word(st.status)
         };
         let ms = shown_ms(st);
-        let attempts: Vec<Value> = attempts
+        let attempts: Vec<AttemptView> = attempts
             .get(st.id.as_str())
             .map(|a| {
                 a.iter()
@@ -150,20 +273,20 @@ pub(super) fn run_context(
             ));
             format!("{}{}", parts.join(" · "), if spend.estimated { " (tokens estimated)" } else { "" })
         });
-        stages.push(json!({
-            "id": st.id.as_str(),
-            "status": status_word,
-            "icon": icon(status_word),
-            "attempts_count": st.attempts,
-            "duration": duration(ms as i64),
-            "width": (ms as f64 / longest as f64 * 100.0).clamp(1.0, 100.0).round(),
-            "marks": (1..=st.attempts).collect::<Vec<u32>>(),
-            "attempts": attempts,
-            "spend": spend_line,
-            "in_flight": in_flight.as_ref().is_some_and(|f| f.stage == st.id.as_str()),
-            "outputs": st.outputs.keys().collect::<Vec<_>>(),
-            "headline": ops::why::stage_headline(st, pipeline),
-        }));
+        stages.push(StageView {
+            id: st.id.to_string(),
+            status: status_word,
+            icon: icon(status_word),
+            attempts_count: st.attempts,
+            duration: duration(ms as i64),
+            width: (ms as f64 / longest as f64 * 100.0).clamp(1.0, 100.0).round(),
+            marks: (1..=st.attempts).collect(),
+            attempts,
+            spend: spend_line,
+            in_flight: in_flight.as_ref().is_some_and(|f| f.stage == st.id.as_str()),
+            outputs: st.outputs.keys().cloned().collect(),
+            headline: ops::why::stage_headline(st, pipeline),
+        });
     }
     let waiting = result.waiting.as_ref().filter(|_| status == RunStatus::Waiting).map(|w| {
         let report = (w.kind == WaitKind::Escalation)
@@ -172,44 +295,43 @@ pub(super) fn run_context(
         let impact = loopwright_spec::StageId::parse(&w.stage)
             .filter(|_| w.kind == WaitKind::Escalation)
             .map(|s| ops::answer::skip_impact(pipeline, state, &s));
-        json!({"kind": w.kind, "stage": w.stage, "report": report, "skip_impact": impact})
+        WaitingView { kind: w.kind, stage: w.stage.clone(), report, skip_impact: impact }
     });
     let rollback: Vec<String> = events.iter().filter_map(|r| rollback_line(&r.event)).collect();
-    let letters: Vec<Value> = ops::dead_letters::list(&shared.ws)
+    let letters: Vec<LetterView> = ops::dead_letters::list(&shared.ws)
         .into_iter()
         .filter(|row| row.run_id == state.run_id.as_str())
         .filter_map(|row| ops::dead_letters::show(&shared.ws, &row.task_id).ok())
-        .map(|l| json!({"task_id": l.task_id, "text": render_markdown(&l.text)}))
+        .map(|l| LetterView { text: render_markdown(&l.text), task_id: l.task_id })
         .collect();
     let answers = read::answers(events);
     let resumable = matches!(ops::resume::check(state), Ok(ops::resume::Resumable::Yes))
         && matches!(status, RunStatus::Interrupted);
-    json!({
-        "id": state.run_id.as_str(),
-        "pipeline": started.map(|s| s.pipeline.clone()),
-        "task_id": started.map(|s| s.task_id.to_string()),
-        "task": started.map(|s| s.task.clone()),
-        "status": status.as_str(),
-        "icon": icon(status.as_str()),
-        "started": first.map(when),
-        "duration": duration(elapsed),
-        "final": status.is_final(),
-        "retry_from": state.stages.iter().find(|s| s.status == StageStatus::Failed).map(|s| s.id.as_str()),
-        "cancellable": !status.is_final(),
-        "resumable": resumable,
-        "stages": stages,
-        "waiting": waiting,
-        "ended_by": ended_by(status, &answers),
-        // The worker that drives it now, or drove it last (runs submitted to workers).
-        "worker": state.owner.as_ref().and_then(|o| o.worker.clone()),
-        "headline": ops::why::run_headline(state, status, pipeline),
-        "answers": answers.into_iter().map(AnswerView::of).collect::<Vec<_>>(),
-        "artifacts": result.artifacts,
-        "failed_stage": result.failed_stage,
-        "rollback": rollback,
-        "dead_letters": letters,
-        "in_flight": in_flight.map(|f| json!({"stage": f.stage, "attempt": f.attempt})),
-    })
+    RunView {
+        id: state.run_id.to_string(),
+        pipeline: started.map(|s| s.pipeline.clone()),
+        task_id: started.map(|s| s.task_id.to_string()),
+        task: started.map(|s| s.task.clone()),
+        status: status.as_str(),
+        icon: icon(status.as_str()),
+        started: first.map(when),
+        duration: duration(elapsed),
+        ended: status.is_final(),
+        retry_from: state.stages.iter().find(|s| s.status == StageStatus::Failed).map(|s| s.id.to_string()),
+        cancellable: !status.is_final(),
+        resumable,
+        stages,
+        waiting,
+        ended_by: ended_by(status, &answers),
+        worker: state.owner.as_ref().and_then(|o| o.worker.clone()),
+        headline: ops::why::run_headline(state, status, pipeline),
+        answers: answers.into_iter().map(AnswerView::of).collect(),
+        artifacts: result.artifacts,
+        failed_stage: result.failed_stage,
+        rollback,
+        dead_letters: letters,
+        in_flight: in_flight.map(|f| InFlightView { stage: f.stage, attempt: f.attempt }),
+    }
 }
 
 pub(super) fn stage_word(status: StageStatus) -> &'static str {
@@ -251,7 +373,7 @@ pub(super) fn error_words(e: &loopwright_engine::StageError) -> String {
     text
 }
 
-pub(super) fn attempt_context(a: &read::Attempt, live: bool) -> Value {
+fn attempt_context(a: &read::Attempt, live: bool) -> AttemptView {
     let usage = a.usage.as_ref().map(|u| {
         let cost = u.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
         let estimated = if u.estimated { " (estimated)" } else { "" };
@@ -259,29 +381,29 @@ pub(super) fn attempt_context(a: &read::Attempt, live: bool) -> Value {
     });
     // What the closed loop did and decided, phase by phase, in sentences.
     let phases: Vec<ops::why::Phase> = a.phases.iter().filter_map(ops::why::phase).collect();
-    json!({
-        "number": a.number,
-        "status": attempt_word(&a.status),
-        "icon": icon(&a.status),
-        "started": a.started_at.map(when),
-        "duration": a.duration_ms.map(|d| duration(d as i64)),
-        "prompt": a.prompt,
-        "output": if live { None } else { a.output.as_ref() },
-        "stderr": if live { None } else { a.stderr.as_ref() },
-        "live": live,
-        "error": a.error.as_ref().map(error_words),
+    AttemptView {
+        number: a.number,
+        status: attempt_word(&a.status),
+        icon: icon(&a.status),
+        started: a.started_at.map(when),
+        duration: a.duration_ms.map(|d| duration(d as i64)),
+        prompt: a.prompt.clone(),
+        output: if live { None } else { a.output.clone() },
+        stderr: if live { None } else { a.stderr.clone() },
+        live,
+        error: a.error.as_ref().map(error_words),
         // The error's output is the tail of the attempt's stderr or stdout: shown apart only
         // when neither is there to show it (one attempt, one output).
-        "error_output": a
+        error_output: a
             .error
             .as_ref()
             .map(|e| e.output_tail.clone())
             .filter(|t| !t.trim().is_empty())
             .filter(|t| ![&a.output, &a.stderr].iter().any(|o| o.as_deref().is_some_and(|o| o.contains(t.trim())))),
-        "retry_context": a.retry_context,
-        "usage": usage,
-        "phases": phases,
-    })
+        retry_context: a.retry_context.clone(),
+        usage,
+        phases,
+    }
 }
 
 /// A rollback's step in words: what was undone, how, and how it went.

@@ -11,10 +11,9 @@ use loopwright_app::ops::{self, read};
 use loopwright_engine::{RunId, RunStatus};
 use serde::Deserialize;
 use serde::Serialize;
-use serde_json::{Value, json};
 use std::sync::Arc;
 
-use super::{Moment, RunsQuery, duration, header_context, icon, page, signin, waiting_count};
+use super::{Moment, Page, RunsQuery, duration, header_context, icon, page, signin, waiting_count};
 
 /// How many runs a page of the list shows.
 pub(super) const PAGE_SIZE: usize = 50;
@@ -182,30 +181,84 @@ pub(super) async fn runs_page(
     let first = filter.offset + 1;
     let last = filter.offset + rows.len();
     let pages = (total as usize).div_ceil(PAGE_SIZE).max(1);
-    let pipelines: Vec<Value> = ops::validate::pipelines(&shared.ws)
+    let pipelines: Vec<PipelineChoice> = ops::validate::pipelines(&shared.ws)
         .map(|p| {
-            p.into_iter().map(|c| json!({"name": c.name, "valid": c.valid, "description": c.description})).collect()
+            p.into_iter().map(|c| PipelineChoice { name: c.name, valid: c.valid, description: c.description }).collect()
         })
         .unwrap_or_default();
-    let statuses = ["waiting", "running", "queued", "interrupted", "success", "failed", "cancelled"];
-    page(
-        "runs.html",
-        json!({
-            "header": header_context(&shared, &caller, "runs").await,
-            "runs": rows,
-            "pipelines": pipelines,
-            "statuses": statuses,
-            "filter": params,
-            "filtered": params.any(),
-            "paging": {
-                "total": total, "first": first, "last": last, "page": page_no, "pages": pages,
-                "here": params.link(page_no),
-                "previous": (page_no > 1).then(|| params.link(page_no - 1)),
-                "next": (page_no < pages).then(|| params.link(page_no + 1)),
-            },
-            "problem": problem,
-        }),
-    )
+    let body = RunsPage {
+        runs: rows,
+        pipelines,
+        statuses: ["waiting", "running", "queued", "interrupted", "success", "failed", "cancelled"],
+        filtered: params.any(),
+        paging: Paging {
+            total,
+            first,
+            last,
+            page: page_no,
+            pages,
+            here: params.link(page_no),
+            previous: (page_no > 1).then(|| params.link(page_no - 1)),
+            next: (page_no < pages).then(|| params.link(page_no + 1)),
+        },
+        filter: params,
+        problem,
+    };
+    page("runs.html", &Page { header: header_context(&shared, &caller, "runs").await, body })
+}
+
+/// The runs list.
+#[derive(Debug, Serialize)]
+struct RunsPage {
+    /// This page's rows.
+    runs: Vec<RowView>,
+    /// The pipelines a run can be started with.
+    pipelines: Vec<PipelineChoice>,
+    /// The statuses the list can be filtered by.
+    statuses: [&'static str; 7],
+    /// The filters and search asked for.
+    filter: ListParams,
+    /// Whether any is set.
+    filtered: bool,
+    /// Where this page is among all.
+    paging: Paging,
+    /// What is wrong with the filters, or why the list could not be read.
+    problem: Option<String>,
+}
+
+/// A pipeline of the start form.
+#[derive(Debug, Serialize)]
+struct PipelineChoice {
+    name: String,
+    valid: bool,
+    description: String,
+}
+
+/// Where a page of the runs list is.
+#[derive(Debug, Serialize)]
+struct Paging {
+    /// Runs matching the filters.
+    total: u64,
+    /// The first shown, counting from 1.
+    first: usize,
+    /// The last shown.
+    last: usize,
+    /// This page's number.
+    page: usize,
+    /// How many pages there are.
+    pages: usize,
+    /// This page's link, with its filters.
+    here: String,
+    /// The previous page's, if any.
+    previous: Option<String>,
+    /// The next page's, if any.
+    next: Option<String>,
+}
+
+/// One row, alone.
+#[derive(Debug, Serialize)]
+struct RowPage {
+    r: RowView,
 }
 
 /// `/runs/{run}/row`: one row of the runs list, for the page to update in place; the count of
@@ -224,7 +277,7 @@ pub(super) async fn run_row(
     let Some(summary) = found.runs.iter().find(|r| r.run_id == run) else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let mut response = page("run_row.html", json!({"r": RowView::of(summary, jiff::Timestamp::now())}));
+    let mut response = page("run_row.html", &RowPage { r: RowView::of(summary, jiff::Timestamp::now()) });
     let waiting = waiting_count(&shared).await;
     response.headers_mut().insert("x-waiting-count", waiting.into());
     response
