@@ -515,10 +515,10 @@ impl Step<'_> {
     fn on_signal(&mut self, sig: Signal) {
         let s = &mut self.p.status;
         let advanced = sig.iteration.is_some_and(|i| i > s.iteration);
-        s.step.clone_from(&sig.step);
-        s.result.clone_from(&sig.result);
-        s.next.clone_from(&sig.next);
-        s.checkpoint.clone_from(&sig.checkpoint);
+        s.step = sig.step.to_string();
+        s.result = sig.result.to_string();
+        s.next = sig.next.to_string();
+        s.checkpoint = sig.checkpoint.to_string();
         if let Some(i) = sig.iteration {
             s.iteration = s.iteration.max(i);
         }
@@ -533,7 +533,7 @@ impl Step<'_> {
             self.set_status(LoopStatus::Running);
             self.p.status.needs_human = None;
         }
-        let routed = module::route(&sig.step, &sig.result, &sig.checkpoint);
+        let routed = crate::signal::route(sig.step, sig.result, sig.checkpoint);
         let repeats = self.p.internal.signals.repeats(&sig);
         let important = advanced || sig.is_stop();
         let journaled = if important || !repeats {
@@ -547,14 +547,14 @@ impl Step<'_> {
         if let Some(unjournaled) = journaled {
             self.journal(AutoEvent::Signal {
                 signal: sig.clone(),
-                table_next: routed.map(|r| r.0.to_owned()),
+                table_next: routed.map(|r| r.0.to_string()),
                 unjournaled,
             });
         }
         if sig.is_stop() && self.p.internal.ending.is_none() {
             let ending = if self.p.status.stop_reason.is_some() {
                 Ending::Stopped
-            } else if matches!(sig.result.as_str(), "BLOCKED" | "(blocked)" | "conflict") {
+            } else if sig.result.is_blocked() {
                 Ending::Blocked
             } else {
                 Ending::Complete

@@ -279,30 +279,6 @@ pub fn entry(dir: &Path) -> Result<Entry, ModuleError> {
     })
 }
 
-/// Where the loop goes after `step` ended with `result` (seed 002's result-based routing):
-/// `(next, checkpoint)`, or `None` when the table has no row for the pair. `checkpoint` is
-/// the checkpoint the finished check ran at (`mid-exec` selects the mid-execution rows).
-pub fn route(step: &str, result: &str, checkpoint: &str) -> Option<(&'static str, &'static str)> {
-    Some(match (step, result) {
-        ("plan", _) => ("check", "post-plan"),
-        ("check", "PASS") => ("exec", ""),
-        ("check", "NEEDS_REVISION") => ("plan", ""),
-        ("check", "ACCEPT") => ("merge", ""),
-        ("check", "NEEDS_FIX") if checkpoint == "mid-exec" => ("exec", "mid-exec"),
-        ("check", "NEEDS_FIX") => ("exec", "post-exec"),
-        ("check", "REPLAN") => ("plan", ""),
-        ("check", "BLOCKED") => ("(stop)", ""),
-        ("check", "CONTINUE") if checkpoint == "mid-exec" => ("exec", ""),
-        ("exec", "(done)") => ("check", "post-exec"),
-        ("exec", "(mid-exec)") => ("check", "mid-exec"),
-        ("exec", "(blocked)") => ("(stop)", ""),
-        ("merge", "success") => ("report", ""),
-        ("merge", "conflict") => ("(stop)", ""),
-        ("report", _) => ("(stop)", ""),
-        _ => return None,
-    })
-}
-
 /// The module directory as the supervisor keys it: absolute, with symlinks resolved.
 pub fn canonical(dir: &Path) -> Result<PathBuf, ModuleError> {
     std::fs::canonicalize(dir).map_err(io(dir))

@@ -64,11 +64,11 @@ pub struct StepReport {
     /// Its iteration.
     pub iteration: Option<u64>,
     /// The step.
-    pub step: String,
+    pub step: crate::signal::Step,
     /// Its result.
-    pub result: String,
+    pub result: crate::signal::Outcome,
     /// What came next.
-    pub next: String,
+    pub next: crate::signal::Next,
 }
 
 /// One check run.
@@ -157,9 +157,9 @@ impl Report {
                 AutoEvent::Signal { signal, .. } => r.steps.push(StepReport {
                     at,
                     iteration: signal.iteration,
-                    step: signal.step.clone(),
-                    result: signal.result.clone(),
-                    next: signal.next.clone(),
+                    step: signal.step,
+                    result: signal.result,
+                    next: signal.next,
                 }),
                 AutoEvent::Check { command, passed, exit_code, .. } => {
                     r.checks.push(CheckReport { at, command: command.clone(), passed: *passed, exit_code: *exit_code });
@@ -386,10 +386,10 @@ mod tests {
         };
         let signal = |step: &str, result: &str, next: &str| AutoEvent::Signal {
             signal: Signal {
-                step: step.into(),
-                result: result.into(),
-                next: next.into(),
-                checkpoint: String::new(),
+                step: crate::signal::Step::parse(step).expect("a step"),
+                result: crate::signal::Outcome::parse(result).expect("an outcome"),
+                next: crate::signal::Next::parse(next).expect("a next step"),
+                checkpoint: crate::signal::Checkpoint::None,
                 iteration: Some(1),
                 timestamp: "2026-11-25T01:10:00Z".into(),
             },

@@ -584,10 +584,10 @@ mod tests {
 
     fn sig(step: &str, at: &str) -> signal::Signal {
         signal::Signal {
-            step: step.into(),
-            result: "(done)".into(),
-            next: "check".into(),
-            checkpoint: String::new(),
+            step: signal::Step::parse(step).expect("a step"),
+            result: signal::Outcome::Said(signal::Word::Done),
+            next: signal::Next::Check,
+            checkpoint: signal::Checkpoint::None,
             iteration: Some(1),
             timestamp: at.into(),
         }

@@ -4,7 +4,7 @@
 
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
-use loopwright_auto::module::{self, Entry, route};
+use loopwright_auto::module::{self, Entry};
 use loopwright_auto::policy::{Decision, Policy};
 use loopwright_auto::screen::{self, Colour, Face, PromptClass, Reading};
 use loopwright_auto::{quota, signal};
@@ -769,7 +769,12 @@ fn session_ids_come_from_each_cli_exit_banner() {
 fn signals_are_checked_against_the_whitelists_and_every_problem_is_named() {
     let ok = signal::parse(r#"{"step":"exec","result":"(step-12)","next":"check","checkpoint":"mid-exec","iteration":4,"timestamp":"2026-11-23T10:00:00Z"}"#)
         .expect("valid");
-    assert_eq!((ok.result.as_str(), ok.iteration), ("(step-12)", Some(4)));
+    assert_eq!((ok.result, ok.iteration), (signal::Outcome::PlanStep(12), Some(4)));
+    assert_eq!(
+        (ok.step, ok.next, ok.checkpoint),
+        (signal::Step::Exec, signal::Next::Check, signal::Checkpoint::MidExec)
+    );
+    assert_eq!(serde_json::to_value(&ok).expect("json")["result"], "(step-12)", "written back as the agent wrote it");
     let manual = signal::parse(r#"{"step":"plan","result":"(generated)","next":"check","checkpoint":"post-plan","timestamp":"2026-11-23T10:00:00Z"}"#)
         .expect("valid without iteration");
     assert_eq!(manual.iteration, None);
@@ -782,6 +787,12 @@ fn signals_are_checked_against_the_whitelists_and_every_problem_is_named() {
 
 #[test]
 fn seed_002_routing_and_entry_tables() {
+    use signal::{Checkpoint, Outcome, Step};
+    let route = |step: &str, result: &str, checkpoint: &str| {
+        let (step, result) = (Step::parse(step).expect("a step"), Outcome::parse(result).expect("an outcome"));
+        signal::route(step, result, Checkpoint::parse(checkpoint).expect("a checkpoint"))
+            .map(|(next, at)| (next.as_str(), at.as_str()))
+    };
     assert_eq!(route("check", "PASS", ""), Some(("exec", "")));
     assert_eq!(route("check", "NEEDS_FIX", "mid-exec"), Some(("exec", "mid-exec")));
     assert_eq!(route("check", "NEEDS_FIX", "post-exec"), Some(("exec", "post-exec")));
