@@ -54,13 +54,8 @@ impl std::ops::Deref for Settings {
 impl Settings {
     /// The answer policy these settings describe.
     pub fn policy(&self) -> Result<policy::Policy, String> {
-        let mut classes = BTreeSet::new();
-        for name in &self.config.answer {
-            classes.insert(
-                screen::PromptClass::parse(name)
-                    .ok_or_else(|| format!("[auto] answer: unknown prompt class {name:?} (expected one of edit, command, fetch, trust, yes_no, continuation, quota_menu)"))?,
-            );
-        }
+        let classes: BTreeSet<screen::PromptClass> =
+            self.config.answer.iter().map(|c| screen::PromptClass::from(*c)).collect();
         policy::Policy::new(classes, &self.config.deny, &self.config.policy.allow)?
             .with_fetch(&self.config.policy.fetch)
     }

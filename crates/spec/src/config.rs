@@ -216,6 +216,32 @@ impl Default for ServeConfig {
     }
 }
 
+/// A kind of prompt auto mode may answer without a person (`[auto] answer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerClass {
+    /// Create or edit a file.
+    Edit,
+    /// Run a command or call a tool.
+    Command,
+    /// Fetch a web page.
+    Fetch,
+    /// Trust the workspace folder.
+    Trust,
+    /// A generic yes/no question.
+    YesNo,
+    /// "Continue?" / "Press Enter to continue".
+    Continuation,
+    /// A quota menu (answered with its "wait" choice).
+    QuotaMenu,
+}
+
+impl AnswerClass {
+    /// Every class, as `[auto] answer` lists them by default.
+    pub const ALL: [Self; 7] =
+        [Self::Edit, Self::Command, Self::Fetch, Self::Trust, Self::YesNo, Self::Continuation, Self::QuotaMenu];
+}
+
 /// `[auto]`: how auto mode supervises an agent session (SPEC §10). Durations accept fractions
 /// so tests run fast.
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
@@ -259,7 +285,7 @@ pub struct AutoConfig {
     /// loop ends `blocked`, saying so: provider trouble is a wait, never a stall.
     pub provider_wait_minutes: f64,
     /// Prompt classes answered: edit, command, fetch, trust, yes_no, continuation, quota_menu.
-    pub answer: Vec<String>,
+    pub answer: Vec<AnswerClass>,
     /// More regular expressions of commands never approved (added to the built-in list).
     pub deny: Vec<String>,
     /// `[auto.policy]`: which commands are answered without a person.
@@ -353,9 +379,7 @@ impl Default for AutoConfig {
             quota_jitter_seconds: 30.0,
             quota_fallback_minutes: 60.0,
             provider_wait_minutes: 60.0,
-            answer: ["edit", "command", "fetch", "trust", "yes_no", "continuation", "quota_menu"]
-                .map(str::to_owned)
-                .to_vec(),
+            answer: AnswerClass::ALL.to_vec(),
             deny: vec![],
             policy: AutoPolicy::default(),
             rows: 40,
@@ -609,6 +633,21 @@ mod tests {
                 "3:21: auto.heartbeat_seconds: [auto] `heartbeat_seconds` must be above 0",
                 "2:18: auto.stall_captures: [auto] `stall_captures` must be at least 1",
             ]
+        );
+    }
+
+    #[test]
+    fn the_prompt_classes_auto_mode_answers_are_read_where_they_are_written() {
+        let text = "[auto]\nanswer = [\"edit\", \"yes_no\"]\n";
+        let config = Config::parse(&SourceFile::new("config.toml", text)).expect("ok");
+        assert_eq!(config.auto.answer, [AnswerClass::Edit, AnswerClass::YesNo]);
+        assert_eq!(Config::default().auto.answer, AnswerClass::ALL);
+        let diags = Config::parse(&SourceFile::new("config.toml", "[auto]\nanswer = [\"edits\"]\n")).expect_err("bad");
+        let located = crate::diag::located(&diags);
+        assert_eq!(located.len(), 1, "{located:?}");
+        assert!(
+            located[0].starts_with("2:") && located[0].contains("edits") && located[0].contains("yes_no"),
+            "{located:?}"
         );
     }
 

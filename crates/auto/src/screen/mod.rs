@@ -66,6 +66,22 @@ impl PromptClass {
     }
 }
 
+/// A class `[auto] answer` lists, as the screen reader names it.
+impl From<loopwright_spec::config::AnswerClass> for PromptClass {
+    fn from(class: loopwright_spec::config::AnswerClass) -> Self {
+        use loopwright_spec::config::AnswerClass as A;
+        match class {
+            A::Edit => Self::Edit,
+            A::Command => Self::Command,
+            A::Fetch => Self::Fetch,
+            A::Trust => Self::Trust,
+            A::YesNo => Self::YesNo,
+            A::Continuation => Self::Continuation,
+            A::QuotaMenu => Self::QuotaMenu,
+        }
+    }
+}
+
 /// A prompt on screen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Prompt {
