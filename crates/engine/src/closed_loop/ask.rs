@@ -9,6 +9,7 @@
 //! model gets the schema as its structured-output or tool definition, an agent CLI its
 //! one-shot mode with the schema in the prompt) and hands the text back.
 
+use crate::patterns::Builtin;
 use loopwright_journal::closed_loop::{ClassifiedBy, Evidence, EvidenceKind, Failure};
 
 use crate::patterns::{Context, Library};
@@ -26,7 +27,7 @@ pub const MAX_REASON: usize = 300;
 /// Bytes of an answer read; the object asked for is a few hundred.
 pub const MAX_ANSWER: usize = 16 * 1024;
 /// Pattern ids an agent is never offered: raised by loopwright itself, not read in output.
-const NOT_OFFERED: [&str; 1] = ["regression-detected"];
+const NOT_OFFERED: [Builtin; 1] = [Builtin::RegressionDetected];
 
 /// What is sent: the prompt, and the JSON Schema its answer must match.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,7 +40,7 @@ pub struct Question {
 
 /// The categories an agent may answer, in library order.
 pub fn categories(library: &Library) -> Vec<&crate::patterns::Pattern> {
-    library.patterns().iter().filter(|p| !NOT_OFFERED.contains(&p.id.as_str())).collect()
+    library.patterns().iter().filter(|p| Builtin::of(&p.id).is_none_or(|b| !NOT_OFFERED.contains(&b))).collect()
 }
 
 /// The answer's JSON Schema: a category of the list (or `unknown`), a phrase copied from the

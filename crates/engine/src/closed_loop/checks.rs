@@ -143,7 +143,7 @@ impl Project {
 
     /// The fixer for a lint or format failure (`auto_fix`), if the project has one.
     pub fn fixer(&self, pattern: Option<&str>) -> Option<String> {
-        let format = pattern == Some("format-error");
+        let format = pattern.and_then(crate::patterns::Builtin::of) == Some(crate::patterns::Builtin::FormatError);
         if self.rust {
             return Some(if format || !self.has("cargo-clippy") {
                 "cargo fmt".into()

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{Failure, FileChanges, LoopState, Strategy};
+use crate::patterns::Builtin;
 
 /// A dead letter already written, as another dead letter's similar-failure search sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -331,17 +332,19 @@ impl DeadLetter<'_> {
 fn root_cause(me: Option<&DeadLetterSummary>, _similar: &[&DeadLetterSummary]) -> String {
     let Some(me) = me else { return "unknown".into() };
     let ext = me.error_signature.split(':').nth(1).unwrap_or("");
-    match (me.final_pattern.as_str(), ext) {
-        ("type-error", _) => "Type system constraints: the types involved do not fit the intended change".into(),
-        ("import-not-found", "py") => "Python path/module resolution".into(),
-        ("import-not-found" | "dependency-conflict", _) => {
+    match (Builtin::of(&me.final_pattern), ext) {
+        (Some(Builtin::TypeError), _) => {
+            "Type system constraints: the types involved do not fit the intended change".into()
+        }
+        (Some(Builtin::ImportNotFound), "py") => "Python path/module resolution".into(),
+        (Some(Builtin::ImportNotFound | Builtin::DependencyConflict), _) => {
             "The dependency setup of the project (manifest or install)".into()
         }
-        ("test-failure" | "regression-detected", _) => {
+        (Some(Builtin::TestFailure | Builtin::RegressionDetected), _) => {
             "Test environment or fixture issue, or an expectation the code cannot meet".into()
         }
-        ("syntax-error", _) => "The generated code is repeatedly malformed in the same place".into(),
-        (p, _) => format!("A recurring {p} with the error \"{}\"", me.error_line),
+        (Some(Builtin::SyntaxError), _) => "The generated code is repeatedly malformed in the same place".into(),
+        _ => format!("A recurring {} with the error \"{}\"", me.final_pattern, me.error_line),
     }
 }
 
@@ -378,30 +381,30 @@ fn alternative(tried_here: &[String], similar: &[&DeadLetterSummary]) -> String 
 
 /// Manual steps for a failure, by its pattern (seed 000 "Suggested Manual Steps").
 pub fn suggested_steps(failure: Option<&Failure>) -> Vec<String> {
-    let pattern = failure.and_then(|f| f.pattern.as_deref()).unwrap_or("");
-    let first = match pattern {
-        "permission-error" => {
+    use Builtin as B;
+    let first = match failure.and_then(|f| f.pattern.as_deref()).and_then(Builtin::of) {
+        Some(B::PermissionError) => {
             "Check the ownership and permissions of the files the error names; loopwright does not change them"
         }
-        "disk-full" => "Free disk space (build caches, logs), then retry",
-        "merge-conflict" => "Resolve the conflict markers by hand and commit",
-        "git-error" => "Inspect `git status` and the repository state; fix it by hand before retrying",
-        "type-error" | "undefined-name" => {
+        Some(B::DiskFull) => "Free disk space (build caches, logs), then retry",
+        Some(B::MergeConflict) => "Resolve the conflict markers by hand and commit",
+        Some(B::GitError) => "Inspect `git status` and the repository state; fix it by hand before retrying",
+        Some(B::TypeError | B::UndefinedName) => {
             "Read the definitions of the types and names the error mentions; the change may break a contract"
         }
-        "import-not-found" | "dependency-conflict" | "command-not-found" => {
+        Some(B::ImportNotFound | B::DependencyConflict | B::CommandNotFound) => {
             "Install or declare the missing dependency or tool, or fix the import path"
         }
-        "test-failure" | "regression-detected" => {
+        Some(B::TestFailure | B::RegressionDetected) => {
             "Run the failing test alone and compare what it expects with what the code does"
         }
-        "lint-error" | "format-error" => {
+        Some(B::LintError | B::FormatError) => {
             "Run the project's fixer (formatter / linter --fix) and review what it cannot fix"
         }
-        "timeout" | "network-error" | "rate-limit" => {
+        Some(B::Timeout | B::NetworkError | B::RateLimit) => {
             "Check the service or resource the stage waits on; retry when it is available"
         }
-        _ => "Read the last error above and reproduce it by hand",
+        Some(B::SyntaxError) | None => "Read the last error above and reproduce it by hand",
     };
     vec![
         first.to_owned(),

@@ -14,6 +14,7 @@
 //! command-not-found) decides whatever the text says, and a tool the pattern names makes its
 //! signals weigh more. Every piece of evidence that counted is reported.
 
+mod builtin;
 pub mod command;
 pub mod learned;
 mod library;
@@ -482,6 +483,7 @@ impl Classification {
     }
 }
 
+pub use builtin::Builtin;
 pub use library::LibraryError;
 pub use text::strip_ansi;
 use text::{MUTED, is_muted, round, truncate};

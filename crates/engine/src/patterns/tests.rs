@@ -370,3 +370,12 @@ fn a_project_patterns_context_entries_are_checked_and_used() {
 fn ansi_colours_are_removed() {
     assert_eq!(strip_ansi("\x1b[31m-fn main\x1b(B\x1b[m x"), "-fn main x");
 }
+
+#[test]
+fn every_pattern_loopwright_names_is_in_the_built_in_library() {
+    let lib = Library::builtin();
+    let missing: Vec<Builtin> = Builtin::ALL.into_iter().filter(|b| lib.get(b.id()).is_none()).collect();
+    assert_eq!(missing, Vec::<Builtin>::new());
+    assert_eq!(Builtin::of("merge-conflict"), Some(Builtin::MergeConflict));
+    assert_eq!(Builtin::of("a-project-pattern"), None);
+}

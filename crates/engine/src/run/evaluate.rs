@@ -279,7 +279,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
             &report,
             &Default::default(),
         );
-        if let Some(p) = self.patterns.get("regression-detected") {
+        if let Some(p) = self.patterns.get(crate::patterns::Builtin::RegressionDetected.id()) {
             f.pattern = Some(p.id.clone());
             f.confidence = 1.0;
             f.strategy = p.strategy;
