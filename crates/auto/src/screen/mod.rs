@@ -59,11 +59,6 @@ impl PromptClass {
             Self::Unclear => "unclear",
         }
     }
-
-    /// Parses a name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().chain([Self::Unclear]).find(|c| c.as_str() == s)
-    }
 }
 
 /// A class `[auto] answer` lists, as the screen reader names it.

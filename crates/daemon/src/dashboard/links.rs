@@ -1,7 +1,6 @@
 //! One-tap links (`/a/{token}`): checked, confirmed, answered once.
 
 use crate::Shared;
-use crate::api::error::{ErrorBody, ErrorDetail};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -121,8 +120,7 @@ pub(super) struct Refusal(StatusCode, String);
 impl Refusal {
     /// The refusal as the answer to a confirmation's `POST` (the page's script shows it).
     fn json(self) -> Response {
-        let error = ErrorDetail { code: "conflict".to_owned(), message: self.1, diagnostics: Vec::new() };
-        (self.0, axum::Json(ErrorBody { error })).into_response()
+        crate::api::error::ApiError::new(self.0, "conflict", self.1).into_response()
     }
 
     fn page(self) -> Response {
