@@ -172,3 +172,28 @@ fn each_journal_decides_its_next_step() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Whether a stage's attempt may have left a commit the journal does not hold (asked of git
+/// only then: a stage that changed nothing starts no git process otherwise).
+#[test]
+fn only_an_attempt_taken_up_again_may_hold_an_unjournaled_commit() {
+    let resumed = || Event::RunResumed { owner: loopwright_engine::event::Owner::default(), by: None };
+    let restarted = |h: History| h.state().stage("fix").is_some_and(|s| s.restarted);
+    let table: Vec<(&str, History, bool)> = vec![
+        ("first attempt in flight", planned().attempt("fix", 1), false),
+        ("in flight when taken up", planned().attempt("fix", 1).then(resumed()), true),
+        ("run again after it", planned().attempt("fix", 1).then(resumed()).attempt("fix", 1), true),
+        ("the same attempt started again", planned().attempt("fix", 1).attempt("fix", 1), true),
+        ("ended after it", planned().attempt("fix", 1).then(resumed()).succeeded("fix", 1), false),
+        (
+            "failed after it, then retried",
+            planned().attempt("fix", 1).then(resumed()).failed("fix", 1, FailureKind::ExecutionError).attempt("fix", 2),
+            false,
+        ),
+        ("taken up after it ended", planned().succeeded("fix", 1).then(resumed()), false),
+        ("taken up before it started", planned().then(resumed()).attempt("fix", 1), false),
+    ];
+    for (what, history, expected) in table {
+        assert_eq!(restarted(history), expected, "{what}");
+    }
+}

@@ -221,6 +221,10 @@ pub struct StageState {
     pub network_refused: Vec<String>,
     /// Commits of this stage's changes.
     pub commits: Vec<String>,
+    /// The attempt in flight was in flight when the run was taken up again, or is being run
+    /// again (a process died, or was stopped, while it ran): a commit of its changes may be
+    /// in the repository without its journal entry. Its end (success or failure) clears it.
+    pub restarted: bool,
     /// How this stage was rolled back.
     pub rollback: Option<(loopwright_spec::pipeline::RollbackStrategy, crate::event::RollbackStatus, String)>,
     /// Attempts made before the current pass (a feedback loop starts a new pass, with a fresh
@@ -349,6 +353,7 @@ impl StageState {
             layer: None,
             network_refused: Vec::new(),
             commits: Vec::new(),
+            restarted: false,
             rollback: None,
             closed: None,
             spend: Spend::default(),
@@ -587,6 +592,8 @@ impl RunState {
                     self.scan_hint.set(0);
                 }
                 let s = self.stage_mut(stage);
+                s.restarted |= s.status == StageStatus::Running
+                    && s.attempt_log.iter().any(|a| a.attempt == *attempt && a.status == AttemptStatus::Running);
                 s.attempt_log.retain(|a| a.attempt != *attempt);
                 s.attempt_log.push(AttemptRecord {
                     attempt: *attempt,
@@ -610,7 +617,14 @@ impl RunState {
                 let group = crate::event::ProcessGroup { pgid: *pgid, start_time: *start_time, host: host.clone() };
                 self.stage_mut(stage).process_groups.push(group);
             }
-            Event::RunResumed { owner, .. } => self.owner = Some(owner.clone()),
+            Event::RunResumed { owner, .. } => {
+                self.owner = Some(owner.clone());
+                // An attempt started whose end is not journaled (running, or in its closed loop).
+                let unended = |s: &StageState| s.attempt_log.last().is_some_and(|a| a.status == AttemptStatus::Running);
+                for s in self.stages.iter_mut().filter(|s| unended(s)) {
+                    s.restarted = true;
+                }
+            }
             Event::FeedbackChecked { stage, iteration, action, .. } => {
                 if let crate::event::FeedbackAction::ReImplement { target, reset, brief } = action {
                     for id in reset {
@@ -726,6 +740,7 @@ impl RunState {
                 }
                 // Its layer, if it had one, was copied into the workspace.
                 s.layer = None;
+                s.restarted = false;
                 s.status = StageStatus::Success;
                 s.duration_ms += duration_ms;
                 s.outputs = outputs.clone();
@@ -740,6 +755,7 @@ impl RunState {
                     a.message = Some(error.message.clone());
                 }
                 s.status = StageStatus::AttemptFailed;
+                s.restarted = false;
                 s.duration_ms += duration_ms;
                 s.last_error = Some(error.clone());
                 s.process_groups.clear();

@@ -1,6 +1,6 @@
 //! Git from the command line: commits of a stage's changes with trailers, and reverts of them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Options given to every git command loopwright runs: no pager, no hooks (a `post-commit`
@@ -126,6 +126,9 @@ fn unborn_head(root: &Path) -> Result<(), GitError> {
 /// files created then deleted are left out). A work tree whose `HEAD` is unborn in a repository
 /// with commits is refused.
 pub fn commit(root: &Path, paths: &[String], run: &str, task: &str, stage: &str) -> Result<Option<String>, GitError> {
+    if paths.is_empty() {
+        return Ok(None);
+    }
     unborn_head(root)?;
     let (present, gone): (Vec<&String>, Vec<&String>) = paths.iter().partition(|p| root.join(p).exists());
     let list = |args: &[&str], of: &[&String]| -> Result<Vec<String>, GitError> {
@@ -203,8 +206,18 @@ fn log_trailers(root: &Path, args: &[&str], keys: [&str; 2]) -> Result<Vec<(Stri
 /// the middle of a commit (with loopwright, by a crash) leaves it, and every later commit then
 /// fails. Returns the lock's path when one was removed.
 pub fn clear_stale_index_lock(root: &Path) -> Option<String> {
+    clear_stale_lock(&index_lock(root)?)
+}
+
+/// Where git takes the lock of `root`'s index (it differs in a linked worktree).
+pub fn index_lock(root: &Path) -> Option<PathBuf> {
     let rel = git(root, &["rev-parse", "--git-path", "index.lock"]).ok()?;
-    let lock = root.join(rel.trim());
+    Some(root.join(rel.trim()))
+}
+
+/// Removes the index lock at `lock` when it is there and no live process holds it; says
+/// which file went.
+pub fn clear_stale_lock(lock: &Path) -> Option<String> {
     if !lock.exists() {
         return None;
     }

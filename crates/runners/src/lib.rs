@@ -615,6 +615,8 @@ pub struct FsChanges {
     publish: Option<Publish>,
     /// The most a layer may hold on disk, in bytes, for its copy into the workspace.
     max_layer: u64,
+    /// Where git locks the workspace's index, asked of git once (a stat per commit after).
+    index_lock: std::cell::OnceCell<Option<PathBuf>>,
 }
 
 /// Ends every process of `run` that `lease` started and that still runs on this machine (found
@@ -706,6 +708,7 @@ impl FsChanges {
             layers: None,
             max_layer: DEFAULT_MAX_LAYER_MB * 1024 * 1024,
             publish: None,
+            index_lock: std::cell::OnceCell::new(),
         }
     }
 
@@ -903,6 +906,11 @@ impl Layers for FsChanges {
             // Copied and committed before a crash, whose commit `committed` adopts.
             return Ok(None);
         }
+        if layer.count() == 0 && !layer.copying() {
+            // Nothing written: nothing to copy or commit, and no git process to ask.
+            let _ = std::fs::remove_dir_all(&layer.dir);
+            return Ok(None);
+        }
         let head = self.head();
         let copied = layer
             .copy_into(&self.workspace, head.as_deref(), self.max_layer)
@@ -976,7 +984,9 @@ impl Commits for FsChanges {
         if !self.git {
             return Vec::new();
         }
-        git::clear_stale_index_lock(&self.workspace)
+        let lock = self.index_lock.get_or_init(|| git::index_lock(&self.workspace));
+        lock.as_deref()
+            .and_then(git::clear_stale_lock)
             .map(|lock| vec![format!("removed {lock}, left by a git process that no longer runs")])
             .unwrap_or_default()
     }

@@ -1052,6 +1052,11 @@ impl Layer {
         list(&self.upper(), &self.upper(), self.marks(), &mut entries).map_or(0, |()| entries.len())
     }
 
+    /// True when a copy of it into the workspace has begun.
+    pub fn copying(&self) -> bool {
+        self.dir.join("copying").exists()
+    }
+
     /// Copies it into `workspace` (see [`copy_back`]), after keeping what the workspace held at
     /// each path it changes; `head` is the repository's commit now, if any.
     pub fn copy_into(&self, workspace: &Path, head: Option<&str>, max_bytes: u64) -> std::io::Result<CopiedBack> {

@@ -48,6 +48,12 @@ fn bench_reports_every_figure_and_cleans_up() {
     let ratio = num(&fastest["loopwright_run_ms"]) / num(&fastest["shell_loop_ms"]);
     assert!((num(&fastest["ratio"]) - ratio).abs() < 1e-9);
     assert!(figures["met"].is_boolean());
+    // The same chain in a git repository is measured too.
+    let git = &figures["in_git_repository"];
+    assert!(num(&git["loopwright_run_ms"]) > 0.0, "{figures}");
+    let git_ratio = num(&fastest["in_git_repository_ms"]) / num(&fastest["shell_loop_ms"]);
+    assert!((num(&fastest["in_git_repository_ratio"]) - git_ratio).abs() < 1e-9);
+    assert!(num(&fastest["in_git_repository_ms"]) <= num(&git["loopwright_run_ms"]));
 
     for line in ["engine in process:", "round 1:", "round 2:", "median:", "fastest rounds:", "patterns: 1 MB of log"] {
         assert!(stderr.contains(line), "`{line}` is reported:\n{stderr}");

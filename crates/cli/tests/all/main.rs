@@ -8,6 +8,7 @@ mod chaos;
 mod claude_tui;
 mod closed_loop;
 mod codex_tui;
+mod costs;
 mod crashes;
 mod daemon;
 mod durability;

@@ -201,11 +201,14 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
         };
         Ok(match made {
             Ok(Some((commit, files))) => Ok(Some(Event::ChangesCommitted { stage: stage_id.clone(), commit, files })),
-            Ok(None) => Ok(self
+            // Only an attempt run again after its process died can find its commit made and
+            // not journaled: asking on every stage would cost a git process each.
+            Ok(None) if state.stage(stage_id.as_str()).is_some_and(|s| s.restarted) => Ok(self
                 .changes
                 .committed(&state.run_id, stage_id)
                 .filter(|(sha, _)| !known(sha))
                 .map(|(commit, files)| Event::ChangesCommitted { stage: stage_id.clone(), commit, files })),
+            Ok(None) => Ok(None),
             Err(e) => Err(StageError {
                 kind: FailureKind::ExecutionError,
                 message: format!("the stage's changes could not be committed: {e}"),
