@@ -39,6 +39,7 @@ fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/006_notifications.sql")),
         M::up(include_str!("migrations/007_limits.sql")),
         M::up(include_str!("migrations/008_notifier.sql")),
+        M::up(include_str!("migrations/009_runs_list_indexes.sql")),
     ])
 }
 
@@ -279,6 +280,21 @@ impl SqliteStore {
         let appended: Result<Vec<EventRecord>, StoreError> = Self::check_last(&conn, &mut cursor, run, expected)
             .and_then(|()| {
                 events.iter().map(|(event, at)| self.append_in(&conn, &mut cursor, run, event, *at)).collect()
+            })
+            .and_then(|records: Vec<EventRecord>| {
+                // The run's row says when its journal last moved, for the runs list.
+                if let Some(last) = records.last() {
+                    conn.prepare_cached("UPDATE runs SET last_seq = ?2, updated_at = ?3 WHERE run_id = ?1")
+                        .and_then(|mut stmt| {
+                            stmt.execute(params![
+                                run.as_str(),
+                                i64::try_from(last.seq).unwrap_or(i64::MAX),
+                                last.at.to_string()
+                            ])
+                        })
+                        .map_err(backend)?;
+                }
+                Ok(records)
             });
         let ended = match &appended {
             Ok(_) => conn.prepare_cached("COMMIT").and_then(|mut stmt| stmt.execute([])).map_err(backend),
@@ -384,8 +400,8 @@ impl SqliteStore {
             .and_then(|mut stmt| stmt.execute(params![run.as_str(), seq]))
             .map_err(backend)?;
         if let Some(status) = event.run_status() {
-            conn.prepare_cached("UPDATE runs SET last_seq = ?2, updated_at = ?3, status = ?4 WHERE run_id = ?1")
-                .and_then(|mut stmt| stmt.execute(params![run.as_str(), seq, at_text, status.as_str()]))
+            conn.prepare_cached("UPDATE runs SET status = ?2 WHERE run_id = ?1")
+                .and_then(|mut stmt| stmt.execute(params![run.as_str(), status.as_str()]))
                 .map_err(backend)?;
         }
         // What the runs list shows, as stored (redacted).
@@ -474,7 +490,7 @@ impl SqliteStore {
     fn runs_in_sync(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError> {
         let wanted: Vec<String> = statuses.iter().map(|s| format!("'{}'", s.as_str())).collect();
         let mut runs = self.runs_where(
-            &format!("WHERE r.status IN ({}) ORDER BY r.created_at DESC, r.run_id DESC", wanted.join(", ")),
+            &format!("FROM runs r WHERE r.status IN ({}) ORDER BY r.created_at DESC, r.run_id DESC", wanted.join(", ")),
             &[],
         )?;
         runs.reverse();
@@ -522,7 +538,7 @@ impl SqliteStore {
 
     fn runs_sync(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
         self.runs_where(
-            "ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1",
+            "FROM runs r ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1",
             &[&i64::try_from(limit).unwrap_or(i64::MAX)],
         )
     }
@@ -563,37 +579,60 @@ impl SqliteStore {
         if let Some(until) = query.until {
             wheres.push(format!("r.created_at < {}", arg(Value::Text(until.to_string()), &mut args)));
         }
-        let filter = if wheres.is_empty() { String::new() } else { format!("WHERE {}", wheres.join(" AND ")) };
         let params: Vec<&dyn rusqlite::ToSql> = args.iter().map(|v| v as &dyn rusqlite::ToSql).collect();
+        // Every run is counted as it is added; a filtered list counts what it matches.
+        let count = if wheres.is_empty() {
+            "SELECT n FROM run_count".to_owned()
+        } else {
+            format!("SELECT COUNT(*) FROM runs r WHERE {}", wheres.join(" AND "))
+        };
         let total: i64 = {
             let conn = self.reader();
-            conn.prepare_cached(&format!("SELECT COUNT(*) FROM runs r {filter}"))
-                .and_then(|mut stmt| stmt.query_row(params.as_slice(), |r| r.get(0)))
+            conn.prepare_cached(&count)
+                .and_then(|mut stmt| stmt.query_row(params.as_slice(), |r| r.get(0)).optional())
                 .map_err(backend)?
+                .unwrap_or(0)
         };
-        let waiting = if query.waiting_first { "r.status = 'waiting' DESC, " } else { "" };
-        let (limit, offset) = (args.len() + 1, args.len() + 2);
-        let page_args: Vec<i64> =
-            [query.limit, query.offset].iter().map(|n| i64::try_from(*n).unwrap_or(i64::MAX)).collect();
+        let (limit, offset, upto) = (args.len() + 1, args.len() + 2, args.len() + 3);
+        let mut page = vec![query.limit, query.offset];
+        if query.waiting_first {
+            page.push(query.limit.saturating_add(query.offset));
+        }
+        let page_args: Vec<i64> = page.iter().map(|n| i64::try_from(*n).unwrap_or(i64::MAX)).collect();
         let mut all = params;
         all.extend(page_args.iter().map(|n| n as &dyn rusqlite::ToSql));
-        let runs = self.runs_where(
-            &format!("{filter} ORDER BY {waiting}r.created_at DESC, r.run_id DESC LIMIT ?{limit} OFFSET ?{offset}"),
-            &all,
-        )?;
+        let newest = "ORDER BY r.created_at DESC, r.run_id DESC";
+        let filter = |more: &str| {
+            let all: Vec<&str> = wheres.iter().map(String::as_str).chain((!more.is_empty()).then_some(more)).collect();
+            if all.is_empty() { String::new() } else { format!("WHERE {}", all.join(" AND ")) }
+        };
+        let source = if query.waiting_first {
+            // The waiting runs (a partial index) and the others (newest first), each cut at the
+            // page's end before they are merged: no sort over every run.
+            format!(
+                "FROM (SELECT * FROM (SELECT * FROM runs r {} {newest} LIMIT ?{upto})
+                       UNION ALL
+                       SELECT * FROM (SELECT * FROM runs r {} {newest} LIMIT ?{upto})) r
+                 ORDER BY r.status = 'waiting' DESC, r.created_at DESC, r.run_id DESC LIMIT ?{limit} OFFSET ?{offset}",
+                filter("r.status = 'waiting'"),
+                filter("r.status <> 'waiting'"),
+            )
+        } else {
+            format!("FROM runs r {} {newest} LIMIT ?{limit} OFFSET ?{offset}", filter(""))
+        };
+        let runs = self.runs_where(&source, &all)?;
         Ok(RunPage { runs, total: u64::try_from(total).unwrap_or(0) })
     }
 
-    /// Runs as `rest` (`WHERE …`, `ORDER BY …`, `LIMIT …` over `runs r`) selects them, with
-    /// `params` bound.
-    fn runs_where(&self, rest: &str, params: &[&dyn rusqlite::ToSql]) -> Result<Vec<RunSummary>, StoreError> {
+    /// Runs as `source` (`FROM … r WHERE … ORDER BY … LIMIT …`, `r` having the columns of
+    /// `runs`) selects them, with `params` bound.
+    fn runs_where(&self, source: &str, params: &[&dyn rusqlite::ToSql]) -> Result<Vec<RunSummary>, StoreError> {
         let conn = self.reader();
         let mut stmt = conn
             .prepare_cached(&format!(
-                "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at,
-                        (SELECT e.at FROM events e WHERE e.run_id = r.run_id ORDER BY e.seq DESC LIMIT 1),
+                "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at, r.updated_at,
                         r.owner, r.task, r.running_at, r.people
-                 FROM runs r {rest}"
+                 {source}"
             ))
             .map_err(backend)?;
         let rows = stmt

@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("pg/001_journal.sql")),
     (2, include_str!("pg/002_fleet.sql")),
     (3, include_str!("pg/003_limits.sql")),
+    (4, include_str!("pg/004_runs_list.sql")),
 ];
 
 /// The advisory lock migrations take (`loop` in ASCII).
@@ -626,15 +627,16 @@ impl PgStore {
         Ok(FeedWatch { _client: client, woken, alive, task })
     }
 
-    /// Runs as `rest` (`WHERE …`, `ORDER BY …`, `LIMIT …` over `runs r`) selects them.
-    async fn runs_where(&self, rest: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<RunSummary>, StoreError> {
+    /// Runs as `source` (`FROM … r WHERE … ORDER BY … LIMIT …`, `r` having the columns of `runs`)
+    /// selects them.
+    async fn runs_where(&self, source: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<RunSummary>, StoreError> {
         let client = self.pool.get().await.map_err(pool_error)?;
         let rows = client
             .query(
                 &format!(
                     "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at, r.updated_at, r.owner, r.task,
                             r.running_at, r.people
-                     FROM runs r {rest}"
+                     {source}"
                 ),
                 params,
             )
@@ -729,7 +731,7 @@ impl Store for PgStore {
     }
 
     async fn runs(&self, limit: usize) -> Result<Vec<RunSummary>, StoreError> {
-        self.runs_where("ORDER BY r.created_us DESC, r.run_id DESC LIMIT $1", &[&count(limit)]).await
+        self.runs_where("FROM runs r ORDER BY r.created_us DESC, r.run_id DESC LIMIT $1", &[&count(limit)]).await
     }
 
     async fn task_outputs(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
@@ -768,7 +770,7 @@ impl Store for PgStore {
 
     async fn runs_in(&self, statuses: &[RunStatus]) -> Result<Vec<RunSummary>, StoreError> {
         let wanted: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-        self.runs_where("WHERE r.status = ANY($1) ORDER BY r.created_us, r.run_id", &[&wanted]).await
+        self.runs_where("FROM runs r WHERE r.status = ANY($1) ORDER BY r.created_us, r.run_id", &[&wanted]).await
     }
 
     async fn runs_page(&self, query: &RunQuery) -> Result<RunPage, StoreError> {
@@ -800,28 +802,45 @@ impl Store for PgStore {
         if let Some(until) = query.until {
             wheres.push(format!("r.created_us < {}", arg(Box::new(micros(until)))));
         }
-        let filter = if wheres.is_empty() { String::new() } else { format!("WHERE {}", wheres.join(" AND ")) };
         let params: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a.as_ref() as &(dyn ToSql + Sync)).collect();
+        // Every run is counted as it is added; a filtered list counts what it matches.
+        let counted = if wheres.is_empty() {
+            "SELECT n FROM run_count".to_owned()
+        } else {
+            format!("SELECT COUNT(*) FROM runs r WHERE {}", wheres.join(" AND "))
+        };
         let total: i64 = {
             let client = self.pool.get().await.map_err(pool_error)?;
-            client
-                .query_one(&format!("SELECT COUNT(*) FROM runs r {filter}"), &params)
-                .await
-                .map_err(|e| backend(&e))?
-                .get(0)
+            client.query_opt(&counted, &params).await.map_err(|e| backend(&e))?.map_or(0, |row| row.get(0))
         };
-        let waiting = if query.waiting_first { "(r.status = 'waiting') DESC, " } else { "" };
-        let (limit, offset) = (count(query.limit), count(query.offset));
+        let (limit, offset, upto) =
+            (count(query.limit), count(query.offset), count(query.limit.saturating_add(query.offset)));
         let mut all = params;
         all.push(&limit);
         all.push(&offset);
-        let n = all.len();
-        let runs = self
-            .runs_where(
-                &format!("{filter} ORDER BY {waiting}r.created_us DESC, r.run_id DESC LIMIT ${} OFFSET ${n}", n - 1),
-                &all,
+        let (limit_at, offset_at) = (all.len() - 1, all.len());
+        let newest = "ORDER BY r.created_us DESC, r.run_id DESC";
+        let filter = |more: &str| {
+            let all: Vec<&str> = wheres.iter().map(String::as_str).chain((!more.is_empty()).then_some(more)).collect();
+            if all.is_empty() { String::new() } else { format!("WHERE {}", all.join(" AND ")) }
+        };
+        let source = if query.waiting_first {
+            // The waiting runs and the others (newest first), each cut at the page's end before
+            // they are merged: no sort over every run.
+            all.push(&upto);
+            let upto_at = all.len();
+            format!(
+                "FROM ((SELECT * FROM runs r {} {newest} LIMIT ${upto_at})
+                       UNION ALL
+                       (SELECT * FROM runs r {} {newest} LIMIT ${upto_at})) r
+                 ORDER BY (r.status = 'waiting') DESC, r.created_us DESC, r.run_id DESC LIMIT ${limit_at} OFFSET ${offset_at}",
+                filter("r.status = 'waiting'"),
+                filter("r.status <> 'waiting'"),
             )
-            .await?;
+        } else {
+            format!("FROM runs r {} {newest} LIMIT ${limit_at} OFFSET ${offset_at}", filter(""))
+        };
+        let runs = self.runs_where(&source, &all).await?;
         Ok(RunPage { runs, total: u64::try_from(total).unwrap_or(0) })
     }
 

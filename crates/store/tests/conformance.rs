@@ -20,7 +20,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     {
         let store = SqliteStore::open(&path, Synchronous::Full).expect("open");
         suite(&store).await;
-        assert_eq!(store.schema_version().expect("version"), 8);
+        assert_eq!(store.schema_version().expect("version"), 9);
         // Another connection's commit (another process) moves this one's data version; its
         // own commits and reads do not.
         let before = store.data_version().await.expect("version");
@@ -123,7 +123,7 @@ async fn the_owner_column_is_filled_from_the_journal_when_the_store_is_migrated(
         }
     }
     let store = SqliteStore::open(&path, Synchronous::Normal).expect("migrate");
-    assert_eq!(store.schema_version().expect("version"), 8);
+    assert_eq!(store.schema_version().expect("version"), 9);
     let owners: Vec<(String, Option<(u32, bool)>)> = store
         .runs(10)
         .await
@@ -167,7 +167,7 @@ async fn the_runs_list_columns_are_filled_from_the_journal_when_the_store_is_mig
             conn.pragma_update(None, "user_version", i as i64 + 1).expect("version");
         }
         conn.execute(
-            "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES ('old', 'bug-fix', 'task-15', 'running', '2026-08-01T00:00:00Z', '2026-08-01T00:00:03Z', 4)",
+            "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES ('old', 'bug-fix', 'task-15', 'running', '2026-08-01T00:00:00Z', '2026-08-01T00:00:01Z', 4)",
             [],
         )
         .expect("run row");
@@ -195,6 +195,8 @@ async fn the_runs_list_columns_are_filled_from_the_journal_when_the_store_is_mig
             vec!["carol".to_owned(), "dan".to_owned()]
         )]
     );
+    // The last event's time is on the run's row, and the run is counted.
+    assert_eq!((runs.runs[0].updated_at, runs.total), (t("2026-08-01T00:00:03Z"), 1));
 }
 
 #[test]

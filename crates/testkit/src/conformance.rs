@@ -231,7 +231,16 @@ async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
             ],
         ),
         ("p2", "2026-05-02", vec![start("add 100% coverage", None), Event::ApprovalRequested { stage: stage("ship") }]),
-        ("p3", "2026-05-03", vec![start("unrelated", None), Event::RunFinished { status: RunStatus::Failed }]),
+        (
+            "p3",
+            "2026-05-03",
+            vec![
+                start("unrelated", None),
+                Event::RunFinished { status: RunStatus::Failed },
+                // An event that changes nothing of the run's status is still its last.
+                Event::CancelRequested { by: "fay".into(), rollback: false },
+            ],
+        ),
         (
             "p4",
             "2026-05-04",
@@ -258,6 +267,10 @@ async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
     assert_eq!(page(base.clone()).await, (ids(&["p4", "p3", "p2", "p1"]), 4));
     assert_eq!(page(RunQuery { waiting_first: true, ..base.clone() }).await, (ids(&["p2", "p4", "p3", "p1"]), 4));
     assert_eq!(page(RunQuery { offset: 1, limit: 2, ..base.clone() }).await, (ids(&["p3", "p2"]), 4));
+    let waiting_first = RunQuery { waiting_first: true, ..base.clone() };
+    assert_eq!(page(RunQuery { limit: 1, ..waiting_first.clone() }).await, (ids(&["p2"]), 4));
+    assert_eq!(page(RunQuery { offset: 1, limit: 2, ..waiting_first.clone() }).await, (ids(&["p4", "p3"]), 4));
+    assert_eq!(page(RunQuery { offset: 3, limit: 5, ..waiting_first.clone() }).await, (ids(&["p1"]), 4));
     assert_eq!(page(RunQuery { text: Some("login".into()), ..base.clone() }).await, (ids(&["p1"]), 1));
     assert_eq!(page(RunQuery { text: Some("100%".into()), ..base.clone() }).await, (ids(&["p2"]), 1));
     // `%` and `_` in the text are themselves, not wildcards.
@@ -277,9 +290,20 @@ async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
         shown,
         vec![
             ("p4", "never ran", None, vec!["erin".to_owned()]),
-            ("p3", "unrelated", None, vec![]),
+            ("p3", "unrelated", None, vec!["fay".to_owned()]),
             ("p2", "add 100% coverage", Some(t("2026-05-02T00:00:01Z")), vec![]),
             ("p1", "Fix the LOGIN page", Some(t("2026-05-01T00:00:02Z")), vec!["carol".to_owned(), "dan".to_owned()]),
+        ]
+    );
+    // Each run's last event's time, as the list shows it.
+    let last: Vec<(&str, jiff::Timestamp)> = all.iter().map(|r| (r.run_id.as_str(), r.updated_at)).collect();
+    assert_eq!(
+        last,
+        vec![
+            ("p4", t("2026-05-04T00:00:03Z")),
+            ("p3", t("2026-05-03T00:00:02Z")),
+            ("p2", t("2026-05-02T00:00:01Z")),
+            ("p1", t("2026-05-01T00:00:05Z")),
         ]
     );
 }
