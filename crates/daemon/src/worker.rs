@@ -33,9 +33,17 @@ use tokio::sync::{Notify, watch};
 /// How often a worker's run looks for a cancel request in the journal.
 const CANCEL_POLL: Duration = Duration::from_millis(200);
 
-/// The longest a worker waits for news before it looks for runs to claim again (a lease that
-/// expired tells nobody).
+/// The longest a worker that cannot listen for work waits before it looks for runs to claim
+/// again.
 const IDLE_LOOK: Duration = Duration::from_secs(5);
+
+/// The longest an idle worker listening for work waits before it looks anyway (a safety net:
+/// it is told of work, and looks when a lease it could take over runs out).
+const QUIET_LOOK: Duration = Duration::from_secs(60);
+
+/// How long after a lease runs out an idle worker looks for it (the database's clock and this
+/// machine's wake-up may differ a little).
+const EXPIRY_MARGIN: Duration = Duration::from_millis(50);
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -132,15 +140,18 @@ pub async fn run(options: Options) -> Result<(), Error> {
         tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
         let _ = stop.send(true);
     });
-    let listen = worker.store.watch_feed().await.ok();
+    let listen = worker.store.watch_work().await.ok();
     let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
     let mut shutdown_seen = shutdown.clone();
+    // How many times it asked the store for work, and how many runs it got.
+    let (mut looked, mut claimed_runs) = (0u64, 0u64);
     loop {
         if *shutdown.borrow() {
             break;
         }
         threads.retain(|t| !t.is_finished());
         while worker.held().len() < worker.options.slots as usize {
+            looked += 1;
             let claimed = worker
                 .store
                 .claim(&worker.id, &worker.options.labels, &worker.options.repos, worker.options.lease)
@@ -153,10 +164,26 @@ pub async fn run(options: Options) -> Result<(), Error> {
                     break;
                 }
             };
+            claimed_runs += 1;
             threads.push(start(&worker, claim, shutdown.clone()));
         }
-        // A lease that expired tells nobody: looked for at least twice per lease.
-        let look = IDLE_LOOK.min(worker.options.lease / 2);
+        // Woken by work it could take; a lease that runs out tells nobody, so the worker looks
+        // again when the first one it could take over would run out. Without its listening
+        // connection it looks at least twice per lease.
+        let full = worker.held().len() >= worker.options.slots as usize;
+        let look = match &listen {
+            // No slot free: a run ending here wakes it.
+            Some(watch) if watch.listening() && full => QUIET_LOOK,
+            Some(watch) if watch.listening() => {
+                let next = worker.store.next_expiry(&worker.options.labels, &worker.options.repos).await;
+                match next {
+                    Ok(Some(expiry)) => (expiry + EXPIRY_MARGIN).min(QUIET_LOOK),
+                    Ok(None) => QUIET_LOOK,
+                    Err(_) => IDLE_LOOK.min(worker.options.lease / 2),
+                }
+            }
+            _ => IDLE_LOOK.min(worker.options.lease / 2),
+        };
         let heard = async {
             match &listen {
                 Some(watch) => {
@@ -171,7 +198,10 @@ pub async fn run(options: Options) -> Result<(), Error> {
             _ = shutdown_seen.changed() => {}
         }
     }
-    eprintln!("loopwright worker {}: stopping; the runs driven here are interrupted and given back", worker.id);
+    eprintln!(
+        "loopwright worker {}: stopping; the runs driven here are interrupted and given back (it looked for work {looked} time(s) and claimed {claimed_runs} run(s))",
+        worker.id
+    );
     let _ = tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join()))).await;
     heart.abort();
     let _ = worker.store.worker_stopped(&worker.id).await;
@@ -314,11 +344,35 @@ fn drive(
         }
     };
     let outcome = runtime.block_on(drive_async(worker, claim, &tree, &base, shutdown, lost, valid_until));
-    // The worktree is made again from the run's branch by whoever continues it.
-    let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let _ = git::worktree_remove(&clone_dir(&worker.options.cache, &claim.submission.repo), &tree);
-    let _ = std::fs::remove_dir_all(&tree);
-    outcome.map(|status| format!("stopped: {}", status.as_str())).map_err(Ended::Failed)
+    {
+        // The worktree is made again from the run's branch by whoever continues it.
+        let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = git::worktree_remove(&clone_dir(&worker.options.cache, &claim.submission.repo), &tree);
+        let _ = std::fs::remove_dir_all(&tree);
+    }
+    match outcome {
+        Ok(status) => Ok(format!("stopped: {}", status.as_str())),
+        // Not started here (its workspace or session could not be made): counted as a try to
+        // make its work tree, so it is tried again a lease later and fails after a few tries,
+        // never claimed again at once for ever.
+        Err(Driven::NotStarted(e)) => {
+            let why = format!("the run could not be started here: {e}");
+            match runtime.block_on(checkout_failed(worker, claim, &why)) {
+                Ok(RunStatus::Failed) => Ok(format!("failed: {why}")),
+                Ok(_) => Err(Ended::Checkout(why)),
+                Err(e) => Err(Ended::Unjournaled { why, journal: e }),
+            }
+        }
+        Err(Driven::Failed(e)) => Err(Ended::Failed(e)),
+    }
+}
+
+/// Why driving a run on this worker ended in an error.
+enum Driven {
+    /// Before the run was taken up: nothing of it ran here.
+    NotStarted(Error),
+    /// Once it was taken up.
+    Failed(Error),
 }
 
 /// Why driving a claimed run ended in an error.
@@ -358,18 +412,21 @@ async fn drive_async(
     shutdown: watch::Receiver<bool>,
     lost: watch::Receiver<bool>,
     valid_until: Arc<AtomicI64>,
-) -> Result<RunStatus, Error> {
-    let mut ws = Workspace::locate(Some(tree))?.with_store(Some(worker.options.store.clone()))?;
+) -> Result<RunStatus, Driven> {
+    let not_started = Driven::NotStarted;
+    let mut ws = Workspace::locate(Some(tree))
+        .and_then(|ws| ws.with_store(Some(worker.options.store.clone())))
+        .map_err(not_started)?;
     let fence = Fence { worker: worker.id.clone(), epoch: claim.epoch };
     let store = Journal::Postgres(worker.store.fenced(fence));
-    let (mut pipeline, mut state) = read::load_run(&ws, &store, &claim.run).await?;
+    let (mut pipeline, mut state) = read::load_run(&ws, &store, &claim.run).await.map_err(not_started)?;
     // The store says which pipeline to run, never what it runs: the file must be the
     // repository's, as git holds it at the run's base. Whoever can write to the store can only
     // choose among the repository's pipelines (and give them inputs), not make workers run a
     // command.
     let clone = clone_dir(&worker.options.cache, &claim.submission.repo);
     if let Err(Checkout::Refused(why) | Checkout::Failed(why)) = same_pipeline(&clone, base, &state) {
-        return refused(worker, &store, &mut state, &why).await;
+        return refused(worker, &store, &mut state, &why).await.map_err(Driven::Failed);
     }
     // The worker's own floor: a repository or a stage cannot weaken it.
     if let Some(floor) = worker.options.sandbox.filter(|m| *m != SandboxMode::Off) {
@@ -385,17 +442,18 @@ async fn drive_async(
         pushed: Mutex::new(git::git(tree, &["rev-parse", "HEAD"]).map(|s| s.trim().to_owned()).unwrap_or_default()),
         lease_held: Box::new(move || !*lost_now.borrow() && now_ms() < valid_until.load(Ordering::SeqCst)),
     };
-    let session = Session::for_worker(&ws, &store, &pipeline, &claim.run, publish, claim.epoch.tag(&worker.id))?;
+    let session = Session::for_worker(&ws, &store, &pipeline, &claim.run, publish, claim.epoch.tag(&worker.id))
+        .map_err(not_started)?;
     let cancel = CancelWatch::new(&store, claim.run.clone(), state.last_seq, CANCEL_POLL);
     let stopper = WorkerStopper { cancel, shutdown, lost };
     let mut files = Projector::new(ws.runs_dir());
     let mut engine = session.engine(&pipeline, &store, &stopper, &mut files);
     let owner = Owner { worker: Some(worker.id.clone()), ..loopwright_app::ownership::this_process(false) };
-    answer::claim(&mut engine, &mut state, None, owner).await?;
+    answer::claim(&mut engine, &mut state, None, owner).await.map_err(Driven::Failed)?;
     match engine.drive(state).await {
         Ok(state) => Ok(state.status),
-        Err(e @ StoreError::Fenced { .. }) => Err(Error::Conflict(e.to_string())),
-        Err(e) => Err(e.into()),
+        Err(e @ StoreError::Fenced { .. }) => Err(Driven::Failed(Error::Conflict(e.to_string()))),
+        Err(e) => Err(Driven::Failed(e.into())),
     }
 }
 

@@ -40,6 +40,11 @@ const MIGRATION_LOCK: i64 = 0x6c6f_6f70;
 /// The channel appends notify and feed watchers listen on.
 const FEED_CHANNEL: &str = "loopwright_feed";
 
+/// The channel told when a submitted run may be claimed: submitted, given back, or made
+/// runnable again (approved, answered, resumed) while no live lease holds it. Idle workers
+/// listen to it, not to every commit.
+pub(crate) const WORK_CHANNEL: &str = "loopwright_work";
+
 /// A watcher of the feed (see [`PgStore::watch_feed`]).
 pub struct FeedWatch {
     _client: tokio_postgres::Client,
@@ -128,6 +133,15 @@ const APPEND: &str = "WITH position AS (UPDATE feed_counter SET last = last + 1 
      event AS (INSERT INTO events (run_id, seq, at, kind, stage, payload) VALUES ($1, $2, $3, $4, $5, $6)),
      fed AS (INSERT INTO feed (id, run_id, seq) SELECT last, $1, $2 FROM position)
 UPDATE runs SET last_seq = $2, updated_at = $3, status = COALESCE($7, status) WHERE run_id = $1";
+
+/// Tells idle workers of a submitted run that no live lease holds (`$1`, on channel `$2`).
+const UNHELD_WORK: &str = "SELECT pg_notify($2, '') FROM submissions s
+     WHERE s.run_id = $1 AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.run_id = $1 AND l.expires_at >= now())";
+
+/// A status in which a submitted run is claimed by a worker (when no live lease holds it).
+fn claimable(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Queued | RunStatus::Running | RunStatus::Interrupted)
+}
 
 /// The session setting that ends a transaction its client left idle (see `connect_trusting`).
 const IDLE_IN_TRANSACTION: &str = "-c idle_in_transaction_session_timeout=5000";
@@ -577,11 +591,15 @@ impl PgStore {
             let seq_out = u64::try_from(seq).map_err(|e| corrupt(run, seq, e))?;
             records.push(EventRecord { seq: seq_out, at: *at, event: stored.unwrap_or_else(|| event.clone()) });
         }
-        if let Some(submission) = submission {
-            fleet::insert_submission(&tx, run, submission).await?;
-        }
         // Watchers listening are told at the commit (a wake-up; the feed stays the truth).
         let notify = tx.prepare_cached("SELECT pg_notify($1, '')").await.map_err(pg)?;
+        if let Some(submission) = submission {
+            fleet::insert_submission(&tx, run, submission).await?;
+            tx.execute(&notify, &[&WORK_CHANNEL]).await.map_err(pg)?;
+        } else if events.iter().any(|(e, _)| e.run_status().is_some_and(claimable)) {
+            let unheld = tx.prepare_cached(UNHELD_WORK).await.map_err(pg)?;
+            tx.execute(&unheld, &[&run.as_str(), &WORK_CHANNEL]).await.map_err(pg)?;
+        }
         tx.execute(&notify, &[&FEED_CHANNEL]).await.map_err(pg)?;
         tx.commit().await.map_err(pg)?;
         Ok(records)
@@ -592,6 +610,18 @@ impl PgStore {
     /// the caller reads the feed for what changed, and polls it at its own pace too, since a
     /// notification sent while the watcher's connection was down is lost.
     pub async fn watch_feed(&self) -> Result<FeedWatch, StoreError> {
+        self.watch(FEED_CHANNEL).await
+    }
+
+    /// A watcher of work for idle workers: woken when a submitted run may be claimed
+    /// (submitted, given back, or runnable again with no live lease), not by every commit. A
+    /// lease that runs out tells nobody: the caller looks at its own pace too.
+    pub async fn watch_work(&self) -> Result<FeedWatch, StoreError> {
+        self.watch(WORK_CHANNEL).await
+    }
+
+    /// `LISTEN channel` on a connection of its own.
+    async fn watch(&self, channel: &'static str) -> Result<FeedWatch, StoreError> {
         use futures_util::StreamExt;
         let (config, tls) = (self.config.clone(), self.tls.clone());
         let woken = std::sync::Arc::new(tokio::sync::Notify::new());
@@ -623,7 +653,7 @@ impl PgStore {
             .await
             .map_err(|_| StoreError::Backend("PostgreSQL: the feed watcher's connection ended".into()))?
             .map_err(|e| backend(&e))?;
-        client.batch_execute(&format!("LISTEN {FEED_CHANNEL}")).await.map_err(|e| backend(&e))?;
+        client.batch_execute(&format!("LISTEN {channel}")).await.map_err(|e| backend(&e))?;
         Ok(FeedWatch { _client: client, woken, alive, task })
     }
 

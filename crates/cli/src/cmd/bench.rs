@@ -275,6 +275,8 @@ async fn list_runs(n: u32) -> Result<u8, CliError> {
             );
             figures.push(json!({"what": what, "runs": n, "first_ms": first, "median_ms": median(times.clone()), "p95_ms": times[times.len() * 95 / 100], "bytes": bytes}));
         }
+        let load = Load { http: &http, base: format!("http://{addr}"), token: token.trim(), pid: daemon.id() };
+        figures.push(load.cost_of_the_list(n).await?);
         Ok::<_, CliError>(figures)
     }
     .await;
@@ -283,6 +285,96 @@ async fn list_runs(n: u32) -> Result<u8, CliError> {
     let _ = std::fs::remove_dir_all(&base);
     println!("{}", json!({ "list_runs": measured? }));
     Ok(0)
+}
+
+/// `GET url` with `token`; the body of a success.
+async fn fetch(http: &reqwest::Client, url: &str, token: &str) -> Result<Vec<u8>, CliError> {
+    let body = async { http.get(url).bearer_auth(token).send().await?.error_for_status()?.bytes().await };
+    body.await.map(|b| b.to_vec()).map_err(|e| CliError::Internal(e.into()))
+}
+
+/// Requests to a daemon, with what they cost it.
+struct Load<'a> {
+    http: &'a reqwest::Client,
+    base: String,
+    token: &'a str,
+    pid: u32,
+}
+
+impl Load<'_> {
+    async fn get(&self, path: &str) -> Result<Vec<u8>, CliError> {
+        fetch(self.http, &format!("{}{path}", self.base), self.token).await
+    }
+
+    /// The daemon's CPU time (user + system), in ms, from `/proc`.
+    fn daemon_cpu_ms(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        // The fields after the command's closing parenthesis; utime and stime are 14 and 15.
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
+        (ticks(11) + ticks(12)) * 1000.0 / per_second
+    }
+
+    /// The daemon's CPU time per request of `path`, over `count` requests one after another.
+    async fn cpu_per_request(&self, path: &str, count: u32) -> Result<f64, CliError> {
+        let before = self.daemon_cpu_ms();
+        for _ in 0..count {
+            self.get(path).await?;
+        }
+        Ok((self.daemon_cpu_ms() - before) / f64::from(count))
+    }
+
+    /// Requests of `path` answered per second by `clients` clients each asking again as soon as
+    /// it is answered, for `seconds`.
+    async fn closed_loop(&self, path: &str, clients: usize, seconds: u64) -> Result<f64, CliError> {
+        let (t, until) = (Instant::now(), Instant::now() + Duration::from_secs(seconds));
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..clients {
+            let (http, url, token) = (self.http.clone(), format!("{}{path}", self.base), self.token.to_owned());
+            set.spawn(async move {
+                let mut done = 0u64;
+                while Instant::now() < until {
+                    fetch(&http, &url, &token).await?;
+                    done += 1;
+                }
+                Ok::<_, CliError>(done)
+            });
+        }
+        let mut done = 0;
+        while let Some(one) = set.join_next().await {
+            done += one.map_err(|e| CliError::Internal(e.into()))??;
+        }
+        Ok(done as f64 / t.elapsed().as_secs_f64())
+    }
+
+    /// The first page of the runs list against a single run's read: the daemon's CPU time for
+    /// each, and the list's closed-loop throughput.
+    async fn cost_of_the_list(&self, runs: u32) -> Result<serde_json::Value, CliError> {
+        let page: serde_json::Value =
+            serde_json::from_slice(&self.get("/api/runs?limit=50").await?).map_err(|e| CliError::Internal(e.into()))?;
+        let run = page["runs"][0]["run_id"].as_str().unwrap_or_default().to_owned();
+        let one = format!("/api/runs/{run}");
+        // Warm both (the daemon's caches, the pages of the database file) before measuring.
+        self.cpu_per_request("/api/runs?limit=50", 50).await?;
+        self.cpu_per_request(&one, 50).await?;
+        let list_cpu = self.cpu_per_request("/api/runs?limit=50", 400).await?;
+        let run_cpu = self.cpu_per_request(&one, 400).await?;
+        let throughput = self.closed_loop("/api/runs?limit=50", 16, 3).await?;
+        let ratio = list_cpu / run_cpu.max(0.001);
+        eprintln!(
+            "  GET /api/runs over {runs} runs: {list_cpu:.3} ms of the daemon's CPU a request, {ratio:.2}x a single run's read ({run_cpu:.3} ms); {throughput:.0} req/s closed loop (16 clients)"
+        );
+        Ok(json!({
+            "what": "runs list cost",
+            "runs": runs,
+            "list_cpu_ms_per_request": list_cpu,
+            "run_cpu_ms_per_request": run_cpu,
+            "list_to_run_ratio": ratio,
+            "list_req_per_s": throughput,
+        }))
+    }
 }
 
 /// CPU time (user + system, ms) of all waited-for children so far.

@@ -104,7 +104,10 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         }
     };
     let cache = match args.cache {
-        Some(dir) => dir,
+        // Made absolute now: git runs in other folders, where a relative path means another.
+        Some(dir) => {
+            std::path::absolute(&dir).map_err(|e| CliError::usage(format!("--cache {}: {e}", dir.display())))?
+        }
         None => {
             let home = std::env::var_os("XDG_CACHE_HOME")
                 .map(PathBuf::from)

@@ -14,15 +14,16 @@ pub fn counting(name: &str, log: &Path) -> (tempfile::TempDir, PathBuf) {
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
         .unwrap_or_else(|| panic!("{name} is not on PATH"));
-    let bin = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().expect("tempdir");
     let script = format!("#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n", log.display(), real.display());
     let wrapper = bin.path().join(name);
-    std::fs::write(&wrapper, script).unwrap();
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(&wrapper, script).expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
     let path = std::env::join_paths(
-        std::iter::once(bin.path().to_path_buf()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+        std::iter::once(bin.path().to_path_buf())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
     )
-    .unwrap();
+    .expect("PATH");
     (bin, PathBuf::from(path))
 }
 
@@ -40,7 +41,7 @@ fn git_calls(unchanged: usize) -> Vec<String> {
     ws.init_git();
     let log = ws.path().join(".loopwright/git-calls");
     let (_bin, path) = counting("git", &log);
-    let out = ws.cmd().env("PATH", path).args(["run", "chain", "--task", "t"]).output().unwrap();
+    let out = ws.cmd().env("PATH", path).args(["run", "chain", "--task", "t"]).output().expect("loopwright");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(ws.git(&["log", "-1", "--format=%s"]).starts_with("loopwright: stage write of "));
     std::fs::read_to_string(&log).unwrap_or_default().lines().map(str::to_owned).collect()

@@ -937,3 +937,75 @@ fn a_run_whose_base_was_never_pushed_fails_after_a_few_tries_and_starves_no_othe
     signal(&worker, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
 }
+
+#[test]
+fn a_worker_given_a_relative_cache_runs_its_runs_once_each() {
+    let Some(fleet) = Fleet::new("relative", TWO_STAGES) else { return };
+    let runs: Vec<String> = ["one", "two"].iter().map(|t| fleet.submit(t)).collect();
+    let log = std::fs::File::create(fleet.dir.path().join("worker-1.log")).expect("log");
+    let mut worker = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(["worker", "--store", &fleet.url, "--lease", "5", "--cache", "cache-here", "--repo"])
+        .arg(fleet.remote())
+        .current_dir(fleet.dir.path())
+        .env("GIT_AUTHOR_NAME", "worker")
+        .env("GIT_AUTHOR_EMAIL", "worker@example.com")
+        .env("GIT_COMMITTER_NAME", "worker")
+        .env("GIT_COMMITTER_EMAIL", "worker@example.com")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("worker");
+    let ended = fleet.wait_ended(&runs, 60);
+    signal(&worker, nix::sys::signal::Signal::SIGTERM);
+    let _ = worker.wait();
+    let log = fleet.log(1);
+    assert_eq!(ended, ["success", "success"], "{log}");
+    // Each claimed once, and its clone where the relative path said, from where it started.
+    assert_eq!(log.matches("claimed run").count(), 2, "{log}");
+    assert!(log.contains(&format!("cache {}", fleet.dir.path().join("cache-here").display())), "{log}");
+    assert!(fleet.dir.path().join("cache-here/repos").is_dir());
+    assert_eq!((fleet.counter("a"), fleet.counter("b")), (runs.clone(), runs));
+}
+
+#[test]
+fn idle_workers_look_for_work_only_when_there_is_some_they_could_take() {
+    let mut pipeline = String::from("name: p\ndescription: d\nversion: 1\nstages:\n");
+    for i in 0..20 {
+        pipeline.push_str(&format!("  - {{id: s{i}, description: d, agent: shell, mode: agent, run: 'true'}}\n"));
+    }
+    let Some(fleet) = Fleet::new("idle", &pipeline) else { return };
+    let workers: Vec<std::process::Child> = (1..=4).map(|n| fleet.worker(n, 60)).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(1..=4).all(|n| fleet.log(n).contains("slot(s)")) {
+        assert!(Instant::now() < deadline, "the workers did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Each has looked once, found nothing and waits.
+    std::thread::sleep(Duration::from_millis(500));
+    let run = fleet.submit("twenty stages");
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"]);
+    // The lease given back is told to the idle workers too.
+    std::thread::sleep(Duration::from_millis(500));
+    for worker in &workers {
+        signal(worker, nix::sys::signal::Signal::SIGTERM);
+    }
+    for worker in workers {
+        assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
+    }
+    let counts: Vec<(u64, u64)> = (1..=4)
+        .map(|n| {
+            let log = fleet.log(n);
+            let said = log.split("it looked for work ").nth(1).unwrap_or_else(|| panic!("{log}"));
+            let number =
+                |text: &str| text.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{log}"));
+            (number(said), number(said.split("and claimed ").nth(1).unwrap_or_else(|| panic!("{log}"))))
+        })
+        .collect();
+    assert_eq!(counts.iter().filter(|(_, claimed)| *claimed == 1).count(), 1, "one drove the run: {counts:?}");
+    // An idle worker looked when it started, when the run was submitted and when its lease was
+    // given back: not once per journal commit of the run it did not drive.
+    for (looked, _) in counts.iter().filter(|(_, claimed)| *claimed == 0) {
+        assert!(*looked <= 3, "{counts:?}");
+    }
+}

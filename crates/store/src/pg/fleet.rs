@@ -252,6 +252,32 @@ impl PgStore {
         Ok(Some(Claim { run: RunId::new(run), epoch: LeaseEpoch::from_sql(epoch.get(0)), submission }))
     }
 
+    /// How long until the first live lease of a run `worker` could claim runs out (none held):
+    /// a lease that runs out tells nobody, so an idle worker looks for work again then.
+    pub async fn next_expiry(
+        &self,
+        labels: &BTreeMap<String, String>,
+        repos: &[String],
+    ) -> Result<Option<Duration>, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let row = client
+            .query_one(
+                "SELECT (extract(epoch FROM min(l.expires_at) - now()) * 1000)::BIGINT
+                 FROM leases l
+                 JOIN submissions s ON s.run_id = l.run_id
+                 JOIN runs r ON r.run_id = l.run_id
+                 WHERE l.expires_at >= now()
+                   AND r.status IN ('queued', 'running', 'interrupted')
+                   AND s.labels <@ $1::text::jsonb
+                   AND s.repo = ANY($2::text[])",
+                &[&labels_json(labels), &repos],
+            )
+            .await
+            .map_err(|e| backend(&e))?;
+        let ms: Option<i64> = row.get(0);
+        Ok(ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+    }
+
     /// Renews the worker's heartbeat and the leases it holds for another `lease`; returns the
     /// runs whose lease is no longer its own (taken over: it must stop driving them).
     pub async fn renew(
@@ -297,7 +323,7 @@ impl PgStore {
             .await
             .map_err(|e| backend(&e))?;
         // A run given back may be claimed by a worker waiting for one.
-        client.execute("SELECT pg_notify('loopwright_feed', '')", &[]).await.map_err(|e| backend(&e))?;
+        client.execute("SELECT pg_notify($1, '')", &[&super::WORK_CHANNEL]).await.map_err(|e| backend(&e))?;
         Ok(())
     }
 
