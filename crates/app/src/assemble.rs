@@ -166,11 +166,12 @@ pub fn redactor(pipeline: &Pipeline) -> Redactor {
     Redactor::from_env(&keys)
 }
 
-/// Whether this machine can make sandboxes, found out once per process (it runs bwrap and
-/// mounts an overlay in a scratch folder under `state`, where layers will be made).
+/// Whether this machine can make sandboxes, found out once per process, and kept in `state`
+/// for later processes while the machine is the same (a probe runs bwrap and mounts an
+/// overlay in a scratch folder under `state`, where layers will be made).
 fn probe(state: &Path) -> &'static loopwright_runners::sandbox::Probe {
     static PROBE: std::sync::OnceLock<loopwright_runners::sandbox::Probe> = std::sync::OnceLock::new();
-    PROBE.get_or_init(|| loopwright_runners::sandbox::probe(state))
+    PROBE.get_or_init(|| loopwright_runners::sandbox::probe_kept(state))
 }
 
 /// How a run's stages are sandboxed: what the runner makes sandboxes with, where layers are

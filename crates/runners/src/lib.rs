@@ -479,6 +479,14 @@ impl Runner for ProcessRunner {
             stdout.push_str(&result.stdout);
             stderr.push_str(&result.stderr);
             outcome = exec_outcome(result.end);
+            // bubblewrap could not make the sandbox (it says so first): the machine changed
+            // since the kept probe, so the next run probes again.
+            if let Some(s) = self.sandbox.as_ref().filter(|_| request.confine.sandbox)
+                && outcome == ExecOutcome::Exited(1)
+                && result.stderr.starts_with("bwrap: ")
+            {
+                sandbox::forget_probe(&s.state);
+            }
             // A failure is read with what the sandbox refused it, which is often why.
             if outcome != ExecOutcome::Exited(0) {
                 stderr.push_str(&refusals);

@@ -586,6 +586,96 @@ pub fn probe(scratch: &Path) -> Probe {
     Probe { bwrap: Ok((bwrap, version)), namespaces, capabilities, overlay }
 }
 
+/// The file in the sandbox state folder ([`state_dir`]) that keeps a probe that found every
+/// piece working, with what it depends on.
+const KEPT_PROBE: &str = "probe.json";
+
+/// A probe that found every piece working, as kept in [`KEPT_PROBE`].
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept {
+    /// What the result depends on ([`machine_state`]); another value means probe again.
+    key: String,
+    bwrap: PathBuf,
+    version: String,
+    /// `None`: the kernel's overlay; else the `fuse-overlayfs` program.
+    fuse: Option<PathBuf>,
+}
+
+/// What a probe's result depends on, read without starting a process: the `bwrap` found on
+/// `PATH` (its path, size, change time and inode), the kernel (its release and build), the
+/// user (real and effective ids), the sysctls that turn user namespaces off, the overlay
+/// asked for (`LOOPWRIGHT_OVERLAY`) and the `fuse-overlayfs` found. `None` without `bwrap`.
+fn machine_state() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |path: &Path| {
+        std::fs::metadata(path).map_or_else(
+            |_| format!("{} missing", path.display()),
+            |m| format!("{} {} {}.{} {}", path.display(), m.len(), m.ctime(), m.ctime_nsec(), m.ino()),
+        )
+    };
+    let bwrap = find_bwrap()?;
+    let kernel = nix::sys::utsname::uname()
+        .map(|u| format!("{} {}", u.release().to_string_lossy(), u.version().to_string_lossy()))
+        .unwrap_or_default();
+    let sysctls: Vec<String> = ["/proc/sys/kernel/unprivileged_userns_clone", "/proc/sys/user/max_user_namespaces"]
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap_or_default().trim().to_owned())
+        .collect();
+    let fuse = crate::process::resolve("fuse-overlayfs");
+    Some(format!(
+        "{}|{kernel}|{} {}|{}|{}|{}",
+        identity(&bwrap),
+        nix::unistd::getuid(),
+        nix::unistd::geteuid(),
+        sysctls.join(" "),
+        std::env::var("LOOPWRIGHT_OVERLAY").unwrap_or_default(),
+        if fuse.is_absolute() { identity(&fuse) } else { String::new() },
+    ))
+}
+
+/// [`probe`], found out once per machine state: a probe that found every piece working is
+/// kept in `state` (the user's private [`state_dir`]) with what it depends on, and read back
+/// while that is the same; anything missing, changed or unreadable probes again. A sandbox
+/// that then fails to start is said with [`forget_probe`].
+pub fn probe_kept(state: &Path) -> Probe {
+    let key = machine_state();
+    let file = state.join(KEPT_PROBE);
+    let kept = std::fs::read(&file).ok().and_then(|text| serde_json::from_slice::<Kept>(&text).ok());
+    if let (Some(kept), Some(key)) = (kept, &key)
+        && kept.key == *key
+    {
+        return Probe {
+            bwrap: Ok((kept.bwrap, kept.version)),
+            namespaces: Ok(()),
+            capabilities: Ok(()),
+            overlay: Ok(kept.fuse.map_or(Overlay::Kernel, Overlay::Fuse)),
+        };
+    }
+    let probe = probe(state);
+    if let (Some(key), Ok((bwrap, version)), Ok(()), Ok(()), Ok(overlay)) =
+        (key, &probe.bwrap, &probe.namespaces, &probe.capabilities, &probe.overlay)
+    {
+        let fuse = match overlay {
+            Overlay::Kernel => None,
+            Overlay::Fuse(path) => Some(path.clone()),
+        };
+        let kept = Kept { key, bwrap: bwrap.clone(), version: version.clone(), fuse };
+        // Written whole or not at all: a reader sees the old file or the new one.
+        if let Ok(text) = serde_json::to_vec(&kept) {
+            let tmp = state.join(format!("{KEPT_PROBE}.{}", std::process::id()));
+            if std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &file)).is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+        }
+    }
+    probe
+}
+
+/// Forgets the probe kept in `state` (a sandbox failed to start): the next run probes again.
+pub fn forget_probe(state: &Path) {
+    let _ = std::fs::remove_file(state.join(KEPT_PROBE));
+}
+
 /// Starts a sandbox as stages get one and reads, inside, what its process holds: every
 /// capability dropped (`CapEff` 0, `CapBnd` 0) and `no_new_privs` set, or why not.
 fn probe_capabilities(bwrap: &Path) -> Result<(), Unavailable> {

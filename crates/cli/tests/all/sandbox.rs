@@ -1129,3 +1129,37 @@ fn doctor_says_per_preset_whether_it_runs_in_the_sandbox_and_what_it_may_reach()
     assert_eq!(by_name("gemini")["hosts"][0], "generativelanguage.googleapis.com:443");
     assert_eq!(by_name("goose")["sandbox"], serde_json::Value::Null);
 }
+
+#[test]
+fn a_second_sandboxed_run_starts_bubblewrap_only_for_its_stage() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    ws.write(".loopwright/config.toml", "sandbox = \"required\"\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - {id: s, description: d, agent: shell, mode: agent, run: 'true'}\n",
+    );
+    let state = tempfile::tempdir().expect("state");
+    let log = state.path().join("bwrap-calls");
+    let (bin, path) = crate::costs::counting("bwrap", &log);
+    let starts = || {
+        let before = std::fs::read_to_string(&log).map_or(0, |l| l.lines().count());
+        let out = ws
+            .cmd()
+            .env("PATH", &path)
+            .env("LOOPWRIGHT_SANDBOX_DIR", state.path().join("sandbox"))
+            .args(["run", "p"])
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::read_to_string(&log).map_or(0, |l| l.lines().count()) - before
+    };
+    // The first run probes (bubblewrap's version, a trial sandbox, a trial of what a stage's
+    // process holds) and keeps what it found; the second reads it and starts the stage alone.
+    assert!(starts() > 1, "the first run probes");
+    assert_eq!(starts(), 1, "the second run starts bubblewrap for its stage only");
+    // Another bubblewrap (here: the same file written again) is probed afresh.
+    let wrapper = bin.path().join("bwrap");
+    std::fs::write(&wrapper, std::fs::read(&wrapper).expect("read")).expect("rewrite");
+    assert!(starts() > 1, "a changed bubblewrap is probed again");
+}
