@@ -9,7 +9,8 @@ Needs `hey` (Debian) for the steady load. Measures, in a fresh workspace:
      second process (hey: 5 workers x 100/s, 10 s, keep-alive), p50/p99;
   3. journal commit -> SSE event received (the event's own `at` against the client's clock, same
      machine), for a run the daemon drives and for one a CLI process drives;
-  4. 200 SSE clients on one run: daemon RSS before/after, and whether every client got every event;
+  4. 200 SSE clients on one run: daemon RSS before/after, and whether every client got every event,
+     then the daemon's RSS after --idle seconds (default 60) with nothing to do;
   5. a 1000-stage chain started through the API against the same started by `loopwright run`.
 """
 import argparse
@@ -24,12 +25,19 @@ import threading
 import time
 
 
-def rss_kb(pid):
+def rss_kb(pid, field="VmRSS"):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def rss_parts(pid):
+    """RSS split: what the process allocated (anonymous) and the pages of its binary and
+    libraries it touched (file-backed: clean, shared, given back by the kernel on demand)."""
+    return (f"anonymous {rss_kb(pid, 'RssAnon') / 1024:.1f} MB, "
+            f"file-backed {rss_kb(pid, 'RssFile') / 1024:.1f} MB")
 
 
 def pct(values, p):
@@ -136,15 +144,19 @@ def latency_of(d, run, events_wanted):
     """Commit -> receipt latency (ms) of a run's events as a stream delivers them live."""
     conn, response = d.stream(f"/api/runs/{run}/events")
     lags = []
+    kinds = []
     for event, data in sse_frames(response):
         received = datetime.datetime.now(datetime.timezone.utc)
         if event == "end":
             break
         at = datetime.datetime.fromisoformat(json.loads(data)["at"].replace("Z", "+00:00"))
         lags.append((received - at).total_seconds() * 1000)
+        kinds.append(event)
         if len(lags) >= events_wanted:
             break
     conn.close()
+    slowest = sorted(zip(lags, kinds), reverse=True)[:3]
+    print("  slowest: " + ", ".join(f"{kind} {lag:.1f} ms" for lag, kind in slowest))
     return lags
 
 
@@ -152,6 +164,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/loopwright")
     ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--idle", type=int, default=60)
     args = ap.parse_args()
     bin_path = os.path.abspath(args.bin)
     ws = tempfile.mkdtemp(prefix="loopwright-bench-daemon-")
@@ -161,7 +174,8 @@ def main():
     pipeline(ws, "chain", 1000, "true")
 
     d = Daemon(bin_path, ws)
-    print(f"start to serving: {d.start_ms:.1f} ms; idle RSS {rss_kb(d.proc.pid) / 1024:.1f} MB (empty store)")
+    print(f"start to serving: {d.start_ms:.1f} ms; idle RSS {rss_kb(d.proc.pid) / 1024:.1f} MB (empty store; "
+          f"{rss_parts(d.proc.pid)})")
 
     t0 = time.perf_counter()
     runs = [d.request("POST", "/api/runs", {"pipeline": "one"})[1]["run_id"] for _ in range(args.runs)]
@@ -215,6 +229,8 @@ def main():
     journal = len(d.request("GET", f"/api/runs/{run}/events")[1])
     print(f"200 SSE clients on one run: RSS {before / 1024:.1f} -> peak {peak[0] / 1024:.1f} MB; "
           f"every client got all {journal} events: {all(c == journal for c in counts)}")
+    time.sleep(args.idle)
+    print(f"after {args.idle} s idle: RSS {rss_kb(d.proc.pid) / 1024:.1f} MB ({rss_parts(d.proc.pid)})")
 
     # The 1000-stage chain: API against CLI.
     t0 = time.perf_counter()

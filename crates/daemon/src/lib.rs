@@ -460,6 +460,17 @@ fn journal_writes(state: &std::path::Path) -> Option<(notify::RecommendedWatcher
     Some((watcher, written))
 }
 
+/// True when the journal's data version moves from `version` within a few milliseconds.
+async fn moved_soon(store: &Journal, version: u64) -> bool {
+    for wait in [0, 1, 2, 4, 8] {
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        if store.data_version().await.unwrap_or(version) != version {
+            return true;
+        }
+    }
+    false
+}
+
 /// Follows the journal: whenever it changed (SQLite's `data_version`: a commit by any other
 /// connection, this daemon's hosts or another process), or a host says it wrote, reads the
 /// feed past the last position and broadcasts each event; then wakes the scheduler. It looks
@@ -498,7 +509,10 @@ async fn watch_journal(
                 }
             }
             () = wrote.notified() => {
-                if store.data_version().await.unwrap_or(0) == version {
+                // A file of the journal is written before its commit is seen by readers (the
+                // WAL's frames, then its index): a version not moved yet is looked at again
+                // shortly, not a poll period later.
+                if !moved_soon(&store, version).await {
                     continue;
                 }
             }

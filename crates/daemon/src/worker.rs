@@ -601,9 +601,15 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<(PathBuf, String), Checkou
         let _ = git::worktree_remove(&clone, &tree);
         let _ = std::fs::remove_dir_all(&tree);
     }
-    let _ = git::git(&clone, &["worktree", "prune"]);
     let path = tree.display().to_string();
-    git::git(&clone, &["worktree", "add", "--quiet", "--force", "-B", &format!("work/{}", claim.run), &path, &start])?;
+    let add = ["worktree", "add", "--quiet", "--force", "-B", &format!("work/{}", claim.run), &path, &start];
+    // `--force` takes over what a worktree removed without git left registered; should that not
+    // do, the registry is pruned and the worktree added again (a process less per claim).
+    if git::git(&clone, &add).is_err() {
+        let _ = std::fs::remove_dir_all(&tree);
+        let _ = git::git(&clone, &["worktree", "prune"]);
+        git::git(&clone, &add)?;
+    }
     Ok((tree, base))
 }
 

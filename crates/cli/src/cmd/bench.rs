@@ -354,7 +354,7 @@ impl Load<'_> {
     async fn cost_of_the_list(&self, runs: u32) -> Result<serde_json::Value, CliError> {
         let page: serde_json::Value =
             serde_json::from_slice(&self.get("/api/runs?limit=50").await?).map_err(|e| CliError::Internal(e.into()))?;
-        let run = page["runs"][0]["run_id"].as_str().unwrap_or_default().to_owned();
+        let run = page[0]["run_id"].as_str().unwrap_or_default().to_owned();
         let one = format!("/api/runs/{run}");
         // Warm both (the daemon's caches, the pages of the database file) before measuring.
         self.cpu_per_request("/api/runs?limit=50", 50).await?;
