@@ -327,7 +327,7 @@ fn drive(
     valid_until: Arc<AtomicI64>,
 ) -> Result<String, Ended> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Ended::NoRuntime)?;
-    let (tree, base) = match checkout(worker, claim) {
+    let Tree { tree, base, tip } = match checkout(worker, claim) {
         Ok(made) => made,
         Err(Checkout::Refused(why)) => {
             return runtime
@@ -343,7 +343,9 @@ fn drive(
             };
         }
     };
-    let outcome = runtime.block_on(drive_async(worker, claim, &tree, &base, shutdown, lost, valid_until));
+    let made = Tree { tree, base, tip };
+    let outcome = runtime.block_on(drive_async(worker, claim, &made, shutdown, lost, valid_until));
+    let tree = made.tree;
     {
         // The worktree is made again from the run's branch by whoever continues it.
         let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -407,14 +409,13 @@ impl std::fmt::Display for Ended {
 async fn drive_async(
     worker: &Worker,
     claim: &Claim,
-    tree: &Path,
-    base: &str,
+    made: &Tree,
     shutdown: watch::Receiver<bool>,
     lost: watch::Receiver<bool>,
     valid_until: Arc<AtomicI64>,
 ) -> Result<RunStatus, Driven> {
     let not_started = Driven::NotStarted;
-    let mut ws = Workspace::locate(Some(tree))
+    let mut ws = Workspace::locate(Some(&made.tree))
         .and_then(|ws| ws.with_store(Some(worker.options.store.clone())))
         .map_err(not_started)?;
     let fence = Fence { worker: worker.id.clone(), epoch: claim.epoch };
@@ -425,7 +426,7 @@ async fn drive_async(
     // choose among the repository's pipelines (and give them inputs), not make workers run a
     // command.
     let clone = clone_dir(&worker.options.cache, &claim.submission.repo);
-    if let Err(Checkout::Refused(why) | Checkout::Failed(why)) = same_pipeline(&clone, base, &state) {
+    if let Err(Checkout::Refused(why) | Checkout::Failed(why)) = same_pipeline(&clone, &made.base, &state) {
         return refused(worker, &store, &mut state, &why).await.map_err(Driven::Failed);
     }
     // The worker's own floor: a repository or a stage cannot weaken it.
@@ -439,7 +440,8 @@ async fn drive_async(
     let publish = loopwright_runners::Publish {
         repo: claim.submission.repo.clone(),
         branch: run_branch(&claim.run),
-        pushed: Mutex::new(git::git(tree, &["rev-parse", "HEAD"]).map(|s| s.trim().to_owned()).unwrap_or_default()),
+        pushed: Mutex::new(made.tip.clone().unwrap_or_default()),
+        from: made.base.clone(),
         lease_held: Box::new(move || !*lost_now.borrow() && now_ms() < valid_until.load(Ordering::SeqCst)),
     };
     let session = Session::for_worker(&ws, &store, &pipeline, &claim.run, publish, claim.epoch.tag(&worker.id))
@@ -563,10 +565,22 @@ fn clone_dir(cache: &Path, repo: &str) -> PathBuf {
 /// refs, never `refs/heads/*`, which hold the worktrees' own branches (`work/RUN`).
 const FETCHED: &str = "refs/remotes/origin";
 
+/// A run's worktree as [`checkout`] made it.
+struct Tree {
+    /// The worktree.
+    tree: PathBuf,
+    /// The run's base commit.
+    base: String,
+    /// The commit the run's branch holds on the repository, when it is there (its first
+    /// commit creates it).
+    tip: Option<String>,
+}
+
 /// The run's worktree, from the cached clone brought up to date, and the run's base commit: at
-/// the run's branch when it has one (another worker started it; the base is where that branch
-/// left the repository's history), else at its base, which the branch is made from.
-fn checkout(worker: &Worker, claim: &Claim) -> Result<(PathBuf, String), Checkout> {
+/// the run's branch when it has one (another worker started it and pushed a commit; the base
+/// is where that branch left the repository's history), else at its base. The branch is made
+/// on the repository by the run's first commit (a push less per claim).
+fn checkout(worker: &Worker, claim: &Claim) -> Result<Tree, Checkout> {
     let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let repo = &claim.submission.repo;
     let clone = clone_dir(&worker.options.cache, repo);
@@ -583,17 +597,15 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<(PathBuf, String), Checkou
     git::git(&clone, &["fetch", "--quiet", "--prune", "--force", "--", repo, &heads, "+refs/tags/*:refs/tags/*"])?;
     let branch = run_branch(&claim.run);
     let pushed = git::git(&clone, &["rev-parse", "--verify", "-q", &format!("{FETCHED}/{branch}^{{commit}}")]);
-    let (start, base) = match pushed {
+    let (start, base, tip) = match pushed {
         Ok(tip) => {
             let tip = tip.trim().to_owned();
             let base = run_base(&clone, &tip, &claim.run)?;
-            (tip, base)
+            (tip.clone(), base, Some(tip))
         }
         Err(_) => {
             let base = resolve_base(&clone, &claim.submission.base, repo)?;
-            // The run's branch exists from its start, for whoever continues it.
-            git::git(&clone, &["push", "--quiet", "--", repo, &format!("{base}:refs/heads/{branch}")])?;
-            (base.clone(), base)
+            (base.clone(), base, None)
         }
     };
     let tree = cache.join("runs").join(claim.run.as_str());
@@ -610,7 +622,7 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<(PathBuf, String), Checkou
         let _ = git::git(&clone, &["worktree", "prune"]);
         git::git(&clone, &add)?;
     }
-    Ok((tree, base))
+    Ok(Tree { tree, base, tip })
 }
 
 /// The commit `base` (a branch, a tag or a commit of the repository) names, as fetched: never

@@ -669,9 +669,13 @@ pub struct Publish {
     pub repo: String,
     /// The run's branch there (`loopwright/RUN`).
     pub branch: String,
-    /// The commit the branch is known to hold (the push expects it: a push by a worker whose
-    /// lease was taken over, over the new holder's, is refused).
+    /// The commit the branch is known to hold, empty while the branch is not on the repository
+    /// (the push expects it: a push by a worker whose lease was taken over, over the new
+    /// holder's, is refused; a first push, over a branch another made meanwhile).
     pub pushed: std::sync::Mutex<String>,
+    /// The commit the run's history starts from (its base): what the first push must descend
+    /// from.
+    pub from: String,
     /// Whether this process may still push: false once its lease on the run is lost.
     pub lease_held: Box<dyn Fn() -> bool + Send + Sync>,
 }
@@ -687,10 +691,11 @@ impl Publish {
         let mut pushed = self.pushed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // The run's history only grows: a commit that does not descend from the last one pushed
         // would replace the stages before it.
-        if !pushed.is_empty() && git::git(root, &["merge-base", "--is-ancestor", pushed.as_str(), commit]).is_err() {
+        let since = if pushed.is_empty() { self.from.as_str() } else { pushed.as_str() };
+        if !since.is_empty() && git::git(root, &["merge-base", "--is-ancestor", since, commit]).is_err() {
             return Err(CommitError::NotPushed(format!(
-                "commit {commit} not pushed: it does not descend from {}, the last commit pushed to {}",
-                *pushed, self.branch
+                "commit {commit} not pushed: it does not descend from {since}, the last commit of {} (its base or the last pushed)",
+                self.branch
             )));
         }
         let lease = format!("--force-with-lease=refs/heads/{}:{}", self.branch, *pushed);

@@ -1003,6 +1003,9 @@ fn idle_workers_look_for_work_only_when_there_is_some_they_could_take() {
         })
         .collect();
     assert_eq!(counts.iter().filter(|(_, claimed)| *claimed == 1).count(), 1, "one drove the run: {counts:?}");
+    // Its stages committed nothing, so nothing was pushed: the run's branch is made by its
+    // first commit, not at the claim.
+    assert_eq!(git(&fleet.remote(), &["branch", "--list", &format!("loopwright/{run}")]), "");
     // An idle worker looked when it started, when the run was submitted and when its lease was
     // given back: not once per journal commit of the run it did not drive.
     for (looked, _) in counts.iter().filter(|(_, claimed)| *claimed == 0) {
