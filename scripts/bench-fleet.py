@@ -6,7 +6,7 @@ Run beside a throwaway PostgreSQL, with a release build:
     cargo build --release
     scripts/with-postgres.sh python3 scripts/bench-fleet.py
 
-- claim-to-start latency: one idle worker; runs submitted one at a time; from the run's
+- claim-to-start latency: one idle worker, then four; runs submitted one at a time; from the run's
   `run_queued` to the worker's `run_resumed` (claim, clone brought up to date, worktree made,
   journal read), and to its first `attempt_started`; p50 and p99;
 - stages per second with 1, 2 and 3 workers (one slot each) on 30 queued runs of 5 short
@@ -23,7 +23,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "loopwright")
+BIN = os.environ.get("LOOPWRIGHT_BIN", os.path.join(ROOT, "target", "release", "loopwright"))
 BASE = os.environ["LOOPWRIGHT_TEST_PG"]
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -79,7 +79,8 @@ def submit(checkout, url):
 def worker(tmp, url, n, slots=1):
     env = dict(os.environ, GIT_AUTHOR_NAME="w", GIT_AUTHOR_EMAIL="w@example.com",
                GIT_COMMITTER_NAME="w", GIT_COMMITTER_EMAIL="w@example.com")
-    return subprocess.Popen([BIN, "worker", "--store", url, "--slots", str(slots), "--cache", os.path.join(tmp, f"cache-{n}")],
+    return subprocess.Popen([BIN, "worker", "--store", url, "--slots", str(slots), "--cache", os.path.join(tmp, f"cache-{n}"),
+                             "--repo", os.path.join(tmp, "remote.git")],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -112,11 +113,11 @@ def percentile(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def claim_latency(n=40):
+def claim_latency(n=40, workers=1):
     with tempfile.TemporaryDirectory() as tmp:
         url = database("claim")
         checkout = fleet(tmp)
-        w = worker(tmp, url, 1)
+        ws = [worker(tmp, url, i) for i in range(workers)]
         time.sleep(1.5)
         to_start, to_attempt = [], []
         try:
@@ -130,8 +131,10 @@ def claim_latency(n=40):
                 to_start.append((resumed - queued) * 1000)
                 to_attempt.append((attempt - queued) * 1000)
         finally:
-            w.terminate()
-            w.wait()
+            for w in ws:
+                w.terminate()
+            for w in ws:
+                w.wait()
         return to_start, to_attempt
 
 
@@ -181,10 +184,11 @@ def idle_worker(seconds=20):
 def main():
     if not os.path.exists(BIN):
         sys.exit("build it first: cargo build --release")
-    to_start, to_attempt = claim_latency()
-    print(f"claim to start (run_queued -> run_resumed), {len(to_start)} runs: "
-          f"p50 {statistics.median(to_start):.0f} ms, p99 {percentile(to_start, 99):.0f} ms; "
-          f"to the first attempt: p50 {statistics.median(to_attempt):.0f} ms, p99 {percentile(to_attempt, 99):.0f} ms")
+    for workers in (1, 4):
+        to_start, to_attempt = claim_latency(workers=workers)
+        print(f"claim to start (run_queued -> run_resumed), {len(to_start)} runs, {workers} worker(s): "
+              f"p50 {statistics.median(to_start):.0f} ms, p99 {percentile(to_start, 99):.0f} ms; "
+              f"to the first attempt: p50 {statistics.median(to_attempt):.0f} ms, p99 {percentile(to_attempt, 99):.0f} ms")
     for n in (1, 2, 3):
         rate, span = throughput(n)
         print(f"{n} worker(s), 30 runs x 5 stages: {rate:.1f} stages/s ({span:.1f} s)")

@@ -56,6 +56,8 @@ pub fn shown_status(state: &RunState) -> RunStatus {
 
 /// [`shown_status`] from a run's recorded status and owner alone (a line of the runs table).
 pub fn shown(status: RunStatus, owner: Option<&Owner>) -> RunStatus {
-    let owner_gone = owner.is_some_and(|o| !alive_elsewhere(o) && !is_this_process(o));
-    if status == RunStatus::Running && owner_gone { RunStatus::Interrupted } else { status }
+    // Only a running run's owner is looked at (in `/proc`): a page of the runs list asks this
+    // of every run it shows.
+    let owner_gone = || owner.is_some_and(|o| !alive_elsewhere(o) && !is_this_process(o));
+    if status == RunStatus::Running && owner_gone() { RunStatus::Interrupted } else { status }
 }
