@@ -349,8 +349,11 @@ fn drive(
     {
         // The worktree is made again from the run's branch by whoever continues it.
         let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = git::worktree_remove(&clone_dir(&worker.options.cache, &claim.submission.repo), &tree);
+        let clone = clone_dir(&worker.options.cache, &claim.submission.repo);
+        let _ = git::worktree_remove(&clone, &tree);
         let _ = std::fs::remove_dir_all(&tree);
+        // The upkeep a fetch would have started (packing what runs fetched), when it is due.
+        let _ = git::git(&clone, &["maintenance", "run", "--auto", "--quiet"]);
     }
     match outcome {
         Ok(status) => Ok(format!("stopped: {}", status.as_str())),
@@ -594,7 +597,9 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<Tree, Checkout> {
     // Into remote-tracking refs only: a fetch must never delete or move the branch another
     // run's worktree has checked out.
     let heads = format!("+refs/heads/*:{FETCHED}/*");
-    git::git(&clone, &["fetch", "--quiet", "--prune", "--force", "--", repo, &heads, "+refs/tags/*:refs/tags/*"])?;
+    // The clone's upkeep is done after a run, not between a claim and its first stage.
+    let fetch = ["-c", "maintenance.auto=false", "fetch", "--quiet", "--prune", "--force", "--"];
+    git::git(&clone, &[&fetch[..], &[repo.as_str(), &heads, "+refs/tags/*:refs/tags/*"]].concat())?;
     let branch = run_branch(&claim.run);
     let pushed = git::git(&clone, &["rev-parse", "--verify", "-q", &format!("{FETCHED}/{branch}^{{commit}}")]);
     let (start, base, tip) = match pushed {
