@@ -600,14 +600,12 @@ impl SqliteStore {
                 .map_err(backend)?
                 .unwrap_or(0)
         };
-        let (limit, offset, upto) = (args.len() + 1, args.len() + 2, args.len() + 3);
-        let mut page = vec![query.limit, query.offset];
-        if query.waiting_first {
-            page.push(query.limit.saturating_add(query.offset));
-        }
-        let page_args: Vec<i64> = page.iter().map(|n| i64::try_from(*n).unwrap_or(i64::MAX)).collect();
-        let mut all = params;
-        all.extend(page_args.iter().map(|n| n as &dyn rusqlite::ToSql));
+        // The page's bounds are numbers of ours, written into the statement: a bound value that
+        // may change the plan makes SQLite prepare the statement again at every step.
+        let number = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let (limit, offset) = (number(query.limit), number(query.offset));
+        let upto = number(query.limit.saturating_add(query.offset));
+        let all = params;
         let newest = "ORDER BY r.created_at DESC, r.run_id DESC";
         let filter = |more: &str| {
             let all: Vec<&str> = wheres.iter().map(String::as_str).chain((!more.is_empty()).then_some(more)).collect();
@@ -617,15 +615,15 @@ impl SqliteStore {
             // The waiting runs (a partial index) and the others (newest first), each cut at the
             // page's end before they are merged: no sort over every run.
             format!(
-                "FROM (SELECT * FROM (SELECT * FROM runs r {} {newest} LIMIT ?{upto})
+                "FROM (SELECT * FROM (SELECT * FROM runs r {} {newest} LIMIT {upto})
                        UNION ALL
-                       SELECT * FROM (SELECT * FROM runs r {} {newest} LIMIT ?{upto})) r
-                 ORDER BY r.status = 'waiting' DESC, r.created_at DESC, r.run_id DESC LIMIT ?{limit} OFFSET ?{offset}",
+                       SELECT * FROM (SELECT * FROM runs r {} {newest} LIMIT {upto})) r
+                 ORDER BY r.status = 'waiting' DESC, r.created_at DESC, r.run_id DESC LIMIT {limit} OFFSET {offset}",
                 filter("r.status = 'waiting'"),
                 filter("r.status <> 'waiting'"),
             )
         } else {
-            format!("FROM runs r {} {newest} LIMIT ?{limit} OFFSET ?{offset}", filter(""))
+            format!("FROM runs r {} {newest} LIMIT {limit} OFFSET {offset}", filter(""))
         };
         let runs = self.runs_where(&source, &all)?;
         Ok(RunPage { runs, total: u64::try_from(total).unwrap_or(0) })
