@@ -919,7 +919,7 @@ impl Layers for FsChanges {
             // Copied and committed before a crash, whose commit `committed` adopts.
             return Ok(None);
         }
-        if layer.count() == 0 && !layer.copying() {
+        if layer.is_empty() && !layer.copying() {
             // Nothing written: nothing to copy or commit, and no git process to ask.
             let _ = std::fs::remove_dir_all(&layer.dir);
             return Ok(None);

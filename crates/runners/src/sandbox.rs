@@ -1142,6 +1142,12 @@ impl Layer {
         list(&self.upper(), &self.upper(), self.marks(), &mut entries).map_or(0, |()| entries.len())
     }
 
+    /// True when the attempt wrote nothing into it (its upper folder holds no entry): a look
+    /// at one folder, where [`Layer::count`] lists every entry.
+    pub fn is_empty(&self) -> bool {
+        std::fs::read_dir(self.upper()).is_ok_and(|mut entries| entries.next().is_none())
+    }
+
     /// True when a copy of it into the workspace has begun.
     pub fn copying(&self) -> bool {
         self.dir.join("copying").exists()
