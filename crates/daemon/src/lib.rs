@@ -12,6 +12,7 @@ pub mod auto;
 pub mod dashboard;
 pub mod host;
 pub mod listen;
+pub mod memory;
 pub mod notifications;
 pub mod runs;
 pub mod worker;

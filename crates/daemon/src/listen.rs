@@ -87,8 +87,10 @@ pub async fn serve(
     let (stopping, stopped) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     let mut stop = std::pin::pin!(stop);
+    let mut quiet = std::pin::pin!(crate::memory::give_back_when_quiet());
     loop {
         tokio::select! {
+            () = &mut quiet => {}
             accepted = listener.accept() => {
                 let Ok((stream, peer)) = accepted else {
                     // Out of file descriptors or a connection reset before it was accepted: wait
@@ -163,6 +165,7 @@ async fn serve_connection<I>(
     // The peer's address goes with each request (a trusted proxy is known by it).
     let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
         request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        crate::memory::worked();
         let busy = seen.clone();
         if let Some(conn) = &busy {
             conn.busy.fetch_add(1, Ordering::SeqCst);

@@ -85,6 +85,8 @@ impl Runs {
                     .insert(job.run.clone(), retry);
             }
             runs.hosted.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&job.run);
+            // What the run's thread allocated is free now: given back once the daemon is quiet.
+            crate::memory::worked();
             // A run that ended frees its slot and its tree: the next in line may start. One
             // that found its tree taken freed nothing, and waking the queue for it would only
             // try it again at once.

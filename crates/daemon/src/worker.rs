@@ -533,21 +533,44 @@ fn same_pipeline(clone: &Path, base: &str, state: &loopwright_engine::RunState) 
             started.pipeline_path
         ));
     }
+    // `MODE blob ID\tPATH`: the file's content is known by its id, which the journaled text
+    // must hash to (one process, the content never read).
     let entry = git::git(clone, &["ls-tree", base, "--", path]).unwrap_or_default();
-    let mode = entry.split_whitespace().next().unwrap_or_default();
+    let mut fields = entry.split_whitespace();
+    let (mode, id) = (fields.next().unwrap_or_default(), fields.nth(1).unwrap_or_default());
     if entry.is_empty() {
         return refused(format!("the repository has no {path} at its base"));
     }
     if mode != "100644" && mode != "100755" {
         return refused(format!("{path} at the run's base is not a regular file (git mode {mode})"));
     }
-    match git::git(clone, &["cat-file", "blob", &format!("{base}:{path}")]) {
-        Ok(text) if text == started.pipeline_source => Ok(()),
-        Ok(_) => refused(format!(
+    match blob_id(started.pipeline_source.as_bytes(), id.len()) {
+        Some(hashed) if hashed == id => Ok(()),
+        Some(_) => refused(format!(
             "its pipeline differs from {path} in the repository at its base: commit and push the pipeline, then submit again"
         )),
-        Err(e) => refused(format!("cannot read {path} at the run's base: {e}")),
+        None => refused(format!("cannot read {path} at the run's base: git named it `{id}`")),
     }
+}
+
+/// The id git gives a file of `content` (its blob), in the repository's hash: SHA-1 for ids of
+/// 40 hex digits, SHA-256 for 64; `None` for any other length.
+fn blob_id(content: &[u8], id_len: usize) -> Option<String> {
+    use ring::digest;
+    let algorithm = match id_len {
+        40 => &digest::SHA1_FOR_LEGACY_USE_ONLY,
+        64 => &digest::SHA256,
+        _ => return None,
+    };
+    let mut hash = digest::Context::new(algorithm);
+    hash.update(format!("blob {}\0", content.len()).as_bytes());
+    hash.update(content);
+    Some(hash.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether `name` is, or may be read as, one of loopwright's run branches.
+fn run_branch_name(name: &str) -> bool {
+    name.starts_with("loopwright/") || name.contains("/loopwright/")
 }
 
 /// The run's branch on its repository.
@@ -594,21 +617,19 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<Tree, Checkout> {
         let target = clone.display().to_string();
         git::git(cache, &["init", "--quiet", "--bare", &target])?;
     }
-    // Into remote-tracking refs only: a fetch must never delete or move the branch another
-    // run's worktree has checked out.
-    let heads = format!("+refs/heads/*:{FETCHED}/*");
-    // The clone's upkeep is done after a run, not between a claim and its first stage.
-    let fetch = ["-c", "maintenance.auto=false", "fetch", "--quiet", "--prune", "--force", "--"];
-    git::git(&clone, &[&fetch[..], &[repo.as_str(), &heads, "+refs/tags/*:refs/tags/*"]].concat())?;
     let branch = run_branch(&claim.run);
-    let pushed = git::git(&clone, &["rev-parse", "--verify", "-q", &format!("{FETCHED}/{branch}^{{commit}}")]);
-    let (start, base, tip) = match pushed {
-        Ok(tip) => {
-            let tip = tip.trim().to_owned();
+    let (tip, on_branch) = match fetch_branches(&clone, repo, &claim.submission.base, &branch) {
+        Some(fetched) => fetched,
+        None => (fetch_all(&clone, repo, &branch)?, None),
+    };
+    let (start, base, tip) = match (tip, on_branch) {
+        (Some(tip), _) => {
             let base = run_base(&clone, &tip, &claim.run)?;
             (tip.clone(), base, Some(tip))
         }
-        Err(_) => {
+        // The base is a branch of the repository: its commit is on it.
+        (None, Some(base)) => (base.clone(), base, None),
+        (None, None) => {
             let base = resolve_base(&clone, &claim.submission.base, repo)?;
             (base.clone(), base, None)
         }
@@ -630,11 +651,67 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<Tree, Checkout> {
     Ok(Tree { tree, base, tip })
 }
 
+/// Brings the clone up to date with only what the run needs when its base names a branch of
+/// the repository: that branch and the run's own (two refs, not every run's branch). Says the
+/// run branch's commit, when it has one, and the base branch's. `None` when the base is not a
+/// branch (a tag, a commit) or the fetch failed: then everything is fetched.
+fn fetch_branches(clone: &Path, repo: &str, base: &str, branch: &str) -> Option<(Option<String>, Option<String>)> {
+    if !plain_branch_name(base) || run_branch_name(base) {
+        return None;
+    }
+    // Into remote-tracking refs only: a fetch must never delete or move the branch another
+    // run's worktree has checked out. The run's branch as a pattern: one that matches nothing
+    // (a run no commit of which was pushed yet) is no error.
+    let refspecs =
+        [format!("+refs/heads/{base}:{FETCHED}/{base}"), format!("+refs/heads/{branch}*:{FETCHED}/{branch}*")];
+    git::git(clone, &[&FETCH[..], &[repo], &[refspecs[0].as_str(), refspecs[1].as_str()]].concat()).ok()?;
+    let (base_ref, branch_ref) = (format!("{FETCHED}/{base}"), format!("{FETCHED}/{branch}"));
+    let listed =
+        git::git(clone, &["for-each-ref", "--format=%(refname) %(objecttype) %(objectname)", &base_ref, &branch_ref])
+            .ok()?;
+    let commit_of = |name: &str| {
+        listed.lines().find_map(|line| match line.split(' ').collect::<Vec<_>>()[..] {
+            [refname, "commit", commit] if refname == name => Some(commit.to_owned()),
+            _ => None,
+        })
+    };
+    let base_commit = commit_of(&base_ref)?;
+    Some((commit_of(&branch_ref), Some(base_commit)))
+}
+
+/// Brings the clone up to date with every branch and tag of the repository; says the run
+/// branch's commit when it has one.
+fn fetch_all(clone: &Path, repo: &str, branch: &str) -> Result<Option<String>, Checkout> {
+    let heads = format!("+refs/heads/*:{FETCHED}/*");
+    git::git(clone, &[&FETCH[..], &[repo, &heads, "+refs/tags/*:refs/tags/*"]].concat())?;
+    let pushed = git::git(clone, &["rev-parse", "--verify", "-q", &format!("{FETCHED}/{branch}^{{commit}}")]);
+    Ok(pushed.ok().map(|tip| tip.trim().to_owned()))
+}
+
+/// `git fetch`, with the clone's upkeep done after a run, not between a claim and its first
+/// stage.
+const FETCH: [&str; 7] = ["-c", "maintenance.auto=false", "fetch", "--quiet", "--prune", "--force", "--"];
+
+/// A branch name made of letters, digits and `-_./` only, in parts neither empty nor starting
+/// with a dot: one that is a name as it stands in a refspec (no pattern, nothing git reads as
+/// something else). Others are looked up after fetching everything.
+fn plain_branch_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.ends_with(".lock")
+        && name.split('/').all(|part| {
+            !part.is_empty()
+                && !part.starts_with('.')
+                && !part.contains("..")
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        })
+        && !name.starts_with('-')
+}
+
 /// The commit `base` (a branch, a tag or a commit of the repository) names, as fetched: never
 /// one of loopwright's run branches, nor a commit only they hold (what an agent wrote there is
 /// not the repository's).
 fn resolve_base(clone: &Path, base: &str, repo: &str) -> Result<String, Checkout> {
-    if base.starts_with("loopwright/") || base.contains("/loopwright/") {
+    if run_branch_name(base) {
         return Err(Checkout::Refused(format!(
             "the run's base `{base}` is one of loopwright's run branches, not the repository's"
         )));
@@ -672,4 +749,33 @@ fn run_base(clone: &Path, tip: &str, run: &RunId) -> Result<String, Checkout> {
             (!runs.split(',').any(|r| r.trim() == run.as_str())).then(|| commit.to_owned())
         })
         .ok_or_else(|| Checkout::Refused(format!("the run's branch holds no commit of the repository's own ({tip})")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{blob_id, plain_branch_name};
+
+    #[test]
+    fn a_blob_id_is_git_s_own() {
+        // `printf 'hello\n' | git hash-object --stdin` and with `--object-format=sha256`.
+        assert_eq!(blob_id(b"hello\n", 40).as_deref(), Some("ce013625030ba8dba906f756967f9e9ca394464a"));
+        assert_eq!(
+            blob_id(b"hello\n", 64).as_deref(),
+            Some("2cf8d83d9ee29543b34a87727421fdecb7e3f3a183d337639025de576db9ebb4")
+        );
+        assert_eq!(blob_id(b"", 40).as_deref(), Some("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"));
+        assert_eq!(blob_id(b"hello\n", 12), None);
+    }
+
+    #[test]
+    fn only_plain_branch_names_are_fetched_by_name() {
+        for name in ["main", "release/2.x", "feature_1-b", "v1.0"] {
+            assert!(plain_branch_name(name), "{name}");
+        }
+        for name in
+            ["", "*", "refs/heads/*", "a..b", ".hidden", "a//b", "a/", "/a", "-x", "x.lock", "a:b", "a b", "^{commit}"]
+        {
+            assert!(!plain_branch_name(name), "{name}");
+        }
+    }
 }

@@ -215,6 +215,25 @@ pub fn index_lock(root: &Path) -> Option<PathBuf> {
     Some(root.join(rel.trim()))
 }
 
+/// A folder at the top of a git work tree, as one `git rev-parse` tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repo {
+    /// Where git locks its index (in the main repository's folder for a linked worktree).
+    pub index_lock: PathBuf,
+}
+
+impl Repo {
+    /// The repository `root` is the top of; `None` when it is not in git or is a folder below
+    /// a work tree's top ([`is_repo`] and [`index_lock`] in one process).
+    pub fn at(root: &Path) -> Option<Self> {
+        let out = git(root, &["rev-parse", "--show-toplevel", "--git-path", "index.lock"]).ok()?;
+        let mut lines = out.lines();
+        let (top, lock) = (lines.next()?, lines.next()?);
+        let top = Path::new(top.trim()).canonicalize().ok()?;
+        (root.canonicalize().ok()? == top).then(|| Self { index_lock: root.join(lock.trim()) })
+    }
+}
+
 /// Removes the index lock at `lock` when it is there and no live process holds it; says
 /// which file went.
 pub fn clear_stale_lock(lock: &Path) -> Option<String> {

@@ -611,7 +611,9 @@ pub const DEFAULT_MAX_LAYER_MB: u64 = 2048;
 pub struct FsChanges {
     workspace: PathBuf,
     runs_dir: PathBuf,
-    git: bool,
+    /// Whether the workspace is the top of a git work tree, and where git locks its index (a
+    /// stat per commit after): asked of git once, when first needed.
+    repo: std::cell::OnceCell<Option<git::Repo>>,
     /// The last snapshot taken: (run, name, manifest).
     last: std::cell::RefCell<Option<(RunId, String, snapshot::Manifest)>>,
     /// Secrets kept out of the file texts the closed loop's strategies read.
@@ -623,8 +625,6 @@ pub struct FsChanges {
     publish: Option<Publish>,
     /// The most a layer may hold on disk, in bytes, for its copy into the workspace.
     max_layer: u64,
-    /// Where git locks the workspace's index, asked of git once (a stat per commit after).
-    index_lock: std::cell::OnceCell<Option<PathBuf>>,
 }
 
 /// Ends every process of `run` that `lease` started and that still runs on this machine (found
@@ -711,17 +711,15 @@ impl Publish {
 impl FsChanges {
     /// Tracks changes of `workspace`, keeping snapshots under `runs_dir/RUN/snapshots/`.
     pub fn new(workspace: PathBuf, runs_dir: PathBuf) -> Self {
-        let git = git::is_repo(&workspace);
         Self {
             workspace,
             runs_dir,
-            git,
+            repo: std::cell::OnceCell::new(),
             last: std::cell::RefCell::new(None),
             redactor: secrets::Redactor::default(),
             layers: None,
             max_layer: DEFAULT_MAX_LAYER_MB * 1024 * 1024,
             publish: None,
-            index_lock: std::cell::OnceCell::new(),
         }
     }
 
@@ -754,9 +752,19 @@ impl FsChanges {
         Ok(sandbox::Layer::of(state, run.as_str(), name))
     }
 
+    /// The workspace's repository, when it is the top of a git work tree.
+    fn repo(&self) -> Option<&git::Repo> {
+        self.repo.get_or_init(|| git::Repo::at(&self.workspace)).as_ref()
+    }
+
+    /// Whether the workspace is the top of a git work tree.
+    fn git(&self) -> bool {
+        self.repo().is_some()
+    }
+
     /// The repository's commit now, if the workspace is one.
     fn head(&self) -> Option<String> {
-        self.git.then(|| git::git(&self.workspace, &["rev-parse", "--verify", "-q", "HEAD"]).ok()).flatten()
+        self.git().then(|| git::git(&self.workspace, &["rev-parse", "--verify", "-q", "HEAD"]).ok()).flatten()
     }
 
     /// Redacts the secrets `redactor` knows from the files it reads for the closed loop.
@@ -824,7 +832,7 @@ impl Snapshots for FsChanges {
         {
             return Ok((prev_name.clone(), prev.files.len()));
         }
-        let base = if self.git { snapshot::git_base(&self.workspace) } else { None };
+        let base = if self.git() { snapshot::git_base(&self.workspace) } else { None };
         let manifest = snapshot::take(&self.workspace, &store, name, previous.map(|(_, _, m)| m), base.as_ref(), scope)
             .map_err(|e| SnapshotError::Take(e.to_string()))?;
         let files = manifest.files.len();
@@ -930,7 +938,7 @@ impl Layers for FsChanges {
             .map_err(|e| LayerError::Copy { dir: layer.shown(), reason: e.to_string() })?;
         let paths: Vec<String> = copied.written.into_iter().chain(copied.deleted).collect();
         let n = paths.len();
-        let commit = if self.git && !paths.is_empty() {
+        let commit = if self.git() && !paths.is_empty() {
             git::commit(&self.workspace, &paths, run.as_str(), task.as_str(), stage.as_str())
                 .map_err(|e| CommitError::Git(e.to_string()))?
                 .map(|sha| (sha, n))
@@ -958,7 +966,7 @@ impl Commits for FsChanges {
         task: &TaskId,
         stage: &StageId,
     ) -> Result<Option<(String, usize)>, CommitError> {
-        if !self.git {
+        if !self.git() {
             return Ok(None);
         }
         let manifest = self.manifest(run, name)?;
@@ -973,7 +981,7 @@ impl Commits for FsChanges {
     }
 
     fn revert(&self, task: &TaskId, stage: &StageId) -> Result<usize, CommitError> {
-        if !self.git {
+        if !self.git() {
             return Err(CommitError::NotRepository);
         }
         let reverted = git::revert_stage(&self.workspace, task.as_str(), stage.as_str())
@@ -987,19 +995,15 @@ impl Commits for FsChanges {
     }
 
     fn committed(&self, run: &RunId, stage: &StageId) -> Option<(String, usize)> {
-        if !self.git {
+        if !self.git() {
             return None;
         }
         git::head_commit_of(&self.workspace, run.as_str(), stage.as_str())
     }
 
     fn repair(&self) -> Vec<String> {
-        if !self.git {
-            return Vec::new();
-        }
-        let lock = self.index_lock.get_or_init(|| git::index_lock(&self.workspace));
-        lock.as_deref()
-            .and_then(git::clear_stale_lock)
+        self.repo()
+            .and_then(|repo| git::clear_stale_lock(&repo.index_lock))
             .map(|lock| vec![format!("removed {lock}, left by a git process that no longer runs")])
             .unwrap_or_default()
     }

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use loopwright_runners::git::{clear_stale_index_lock, commit, head_commit_of, revert_stage, stage_commits};
+use loopwright_runners::git::{Repo, clear_stale_index_lock, commit, head_commit_of, revert_stage, stage_commits};
 use pretty_assertions::assert_eq;
 
 fn sh(root: &Path, args: &[&str]) -> String {
@@ -77,4 +77,24 @@ fn a_stale_index_lock_is_removed_and_a_held_one_is_not() {
     assert_eq!(clear_stale_index_lock(root), Some(shown));
     assert!(!lock.exists());
     assert_eq!(clear_stale_index_lock(root), None);
+}
+
+#[test]
+fn a_repository_is_known_by_its_top_and_its_index_lock_by_where_git_keeps_it() {
+    let dir = repo();
+    let root = dir.path();
+    assert_eq!(Repo::at(root), Some(Repo { index_lock: root.join(".git/index.lock") }));
+    // A folder below the top is not a workspace's repository; a folder outside git neither.
+    std::fs::create_dir_all(root.join("sub")).expect("mkdir");
+    assert_eq!(Repo::at(&root.join("sub")), None);
+    let outside = tempfile::tempdir().expect("tempdir");
+    assert_eq!(Repo::at(outside.path()), None);
+    // A linked worktree (a worker's run) locks its index in the main repository's folder.
+    let linked = outside.path().join("linked");
+    sh(root, &["worktree", "add", "--quiet", "-b", "work/one", &linked.display().to_string()]);
+    let repo = Repo::at(&linked).expect("a linked worktree is a repository's top");
+    assert_eq!(repo.index_lock.canonicalize().ok(), None, "no lock yet");
+    let real = |p: &Path| p.canonicalize().expect("canonical");
+    assert_eq!(real(repo.index_lock.parent().expect("folder")), real(&root.join(".git/worktrees/linked")));
+    assert_eq!(repo.index_lock.file_name(), Some(std::ffi::OsStr::new("index.lock")));
 }
