@@ -593,81 +593,54 @@ impl SqliteStore {
         } else {
             format!("SELECT COUNT(*) FROM runs r WHERE {}", wheres.join(" AND "))
         };
-        let total: i64 = {
-            let conn = self.reader();
-            conn.prepare_cached(&count)
-                .and_then(|mut stmt| stmt.query_row(params.as_slice(), |r| r.get(0)).optional())
-                .map_err(backend)?
-                .unwrap_or(0)
+        let conn = self.reader();
+        // The count and the page's rows as of one moment: a run moving from the waiting to the
+        // others meanwhile is listed once.
+        let read = conn.unchecked_transaction().map_err(backend)?;
+        let number = |sql: &str| {
+            read.prepare_cached(sql)
+                .and_then(|mut stmt| stmt.query_row(params.as_slice(), |r| r.get::<_, i64>(0)).optional())
+                .map(|n| usize::try_from(n.unwrap_or(0)).unwrap_or(0))
+                .map_err(backend)
         };
-        // The page's bounds are numbers of ours, written into the statement: a bound value that
-        // may change the plan makes SQLite prepare the statement again at every step.
-        let number = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        let (limit, offset) = (number(query.limit), number(query.offset));
-        let upto = number(query.limit.saturating_add(query.offset));
-        let all = params;
-        let newest = "ORDER BY r.created_at DESC, r.run_id DESC";
+        let total = number(&count)?;
         let filter = |more: &str| {
             let all: Vec<&str> = wheres.iter().map(String::as_str).chain((!more.is_empty()).then_some(more)).collect();
             if all.is_empty() { String::new() } else { format!("WHERE {}", all.join(" AND ")) }
         };
-        let source = if query.waiting_first {
-            // The waiting runs (a partial index) and the others (newest first), each cut at the
-            // page's end before they are merged: no sort over every run.
-            format!(
-                "FROM (SELECT * FROM (SELECT * FROM runs r {} {newest} LIMIT {upto})
-                       UNION ALL
-                       SELECT * FROM (SELECT * FROM runs r {} {newest} LIMIT {upto})) r
-                 ORDER BY r.status = 'waiting' DESC, r.created_at DESC, r.run_id DESC LIMIT {limit} OFFSET {offset}",
-                filter("r.status = 'waiting'"),
-                filter("r.status <> 'waiting'"),
-            )
-        } else {
-            format!("FROM runs r {} {newest} LIMIT {limit} OFFSET {offset}", filter(""))
+        // The page's bounds are numbers of ours, written into the statement: a bound value that
+        // may change the plan makes SQLite prepare the statement again at every step.
+        let page = |filter: String, limit: usize, offset: usize| {
+            let newest = "ORDER BY r.created_at DESC, r.run_id DESC";
+            runs_in(&read, &format!("FROM runs r {filter} {newest} LIMIT {limit} OFFSET {offset}"), &params)
         };
-        let runs = self.runs_where(&source, &all)?;
+        let (limit, offset) = (query.limit, query.offset);
+        let runs = if query.waiting_first {
+            // The waiting runs, newest first, then the others: each a walk of an index, the
+            // second only when the first ends within the page. No sort of any run.
+            let mut runs = page(filter("r.status = 'waiting'"), limit, offset)?;
+            let taken = runs.len();
+            if taken < limit {
+                // The waiting runs ended on this page: there are `offset + taken` of them,
+                // unless none was on it (then they are counted).
+                let waiting = if taken > 0 || offset == 0 {
+                    offset + taken
+                } else {
+                    number(&format!("SELECT COUNT(*) FROM runs r {}", filter("r.status = 'waiting'")))?
+                };
+                runs.extend(page(filter("r.status <> 'waiting'"), limit - taken, offset.saturating_sub(waiting))?);
+            }
+            runs
+        } else {
+            page(filter(""), limit, offset)?
+        };
         Ok(RunPage { runs, total: u64::try_from(total).unwrap_or(0) })
     }
 
     /// Runs as `source` (`FROM … r WHERE … ORDER BY … LIMIT …`, `r` having the columns of
     /// `runs`) selects them, with `params` bound.
     fn runs_where(&self, source: &str, params: &[&dyn rusqlite::ToSql]) -> Result<Vec<RunSummary>, StoreError> {
-        let conn = self.reader();
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at, r.updated_at,
-                        r.owner, r.task, r.running_at, r.people
-                 {source}"
-            ))
-            .map_err(backend)?;
-        let rows = stmt
-            .query_map(params, |r| {
-                Ok((
-                    (r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?),
-                    (r.get::<_, String>(4)?, r.get::<_, String>(5)?, r.get::<_, Option<String>>(6)?),
-                    (r.get::<_, String>(7)?, r.get::<_, Option<String>>(8)?, r.get::<_, String>(9)?),
-                ))
-            })
-            .map_err(backend)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let ((run_id, pipeline, task_id, status), (created_at, updated_at, owner), (task, running_at, people)) =
-                row.map_err(backend)?;
-            let bad = |what: String| StoreError::Corrupt(format!("run {run_id}: {what}"));
-            out.push(RunSummary {
-                status: RunStatus::parse(&status).ok_or_else(|| bad(format!("unknown status `{status}`")))?,
-                pipeline,
-                task_id: TaskId::parse(&task_id).ok_or_else(|| bad(format!("bad task id `{task_id}`")))?,
-                created_at: created_at.parse().map_err(|e| bad(format!("{e}")))?,
-                updated_at: updated_at.parse().map_err(|e| bad(format!("{e}")))?,
-                owner: owner.map(|o| serde_json::from_str(&o)).transpose().map_err(|e| bad(format!("owner: {e}")))?,
-                task,
-                running_at: running_at.map(|t| t.parse()).transpose().map_err(|e| bad(format!("{e}")))?,
-                people: people.split('\n').filter(|p| !p.is_empty()).map(str::to_owned).collect(),
-                run_id: RunId::new(run_id.clone()),
-            });
-        }
-        Ok(out)
+        runs_in(&self.reader(), source, params)
     }
 
     fn task_outputs_sync(&self, task: &TaskId) -> Result<BTreeMap<StageId, Outputs>, StoreError> {
@@ -689,6 +662,45 @@ impl SqliteStore {
         let rows: Vec<(String, String, String, String)> = rows.collect::<Result<_, _>>().map_err(backend)?;
         Ok(loopwright_journal::store::latest_outputs(rows))
     }
+}
+
+/// [`SqliteStore::runs_where`] on `conn` (a reader, or a read transaction of one).
+fn runs_in(conn: &Connection, source: &str, params: &[&dyn rusqlite::ToSql]) -> Result<Vec<RunSummary>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at, r.updated_at,
+                    r.owner, r.task, r.running_at, r.people
+             {source}"
+        ))
+        .map_err(backend)?;
+    let rows = stmt
+        .query_map(params, |r| {
+            Ok((
+                (r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?),
+                (r.get::<_, String>(4)?, r.get::<_, String>(5)?, r.get::<_, Option<String>>(6)?),
+                (r.get::<_, String>(7)?, r.get::<_, Option<String>>(8)?, r.get::<_, String>(9)?),
+            ))
+        })
+        .map_err(backend)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let ((run_id, pipeline, task_id, status), (created_at, updated_at, owner), (task, running_at, people)) =
+            row.map_err(backend)?;
+        let bad = |what: String| StoreError::Corrupt(format!("run {run_id}: {what}"));
+        out.push(RunSummary {
+            status: RunStatus::parse(&status).ok_or_else(|| bad(format!("unknown status `{status}`")))?,
+            pipeline,
+            task_id: TaskId::parse(&task_id).ok_or_else(|| bad(format!("bad task id `{task_id}`")))?,
+            created_at: created_at.parse().map_err(|e| bad(format!("{e}")))?,
+            updated_at: updated_at.parse().map_err(|e| bad(format!("{e}")))?,
+            owner: owner.map(|o| serde_json::from_str(&o)).transpose().map_err(|e| bad(format!("owner: {e}")))?,
+            task,
+            running_at: running_at.map(|t| t.parse()).transpose().map_err(|e| bad(format!("{e}")))?,
+            people: people.split('\n').filter(|p| !p.is_empty()).map(str::to_owned).collect(),
+            run_id: RunId::new(run_id.clone()),
+        });
+    }
+    Ok(out)
 }
 
 impl SqliteStore {

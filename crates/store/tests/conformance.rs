@@ -32,7 +32,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     }
     let reopened = SqliteStore::open(&path, Synchronous::Normal).expect("reopen");
     assert_eq!(reopened.events(&RunId::new("r1")).await.expect("events").len(), 6);
-    assert_eq!(reopened.runs(30).await.expect("runs").len(), 22);
+    assert_eq!(reopened.runs(40).await.expect("runs").len(), 29);
     let mode: String = rusqlite::Connection::open(&path)
         .expect("open")
         .pragma_query_value(None, "journal_mode", |r| r.get(0))

@@ -206,6 +206,47 @@ pub async fn suite(store: &impl Store) {
     runs_are_found_by_status_oldest_first(store).await;
     a_summary_names_the_last_owner(store).await;
     a_page_of_runs_is_filtered_counted_and_ordered(store).await;
+    every_page_lists_the_waiting_runs_first(store).await;
+}
+
+/// Every page of the waiting-first order, at every offset and size, is the same slice of one
+/// list: the waiting runs newest first, then the others newest first.
+async fn every_page_lists_the_waiting_runs_first(store: &impl Store) {
+    let start = || {
+        let mut s = crate::run_started("task-waiting-pages");
+        s.pipeline = "waiting-pages".into();
+        Event::RunStarted(Box::new(s))
+    };
+    // Oldest first; waiting and not interleaved in time.
+    let runs = [("o1", false), ("w1", true), ("o2", false), ("o3", false), ("w2", true), ("o4", false), ("w3", true)];
+    for (day, (id, waiting)) in runs.iter().enumerate() {
+        let mut events = vec![start()];
+        events.push(if *waiting {
+            Event::ApprovalRequested { stage: stage("ship") }
+        } else {
+            Event::RunFinished { status: RunStatus::Success }
+        });
+        for (i, event) in events.iter().enumerate() {
+            let at = t(&format!("2026-06-{:02}T00:00:{i:02}Z", day + 1));
+            store.append(&RunId::new(*id), event, at).await.expect("append");
+        }
+    }
+    let whole = ["w3", "w2", "w1", "o4", "o3", "o2", "o1"];
+    for offset in 0..=whole.len() + 1 {
+        for limit in 1..=whole.len() + 1 {
+            let query = RunQuery {
+                pipeline: Some("waiting-pages".into()),
+                waiting_first: true,
+                offset,
+                limit,
+                ..RunQuery::default()
+            };
+            let got = store.runs_page(&query).await.expect("page");
+            let ids: Vec<String> = got.runs.iter().map(|r| r.run_id.to_string()).collect();
+            let expected: Vec<String> = whole.iter().skip(offset).take(limit).map(|s| (*s).to_owned()).collect();
+            assert_eq!((ids, got.total), (expected, whole.len() as u64), "offset {offset}, limit {limit}");
+        }
+    }
 }
 
 async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
