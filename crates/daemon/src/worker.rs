@@ -588,7 +588,8 @@ fn clone_dir(cache: &Path, repo: &str) -> PathBuf {
 }
 
 /// Where the cached clone keeps what it fetched of the repository's branches: remote-tracking
-/// refs, never `refs/heads/*`, which hold the worktrees' own branches (`work/RUN`).
+/// refs, never `refs/heads/*` (what a clone kept of older versions' worktree branches,
+/// `work/RUN`, stays as it was).
 const FETCHED: &str = "refs/remotes/origin";
 
 /// A run's worktree as [`checkout`] made it.
@@ -640,7 +641,9 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<Tree, Checkout> {
         let _ = std::fs::remove_dir_all(&tree);
     }
     let path = tree.display().to_string();
-    let add = ["worktree", "add", "--quiet", "--force", "-B", &format!("work/{}", claim.run), &path, &start];
+    // Detached at the run's start: its commits are pushed to the run's branch by name, and no
+    // local branch is made for it (a process less per claim, no branch left behind).
+    let add = ["worktree", "add", "--quiet", "--force", "--detach", &path, &start];
     // `--force` takes over what a worktree removed without git left registered; should that not
     // do, the registry is pruned and the worktree added again (a process less per claim).
     if git::git(&clone, &add).is_err() {
@@ -689,8 +692,19 @@ fn fetch_all(clone: &Path, repo: &str, branch: &str) -> Result<Option<String>, C
 }
 
 /// `git fetch`, with the clone's upkeep done after a run, not between a claim and its first
-/// stage.
-const FETCH: [&str; 7] = ["-c", "maintenance.auto=false", "fetch", "--quiet", "--prune", "--force", "--"];
+/// stage, and nothing written or checked that the worker does not read (`FETCH_HEAD`, which
+/// branches were forced).
+const FETCH: [&str; 9] = [
+    "-c",
+    "maintenance.auto=false",
+    "fetch",
+    "--quiet",
+    "--prune",
+    "--force",
+    "--no-write-fetch-head",
+    "--no-show-forced-updates",
+    "--",
+];
 
 /// A branch name made of letters, digits and `-_./` only, in parts neither empty nor starting
 /// with a dot: one that is a name as it stands in a refspec (no pattern, nothing git reads as
