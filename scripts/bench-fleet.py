@@ -6,9 +6,10 @@ Run beside a throwaway PostgreSQL, with a release build:
     cargo build --release
     scripts/with-postgres.sh python3 scripts/bench-fleet.py
 
-- claim-to-start latency: one idle worker, then four; runs submitted one at a time; from the run's
-  `run_queued` to the worker's `run_resumed` (claim, clone brought up to date, worktree made,
-  journal read), and to its first `attempt_started`; p50 and p99;
+- claim-to-start latency: one idle worker, then four; 100 runs submitted one at a time (a p99
+  of fewer is only the slowest one); from the run's `run_queued` to the worker's `run_resumed`
+  (claim, clone brought up to date, worktree made, journal read), and to its first
+  `attempt_started`; p50 and p99;
 - stages per second with 1, 2 and 3 workers (one slot each) on 30 queued runs of 5 short
   stages (shell, agent mode: each stage commits and pushes);
 - an idle worker's CPU (over 20 s) and memory (RSS).
@@ -113,7 +114,7 @@ def percentile(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def claim_latency(n=40, workers=1):
+def claim_latency(n=100, workers=1):
     with tempfile.TemporaryDirectory() as tmp:
         url = database("claim")
         checkout = fleet(tmp)

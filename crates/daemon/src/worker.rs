@@ -327,7 +327,7 @@ fn drive(
     valid_until: Arc<AtomicI64>,
 ) -> Result<String, Ended> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Ended::NoRuntime)?;
-    let Tree { tree, base, tip } = match checkout(worker, claim) {
+    let made = match checkout(worker, claim) {
         Ok(made) => made,
         Err(Checkout::Refused(why)) => {
             return runtime
@@ -343,7 +343,6 @@ fn drive(
             };
         }
     };
-    let made = Tree { tree, base, tip };
     let outcome = runtime.block_on(drive_async(worker, claim, &made, shutdown, lost, valid_until));
     let tree = made.tree;
     {
@@ -428,8 +427,7 @@ async fn drive_async(
     // repository's, as git holds it at the run's base. Whoever can write to the store can only
     // choose among the repository's pipelines (and give them inputs), not make workers run a
     // command.
-    let clone = clone_dir(&worker.options.cache, &claim.submission.repo);
-    if let Err(Checkout::Refused(why) | Checkout::Failed(why)) = same_pipeline(&clone, &made.base, &state) {
+    if let Err(Checkout::Refused(why) | Checkout::Failed(why)) = same_pipeline(&made.pipelines, &state) {
         return refused(worker, &store, &mut state, &why).await.map_err(Driven::Failed);
     }
     // The worker's own floor: a repository or a stage cannot weaken it.
@@ -523,7 +521,7 @@ impl From<git::GitError> for Checkout {
 /// Checks that the run's journaled pipeline is the repository's file at the same path under
 /// `.loopwright/pipelines/`, byte for byte, as git holds it at `base` (read from git's objects:
 /// a link there is not followed, and nothing a stage wrote in the work tree counts).
-fn same_pipeline(clone: &Path, base: &str, state: &loopwright_engine::RunState) -> Result<(), Checkout> {
+fn same_pipeline(pipelines: &str, state: &loopwright_engine::RunState) -> Result<(), Checkout> {
     let refused = |why: String| Err(Checkout::Refused(why));
     let started = state.started.as_ref().ok_or_else(|| Checkout::Refused("the run has no start".to_owned()))?;
     let path = started.pipeline_path.trim_start_matches("./");
@@ -534,8 +532,11 @@ fn same_pipeline(clone: &Path, base: &str, state: &loopwright_engine::RunState) 
         ));
     }
     // `MODE blob ID\tPATH`: the file's content is known by its id, which the journaled text
-    // must hash to (one process, the content never read).
-    let entry = git::git(clone, &["ls-tree", base, "--", path]).unwrap_or_default();
+    // must hash to (the content never read).
+    let entry = pipelines
+        .split('\0')
+        .find(|entry| entry.split_once('\t').is_some_and(|(_, name)| name == path))
+        .unwrap_or_default();
     let mut fields = entry.split_whitespace();
     let (mode, id) = (fields.next().unwrap_or_default(), fields.nth(1).unwrap_or_default());
     if entry.is_empty() {
@@ -601,6 +602,9 @@ struct Tree {
     /// The commit the run's branch holds on the repository, when it is there (its first
     /// commit creates it).
     tip: Option<String>,
+    /// The files under `.loopwright/pipelines/` at the base, as `git ls-tree -r -z` lists them
+    /// (the run's pipeline is checked against them).
+    pipelines: String,
 }
 
 /// The run's worktree, from the cached clone brought up to date, and the run's base commit: at
@@ -641,17 +645,24 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<Tree, Checkout> {
         let _ = std::fs::remove_dir_all(&tree);
     }
     let path = tree.display().to_string();
+    let pipelines = [&base, "--", ".loopwright/pipelines/"];
     // Detached at the run's start: its commits are pushed to the run's branch by name, and no
     // local branch is made for it (a process less per claim, no branch left behind).
     let add = ["worktree", "add", "--quiet", "--force", "--detach", &path, &start];
     // `--force` takes over what a worktree removed without git left registered; should that not
     // do, the registry is pruned and the worktree added again (a process less per claim).
-    if git::git(&clone, &add).is_err() {
+    // The base's pipelines are listed while the worktree is made.
+    let (pipelines, added) = std::thread::scope(|scope| {
+        let listed = scope.spawn(|| git::git(&clone, &[&["ls-tree", "-r", "-z"][..], &pipelines].concat()));
+        let added = git::git(&clone, &add);
+        (listed.join().ok().and_then(Result::ok).unwrap_or_default(), added)
+    });
+    if added.is_err() {
         let _ = std::fs::remove_dir_all(&tree);
         let _ = git::git(&clone, &["worktree", "prune"]);
         git::git(&clone, &add)?;
     }
-    Ok(Tree { tree, base, tip })
+    Ok(Tree { tree, base, tip, pipelines })
 }
 
 /// Brings the clone up to date with only what the run needs when its base names a branch of
