@@ -145,6 +145,8 @@ pub async fn run(options: Options) -> Result<(), Error> {
     let mut shutdown_seen = shutdown.clone();
     // How many times it asked the store for work, and how many runs it got.
     let (mut looked, mut claimed_runs) = (0u64, 0u64);
+    // When the first lease it could take over runs out, as last asked of the store.
+    let mut expiry: Option<tokio::time::Instant> = None;
     loop {
         if *shutdown.borrow() {
             break;
@@ -172,14 +174,34 @@ pub async fn run(options: Options) -> Result<(), Error> {
         // connection it looks at least twice per lease.
         let full = worker.held().len() >= worker.options.slots as usize;
         let look = match &listen {
-            // No slot free: a run ending here wakes it.
-            Some(watch) if watch.listening() && full => QUIET_LOOK,
+            // No slot free: a run ending here wakes it. Leases given meanwhile go unseen: the
+            // store is asked again once a slot is free.
+            Some(watch) if watch.listening() && full => {
+                expiry = None;
+                QUIET_LOOK
+            }
             Some(watch) if watch.listening() => {
-                let next = worker.store.next_expiry(&worker.options.labels, &worker.options.repos).await;
-                match next {
-                    Ok(Some(expiry)) => (expiry + EXPIRY_MARGIN).min(QUIET_LOOK),
-                    Ok(None) => QUIET_LOOK,
-                    Err(_) => IDLE_LOOK.min(worker.options.lease / 2),
+                let now = tokio::time::Instant::now();
+                match expiry.filter(|at| *at > now) {
+                    // Woken by a submission another worker took: the lease it was given runs out
+                    // a lease from now (one of this worker's length is taken for it), so the
+                    // store need not be asked again — N idle workers add one query per
+                    // submission, not two. A lease renewed meanwhile only makes it look early.
+                    Some(at) => {
+                        let at = at.min(now + worker.options.lease + EXPIRY_MARGIN);
+                        expiry = Some(at);
+                        at - now
+                    }
+                    None => {
+                        let next = worker.store.next_expiry(&worker.options.labels, &worker.options.repos).await;
+                        let look = match next {
+                            Ok(Some(expiry)) => (expiry + EXPIRY_MARGIN).min(QUIET_LOOK),
+                            Ok(None) => QUIET_LOOK,
+                            Err(_) => IDLE_LOOK.min(worker.options.lease / 2),
+                        };
+                        expiry = Some(now + look);
+                        look
+                    }
                 }
             }
             _ => IDLE_LOOK.min(worker.options.lease / 2),
