@@ -130,6 +130,8 @@ pub async fn run(options: Options) -> Result<(), Error> {
         ended: Notify::new(),
         cache_lock: Mutex::new(()),
     });
+    let warming = Arc::clone(&worker);
+    let _ = tokio::task::spawn_blocking(move || warm(&warming)).await;
     let (stop, shutdown) = watch::channel(false);
     let heart = tokio::spawn(heartbeat(Arc::clone(&worker)));
     tokio::spawn(async move {
@@ -636,14 +638,8 @@ struct Tree {
 fn checkout(worker: &Worker, claim: &Claim) -> Result<Tree, Checkout> {
     let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let repo = &claim.submission.repo;
-    let clone = clone_dir(&worker.options.cache, repo);
     let cache = &worker.options.cache;
-    if !clone.join("HEAD").is_file() {
-        std::fs::create_dir_all(cache.join("repos"))
-            .map_err(|e| Checkout::Failed(format!("cannot create {}: {e}", cache.display())))?;
-        let target = clone.display().to_string();
-        git::git(cache, &["init", "--quiet", "--bare", &target])?;
-    }
+    let clone = cached_clone(cache, repo)?;
     let branch = run_branch(&claim.run);
     let (tip, on_branch) = match fetch_branches(&clone, repo, &claim.submission.base, &branch) {
         Some(fetched) => fetched,
@@ -687,6 +683,34 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<Tree, Checkout> {
     Ok(Tree { tree, base, tip, pipelines })
 }
 
+/// The cached clone of `repo`, made (empty) when there is none yet.
+fn cached_clone(cache: &Path, repo: &str) -> Result<PathBuf, Checkout> {
+    let clone = clone_dir(cache, repo);
+    if !clone.join("HEAD").is_file() {
+        std::fs::create_dir_all(cache.join("repos"))
+            .map_err(|e| Checkout::Failed(format!("cannot create {}: {e}", cache.display())))?;
+        let target = clone.display().to_string();
+        git::git(cache, &["init", "--quiet", "--bare", &target])?;
+    }
+    Ok(clone)
+}
+
+/// Brings the clone of each repository the worker may run up to date before it claims any
+/// run: its first claim then costs what any other does, not a whole clone. A repository out
+/// of reach now is fetched when a run of it is claimed.
+fn warm(worker: &Worker) {
+    let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for repo in &worker.options.repos {
+        let fetched = cached_clone(&worker.options.cache, repo).and_then(|clone| fetch_all(&clone, repo, ""));
+        if let Err(Checkout::Failed(why) | Checkout::Refused(why)) = fetched {
+            eprintln!(
+                "loopwright worker {}: cannot fetch {repo} yet ({why}); it is fetched when a run of it is claimed",
+                worker.id
+            );
+        }
+    }
+}
+
 /// Brings the clone up to date with only what the run needs when its base names a branch of
 /// the repository: that branch and the run's own (two refs, not every run's branch). Says the
 /// run branch's commit, when it has one, and the base branch's. `None` when the base is not a
@@ -716,10 +740,13 @@ fn fetch_branches(clone: &Path, repo: &str, base: &str, branch: &str) -> Option<
 }
 
 /// Brings the clone up to date with every branch and tag of the repository; says the run
-/// branch's commit when it has one.
+/// branch's commit when it has one (none asked for an empty `branch`).
 fn fetch_all(clone: &Path, repo: &str, branch: &str) -> Result<Option<String>, Checkout> {
     let heads = format!("+refs/heads/*:{FETCHED}/*");
     git::git(clone, &[&FETCH[..], &[repo, &heads, "+refs/tags/*:refs/tags/*"]].concat())?;
+    if branch.is_empty() {
+        return Ok(None);
+    }
     let pushed = git::git(clone, &["rev-parse", "--verify", "-q", &format!("{FETCHED}/{branch}^{{commit}}")]);
     Ok(pushed.ok().map(|tip| tip.trim().to_owned()))
 }

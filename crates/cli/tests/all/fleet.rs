@@ -983,6 +983,30 @@ fn idle_workers_look_for_work_only_when_there_is_some_they_could_take() {
     }
     // Each has looked once, found nothing and waits.
     std::thread::sleep(Duration::from_millis(500));
+    // Each fetched the repository as it started, before any run was submitted: no claim of
+    // theirs makes a clone.
+    let main = git(&fleet.remote(), &["rev-parse", "main"]);
+    for n in 1..=4 {
+        let repos = fleet.dir.path().join(format!("cache-{n}/repos"));
+        let fetched = || {
+            let clone = std::fs::read_dir(&repos).ok()?.flatten().next()?.path();
+            let out = std::process::Command::new("git")
+                .args(["rev-parse", "refs/remotes/origin/main"])
+                .current_dir(clone)
+                .output()
+                .ok()?;
+            Some(String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fetched().as_deref() != Some(main.as_str()) {
+            assert!(
+                Instant::now() < deadline,
+                "worker {n} did not fetch the repository as it started: {}",
+                fleet.log(n)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let run = fleet.submit("twenty stages");
     assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"]);
     // The lease given back is told to the idle workers too.
