@@ -380,6 +380,15 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     let written = journal_writes(&ws.state_dir());
     let watcher = tokio::spawn(watch_journal(open()?, feed, Arc::clone(&runs), written, shutdown.clone()));
     let scheduler = tokio::spawn(Arc::clone(&runs).run_scheduler(open()?));
+    // Once quiet after work, what the requests' stores keep is given back, then the allocator's
+    // free memory.
+    let quiet = {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(memory::give_back_when_quiet(move || {
+            shared.store.release_memory();
+            shared.auto_store.release_memory();
+        }))
+    };
 
     let (api, doc) = api::router();
     let doc = Arc::new(doc);
@@ -419,6 +428,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     loops.detach_all().await;
     watcher.abort();
     scheduler.abort();
+    quiet.abort();
     if let Some(n) = notifier {
         n.abort();
     }

@@ -87,10 +87,8 @@ pub async fn serve(
     let (stopping, stopped) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     let mut stop = std::pin::pin!(stop);
-    let mut quiet = std::pin::pin!(crate::memory::give_back_when_quiet());
     loop {
         tokio::select! {
-            () = &mut quiet => {}
             accepted = listener.accept() => {
                 let Ok((stream, peer)) = accepted else {
                     // Out of file descriptors or a connection reset before it was accepted: wait

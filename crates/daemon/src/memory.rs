@@ -4,8 +4,9 @@
 //! only the free top of each heap: after a burst of requests, event streams or runs, an idle
 //! daemon stays at its peak (measured: 9.1 MB allocated after the daemon benchmark's load
 //! against 3.7 MB fresh, 5.3 MB once given back). When a whole period passes with no work (a
-//! request answered, a run ended) after some, [`give_back`] asks the allocator to return its
-//! free pages (`malloc_trim`).
+//! request answered, a run ended) after some, the daemon's stores close their kept readers and
+//! free their page caches, then [`give_back`] asks the allocator to return its free pages
+//! (`malloc_trim`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -22,14 +23,16 @@ pub fn worked() {
     WORK.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Gives memory back after each busy spell, once a whole [`QUIET`] period passed with no work.
-/// Runs for as long as it is polled.
-pub async fn give_back_when_quiet() {
+/// Gives memory back after each busy spell, once a whole [`QUIET`] period passed with no work:
+/// what `release` frees (the stores' caches), then the allocator's free pages. Runs for as long
+/// as it is polled.
+pub async fn give_back_when_quiet(release: impl Fn()) {
     let (mut quiet, mut look) = (Quiet::default(), tokio::time::interval(QUIET));
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         look.tick().await;
         if quiet.look(WORK.load(Ordering::Relaxed)) {
+            release();
             give_back();
         }
     }

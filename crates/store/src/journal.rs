@@ -38,6 +38,14 @@ impl Journal {
         }
     }
 
+    /// Gives back the memory the store's connections hold and do not need (SQLite: kept
+    /// readers and page caches; PostgreSQL holds nothing of the kind).
+    pub fn release_memory(&self) {
+        if let Journal::Sqlite(s) = self {
+            s.release_memory();
+        }
+    }
+
     /// Takes a slot of every provider limit in `rules` for `holder` (an attempt), or says why
     /// it waits (see [`crate::limits`]).
     pub async fn take_slot(

@@ -253,6 +253,13 @@ impl SqliteStore {
         let _ = self.scrub.set(scrub);
     }
 
+    /// Gives back what the store's connections hold and do not need (a quiet daemon): the kept
+    /// readers are closed (opened again when next needed) and the writer's page cache freed.
+    pub fn release_memory(&self) {
+        self.readers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        let _ = self.conn().execute_batch("PRAGMA shrink_memory");
+    }
+
     /// `text` as the scrubber leaves it (as it is without one).
     pub(crate) fn scrubbed<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
         match self.scrub.get().and_then(|scrub| scrub(text)) {

@@ -21,6 +21,10 @@ async fn sqlite_file_conforms_and_survives_reopening() {
         let store = SqliteStore::open(&path, Synchronous::Full).expect("open");
         suite(&store).await;
         assert_eq!(store.schema_version().expect("version"), 9);
+        // What a quiet daemon gives back is opened again when next needed.
+        let listed = store.runs(40).await.expect("runs").len();
+        store.release_memory();
+        assert_eq!(store.runs(40).await.expect("runs after giving memory back").len(), listed);
         // Another connection's commit (another process) moves this one's data version; its
         // own commits and reads do not.
         let before = store.data_version().await.expect("version");
