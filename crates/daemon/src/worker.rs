@@ -130,10 +130,11 @@ pub async fn run(options: Options) -> Result<(), Error> {
         ended: Notify::new(),
         cache_lock: Mutex::new(()),
     });
+    // Its heartbeat goes on while a first fetch of a large repository takes its time.
+    let heart = tokio::spawn(heartbeat(Arc::clone(&worker)));
     let warming = Arc::clone(&worker);
     let _ = tokio::task::spawn_blocking(move || warm(&warming)).await;
     let (stop, shutdown) = watch::channel(false);
-    let heart = tokio::spawn(heartbeat(Arc::clone(&worker)));
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
@@ -580,6 +581,9 @@ fn same_pipeline(pipelines: &str, state: &loopwright_engine::RunState) -> Result
 
 /// The id git gives a file of `content` (its blob), in the repository's hash: SHA-1 for ids of
 /// 40 hex digits, SHA-256 for 64; `None` for any other length.
+/// Matching it means the same bytes: forging other text with the repository's own file's SHA-1
+/// is a second preimage, which SHA-1 still resists (its known attacks make two new files
+/// collide, and git's own hashing refuses such files).
 fn blob_id(content: &[u8], id_len: usize) -> Option<String> {
     use ring::digest;
     let algorithm = match id_len {
