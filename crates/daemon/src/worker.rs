@@ -647,7 +647,11 @@ fn checkout(worker: &Worker, claim: &Claim) -> Result<Tree, Checkout> {
     let branch = run_branch(&claim.run);
     let (tip, on_branch) = match fetch_branches(&clone, repo, &claim.submission.base, &branch) {
         Some(fetched) => fetched,
-        None => (fetch_all(&clone, repo, &branch)?, None),
+        None => {
+            fetch_all(&clone, repo)?;
+            let pushed = git::git(&clone, &["rev-parse", "--verify", "-q", &format!("{FETCHED}/{branch}^{{commit}}")]);
+            (pushed.ok().map(|tip| tip.trim().to_owned()), None)
+        }
     };
     let (start, base, tip) = match (tip, on_branch) {
         (Some(tip), _) => {
@@ -705,7 +709,7 @@ fn cached_clone(cache: &Path, repo: &str) -> Result<PathBuf, Checkout> {
 fn warm(worker: &Worker) {
     let _guard = worker.cache_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for repo in &worker.options.repos {
-        let fetched = cached_clone(&worker.options.cache, repo).and_then(|clone| fetch_all(&clone, repo, ""));
+        let fetched = cached_clone(&worker.options.cache, repo).and_then(|clone| fetch_all(&clone, repo));
         if let Err(Checkout::Failed(why) | Checkout::Refused(why)) = fetched {
             eprintln!(
                 "loopwright worker {}: cannot fetch {repo} yet ({why}); it is fetched when a run of it is claimed",
@@ -743,16 +747,11 @@ fn fetch_branches(clone: &Path, repo: &str, base: &str, branch: &str) -> Option<
     Some((commit_of(&branch_ref), Some(base_commit)))
 }
 
-/// Brings the clone up to date with every branch and tag of the repository; says the run
-/// branch's commit when it has one (none asked for an empty `branch`).
-fn fetch_all(clone: &Path, repo: &str, branch: &str) -> Result<Option<String>, Checkout> {
+/// Brings the clone up to date with every branch and tag of the repository.
+fn fetch_all(clone: &Path, repo: &str) -> Result<(), Checkout> {
     let heads = format!("+refs/heads/*:{FETCHED}/*");
     git::git(clone, &[&FETCH[..], &[repo, &heads, "+refs/tags/*:refs/tags/*"]].concat())?;
-    if branch.is_empty() {
-        return Ok(None);
-    }
-    let pushed = git::git(clone, &["rev-parse", "--verify", "-q", &format!("{FETCHED}/{branch}^{{commit}}")]);
-    Ok(pushed.ok().map(|tip| tip.trim().to_owned()))
+    Ok(())
 }
 
 /// `git fetch`, with the clone's upkeep done after a run, not between a claim and its first

@@ -206,25 +206,20 @@ fn log_trailers(root: &Path, args: &[&str], keys: [&str; 2]) -> Result<Vec<(Stri
 /// the middle of a commit (with loopwright, by a crash) leaves it, and every later commit then
 /// fails. Returns the lock's path when one was removed.
 pub fn clear_stale_index_lock(root: &Path) -> Option<String> {
-    clear_stale_lock(&index_lock(root)?)
-}
-
-/// Where git takes the lock of `root`'s index (it differs in a linked worktree).
-pub fn index_lock(root: &Path) -> Option<PathBuf> {
-    let rel = git(root, &["rev-parse", "--git-path", "index.lock"]).ok()?;
-    Some(root.join(rel.trim()))
+    clear_stale_lock(&Repo::at(root)?.index_lock)
 }
 
 /// A folder at the top of a git work tree, as one `git rev-parse` tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repo {
-    /// Where git locks its index (in the main repository's folder for a linked worktree).
+    /// Where git takes the lock of its index (in the main repository's folder for a linked
+    /// worktree).
     pub index_lock: PathBuf,
 }
 
 impl Repo {
     /// The repository `root` is the top of; `None` when it is not in git or is a folder below
-    /// a work tree's top ([`is_repo`] and [`index_lock`] in one process).
+    /// a work tree's top ([`is_repo`] and where its index lock is, in one process).
     pub fn at(root: &Path) -> Option<Self> {
         let out = git(root, &["rev-parse", "--show-toplevel", "--git-path", "index.lock"]).ok()?;
         let mut lines = out.lines();
