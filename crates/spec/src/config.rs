@@ -37,6 +37,9 @@ pub struct Config {
     pub classify: ClassifyConfig,
     /// `[worker]`: what `loopwright worker` started in this workspace may run.
     pub worker: WorkerConfig,
+    /// `[github]`: the repository whose issues start runs and which receives their pull
+    /// requests.
+    pub github: Option<crate::github::GithubConfig>,
 }
 
 /// `[worker]`: what a worker started here may run (its `--repo` flags say it instead).
@@ -352,6 +355,22 @@ fn array_value_position(text: &str, section: &str, index: usize, key: &str) -> O
     Some(position_of(text, span))
 }
 
+/// Where `key` of the `index`-th `[[section.array]]` table is written in `text`.
+fn nested_array_value_position(
+    text: &str,
+    section: &str,
+    array: &str,
+    index: usize,
+    key: &str,
+) -> Option<crate::diag::Position> {
+    let doc = toml::de::DeTable::parse(text).ok()?;
+    let outer = doc.get_ref().iter().find(|(k, _)| k.get_ref().as_ref() == section)?.1.get_ref().as_table()?;
+    let list = outer.iter().find(|(k, _)| k.get_ref().as_ref() == array)?.1.get_ref().as_array()?;
+    let table = list.get(index)?.get_ref().as_table()?;
+    let span = table.iter().find(|(k, _)| k.get_ref().as_ref() == key)?.1.span();
+    Some(position_of(text, span))
+}
+
 /// The line and column of a byte span of `text`.
 fn position_of(text: &str, span: std::ops::Range<usize>) -> crate::diag::Position {
     let before = &text[..span.start.min(text.len())];
@@ -592,6 +611,25 @@ impl Config {
                     ),
                 );
                 diags.push(at("provider", d.field(format!("limits[{i}]"))));
+            }
+        }
+        if let Some(github) = &config.github {
+            for (key, problem) in github.problems() {
+                let d = Diagnostic::new(source, format!("[github] {problem}")).field(format!("github.{key}"));
+                diags.push(match value_position(&source.text, "github", key) {
+                    Some(position) => d.at(position),
+                    None => d,
+                });
+            }
+            for (i, trigger) in github.trigger.iter().enumerate() {
+                for (key, problem) in trigger.problems() {
+                    let d = Diagnostic::new(source, format!("[[github.trigger]] {problem}"))
+                        .field(format!("github.trigger[{i}].{key}"));
+                    diags.push(match nested_array_value_position(&source.text, "github", "trigger", i, key) {
+                        Some(position) => d.at(position),
+                        None => d,
+                    });
+                }
             }
         }
         let mut keys = std::collections::BTreeSet::new();

@@ -9,6 +9,7 @@ pub mod compile;
 pub mod condition;
 pub mod config;
 pub mod diag;
+pub mod github;
 pub mod outputs;
 pub mod patterns;
 pub mod pipeline;

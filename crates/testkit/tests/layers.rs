@@ -58,8 +58,17 @@ fn crates_depend_only_downwards() {
         ),
         (
             "loopwright-app",
-            &["loopwright-auto", "loopwright-engine", "loopwright-runners", "loopwright-spec", "loopwright-store"][..],
+            &[
+                "loopwright-auto",
+                "loopwright-engine",
+                "loopwright-forge",
+                "loopwright-runners",
+                "loopwright-spec",
+                "loopwright-store",
+            ][..],
         ),
+        // The forge knows the file formats only: the engine and the store know nothing of it.
+        ("loopwright-forge", &["loopwright-spec"][..]),
         ("loopwright-auto", &["loopwright-engine", "loopwright-runners", "loopwright-spec", "loopwright-store"][..]),
         ("loopwright-runners", &["loopwright-engine", "loopwright-spec"][..]),
         ("loopwright-store", &["loopwright-journal", "loopwright-spec"][..]),

@@ -20,9 +20,17 @@ pub enum Command {
     /// command-not-found and 126 permission-error whatever was printed, a tool's own words
     /// weigh more when it ran, a failing check's type is evidence when nothing more specific
     /// is printed. `--json` lists the evidence that decided.
+    ///
+    /// `--ci-log FILE` reads a GitHub Actions job's log as downloaded (timestamps and
+    /// `##[group]` markers included): the failed step's output is classified, with its command
+    /// and exit code as what is known of it, and the earlier steps' warnings are left out.
     Test {
         /// The file holding the output.
+        #[arg(conflicts_with = "ci_log")]
         file: Option<String>,
+        /// A GitHub Actions job's log (a file, or `-` for standard input).
+        #[arg(long, value_name = "FILE")]
+        ci_log: Option<String>,
         /// The command that printed it (`cargo clippy -- -D warnings`).
         #[arg(long, value_name = "CMD")]
         command: Option<String>,
@@ -60,14 +68,31 @@ pub enum Command {
 pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let ws = global.workspace()?;
     match args.command {
-        Command::Test { file, command, exit_code, signal, check_type, timed_out } => {
+        Command::Test { file, ci_log, command, exit_code, signal, check_type, timed_out } => {
             use crate::input::{MAX_PATTERN_TEXT_BYTES, read_file, read_stdin};
-            let text = match file.as_deref() {
+            let source = ci_log.as_deref().or(file.as_deref());
+            let text = match source {
                 None | Some("-") => read_stdin(MAX_PATTERN_TEXT_BYTES, "patterns test")?,
                 Some(path) => read_file(path, MAX_PATTERN_TEXT_BYTES, "patterns test")?,
             };
             let context = loopwright_engine::patterns::Context { command, exit_code, signal, check_type, timed_out };
-            let c = loopwright_app::ops::patterns::test(&ws, &text, &context)?;
+            let c = if ci_log.is_some() {
+                let ci = loopwright_app::ops::patterns::test_ci_log(&ws, &text, &context)?;
+                if global.json {
+                    println!("{}", to_json(&ci)?);
+                    return Ok(0);
+                }
+                match &ci.step {
+                    Some(step) => {
+                        let exit = ci.exit_code.map_or(String::new(), |c| format!(", exit code {c}"));
+                        println!("failed step: {}{exit}", crate::terminal::safe(step));
+                    }
+                    None => println!("no step failed in this log: all of it was classified"),
+                }
+                ci.classification
+            } else {
+                loopwright_app::ops::patterns::test(&ws, &text, &context)?
+            };
             if global.json {
                 println!("{}", to_json(&c)?);
             } else {

@@ -117,6 +117,39 @@ fn schema_prints_the_committed_schema() {
 }
 
 #[test]
+fn patterns_test_reads_a_github_actions_job_log_as_github_writes_it() {
+    let ws = Ws::empty();
+    let log = examples().join("../tests/fixtures/actions/cargo-test.log");
+    let log = log.to_str().expect("utf-8");
+    let (code, stdout, _) = ws.run(&["patterns", "test", "--ci-log", log]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        stdout,
+        "failed step: cargo test --locked, exit code 101\n\
+         test-failure (confidence 1.00, strategy analyze_then_fix, classified by pattern)\n\
+         \x20 signal             1.00  /test result: FAILED/\n\
+         \x20 signal             0.99  /^test .+ \\.\\.\\. FAILED$/\n\
+         \x20 signal             0.84  /assertion `left == right` failed|assertion failed/\n\
+         \x20 command            0.40  cargo test\n"
+    );
+    let (code, got) = {
+        let (code, got, _) = ws.json(&["patterns", "test", "--ci-log", log]);
+        (code, got)
+    };
+    assert_eq!(code, 0);
+    assert_eq!(
+        (&got["step"], &got["command"], &got["exit_code"], &got["matched_pattern"]),
+        (&json!("cargo test --locked"), &json!("cargo test --locked"), &json!(101), &json!("test-failure"))
+    );
+    // What the caller says of the command wins over what the log says.
+    let (_, got, _) = ws.json(&["patterns", "test", "--ci-log", log, "--exit-code", "2"]);
+    assert_eq!(got["exit_code"], 2);
+    let (code, _, stderr) = ws.run(&["patterns", "test", log, "--ci-log", log]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
+
+#[test]
 fn patterns_test_classifies_real_output_and_project_patterns_merge() {
     let ws = Ws::empty();
     let corpus = examples().join("../corpus");

@@ -1,0 +1,707 @@
+//! The GitHub adapter: the [`Forge`] port over GitHub's REST API (and, for the one thing REST
+//! cannot do — marking a draft ready — its GraphQL API), webhook deliveries read into
+//! [`Happening`](crate::port::Happening)s, and the App's sign-in.
+//!
+//! The wire types are written here for the fields loopwright reads, not generated: GitHub's
+//! description has over a thousand operations and loopwright uses about twenty; the test
+//! suite holds each request and answer to GitHub's published OpenAPI description instead.
+
+pub mod app;
+pub mod client;
+pub mod webhook;
+
+use std::sync::Arc;
+
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+
+use self::client::{Auth, Client, RateGate};
+use crate::port::{
+    Actor, ChangeRequest, CheckConclusion, CheckKind, CheckResult, CommentRef, Forge, ForgeError, IssueText,
+    MergeMethod, NewChangeRequest, Permission, Report, Review, ReviewVerdict,
+};
+use loopwright_spec::github::{AuthConfig, GithubConfig};
+
+/// The name of loopwright's own check run and commit status.
+pub const REPORT_NAME: &str = "loopwright";
+
+/// GitHub, for one repository.
+pub struct GitHub {
+    client: Client,
+    owner: String,
+    name: String,
+    me: tokio::sync::OnceCell<Actor>,
+}
+
+impl GitHub {
+    /// The adapter for `[github]`, its credentials read from the environment or the key file
+    /// (`base` is where a relative `private_key_file` is read from).
+    pub fn from_config(
+        config: &GithubConfig,
+        base: &std::path::Path,
+        gate: Arc<dyn RateGate>,
+    ) -> Result<GitHub, ForgeError> {
+        let (owner, name) = config
+            .owner_and_name()
+            .ok_or_else(|| ForgeError::Setup(format!("[github] repo `{}`: expected OWNER/NAME", config.repo)))?;
+        let auth = match config.auth() {
+            Some(AuthConfig::Token { env }) => {
+                let token = std::env::var(env).ok().filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+                    ForgeError::Setup(format!("[github] token_env: the environment variable {env} is not set"))
+                })?;
+                Auth::Token(token.trim().to_owned())
+            }
+            Some(AuthConfig::App { app_id, key_file, installation_id }) => {
+                let path = base.join(key_file);
+                let pem = std::fs::read_to_string(&path).map_err(|e| {
+                    ForgeError::Setup(format!("[github] private_key_file: {} could not be read: {e}", path.display()))
+                })?;
+                let key = app::AppKey::from_pem(app_id, &pem)?;
+                Auth::App { key: Box::new(key), installation_id, token: std::sync::Mutex::new(None) }
+            }
+            None => return Err(ForgeError::Setup("[github]: no sign-in (token_env, or an App) is set".into())),
+        };
+        Ok(GitHub::new(Client::new(&config.api_url, auth, gate)?, owner, name))
+    }
+
+    /// The adapter over a client, for `OWNER/NAME`.
+    pub fn new(client: Client, owner: &str, name: &str) -> GitHub {
+        GitHub { client, owner: owner.to_owned(), name: name.to_owned(), me: tokio::sync::OnceCell::new() }
+    }
+
+    /// The client (its counters, for the polling benchmark).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// `OWNER/NAME`.
+    pub fn repo(&self) -> String {
+        format!("{}/{}", self.owner, self.name)
+    }
+
+    fn path(&self, rest: &str) -> String {
+        format!("/repos/{}/{}{rest}", self.owner, self.name)
+    }
+
+    /// Every page of a list, following `Link: <…>; rel="next"`.
+    async fn all_pages<T: serde::de::DeserializeOwned>(&self, first: String, what: &str) -> Result<Vec<T>, ForgeError> {
+        let mut items = Vec::new();
+        let mut next = Some(first);
+        let mut pages = 0;
+        while let Some(url) = next.take() {
+            let answer = self.client.send(Method::GET, &url, None::<&()>, what, false).await?;
+            let page: Vec<T> = serde_json::from_slice(&answer.body)
+                .map_err(|e| ForgeError::Answer { what: what.to_owned(), message: e.to_string() })?;
+            items.extend(page);
+            pages += 1;
+            next = answer.link.as_deref().and_then(next_link).filter(|_| pages < 50);
+        }
+        Ok(items)
+    }
+}
+
+/// The `rel="next"` URL of a `Link` header.
+fn next_link(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (url, rel) = part.split_once(';')?;
+        rel.contains("rel=\"next\"").then(|| url.trim().trim_start_matches('<').trim_end_matches('>').to_owned())
+    })
+}
+
+#[derive(Deserialize)]
+struct User {
+    login: String,
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+}
+
+impl User {
+    fn actor(self) -> Actor {
+        let bot = self.kind.as_deref() == Some("Bot") || self.login.ends_with("[bot]");
+        Actor { login: self.login, bot }
+    }
+}
+
+#[derive(Deserialize)]
+struct Issue {
+    number: u64,
+    title: String,
+    #[serde(default)]
+    body: Option<String>,
+    updated_at: jiff::Timestamp,
+    user: Option<User>,
+}
+
+#[derive(Deserialize)]
+struct Comment {
+    id: u64,
+    html_url: String,
+    #[serde(default)]
+    body: Option<String>,
+    user: Option<User>,
+}
+
+#[derive(Deserialize)]
+struct Repo {
+    full_name: String,
+}
+
+#[derive(Deserialize)]
+struct Branch {
+    #[serde(rename = "ref")]
+    branch: String,
+    sha: String,
+    repo: Option<Repo>,
+}
+
+#[derive(Deserialize)]
+struct Pull {
+    number: u64,
+    node_id: String,
+    html_url: String,
+    state: String,
+    #[serde(default)]
+    draft: Option<bool>,
+    #[serde(default)]
+    merged_at: Option<String>,
+    #[serde(default)]
+    body: Option<String>,
+    user: Option<User>,
+    head: Branch,
+    base: Branch,
+}
+
+impl Pull {
+    fn change(self) -> ChangeRequest {
+        ChangeRequest {
+            number: self.number,
+            url: self.html_url,
+            head_branch: self.head.branch,
+            head_sha: self.head.sha,
+            head_repo: self.head.repo.map(|r| r.full_name),
+            base_branch: self.base.branch,
+            author: self.user.map_or(Actor { login: "ghost".into(), bot: false }, User::actor),
+            draft: self.draft.unwrap_or(false),
+            open: self.state == "open",
+            merged: self.merged_at.is_some(),
+            body: self.body.unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct CheckApp {
+    slug: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CheckOutput {
+    title: Option<String>,
+    summary: Option<String>,
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CheckRun {
+    id: u64,
+    name: String,
+    head_sha: String,
+    conclusion: Option<String>,
+    details_url: Option<String>,
+    app: Option<CheckApp>,
+    output: CheckOutput,
+}
+
+#[derive(Deserialize)]
+struct CheckRuns {
+    check_runs: Vec<CheckRun>,
+}
+
+#[derive(Deserialize)]
+struct Status {
+    id: u64,
+    context: String,
+    state: String,
+    target_url: Option<String>,
+    description: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct CombinedStatus {
+    sha: String,
+    statuses: Vec<Status>,
+}
+
+#[derive(Deserialize)]
+struct RawReview {
+    id: u64,
+    user: Option<User>,
+    #[serde(default)]
+    body: Option<String>,
+    state: String,
+    #[serde(default)]
+    commit_id: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    body: &'a str,
+}
+
+#[derive(Serialize)]
+struct NewPull<'a> {
+    title: &'a str,
+    body: &'a str,
+    head: &'a str,
+    base: &'a str,
+    draft: bool,
+}
+
+#[derive(Serialize)]
+struct Merge<'a> {
+    sha: &'a str,
+    merge_method: &'a str,
+}
+
+impl Forge for GitHub {
+    async fn identity(&self) -> Result<Actor, ForgeError> {
+        self.me
+            .get_or_try_init(|| async {
+                if let Some(jwt) = self.client.app_jwt() {
+                    #[derive(Deserialize)]
+                    struct App {
+                        slug: String,
+                    }
+                    let what = "the GitHub App (GET /app)";
+                    let response = self
+                        .client
+                        .http()
+                        .get(format!("{}/app", self.client.api()))
+                        .header("Accept", "application/vnd.github+json")
+                        .header("X-GitHub-Api-Version", "2022-11-28")
+                        .header("Authorization", format!("Bearer {}", jwt?))
+                        .send()
+                        .await
+                        .map_err(|e| ForgeError::Unreachable(format!("{what}: {e}")))?;
+                    let body = response.bytes().await.map_err(|e| ForgeError::Unreachable(format!("{what}: {e}")))?;
+                    let app: App = serde_json::from_slice(&body)
+                        .map_err(|e| ForgeError::Answer { what: what.into(), message: e.to_string() })?;
+                    return Ok(Actor { login: format!("{}[bot]", app.slug), bot: true });
+                }
+                let user: User =
+                    self.client.json(Method::GET, "/user", None::<&()>, "who loopwright is (GET /user)").await?;
+                Ok(user.actor())
+            })
+            .await
+            .cloned()
+    }
+
+    async fn permission(&self, login: &str) -> Result<Permission, ForgeError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            permission: String,
+            #[serde(default)]
+            role_name: Option<String>,
+        }
+        let what = format!("{login}'s permission");
+        let path = self.path(&format!("/collaborators/{}/permission", url_part(login)));
+        match self.client.json::<Answer>(Method::GET, &path, None::<&()>, &what).await {
+            Ok(a) => Ok(a
+                .role_name
+                .as_deref()
+                .and_then(Permission::parse)
+                .or_else(|| Permission::parse(&a.permission))
+                .unwrap_or(Permission::None)),
+            Err(ForgeError::Denied { status: 404, .. }) => Ok(Permission::None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn issue(&self, number: u64) -> Result<IssueText, ForgeError> {
+        let issue: Issue = self
+            .client
+            .json(Method::GET, &self.path(&format!("/issues/{number}")), None::<&()>, &format!("issue #{number}"))
+            .await?;
+        Ok(IssueText {
+            number: issue.number,
+            title: issue.title,
+            body: issue.body.unwrap_or_default(),
+            updated_at: issue.updated_at,
+            author: issue.user.map_or_else(|| "ghost".into(), |u| u.login),
+        })
+    }
+
+    async fn comment(&self, issue: u64, body: &str) -> Result<CommentRef, ForgeError> {
+        let c: Comment = self
+            .client
+            .json(
+                Method::POST,
+                &self.path(&format!("/issues/{issue}/comments")),
+                Some(&Body { body }),
+                &format!("a comment on #{issue}"),
+            )
+            .await?;
+        Ok(CommentRef { id: c.id, url: c.html_url })
+    }
+
+    async fn edit_comment(&self, id: u64, body: &str) -> Result<CommentRef, ForgeError> {
+        let c: Comment = self
+            .client
+            .json(
+                Method::PATCH,
+                &self.path(&format!("/issues/comments/{id}")),
+                Some(&Body { body }),
+                "an update of loopwright's comment",
+            )
+            .await?;
+        Ok(CommentRef { id: c.id, url: c.html_url })
+    }
+
+    async fn find_comment(&self, issue: u64, marker: &str) -> Result<Option<CommentRef>, ForgeError> {
+        let me = self.identity().await?;
+        let first = format!("{}{}", self.client.api(), self.path(&format!("/issues/{issue}/comments?per_page=100")));
+        let comments: Vec<Comment> = self.all_pages(first, &format!("the comments on #{issue}")).await?;
+        Ok(comments
+            .into_iter()
+            .filter(|c| c.user.as_ref().is_some_and(|u| u.login.eq_ignore_ascii_case(&me.login)))
+            .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
+            .map(|c| CommentRef { id: c.id, url: c.html_url }))
+    }
+
+    async fn find_change_request(&self, branch: &str) -> Result<Option<ChangeRequest>, ForgeError> {
+        let me = self.identity().await?;
+        let repo = self.repo();
+        let first = format!(
+            "{}{}",
+            self.client.api(),
+            self.path(&format!("/pulls?state=all&per_page=100&head={}:{}", url_part(&self.owner), url_part(branch)))
+        );
+        let pulls: Vec<Pull> = self.all_pages(first, &format!("the pull requests of {branch}")).await?;
+        Ok(pulls
+            .into_iter()
+            .map(Pull::change)
+            .filter(|p| {
+                p.head_branch == branch && p.head_repo.as_deref().is_some_and(|r| r.eq_ignore_ascii_case(&repo))
+            })
+            .find(|p| p.author.login.eq_ignore_ascii_case(&me.login)))
+    }
+
+    async fn change_request(&self, number: u64) -> Result<ChangeRequest, ForgeError> {
+        let pull: Pull = self
+            .client
+            .json(Method::GET, &self.path(&format!("/pulls/{number}")), None::<&()>, &format!("pull request #{number}"))
+            .await?;
+        Ok(pull.change())
+    }
+
+    async fn open_change_request(&self, new: &NewChangeRequest<'_>) -> Result<ChangeRequest, ForgeError> {
+        let body = NewPull {
+            title: new.title,
+            body: new.body,
+            head: new.head_branch,
+            base: new.base_branch,
+            draft: new.draft,
+        };
+        let pull: Pull = self.client.json(Method::POST, &self.path("/pulls"), Some(&body), "a pull request").await?;
+        Ok(pull.change())
+    }
+
+    async fn edit_change_request(&self, number: u64, body: &str) -> Result<ChangeRequest, ForgeError> {
+        let pull: Pull = self
+            .client
+            .json(
+                Method::PATCH,
+                &self.path(&format!("/pulls/{number}")),
+                Some(&Body { body }),
+                &format!("an update of #{number}"),
+            )
+            .await?;
+        Ok(pull.change())
+    }
+
+    async fn mark_ready(&self, change: &ChangeRequest) -> Result<(), ForgeError> {
+        let pull: Pull = self
+            .client
+            .json(
+                Method::GET,
+                &self.path(&format!("/pulls/{}", change.number)),
+                None::<&()>,
+                "the pull request to mark ready",
+            )
+            .await?;
+        if pull.draft != Some(true) {
+            return Ok(());
+        }
+        #[derive(Serialize)]
+        struct Query<'a> {
+            query: &'static str,
+            variables: Vars<'a>,
+        }
+        #[derive(Serialize)]
+        struct Vars<'a> {
+            id: &'a str,
+        }
+        let query = Query {
+            query: "mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { isDraft } } }",
+            variables: Vars { id: &pull.node_id },
+        };
+        let graphql = graphql_url(self.client.api());
+        let _: serde_json::Value =
+            self.client.json(Method::POST, &graphql, Some(&query), "marking the pull request ready").await?;
+        Ok(())
+    }
+
+    async fn checks(&self, commit: &str) -> Result<Vec<CheckResult>, ForgeError> {
+        let runs: CheckRuns = self
+            .client
+            .json_cached(&self.path(&format!("/commits/{commit}/check-runs?per_page=100")), "the commit's check runs")
+            .await?;
+        let combined: CombinedStatus =
+            self.client.json_cached(&self.path(&format!("/commits/{commit}/status")), "the commit's statuses").await?;
+        let mut out: Vec<CheckResult> = runs
+            .check_runs
+            .into_iter()
+            .filter(|r| r.name != REPORT_NAME)
+            .map(|r| CheckResult {
+                kind: CheckKind::CheckRun,
+                id: r.id,
+                name: r.name,
+                commit: r.head_sha,
+                conclusion: CheckConclusion::parse(r.conclusion.as_deref()),
+                url: r.details_url,
+            })
+            .collect();
+        out.extend(combined.statuses.into_iter().filter(|s| s.context != REPORT_NAME).map(|s| CheckResult {
+            kind: CheckKind::Status,
+            id: s.id,
+            name: s.context,
+            commit: combined.sha.clone(),
+            conclusion: CheckConclusion::from_status(&s.state),
+            url: s.target_url,
+        }));
+        Ok(out)
+    }
+
+    async fn check_output(&self, check: &CheckResult) -> Result<String, ForgeError> {
+        match check.kind {
+            CheckKind::CheckRun => {
+                let run: CheckRun = self
+                    .client
+                    .json(Method::GET, &self.path(&format!("/check-runs/{}", check.id)), None::<&()>, "a check run")
+                    .await?;
+                if run.app.as_ref().and_then(|a| a.slug.as_deref()) == Some("github-actions") {
+                    // An Actions job's check run has the job's id.
+                    let log = self
+                        .client
+                        .send(
+                            Method::GET,
+                            &self.path(&format!("/actions/jobs/{}/logs", run.id)),
+                            None::<&()>,
+                            "the job's log",
+                            false,
+                        )
+                        .await?;
+                    return Ok(String::from_utf8_lossy(&log.body).into_owned());
+                }
+                let parts = [run.output.title, run.output.summary, run.output.text];
+                Ok(parts.into_iter().flatten().collect::<Vec<_>>().join("\n\n"))
+            }
+            CheckKind::Status => {
+                let combined: CombinedStatus = self
+                    .client
+                    .json(
+                        Method::GET,
+                        &self.path(&format!("/commits/{}/status", check.commit)),
+                        None::<&()>,
+                        "the commit's statuses",
+                    )
+                    .await?;
+                Ok(combined
+                    .statuses
+                    .into_iter()
+                    .find(|s| s.id == check.id)
+                    .and_then(|s| s.description)
+                    .unwrap_or_default())
+            }
+        }
+    }
+
+    async fn reviews(&self, number: u64) -> Result<Vec<Review>, ForgeError> {
+        let first = format!("{}{}", self.client.api(), self.path(&format!("/pulls/{number}/reviews?per_page=100")));
+        let raw: Vec<RawReview> = self.all_pages(first, &format!("the reviews of #{number}")).await?;
+        Ok(raw
+            .into_iter()
+            .filter_map(|r| {
+                Some(Review {
+                    id: r.id,
+                    actor: r.user?.actor(),
+                    verdict: ReviewVerdict::parse(&r.state),
+                    commit: r.commit_id?,
+                    body: r.body.unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+
+    async fn merge(&self, number: u64, sha: &str, method: MergeMethod) -> Result<(), ForgeError> {
+        let body = Merge { sha, merge_method: method.as_str() };
+        let _: serde_json::Value = self
+            .client
+            .json(
+                Method::PUT,
+                &self.path(&format!("/pulls/{number}/merge")),
+                Some(&body),
+                &format!("merging #{number}"),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn report(&self, report: &Report<'_>) -> Result<(), ForgeError> {
+        if self.client.app_jwt().is_some() {
+            return self.report_check_run(report).await;
+        }
+        #[derive(Serialize)]
+        struct NewStatus<'a> {
+            state: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            target_url: Option<&'a str>,
+            description: String,
+            context: &'a str,
+        }
+        let state = match report.conclusion {
+            None => "pending",
+            Some(true) => "success",
+            Some(false) => "failure",
+        };
+        let description: String = report.title.chars().take(140).collect();
+        let body = NewStatus { state, target_url: report.details_url, description, context: REPORT_NAME };
+        let _: serde_json::Value = self
+            .client
+            .json(
+                Method::POST,
+                &self.path(&format!("/statuses/{}", report.commit)),
+                Some(&body),
+                "loopwright's commit status",
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+impl GitHub {
+    /// loopwright's check run on the commit: created once, then updated in place.
+    async fn report_check_run(&self, report: &Report<'_>) -> Result<(), ForgeError> {
+        #[derive(Serialize)]
+        struct Annotation<'a> {
+            path: &'a str,
+            start_line: u64,
+            end_line: u64,
+            annotation_level: &'a str,
+            title: &'a str,
+            message: &'a str,
+        }
+        #[derive(Serialize)]
+        struct Output<'a> {
+            title: &'a str,
+            summary: &'a str,
+            annotations: Vec<Annotation<'a>>,
+        }
+        #[derive(Serialize)]
+        struct Run<'a> {
+            name: &'a str,
+            head_sha: &'a str,
+            status: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            conclusion: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            details_url: Option<&'a str>,
+            output: Output<'a>,
+        }
+        let annotations = report
+            .annotations
+            .iter()
+            .take(50)
+            .map(|a| Annotation {
+                path: &a.path,
+                start_line: a.line,
+                end_line: a.line,
+                annotation_level: "failure",
+                title: &a.title,
+                message: &a.message,
+            })
+            .collect();
+        let body = Run {
+            name: REPORT_NAME,
+            head_sha: report.commit,
+            status: if report.conclusion.is_some() { "completed" } else { "in_progress" },
+            conclusion: report.conclusion.map(|ok| if ok { "success" } else { "failure" }),
+            details_url: report.details_url,
+            output: Output { title: report.title, summary: report.summary, annotations },
+        };
+        let existing: CheckRuns = self
+            .client
+            .json(
+                Method::GET,
+                &self.path(&format!("/commits/{}/check-runs?check_name={REPORT_NAME}", report.commit)),
+                None::<&()>,
+                "loopwright's check run",
+            )
+            .await?;
+        let _: serde_json::Value = match existing.check_runs.first() {
+            Some(run) => {
+                self.client
+                    .json(
+                        Method::PATCH,
+                        &self.path(&format!("/check-runs/{}", run.id)),
+                        Some(&body),
+                        "loopwright's check run",
+                    )
+                    .await?
+            }
+            None => {
+                self.client.json(Method::POST, &self.path("/check-runs"), Some(&body), "loopwright's check run").await?
+            }
+        };
+        Ok(())
+    }
+}
+
+/// GraphQL's endpoint beside the REST API's root (`/api/v3` → `/api/graphql` on Enterprise).
+fn graphql_url(api: &str) -> String {
+    match api.strip_suffix("/api/v3") {
+        Some(host) => format!("{host}/api/graphql"),
+        None => format!("{api}/graphql"),
+    }
+}
+
+/// A path segment with what is not a login's or branch's letter escaped.
+fn url_part(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_page_is_read_from_the_link_header() {
+        let link = r#"<https://api.github.com/repositories/1/issues/1/comments?page=2>; rel="next", <https://api.github.com/repositories/1/issues/1/comments?page=5>; rel="last""#;
+        assert_eq!(next_link(link).as_deref(), Some("https://api.github.com/repositories/1/issues/1/comments?page=2"));
+        assert_eq!(next_link(r#"<https://x?page=1>; rel="prev""#), None);
+    }
+
+    #[test]
+    fn graphql_is_found_beside_the_rest_api() {
+        assert_eq!(graphql_url("https://api.github.com"), "https://api.github.com/graphql");
+        assert_eq!(graphql_url("https://ghe.example/api/v3"), "https://ghe.example/api/graphql");
+    }
+}
