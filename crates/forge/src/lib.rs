@@ -18,7 +18,7 @@ pub mod trigger;
 pub use port::{Forge, ForgeError};
 
 /// Makes ring rustls's crypto for this process, once (reqwest is built without a provider).
-pub(crate) fn tls() {
+pub fn tls() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // Fails only when another provider was installed first, which is as good.
