@@ -238,6 +238,11 @@ export class GitHubServer {
         delete out.repositories;
         return [201, out];
       }
+      case 'GET /repos/{owner}/{repo}': {
+        const out = api.example('full-repository');
+        Object.assign(out, { name: this.repo, full_name: this.full, owner: this.simpleUser(this.owner), clone_url: this.cloneUrl(), default_branch: 'main', private: true, visibility: 'private' });
+        return [200, out];
+      }
       case 'GET /repos/{owner}/{repo}/collaborators/{username}/permission': {
         const user = this.users.get(p.username);
         if (!user) return [404, notFound()];

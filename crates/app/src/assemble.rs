@@ -238,6 +238,9 @@ pub struct Ports {
     patterns: Library,
     settings: loopwright_engine::closed_loop::Settings,
     limits: Vec<loopwright_spec::config::Limit>,
+    github: Option<loopwright_spec::github::GithubConfig>,
+    config_dir: std::path::PathBuf,
+    dashboard: Option<String>,
 }
 
 /// The longest a provider's answer pauses it for every run unless `[[limits]]` entries say
@@ -334,7 +337,8 @@ impl loopwright_engine::ports::Limits for StoreLimits<'_> {
 }
 
 /// The engine as loopwright assembles it, with the stopper of its front-end.
-pub type RunEngine<'a, X> = Engine<'a, Journal, ProcessRunner, SystemClock, X, FsChanges, StoreLimits<'a>>;
+pub type RunEngine<'a, X> =
+    Engine<'a, Journal, ProcessRunner, SystemClock, X, FsChanges, StoreLimits<'a>, crate::forge::ForgeDelivery<'a>>;
 
 impl Ports {
     /// The ports for a workspace whose stages work in `root` (the workspace, or the run's
@@ -372,7 +376,15 @@ impl Ports {
             patterns: library(ws)?,
             settings,
             limits: ws.config.limits.clone(),
+            github: ws.config.github.clone(),
+            config_dir: ws.root.join(".loopwright"),
+            dashboard: None,
         })
+    }
+
+    /// Links to runs in what is delivered to a forge point at this dashboard.
+    pub fn with_dashboard(self, url: Option<String>) -> Self {
+        Self { dashboard: url, ..self }
     }
 
     /// These ports for a worker's run under `lease` (`WORKER:EPOCH`, given to every process it
@@ -404,6 +416,11 @@ impl Ports {
             patterns: &self.patterns,
             settings: &self.settings,
             limits: StoreLimits { store, rules: &self.limits },
+            delivery: crate::forge::ForgeDelivery {
+                config: self.github.as_ref(),
+                base: self.config_dir.clone(),
+                dashboard: self.dashboard.clone(),
+            },
         }
     }
 }

@@ -7,12 +7,13 @@
 //! Modules, in the order they depend on each other: [`error`]; [`workspace`] (the layout,
 //! config, agents and pipelines of a workspace); [`lock`] (one live run per working tree);
 //! [`assemble`] (the store, the engine's ports, the redactor); [`ownership`]; [`files`] (the
-//! markdown files and dead letters a run writes); [`worktree`]; [`session`] (a run being
+//! markdown files and dead letters a run writes); [`worktree`]; [`forge`] (a run's work delivered to the GitHub issue it came from); [`session`] (a run being
 //! driven here); [`stop`] (cancel requests through the journal); [`ops`] (the operations).
 
 pub mod assemble;
 pub mod error;
 pub mod files;
+pub mod forge;
 pub mod learned;
 pub mod lock;
 pub mod ops;

@@ -321,6 +321,16 @@ impl Observer for Progress {
                 state.run_id,
                 state.run_id
             )),
+            Event::Delivered(_)
+            | Event::DeliveryFailed { .. }
+            | Event::CiReported { .. }
+            | Event::CiRetried { .. }
+            | Event::CiEscalated { .. }
+            | Event::FailureReported { .. } => {
+                if let Some(line) = loopwright_app::forge::describe(&record.event) {
+                    self.line(&format!("⇡ {line}"));
+                }
+            }
             Event::Validated { .. }
             | Event::RegressionGate { .. }
             | Event::RegressionChecked { .. }

@@ -81,6 +81,7 @@ async fn run_with(
         patterns: &Library::builtin(),
         settings: &Default::default(),
         limits: loopwright_engine::ports::NoLimits,
+        delivery: loopwright_engine::ports::NoDelivery,
     };
     engine.start(RunId::new("r"), started).await.expect("run")
 }
@@ -252,6 +253,7 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
         patterns: &Library::builtin(),
         settings: &Default::default(),
         limits: loopwright_engine::ports::NoLimits,
+        delivery: loopwright_engine::ports::NoDelivery,
     };
     let state = engine.drive(state).await.expect("drive");
     assert_eq!(state.status, RunStatus::Success);

@@ -410,4 +410,9 @@ pub trait Forge {
     async fn merge(&self, number: u64, sha: &str, method: MergeMethod) -> Result<(), ForgeError>;
     /// Reports loopwright's run on a commit.
     async fn report(&self, report: &Report<'_>) -> Result<(), ForgeError>;
+    /// The repository's URL for git over HTTPS.
+    async fn clone_url(&self) -> Result<String, ForgeError>;
+    /// The `Authorization` header git sends with a push (given to git in its environment, never
+    /// on its command line).
+    async fn git_authorization(&self) -> Result<String, ForgeError>;
 }

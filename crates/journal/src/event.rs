@@ -279,6 +279,57 @@ pub enum Event {
         /// Who answered.
         by: String,
     },
+    /// The run's work was delivered to the forge: its branch pushed and its change request
+    /// opened (or, after a CI retry, updated).
+    Delivered(crate::forge::Delivery),
+    /// Delivering failed; it is tried again at `retry_at` when that is given.
+    DeliveryFailed {
+        /// The round.
+        round: u32,
+        /// What went wrong.
+        message: String,
+        /// When to try again (none: the run fails).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_at: Option<jiff::Timestamp>,
+    },
+    /// CI finished on the delivered head (recorded by whoever watches the change request).
+    CiReported {
+        /// The round.
+        round: u32,
+        /// The head commit CI ran on.
+        head: String,
+        /// How it ended.
+        #[serde(flatten)]
+        outcome: crate::forge::CiOutcome,
+    },
+    /// A failed CI round goes back to the delivering stage: these stages run again, the target
+    /// with the failure as its feedback.
+    CiRetried {
+        /// The round that starts.
+        round: u32,
+        /// The delivering stage.
+        target: StageId,
+        /// The stages that run again, in pipeline order.
+        reset: Vec<StageId>,
+        /// What the target's next prompt is told.
+        brief: String,
+    },
+    /// CI failed in more rounds than `ci_retries` allows: the run waits for a person.
+    CiEscalated {
+        /// The round.
+        round: u32,
+        /// The delivering stage (what an answer names).
+        stage: StageId,
+    },
+    /// The run's failure was reported on the forge (one comment), or could not be.
+    FailureReported {
+        /// The comment, when it was posted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+        /// Why it could not be.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// loopwright was stopped by a signal; the stage in flight was ended. `resume` continues.
     RunInterrupted {
         /// The stage that was running.
@@ -553,6 +604,8 @@ impl Event {
             | Event::UsageRecorded { stage, .. }
             | Event::LimitWaiting { stage, .. }
             | Event::LimitTaken { stage, .. }
+            | Event::CiEscalated { stage, .. }
+            | Event::CiRetried { target: stage, .. }
             | Event::CommitsKept { stage, .. } => Some(stage),
             Event::RunInterrupted { stage, .. } | Event::RunCancelled { stage, .. } => stage.as_ref(),
             Event::RunStarted(_)
@@ -565,6 +618,10 @@ impl Event {
             | Event::WorktreeMerged { .. }
             | Event::WorktreeConflict { .. }
             | Event::SandboxUnavailable { .. }
+            | Event::Delivered(_)
+            | Event::DeliveryFailed { .. }
+            | Event::CiReported { .. }
+            | Event::FailureReported { .. }
             | Event::CheckoutFailed { .. } => None,
         }
     }
@@ -622,6 +679,12 @@ impl Event {
         "usage_recorded",
         "worktree_merged",
         "worktree_conflict",
+        "delivered",
+        "delivery_failed",
+        "ci_reported",
+        "ci_retried",
+        "ci_escalated",
+        "failure_reported",
     ];
 
     /// The event's type name, as stored.
@@ -675,6 +738,12 @@ impl Event {
             Event::UsageRecorded { .. } => "usage_recorded",
             Event::WorktreeMerged { .. } => "worktree_merged",
             Event::WorktreeConflict { .. } => "worktree_conflict",
+            Event::Delivered(_) => "delivered",
+            Event::DeliveryFailed { .. } => "delivery_failed",
+            Event::CiReported { .. } => "ci_reported",
+            Event::CiRetried { .. } => "ci_retried",
+            Event::CiEscalated { .. } => "ci_escalated",
+            Event::FailureReported { .. } => "failure_reported",
         }
     }
 
@@ -718,7 +787,9 @@ impl Event {
             Event::ApprovalRequested { .. } => Some(RunStatus::Waiting),
             Event::FeedbackChecked { action: FeedbackAction::Escalate, .. }
             | Event::LoopEscalated { .. }
+            | Event::CiEscalated { .. }
             | Event::WorktreeConflict { .. } => Some(RunStatus::Waiting),
+            Event::Delivered(d) if d.watching => Some(RunStatus::Waiting),
             Event::EscalationAnswered { answer: Answer::Abort, .. } => Some(RunStatus::Cancelled),
             Event::EscalationAnswered { .. } => Some(RunStatus::Running),
             Event::ApprovalRejected { .. } => Some(RunStatus::Cancelled),
@@ -774,6 +845,9 @@ pub struct RunStarted {
     /// The run this one runs again (a re-run, or a retry from a stage).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun_of: Option<crate::ids::RunId>,
+    /// The forge issue the run's work came from, and where it is delivered (SPEC §14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forge: Option<crate::forge::ForgeLink>,
 }
 
 /// How a worktree's branch went back into the workspace.

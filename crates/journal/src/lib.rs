@@ -8,6 +8,7 @@
 
 pub mod closed_loop;
 pub mod event;
+pub mod forge;
 pub mod hash;
 pub mod ids;
 pub mod state;

@@ -436,6 +436,8 @@ pub struct RunState {
     /// The last time workers could not make the run's work tree: how many tries failed, and
     /// why the last did.
     pub checkout_failed: Option<(u32, String)>,
+    /// What happened on the forge, for a run whose work came from there.
+    pub forge: ForgeState,
     /// Events applied but not yet journaled (they have no effect outside until they are):
     /// the engine commits them in one transaction before its next outside effect.
     unflushed: Vec<(Event, jiff::Timestamp)>,
@@ -495,6 +497,7 @@ impl RunState {
             merge_answer: None,
             sandbox_noted: false,
             checkout_failed: None,
+            forge: ForgeState::default(),
             provider_wait: None,
             unflushed: Vec::new(),
         }
@@ -627,18 +630,8 @@ impl RunState {
             }
             Event::FeedbackChecked { stage, iteration, action, .. } => {
                 if let crate::event::FeedbackAction::ReImplement { target, reset, brief } = action {
-                    for id in reset {
-                        let s = self.stage_mut(id);
-                        s.status = StageStatus::Pending;
-                        s.condition = None;
-                        s.condition_detail = None;
-                        s.approval = None;
-                        s.feedback = None;
-                        s.skip_reason = None;
-                        s.pass_base = s.attempts;
-                    }
+                    self.reset_stages(reset);
                     self.stage_mut(target).feedback_brief = Some(brief.clone());
-                    self.scan_hint.set(0);
                 }
                 let s = self.stage_mut(stage);
                 s.feedback_iterations = *iteration;
@@ -648,6 +641,11 @@ impl RunState {
                 }
             }
             Event::EscalationAnswered { stage, answer, .. } => {
+                if self.forge.escalated {
+                    self.forge.escalated = false;
+                    self.forge.answer = Some(answer.clone());
+                    return;
+                }
                 if self.merge_conflict.take().is_some() {
                     self.merge_answer = Some(answer.clone());
                     return;
@@ -694,6 +692,24 @@ impl RunState {
             Event::SnapshotFailed { .. } | Event::SnapshotRestored { .. } | Event::RepositoryRepaired { .. } => {}
             Event::SandboxUnavailable { .. } => self.sandbox_noted = true,
             Event::CheckoutFailed { reason, tries, .. } => self.checkout_failed = Some((*tries, reason.clone())),
+            Event::Delivered(delivery) => {
+                self.forge.deliveries.push(delivery.clone());
+                self.forge.delivery_failures.clear();
+            }
+            Event::DeliveryFailed { message, retry_at, .. } => {
+                self.forge.delivery_failures.push((message.clone(), *retry_at));
+            }
+            Event::CiReported { round, head, outcome } => {
+                self.forge.reports.push((*round, head.clone(), outcome.clone()));
+            }
+            Event::CiRetried { round, target, reset, brief } => {
+                self.reset_stages(reset);
+                self.stage_mut(target).feedback_brief = Some(brief.clone());
+                self.forge.round = *round;
+                self.forge.answer = None;
+            }
+            Event::CiEscalated { .. } => self.forge.escalated = true,
+            Event::FailureReported { .. } => self.forge.failure_reported = true,
             Event::ChangesCommitted { stage, commit, .. } => self.stage_mut(stage).commits.push(commit.clone()),
             Event::RollbackStarted { trigger, stages } => {
                 self.rollback = Some(RollbackState {
@@ -899,6 +915,22 @@ impl RunState {
         }
     }
 
+    /// Stages that run again (a review's feedback loop, a red CI round): pending, their
+    /// condition, approval and feedback to be decided afresh.
+    fn reset_stages(&mut self, reset: &[StageId]) {
+        for id in reset {
+            let s = self.stage_mut(id);
+            s.status = StageStatus::Pending;
+            s.condition = None;
+            s.condition_detail = None;
+            s.approval = None;
+            s.feedback = None;
+            s.skip_reason = None;
+            s.pass_base = s.attempts;
+        }
+        self.scan_hint.set(0);
+    }
+
     /// Stages whose manual rollback waits for a human's confirmation.
     pub fn pending_manual_rollbacks(&self) -> Vec<(StageId, String)> {
         self.stages
@@ -934,6 +966,10 @@ impl RunState {
         }
         if self.merge_conflict.is_some() {
             return self.stages.last();
+        }
+        if self.forge.escalated {
+            let stage = &self.started.as_ref()?.forge.as_ref()?.stage;
+            return self.stage(stage.as_str());
         }
         self.stages.iter().find(|s| {
             (s.feedback == Some(crate::event::FeedbackAction::Escalate) && s.escalation_answer.is_none())
@@ -972,5 +1008,47 @@ impl RunState {
             }
         }
         all
+    }
+}
+
+/// What the journal says of a run's forge side.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ForgeState {
+    /// The current round: how many CI rounds were sent back.
+    pub round: u32,
+    /// Each delivery, oldest first.
+    pub deliveries: Vec<crate::forge::Delivery>,
+    /// Failed tries to deliver the current round, and when to try again.
+    pub delivery_failures: Vec<(String, Option<jiff::Timestamp>)>,
+    /// CI's result per round (the round, the head, how it ended).
+    pub reports: Vec<(u32, String, crate::forge::CiOutcome)>,
+    /// The run waits for a person after too many red rounds.
+    pub escalated: bool,
+    /// A person's answer to that, until it is acted on.
+    pub answer: Option<crate::event::Answer>,
+    /// The failure was reported on the forge (its comment's URL, when posted).
+    pub failure_reported: bool,
+}
+
+impl ForgeState {
+    /// The current round's delivery, when it was made.
+    pub fn delivered(&self) -> Option<&crate::forge::Delivery> {
+        self.deliveries.iter().rev().find(|d| d.round == self.round)
+    }
+
+    /// CI's result on the current round's head.
+    pub fn report(&self) -> Option<&crate::forge::CiOutcome> {
+        let head = &self.delivered()?.head;
+        self.reports.iter().rev().find(|(round, h, _)| *round == self.round && h == head).map(|(_, _, o)| o)
+    }
+
+    /// The change request (the latest delivery's).
+    pub fn change(&self) -> Option<&crate::forge::Delivery> {
+        self.deliveries.last()
+    }
+
+    /// Whether the run waits for CI on what it delivered.
+    pub fn waiting_for_ci(&self) -> bool {
+        self.delivered().is_some_and(|d| d.watching) && self.report().is_none()
     }
 }

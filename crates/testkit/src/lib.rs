@@ -40,6 +40,7 @@ pub fn run_started(task: &str) -> RunStarted {
         by: None,
         rerun_of: None,
         worktree: None,
+        forge: None,
     }
 }
 

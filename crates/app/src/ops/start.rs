@@ -197,6 +197,7 @@ async fn prepare_for(ws: &Workspace, req: StartRequest, owner: Option<Owner>) ->
         budget: pipeline.budget,
         by: req.by,
         rerun_of: req.rerun_of,
+        forge: None,
     };
     let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
     Ok(Prepared { run_id, pipeline, started, root, notes })

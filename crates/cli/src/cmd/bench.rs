@@ -171,6 +171,7 @@ fn started(ws: &Workspace, pipeline: &str, path: &str, source: &str, task_id: Ta
         by: None,
         rerun_of: None,
         worktree: None,
+        forge: None,
     }
 }
 
@@ -538,6 +539,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         patterns: &loopwright_engine::patterns::Library::builtin(),
         settings: &Default::default(),
         limits: loopwright_engine::ports::NoLimits,
+        delivery: loopwright_engine::ports::NoDelivery,
     };
     let state = engine.start(RunId::generate(jiff::Timestamp::now(), random_u64()), started).await?;
     let engine_wall = t.elapsed();

@@ -288,6 +288,12 @@ pub fn line(r: &EventRecord) -> String {
                 files.join(", ")
             )
         }
+        Event::Delivered(_)
+        | Event::DeliveryFailed { .. }
+        | Event::CiReported { .. }
+        | Event::CiRetried { .. }
+        | Event::CiEscalated { .. }
+        | Event::FailureReported { .. } => loopwright_app::forge::describe(&r.event).unwrap_or_default(),
         Event::UsageRecorded { stage, attempt, usage } => format!(
             "{stage}: attempt {attempt} used {} tokens in, {} out{}{}{}",
             usage.input_tokens,

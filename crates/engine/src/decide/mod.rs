@@ -11,11 +11,13 @@ use crate::event::{ConditionOutcome, Event, FailureKind, RunStarted, RunStatus, 
 use crate::state::{RunState, StageStatus};
 
 mod condition;
+mod deliver;
 mod feedback;
 mod looping;
 
 pub use condition::condition_context;
 use condition::evaluate_condition;
+pub use deliver::DELIVERY_TRIES;
 use feedback::feedback_step;
 pub use feedback::{FeedbackItem, parse_feedback_items};
 use looping::loop_step;
@@ -76,6 +78,14 @@ pub enum Step {
         /// The attempt.
         attempt: u32,
     },
+    /// Deliver the run's work to the forge it came from (push, open or update the change
+    /// request) for this round.
+    Deliver {
+        /// The round (0 the first delivery, then one per CI retry).
+        round: u32,
+    },
+    /// Report the run's failure where its work came from, before it ends.
+    ReportFailure,
     /// Nothing more to do now: the run has this status.
     Done(RunStatus),
 }
@@ -110,7 +120,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
                         return Step::RollBack { trigger: Some(stage.id.clone()), stages, resumed: false };
                     }
                 }
-                return Step::Record(Event::RunFinished { status: RunStatus::Failed });
+                return deliver::failed(state, started);
             }
             StageStatus::Running => {
                 return Step::Execute { stage: stage.id.clone(), attempt: st.map_or(1, |s| s.attempts.max(1)) };
@@ -127,7 +137,7 @@ pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) ->
             StageStatus::Pending => return pending_step(pipeline, state, started, stage),
         }
     }
-    Step::Record(Event::RunFinished { status: RunStatus::Success })
+    deliver::succeeded(pipeline, state, started, now)
 }
 
 /// A rollback to go on with (one a crash cut short), or to start (a run cancelled with

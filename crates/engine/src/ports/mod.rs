@@ -11,11 +11,13 @@ pub use loopwright_journal::store::{RunSummary, Store, StoreError};
 use crate::event::EventRecord;
 
 mod changes;
+mod delivery;
 mod runner;
 
 pub use changes::{
     Changes, CommitError, Commits, LayerError, Layers, NoChanges, SnapshotError, Snapshots, Watch, Workspace,
 };
+pub use delivery::{Delivered, Delivery, DeliveryError, NoDelivery};
 pub use runner::{
     CommandRequest, Confinement, ExecOutcome, Execution, Notice, Purpose, Runner, SANDBOX_REFUSED, StageRequest,
 };

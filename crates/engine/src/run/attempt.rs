@@ -8,7 +8,8 @@ use tokio::sync::mpsc;
 use super::Engine;
 use crate::event::Event;
 use crate::ports::{
-    Changes, Clock, Confinement, Execution, Limits, Notice, Runner, StageRequest, Stop, Stopper, Store, StoreError,
+    Changes, Clock, Confinement, Delivery, Execution, Limits, Notice, Runner, StageRequest, Stop, Stopper, Store,
+    StoreError,
 };
 use crate::prompt::build_prompt;
 use crate::state::RunState;
@@ -31,7 +32,7 @@ enum Ended {
     Stopped(Stop),
 }
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
     /// What the runner is asked to run for attempt `attempt` of `stage`.
     pub(super) fn request(&self, state: &RunState, stage: &Stage, attempt: u32, confine: Confinement) -> StageRequest {
         let started = state.started.as_ref().expect("a started run");

@@ -9,7 +9,7 @@ use loopwright_spec::{Mode, Stage};
 use super::Engine;
 use crate::closed_loop;
 use crate::event::{Event, FailureKind, StageError};
-use crate::ports::{Changes, Clock, Confinement, Limits, Runner, Stopper, Store, StoreError, Watch};
+use crate::ports::{Changes, Clock, Confinement, Delivery, Limits, Runner, Stopper, Store, StoreError, Watch};
 use crate::state::RunState;
 
 /// An attempt set up to run.
@@ -28,7 +28,7 @@ pub(super) enum Confined {
     Refused,
 }
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
     /// Sets attempt `attempt` of `stage` apart: its confinement, a layer for it or a snapshot
     /// before it, each journaled (deferred) before it runs.
     pub(super) async fn confine(

@@ -13,7 +13,7 @@ use super::{Engine, output_tail};
 use crate::closed_loop::{self, CheckResult, FailureType};
 use crate::event::Event;
 use crate::ports::{
-    Allowed, Changes, Clock, ExecOutcome, Limits, Notice, Runner, StageRequest, Stopper, Store, StoreError,
+    Allowed, Changes, Clock, Delivery, ExecOutcome, Limits, Notice, Runner, StageRequest, Stopper, Store, StoreError,
 };
 use crate::state::RunState;
 
@@ -32,7 +32,7 @@ impl From<bool> for Verdict {
     }
 }
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
     /// ANALYZE (seed 000): a decision over the journal and the strategies' measured
     /// effectiveness, journaled before the FIX it chooses.
     pub(super) async fn analyze(

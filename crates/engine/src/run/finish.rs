@@ -10,7 +10,8 @@ use super::{Engine, output_tail};
 use crate::closed_loop::{self, FailureType};
 use crate::event::{Event, FailureKind, StageError};
 use crate::ports::{
-    Changes, Clock, ExecOutcome, Execution, LayerError, Limits, Runner, StageRequest, Stopper, Store, StoreError,
+    Changes, Clock, Delivery, ExecOutcome, Execution, LayerError, Limits, Runner, StageRequest, Stopper, Store,
+    StoreError,
 };
 use crate::state::RunState;
 
@@ -22,7 +23,7 @@ enum PlanCheck {
     Undone,
 }
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
     /// Judges the attempt `request` ran to `execution`, `snapshot` taken before it.
     pub(super) async fn finish(
         &mut self,

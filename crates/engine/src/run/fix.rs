@@ -6,11 +6,11 @@ use loopwright_spec::Stage;
 use super::Engine;
 use crate::closed_loop::{self, FixResult, Strategy};
 use crate::event::Event;
-use crate::ports::{Changes, Clock, Limits, Runner, Stopper, Store, StoreError};
+use crate::ports::{Changes, Clock, Delivery, Limits, Runner, Stopper, Store, StoreError};
 use crate::state::RunState;
 use loopwright_spec::StageId;
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
     /// Closed loop, FIX: runs the strategy ANALYZE chose for an attempt's failure.
     pub(super) async fn fix(
         &mut self,

@@ -6,7 +6,7 @@ use loopwright_spec::Stage;
 
 use super::Engine;
 use crate::event::Event;
-use crate::ports::{Allowed, Changes, Clock, Limits, Runner, Stopper, Store, StoreError};
+use crate::ports::{Allowed, Changes, Clock, Delivery, Limits, Runner, Stopper, Store, StoreError};
 use crate::state::RunState;
 
 /// How often an attempt waiting for a provider limit asks again, at least and at most.
@@ -21,7 +21,7 @@ pub(super) enum Acquired {
     Stopped,
 }
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
     /// Takes the slot of the stage's agent's provider for `holder`, journaling when the
     /// attempt starts waiting and when it waits for another reason (not for another count of
     /// the same one).

@@ -15,6 +15,7 @@
 //! | evaluate | `evaluate.rs` | the closed loop's baseline, VALIDATE, EVALUATE, regression re-check and ANALYZE |
 //! | fix | `fix.rs` | the closed loop's FIX: the strategy ANALYZE chose |
 //! | roll back | `rollback.rs` | stages rolled back by their strategies, layers dropped |
+//! | deliver | `deliver.rs` | a forge run's work pushed and its change request opened; its failure reported |
 //!
 //! A new step is a new file with an `impl` block like these, a variant of
 //! [`crate::decide::Step`] that names it, and one arm in [`Engine::drive`].
@@ -25,12 +26,13 @@ use crate::closed_loop;
 use crate::decide::{Step, next_step};
 use crate::event::{Event, EventRecord, RunStarted};
 use crate::ids::RunId;
-use crate::ports::{Changes, Clock, Execution, Limits, Observer, Runner, Stop, Stopper, Store, StoreError};
+use crate::ports::{Changes, Clock, Delivery, Execution, Limits, Observer, Runner, Stop, Stopper, Store, StoreError};
 use crate::state::RunState;
 use loopwright_spec::sandbox::{Network, SandboxMode};
 
 mod attempt;
 mod confine;
+mod deliver;
 mod evaluate;
 mod finish;
 mod fix;
@@ -41,7 +43,7 @@ mod rollback;
 pub use finish::sandbox_refusals;
 
 /// Runs a pipeline against the ports.
-pub struct Engine<'a, S, R, C, X, W, L = crate::ports::NoLimits> {
+pub struct Engine<'a, S, R, C, X, W, L = crate::ports::NoLimits, D = crate::ports::NoDelivery> {
     /// The validated pipeline.
     pub pipeline: &'a Pipeline,
     /// The journal.
@@ -62,9 +64,11 @@ pub struct Engine<'a, S, R, C, X, W, L = crate::ports::NoLimits> {
     pub settings: &'a closed_loop::Settings,
     /// What providers allow, shared with every process of the journal.
     pub limits: L,
+    /// Where the work of a run that came from a forge goes.
+    pub delivery: D,
 }
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
     /// Creates a run and drives it until it ends or waits.
     pub async fn start(&mut self, run_id: RunId, started: RunStarted) -> Result<RunState, StoreError> {
         let mut state = RunState::new(run_id);
@@ -95,6 +99,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_
                 Step::Evaluate { stage, attempt } => self.evaluate(&mut state, stage, attempt).await?,
                 Step::Analyze { stage, attempt } => self.analyze(&mut state, stage, attempt).await?,
                 Step::Fix { stage, attempt } => self.fix(&mut state, stage, attempt).await?,
+                Step::Deliver { round } => self.deliver(&mut state, round).await?,
+                Step::ReportFailure => self.report_failure(&mut state).await?,
                 Step::Done(status) => {
                     self.flush(&mut state).await?;
                     if status.is_final() {

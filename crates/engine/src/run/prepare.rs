@@ -5,10 +5,10 @@ use loopwright_spec::StageId;
 
 use super::Engine;
 use crate::event::Event;
-use crate::ports::{Changes, Clock, Limits, Runner, Stopper, Store, StoreError};
+use crate::ports::{Changes, Clock, Delivery, Limits, Runner, Stopper, Store, StoreError};
 use crate::state::{RunState, StageStatus};
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
     /// Before attempt `attempt` of a stage: the decisions so far journaled; an attempt of it in
     /// flight when loopwright died has its processes ended and what it changed restored, so
     /// running it again is safe; an earlier attempt's layer (it failed), or this attempt's (it

@@ -6,10 +6,10 @@ use loopwright_spec::pipeline::RollbackStrategy;
 
 use super::Engine;
 use crate::event::{Event, RollbackStatus};
-use crate::ports::{Changes, Clock, Limits, Runner, Stopper, Store, StoreError};
+use crate::ports::{Changes, Clock, Delivery, Limits, Runner, Stopper, Store, StoreError};
 use crate::state::RunState;
 
-impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits> Engine<'_, S, R, C, X, W, L> {
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
     /// Rolls back stages, most recent first, each by its strategy.
     pub(super) async fn roll_back(
         &mut self,

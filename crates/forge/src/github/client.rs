@@ -233,7 +233,7 @@ impl Client {
 
     /// The token requests are signed with: the App's installation token is asked for when
     /// there is none or it has less than five minutes left.
-    async fn token(&self) -> Result<String, ForgeError> {
+    pub async fn token(&self) -> Result<String, ForgeError> {
         let (key, installation_id, kept) = match &self.auth {
             Auth::Token(token) => return Ok(token.clone()),
             Auth::App { key, installation_id, token } => (key, *installation_id, token),

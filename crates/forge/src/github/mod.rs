@@ -557,6 +557,17 @@ impl Forge for GitHub {
         Ok(())
     }
 
+    async fn clone_url(&self) -> Result<String, ForgeError> {
+        self.repository().await
+    }
+
+    async fn git_authorization(&self) -> Result<String, ForgeError> {
+        use base64::Engine as _;
+        let token = self.client.token().await?;
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
+        Ok(format!("Basic {basic}"))
+    }
+
     async fn report(&self, report: &Report<'_>) -> Result<(), ForgeError> {
         if self.client.app_jwt().is_some() {
             return self.report_check_run(report).await;
@@ -590,6 +601,19 @@ impl Forge for GitHub {
 }
 
 impl GitHub {
+    /// The repository's clone URL (asked once).
+    async fn repository(&self) -> Result<String, ForgeError> {
+        #[derive(Deserialize)]
+        struct Repository {
+            clone_url: String,
+        }
+        let repo: Repository = self
+            .client
+            .json(Method::GET, &self.path(""), None::<&()>, &format!("the repository {}", self.repo()))
+            .await?;
+        Ok(repo.clone_url)
+    }
+
     /// loopwright's check run on the commit: created once, then updated in place.
     async fn report_check_run(&self, report: &Report<'_>) -> Result<(), ForgeError> {
         #[derive(Serialize)]

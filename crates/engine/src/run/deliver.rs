@@ -1,0 +1,34 @@
+//! Deliver: the run's work handed to the forge it came from through the [`Delivery`] port —
+//! its branch pushed and its change request opened or updated — journaled as `delivered`, or
+//! `delivery_failed` with when to try again; its failure reported once before it ends.
+
+use crate::event::Event;
+use crate::forge::Delivery as Delivered;
+use crate::ports::{Changes, Clock, Delivery, Limits, Runner, Stopper, Store, StoreError};
+use crate::state::RunState;
+
+use super::Engine;
+
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
+    /// Delivers `round`: the port pushes and opens (or finds again, after a crash) the change
+    /// request; what it says is journaled before anything else happens.
+    pub(super) async fn deliver(&mut self, state: &mut RunState, round: u32) -> Result<(), StoreError> {
+        self.flush(state).await?;
+        let watching = state.started.as_ref().and_then(|s| s.forge.as_ref()).is_some_and(|l| l.watch);
+        let event = match self.delivery.deliver(state, round).await {
+            Ok(d) => Event::Delivered(Delivered { round, number: d.number, url: d.url, head: d.head, watching }),
+            Err(e) => Event::DeliveryFailed { round, message: e.message, retry_at: e.retry_at },
+        };
+        self.record(state, event).await
+    }
+
+    /// Reports the run's failure on the forge (one comment, found again after a crash).
+    pub(super) async fn report_failure(&mut self, state: &mut RunState) -> Result<(), StoreError> {
+        self.flush(state).await?;
+        let event = match self.delivery.report_failure(state).await {
+            Ok(url) => Event::FailureReported { url: Some(url), error: None },
+            Err(e) => Event::FailureReported { url: None, error: Some(e.message) },
+        };
+        self.record(state, event).await
+    }
+}
