@@ -17,6 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawn, execFileSync } from 'node:child_process';
 import { OpenApi } from './openapi.mjs';
+import { payload, deliver } from './webhooks.mjs';
 
 const api = new OpenApi();
 
@@ -240,7 +241,7 @@ export class GitHubServer {
       }
       case 'GET /repos/{owner}/{repo}': {
         const out = api.example('full-repository');
-        Object.assign(out, { name: this.repo, full_name: this.full, owner: this.simpleUser(this.owner), clone_url: this.cloneUrl(), default_branch: 'main', private: true, visibility: 'private' });
+        Object.assign(out, { name: this.repo, full_name: this.full, owner: this.simpleUser(this.owner), clone_url: this.cloneUrl(), default_branch: 'main', private: true, visibility: 'private', has_discussions: false });
         return [200, out];
       }
       case 'GET /repos/{owner}/{repo}/collaborators/{username}/permission': {
@@ -581,6 +582,18 @@ export class GitHubServer {
       case '/__test/rate-limit':
         for (let i = 0; i < (json.count || 1); i++) this.limited.push({ status: json.status, retryAfter: json.retryAfter ?? 1 });
         return reply({});
+      case '/__test/deliver': {
+        // A delivery built from GitHub's examples (checked against its schemas), signed and sent;
+        // `resend` sends exactly the body of an earlier one again.
+        let body;
+        try {
+          body = json.raw ?? payload(json.event, json.action, json.overrides || {});
+        } catch (e) {
+          this.violations.push(`webhook: ${e.message}`);
+          return reply({ status: 0, error: e.message });
+        }
+        return reply(await deliver(json.url, { event: json.event, body, secret: json.secret, delivery: json.delivery, signature: json.signature }));
+      }
       case '/__test/protection':
         this.protection.set(json.branch, { contexts: json.contexts || [], reviews: !!json.reviews });
         return reply({});

@@ -16,6 +16,8 @@ export class OpenApi {
     this.doc = loosen(structuredClone(doc));
     this.ajv = new Ajv({ strict: false, allErrors: true, validateSchema: false });
     addFormats(this.ajv);
+    // GitHub's own format: `OWNER/NAME`.
+    this.ajv.addFormat('repo.nwo', /^[^/]+\/[^/]+$/);
     this.ajv.addSchema({ $id: DOC_ID, components: this.doc.components });
     this.routes = Object.entries(this.doc.paths).map(([template, item]) => ({
       template,

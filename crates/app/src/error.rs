@@ -92,6 +92,7 @@ impl From<loopwright_engine::StoreError> for Error {
                 Error::Conflict(format!("run {run}: its journal moved on meanwhile; nothing was done"))
             }
             fenced @ StoreError::Fenced { .. } => Error::Conflict(fenced.to_string()),
+            StoreError::Exists(run) => Error::Conflict(format!("run {run} exists already")),
             other => Error::Internal(other.into()),
         }
     }

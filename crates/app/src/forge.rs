@@ -312,3 +312,20 @@ pub fn describe(event: &loopwright_engine::Event) -> Option<String> {
         _ => return None,
     })
 }
+
+/// What of a job's log is classified and with which context: the failed step's output, its
+/// command and exit code (where `given` does not say them), and the step.
+pub fn ci_failure(
+    log: &str,
+    given: &loopwright_engine::patterns::Context,
+) -> (String, loopwright_engine::patterns::Context, Option<loopwright_forge::actions_log::Step>) {
+    let log = loopwright_forge::actions_log::JobLog::read(log);
+    let text = log.failure_text();
+    let step = log.failed_step().cloned();
+    let mut context = given.clone();
+    if let Some(step) = &step {
+        context.command = context.command.or_else(|| step.command.clone().or_else(|| Some(step.name.clone())));
+        context.exit_code = context.exit_code.or(step.exit_code);
+    }
+    (text, context, step)
+}

@@ -39,6 +39,24 @@ impl Session {
     ) -> Result<Result<Self, Holder>, Error> {
         same_workspace(ws, state)?;
         let root = Self::root_of(ws, state);
+        // A run started from a forge is sandboxed as `[github] sandbox` says (`required` unless
+        // it says otherwise): what an issue asks for is not what a person at the terminal asks.
+        let forge_ws;
+        let ws = match (state.started.as_ref().and_then(|s| s.forge.as_ref()), &ws.config.github) {
+            (Some(_), Some(github)) => {
+                let mut config = ws.config.clone();
+                config.sandbox = github.sandbox;
+                forge_ws = crate::workspace::Workspace { root: ws.root.clone(), config };
+                &forge_ws
+            }
+            (Some(_), None) => {
+                return Err(Error::usage(format!(
+                    "run {} came from GitHub, and this workspace's config.toml has no [github] section to run it with",
+                    state.run_id
+                )));
+            }
+            _ => ws,
+        };
         match crate::lock::try_live_run(ws, &root, &state.run_id)? {
             Ok(live) => Self::with(ws, store, pipeline, root, live).map(Ok),
             Err(holder) => Ok(Err(holder)),
@@ -77,6 +95,11 @@ impl Session {
     fn with(ws: &Workspace, store: &Journal, pipeline: &Pipeline, root: PathBuf, live: Held) -> Result<Self, Error> {
         let ports = Ports::new(ws, &root, pipeline, crate::assemble::redactor(pipeline), store)?;
         Ok(Self { ports, root, _live: live })
+    }
+
+    /// Links to the run in what it delivers to a forge point at this dashboard.
+    pub fn with_dashboard(self, url: Option<String>) -> Self {
+        Self { ports: self.ports.with_dashboard(url), ..self }
     }
 
     /// The working tree a run's stages see: its worktree, or the workspace.

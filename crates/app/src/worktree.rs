@@ -40,6 +40,10 @@ pub fn create(ws: &Workspace, task: &TaskId) -> Result<Worktree, Error> {
 pub async fn merge_back<X: Stopper>(engine: &mut RunEngine<'_, X>, state: &mut RunState) -> Result<Vec<String>, Error> {
     use loopwright_runners::git;
     let Some(wt) = state.started.as_ref().and_then(|s| s.worktree.clone()) else { return Ok(Vec::new()) };
+    // A run from a forge went back as a pull request: that is its merge.
+    if state.started.as_ref().is_some_and(|s| s.forge.is_some()) {
+        return Ok(Vec::new());
+    }
     if state.status != RunStatus::Success || state.worktree_merged {
         return Ok(Vec::new());
     }

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use loopwright_app::ops::patterns::ci_failure;
+use loopwright_app::forge::ci_failure;
 use loopwright_engine::patterns::{Context, Library};
 
 fn corpus() -> PathBuf {

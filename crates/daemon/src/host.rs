@@ -71,12 +71,18 @@ impl Observer for HostObserver {
 }
 
 /// Drives one run on this thread until it stops.
-pub fn drive(ws: &Workspace, job: &Job, shutdown: watch::Receiver<bool>, poke: std::sync::Arc<Notify>) -> Ended {
+pub fn drive(
+    ws: &Workspace,
+    job: &Job,
+    shutdown: watch::Receiver<bool>,
+    poke: std::sync::Arc<Notify>,
+    dashboard: &str,
+) -> Ended {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return Ended::Failed(format!("cannot start a runtime: {e}")),
     };
-    match runtime.block_on(drive_async(ws, job, shutdown, poke)) {
+    match runtime.block_on(drive_async(ws, job, shutdown, poke, dashboard)) {
         Ok(ended) => ended,
         Err(e) => Ended::Failed(e.message()),
     }
@@ -87,10 +93,12 @@ async fn drive_async(
     job: &Job,
     shutdown: watch::Receiver<bool>,
     poke: std::sync::Arc<Notify>,
+    dashboard: &str,
 ) -> Result<Ended, Error> {
     let store = loopwright_app::assemble::open_existing_store(ws)?;
     let (pipeline, mut state) = read::load_run(ws, &store, &job.run).await?;
     let Ok(session) = Session::try_resume(ws, &store, &pipeline, &state)? else { return Ok(Ended::TreeBusy) };
+    let session = session.with_dashboard(Some(dashboard.to_owned()));
     let cancel = CancelWatch::new(&store, job.run.clone(), state.last_seq, CANCEL_POLL);
     let stopper = DaemonStopper { cancel, shutdown };
     let mut observer = HostObserver { files: Projector::new(ws.runs_dir()), poke: poke.clone() };

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod auto;
 pub mod dashboard;
+pub mod github;
 pub mod host;
 pub mod listen;
 pub mod memory;
@@ -105,6 +106,8 @@ pub struct Shared {
     pub proxy: Option<api::auth::TrustedProxy>,
     /// Signs and checks the notifications' one-tap links.
     pub signer: Arc<notifications::Signer>,
+    /// GitHub's delivery ids received lately.
+    pub github_seen: github::Seen,
 }
 
 /// The URL a reverse proxy serves the daemon at.
@@ -350,7 +353,8 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         .map_err(|e| Error::usage(format!("cannot write serve.json: {e}")))?;
 
     let (stop, shutdown) = watch::channel(false);
-    let runs = runs::Runs::new(ws.clone(), options.max_runs, shutdown.clone());
+    let dashboard = public.as_ref().map_or_else(|| format!("http://{addr}"), |p| p.url.clone());
+    let runs = runs::Runs::new(ws.clone(), options.max_runs, shutdown.clone(), dashboard);
     let (feed, _) = broadcast::channel(1024);
     let open = || loopwright_app::assemble::open_existing_store(&ws);
     let local = || loopwright_app::assemble::open_existing_local_store(&ws);
@@ -373,6 +377,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         people: api::auth::People::new(loopwright_app::ops::people::path(&ws)),
         proxy,
         signer: Arc::new(notifications::Signer::load(&ws.state_dir())?),
+        github_seen: github::Seen::default(),
     });
     // Notifications follow the journal as the live streams do, in a task of their own.
     let notifier = notifications::Notifier::new(Arc::clone(&shared), Arc::clone(&shared.signer))

@@ -36,14 +36,17 @@ pub struct Runs {
     pub wake: Arc<Notify>,
     /// Wakes the journal watcher (a host journaled something).
     pub poke: Arc<Notify>,
+    /// The dashboard's address, for links in what runs deliver to a forge.
+    dashboard: String,
     shutdown: watch::Receiver<bool>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Runs {
     /// The runs of the daemon of `ws`.
-    pub fn new(ws: Workspace, max_runs: usize, shutdown: watch::Receiver<bool>) -> Arc<Self> {
+    pub fn new(ws: Workspace, max_runs: usize, shutdown: watch::Receiver<bool>, dashboard: String) -> Arc<Self> {
         Arc::new(Self {
+            dashboard,
             ws,
             max_runs: max_runs.max(1),
             hosted: Mutex::default(),
@@ -75,7 +78,7 @@ impl Runs {
         let runs = Arc::clone(self);
         let id = job.run.clone();
         let handle = std::thread::Builder::new().name(format!("run {}", job.run)).spawn(move || {
-            let ended = host::drive(&runs.ws, &job, runs.shutdown.clone(), Arc::clone(&runs.poke));
+            let ended = host::drive(&runs.ws, &job, runs.shutdown.clone(), Arc::clone(&runs.poke), &runs.dashboard);
             if let Ended::Failed(why) = &ended {
                 eprintln!("loopwright serve: run {}: {why} (tried again in 30 s)", job.run);
                 let retry = std::time::Instant::now() + Duration::from_secs(30);

@@ -77,6 +77,8 @@ pub struct Start {
     pub on_pull_request: bool,
     /// Who started it.
     pub actor: Actor,
+    /// When the trigger happened (the comment's creation, the labelling).
+    pub at: jiff::Timestamp,
 }
 
 /// An answer to a run that waits for a person (`/loopwright retry|skip|abort|fix TEXT`).
@@ -111,7 +113,7 @@ pub enum Feedback {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Intent {
     /// Start a run.
-    Start(Start),
+    Start(Box<Start>),
     /// Answer the run about this issue or pull request.
     Answer {
         /// The issue or pull request the comment is on.
@@ -206,8 +208,9 @@ pub fn screen(config: &GithubConfig, happening: &Happening, me: &str, now: jiff:
                 issue: issue.clone(),
                 on_pull_request: false,
                 actor: actor.clone(),
+                at: issue.updated_at,
             };
-            ask(trigger.min_permission.unwrap_or(config.min_permission), Intent::Start(start))
+            ask(trigger.min_permission.unwrap_or(config.min_permission), Intent::Start(Box::new(start)))
         }
         Happening::Comment { issue, comment_id, body, created_at, edited, on_pull_request, .. } => {
             let Some((trigger, words)) = config
@@ -232,14 +235,15 @@ pub fn screen(config: &GithubConfig, happening: &Happening, me: &str, now: jiff:
                     };
                     let mut all = trigger.vars.clone();
                     all.extend(vars);
-                    Intent::Start(Start {
+                    Intent::Start(Box::new(Start {
                         key: TriggerKey::Comment { id: *comment_id },
                         pipeline,
                         vars: all,
                         issue: issue.clone(),
                         on_pull_request: *on_pull_request,
                         actor: actor.clone(),
-                    })
+                        at: *created_at,
+                    }))
                 }
                 Command::Answer(answer) => Intent::Answer { issue: issue.number, comment_id: *comment_id, answer },
                 Command::Unknown(word) => Intent::Unknown { issue: issue.number, word },

@@ -74,14 +74,19 @@ fn comment(body: &str, by: Actor, created: jiff::Timestamp, edited: bool) -> Hap
 }
 
 fn start(key: TriggerKey, vars: &[(&str, &str)], by: &str, issue_at: jiff::Timestamp) -> Intent {
-    Intent::Start(Start {
+    let at = match &key {
+        TriggerKey::Label { at, .. } => *at,
+        TriggerKey::Comment { .. } => minutes_ago(2),
+    };
+    Intent::Start(Box::new(Start {
+        at,
         key,
         pipeline: "fix-issue".into(),
         vars: vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<BTreeMap<_, _>>(),
         issue: issue(issue_at),
         on_pull_request: false,
         actor: person(by),
-    })
+    }))
 }
 
 fn ask(by: &str, min: Permission, intent: Intent) -> Screen {

@@ -44,13 +44,15 @@ fn crates_depend_only_downwards() {
                 "loopwright-store",
             ][..],
         ),
-        // The daemon sends notifications over HTTPS with the runners' TLS setup.
+        // The daemon sends notifications over HTTPS with the runners' TLS setup, and reads
+        // GitHub's webhook deliveries with the forge's adapter.
         (
             "loopwright-daemon",
             &[
                 "loopwright-app",
                 "loopwright-auto",
                 "loopwright-engine",
+                "loopwright-forge",
                 "loopwright-runners",
                 "loopwright-spec",
                 "loopwright-store",
@@ -231,6 +233,7 @@ const DECISIONS: &[&str] = &[
     "engine/src/decide/condition.rs",
     "engine/src/decide/feedback.rs",
     "engine/src/decide/looping.rs",
+    "engine/src/decide/deliver.rs",
     "engine/src/closed_loop/mod.rs",
     "auto/src/decide.rs",
 ];

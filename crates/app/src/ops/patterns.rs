@@ -46,7 +46,7 @@ pub struct CiLogClassification {
 /// Classifies a job's log as GitHub writes it: the failed step's output alone, with what the
 /// log says of its command and exit code unless `context` says otherwise.
 pub fn test_ci_log(ws: &Workspace, log: &str, context: &Context) -> Result<CiLogClassification, Error> {
-    let (text, context, step) = ci_failure(log, context);
+    let (text, context, step) = crate::forge::ci_failure(log, context);
     let classification = test(ws, &text, &context)?;
     Ok(CiLogClassification {
         step: step.map(|s| s.name),
@@ -54,20 +54,6 @@ pub fn test_ci_log(ws: &Workspace, log: &str, context: &Context) -> Result<CiLog
         exit_code: context.exit_code,
         classification,
     })
-}
-
-/// What of a job's log is classified and with which context: the failed step's output, its
-/// command and exit code (where `given` does not say them), and the step.
-pub fn ci_failure(log: &str, given: &Context) -> (String, Context, Option<loopwright_forge::actions_log::Step>) {
-    let log = loopwright_forge::actions_log::JobLog::read(log);
-    let text = log.failure_text();
-    let step = log.failed_step().cloned();
-    let mut context = given.clone();
-    if let Some(step) = &step {
-        context.command = context.command.or_else(|| step.command.clone().or_else(|| Some(step.name.clone())));
-        context.exit_code = context.exit_code.or(step.exit_code);
-    }
-    (text, context, step)
 }
 
 /// The longest command one classification reads.

@@ -38,6 +38,11 @@ pub struct StartRequest {
     pub by: Option<String>,
     /// The run this one runs again.
     pub rerun_of: Option<RunId>,
+    /// The forge issue it comes from (its branch, base and delivering stage are filled in
+    /// here); such a run always works in a worktree of its own.
+    pub forge: Option<loopwright_engine::forge::ForgeLink>,
+    /// Its id, when its trigger fixes it (one run per trigger).
+    pub run_id: Option<RunId>,
 }
 
 /// A request that runs `earlier` again: the same pipeline (as its file says now), task, task
@@ -81,6 +86,8 @@ pub fn rerun(
         worktree: started.worktree.is_some(),
         by,
         rerun_of: Some(earlier.clone()),
+        forge: None,
+        run_id: None,
     })
 }
 
@@ -175,8 +182,21 @@ async fn prepare_for(ws: &Workspace, req: StartRequest, owner: Option<Owner>) ->
         m.into_iter().map(|(k, v)| (k, redactor.redact(&v).into_owned())).collect()
     };
     let (vars, inputs) = (clean(req.vars), clean(inputs));
-    let here = owner.is_some() && (req.worktree || ws.config.defaults.worktree);
+    let here = owner.is_some() && (req.worktree || ws.config.defaults.worktree || req.forge.is_some());
+    let base = if req.forge.is_some() { Some(current_branch(ws)?) } else { None };
     let worktree = if here { Some(crate::worktree::create(ws, &task_id)?) } else { None };
+    let forge = match (req.forge, &worktree) {
+        (Some(mut link), Some(wt)) => {
+            link.branch = wt.branch.clone();
+            link.base = base.unwrap_or_default();
+            // CI's failures go back to the last stage that changes the workspace.
+            let delivering = pipeline.stages.iter().rev().find(|s| s.mode == loopwright_spec::Mode::Agent);
+            link.stage = delivering.or(pipeline.stages.last()).map(|s| s.id.clone()).unwrap_or(link.stage);
+            Some(link)
+        }
+        (Some(_), None) => return Err(Error::usage("a run from GitHub is driven here, in a worktree of its own")),
+        (None, _) => None,
+    };
     let root = worktree.as_ref().map_or_else(|| ws.root.clone(), |w| PathBuf::from(&w.path));
     let started = RunStarted {
         pipeline: pipeline.name.clone(),
@@ -197,10 +217,24 @@ async fn prepare_for(ws: &Workspace, req: StartRequest, owner: Option<Owner>) ->
         budget: pipeline.budget,
         by: req.by,
         rerun_of: req.rerun_of,
-        forge: None,
+        forge,
     };
-    let run_id = RunId::generate(jiff::Timestamp::now(), random_u64());
+    let run_id = req.run_id.unwrap_or_else(|| RunId::generate(jiff::Timestamp::now(), random_u64()));
     Ok(Prepared { run_id, pipeline, started, root, notes })
+}
+
+/// The branch the workspace has checked out: what a forge run's pull request merges into.
+fn current_branch(ws: &Workspace) -> Result<String, Error> {
+    loopwright_runners::git::git(&ws.root, &["symbolic-ref", "--short", "-q", "HEAD"])
+        .ok()
+        .map(|b| b.trim().to_owned())
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| {
+            Error::usage(format!(
+                "{} has no branch checked out: a run from GitHub needs the branch its pull request merges into",
+                ws.root.display()
+            ))
+        })
 }
 
 /// Where a submitted run's work is done, as the person asked (`--repo`, `--base`).

@@ -118,6 +118,8 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         worktree: args.worktree,
         by: None,
         rerun_of: None,
+        forge: None,
+        run_id: None,
     };
     if args.submit {
         return submit(global, &ws, request, args.repo, args.base).await;

@@ -15,6 +15,7 @@ mod durability;
 mod enforcement;
 mod feedback;
 mod fleet;
+mod forge;
 mod gemini_tui;
 mod http;
 mod init_demo;

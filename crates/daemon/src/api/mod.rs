@@ -7,6 +7,7 @@ pub mod auto;
 pub mod dto;
 pub mod error;
 pub mod events;
+pub mod github;
 pub mod runs;
 pub mod schema;
 
@@ -75,6 +76,7 @@ pub fn router() -> (Router<Arc<Shared>>, utoipa::openapi::OpenApi) {
         .routes(routes!(auto::notices))
         .routes(routes!(auto::keys))
         .routes(routes!(auto::approve_checks))
+        .routes(routes!(github::webhook))
         .split_for_parts();
     doc.info.version = env!("CARGO_PKG_VERSION").into();
     refusals(&mut doc);

@@ -77,6 +77,8 @@ pub async fn start(
         worktree: body.worktree,
         by: caller.person,
         rerun_of: None,
+        forge: None,
+        run_id: None,
     };
     if body.submit {
         if body.worktree {
