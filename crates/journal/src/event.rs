@@ -790,6 +790,8 @@ impl Event {
             | Event::CiEscalated { .. }
             | Event::WorktreeConflict { .. } => Some(RunStatus::Waiting),
             Event::Delivered(d) if d.watching => Some(RunStatus::Waiting),
+            // CI's result takes the run up again (it decides what follows).
+            Event::CiReported { .. } => Some(RunStatus::Running),
             Event::EscalationAnswered { answer: Answer::Abort, .. } => Some(RunStatus::Cancelled),
             Event::EscalationAnswered { .. } => Some(RunStatus::Running),
             Event::ApprovalRejected { .. } => Some(RunStatus::Cancelled),
