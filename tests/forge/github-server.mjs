@@ -45,6 +45,7 @@ export class GitHubServer {
     this.nextId = 1000;
     this.nextNumber = 1;
     this.limited = [];
+    this.pauses = [];
     this.violations = [];
     this.requests = [];
     this.addUser('loopwright-bot', 'admin');
@@ -156,7 +157,16 @@ export class GitHubServer {
     }
     const who = this.authenticate(req, op);
     if (who.error) return this.answer(op, send, 401, { message: who.error, documentation_url: 'https://docs.github.com/rest' });
+    // A test's pause around one operation (`before` it is done, or `after`, before its answer
+    // is sent): the window a crash is tried in.
+    const pause = this.pauses.findIndex((x) => x.method === req.method && x.path === url.pathname);
+    const held = pause >= 0 ? this.pauses.splice(pause, 1)[0] : null;
+    if (held?.when === 'before') await sleep(held.ms);
     const [status, out, headers] = this.route(op, req.method, url, json, who);
+    if (held?.when === 'after') {
+      entry.held = true;
+      await sleep(held.ms);
+    }
     if (req.method === 'GET' && status === 200) {
       const etag = `W/"${crypto.createHash('sha1').update(JSON.stringify(out)).digest('hex')}"`;
       if (req.headers['if-none-match'] === etag) {
@@ -594,6 +604,9 @@ export class GitHubServer {
         }
         return reply(await deliver(json.url, { event: json.event, body, secret: json.secret, delivery: json.delivery, signature: json.signature }));
       }
+      case '/__test/pause':
+        this.pauses.push({ method: json.method, path: json.path, when: json.when || 'after', ms: json.ms ?? 30000 });
+        return reply({});
       case '/__test/protection':
         this.protection.set(json.branch, { contexts: json.contexts || [], reviews: !!json.reviews });
         return reply({});
@@ -646,6 +659,10 @@ export class GitHubServer {
       resolve();
     }));
   }
+}
+
+function sleep(ms) {
+  return new Promise((r) => setTimeout(r, ms));
 }
 
 function latestStatuses(all) {

@@ -404,3 +404,80 @@ fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
     assert_eq!(forge, ["delivered", "ci_reported", "ci_retried", "delivered", "ci_reported", "run_finished"]);
     gh.assert_conforming();
 }
+
+/// Waits (up to 60 s) for `check` on the server's state.
+fn wait_for(gh: &GitHub, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let state = gh.state();
+        if check(&state) {
+            return state;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}: {state}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_daemon_killed_between_opening_the_pull_request_and_journaling_it_opens_no_second() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = workspace(&gh, "watch = false");
+    let d = daemon(&ws);
+    // GitHub opens the pull request, then its answer is held: the daemon dies before it can
+    // journal what it opened.
+    gh.control("pause", json!({"method": "POST", "path": "/repos/acme/shop/pulls", "when": "after", "ms": 20000}));
+    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
+    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
+    let run = answer["run_id"].as_str().expect("run id").to_owned();
+    wait_for(&gh, "the pull request opened", |s| s["pulls"].as_array().is_some_and(|p| p.len() == 1));
+    crate::daemon::nix_kill(d.pid(), "KILL").expect("kill -9");
+    drop(d);
+    assert!(!ws.journal(&run).iter().any(|e| e["event"]["type"] == "delivered"), "nothing journaled of it");
+
+    let d = daemon(&ws);
+    wait_run(&d, &ws, &run, "success");
+    let state = gh.state();
+    let pulls = state["pulls"].as_array().expect("pulls");
+    assert_eq!(pulls.len(), 1, "one pull request: {pulls:?}");
+    assert!(pulls[0]["body"].as_str().is_some_and(|b| b.contains(&format!("<!-- loopwright:pr run={run} -->"))));
+    let opened: Vec<&Value> =
+        state["requests"].as_array().expect("requests").iter().filter(|r| r["method"] == "POST" && r["path"] == "/repos/acme/shop/pulls").collect();
+    assert_eq!(opened.len(), 1, "opened once, found again by its branch after the crash: {opened:?}");
+    let delivered: Vec<Value> =
+        ws.journal(&run).into_iter().filter(|e| e["event"]["type"] == "delivered").map(|e| e["event"]["number"].clone()).collect();
+    assert_eq!(delivered, [pulls[0]["number"].clone()]);
+    gh.assert_conforming();
+}
+
+#[test]
+fn a_daemon_killed_between_commenting_a_failure_and_journaling_it_comments_once() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = workspace(&gh, "");
+    ws.write(
+        ".loopwright/pipelines/fix-issue.yml",
+        "name: fix-issue\ndescription: d\nversion: 1\nstages:\n  - id: fix\n    agent: shell\n    mode: agent\n    description: d\n    run: echo totals.rs line 3 is broken >&2; exit 2\n",
+    );
+    ws.git(&["add", "-A"]);
+    ws.git(&["commit", "--quiet", "-m", "a failing pipeline"]);
+    let d = daemon(&ws);
+    gh.control("pause", json!({"method": "POST", "path": "/repos/acme/shop/issues/1/comments", "when": "after", "ms": 20000}));
+    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
+    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
+    let run = answer["run_id"].as_str().unwrap_or_else(|| panic!("no run: {answer}")).to_owned();
+    wait_for(&gh, "the failure commented", |s| s["comments"].as_array().is_some_and(|c| c.len() == 1));
+    crate::daemon::nix_kill(d.pid(), "KILL").expect("kill -9");
+    drop(d);
+
+    let d = daemon(&ws);
+    wait_run(&d, &ws, &run, "failed");
+    let state = gh.state();
+    let comments = state["comments"].as_array().expect("comments");
+    assert_eq!(comments.len(), 1, "one comment: {comments:?}");
+    let body = comments[0]["body"].as_str().expect("body");
+    assert!(body.starts_with("loopwright could not finish this: stage `fix` failed"), "{body}");
+    assert!(body.contains(&format!("<!-- loopwright:failure run={run} -->")), "{body}");
+    assert!(state["pulls"].as_array().is_some_and(Vec::is_empty), "no pull request for a failed run");
+    let reported: Vec<Value> = ws.journal(&run).into_iter().filter(|e| e["event"]["type"] == "failure_reported").collect();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    gh.assert_conforming();
+}
