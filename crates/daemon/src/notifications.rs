@@ -391,7 +391,7 @@ impl Notifier {
                 Some(WaitKind::Escalation) => {
                     vec![LinkAction::Retry, LinkAction::Fix, LinkAction::Skip, LinkAction::Abort]
                 }
-                None => Vec::new(),
+                Some(WaitKind::Ci) | None => Vec::new(),
             };
             let actions = actions
                 .into_iter()

@@ -28,6 +28,50 @@ pub struct PipelineResult {
     pub rollback_performed: bool,
     /// What the run waits for, when `status` is `waiting`.
     pub waiting: Option<Waiting>,
+    /// Where a run from a forge came from and what it delivered there (SPEC §14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forge: Option<ForgeResult>,
+}
+
+/// A run from a forge: its issue, its pull request and each CI round.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForgeResult {
+    /// `OWNER/NAME`.
+    pub repo: String,
+    /// The issue it came from.
+    pub issue: u64,
+    /// Where a person reads it.
+    pub issue_url: String,
+    /// Its pull request, once delivered.
+    pub pull_request: Option<PullRequestResult>,
+    /// CI's result on each round's head, oldest first.
+    pub ci_rounds: Vec<CiRoundResult>,
+}
+
+/// A delivered pull request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullRequestResult {
+    /// Its number.
+    pub number: u64,
+    /// Where a person opens it.
+    pub url: String,
+    /// The head commit pushed last.
+    pub head: String,
+}
+
+/// One round of CI.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CiRoundResult {
+    /// The round.
+    pub round: u32,
+    /// The head it ran on.
+    pub head: String,
+    /// Whether every check passed.
+    pub passed: bool,
+    /// The check that failed.
+    pub check: Option<String>,
+    /// Its failure's pattern.
+    pub category: Option<String>,
 }
 
 /// One stage in a result.
@@ -66,6 +110,8 @@ pub enum WaitKind {
     Approval,
     /// To answer an escalation: retry, fix, skip or abort.
     Escalation,
+    /// Nobody: the pull request's CI, on the head it delivered.
+    Ci,
 }
 
 impl WaitKind {
@@ -74,6 +120,7 @@ impl WaitKind {
         match self {
             WaitKind::Approval => "approval",
             WaitKind::Escalation => "escalation",
+            WaitKind::Ci => "ci",
         }
     }
 }
@@ -122,7 +169,43 @@ impl PipelineResult {
                     state
                         .waiting_for_escalation()
                         .map(|s| Waiting { kind: WaitKind::Escalation, stage: s.id.to_string() })
+                })
+                .or_else(|| {
+                    let link = started?.forge.as_ref()?;
+                    state.forge.waiting_for_ci().then(|| Waiting { kind: WaitKind::Ci, stage: link.stage.to_string() })
                 }),
+            forge: started.and_then(|s| s.forge.as_ref()).map(|link| forge_result(link, state)),
         }
+    }
+}
+
+fn forge_result(link: &crate::forge::ForgeLink, state: &RunState) -> ForgeResult {
+    use crate::forge::CiOutcome;
+    ForgeResult {
+        repo: link.repo.clone(),
+        issue: link.issue,
+        issue_url: link.issue_url.clone(),
+        pull_request: state.forge.change().map(|d| PullRequestResult {
+            number: d.number,
+            url: d.url.clone(),
+            head: d.head.clone(),
+        }),
+        ci_rounds: state
+            .forge
+            .reports
+            .iter()
+            .map(|(round, head, outcome)| match outcome {
+                CiOutcome::Passed { .. } => {
+                    CiRoundResult { round: *round, head: head.clone(), passed: true, check: None, category: None }
+                }
+                CiOutcome::Failed { check, failure, .. } => CiRoundResult {
+                    round: *round,
+                    head: head.clone(),
+                    passed: false,
+                    check: Some(check.clone()),
+                    category: failure.pattern.clone(),
+                },
+            })
+            .collect(),
     }
 }

@@ -334,7 +334,8 @@ fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
     let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
     let run = answer["run_id"].as_str().expect("run id").to_owned();
     let waiting = wait_run(&d, &ws, &run, "waiting");
-    assert_eq!(waiting["status"], "waiting");
+    assert_eq!(waiting["waiting"], json!({"kind": "ci", "stage": "fix"}), "{waiting}");
+    assert_eq!(waiting["forge"]["pull_request"]["number"], 2, "{waiting}");
     let state = gh.state();
     let pull = &state["pulls"][0];
     assert_eq!((&pull["draft"], &pull["state"]), (&json!(true), &json!("open")), "draft until its CI passes");
@@ -388,9 +389,23 @@ fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
     // CI passes on the new head: the pull request is ready, the run succeeds.
     let (_, answer) = job_done(&gh, &d, &second, "success", "");
     assert_eq!(answer, json!({"outcome": "reported", "run_id": run}));
-    wait_run(&d, &ws, &run, "success");
+    let done = wait_run(&d, &ws, &run, "success");
     let state = gh.state();
     assert_eq!(state["pulls"][0]["draft"], json!(false));
+    assert_eq!(
+        done["forge"],
+        json!({
+            "repo": "acme/shop", "issue": 1, "issue_url": "https://github.com/acme/shop/issues/1",
+            "pull_request": {"number": 2, "url": "https://github.com/acme/shop/pull/2", "head": second},
+            "ci_rounds": [
+                {"round": 0, "head": first, "passed": false, "check": "test", "category": "test-failure"},
+                {"round": 1, "head": second, "passed": true, "check": null, "category": null},
+            ],
+        })
+    );
+    let (code, status, _) = ws.run(&["status", &run]);
+    assert_eq!(code, 0);
+    assert!(status.contains("success"), "{status}");
     // A late delivery about the first head changes nothing.
     let (_, late) = job_done(&gh, &d, &first, "failure", &log);
     assert_eq!(late["outcome"], "ignored");
@@ -440,11 +455,19 @@ fn a_daemon_killed_between_opening_the_pull_request_and_journaling_it_opens_no_s
     let pulls = state["pulls"].as_array().expect("pulls");
     assert_eq!(pulls.len(), 1, "one pull request: {pulls:?}");
     assert!(pulls[0]["body"].as_str().is_some_and(|b| b.contains(&format!("<!-- loopwright:pr run={run} -->"))));
-    let opened: Vec<&Value> =
-        state["requests"].as_array().expect("requests").iter().filter(|r| r["method"] == "POST" && r["path"] == "/repos/acme/shop/pulls").collect();
+    let opened: Vec<&Value> = state["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|r| r["method"] == "POST" && r["path"] == "/repos/acme/shop/pulls")
+        .collect();
     assert_eq!(opened.len(), 1, "opened once, found again by its branch after the crash: {opened:?}");
-    let delivered: Vec<Value> =
-        ws.journal(&run).into_iter().filter(|e| e["event"]["type"] == "delivered").map(|e| e["event"]["number"].clone()).collect();
+    let delivered: Vec<Value> = ws
+        .journal(&run)
+        .into_iter()
+        .filter(|e| e["event"]["type"] == "delivered")
+        .map(|e| e["event"]["number"].clone())
+        .collect();
     assert_eq!(delivered, [pulls[0]["number"].clone()]);
     gh.assert_conforming();
 }
@@ -460,7 +483,10 @@ fn a_daemon_killed_between_commenting_a_failure_and_journaling_it_comments_once(
     ws.git(&["add", "-A"]);
     ws.git(&["commit", "--quiet", "-m", "a failing pipeline"]);
     let d = daemon(&ws);
-    gh.control("pause", json!({"method": "POST", "path": "/repos/acme/shop/issues/1/comments", "when": "after", "ms": 20000}));
+    gh.control(
+        "pause",
+        json!({"method": "POST", "path": "/repos/acme/shop/issues/1/comments", "when": "after", "ms": 20000}),
+    );
     let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
     let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
     let run = answer["run_id"].as_str().unwrap_or_else(|| panic!("no run: {answer}")).to_owned();
@@ -477,7 +503,8 @@ fn a_daemon_killed_between_commenting_a_failure_and_journaling_it_comments_once(
     assert!(body.starts_with("loopwright could not finish this: stage `fix` failed"), "{body}");
     assert!(body.contains(&format!("<!-- loopwright:failure run={run} -->")), "{body}");
     assert!(state["pulls"].as_array().is_some_and(Vec::is_empty), "no pull request for a failed run");
-    let reported: Vec<Value> = ws.journal(&run).into_iter().filter(|e| e["event"]["type"] == "failure_reported").collect();
+    let reported: Vec<Value> =
+        ws.journal(&run).into_iter().filter(|e| e["event"]["type"] == "failure_reported").collect();
     assert_eq!(reported.len(), 1, "{reported:?}");
     gh.assert_conforming();
 }

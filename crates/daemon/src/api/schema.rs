@@ -48,6 +48,53 @@ pub struct RunResult {
     rollback_performed: bool,
     /// What it waits for, when it waits.
     waiting: Option<Waiting>,
+    /// Where a run from GitHub came from and what it delivered there.
+    #[schema(required = false)]
+    forge: Option<ForgeResult>,
+}
+
+/// A run from GitHub: its issue, its pull request and each CI round.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ForgeResult {
+    /// `OWNER/NAME`.
+    repo: String,
+    /// The issue it came from.
+    issue: u64,
+    /// Where a person reads it.
+    issue_url: String,
+    /// Its pull request, once delivered.
+    pull_request: Option<PullRequestResult>,
+    /// CI's result on each round's head, oldest first.
+    ci_rounds: Vec<CiRoundResult>,
+}
+
+/// A delivered pull request.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct PullRequestResult {
+    /// Its number.
+    number: u64,
+    /// Where a person opens it.
+    url: String,
+    /// The head commit pushed last.
+    head: String,
+}
+
+/// One round of CI.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct CiRoundResult {
+    /// The round.
+    round: u32,
+    /// The head it ran on.
+    head: String,
+    /// Whether every check passed.
+    passed: bool,
+    /// The check that failed.
+    check: Option<String>,
+    /// Its failure's pattern.
+    category: Option<String>,
 }
 
 /// One stage in a run's result.
@@ -87,7 +134,7 @@ pub struct ClosedLoopSummary {
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct Waiting {
-    /// `approval` or `escalation`.
+    /// `approval`, `escalation` or `ci` (a pull request's CI, nobody's answer).
     kind: String,
     /// The stage.
     stage: String,
@@ -405,6 +452,6 @@ mod tests {
             ]
         );
         // And the schemas say something: a run's result is not a bare object.
-        assert!(doc["components"]["schemas"]["RunResult"]["properties"].as_object().is_some_and(|p| p.len() == 9));
+        assert!(doc["components"]["schemas"]["RunResult"]["properties"].as_object().is_some_and(|p| p.len() == 10));
     }
 }
