@@ -12,7 +12,7 @@ use loopwright_engine::ports::{Delivered, Delivery, DeliveryError};
 use loopwright_engine::state::{RunState, StageStatus};
 use loopwright_forge::github::GitHub;
 use loopwright_forge::github::client::LocalGate;
-use loopwright_forge::port::{Forge, ForgeError, NewChangeRequest};
+use loopwright_forge::port::{Forge, ForgeError, NewChangeRequest, Report};
 use loopwright_forge::text::{fenced, inline, marker};
 use loopwright_spec::github::GithubConfig;
 
@@ -84,6 +84,22 @@ impl Delivery for ForgeDelivery<'_> {
                 github.open_change_request(&new).await.map_err(from_forge)?
             }
         };
+        // loopwright's own word on the head: its stages passed (a check run for an App, a
+        // commit status for a token). A token without the permission to say it changes nothing
+        // of the delivery.
+        let title = format!("loopwright: {} passed its stages", started.pipeline);
+        let details = self.link(state.run_id.as_str());
+        let report = Report {
+            commit: &head,
+            conclusion: Some(true),
+            title: &title,
+            summary: &body,
+            details_url: details.as_deref(),
+            annotations: &[],
+        };
+        if let Err(e) = github.report(&report).await {
+            eprintln!("loopwright: run {}: its own check on {head} could not be reported: {e}", state.run_id);
+        }
         Ok(Delivered { number: change.number, url: change.url, head })
     }
 

@@ -213,6 +213,16 @@ fn a_labelled_issue_becomes_one_pull_request_written_from_the_run() {
     ] {
         assert!(body.contains(part), "the body lacks {part:?}:\n{body}");
     }
+    // loopwright's own word on the head it pushed: a commit status (it signs in with a token).
+    let ours: Vec<(&str, &str, &str)> = state["statuses"]
+        .as_array()
+        .expect("statuses")
+        .iter()
+        .map(|s| {
+            (s["context"].as_str().unwrap_or(""), s["state"].as_str().unwrap_or(""), s["sha"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(ours, [("loopwright", "success", state["branches"][branch].as_str().expect("head"))]);
     // The issue's own words reach the agent quoted as data, and nowhere act.
     assert!(!body.contains("Fixes #99") && !body.contains("@acme/everyone"), "{body}");
     let task = result["task"].as_str().unwrap_or_default().to_owned();
