@@ -103,6 +103,10 @@ impl Delivery for ForgeDelivery<'_> {
         Ok(Delivered { number: change.number, url: change.url, head })
     }
 
+    async fn escalate(&self, state: &RunState, round: u32) -> Result<String, DeliveryError> {
+        self.ask(state, round).await
+    }
+
     async fn report_failure(&self, state: &RunState) -> Result<String, DeliveryError> {
         let started = state.started.as_ref().ok_or_else(|| refused("the run has no start"))?;
         let link = started.forge.as_ref().ok_or_else(|| refused("the run did not come from a forge"))?;
@@ -112,6 +116,41 @@ impl Delivery for ForgeDelivery<'_> {
         let comment = match github.find_comment(link.issue, &mark).await.map_err(from_forge)? {
             Some(found) => github.edit_comment(found.id, &body).await.map_err(from_forge)?,
             None => github.comment(link.issue, &body).await.map_err(from_forge)?,
+        };
+        Ok(comment.url)
+    }
+}
+
+impl ForgeDelivery<'_> {
+    /// The comment that asks a person on the pull request after red CI round `round`.
+    async fn ask(&self, state: &RunState, round: u32) -> Result<String, DeliveryError> {
+        let started = state.started.as_ref().ok_or_else(|| refused("the run has no start"))?;
+        let link = started.forge.as_ref().ok_or_else(|| refused("the run did not come from a forge"))?;
+        let change = state.forge.change().ok_or_else(|| refused("the run delivered no pull request"))?;
+        let github = self.adapter()?;
+        let mark = marker(state.run_id.as_str(), &format!("escalation-{round}"));
+        let last = state.forge.reports.last().map(|(_, _, o)| o);
+        let what = match last {
+            Some(loopwright_engine::forge::CiOutcome::Failed { check, failure, .. }) => {
+                format!("`{check}` failed again ({})", failure.pattern.as_deref().unwrap_or("unclassified"))
+            }
+            _ => "CI failed again".to_owned(),
+        };
+        let body = format!(
+            "loopwright stopped after {} red CI round{}: {what}. It waits for a person with `{}` or more permission:\n\n\
+             - `/loopwright retry` sends it back to `{}` once more\n\
+             - `/loopwright fix TEXT` sends it back with your words\n\
+             - `/loopwright skip` leaves the pull request as it is and ends the run\n\
+             - `/loopwright abort` ends the run\n{}\n{mark}\n",
+            round + 1,
+            if round == 0 { "" } else { "s" },
+            self.config.map_or("write", |c| c.min_permission.as_str()),
+            link.stage,
+            self.link(state.run_id.as_str()).map(|u| format!("\nThe run: {u}\n")).unwrap_or_default(),
+        );
+        let comment = match github.find_comment(change.number, &mark).await.map_err(from_forge)? {
+            Some(found) => found,
+            None => github.comment(change.number, &body).await.map_err(from_forge)?,
         };
         Ok(comment.url)
     }
@@ -319,9 +358,10 @@ pub fn describe(event: &loopwright_engine::Event) -> Option<String> {
             ),
         },
         Event::CiRetried { round, target, .. } => format!("CI round {round}: the failure goes back to {target}"),
-        Event::CiEscalated { round, stage } => {
-            format!("CI failed in round {round}, more often than allowed: {stage} waits for a person (`respond`)")
-        }
+        Event::CiEscalated { round, stage, comment } => format!(
+            "CI failed in round {round}, more often than allowed: {stage} waits for a person (`respond`{})",
+            comment.as_ref().map(|c| format!(", or a comment answering {c}")).unwrap_or_default()
+        ),
         Event::FailureReported { url: Some(url), .. } => format!("failure reported on the issue: {url}"),
         Event::FailureReported { error: Some(e), .. } => format!("the failure could not be reported on the issue: {e}"),
         Event::FailureReported { .. } => "failure reported".to_owned(),

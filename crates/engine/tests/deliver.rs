@@ -112,7 +112,7 @@ fn the_end_of_a_forge_run_decides_its_next_step() {
         Event::CiRetried { round: 1, target: id("fix"), reset: vec![id("fix"), id("verify")], brief: BRIEF_1.into() },
     );
     let red_again = done(retried.clone(), 2).then(delivered(1, "bbb", true)).then(red(1, "bbb")).then(resumed());
-    let escalated = red_again.clone().then(Event::CiEscalated { round: 1, stage: id("fix") });
+    let escalated = red_again.clone().then(Event::CiEscalated { round: 1, stage: id("fix"), comment: None });
     let answered = |answer: Answer| {
         escalated.clone().then(Event::EscalationAnswered { stage: id("fix"), answer, by: "carol".into() })
     };
@@ -167,11 +167,7 @@ fn the_end_of_a_forge_run_decides_its_next_step() {
         ),
         ("sent back, the delivering stage runs again", retried.clone(), Step::Execute { stage: id("fix"), attempt: 2 }),
         ("done again, the next round is delivered", done(retried.clone(), 2), Step::Deliver { round: 1 }),
-        (
-            "red more often than ci_retries: a person is asked",
-            red_again.clone(),
-            Step::Record(Event::CiEscalated { round: 1, stage: id("fix") }),
-        ),
+        ("red more often than ci_retries: a person is asked", red_again.clone(), Step::EscalateCi { round: 1 }),
         ("asked, it waits", escalated.clone(), Step::Done(RunStatus::Waiting)),
         (
             "a person's fix goes back with their words",
@@ -236,11 +232,11 @@ fn a_ci_escalation_is_what_an_answer_names() {
     let h = done(forge_run(true), 1).then(delivered(0, "aaa", true)).then(red(0, "aaa")).then(resumed()).then(
         Event::CiRetried { round: 1, target: id("fix"), reset: vec![id("fix"), id("verify")], brief: BRIEF_1.into() },
     );
-    let h = done(h, 2)
-        .then(delivered(1, "bbb", true))
-        .then(red(1, "bbb"))
-        .then(resumed())
-        .then(Event::CiEscalated { round: 1, stage: id("fix") });
+    let h = done(h, 2).then(delivered(1, "bbb", true)).then(red(1, "bbb")).then(resumed()).then(Event::CiEscalated {
+        round: 1,
+        stage: id("fix"),
+        comment: None,
+    });
     let state = h.state();
     assert_eq!(state.status, RunStatus::Waiting);
     assert_eq!(state.waiting_for_escalation().map(|s| s.id.as_str()), Some("fix"));

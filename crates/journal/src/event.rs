@@ -320,6 +320,9 @@ pub enum Event {
         round: u32,
         /// The delivering stage (what an answer names).
         stage: StageId,
+        /// The comment on the pull request that asks, when it could be posted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        comment: Option<String>,
     },
     /// The run's failure was reported on the forge (one comment), or could not be.
     FailureReported {

@@ -241,23 +241,26 @@ pub fn trigger_run_id(repo: &str, key: &str, at: jiff::Timestamp) -> RunId {
     RunId::generate(at, u64::from_be_bytes(bits))
 }
 
-/// A run about `issue` that is queued, running or waiting and whose link `matches`.
+/// A run from the repository that is queued, running or waiting, about `number` (its issue,
+/// or the pull request it delivered), and whose link `matches`.
 async fn live_run(
     config: &GithubConfig,
     store: &Journal,
-    issue: u64,
+    number: u64,
     matches: impl Fn(&ForgeLink) -> bool,
 ) -> Result<Option<RunId>, Error> {
     let query = RunQuery {
         statuses: vec![RunStatus::Queued, RunStatus::Running, RunStatus::Waiting],
-        text: Some(format!("{}#{issue}:", config.repo)),
-        limit: 50,
+        text: Some(format!("{}#", config.repo)),
+        limit: 200,
         ..RunQuery::default()
     };
     for summary in store.runs_page(&query).await?.runs {
         let events = store.events(&summary.run_id).await?;
-        let Some(Event::RunStarted(started)) = events.first().map(|r| &r.event) else { continue };
-        if started.forge.as_ref().is_some_and(|l| l.issue == issue && matches(l)) {
+        let state = loopwright_engine::RunState::replay(summary.run_id.clone(), &events);
+        let Some(link) = state.started.as_ref().and_then(|s| s.forge.as_ref()) else { continue };
+        let about = link.issue == number || state.forge.change().is_some_and(|d| d.number == number);
+        if about && matches(link) {
             return Ok(Some(summary.run_id));
         }
     }

@@ -518,3 +518,113 @@ fn a_daemon_killed_between_commenting_a_failure_and_journaling_it_comments_once(
     assert_eq!(reported.len(), 1, "{reported:?}");
     gh.assert_conforming();
 }
+
+/// A workspace whose one stage is an agent that keeps the prompt it was given.
+fn fixer_workspace(gh: &GitHub, github: &str) -> Ws {
+    let ws = workspace(gh, github);
+    ws.write(
+        ".loopwright/agents/fixer.md",
+        "---\nrunner: command\ncommand: [\"sh\", \"-c\", \"cat > last-prompt.md; printf 'total = a + b\\\\n' > totals.txt\"]\n---\nFixes things.\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/fix-issue.yml",
+        "name: fix-issue\ndescription: d\nversion: 1\nstages:\n  - id: fix\n    agent: fixer\n    mode: agent\n    description: fix the issue\n",
+    );
+    ws.git(&["add", "-A"]);
+    ws.git(&["commit", "--quiet", "-m", "the fixer"]);
+    ws
+}
+
+/// A comment created on issue or pull request `number` by `by`.
+fn comment_on(number: u64, id: u64, by: &str, body: &str) -> Value {
+    json!({
+        "issue": {"number": number, "title": "Totals are off by one", "body": "b", "updated_at": now(), "user": person("dana")},
+        "comment": {"id": id, "body": body, "created_at": now(), "updated_at": now(), "user": person(by)},
+        "sender": person(by), "repository": repository(),
+    })
+}
+
+#[test]
+fn after_too_many_red_rounds_a_person_answers_on_the_pull_request() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = fixer_workspace(&gh, "ci_retries = 0");
+    let d = daemon(&ws);
+    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
+    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
+    let run = answer["run_id"].as_str().expect("run id").to_owned();
+    wait_run(&d, &ws, &run, "waiting");
+    let state = gh.state();
+    let number = state["pulls"][0]["number"].as_u64().expect("pull request");
+    let branch = state["pulls"][0]["headRef"].as_str().expect("head").to_owned();
+    let first = state["branches"][&branch].as_str().expect("pushed").to_owned();
+    let log = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/actions/cargo-test.log"),
+    )
+    .expect("log");
+    job_done(&gh, &d, &first, "failure", &log);
+
+    // No round is left: the run waits for a person, asked on the pull request once.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let waiting = loop {
+        let (_, result) = d.get(&format!("/api/runs/{run}"));
+        if result["waiting"]["kind"] == "escalation" {
+            break result;
+        }
+        assert!(Instant::now() < deadline, "never asked: {result}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(waiting["waiting"], json!({"kind": "escalation", "stage": "fix"}));
+    let asked: Vec<Value> = gh.state()["comments"].as_array().expect("comments").clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let body = asked[0]["body"].as_str().expect("body");
+    assert_eq!(asked[0]["issue"].as_u64(), Some(number), "asked on the pull request");
+    assert!(body.starts_with("loopwright stopped after 1 red CI round: `test` failed again (test-failure)."), "{body}");
+    assert!(
+        body.contains("- `/loopwright fix TEXT` sends it back with your words")
+            && body.contains(&format!("<!-- loopwright:escalation-0 run={run} -->")),
+        "{body}"
+    );
+
+    // A reader's answer is refused; a writer's is taken, once.
+    let (_, refused) = gh.deliver(
+        &d,
+        "issue_comment",
+        Some("created"),
+        comment_on(number, 7001, "rita", "/loopwright retry"),
+        json!({}),
+    );
+    assert_eq!(refused["outcome"], "replied", "{refused}");
+    let fix = comment_on(number, 7002, "carol", "/loopwright fix keep the old rounding");
+    let (_, answered) = gh.deliver(&d, "issue_comment", Some("created"), fix.clone(), json!({}));
+    assert_eq!(answered, json!({"outcome": "answered", "run_id": run}));
+    let (_, again) = gh.deliver(&d, "issue_comment", Some("created"), fix, json!({}));
+    assert_eq!(again["outcome"], "ignored", "{again}");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let second = loop {
+        let head = gh.state()["branches"][&branch].as_str().unwrap_or_default().to_owned();
+        let (_, result) = d.get(&format!("/api/runs/{run}"));
+        if head != first && result["waiting"]["kind"] == "ci" {
+            break head;
+        }
+        assert!(Instant::now() < deadline, "no new round: {result}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let show = Command::new("git")
+        .args(["show", &format!("{second}:last-prompt.md")])
+        .current_dir(ws.path())
+        .output()
+        .expect("git show");
+    let prompt = String::from_utf8_lossy(&show.stdout);
+    assert!(prompt.contains("Instruction from a human (high priority): keep the old rounding"), "{prompt}");
+    job_done(&gh, &d, &second, "success", "");
+    wait_run(&d, &ws, &run, "success");
+    let answers: Vec<Value> = ws
+        .journal(&run)
+        .into_iter()
+        .filter(|e| e["event"]["type"] == "escalation_answered")
+        .map(|e| e["event"]["by"].clone())
+        .collect();
+    assert_eq!(answers, [json!("carol@github#7002")]);
+    gh.assert_conforming();
+}

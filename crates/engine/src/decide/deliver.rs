@@ -59,7 +59,7 @@ fn red_round(pipeline: &Pipeline, state: &RunState, link: &ForgeLink, outcome: &
         Some(Answer::Abort) => Step::Done(state.status),
         None if forge.round < link.ci_retries => retry(None),
         None if forge.escalated => Step::Done(RunStatus::Waiting),
-        None => Step::Record(Event::CiEscalated { round: forge.round, stage: link.stage.clone() }),
+        None => Step::EscalateCi { round: forge.round },
     }
 }
 

@@ -86,6 +86,11 @@ pub enum Step {
     },
     /// Report the run's failure where its work came from, before it ends.
     ReportFailure,
+    /// Ask a person on the change request, after more red CI rounds than allowed (then wait).
+    EscalateCi {
+        /// The round that failed last.
+        round: u32,
+    },
     /// Nothing more to do now: the run has this status.
     Done(RunStatus),
 }

@@ -33,6 +33,8 @@ pub trait Delivery {
     async fn deliver(&self, state: &RunState, round: u32) -> Result<Delivered, DeliveryError>;
     /// Reports the run's failure where its work came from: the comment's URL.
     async fn report_failure(&self, state: &RunState) -> Result<String, DeliveryError>;
+    /// Asks a person on the change request after red CI round `round`: the comment's URL.
+    async fn escalate(&self, state: &RunState, round: u32) -> Result<String, DeliveryError>;
 }
 
 /// No forge here: a run that came from one cannot be delivered by this process.
@@ -45,5 +47,8 @@ impl Delivery for NoDelivery {
     }
     async fn report_failure(&self, _: &RunState) -> Result<String, DeliveryError> {
         Err(DeliveryError { message: "this process has no [github] settings to report with".into(), retry_at: None })
+    }
+    async fn escalate(&self, _: &RunState, _: u32) -> Result<String, DeliveryError> {
+        Err(DeliveryError { message: "this process has no [github] settings to ask with".into(), retry_at: None })
     }
 }

@@ -31,4 +31,15 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         };
         self.record(state, event).await
     }
+
+    /// Asks a person on the change request after too many red CI rounds, then waits: the
+    /// comment is found again by its marker after a crash.
+    pub(super) async fn escalate_ci(&mut self, state: &mut RunState, round: u32) -> Result<(), StoreError> {
+        self.flush(state).await?;
+        let Some(stage) = state.started.as_ref().and_then(|s| s.forge.as_ref()).map(|l| l.stage.clone()) else {
+            return Ok(());
+        };
+        let comment = self.delivery.escalate(state, round).await.ok();
+        self.record(state, Event::CiEscalated { round, stage, comment }).await
+    }
 }

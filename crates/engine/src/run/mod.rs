@@ -101,6 +101,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                 Step::Fix { stage, attempt } => self.fix(&mut state, stage, attempt).await?,
                 Step::Deliver { round } => self.deliver(&mut state, round).await?,
                 Step::ReportFailure => self.report_failure(&mut state).await?,
+                Step::EscalateCi { round } => self.escalate_ci(&mut state, round).await?,
                 Step::Done(status) => {
                     self.flush(&mut state).await?;
                     if status.is_final() {
