@@ -346,6 +346,13 @@ fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
     let waiting = wait_run(&d, &ws, &run, "waiting");
     assert_eq!(waiting["waiting"], json!({"kind": "ci", "stage": "fix"}), "{waiting}");
     assert_eq!(waiting["forge"]["pull_request"]["number"], 2, "{waiting}");
+    let (_, page) = d.page_as(&format!("/runs/{run}"), &ws.read(".loopwright/state/serve.token"));
+    let page = page.replace("&#x2f;", "/");
+    assert!(
+        page.contains("Waits for CI on pull request <a href=\"https://github.com/acme/shop/pull/2\">#2</a>")
+            && !page.contains("respond-form"),
+        "a run waiting for CI asks nobody: {page}"
+    );
     let state = gh.state();
     let pull = &state["pulls"][0];
     assert_eq!((&pull["draft"], &pull["state"]), (&json!(true), &json!("open")), "draft until its CI passes");
@@ -416,6 +423,18 @@ fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
     let (code, status, _) = ws.run(&["status", &run]);
     assert_eq!(code, 0);
     assert!(status.contains("success"), "{status}");
+    // The run's page shows where it came from, its pull request and each CI round.
+    let (code, page) = d.page_as(&format!("/runs/{run}"), &ws.read(".loopwright/state/serve.token"));
+    assert_eq!(code, 200);
+    let page = page.replace("&#x2f;", "/");
+    for part in [
+        "From <a href=\"https://github.com/acme/shop/issues/1\">acme/shop#1</a>",
+        "pull request <a id=\"run-pull\" href=\"https://github.com/acme/shop/pull/2\">#2</a>",
+        &format!("CI on <code>{}</code>: <code>test</code> failed (test-failure), sent back", &first[..12]),
+        &format!("CI on <code>{}</code>: passed", &second[..12]),
+    ] {
+        assert!(page.contains(part), "the run's page lacks {part:?}");
+    }
     // A late delivery about the first head changes nothing.
     let (_, late) = job_done(&gh, &d, &first, "failure", &log);
     assert_eq!(late["outcome"], "ignored");

@@ -101,6 +101,8 @@ pub(super) struct RunView {
     rollback: Vec<String>,
     dead_letters: Vec<LetterView>,
     in_flight: Option<InFlightView>,
+    /// Where a run from GitHub came from, its pull request and each CI round.
+    forge: Option<loopwright_engine::result::ForgeResult>,
 }
 
 /// A stage of a run's page.
@@ -331,6 +333,7 @@ fn run_context(
         rollback,
         dead_letters: letters,
         in_flight: in_flight.map(|f| InFlightView { stage: f.stage, attempt: f.attempt }),
+        forge: result.forge,
     }
 }
 
