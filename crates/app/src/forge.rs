@@ -357,6 +357,7 @@ pub fn describe(event: &loopwright_engine::Event) -> Option<String> {
                 failure.pattern.as_deref().unwrap_or("unclassified")
             ),
         },
+        Event::ReviewReceived { by, .. } => format!("review feedback from {by}: it goes back to the delivering stage"),
         Event::CiRetried { round, target, .. } => format!("CI round {round}: the failure goes back to {target}"),
         Event::CiEscalated { round, stage, comment } => format!(
             "CI failed in round {round}, more often than allowed: {stage} waits for a person (`respond`{})",

@@ -324,6 +324,7 @@ impl Observer for Progress {
             Event::Delivered(_)
             | Event::DeliveryFailed { .. }
             | Event::CiReported { .. }
+            | Event::ReviewReceived { .. }
             | Event::CiRetried { .. }
             | Event::CiEscalated { .. }
             | Event::FailureReported { .. } => {

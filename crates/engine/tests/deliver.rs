@@ -180,6 +180,19 @@ fn the_end_of_a_forge_run_decides_its_next_step() {
             }),
         ),
         (
+            "a person's review while CI runs goes back with their words, before CI's result",
+            done(forge_run(true), 1)
+                .then(delivered(0, "aaa", true))
+                .then(Event::ReviewReceived { by: "erin@github#review-5".into(), text: "Keep the old name.".into() })
+                .then(resumed()),
+            Step::Record(Event::CiRetried {
+                round: 1,
+                target: id("fix"),
+                reset: vec![id("fix"), id("verify")],
+                brief: "People reviewing the pull request asked for changes:\n<user_intervention>\n@erin: Keep the old name.\n</user_intervention>\nAddress it; the new commit goes to the same pull request.\n".into(),
+            }),
+        ),
+        (
             "skip accepts the pull request as it is",
             answered(Answer::Skip),
             Step::Record(Event::RunFinished { status: RunStatus::Success }),

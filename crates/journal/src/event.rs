@@ -302,6 +302,14 @@ pub enum Event {
         #[serde(flatten)]
         outcome: crate::forge::CiOutcome,
     },
+    /// A person with the permission asked for changes on the pull request (a review, or a
+    /// comment on a line): their words go back to the delivering stage.
+    ReviewReceived {
+        /// Who, and by which review or comment (`erin@github#review-5`).
+        by: String,
+        /// What they said (with the file and line a line's comment is on).
+        text: String,
+    },
     /// A failed CI round goes back to the delivering stage: these stages run again, the target
     /// with the failure as its feedback.
     CiRetried {
@@ -624,6 +632,7 @@ impl Event {
             | Event::Delivered(_)
             | Event::DeliveryFailed { .. }
             | Event::CiReported { .. }
+            | Event::ReviewReceived { .. }
             | Event::FailureReported { .. }
             | Event::CheckoutFailed { .. } => None,
         }
@@ -685,6 +694,7 @@ impl Event {
         "delivered",
         "delivery_failed",
         "ci_reported",
+        "review_received",
         "ci_retried",
         "ci_escalated",
         "failure_reported",
@@ -744,6 +754,7 @@ impl Event {
             Event::Delivered(_) => "delivered",
             Event::DeliveryFailed { .. } => "delivery_failed",
             Event::CiReported { .. } => "ci_reported",
+            Event::ReviewReceived { .. } => "review_received",
             Event::CiRetried { .. } => "ci_retried",
             Event::CiEscalated { .. } => "ci_escalated",
             Event::FailureReported { .. } => "failure_reported",
@@ -760,6 +771,7 @@ impl Event {
             Event::ApprovalGranted { by, .. } if by == AUTO_APPROVED_BY => None,
             Event::ApprovalGranted { by, .. }
             | Event::ApprovalRejected { by, .. }
+            | Event::ReviewReceived { by, .. }
             | Event::EscalationAnswered { by, .. }
             | Event::CancelRequested { by, .. } => Some(by),
             _ => None,
@@ -794,7 +806,7 @@ impl Event {
             | Event::WorktreeConflict { .. } => Some(RunStatus::Waiting),
             Event::Delivered(d) if d.watching => Some(RunStatus::Waiting),
             // CI's result takes the run up again (it decides what follows).
-            Event::CiReported { .. } => Some(RunStatus::Running),
+            Event::CiReported { .. } | Event::ReviewReceived { .. } => Some(RunStatus::Running),
             Event::EscalationAnswered { answer: Answer::Abort, .. } => Some(RunStatus::Cancelled),
             Event::EscalationAnswered { .. } => Some(RunStatus::Running),
             Event::ApprovalRejected { .. } => Some(RunStatus::Cancelled),

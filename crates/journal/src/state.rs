@@ -707,7 +707,9 @@ impl RunState {
                 self.stage_mut(target).feedback_brief = Some(brief.clone());
                 self.forge.round = *round;
                 self.forge.answer = None;
+                self.forge.reviews.clear();
             }
+            Event::ReviewReceived { by, text } => self.forge.reviews.push((by.clone(), text.clone())),
             Event::CiEscalated { .. } => self.forge.escalated = true,
             Event::FailureReported { .. } => self.forge.failure_reported = true,
             Event::ChangesCommitted { stage, commit, .. } => self.stage_mut(stage).commits.push(commit.clone()),
@@ -1028,6 +1030,8 @@ pub struct ForgeState {
     pub answer: Option<crate::event::Answer>,
     /// The failure was reported on the forge (its comment's URL, when posted).
     pub failure_reported: bool,
+    /// People's review feedback not yet sent back (who, what).
+    pub reviews: Vec<(String, String)>,
 }
 
 impl ForgeState {

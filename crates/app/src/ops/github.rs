@@ -138,8 +138,9 @@ pub async fn plan(ws: &Workspace, store: &Journal, github: &GitHub, happening: &
             );
             Ok(Plan::Reply { issue, body, marker: mark })
         }
-        Intent::Review { pull_request, .. } => {
-            Ok(Plan::Ignore(format!("review feedback on #{pull_request} is not read yet by this version")))
+        Intent::Review { pull_request, head_branch, feedback } => {
+            review_plan(config, store, pull_request, &head_branch, feedback, &actor.login, &refusal_key(happening))
+                .await
         }
     }
 }
@@ -378,4 +379,43 @@ pub async fn ci_plan(ws: &Workspace, store: &Journal, github: &GitHub, commit: &
         }
     };
     Ok(Plan::Report { run, event: Event::CiReported { round, head: commit.to_owned(), outcome } })
+}
+
+/// A person's review of a pull request a run delivered: their words go back to the run while it
+/// waits for CI (or, when it waits for a person, answer it as a fix).
+async fn review_plan(
+    config: &GithubConfig,
+    store: &Journal,
+    pull_request: u64,
+    head_branch: &str,
+    feedback: loopwright_forge::trigger::Feedback,
+    login: &str,
+    key: &str,
+) -> Result<Plan, Error> {
+    use loopwright_forge::trigger::Feedback;
+    let text = match feedback {
+        Feedback::Guidance { text } => text,
+        Feedback::Approval { commit } => {
+            return Ok(Plan::Ignore(format!(
+                "an approval of {commit}: merging is not loopwright's here (merge = \"off\")"
+            )));
+        }
+    };
+    let Some(run) = live_run(config, store, pull_request, |l| l.branch == head_branch).await? else {
+        return Ok(Plan::Ignore(format!("no run of loopwright's goes on for pull request #{pull_request}")));
+    };
+    let events = store.events(&run).await?;
+    let by = format!("{login}@github#{key}");
+    if events.iter().any(|r| r.event.person() == Some(by.as_str())) {
+        return Ok(Plan::Ignore(format!("{key} was heard already")));
+    }
+    let state = loopwright_engine::RunState::replay(run.clone(), &events);
+    if let Some(stage) = state.waiting_for_escalation().map(|s| s.id.clone()) {
+        let answer = EngineAnswer::Fix { text };
+        return Ok(Plan::Answer { run, event: Event::EscalationAnswered { stage, answer, by } });
+    }
+    if !state.forge.waiting_for_ci() {
+        return Ok(Plan::Ignore(format!("run {run} is at work: review again once it waits for CI")));
+    }
+    Ok(Plan::Report { run, event: Event::ReviewReceived { by, text } })
 }

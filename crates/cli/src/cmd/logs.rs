@@ -291,6 +291,7 @@ pub fn line(r: &EventRecord) -> String {
         Event::Delivered(_)
         | Event::DeliveryFailed { .. }
         | Event::CiReported { .. }
+        | Event::ReviewReceived { .. }
         | Event::CiRetried { .. }
         | Event::CiEscalated { .. }
         | Event::FailureReported { .. } => loopwright_app::forge::describe(&r.event).unwrap_or_default(),

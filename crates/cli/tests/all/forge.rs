@@ -47,7 +47,10 @@ impl GitHub {
         }
         let mut child = Command::new("node")
             .arg(dir.join("github-server.mjs").canonicalize().expect("server"))
-            .env("GITHUB_TEST_TOKENS", "loopwright-bot:tok-lw:admin,carol:tok-carol:write,rita:tok-rita:read")
+            .env(
+                "GITHUB_TEST_TOKENS",
+                "loopwright-bot:tok-lw:admin,carol:tok-carol:write,rita:tok-rita:read,erin:tok-erin:write",
+            )
             .stdout(Stdio::piped())
             .spawn()
             .expect("node");
@@ -645,5 +648,62 @@ fn after_too_many_red_rounds_a_person_answers_on_the_pull_request() {
         .map(|e| e["event"]["by"].clone())
         .collect();
     assert_eq!(answers, [json!("carol@github#7002")]);
+    gh.assert_conforming();
+}
+
+#[test]
+fn changes_requested_in_a_review_go_back_as_a_persons_guidance() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = fixer_workspace(&gh, "");
+    let d = daemon(&ws);
+    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
+    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
+    let run = answer["run_id"].as_str().expect("run id").to_owned();
+    wait_run(&d, &ws, &run, "waiting");
+    let state = gh.state();
+    let number = state["pulls"][0]["number"].as_u64().expect("pull request");
+    let branch = state["pulls"][0]["headRef"].as_str().expect("head").to_owned();
+    let first = state["branches"][&branch].as_str().expect("pushed").to_owned();
+    let review = |id: u64, by: &str, body: &str| {
+        json!({
+            "review": {"id": id, "user": person(by), "body": body, "state": "changes_requested", "commit_id": first},
+            "pull_request": {"number": number, "head": {"ref": branch, "sha": first}},
+            "repository": repository(), "sender": person(by),
+        })
+    };
+    // A reader's review is not guidance; a writer's is, once.
+    let (_, ignored) =
+        gh.deliver(&d, "pull_request_review", Some("submitted"), review(81, "rita", "Rename everything"), json!({}));
+    assert_eq!(ignored["outcome"], "ignored", "{ignored}");
+    let asked = review(82, "erin", "Keep the name `total`; only fix the off-by-one.");
+    let (_, heard) = gh.deliver(&d, "pull_request_review", Some("submitted"), asked.clone(), json!({}));
+    assert_eq!(heard, json!({"outcome": "reported", "run_id": run}));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let second = loop {
+        let head = gh.state()["branches"][&branch].as_str().unwrap_or_default().to_owned();
+        let (_, result) = d.get(&format!("/api/runs/{run}"));
+        if head != first && result["waiting"]["kind"] == "ci" {
+            break head;
+        }
+        assert!(Instant::now() < deadline, "no new round: {result}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (_, again) = gh.deliver(&d, "pull_request_review", Some("submitted"), asked, json!({}));
+    assert_eq!(again["outcome"], "ignored", "the same review is heard once: {again}");
+    let show = Command::new("git")
+        .args(["show", &format!("{second}:last-prompt.md")])
+        .current_dir(ws.path())
+        .output()
+        .expect("git show");
+    let prompt = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        prompt.contains(
+            "<user_intervention>\n@erin: Keep the name `total`; only fix the off-by-one.\n</user_intervention>"
+        ),
+        "{prompt}"
+    );
+    assert!(!prompt.contains("Rename everything"), "{prompt}");
+    job_done(&gh, &d, &second, "success", "");
+    wait_run(&d, &ws, &run, "success");
     gh.assert_conforming();
 }

@@ -31,6 +31,15 @@ pub(super) fn succeeded(pipeline: &Pipeline, state: &RunState, started: &RunStar
     if !delivered.watching {
         return Step::Record(Event::RunFinished { status: RunStatus::Success });
     }
+    if !forge.reviews.is_empty() {
+        let target = pipeline.index_of(link.stage.as_str()).unwrap_or(0);
+        return Step::Record(Event::CiRetried {
+            round: forge.round + 1,
+            target: link.stage.clone(),
+            reset: pipeline.stages[target..].iter().map(|s| s.id.clone()).collect(),
+            brief: review_brief(&forge.reviews),
+        });
+    }
     match forge.report() {
         // CI has not reported on this head: the run waits (a resume before it did).
         None => Step::Done(RunStatus::Waiting),
@@ -52,12 +61,14 @@ fn red_round(pipeline: &Pipeline, state: &RunState, link: &ForgeLink, outcome: &
             brief: brief(outcome, forge.round + 1, link.ci_retries, human),
         })
     };
+    // Rounds sent back by reviews are not CI's: only red rounds count against `ci_retries`.
+    let red = forge.reports.iter().filter(|(_, _, o)| matches!(o, CiOutcome::Failed { .. })).count();
     match &forge.answer {
         Some(Answer::Retry) => retry(None),
         Some(Answer::Fix { text }) => retry(Some(text)),
         Some(Answer::Skip) => Step::Record(Event::RunFinished { status: RunStatus::Success }),
         Some(Answer::Abort) => Step::Done(state.status),
-        None if forge.round < link.ci_retries => retry(None),
+        None if red <= link.ci_retries as usize => retry(None),
         None if forge.escalated => Step::Done(RunStatus::Waiting),
         None => Step::EscalateCi { round: forge.round },
     }
@@ -94,5 +105,17 @@ fn brief(outcome: &CiOutcome, round: u32, retries: u32, human: Option<&str>) -> 
         b.push_str(&format!("Instruction from a human (high priority): {text}\n"));
     }
     b.push_str("Fix the cause; the new commit goes to the same pull request.\n");
+    b
+}
+
+/// What the delivering stage's next prompt is told of people's review feedback: their words,
+/// as a person's guidance.
+fn review_brief(reviews: &[(String, String)]) -> String {
+    let mut b = String::from("People reviewing the pull request asked for changes:\n<user_intervention>\n");
+    for (by, text) in reviews {
+        let who = by.split('#').next().unwrap_or(by).trim_end_matches("@github");
+        b.push_str(&format!("@{who}: {}\n", text.trim()));
+    }
+    b.push_str("</user_intervention>\nAddress it; the new commit goes to the same pull request.\n");
     b
 }
