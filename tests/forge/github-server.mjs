@@ -35,6 +35,7 @@ export class GitHubServer {
     this.permissions = new Map();
     this.app = { id: 4242, slug: 'loopwright-test', installationId: 99, publicKey: appPublicKey };
     this.issues = new Map();
+    this.issueEvents = [];
     this.comments = [];
     this.pulls = new Map();
     this.reviews = [];
@@ -278,6 +279,13 @@ export class GitHubServer {
         this.comments.push(c);
         return [201, this.commentJson(c)];
       }
+      case 'GET /repos/{owner}/{repo}/issues/comments': {
+        let all = [...this.comments];
+        if (url.searchParams.get('direction') === 'desc') all.reverse();
+        return this.page(url, all.map((c) => this.commentJson(c)));
+      }
+      case 'GET /repos/{owner}/{repo}/issues/events':
+        return this.page(url, [...this.issueEvents].reverse().map((e) => this.issueEventJson(e)));
       case 'PATCH /repos/{owner}/{repo}/issues/comments/{comment_id}': {
         const c = this.comments.find((x) => x.id === Number(p.comment_id));
         if (!c) return [404, notFound()];
@@ -528,6 +536,17 @@ export class GitHubServer {
     return out;
   }
 
+  issueEventJson(e) {
+    const out = api.example('issue-event-items')[0];
+    const issue = this.issues.get(e.issue);
+    Object.assign(out, {
+      id: e.id, node_id: nodeId('IE', e.id), url: `${this.url}/repos/${this.full}/issues/events/${e.id}`, actor: this.simpleUser(e.actor),
+      event: e.event, commit_id: null, commit_url: null, created_at: e.created_at, issue: this.issueJson(issue),
+      label: { name: e.label, color: 'f29513' },
+    });
+    return out;
+  }
+
   statusJson(s) {
     const out = api.example('status');
     Object.assign(out, { id: s.id, node_id: nodeId('S', s.id), state: s.state, description: s.description ?? null, target_url: s.target_url ?? null, context: s.context || 'default', creator: this.simpleUser(s.creator), created_at: s.created_at, updated_at: s.created_at, url: `${this.url}/repos/${this.full}/statuses/${s.sha}` });
@@ -572,6 +591,23 @@ export class GitHubServer {
         this.addUser(json.login, json.permission, json.type);
         if (json.token) this.tokens.set(json.token, json.login);
         return reply(this.users.get(json.login));
+      case '/__test/label': {
+        // A person labels an issue: the label is on it, an event says so, it was updated.
+        const issue = this.issues.get(json.issue);
+        const now = isoNow();
+        issue.labels.push(json.label);
+        issue.updated_at = now;
+        this.addUser(json.by, null);
+        this.issueEvents.push({ id: this.nextId++, issue: json.issue, event: 'labeled', label: json.label, actor: json.by, created_at: now });
+        return reply({ at: now });
+      }
+      case '/__test/comment': {
+        const now = isoNow();
+        this.addUser(json.by, null);
+        const c = { id: this.nextId++, issue: json.issue, body: json.body, user: json.by, created_at: now, updated_at: now };
+        this.comments.push(c);
+        return reply(c);
+      }
       case '/__test/issue':
         return reply(this.openIssue(json));
       case '/__test/commit':

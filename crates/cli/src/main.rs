@@ -100,6 +100,8 @@ enum Command {
     /// SIGINT/SIGTERM: claim those whose labels this worker has, drive each in a clone of its
     /// repository under a lease, push each stage's commit to the run's branch.
     Worker(cmd::worker::Args),
+    /// Work from GitHub issues (`github poll`: look once for labels, commands and CI results).
+    Github(cmd::github::Args),
     /// The journal: copy this workspace's runs to PostgreSQL (`store copy --to URL`).
     Store(cmd::store::Args),
     /// Print the JSON Schema of pipeline files.
@@ -142,6 +144,7 @@ fn main() -> ExitCode {
     let cli = match cli.command {
         Command::Serve(args) => return exit(cmd::serve::run(&global, args)),
         Command::Worker(args) => return exit(cmd::worker::run(&global, args)),
+        Command::Github(args) => return exit(cmd::github::run(&global, args)),
         Command::Auto(args) => return exit(cmd::auto::run(&global, args)),
         Command::Demo(args) if args.serve => return exit(cmd::demo::serve(&global, args)),
         command => Cli { dir: global.dir.clone(), json: global.json, store: global.store.clone(), command },
@@ -178,8 +181,8 @@ fn main() -> ExitCode {
                 Ok(0)
             }
             Command::Demo(args) => cmd::demo::run(&global, args).await,
-            Command::Serve(_) | Command::Auto(_) | Command::Worker(_) => {
-                unreachable!("`serve`, `auto` and `worker` run on a runtime of their own, started above")
+            Command::Serve(_) | Command::Auto(_) | Command::Worker(_) | Command::Github(_) => {
+                unreachable!("`serve`, `auto`, `worker` and `github` run on a runtime of their own, started above")
             }
             Command::Bench(args) => cmd::bench::run(&global, args).await,
         }

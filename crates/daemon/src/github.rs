@@ -83,7 +83,72 @@ impl Seen {
 
 /// Does what `happening` asks for; the runs it starts or answers are for `wake` to take up.
 pub async fn act(ws: &Workspace, store: &Journal, github: &GitHub, happening: &Happening) -> Result<Outcome, Error> {
-    match github::plan(ws, store, github, happening).await? {
+    let plan = github::plan(ws, store, github, happening).await?;
+    carry_out(ws, store, github, plan).await
+}
+
+/// One look at GitHub instead of webhooks: the comments and labellings since `since` not seen
+/// before (`seen`), then CI on the heads that runs wait on. Lists are asked conditionally, so a
+/// look that finds nothing new is answered `304 Not Modified` throughout.
+pub async fn poll_once(
+    ws: &Workspace,
+    store: &Journal,
+    github: &GitHub,
+    since: jiff::Timestamp,
+    seen: &Seen,
+) -> Result<Vec<Outcome>, Error> {
+    use loopwright_forge::port::Forge;
+    let mut outcomes = Vec::new();
+    for happening in github.recent(since).await.map_err(github::forge_error)? {
+        let key = match &happening {
+            Happening::Comment { comment_id, .. } => format!("comment-{comment_id}"),
+            Happening::IssueLabeled { issue, label, .. } => {
+                format!("label-{}-{label}-{}", issue.number, issue.updated_at)
+            }
+            _ => continue,
+        };
+        if !seen.first(&key) {
+            continue;
+        }
+        outcomes.push(
+            act(ws, store, github, &happening).await.unwrap_or_else(|e| Outcome::Ignored { reason: e.message() }),
+        );
+    }
+    for (_, head) in github::waiting_for_ci(ws, store).await? {
+        let plan = github::ci_plan(ws, store, github, &head).await?;
+        outcomes.push(carry_out(ws, store, github, plan).await?);
+    }
+    Ok(outcomes)
+}
+
+/// The daemon's polling, every `every`, back as far as a delivery may be old.
+pub async fn poll_loop(shared: std::sync::Arc<crate::Shared>, every: std::time::Duration) {
+    let Some(config) = shared.ws.config.github.clone() else { return };
+    let github = match github::adapter(&shared.ws) {
+        Ok((github, _)) => github,
+        Err(e) => {
+            eprintln!("loopwright serve: GitHub is not polled: {}", e.message());
+            return;
+        }
+    };
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        let since = jiff::Timestamp::now() - jiff::SignedDuration::from_mins(config.max_delivery_age_minutes as i64);
+        match poll_once(&shared.ws, &shared.store, &github, since, &shared.github_seen).await {
+            Ok(outcomes) if outcomes.iter().any(|o| woken(o).is_some()) => shared.runs.wake.notify_one(),
+            Ok(_) => {}
+            Err(e) => eprintln!("loopwright serve: polling GitHub: {}", e.message()),
+        }
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// Carries out what was planned about a happening.
+async fn carry_out(ws: &Workspace, store: &Journal, github: &GitHub, plan: Plan) -> Result<Outcome, Error> {
+    match plan {
         Plan::Ignore(reason) => Ok(Outcome::Ignored { reason }),
         Plan::AlreadyStarted(run) => Ok(Outcome::AlreadyStarted { run_id: run.to_string() }),
         Plan::Reply { issue, body, marker } => {
@@ -179,5 +244,17 @@ pub fn woken(outcome: &Outcome) -> Option<RunId> {
             RunId::parse(run_id)
         }
         _ => None,
+    }
+}
+
+/// An outcome in one line for people.
+pub fn describe(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Ignored { reason } => format!("nothing done: {reason}"),
+        Outcome::Started { run_id } => format!("started run {run_id} (queued: a daemon drives it)"),
+        Outcome::AlreadyStarted { run_id } => format!("its run {run_id} was started before"),
+        Outcome::Answered { run_id } => format!("answered run {run_id}"),
+        Outcome::Reported { run_id } => format!("CI's result recorded on run {run_id}"),
+        Outcome::Replied { url } => format!("replied: {url}"),
     }
 }

@@ -379,6 +379,13 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         signer: Arc::new(notifications::Signer::load(&ws.state_dir())?),
         github_seen: github::Seen::default(),
     });
+    // GitHub looked at every `[github] poll_seconds`, when set, besides its webhooks.
+    let poller = ws
+        .config
+        .github
+        .as_ref()
+        .and_then(|g| g.poll_seconds)
+        .map(|secs| tokio::spawn(github::poll_loop(Arc::clone(&shared), Duration::from_secs(secs))));
     // Notifications follow the journal as the live streams do, in a task of their own.
     let notifier = notifications::Notifier::new(Arc::clone(&shared), Arc::clone(&shared.signer))
         .map(|n| tokio::spawn(n.run(feed.subscribe())));
@@ -436,6 +443,9 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     quiet.abort();
     if let Some(n) = notifier {
         n.abort();
+    }
+    if let Some(p) = poller {
+        p.abort();
     }
     let _ = std::fs::remove_file(ws.state_dir().join("serve.json"));
     Ok(())

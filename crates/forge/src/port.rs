@@ -410,6 +410,10 @@ pub trait Forge {
     async fn merge(&self, number: u64, sha: &str, method: MergeMethod) -> Result<(), ForgeError>;
     /// Reports loopwright's run on a commit.
     async fn report(&self, report: &Report<'_>) -> Result<(), ForgeError>;
+    /// What happened lately that may be a trigger, as a webhook would have said it: comments
+    /// created since `since` (an edited one as edited) and issues labelled since then. Asked
+    /// conditionally: a poll that finds nothing new costs no rate limit.
+    async fn recent(&self, since: jiff::Timestamp) -> Result<Vec<Happening>, ForgeError>;
     /// The repository's URL for git over HTTPS.
     async fn clone_url(&self) -> Result<String, ForgeError>;
     /// The `Authorization` header git sends with a push (given to git in its environment, never

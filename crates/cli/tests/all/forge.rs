@@ -707,3 +707,53 @@ fn changes_requested_in_a_review_go_back_as_a_persons_guidance() {
     wait_run(&d, &ws, &run, "success");
     gh.assert_conforming();
 }
+
+#[test]
+fn without_webhooks_polling_finds_labels_commands_and_ci_and_idles_on_etags() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = workspace(&gh, "poll_seconds = 1");
+    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
+    gh.control("label", json!({"issue": issue["number"], "label": "loopwright", "by": "carol"}));
+    gh.control("comment", json!({"issue": issue["number"], "by": "rita", "body": "/loopwright run fix-issue"}));
+
+    // Once from the command line: the run is queued for a daemon, a reader is told once.
+    let poll = || {
+        let out =
+            ws.cmd().args(["github", "poll", "--json"]).env("LW_TEST_GITHUB_TOKEN", "tok-lw").output().expect("poll");
+        assert!(out.status.success(), "github poll: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).expect("json")
+    };
+    let first = poll();
+    let mut outcomes: Vec<&str> =
+        first.as_array().expect("outcomes").iter().map(|o| o["outcome"].as_str().unwrap_or("")).collect();
+    outcomes.sort_unstable();
+    assert_eq!(outcomes, ["replied", "started"], "{first}");
+    let started = first.as_array().expect("outcomes").iter().find(|o| o["outcome"] == "started").expect("started");
+    let run = started["run_id"].as_str().expect("run").to_owned();
+    let again = poll();
+    assert!(
+        again.as_array().expect("outcomes").contains(&json!({"outcome": "already_started", "run_id": run})),
+        "{again}"
+    );
+    let replies =
+        gh.state()["comments"].as_array().expect("comments").iter().filter(|c| c["user"] == "loopwright-bot").count();
+    assert_eq!(replies, 1, "one reply to the reader");
+
+    // A daemon that polls takes the run up, and hears CI without a webhook.
+    let d = daemon(&ws);
+    wait_run(&d, &ws, &run, "waiting");
+    let state = gh.state();
+    let branch = state["pulls"][0]["headRef"].as_str().expect("head").to_owned();
+    let head = state["branches"][&branch].as_str().expect("pushed").to_owned();
+    gh.control("job", json!({"sha": head, "name": "test", "conclusion": "success", "log": ""}));
+    wait_run(&d, &ws, &run, "success");
+
+    // Idle: every look is a conditional request answered 304.
+    let before = gh.state()["requests"].as_array().map_or(0, Vec::len);
+    std::thread::sleep(Duration::from_millis(2500));
+    let state = gh.state();
+    let idle: Vec<&Value> = state["requests"].as_array().expect("requests")[before..].iter().collect();
+    assert!(idle.len() >= 2, "it looked: {idle:?}");
+    assert!(idle.iter().all(|r| r["status"] == 304), "an idle look costs nothing: {idle:?}");
+    gh.assert_conforming();
+}

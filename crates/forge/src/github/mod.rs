@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use self::client::{Auth, Client, RateGate};
 use crate::port::{
-    Actor, ChangeRequest, CheckConclusion, CheckKind, CheckResult, CommentRef, Forge, ForgeError, IssueText,
+    Actor, ChangeRequest, CheckConclusion, CheckKind, CheckResult, CommentRef, Forge, ForgeError, Happening, IssueText,
     MergeMethod, NewChangeRequest, Permission, Report, Review, ReviewVerdict,
 };
 use loopwright_spec::github::{AuthConfig, GithubConfig};
@@ -130,6 +130,47 @@ struct Issue {
     body: Option<String>,
     updated_at: jiff::Timestamp,
     user: Option<User>,
+    #[serde(default)]
+    pull_request: Option<serde_json::Value>,
+}
+
+impl Issue {
+    fn text(self, updated_at: jiff::Timestamp) -> IssueText {
+        IssueText {
+            number: self.number,
+            title: self.title,
+            body: self.body.unwrap_or_default(),
+            updated_at,
+            author: self.user.map_or_else(|| "ghost".into(), |u| u.login),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ListedComment {
+    id: u64,
+    #[serde(default)]
+    body: Option<String>,
+    user: Option<User>,
+    created_at: jiff::Timestamp,
+    updated_at: jiff::Timestamp,
+    issue_url: String,
+}
+
+#[derive(Deserialize)]
+struct IssueEvent {
+    event: String,
+    actor: Option<User>,
+    created_at: jiff::Timestamp,
+    #[serde(default)]
+    label: Option<EventLabel>,
+    #[serde(default)]
+    issue: Option<Issue>,
+}
+
+#[derive(Deserialize)]
+struct EventLabel {
+    name: String,
 }
 
 #[derive(Deserialize)]
@@ -322,13 +363,8 @@ impl Forge for GitHub {
             .client
             .json(Method::GET, &self.path(&format!("/issues/{number}")), None::<&()>, &format!("issue #{number}"))
             .await?;
-        Ok(IssueText {
-            number: issue.number,
-            title: issue.title,
-            body: issue.body.unwrap_or_default(),
-            updated_at: issue.updated_at,
-            author: issue.user.map_or_else(|| "ghost".into(), |u| u.login),
-        })
+        let updated_at = issue.updated_at;
+        Ok(issue.text(updated_at))
     }
 
     async fn comment(&self, issue: u64, body: &str) -> Result<CommentRef, ForgeError> {
@@ -555,6 +591,60 @@ impl Forge for GitHub {
             )
             .await?;
         Ok(())
+    }
+
+    async fn recent(&self, since: jiff::Timestamp) -> Result<Vec<Happening>, ForgeError> {
+        let repo = self.repo();
+        let mut out = Vec::new();
+        // Newest first, the same URL every time: what did not change is answered 304.
+        let comments: Vec<ListedComment> = self
+            .client
+            .json_cached(&self.path("/issues/comments?sort=created&direction=desc&per_page=100"), "the latest comments")
+            .await?;
+        for c in comments.into_iter().filter(|c| c.created_at >= since) {
+            let body = c.body.unwrap_or_default();
+            // Only what may be a command costs the issue's read.
+            if !body.trim_start().starts_with('/') {
+                continue;
+            }
+            let Some(number) = c.issue_url.rsplit('/').next().and_then(|n| n.parse::<u64>().ok()) else { continue };
+            // Asked conditionally too: looked at again next time, it costs nothing.
+            let issue: Issue =
+                self.client.json_cached(&self.path(&format!("/issues/{number}")), &format!("issue #{number}")).await?;
+            let on_pull_request = issue.pull_request.is_some();
+            let updated_at = issue.updated_at;
+            out.push(Happening::Comment {
+                repo: repo.clone(),
+                on_pull_request,
+                issue: issue.text(updated_at),
+                comment_id: c.id,
+                body,
+                created_at: c.created_at,
+                edited: c.updated_at > c.created_at,
+                actor: c.user.map_or(Actor { login: "ghost".into(), bot: false }, User::actor),
+            });
+        }
+        let events: Vec<IssueEvent> =
+            self.client.json_cached(&self.path("/issues/events?per_page=100"), "the latest issue events").await?;
+        for e in events.into_iter().filter(|e| e.event == "labeled" && e.created_at >= since) {
+            let (Some(label), Some(issue), Some(actor)) = (e.label, e.issue, e.actor) else { continue };
+            if issue.pull_request.is_some() {
+                continue;
+            }
+            // The labelling's time, as the webhook's `issue.updated_at` says it.
+            out.push(Happening::IssueLabeled {
+                repo: repo.clone(),
+                issue: issue.text(e.created_at),
+                label: label.name,
+                actor: actor.actor(),
+            });
+        }
+        out.sort_by_key(|h| match h {
+            Happening::Comment { created_at, .. } => *created_at,
+            Happening::IssueLabeled { issue, .. } => issue.updated_at,
+            _ => jiff::Timestamp::UNIX_EPOCH,
+        });
+        Ok(out)
     }
 
     async fn clone_url(&self) -> Result<String, ForgeError> {
