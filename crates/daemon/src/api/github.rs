@@ -28,27 +28,31 @@ type ApiResult<T> = Result<T, ApiError>;
         ("X-Hub-Signature-256" = String, Header, description = "`sha256=` and the HMAC SHA-256 of the body with the webhook's secret"),
     ),
     security(()),
-    responses((status = 202, body = Outcome), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 404, body = ErrorBody)))]
+    responses((status = 202, body = Outcome), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 422, body = ErrorBody)))]
 pub async fn webhook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
-    let Some(config) = &shared.ws.config.github else {
-        return Err(ApiError::not_found("this workspace has no [github] section: it takes no webhooks"));
-    };
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let secret = std::env::var(&config.webhook_secret_env).ok().filter(|s| !s.is_empty());
-    let signed = secret
-        .as_deref()
-        .is_some_and(|s| loopwright_forge::github::webhook::verify(s.as_bytes(), &body, header("x-hub-signature-256")));
-    if !signed {
-        return Err(ApiError::new(
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
+    let unsigned = || {
+        ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "the delivery is not signed with this webhook's secret (X-Hub-Signature-256)",
-        ));
-    }
+        )
+    };
+    let Some(signature) = header("x-hub-signature-256") else { return Err(unsigned()) };
     let (Some(event), Some(delivery)) = (header("x-github-event"), header("x-github-delivery")) else {
         return Err(ApiError::invalid("a delivery names its event (X-GitHub-Event) and its id (X-GitHub-Delivery)"));
     };
+    let Some(config) = &shared.ws.config.github else {
+        return Err(ApiError::not_found("this workspace has no [github] section: it takes no webhooks"));
+    };
+    let secret = std::env::var(&config.webhook_secret_env).ok().filter(|s| !s.is_empty());
+    let signed = secret
+        .as_deref()
+        .is_some_and(|s| loopwright_forge::github::webhook::verify(s.as_bytes(), &body, Some(signature)));
+    if !signed {
+        return Err(unsigned());
+    }
     if !shared.github_seen.first(delivery) {
         let outcome = Outcome::Ignored { reason: format!("delivery {delivery} was received before") };
         return Ok((StatusCode::ACCEPTED, axum::Json(outcome)).into_response());
