@@ -240,6 +240,8 @@ fn a_labelled_issue_becomes_one_pull_request_written_from_the_run() {
         started["task"].as_str().is_some_and(|t| t.contains("quoted as data") && t.contains("```text\nFixes #99 too.")),
         "{started} {task}"
     );
+    // The issue's text on GitHub is what the label carried: no note of an edit.
+    assert!(!started["task"].as_str().unwrap_or_default().contains("was edited after"), "{started}");
     // The branch on the server holds the stage's change.
     let pushed = state["branches"][branch].as_str().expect("branch pushed");
     let show = Command::new("git")
@@ -248,6 +250,27 @@ fn a_labelled_issue_becomes_one_pull_request_written_from_the_run() {
         .output()
         .expect("git show");
     assert_eq!(String::from_utf8_lossy(&show.stdout), "total = a + b\n");
+    gh.assert_conforming();
+}
+
+#[test]
+fn an_issue_edited_after_its_command_runs_on_the_text_that_was_commanded_and_says_so() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = workspace(&gh, "watch = false");
+    let d = daemon(&ws);
+    let issue =
+        gh.control("issue", json!({"title": "Totals are off by one", "body": "Use checked_add.", "user": "dana"}));
+    // The delivery carries the text as it was; the issue on GitHub says something else now.
+    let mut carried = labelled(&issue, "carol");
+    carried["issue"]["body"] = json!("Use wrapping_add.");
+    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), carried, json!({}));
+    let run = answer["run_id"].as_str().expect("run id").to_owned();
+    let journal = ws.journal(&run);
+    let task = journal[0]["event"]["task"].as_str().expect("task").to_owned();
+    assert!(task.contains("```text\nUse wrapping_add.\n```"), "{task}");
+    assert!(task.contains("(The issue was edited after this was asked, at "), "{task}");
+    assert!(!task.contains("checked_add"), "{task}");
+    wait_run(&d, &ws, &run, "success");
     gh.assert_conforming();
 }
 

@@ -108,22 +108,24 @@ fn next_link(link: &str) -> Option<String> {
     })
 }
 
+/// A person or bot as GitHub's answers and payloads name one.
 #[derive(Deserialize)]
-struct User {
+pub(crate) struct User {
     login: String,
     #[serde(rename = "type", default)]
     kind: Option<String>,
 }
 
 impl User {
-    fn actor(self) -> Actor {
+    pub(crate) fn actor(self) -> Actor {
         let bot = self.kind.as_deref() == Some("Bot") || self.login.ends_with("[bot]");
         Actor { login: self.login, bot }
     }
 }
 
+/// An issue (or pull request) as GitHub's answers and payloads carry it.
 #[derive(Deserialize)]
-struct Issue {
+pub(crate) struct Issue {
     number: u64,
     title: String,
     #[serde(default)]
@@ -135,7 +137,14 @@ struct Issue {
 }
 
 impl Issue {
-    fn text(self, updated_at: jiff::Timestamp) -> IssueText {
+    /// Its text as it is now.
+    pub(crate) fn current(self) -> IssueText {
+        let updated_at = self.updated_at;
+        self.text(updated_at)
+    }
+
+    /// Its text, as of `updated_at`.
+    pub(crate) fn text(self, updated_at: jiff::Timestamp) -> IssueText {
         IssueText {
             number: self.number,
             title: self.title,
@@ -363,8 +372,7 @@ impl Forge for GitHub {
             .client
             .json(Method::GET, &self.path(&format!("/issues/{number}")), None::<&()>, &format!("issue #{number}"))
             .await?;
-        let updated_at = issue.updated_at;
-        Ok(issue.text(updated_at))
+        Ok(issue.current())
     }
 
     async fn comment(&self, issue: u64, body: &str) -> Result<CommentRef, ForgeError> {

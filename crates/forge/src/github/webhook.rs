@@ -5,7 +5,8 @@
 
 use serde::Deserialize;
 
-use crate::port::{Actor, CheckConclusion, CheckKind, CheckResult, Happening, IssueText, ReviewVerdict};
+use super::{Issue, User};
+use crate::port::{CheckConclusion, CheckKind, CheckResult, Happening, ReviewVerdict};
 
 /// Whether `signature` (the `X-Hub-Signature-256` header) signs `body` with `secret`, compared
 /// in constant time. A missing, malformed or wrong signature is false.
@@ -60,7 +61,7 @@ pub fn parse(event: &str, body: &[u8]) -> Result<Happening, DeliveryError> {
             match (p.action.as_str(), p.label) {
                 ("labeled", Some(label)) => Happening::IssueLabeled {
                     repo: p.repository.full_name,
-                    issue: p.issue.text(),
+                    issue: p.issue.current(),
                     label: label.name,
                     actor: p.sender.actor(),
                 },
@@ -77,7 +78,7 @@ pub fn parse(event: &str, body: &[u8]) -> Result<Happening, DeliveryError> {
             Happening::Comment {
                 repo: p.repository.full_name,
                 on_pull_request: p.issue.pull_request.is_some(),
-                issue: p.issue.text(),
+                issue: p.issue.current(),
                 comment_id: p.comment.id,
                 body: p.comment.body.unwrap_or_default(),
                 created_at: p.comment.created_at,
@@ -159,46 +160,8 @@ struct Repository {
 }
 
 #[derive(Deserialize)]
-struct User {
-    login: String,
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-}
-
-impl User {
-    fn actor(self) -> Actor {
-        let bot = self.kind.as_deref() == Some("Bot") || self.login.ends_with("[bot]");
-        Actor { login: self.login, bot }
-    }
-}
-
-#[derive(Deserialize)]
 struct Label {
     name: String,
-}
-
-#[derive(Deserialize)]
-struct Issue {
-    number: u64,
-    title: String,
-    #[serde(default)]
-    body: Option<String>,
-    updated_at: jiff::Timestamp,
-    user: User,
-    #[serde(default)]
-    pull_request: Option<serde_json::Value>,
-}
-
-impl Issue {
-    fn text(self) -> IssueText {
-        IssueText {
-            number: self.number,
-            title: self.title,
-            body: self.body.unwrap_or_default(),
-            updated_at: self.updated_at,
-            author: self.user.login,
-        }
-    }
 }
 
 #[derive(Deserialize)]
