@@ -108,6 +108,9 @@ pub struct Shared {
     pub signer: Arc<notifications::Signer>,
     /// GitHub's delivery ids received lately.
     pub github_seen: github::Seen,
+    /// The GitHub adapter webhooks are answered with, made at the first delivery (who
+    /// loopwright is, and what conditional requests found, kept between deliveries).
+    pub github: tokio::sync::OnceCell<loopwright_forge::github::GitHub>,
 }
 
 /// The URL a reverse proxy serves the daemon at.
@@ -378,6 +381,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         proxy,
         signer: Arc::new(notifications::Signer::load(&ws.state_dir())?),
         github_seen: github::Seen::default(),
+        github: tokio::sync::OnceCell::new(),
     });
     // GitHub looked at every `[github] poll_seconds`, when set, besides its webhooks.
     let poller = ws

@@ -59,8 +59,11 @@ pub async fn webhook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body
     }
     let happening =
         loopwright_forge::github::webhook::parse(event, &body).map_err(|e| ApiError::invalid(e.to_string()))?;
-    let (github, _) = loopwright_app::ops::github::adapter(&shared.ws)?;
-    let outcome = act(&shared.ws, &shared.store, &github, &happening).await?;
+    let github = shared
+        .github
+        .get_or_try_init(|| async { loopwright_app::ops::github::adapter(&shared.ws).map(|(github, _)| github) })
+        .await?;
+    let outcome = act(&shared.ws, &shared.store, github, &happening).await?;
     if woken(&outcome).is_some() {
         shared.runs.wake.notify_one();
     }
