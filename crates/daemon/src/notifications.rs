@@ -176,6 +176,8 @@ pub fn happening(event: &Event) -> Option<NotifyEvent> {
             Some(NotifyEvent::Finished)
         }
         Event::DeadLettered { .. } => Some(NotifyEvent::DeadLetter),
+        // Delivered, the run waits for its pull request's CI: nobody is needed.
+        Event::Delivered(_) => None,
         e if e.run_status() == Some(RunStatus::Waiting) => Some(NotifyEvent::NeedsHuman),
         _ => None,
     }
@@ -216,6 +218,8 @@ pub struct Message {
     pub headline: String,
     /// Where to look.
     pub url: String,
+    /// The pull request a run from GitHub opened.
+    pub pull_request: Option<String>,
     /// One-tap answers.
     pub actions: Vec<Action>,
 }
@@ -237,15 +241,18 @@ pub fn request_for(kind: NotifyKind, m: &Message) -> (Vec<(String, String)>, Vec
         NotifyKind::Webhook => {
             let body = json!({
                 "event": m.event.as_str(), "run_id": m.run_id, "session": m.session, "pipeline": m.pipeline,
-                "task": m.task, "stage": m.stage, "headline": m.headline, "url": m.url,
+                "task": m.task, "stage": m.stage, "headline": m.headline, "url": m.url, "pull_request": m.pull_request,
                 "actions": m.actions.iter().map(|a| json!({"action": a.action, "label": a.label, "url": a.url})).collect::<Vec<_>>(),
             });
             (vec![("Content-Type".into(), "application/json".into())], body.to_string().into_bytes())
         }
         NotifyKind::Slack => {
-            let mut blocks = vec![
-                json!({"type": "section", "text": {"type": "mrkdwn", "text": format!("{}\n<{}|Open in loopwright>", slack_escape(&m.headline), m.url)}}),
-            ];
+            let mut blocks = vec![json!({"type": "section", "text": {"type": "mrkdwn", "text": format!(
+                "{}\n<{}|Open in loopwright>{}",
+                slack_escape(&m.headline),
+                m.url,
+                m.pull_request.as_ref().map(|p| format!(" · <{p}|The pull request>")).unwrap_or_default()
+            )}})];
             if !m.actions.is_empty() {
                 let buttons: Vec<Value> = m
                     .actions
@@ -424,6 +431,7 @@ impl Notifier {
                 stage: stage.clone(),
                 headline: headline.clone(),
                 url: format!("{}/runs/{}", self.base_url(), entry.run),
+                pull_request: result.forge.as_ref().and_then(|f| f.pull_request.as_ref()).map(|p| p.url.clone()),
                 actions,
             };
             Arc::clone(&self).send(key, target.clone(), message).await;
@@ -492,6 +500,7 @@ impl Notifier {
                     stage: None,
                     headline: format!("Auto loop {}: {}", n.session_name, n.text),
                     url: format!("{}/auto#loop-{}", self.base_url(), n.session_name),
+                    pull_request: None,
                     actions,
                 };
                 Arc::clone(&self).send(key, target.clone(), message).await;
@@ -689,6 +698,7 @@ mod tests {
             stage: Some("ship".into()),
             headline: "Stage ship waits for your approval <now>".into(),
             url: "http://127.0.0.1:7878/runs/r1".into(),
+            pull_request: Some("https://github.com/acme/shop/pull/2".into()),
             actions: vec![Action { action: LinkAction::Approve, label: "Approve".into(), url: "http://h/a/t".into() }],
         };
         let (_, body) = request_for(NotifyKind::Webhook, &m);
@@ -697,13 +707,14 @@ mod tests {
             body,
             json!({"event": "needs_human", "run_id": "r1", "session": null, "pipeline": "release", "task": "ship 1.2",
                    "stage": "ship", "headline": "Stage ship waits for your approval <now>", "url": "http://127.0.0.1:7878/runs/r1",
+                   "pull_request": "https://github.com/acme/shop/pull/2",
                    "actions": [{"action": "approve", "label": "Approve", "url": "http://h/a/t"}]})
         );
         let (_, body) = request_for(NotifyKind::Slack, &m);
         let body: Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(
             body["blocks"][0]["text"]["text"],
-            "Stage ship waits for your approval &lt;now&gt;\n<http://127.0.0.1:7878/runs/r1|Open in loopwright>"
+            "Stage ship waits for your approval &lt;now&gt;\n<http://127.0.0.1:7878/runs/r1|Open in loopwright> · <https://github.com/acme/shop/pull/2|The pull request>"
         );
         assert_eq!(body["text"], "Stage ship waits for your approval &lt;now&gt;");
         let loud =
