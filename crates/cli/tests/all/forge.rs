@@ -780,3 +780,47 @@ fn without_webhooks_polling_finds_labels_commands_and_ci_and_idles_on_etags() {
     assert!(idle.iter().all(|r| r["status"] == 304), "an idle look costs nothing: {idle:?}");
     gh.assert_conforming();
 }
+
+#[test]
+fn a_command_on_a_forks_pull_request_or_an_unknown_command_starts_nothing_and_says_why() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = workspace(&gh, "");
+    let d = daemon(&ws);
+    gh.control("commit", json!({"branch": "mallory/totals"}));
+    let fork = gh.control(
+        "pull",
+        json!({"head": "mallory/totals", "headRepo": "mallory/shop", "user": "mallory", "title": "Totals"}),
+    );
+    let number = fork["number"].as_u64().expect("pull request");
+    let mut on_fork = comment_on(number, 9001, "carol", "/loopwright run fix-issue");
+    on_fork["issue"]["pull_request"] = json!({"url": format!("{}/repos/acme/shop/pulls/{number}", gh.url)});
+    let (_, answer) = gh.deliver(&d, "issue_comment", Some("created"), on_fork, json!({}));
+    assert_eq!(answer["outcome"], "replied", "{answer}");
+    let (_, unknown) = gh.deliver(
+        &d,
+        "issue_comment",
+        Some("created"),
+        comment_on(number, 9002, "carol", "/loopwright deploy --now"),
+        json!({}),
+    );
+    assert_eq!(unknown["outcome"], "replied", "{unknown}");
+    let state = gh.state();
+    let bodies: Vec<&str> =
+        state["comments"].as_array().expect("comments").iter().map(|c| c["body"].as_str().expect("body")).collect();
+    assert_eq!(bodies.len(), 2, "{bodies:?}");
+    assert!(
+        bodies[0].starts_with(
+            "@carol loopwright does not run commands on pull requests from forks unless `[github] forks = true`."
+        ),
+        "{}",
+        bodies[0]
+    );
+    assert!(
+        bodies[1].starts_with("@carol loopwright knows `/loopwright run [PIPELINE] [--var NAME=VALUE]…`, `/loopwright retry`, `/loopwright skip`, `/loopwright abort` and `/loopwright fix TEXT`; `deploy` is none of them."),
+        "{}",
+        bodies[1]
+    );
+    let (_, runs) = d.get("/api/runs");
+    assert_eq!(runs, json!([]));
+    gh.assert_conforming();
+}
