@@ -241,6 +241,7 @@ pub struct Ports {
     github: Option<loopwright_spec::github::GithubConfig>,
     config_dir: std::path::PathBuf,
     dashboard: Option<String>,
+    ws: Workspace,
 }
 
 /// The longest a provider's answer pauses it for every run unless `[[limits]]` entries say
@@ -379,6 +380,7 @@ impl Ports {
             github: ws.config.github.clone(),
             config_dir: ws.root.join(".loopwright"),
             dashboard: None,
+            ws: ws.clone(),
         })
     }
 
@@ -420,6 +422,7 @@ impl Ports {
                 config: self.github.as_ref(),
                 base: self.config_dir.clone(),
                 dashboard: self.dashboard.clone(),
+                store_ws: &self.ws,
             },
         }
     }

@@ -10,7 +10,6 @@ use loopwright_engine::event::{Answer as EngineAnswer, Event};
 use loopwright_engine::forge::ForgeLink;
 use loopwright_engine::{RunId, RunQuery, RunStatus, Store};
 use loopwright_forge::github::GitHub;
-use loopwright_forge::github::client::LocalGate;
 use loopwright_forge::port::{Forge, ForgeError, Happening};
 use loopwright_forge::text::{fenced, marker};
 use loopwright_forge::trigger::{Answer, Ignored, Intent, Screen, Start, Verdict, judge, screen};
@@ -75,8 +74,8 @@ pub struct StartPlan {
 /// The GitHub adapter for the workspace's `[github]`.
 pub fn adapter(ws: &Workspace) -> Result<(GitHub, &GithubConfig), Error> {
     let config = github_config(ws)?;
-    let github = GitHub::from_config(config, &ws.root.join(".loopwright"), Arc::new(LocalGate::default()))
-        .map_err(forge_error)?;
+    let gate = crate::forge::StoreGate::new(ws)?;
+    let github = GitHub::from_config(config, &ws.root.join(".loopwright"), Arc::new(gate)).map_err(forge_error)?;
     Ok((github, config))
 }
 

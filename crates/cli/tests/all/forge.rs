@@ -149,9 +149,9 @@ fn daemon(ws: &Ws) -> Daemon {
     Daemon::start_env(ws, &[], &[("LW_TEST_GITHUB_TOKEN", "tok-lw"), ("LOOPWRIGHT_GITHUB_WEBHOOK_SECRET", SECRET)])
 }
 
-/// Waits (up to 60 s) until the run's status is `status`; else fails with its journal.
+/// Waits (up to 120 s) until the run's status is `status`; else fails with its journal.
 fn wait_run(d: &Daemon, ws: &Ws, run: &str, status: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let (_, result) = d.get(&format!("/api/runs/{run}"));
         if result["status"] == status {
@@ -392,7 +392,7 @@ fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
     .expect("log");
     let (code, answer) = job_done(&gh, &d, &first, "failure", &log);
     assert_eq!((code, answer), (202, json!({"outcome": "reported", "run_id": run})));
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     let second = loop {
         let state = gh.state();
         let head = state["branches"][&branch].as_str().unwrap_or_default().to_owned();
@@ -475,9 +475,9 @@ fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
     gh.assert_conforming();
 }
 
-/// Waits (up to 60 s) for `check` on the server's state.
+/// Waits (up to 120 s) for `check` on the server's state.
 fn wait_for(gh: &GitHub, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let state = gh.state();
         if check(&state) {
@@ -609,7 +609,7 @@ fn after_too_many_red_rounds_a_person_answers_on_the_pull_request() {
     job_done(&gh, &d, &first, "failure", &log);
 
     // No round is left: the run waits for a person, asked on the pull request once.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     let waiting = loop {
         let (_, result) = d.get(&format!("/api/runs/{run}"));
         if result["waiting"]["kind"] == "escalation" {
@@ -645,7 +645,7 @@ fn after_too_many_red_rounds_a_person_answers_on_the_pull_request() {
     let (_, again) = gh.deliver(&d, "issue_comment", Some("created"), fix, json!({}));
     assert_eq!(again["outcome"], "ignored", "{again}");
 
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     let second = loop {
         let head = gh.state()["branches"][&branch].as_str().unwrap_or_default().to_owned();
         let (_, result) = d.get(&format!("/api/runs/{run}"));
@@ -701,7 +701,7 @@ fn changes_requested_in_a_review_go_back_as_a_persons_guidance() {
     let asked = review(82, "erin", "Keep the name `total`; only fix the off-by-one.");
     let (_, heard) = gh.deliver(&d, "pull_request_review", Some("submitted"), asked.clone(), json!({}));
     assert_eq!(heard, json!({"outcome": "reported", "run_id": run}));
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     let second = loop {
         let head = gh.state()["branches"][&branch].as_str().unwrap_or_default().to_owned();
         let (_, result) = d.get(&format!("/api/runs/{run}"));
@@ -822,5 +822,28 @@ fn a_command_on_a_forks_pull_request_or_an_unknown_command_starts_nothing_and_sa
     );
     let (_, runs) = d.get("/api/runs");
     assert_eq!(runs, json!([]));
+    gh.assert_conforming();
+}
+
+#[test]
+fn a_rate_limit_github_asks_for_holds_every_process_that_shares_the_store() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = workspace(&gh, "");
+    let poll = || {
+        let out = ws.cmd().args(["github", "poll"]).env("LW_TEST_GITHUB_TOKEN", "tok-lw").output().expect("poll");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // A secondary rate limit asking for an hour: longer than a request waits in place.
+    gh.control("rate-limit", json!({"count": 1, "retryAfter": 3600}));
+    let (code, stderr) = poll();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("GitHub's rate limit asks to wait until"), "{stderr}");
+    let sent = gh.state()["requests"].as_array().map_or(0, Vec::len);
+    assert_eq!(sent, 1, "one request, answered 403 Retry-After");
+    // Another process sharing the workspace's store waits too, without asking GitHub.
+    let (code, again) = poll();
+    assert_eq!(code, Some(1), "{again}");
+    assert!(again.contains("GitHub's rate limit asks to wait until"), "{again}");
+    assert_eq!(gh.state()["requests"].as_array().map_or(0, Vec::len), sent, "no request while the pause lasts");
     gh.assert_conforming();
 }

@@ -15,13 +15,17 @@ use serde::de::DeserializeOwned;
 use super::app::AppKey;
 use crate::port::ForgeError;
 
-/// Where a pause GitHub asked for is kept, so that every process using the same provider
-/// waits it out (`[[limits]]` with `provider = "github"` when the store keeps it).
+/// A future a gate answers with.
+pub type GateFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// What GitHub's requests wait on: the pauses GitHub asked for and what `[[limits]]` allow for
+/// the provider `github`, kept where every process sharing it sees them (the journal's store),
+/// or in this process only ([`LocalGate`]).
 pub trait RateGate: Send + Sync {
-    /// Until when requests must wait, if they must.
-    fn paused_until(&self) -> Option<jiff::Timestamp>;
-    /// GitHub asked for requests to wait until `until`.
-    fn pause(&self, until: jiff::Timestamp);
+    /// Waits until a request may go; `Err(until)` when that is later than `max` from now.
+    fn ready(&self, max: Duration) -> GateFuture<'_, Result<(), jiff::Timestamp>>;
+    /// GitHub asked for requests to wait until `until`, saying `why`.
+    fn pause<'a>(&'a self, until: jiff::Timestamp, why: &'a str) -> GateFuture<'a, ()>;
 }
 
 /// A gate kept in this process only.
@@ -29,15 +33,32 @@ pub trait RateGate: Send + Sync {
 pub struct LocalGate(Mutex<Option<jiff::Timestamp>>);
 
 impl RateGate for LocalGate {
-    fn paused_until(&self) -> Option<jiff::Timestamp> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn ready(&self, max: Duration) -> GateFuture<'_, Result<(), jiff::Timestamp>> {
+        let paused = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        Box::pin(async move { wait_until(paused, max).await })
     }
-    fn pause(&self, until: jiff::Timestamp) {
+    fn pause<'a>(&'a self, until: jiff::Timestamp, _: &'a str) -> GateFuture<'a, ()> {
         let mut at = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if at.is_none_or(|t| t < until) {
             *at = Some(until);
         }
+        Box::pin(async {})
     }
+}
+
+/// Sleeps until `until` when it is at most `max` away; else `Err(until)`.
+pub async fn wait_until(until: Option<jiff::Timestamp>, max: Duration) -> Result<(), jiff::Timestamp> {
+    let Some(until) = until else { return Ok(()) };
+    let now = jiff::Timestamp::now();
+    if until <= now {
+        return Ok(());
+    }
+    let wait = Duration::try_from(until.duration_since(now)).unwrap_or_default();
+    if wait > max {
+        return Err(until);
+    }
+    tokio::time::sleep(wait).await;
+    Ok(())
 }
 
 /// How requests are signed.
@@ -184,7 +205,7 @@ impl Client {
             let status = response.status();
             let headers = response.headers().clone();
             if let Some(until) = rate_limited(status, &headers, jiff::Timestamp::now()) {
-                self.gate.pause(until);
+                self.gate.pause(until, &format!("GitHub answered {} to {what}", status.as_u16())).await;
                 continue;
             }
             if status.is_server_error() && server_errors < 2 {
@@ -216,19 +237,9 @@ impl Client {
         self.etags.lock().unwrap_or_else(|e| e.into_inner()).get(url).cloned()
     }
 
-    /// Waits while the gate says GitHub asked to; fails when the wait is longer than allowed.
+    /// Waits while the gate says to; fails when the wait is longer than allowed in place.
     async fn wait_for_gate(&self) -> Result<(), ForgeError> {
-        let Some(until) = self.gate.paused_until() else { return Ok(()) };
-        let now = jiff::Timestamp::now();
-        if until <= now {
-            return Ok(());
-        }
-        let wait = Duration::try_from(until.duration_since(now)).unwrap_or_default();
-        if wait > self.max_wait {
-            return Err(ForgeError::RateLimited { until });
-        }
-        tokio::time::sleep(wait).await;
-        Ok(())
+        self.gate.ready(self.max_wait).await.map_err(|until| ForgeError::RateLimited { until })
     }
 
     /// The token requests are signed with: the App's installation token is asked for when
