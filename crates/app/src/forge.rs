@@ -431,6 +431,7 @@ pub fn describe(event: &loopwright_engine::Event) -> Option<String> {
                 failure.pattern.as_deref().unwrap_or("unclassified")
             ),
         },
+        Event::CiAwaited { round } => format!("waits for the pull request's CI again (round {round})"),
         Event::ReviewReceived { by, .. } => format!("review feedback from {by}: it goes back to the delivering stage"),
         Event::CiRetried { round, target, .. } => format!("CI round {round}: the failure goes back to {target}"),
         Event::CiEscalated { round, stage, comment } => format!(

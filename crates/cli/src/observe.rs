@@ -325,6 +325,7 @@ impl Observer for Progress {
             | Event::DeliveryFailed { .. }
             | Event::CiReported { .. }
             | Event::ReviewReceived { .. }
+            | Event::CiAwaited { .. }
             | Event::CiRetried { .. }
             | Event::CiEscalated { .. }
             | Event::FailureReported { .. } => {

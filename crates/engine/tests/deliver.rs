@@ -151,9 +151,9 @@ fn the_end_of_a_forge_run_decides_its_next_step() {
             Step::Record(Event::RunFinished { status: RunStatus::Success }),
         ),
         (
-            "a report on another head is not this round's",
+            "a report on another head is not this round's: it waits again",
             done(forge_run(true), 1).then(delivered(0, "aaa", true)).then(green(0, "zzz")).then(resumed()),
-            Step::Done(RunStatus::Waiting),
+            Step::Record(Event::CiAwaited { round: 0 }),
         ),
         (
             "red CI goes back to the delivering stage with what failed",
@@ -169,6 +169,7 @@ fn the_end_of_a_forge_run_decides_its_next_step() {
         ("done again, the next round is delivered", done(retried.clone(), 2), Step::Deliver { round: 1 }),
         ("red more often than ci_retries: a person is asked", red_again.clone(), Step::EscalateCi { round: 1 }),
         ("asked, it waits", escalated.clone(), Step::Done(RunStatus::Waiting)),
+        ("taken up again while asked, it asks again (found, not posted twice)", escalated.clone().then(resumed()), Step::EscalateCi { round: 1 }),
         (
             "a person's fix goes back with their words",
             answered(Answer::Fix { text: "keep the old rounding".into() }),

@@ -302,6 +302,11 @@ pub enum Event {
         #[serde(flatten)]
         outcome: crate::forge::CiOutcome,
     },
+    /// The run, taken up again while its pull request's CI still runs, waits for it again.
+    CiAwaited {
+        /// The round.
+        round: u32,
+    },
     /// A person with the permission asked for changes on the pull request (a review, or a
     /// comment on a line): their words go back to the delivering stage.
     ReviewReceived {
@@ -632,6 +637,7 @@ impl Event {
             | Event::Delivered(_)
             | Event::DeliveryFailed { .. }
             | Event::CiReported { .. }
+            | Event::CiAwaited { .. }
             | Event::ReviewReceived { .. }
             | Event::FailureReported { .. }
             | Event::CheckoutFailed { .. } => None,
@@ -694,6 +700,7 @@ impl Event {
         "delivered",
         "delivery_failed",
         "ci_reported",
+        "ci_awaited",
         "review_received",
         "ci_retried",
         "ci_escalated",
@@ -755,6 +762,7 @@ impl Event {
             Event::DeliveryFailed { .. } => "delivery_failed",
             Event::CiReported { .. } => "ci_reported",
             Event::ReviewReceived { .. } => "review_received",
+            Event::CiAwaited { .. } => "ci_awaited",
             Event::CiRetried { .. } => "ci_retried",
             Event::CiEscalated { .. } => "ci_escalated",
             Event::FailureReported { .. } => "failure_reported",
@@ -803,6 +811,7 @@ impl Event {
             Event::FeedbackChecked { action: FeedbackAction::Escalate, .. }
             | Event::LoopEscalated { .. }
             | Event::CiEscalated { .. }
+            | Event::CiAwaited { .. }
             | Event::WorktreeConflict { .. } => Some(RunStatus::Waiting),
             Event::Delivered(d) if d.watching => Some(RunStatus::Waiting),
             // CI's result takes the run up again (it decides what follows).

@@ -711,6 +711,7 @@ impl RunState {
             }
             Event::ReviewReceived { by, text } => self.forge.reviews.push((by.clone(), text.clone())),
             Event::CiEscalated { .. } => self.forge.escalated = true,
+            Event::CiAwaited { .. } => {}
             Event::FailureReported { .. } => self.forge.failure_reported = true,
             Event::ChangesCommitted { stage, commit, .. } => self.stage_mut(stage).commits.push(commit.clone()),
             Event::RollbackStarted { trigger, stages } => {

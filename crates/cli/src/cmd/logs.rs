@@ -292,6 +292,7 @@ pub fn line(r: &EventRecord) -> String {
         | Event::DeliveryFailed { .. }
         | Event::CiReported { .. }
         | Event::ReviewReceived { .. }
+        | Event::CiAwaited { .. }
         | Event::CiRetried { .. }
         | Event::CiEscalated { .. }
         | Event::FailureReported { .. } => loopwright_app::forge::describe(&r.event).unwrap_or_default(),

@@ -41,8 +41,8 @@ pub(super) fn succeeded(pipeline: &Pipeline, state: &RunState, started: &RunStar
         });
     }
     match forge.report() {
-        // CI has not reported on this head: the run waits (a resume before it did).
-        None => Step::Done(RunStatus::Waiting),
+        // Taken up again (a resume) before CI reported on this head: it waits again.
+        None => Step::Record(Event::CiAwaited { round: forge.round }),
         Some(CiOutcome::Passed { .. }) => Step::Record(Event::RunFinished { status: RunStatus::Success }),
         Some(failed_round @ CiOutcome::Failed { .. }) => red_round(pipeline, state, link, failed_round),
     }
@@ -69,7 +69,9 @@ fn red_round(pipeline: &Pipeline, state: &RunState, link: &ForgeLink, outcome: &
         Some(Answer::Skip) => Step::Record(Event::RunFinished { status: RunStatus::Success }),
         Some(Answer::Abort) => Step::Done(state.status),
         None if red <= link.ci_retries as usize => retry(None),
-        None if forge.escalated => Step::Done(RunStatus::Waiting),
+        // Taken up again while a person is asked: asked again (the comment is found, not
+        // posted twice), and it waits.
+        None if forge.escalated => Step::EscalateCi { round: forge.round },
         None => Step::EscalateCi { round: forge.round },
     }
 }
