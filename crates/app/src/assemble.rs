@@ -265,32 +265,43 @@ impl StoreLimits<'_> {
     /// (where a rate limit's pause is kept, even with no entry). None for an agent whose
     /// provider is not known.
     fn rules_for(&self, agent: &loopwright_spec::Agent) -> Vec<loopwright_store::limits::Rule> {
-        use loopwright_store::limits::Rule;
         let Some(provider) = loopwright_runners::presets::provider(agent) else { return Vec::new() };
-        let mut rules: Vec<Rule> = self
-            .rules
-            .iter()
-            .filter(|l| l.applies_to(provider, agent.model.as_deref(), agent.api_key_env.as_deref()))
-            .map(|l| Rule {
-                key: l.key(),
-                shown: l.shown(),
-                concurrent: l.concurrent,
-                requests_per_minute: l.requests_per_minute,
-                tokens_per_hour: l.tokens_per_hour,
-            })
-            .collect();
-        let whole = format!("{provider}/*/*");
-        if !rules.iter().any(|r| r.key == whole) {
-            rules.push(Rule {
-                key: whole,
-                shown: provider.to_owned(),
-                concurrent: None,
-                requests_per_minute: None,
-                tokens_per_hour: None,
-            });
-        }
-        rules
+        provider_rules(self.rules, provider, agent.model.as_deref(), agent.api_key_env.as_deref())
     }
+}
+
+/// The limits that govern calls to `provider` (with `model`, through `account`): the
+/// `[[limits]]` entries that apply, and the provider as a whole (where a rate limit's pause is
+/// kept, even with no entry).
+pub fn provider_rules(
+    limits: &[loopwright_spec::config::Limit],
+    provider: &str,
+    model: Option<&str>,
+    account: Option<&str>,
+) -> Vec<loopwright_store::limits::Rule> {
+    use loopwright_store::limits::Rule;
+    let mut rules: Vec<Rule> = limits
+        .iter()
+        .filter(|l| l.applies_to(provider, model, account))
+        .map(|l| Rule {
+            key: l.key(),
+            shown: l.shown(),
+            concurrent: l.concurrent,
+            requests_per_minute: l.requests_per_minute,
+            tokens_per_hour: l.tokens_per_hour,
+        })
+        .collect();
+    let whole = format!("{provider}/*/*");
+    if !rules.iter().any(|r| r.key == whole) {
+        rules.push(Rule {
+            key: whole,
+            shown: provider.to_owned(),
+            concurrent: None,
+            requests_per_minute: None,
+            tokens_per_hour: None,
+        });
+    }
+    rules
 }
 
 impl loopwright_engine::ports::Limits for StoreLimits<'_> {

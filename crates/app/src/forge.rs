@@ -27,31 +27,8 @@ pub struct StoreGate {
 impl StoreGate {
     /// The gate of the workspace's store, with its `[[limits]]` for `github`.
     pub fn new(ws: &crate::workspace::Workspace) -> Result<StoreGate, crate::Error> {
-        use loopwright_store::limits::Rule;
         let store = crate::assemble::open_store(ws)?;
-        let mut rules: Vec<Rule> = ws
-            .config
-            .limits
-            .iter()
-            .filter(|l| l.applies_to("github", None, None))
-            .map(|l| Rule {
-                key: l.key(),
-                shown: l.shown(),
-                concurrent: l.concurrent,
-                requests_per_minute: l.requests_per_minute,
-                tokens_per_hour: l.tokens_per_hour,
-            })
-            .collect();
-        let whole = "github/*/*".to_owned();
-        if !rules.iter().any(|r| r.key == whole) {
-            rules.push(Rule {
-                key: whole,
-                shown: "github".into(),
-                concurrent: None,
-                requests_per_minute: None,
-                tokens_per_hour: None,
-            });
-        }
+        let rules = crate::assemble::provider_rules(&ws.config.limits, "github", None, None);
         Ok(StoreGate { store, rules })
     }
 }
