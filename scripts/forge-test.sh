@@ -13,4 +13,4 @@ export LOOPWRIGHT_REQUIRE_FORGE=1
 echo "== the GitHub adapter against the test server"
 cargo test --quiet -p loopwright-forge
 echo "== issues to pull requests through the binary"
-cargo test --quiet -p loopwright --test all -- forge::
+cargo test --quiet -p loopwright --test all -- forge:: --test-threads 4

@@ -510,7 +510,7 @@ export class GitHubServer {
       user: this.simpleUser(pull.user), html_url: `https://github.com/${this.full}/pull/${pull.number}`, url: `${this.url}/repos/${this.full}/pulls/${pull.number}`,
       head: { ...out.head, ref: pull.headRef, sha: head, label: `${pull.headRepo.split('/')[0]}:${pull.headRef}`, repo: headRepo, user: this.simpleUser(pull.headRepo.split('/')[0]) },
       base: { ...out.base, ref: pull.base, sha: base, label: `${this.owner}:${pull.base}`, repo: baseRepo, user: this.simpleUser(this.owner) },
-      merged_at: pull.mergedAt, closed_at: pull.state === 'closed' ? pull.mergedAt || isoNow() : null, created_at: pull.created_at, updated_at: pull.updated_at,
+      merged_at: pull.mergedAt, closed_at: pull.state === 'closed' ? (pull.closedAt ||= pull.mergedAt || isoNow()) : null, created_at: pull.created_at, updated_at: pull.updated_at,
       assignee: null, assignees: [], requested_reviewers: [], requested_teams: [], labels: [], milestone: null, auto_merge: null,
     });
     if (!simple) Object.assign(out, { merged: pull.merged, mergeable: pull.state === 'open' ? true : null, merged_by: pull.merged ? this.simpleUser('loopwright-bot') : null, merge_commit_sha: null });
@@ -530,7 +530,7 @@ export class GitHubServer {
       id: r.id, node_id: nodeId('CR', r.id), name: r.name, head_sha: r.head_sha, status: r.status || 'completed', conclusion: r.conclusion ?? null,
       details_url: r.details_url ?? null, html_url: `https://github.com/${this.full}/runs/${r.id}`, url: `${this.url}/repos/${this.full}/check-runs/${r.id}`,
       output: { title: r.output?.title ?? null, summary: r.output?.summary ?? null, text: r.output?.text ?? null, annotations_count: r.output?.annotations?.length || 0, annotations_url: `${this.url}/repos/${this.full}/check-runs/${r.id}/annotations` },
-      app, pull_requests: [], external_id: '', check_suite: { id: r.id + 1 }, completed_at: r.status === 'in_progress' ? null : isoNow(),
+      app, pull_requests: [], external_id: '', check_suite: { id: r.id + 1 }, completed_at: r.status === 'in_progress' ? null : (r.completed_at ||= isoNow()),
     });
     delete out.deployment;
     return out;

@@ -434,7 +434,70 @@ impl Ports {
                 base: self.config_dir.clone(),
                 dashboard: self.dashboard.clone(),
                 store_ws: &self.ws,
+                gate: github_gate,
             },
         }
     }
+}
+
+/// GitHub's rate limits kept in the journal's store (SPEC §14): a pause GitHub asked for holds
+/// every process that shares the store — a daemon, a CLI, workers on other machines — and the
+/// `[[limits]]` entries for the provider `github` apply to its requests as to agents' attempts.
+pub struct StoreGate {
+    store: loopwright_store::Journal,
+    rules: Vec<loopwright_store::limits::Rule>,
+}
+
+impl StoreGate {
+    /// The gate of the workspace's store, with its `[[limits]]` for `github`.
+    pub fn new(ws: &crate::workspace::Workspace) -> Result<StoreGate, crate::Error> {
+        let store = open_store(ws)?;
+        let rules = provider_rules(&ws.config.limits, "github", None, None);
+        Ok(StoreGate { store, rules })
+    }
+}
+
+impl loopwright_forge::github::client::RateGate for StoreGate {
+    fn ready(
+        &self,
+        max: std::time::Duration,
+    ) -> loopwright_forge::github::client::GateFuture<'_, Result<(), jiff::Timestamp>> {
+        Box::pin(async move {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let holder = format!("github-{}-{}-{n}", loopwright_runners::process::machine(), std::process::id());
+            loop {
+                match self.store.take_slot(&holder, &self.rules, std::time::Duration::from_secs(60)).await {
+                    Ok(loopwright_store::limits::Answer::Taken) => {
+                        let _ = self.store.give_slot(&holder, 0).await;
+                        return Ok(());
+                    }
+                    Ok(loopwright_store::limits::Answer::Wait { until, .. }) => {
+                        let until =
+                            until.unwrap_or_else(|| jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1));
+                        loopwright_forge::github::client::wait_until(Some(until), max).await?;
+                    }
+                    // A store that cannot say holds nothing up.
+                    Err(_) => return Ok(()),
+                }
+            }
+        })
+    }
+
+    fn pause<'a>(
+        &'a self,
+        until: jiff::Timestamp,
+        why: &'a str,
+    ) -> loopwright_forge::github::client::GateFuture<'a, ()> {
+        Box::pin(async move {
+            for rule in &self.rules {
+                let _ = self.store.pause_limit(&rule.key, until, why).await;
+            }
+        })
+    }
+}
+
+/// The gate GitHub's requests wait on: the workspace's store.
+pub fn github_gate(ws: &Workspace) -> Result<std::sync::Arc<dyn loopwright_forge::github::client::RateGate>, Error> {
+    Ok(std::sync::Arc::new(StoreGate::new(ws)?))
 }

@@ -11,58 +11,10 @@ use std::sync::Arc;
 use loopwright_engine::ports::{Delivered, Delivery, DeliveryError};
 use loopwright_engine::state::{RunState, StageStatus};
 use loopwright_forge::github::GitHub;
-use loopwright_forge::github::client::{GateFuture, RateGate, wait_until};
+use loopwright_forge::github::client::RateGate;
 use loopwright_forge::port::{Forge, ForgeError, NewChangeRequest, Report};
 use loopwright_forge::text::{fenced, inline, marker};
 use loopwright_spec::github::GithubConfig;
-
-/// GitHub's rate limits kept in the journal's store (SPEC §14): a pause GitHub asked for holds
-/// every process that shares the store — a daemon, a CLI, workers on other machines — and the
-/// `[[limits]]` entries for the provider `github` apply to its requests as to agents' attempts.
-pub struct StoreGate {
-    store: loopwright_store::Journal,
-    rules: Vec<loopwright_store::limits::Rule>,
-}
-
-impl StoreGate {
-    /// The gate of the workspace's store, with its `[[limits]]` for `github`.
-    pub fn new(ws: &crate::workspace::Workspace) -> Result<StoreGate, crate::Error> {
-        let store = crate::assemble::open_store(ws)?;
-        let rules = crate::assemble::provider_rules(&ws.config.limits, "github", None, None);
-        Ok(StoreGate { store, rules })
-    }
-}
-
-impl RateGate for StoreGate {
-    fn ready(&self, max: std::time::Duration) -> GateFuture<'_, Result<(), jiff::Timestamp>> {
-        Box::pin(async move {
-            let holder = format!("github-{}-{:x}", std::process::id(), crate::ops::start::random_u64());
-            loop {
-                match self.store.take_slot(&holder, &self.rules, std::time::Duration::from_secs(60)).await {
-                    Ok(loopwright_store::limits::Answer::Taken) => {
-                        let _ = self.store.give_slot(&holder, 0).await;
-                        return Ok(());
-                    }
-                    Ok(loopwright_store::limits::Answer::Wait { until, .. }) => {
-                        let until =
-                            until.unwrap_or_else(|| jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1));
-                        wait_until(Some(until), max).await?;
-                    }
-                    // A store that cannot say holds nothing up.
-                    Err(_) => return Ok(()),
-                }
-            }
-        })
-    }
-
-    fn pause<'a>(&'a self, until: jiff::Timestamp, why: &'a str) -> GateFuture<'a, ()> {
-        Box::pin(async move {
-            for rule in &self.rules {
-                let _ = self.store.pause_limit(&rule.key, until, why).await;
-            }
-        })
-    }
-}
 
 /// The GitHub side of a run's delivery.
 pub struct ForgeDelivery<'a> {
@@ -74,6 +26,8 @@ pub struct ForgeDelivery<'a> {
     pub dashboard: Option<String>,
     /// The workspace, whose store keeps GitHub's rate limits.
     pub store_ws: &'a crate::workspace::Workspace,
+    /// Makes the gate GitHub's requests wait on (the store's, `assemble::github_gate`).
+    pub gate: fn(&crate::workspace::Workspace) -> Result<Arc<dyn RateGate>, crate::Error>,
 }
 
 impl ForgeDelivery<'_> {
@@ -82,8 +36,8 @@ impl ForgeDelivery<'_> {
             message: "this workspace's config.toml has no [github] section to deliver with".into(),
             retry_at: None,
         })?;
-        let gate = StoreGate::new(self.store_ws).map_err(|e| refused(&e.message()))?;
-        GitHub::from_config(config, &self.base, Arc::new(gate)).map_err(from_forge)
+        let gate = (self.gate)(self.store_ws).map_err(|e| refused(&e.message()))?;
+        GitHub::from_config(config, &self.base, gate).map_err(from_forge)
     }
 
     fn link(&self, run: &str) -> Option<String> {

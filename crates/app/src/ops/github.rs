@@ -4,8 +4,6 @@
 //! id fixed by its trigger, so the same trigger never starts two), an answer to a waiting run,
 //! or one reply on the issue. Replies are found again by a hidden marker before one is posted.
 
-use std::sync::Arc;
-
 use loopwright_engine::event::{Answer as EngineAnswer, Event};
 use loopwright_engine::forge::ForgeLink;
 use loopwright_engine::{RunId, RunQuery, RunStatus, Store};
@@ -74,8 +72,8 @@ pub struct StartPlan {
 /// The GitHub adapter for the workspace's `[github]`.
 pub fn adapter(ws: &Workspace) -> Result<(GitHub, &GithubConfig), Error> {
     let config = github_config(ws)?;
-    let gate = crate::forge::StoreGate::new(ws)?;
-    let github = GitHub::from_config(config, &ws.root.join(".loopwright"), Arc::new(gate)).map_err(forge_error)?;
+    let gate = crate::assemble::github_gate(ws)?;
+    let github = GitHub::from_config(config, &ws.root.join(".loopwright"), gate).map_err(forge_error)?;
     Ok((github, config))
 }
 
