@@ -193,6 +193,7 @@ async fn start_plan(config: &GithubConfig, store: &Journal, github: &GitHub, sta
     if let loopwright_forge::trigger::TriggerKey::Label { issue, label, .. } = &start.key {
         let prefix = format!("label/{issue}/{label}/");
         if let Some(running) = live_run(config, store, *issue, |l| l.trigger.starts_with(&prefix)).await? {
+            let running = running.id;
             return Ok(Plan::Ignore(format!("run {running}, started by the same label on #{issue}, still goes on")));
         }
     }
@@ -247,6 +248,27 @@ pub fn trigger_run_id(repo: &str, key: &str, at: jiff::Timestamp) -> RunId {
     RunId::generate(at, u64::from_be_bytes(bits))
 }
 
+/// A run from the repository, read once: its id, its journal and the state it folds into.
+struct ForgeRun {
+    id: RunId,
+    events: Vec<loopwright_engine::EventRecord>,
+    state: loopwright_engine::RunState,
+}
+
+/// The runs from the repository with one of `statuses`, each read and folded once.
+async fn forge_runs(config: &GithubConfig, store: &Journal, statuses: Vec<RunStatus>) -> Result<Vec<ForgeRun>, Error> {
+    let query = RunQuery { statuses, text: Some(format!("{}#", config.repo)), limit: 200, ..RunQuery::default() };
+    let mut runs = Vec::new();
+    for summary in store.runs_page(&query).await?.runs {
+        let events = store.events(&summary.run_id).await?;
+        let state = loopwright_engine::RunState::replay(summary.run_id.clone(), &events);
+        if state.started.as_ref().is_some_and(|s| s.forge.is_some()) {
+            runs.push(ForgeRun { id: summary.run_id, events, state });
+        }
+    }
+    Ok(runs)
+}
+
 /// A run from the repository that is queued, running or waiting, about `number` (its issue,
 /// or the pull request it delivered), and whose link `matches`.
 async fn live_run(
@@ -254,23 +276,13 @@ async fn live_run(
     store: &Journal,
     number: u64,
     matches: impl Fn(&ForgeLink) -> bool,
-) -> Result<Option<RunId>, Error> {
-    let query = RunQuery {
-        statuses: vec![RunStatus::Queued, RunStatus::Running, RunStatus::Waiting],
-        text: Some(format!("{}#", config.repo)),
-        limit: 200,
-        ..RunQuery::default()
-    };
-    for summary in store.runs_page(&query).await?.runs {
-        let events = store.events(&summary.run_id).await?;
-        let state = loopwright_engine::RunState::replay(summary.run_id.clone(), &events);
-        let Some(link) = state.started.as_ref().and_then(|s| s.forge.as_ref()) else { continue };
-        let about = link.issue == number || state.forge.change().is_some_and(|d| d.number == number);
-        if about && matches(link) {
-            return Ok(Some(summary.run_id));
-        }
-    }
-    Ok(None)
+) -> Result<Option<ForgeRun>, Error> {
+    let live = forge_runs(config, store, vec![RunStatus::Queued, RunStatus::Running, RunStatus::Waiting]).await?;
+    Ok(live.into_iter().find(|run| {
+        let Some(link) = run.state.started.as_ref().and_then(|s| s.forge.as_ref()) else { return false };
+        let about = link.issue == number || run.state.forge.change().is_some_and(|d| d.number == number);
+        about && matches(link)
+    }))
 }
 
 /// The answer a `/loopwright retry|skip|abort|fix` comment gives the run about the issue that
@@ -283,11 +295,9 @@ async fn answer_plan(
     answer: Answer,
     login: &str,
 ) -> Result<Plan, Error> {
-    let Some(run) = live_run(config, store, issue, |_| true).await? else {
+    let Some(ForgeRun { id: run, events, state }) = live_run(config, store, issue, |_| true).await? else {
         return Ok(Plan::Ignore(format!("no run about #{issue} waits for an answer")));
     };
-    let events = store.events(&run).await?;
-    let state = loopwright_engine::RunState::replay(run.clone(), &events);
     let Some(stage) = state.waiting_for_escalation().map(|s| s.id.clone()) else {
         return Ok(Plan::Ignore(format!("run {run} is not waiting for a person")));
     };
@@ -315,24 +325,13 @@ pub async fn reply_once(github: &GitHub, issue: u64, body: &str, mark: &str) -> 
 
 /// The runs that wait for CI on what they delivered: each with the head it waits on.
 pub async fn waiting_for_ci(ws: &Workspace, store: &Journal) -> Result<Vec<(RunId, String)>, Error> {
-    let config = github_config(ws)?;
-    let query = RunQuery {
-        statuses: vec![RunStatus::Waiting],
-        text: Some(format!("{}#", config.repo)),
-        limit: 200,
-        ..RunQuery::default()
-    };
-    let mut out = Vec::new();
-    for summary in store.runs_page(&query).await?.runs {
-        let events = store.events(&summary.run_id).await?;
-        let state = loopwright_engine::RunState::replay(summary.run_id.clone(), &events);
-        if state.forge.waiting_for_ci()
-            && let Some(d) = state.forge.delivered()
-        {
-            out.push((summary.run_id, d.head.clone()));
-        }
-    }
-    Ok(out)
+    let runs = forge_runs(github_config(ws)?, store, vec![RunStatus::Waiting]).await?;
+    Ok(runs.into_iter().filter_map(|run| Some((run.id, ci_head(&run.state)?))).collect())
+}
+
+/// The head a run waits for CI on.
+fn ci_head(state: &loopwright_engine::RunState) -> Option<String> {
+    state.forge.delivered().filter(|_| state.forge.waiting_for_ci()).map(|d| d.head.clone())
 }
 
 /// What CI on `commit` comes to for the run that waits on it: nothing while a check still
@@ -341,15 +340,16 @@ pub async fn waiting_for_ci(ws: &Workspace, store: &Journal) -> Result<Vec<(RunI
 /// code as what is known of it).
 pub async fn ci_plan(ws: &Workspace, store: &Journal, github: &GitHub, commit: &str) -> Result<Plan, Error> {
     use loopwright_forge::port::CheckConclusion;
-    let Some((run, _)) = waiting_for_ci(ws, store).await?.into_iter().find(|(_, head)| head == commit) else {
+    let waiting = forge_runs(github_config(ws)?, store, vec![RunStatus::Waiting]).await?;
+    let Some(ForgeRun { id: run, state, .. }) =
+        waiting.into_iter().find(|r| ci_head(&r.state).is_some_and(|head| head == commit))
+    else {
         return Ok(Plan::Ignore(format!("no run waits for CI on {commit}")));
     };
     let checks = github.checks(commit).await.map_err(forge_error)?;
     if checks.is_empty() || checks.iter().any(|c| c.conclusion == CheckConclusion::Pending) {
         return Ok(Plan::Ignore(format!("CI on {commit} has not finished")));
     }
-    let events = store.events(&run).await?;
-    let state = loopwright_engine::RunState::replay(run.clone(), &events);
     let round = state.forge.round;
     let outcome = match checks.iter().find(|c| c.conclusion == CheckConclusion::Failure) {
         None => loopwright_engine::forge::CiOutcome::Passed {
@@ -406,15 +406,15 @@ async fn review_plan(
             )));
         }
     };
-    let Some(run) = live_run(config, store, pull_request, |l| l.branch == head_branch).await? else {
+    let Some(ForgeRun { id: run, events, state }) =
+        live_run(config, store, pull_request, |l| l.branch == head_branch).await?
+    else {
         return Ok(Plan::Ignore(format!("no run of loopwright's goes on for pull request #{pull_request}")));
     };
-    let events = store.events(&run).await?;
     let by = format!("{login}@github#{key}");
     if events.iter().any(|r| r.event.person() == Some(by.as_str())) {
         return Ok(Plan::Ignore(format!("{key} was heard already")));
     }
-    let state = loopwright_engine::RunState::replay(run.clone(), &events);
     if let Some(stage) = state.waiting_for_escalation().map(|s| s.id.clone()) {
         let answer = EngineAnswer::Fix { text };
         return Ok(Plan::Answer { run, event: Event::EscalationAnswered { stage, answer, by } });
