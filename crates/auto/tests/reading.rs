@@ -486,7 +486,7 @@ const GEMINI_0_61_EDIT: &str = " > Add a greeting file.
 ╰──────────────────────────────────────────────────────────────────────────────────────────────────────────────────────╯";
 
 /// Gemini CLI 0.61.0 in a folder not trusted yet: its folder dialog drawn under the first
-/// command's confirmation, and taking the keys.
+/// command's confirmation; either may take the keys.
 const GEMINI_0_61_TRUST: &str = "ℹ Skipping project agents due to untrusted folder. To enable, ensure that the project root is trusted.
 
  > Add a greeting file.
@@ -553,13 +553,31 @@ fn gemini_0_61_s_confirmations_are_read_inside_their_frames() {
         assert_eq!(policy.decide(&p, root.path()), Decision::Answer("\r".into()));
         assert_eq!(screen::choices(screen, &p)[2], choice("3", "Modify with external editor"));
     }
-    // The folder dialog drawn under a command's confirmation takes the keys: it is the one read.
+    // The folder dialog drawn under a command's confirmation shares the keys with it: Gemini
+    // gives an Enter to either. So the command is what is decided on — allowed, its Enter
+    // trusts the folder or runs it; destructive, nothing is typed and a person decides.
     let p = read(GEMINI_0_61_TRUST);
+    assert_eq!(
+        (p.class, p.pattern.as_str(), p.key.as_str(), &p.subject),
+        (PromptClass::Command, "gemini.command@0.9", "\r", &screen::Subject::Command("touch hi.txt".into()))
+    );
+    assert_eq!(policy.decide(&p, root.path()), Decision::Answer("\r".into()));
+    let removal = GEMINI_0_61_TRUST.replace(&gemini_boxed("touch hi.txt"), &gemini_boxed("rm -rf canary"));
+    let p = read(&removal);
+    assert_eq!(p.subject, screen::Subject::Command("rm -rf canary".into()));
+    assert!(matches!(policy.decide(&p, root.path()), Decision::Refuse(_)));
+    // Alone, the folder dialog is answered with its highlighted first choice.
+    let alone = &GEMINI_0_61_TRUST[GEMINI_0_61_TRUST.find("\n ╭──").expect("the dialog") + 1..];
+    let p = read(alone);
     assert_eq!((p.class, p.pattern.as_str(), p.key.as_str()), (PromptClass::Trust, "gemini.trust@0.61", "\r"));
     assert_eq!(
-        screen::choices(GEMINI_0_61_TRUST, &p),
+        screen::choices(alone, &p),
         [choice("1", "Trust folder (ws2)"), choice("2", "Trust parent folder (gm)"), choice("3", "Don't trust")]
     );
+    // Two dialogs that let something happen, or whose keys differ: nobody is answered.
+    let two = format!("{}\n{}", GEMINI_0_61_WRITE, GEMINI_0_61_SHELL.split_once('\n').expect("rows").1);
+    let p = read(&two);
+    assert_eq!((p.class, p.key.as_str()), (PromptClass::Unclear, ""));
 
     // Once Gemini says it restarts with the answer, the dialog above is history.
     let restarting = format!("{GEMINI_0_61_TRUST}\n\n\n Gemini CLI is restarting to apply the trust changes...");

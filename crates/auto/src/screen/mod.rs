@@ -388,59 +388,20 @@ pub fn read_view(view: &str, full: &str, above: &str, faces: &[Face], now: Times
     };
 
     // A quota menu or a prompt waits for a key: it wins over everything else on screen.
-    for pattern in PROMPTS.iter() {
-        let last_line_only =
-            matches!(pattern.id, "generic.yes_no" | "generic.continue") || pattern.id.starts_with("aider.");
-        let candidates: &[(usize, &str)] =
-            if last_line_only { &recent[recent.len().saturating_sub(1)..] } else { &recent };
-        // The lowest such question: one further up is history.
-        let Some(&(at, _)) = candidates.iter().rev().find(|(_, r)| pattern.question.is_match(r)) else { continue };
-        let below: Vec<&str> = rows[at..].to_vec();
-        let key = match pattern.key {
-            Some(k) => Some(k.to_owned()),
-            None if pattern.class == PromptClass::Continuation => {
-                let line = rows[at].to_ascii_lowercase();
-                Some(
-                    if line.contains("press enter") {
-                        "\r"
-                    } else if line.contains("y/n") {
-                        "y\r"
-                    } else {
-                        "continue\r"
-                    }
-                    .to_owned(),
-                )
-            }
-            None if pattern.class == PromptClass::Unclear => None,
-            None => below.iter().any(|r| NUMBERED_YES.is_match(r)).then(|| "1".to_owned()),
-        };
-        let start = at.saturating_sub(8).max(recent.first().map_or(0, |r| r.0));
-        let excerpt = rows[start..].join("\n").trim_end().to_owned();
-        let (class, key) = match key {
-            Some(k) => (pattern.class, k),
-            None => (PromptClass::Unclear, String::new()),
-        };
-        let context: Vec<&str> = above.split('\n').filter(|_| !above.is_empty()).chain(full.split('\n')).collect();
-        let offset = if above.is_empty() { 0 } else { above.split('\n').count() };
-        let drawn: Vec<Face> = std::iter::repeat_n(Face::Unknown, offset).chain(faces.iter().copied()).collect();
-        let subject = match context.get(offset + at) {
-            Some(row) if pattern.question.is_match(row) => subject::of(pattern.id, &context, &drawn, offset + at),
-            _ => Subject::Unseen,
-        };
-        // The block ends after the question's menu: the lowest numbered rows below it (Codex
-        // draws the command between the question and its menu; rows the model wrote there that
-        // look like a menu are above the real one).
-        let end = (at + 1..rows.len()).rev().find(|&i| MENU_ROW.is_match(rows[i])).map_or(at + 1, |last| last + 1);
-        let below = rows[end..].iter().filter(|r| !r.trim().is_empty()).count();
-        return Reading::Prompt(Prompt {
-            class,
-            pattern: pattern.id.to_owned(),
-            key,
-            excerpt,
-            subject,
-            rows: start..end,
-            at_bottom: below <= 2,
-        });
+    let found: Vec<(usize, PromptClass, Prompt)> = PROMPTS
+        .iter()
+        .filter_map(|pattern| {
+            let last_line_only =
+                matches!(pattern.id, "generic.yes_no" | "generic.continue") || pattern.id.starts_with("aider.");
+            let candidates: &[(usize, &str)] =
+                if last_line_only { &recent[recent.len().saturating_sub(1)..] } else { &recent };
+            // The lowest such question: one further up is history.
+            let &(at, _) = candidates.iter().rev().find(|(_, r)| pattern.question.is_match(r))?;
+            Some((at, pattern.class, prompt_at(pattern, at, &rows, &recent, full, above, faces)))
+        })
+        .collect();
+    if let Some(prompt) = one_dialog(found) {
+        return Reading::Prompt(prompt);
     }
 
     if let Some(quota) = quota_line(&rows, &recent, now, local) {
@@ -471,6 +432,83 @@ pub fn read_view(view: &str, full: &str, above: &str, faces: &[Face], now: Times
         return Reading::Busy { marker: m.as_str().to_owned() };
     }
     Reading::Quiet
+}
+
+/// The prompt `pattern` recognised at row `at` of `rows` (the view), with what it is about read
+/// from `full` and the rows `above` it.
+fn prompt_at(
+    pattern: &PromptPattern,
+    at: usize,
+    rows: &[&str],
+    recent: &[(usize, &str)],
+    full: &str,
+    above: &str,
+    faces: &[Face],
+) -> Prompt {
+    let below: Vec<&str> = rows[at..].to_vec();
+    let key = match pattern.key {
+        Some(k) => Some(k.to_owned()),
+        None if pattern.class == PromptClass::Continuation => {
+            let line = rows[at].to_ascii_lowercase();
+            Some(
+                if line.contains("press enter") {
+                    "\r"
+                } else if line.contains("y/n") {
+                    "y\r"
+                } else {
+                    "continue\r"
+                }
+                .to_owned(),
+            )
+        }
+        None if pattern.class == PromptClass::Unclear => None,
+        None => below.iter().any(|r| NUMBERED_YES.is_match(r)).then(|| "1".to_owned()),
+    };
+    let start = at.saturating_sub(8).max(recent.first().map_or(0, |r| r.0));
+    let excerpt = rows[start..].join("\n").trim_end().to_owned();
+    let (class, key) = match key {
+        Some(k) => (pattern.class, k),
+        None => (PromptClass::Unclear, String::new()),
+    };
+    let context: Vec<&str> = above.split('\n').filter(|_| !above.is_empty()).chain(full.split('\n')).collect();
+    let offset = if above.is_empty() { 0 } else { above.split('\n').count() };
+    let drawn: Vec<Face> = std::iter::repeat_n(Face::Unknown, offset).chain(faces.iter().copied()).collect();
+    let subject = match context.get(offset + at) {
+        Some(row) if pattern.question.is_match(row) => subject::of(pattern.id, &context, &drawn, offset + at),
+        _ => Subject::Unseen,
+    };
+    // The block ends after the question's menu: the lowest numbered rows below it (Codex
+    // draws the command between the question and its menu; rows the model wrote there that
+    // look like a menu are above the real one).
+    let end = (at + 1..rows.len()).rev().find(|&i| MENU_ROW.is_match(rows[i])).map_or(at + 1, |last| last + 1);
+    let below = rows[end..].iter().filter(|r| !r.trim().is_empty()).count();
+    Prompt { class, pattern: pattern.id.to_owned(), key, excerpt, subject, rows: start..end, at_bottom: below <= 2 }
+}
+
+/// Whether answering `class` lets something happen (a command, an edit, a fetch), rather than
+/// settling how the session goes on.
+fn consequential(class: PromptClass) -> bool {
+    matches!(class, PromptClass::Command | PromptClass::Edit | PromptClass::Fetch | PromptClass::Unclear)
+}
+
+/// The one prompt to decide on among those `found` (each with its question's row and its
+/// pattern's class, in the table's order). Two dialogs drawn at once (Gemini CLI draws its
+/// folder trust dialog under the first tool's confirmation) share the keyboard: a key meant
+/// for one may reach the other. So the one that lets something happen is decided on — an
+/// Enter that reaches the trust dialog instead trusts the folder, which would have been
+/// answered anyway — and when two such dialogs show, or their keys differ, nobody is
+/// answered: a person decides.
+fn one_dialog(found: Vec<(usize, PromptClass, Prompt)>) -> Option<Prompt> {
+    let mut found = found.into_iter();
+    let (at, class, first) = found.next()?;
+    // Patterns of one class read one dialog (Gemini's trust menu and its question).
+    let mut others = found.filter(|(row, c, _)| *row != at && *c != class);
+    let Some((_, _, other)) = others.find(|(_, c, _)| consequential(*c)) else { return Some(first) };
+    if consequential(class) || other.key != first.key || other.class == PromptClass::Unclear {
+        let rows = first.rows.start.min(other.rows.start)..first.rows.end.max(other.rows.end);
+        return Some(Prompt { class: PromptClass::Unclear, key: String::new(), rows, ..other });
+    }
+    Some(other)
 }
 
 /// `row` without the frame a CLI draws its dialog in (Gemini CLI: `│ … │`): each bar replaced
