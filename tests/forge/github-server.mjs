@@ -343,11 +343,15 @@ export class GitHubServer {
         if (pull.state !== 'open') return [405, { message: 'Pull Request is not mergeable', documentation_url: 'https://docs.github.com/rest' }];
         const head = this.sha(pull.headRef);
         if (json?.sha && json.sha !== head) return [409, { message: 'Head branch was modified. Review and try the merge again.', documentation_url: 'https://docs.github.com/rest' }];
+        // What protects the base is enforced as GitHub enforces it.
+        const unmet = this.unmetProtection(pull, head);
+        if (unmet) return [405, { message: unmet, documentation_url: 'https://docs.github.com/rest' }];
         const merged = this.mergeInto(pull, head, json?.merge_method || 'merge');
         pull.state = 'closed';
         pull.merged = true;
         pull.mergedAt = isoNow();
         pull.mergeMethod = json?.merge_method || 'merge';
+        pull.mergedHead = json?.sha ?? null;
         return [200, { sha: merged, merged: true, message: 'Pull Request successfully merged' }];
       }
       case 'GET /repos/{owner}/{repo}/commits/{ref}/check-runs': {
@@ -398,6 +402,9 @@ export class GitHubServer {
         out.required_status_checks.contexts = rule.contexts;
         out.required_status_checks.checks = rule.contexts.map((c) => ({ context: c, app_id: null }));
         if (!rule.reviews) delete out.required_pull_request_reviews;
+        // GitHub's own example lists teams and apps its schema does not admit: they are left out.
+        delete out.restrictions;
+        if (rule.reviews) for (const k of ['dismissal_restrictions', 'bypass_pull_request_allowances']) delete out.required_pull_request_reviews[k];
         return [200, out];
       }
       default:
@@ -410,6 +417,16 @@ export class GitHubServer {
     const who = this.tokens.get((req.headers.authorization || '').replace(/^(Bearer|token) /i, ''));
     if (!who) return send(401, { message: 'Bad credentials' });
     const q = JSON.parse(body.toString('utf8'));
+    if (/enablePullRequestAutoMerge\(input: \{pullRequestId: \$id, expectedHeadOid: \$head, mergeMethod: \$method\}\)/.test(q.query)) {
+      const target = [...this.pulls.values()].find((x) => nodeId('PR', x.id) === q.variables?.id);
+      if (!target || !['MERGE', 'SQUASH', 'REBASE'].includes(q.variables?.method)) {
+        this.violations.push(`graphql: not an enablePullRequestAutoMerge of a known pull request: ${body}`);
+        return send(200, { errors: [{ message: 'Could not resolve to a node' }] });
+      }
+      if (q.variables.head !== this.sha(target.headRef)) return send(200, { errors: [{ message: 'Head sha didn\'t match expected head sha' }] });
+      target.autoMerge = { by: who, method: q.variables.method.toLowerCase(), head: q.variables.head, enabledAt: isoNow() };
+      return send(200, { data: { enablePullRequestAutoMerge: { pullRequest: { autoMergeRequest: { enabledAt: target.autoMerge.enabledAt } } } } });
+    }
     const m = /markPullRequestReadyForReview\(input: \{pullRequestId: \$id\}\)/.test(q.query);
     const pull = [...this.pulls.values()].find((x) => nodeId('PR', x.id) === q.variables?.id);
     if (!m || !pull) {
@@ -511,7 +528,7 @@ export class GitHubServer {
       head: { ...out.head, ref: pull.headRef, sha: head, label: `${pull.headRepo.split('/')[0]}:${pull.headRef}`, repo: headRepo, user: this.simpleUser(pull.headRepo.split('/')[0]) },
       base: { ...out.base, ref: pull.base, sha: base, label: `${this.owner}:${pull.base}`, repo: baseRepo, user: this.simpleUser(this.owner) },
       merged_at: pull.mergedAt, closed_at: pull.state === 'closed' ? (pull.closedAt ||= pull.mergedAt || isoNow()) : null, created_at: pull.created_at, updated_at: pull.updated_at,
-      assignee: null, assignees: [], requested_reviewers: [], requested_teams: [], labels: [], milestone: null, auto_merge: null,
+      assignee: null, assignees: [], requested_reviewers: [], requested_teams: [], labels: [], milestone: null, auto_merge: pull.autoMerge ? { enabled_by: this.simpleUser(pull.autoMerge.by), merge_method: pull.autoMerge.method, commit_title: pull.title, commit_message: '' } : null,
     });
     if (!simple) Object.assign(out, { merged: pull.merged, mergeable: pull.state === 'open' ? true : null, merged_by: pull.merged ? this.simpleUser('loopwright-bot') : null, merge_commit_sha: null });
     return out;
@@ -570,6 +587,20 @@ export class GitHubServer {
     this.checkRuns.push(run);
     this.jobLogs.set(run.id, log);
     return run;
+  }
+
+  /** Why protection keeps `pull` from merging at `head`, or nothing. */
+  unmetProtection(pull, head) {
+    const rule = this.protection.get(pull.base);
+    if (!rule) return null;
+    const approved = this.reviews.some((r) => r.pull === pull.number && r.state === 'APPROVED' && r.commit_id === head);
+    if (rule.reviews && !approved) return 'At least 1 approving review is required by reviewers with write access.';
+    const passed = new Set([
+      ...this.checkRuns.filter((r) => r.head_sha === head && r.conclusion === 'success').map((r) => r.name),
+      ...latestStatuses(this.statuses.filter((x) => x.sha === head)).filter((x) => x.state === 'success').map((x) => x.context),
+    ]);
+    const missing = rule.contexts.find((c) => !passed.has(c));
+    return missing ? `Required status check "${missing}" is expected.` : null;
   }
 
   review({ pull, user, state, body = '', commit }) {

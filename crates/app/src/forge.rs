@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use loopwright_engine::ports::{Delivered, Delivery, DeliveryError};
+use loopwright_engine::ports::{Delivered, Delivery, DeliveryError, MergeOutcome};
 use loopwright_engine::state::{RunState, StageStatus};
 use loopwright_forge::github::GitHub;
 use loopwright_forge::github::client::RateGate;
@@ -112,6 +112,13 @@ impl Delivery for ForgeDelivery<'_> {
         self.ask(state, round).await
     }
 
+    async fn merge(&self, state: &RunState, head: &str) -> MergeOutcome {
+        match self.merge_at(state, head).await {
+            Ok(outcome) => outcome,
+            Err(e) => MergeOutcome::Refused { message: e.message },
+        }
+    }
+
     async fn report_failure(&self, state: &RunState) -> Result<String, DeliveryError> {
         let started = state.started.as_ref().ok_or_else(|| refused("the run has no start"))?;
         let link = started.forge.as_ref().ok_or_else(|| refused("the run did not come from a forge"))?;
@@ -127,6 +134,38 @@ impl Delivery for ForgeDelivery<'_> {
 }
 
 impl ForgeDelivery<'_> {
+    /// Merges the run's pull request at `head` exactly: a head someone else pushed since is
+    /// not merged; GitHub's auto-merge is enabled instead when the base's protection requires
+    /// an approving review (GitHub then merges once it is satisfied), else loopwright merges.
+    async fn merge_at(&self, state: &RunState, head: &str) -> Result<MergeOutcome, DeliveryError> {
+        let started = state.started.as_ref().ok_or_else(|| refused("the run has no start"))?;
+        let link = started.forge.as_ref().ok_or_else(|| refused("the run did not come from a forge"))?;
+        let method = link.merge.ok_or_else(|| refused("[github] merge is not \"auto\" for this run"))?;
+        let delivered = state.forge.change().ok_or_else(|| refused("the run delivered no pull request"))?;
+        let github = self.adapter()?;
+        let change = github.change_request(delivered.number).await.map_err(from_forge)?;
+        if change.merged {
+            return Ok(MergeOutcome::Merged { auto_merge: false });
+        }
+        if change.head_sha != head {
+            return Ok(MergeOutcome::Moved { head: change.head_sha });
+        }
+        let protection = github.protection(&change.base_branch).await.map_err(from_forge)?;
+        if protection.is_some_and(|p| p.requires_review) {
+            github.enable_auto_merge(&change, head, method).await.map_err(from_forge)?;
+            return Ok(MergeOutcome::Merged { auto_merge: true });
+        }
+        match github.merge(delivered.number, head, method).await {
+            Ok(()) => Ok(MergeOutcome::Merged { auto_merge: false }),
+            // GitHub's answer when the head is no longer `sha`: say which head it is now.
+            Err(ForgeError::Refused { status: 409, .. }) => {
+                let now = github.change_request(delivered.number).await.map_err(from_forge)?;
+                Ok(MergeOutcome::Moved { head: now.head_sha })
+            }
+            Err(e) => Err(from_forge(e)),
+        }
+    }
+
     /// The comment that asks a person on the pull request after red CI round `round`.
     async fn ask(&self, state: &RunState, round: u32) -> Result<String, DeliveryError> {
         let started = state.started.as_ref().ok_or_else(|| refused("the run has no start"))?;
@@ -369,6 +408,26 @@ pub fn describe(event: &loopwright_engine::Event) -> Option<String> {
             "CI failed in round {round}, more often than allowed: {stage} waits for a person (`respond`{})",
             comment.as_ref().map(|c| format!(", or a comment answering {c}")).unwrap_or_default()
         ),
+        Event::ApprovalReceived { by, head } => {
+            format!("approved by {by} at {}", head.get(..12).unwrap_or(head))
+        }
+        Event::ReviewAwaited { head } => {
+            format!("CI passed: waits for a person to approve {} before merging", head.get(..12).unwrap_or(head))
+        }
+        Event::HeadMoved { head } => format!(
+            "the pull request's head is {}, a commit loopwright did not push: not merged until a person approves it and its CI passes",
+            head.get(..12).unwrap_or(head)
+        ),
+        Event::Merged { number, head, auto_merge: false } => {
+            format!("merged pull request #{number} at {}", head.get(..12).unwrap_or(head))
+        }
+        Event::Merged { number, head, auto_merge: true } => format!(
+            "auto-merge enabled for pull request #{number} at {}: GitHub merges it once its protection is satisfied",
+            head.get(..12).unwrap_or(head)
+        ),
+        Event::MergeFailed { head, message } => {
+            format!("merging {} failed: {message}; a new approval tries again", head.get(..12).unwrap_or(head))
+        }
         Event::FailureReported { url: Some(url), .. } => format!("failure reported on the issue: {url}"),
         Event::FailureReported { error: Some(e), .. } => format!("the failure could not be reported on the issue: {e}"),
         Event::FailureReported { .. } => "failure reported".to_owned(),

@@ -562,6 +562,10 @@ fn gemini_0_61_s_confirmations_are_read_inside_their_frames() {
         (PromptClass::Command, "gemini.command@0.9", "\r", &screen::Subject::Command("touch hi.txt".into()))
     );
     assert_eq!(policy.decide(&p, root.path()), Decision::Answer("\r".into()));
+    assert_eq!(
+        screen::choices(GEMINI_0_61_TRUST, &p),
+        [choice("1", "Allow once"), choice("2", "No, suggest changes (esc)")]
+    );
     let removal = GEMINI_0_61_TRUST.replace(&gemini_boxed("touch hi.txt"), &gemini_boxed("rm -rf canary"));
     let p = read(&removal);
     assert_eq!(p.subject, screen::Subject::Command("rm -rf canary".into()));

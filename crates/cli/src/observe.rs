@@ -328,6 +328,11 @@ impl Observer for Progress {
             | Event::CiAwaited { .. }
             | Event::CiRetried { .. }
             | Event::CiEscalated { .. }
+            | Event::ApprovalReceived { .. }
+            | Event::ReviewAwaited { .. }
+            | Event::HeadMoved { .. }
+            | Event::Merged { .. }
+            | Event::MergeFailed { .. }
             | Event::FailureReported { .. } => {
                 if let Some(line) = loopwright_app::forge::describe(&record.event) {
                     self.line(&format!("⇡ {line}"));

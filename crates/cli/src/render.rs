@@ -225,6 +225,13 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
                 pull.map_or("?", |p| p.head.get(..12).unwrap_or(&p.head)),
                 w.stage
             ));
+        } else if w.kind == loopwright_engine::result::WaitKind::Review {
+            let pull = result.forge.as_ref().and_then(|f| f.pull_request.as_ref());
+            out.push_str(&format!(
+                "waiting for a person to approve pull request {} at its tested head {}; loopwright merges it then\n",
+                pull.map_or_else(|| "?".to_owned(), |p| format!("#{} {}", p.number, p.url)),
+                pull.map_or("?", |p| p.head.get(..12).unwrap_or(&p.head)),
+            ));
         } else if w.kind == loopwright_engine::result::WaitKind::Escalation {
             out.push_str(&format!(
                 "waiting for a human: review `{}` still has blocking feedback; answer with `loopwright respond {} retry|fix TEXT|skip|abort`\n",

@@ -118,6 +118,30 @@ pub async fn poll_once(
         let plan = github::ci_plan(ws, store, github, &head).await?;
         outcomes.push(carry_out(ws, store, github, plan).await?);
     }
+    // Approvals of pull requests whose runs wait to merge, as their webhook would bring them.
+    let repo = &github::github_config(ws)?.repo;
+    for (number, head_branch) in github::waiting_for_review(ws, store).await? {
+        for review in github.reviews(number).await.map_err(github::forge_error)? {
+            if review.verdict != loopwright_forge::port::ReviewVerdict::Approved
+                || !seen.first(&format!("review-{}", review.id))
+            {
+                continue;
+            }
+            let happening = Happening::Review {
+                repo: repo.clone(),
+                pull_request: number,
+                head_branch: head_branch.clone(),
+                review_id: review.id,
+                verdict: review.verdict,
+                body: review.body,
+                commit: review.commit,
+                actor: review.actor,
+            };
+            outcomes.push(
+                act(ws, store, github, &happening).await.unwrap_or_else(|e| Outcome::Ignored { reason: e.message() }),
+            );
+        }
+    }
     Ok(outcomes)
 }
 

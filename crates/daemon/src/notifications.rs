@@ -398,7 +398,7 @@ impl Notifier {
                 Some(WaitKind::Escalation) => {
                     vec![LinkAction::Retry, LinkAction::Fix, LinkAction::Skip, LinkAction::Abort]
                 }
-                Some(WaitKind::Ci) | None => Vec::new(),
+                Some(WaitKind::Ci | WaitKind::Review) | None => Vec::new(),
             };
             let actions = actions
                 .into_iter()

@@ -46,6 +46,9 @@ pub struct ForgeResult {
     pub pull_request: Option<PullRequestResult>,
     /// CI's result on each round's head, oldest first.
     pub ci_rounds: Vec<CiRoundResult>,
+    /// loopwright merged the pull request (or enabled GitHub's auto-merge for it).
+    #[serde(default)]
+    pub merged: bool,
 }
 
 /// A delivered pull request.
@@ -112,6 +115,8 @@ pub enum WaitKind {
     Escalation,
     /// Nobody: the pull request's CI, on the head it delivered.
     Ci,
+    /// A person to approve the pull request's tested head (`merge = "auto"`).
+    Review,
 }
 
 impl WaitKind {
@@ -121,6 +126,7 @@ impl WaitKind {
             WaitKind::Approval => "approval",
             WaitKind::Escalation => "escalation",
             WaitKind::Ci => "ci",
+            WaitKind::Review => "review",
         }
     }
 }
@@ -172,7 +178,17 @@ impl PipelineResult {
                 })
                 .or_else(|| {
                     let link = started?.forge.as_ref()?;
-                    state.forge.waiting_for_ci().then(|| Waiting { kind: WaitKind::Ci, stage: link.stage.to_string() })
+                    let kind = if state.forge.waiting_for_ci() {
+                        WaitKind::Ci
+                    } else if state.status == crate::event::RunStatus::Waiting
+                        && link.merge.is_some()
+                        && !state.forge.merged
+                    {
+                        WaitKind::Review
+                    } else {
+                        return None;
+                    };
+                    Some(Waiting { kind, stage: link.stage.to_string() })
                 }),
             forge: started.and_then(|s| s.forge.as_ref()).map(|link| forge_result(link, state)),
         }
@@ -207,5 +223,6 @@ fn forge_result(link: &crate::forge::ForgeLink, state: &RunState) -> ForgeResult
                 },
             })
             .collect(),
+        merged: state.forge.merged,
     }
 }

@@ -48,6 +48,7 @@ fn link(watch: bool) -> ForgeLink {
         ci_retries: 1,
         draft_until_green: false,
         stage: id("fix"),
+        merge: None,
     }
 }
 
@@ -256,4 +257,94 @@ fn a_ci_escalation_is_what_an_answer_names() {
     assert_eq!(state.waiting_for_escalation().map(|s| s.id.as_str()), Some("fix"));
     assert_eq!(state.forge.change().map(|d| (d.round, d.head.as_str())), Some((1, "bbb")));
     assert_eq!(state.stage("fix").and_then(|s| s.feedback_brief.as_deref()), Some(BRIEF_1));
+}
+
+/// A run whose pull request is merged by loopwright (`merge = "auto"`).
+fn merging_run() -> History {
+    let mut started = loopwright_testkit::run_started("task-1");
+    started.forge = Some(ForgeLink { merge: Some(loopwright_spec::github::MergeMethod::Squash), ..link(true) });
+    History::started_with(started)
+}
+
+fn approval(by: &str, head: &str) -> Event {
+    Event::ApprovalReceived { by: format!("{by}@github#review-1"), head: head.into() }
+}
+
+#[test]
+fn with_merge_auto_only_the_tested_head_a_person_approved_is_merged() {
+    let p = pipeline();
+    let now = t("2026-01-01T01:00:00Z");
+    let green_aaa = done(merging_run(), 1).then(delivered(0, "aaa", true)).then(green(0, "aaa")).then(resumed());
+    let awaited = green_aaa.clone().then(Event::ReviewAwaited { head: "aaa".into() });
+    let moved = green_aaa.clone().then(approval("erin", "aaa")).then(Event::HeadMoved { head: "fff".into() });
+    let cases: Vec<(&str, History, Step)> = vec![
+        ("green, nobody approved: it waits for a review", green_aaa.clone(), Step::Record(Event::ReviewAwaited { head: "aaa".into() })),
+        ("waiting for a review, it waits", awaited.clone(), Step::Done(RunStatus::Waiting)),
+        ("an approval of the tested head merges it", awaited.clone().then(approval("erin", "aaa")), Step::Merge { head: "aaa".into() }),
+        (
+            "an approval of another head does not count",
+            awaited.clone().then(approval("erin", "bbb")),
+            Step::Record(Event::ReviewAwaited { head: "aaa".into() }),
+        ),
+        (
+            "approved before CI passed: merged once it passes",
+            done(merging_run(), 1).then(delivered(0, "aaa", true)).then(approval("erin", "aaa")).then(green(0, "aaa")),
+            Step::Merge { head: "aaa".into() },
+        ),
+        (
+            "approved while CI still runs: it waits for CI",
+            done(merging_run(), 1).then(delivered(0, "aaa", true)).then(approval("erin", "aaa")),
+            Step::Record(Event::CiAwaited { round: 0 }),
+        ),
+        (
+            "merged: success",
+            awaited.clone().then(approval("erin", "aaa")).then(Event::Merged { number: 12, head: "aaa".into(), auto_merge: false }),
+            Step::Record(Event::RunFinished { status: RunStatus::Success }),
+        ),
+        ("a commit someone else pushed: it waits", moved.clone(), Step::Done(RunStatus::Waiting)),
+        (
+            "that head's CI passes, unapproved: it waits for a review of it",
+            moved.clone().then(green(0, "fff")),
+            Step::Record(Event::ReviewAwaited { head: "fff".into() }),
+        ),
+        (
+            "approved and green on that head: it is merged",
+            moved.clone().then(approval("erin", "fff")).then(green(0, "fff")),
+            Step::Merge { head: "fff".into() },
+        ),
+        (
+            "approved, CI not yet run on that head: it waits for CI",
+            moved.clone().then(approval("erin", "fff")),
+            Step::Record(Event::CiAwaited { round: 0 }),
+        ),
+        (
+            "a merge the forge refused is not tried again on the same approval",
+            awaited.clone().then(approval("erin", "aaa")).then(Event::MergeFailed { head: "aaa".into(), message: "not mergeable".into() }).then(resumed()),
+            Step::Record(Event::ReviewAwaited { head: "aaa".into() }),
+        ),
+        (
+            "a new approval tries again",
+            awaited.clone().then(approval("erin", "aaa")).then(Event::MergeFailed { head: "aaa".into(), message: "not mergeable".into() }).then(approval("frank", "aaa")),
+            Step::Merge { head: "aaa".into() },
+        ),
+        (
+            "changes asked for after an approval: the next round needs its own",
+            green_aaa.clone().then(approval("erin", "aaa")).then(Event::ReviewReceived { by: "frank@github#review-2".into(), text: "rename it".into() }),
+            Step::Record(Event::CiRetried {
+                round: 1,
+                target: id("fix"),
+                reset: vec![id("fix"), id("verify")],
+                brief: "People reviewing the pull request asked for changes:\n<user_intervention>\n@frank: rename it\n</user_intervention>\nAddress it; the new commit goes to the same pull request.\n".into(),
+            }),
+        ),
+    ];
+    for (what, history, expected) in cases {
+        assert_eq!(next_step(&p, &history.state(), now), expected, "{what}");
+    }
+    let state = awaited.state();
+    let result = loopwright_engine::PipelineResult::from_state(&state);
+    assert_eq!(
+        result.waiting.map(|w| (w.kind, w.stage)),
+        Some((loopwright_engine::result::WaitKind::Review, "fix".to_owned()))
+    );
 }

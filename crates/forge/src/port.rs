@@ -273,6 +273,15 @@ pub struct NewChangeRequest<'a> {
     pub draft: bool,
 }
 
+/// What a protected branch requires before a change request merges into it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Protection {
+    /// The checks (check runs' names, statuses' contexts) that must pass.
+    pub required_checks: Vec<String>,
+    /// An approving review is required.
+    pub requires_review: bool,
+}
+
 /// A submitted review.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Review {
@@ -408,6 +417,14 @@ pub trait Forge {
     async fn reviews(&self, number: u64) -> Result<Vec<Review>, ForgeError>;
     /// Merges the pull request at exactly `sha`.
     async fn merge(&self, number: u64, sha: &str, method: MergeMethod) -> Result<(), ForgeError>;
+    /// What `branch`'s protection requires; none when it is not protected (or its protection
+    /// cannot be read by this identity: then every check counts, and the forge's own merge
+    /// still enforces what it requires).
+    async fn protection(&self, branch: &str) -> Result<Option<Protection>, ForgeError>;
+    /// Has the forge merge `change` itself, at head `sha` only, once what protects its base is
+    /// satisfied (GitHub's auto-merge).
+    async fn enable_auto_merge(&self, change: &ChangeRequest, sha: &str, method: MergeMethod)
+    -> Result<(), ForgeError>;
     /// Reports loopwright's run on a commit.
     async fn report(&self, report: &Report<'_>) -> Result<(), ForgeError>;
     /// What happened lately that may be a trigger, as a webhook would have said it: comments

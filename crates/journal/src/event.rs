@@ -337,6 +337,42 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         comment: Option<String>,
     },
+    /// A person with the permission approved the change request at `head` (`merge = "auto"`:
+    /// an approval counts for the head it names only).
+    ApprovalReceived {
+        /// Who, and by which review (`erin@github#review-5`).
+        by: String,
+        /// The head commit the approval names.
+        head: String,
+    },
+    /// CI passed on `head`: the run waits for a person to approve that head before it merges.
+    ReviewAwaited {
+        /// The head that waits for an approval.
+        head: String,
+    },
+    /// The change request's head is a commit loopwright did not push: merging stops until a
+    /// person approves that head and its CI passes.
+    HeadMoved {
+        /// The head found.
+        head: String,
+    },
+    /// The change request was merged at `head` (or GitHub's auto-merge enabled for it, when
+    /// branch protection requires an approving review).
+    Merged {
+        /// The change request.
+        number: u64,
+        /// The head merged: the one tested and approved.
+        head: String,
+        /// GitHub merges it once protection is satisfied (auto-merge), rather than loopwright.
+        auto_merge: bool,
+    },
+    /// Merging `head` did not work: the run waits for a person (a new approval tries again).
+    MergeFailed {
+        /// The head it tried.
+        head: String,
+        /// What the forge said.
+        message: String,
+    },
     /// The run's failure was reported on the forge (one comment), or could not be.
     FailureReported {
         /// The comment, when it was posted.
@@ -639,6 +675,11 @@ impl Event {
             | Event::CiReported { .. }
             | Event::CiAwaited { .. }
             | Event::ReviewReceived { .. }
+            | Event::ApprovalReceived { .. }
+            | Event::ReviewAwaited { .. }
+            | Event::HeadMoved { .. }
+            | Event::Merged { .. }
+            | Event::MergeFailed { .. }
             | Event::FailureReported { .. }
             | Event::CheckoutFailed { .. } => None,
         }
@@ -704,6 +745,11 @@ impl Event {
         "review_received",
         "ci_retried",
         "ci_escalated",
+        "approval_received",
+        "review_awaited",
+        "head_moved",
+        "merged",
+        "merge_failed",
         "failure_reported",
     ];
 
@@ -765,6 +811,11 @@ impl Event {
             Event::ReviewReceived { .. } => "review_received",
             Event::CiRetried { .. } => "ci_retried",
             Event::CiEscalated { .. } => "ci_escalated",
+            Event::ApprovalReceived { .. } => "approval_received",
+            Event::ReviewAwaited { .. } => "review_awaited",
+            Event::HeadMoved { .. } => "head_moved",
+            Event::Merged { .. } => "merged",
+            Event::MergeFailed { .. } => "merge_failed",
             Event::FailureReported { .. } => "failure_reported",
         }
     }
@@ -780,6 +831,7 @@ impl Event {
             Event::ApprovalGranted { by, .. }
             | Event::ApprovalRejected { by, .. }
             | Event::ReviewReceived { by, .. }
+            | Event::ApprovalReceived { by, .. }
             | Event::EscalationAnswered { by, .. }
             | Event::CancelRequested { by, .. } => Some(by),
             _ => None,
@@ -812,10 +864,15 @@ impl Event {
             | Event::LoopEscalated { .. }
             | Event::CiEscalated { .. }
             | Event::CiAwaited { .. }
+            | Event::ReviewAwaited { .. }
+            | Event::HeadMoved { .. }
+            | Event::MergeFailed { .. }
             | Event::WorktreeConflict { .. } => Some(RunStatus::Waiting),
             Event::Delivered(d) if d.watching => Some(RunStatus::Waiting),
             // CI's result takes the run up again (it decides what follows).
-            Event::CiReported { .. } | Event::ReviewReceived { .. } => Some(RunStatus::Running),
+            Event::CiReported { .. } | Event::ReviewReceived { .. } | Event::ApprovalReceived { .. } => {
+                Some(RunStatus::Running)
+            }
             Event::EscalationAnswered { answer: Answer::Abort, .. } => Some(RunStatus::Cancelled),
             Event::EscalationAnswered { .. } => Some(RunStatus::Running),
             Event::ApprovalRejected { .. } => Some(RunStatus::Cancelled),

@@ -38,6 +38,10 @@ pub struct ForgeLink {
     pub draft_until_green: bool,
     /// The stage a failed CI round goes back to (the last that changes the workspace).
     pub stage: StageId,
+    /// How the change request is merged once its required checks pass and a person approved
+    /// its tested head (`merge = "auto"`); none: a person merges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<loopwright_spec::github::MergeMethod>,
 }
 
 /// How CI ended on a delivered head.

@@ -708,8 +708,18 @@ impl RunState {
                 self.forge.round = *round;
                 self.forge.answer = None;
                 self.forge.reviews.clear();
+                self.forge.moved_to = None;
+                self.forge.merge_failed = None;
             }
             Event::ReviewReceived { by, text } => self.forge.reviews.push((by.clone(), text.clone())),
+            Event::ApprovalReceived { by, head } => {
+                self.forge.approvals.push((by.clone(), head.clone()));
+                self.forge.merge_failed = None;
+            }
+            Event::ReviewAwaited { .. } => {}
+            Event::HeadMoved { head } => self.forge.moved_to = Some(head.clone()),
+            Event::Merged { .. } => self.forge.merged = true,
+            Event::MergeFailed { head, .. } => self.forge.merge_failed = Some(head.clone()),
             Event::CiEscalated { .. } => self.forge.escalated = true,
             Event::CiAwaited { .. } => {}
             Event::FailureReported { .. } => self.forge.failure_reported = true,
@@ -1033,6 +1043,14 @@ pub struct ForgeState {
     pub failure_reported: bool,
     /// People's review feedback not yet sent back (who, what).
     pub reviews: Vec<(String, String)>,
+    /// Approvals heard (who, the head each names).
+    pub approvals: Vec<(String, String)>,
+    /// A head loopwright did not push, found on the change request's branch this round.
+    pub moved_to: Option<String>,
+    /// The change request was merged (or auto-merge enabled).
+    pub merged: bool,
+    /// The head whose merge failed last, until an approval newer than that failure.
+    pub merge_failed: Option<String>,
 }
 
 impl ForgeState {
@@ -1041,10 +1059,22 @@ impl ForgeState {
         self.deliveries.iter().rev().find(|d| d.round == self.round)
     }
 
+    /// The head the run watches this round: the one it delivered, or a commit someone else
+    /// put on its branch since.
+    pub fn head(&self) -> Option<&str> {
+        let delivered = self.delivered()?;
+        Some(self.moved_to.as_deref().unwrap_or(&delivered.head))
+    }
+
     /// CI's result on the current round's head.
     pub fn report(&self) -> Option<&crate::forge::CiOutcome> {
-        let head = &self.delivered()?.head;
+        let head = self.head()?;
         self.reports.iter().rev().find(|(round, h, _)| *round == self.round && h == head).map(|(_, _, o)| o)
+    }
+
+    /// Whether a person approved the head the run watches.
+    pub fn approved(&self) -> bool {
+        self.head().is_some_and(|head| self.approvals.iter().any(|(_, h)| h == head))
     }
 
     /// The change request (the latest delivery's).

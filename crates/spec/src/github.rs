@@ -263,7 +263,7 @@ pub enum MergePolicy {
 }
 
 /// `merge_method = …`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum MergeMethod {
     /// A merge commit.

@@ -228,6 +228,7 @@ async fn start_plan(config: &GithubConfig, store: &Journal, github: &GitHub, sta
         draft_until_green: config.draft_until_green,
         // The delivering stage is named when the pipeline is compiled (`ops::start`).
         stage: loopwright_spec::StageId::parse("pending").expect("a valid stage id"),
+        merge: (config.merge == loopwright_spec::github::MergePolicy::Auto).then_some(config.merge_method),
     };
     Ok(Plan::Start(Box::new(StartPlan {
         run_id,
@@ -329,9 +330,27 @@ pub async fn waiting_for_ci(ws: &Workspace, store: &Journal) -> Result<Vec<(RunI
     Ok(runs.into_iter().filter_map(|run| Some((run.id, ci_head(&run.state)?))).collect())
 }
 
-/// The head a run waits for CI on.
+/// The head a run waits for CI on (the one it delivered, or one someone pushed since).
 fn ci_head(state: &loopwright_engine::RunState) -> Option<String> {
-    state.forge.delivered().filter(|_| state.forge.waiting_for_ci()).map(|d| d.head.clone())
+    state.forge.head().filter(|_| state.forge.waiting_for_ci()).map(str::to_owned)
+}
+
+/// The pull requests whose runs wait for a person's approval before merging (`merge =
+/// "auto"`): polling reads their reviews, as a webhook would have brought them.
+/// Each with its pull request's number and head branch.
+pub async fn waiting_for_review(ws: &Workspace, store: &Journal) -> Result<Vec<(u64, String)>, Error> {
+    let runs = forge_runs(github_config(ws)?, store, vec![RunStatus::Waiting]).await?;
+    Ok(runs
+        .into_iter()
+        .filter(|run| {
+            let merging = run.state.started.as_ref().and_then(|s| s.forge.as_ref()).is_some_and(|l| l.merge.is_some());
+            merging && !run.state.forge.waiting_for_ci() && !run.state.forge.merged
+        })
+        .filter_map(|run| {
+            let branch = run.state.started.as_ref()?.forge.as_ref()?.branch.clone();
+            Some((run.state.forge.change()?.number, branch))
+        })
+        .collect())
 }
 
 /// What CI on `commit` comes to for the run that waits on it: nothing while a check still
@@ -346,7 +365,19 @@ pub async fn ci_plan(ws: &Workspace, store: &Journal, github: &GitHub, commit: &
     else {
         return Ok(Plan::Ignore(format!("no run waits for CI on {commit}")));
     };
-    let checks = github.checks(commit).await.map_err(forge_error)?;
+    let mut checks = github.checks(commit).await.map_err(forge_error)?;
+    // A protected base names the checks that count; else every check of the head does.
+    let base = state.started.as_ref().and_then(|s| s.forge.as_ref()).map(|l| l.base.clone()).unwrap_or_default();
+    let required = match github.protection(&base).await.map_err(forge_error)? {
+        Some(p) if !p.required_checks.is_empty() => p.required_checks,
+        _ => Vec::new(),
+    };
+    if !required.is_empty() {
+        checks.retain(|c| required.contains(&c.name));
+        if let Some(missing) = required.iter().find(|r| !checks.iter().any(|c| &c.name == *r)) {
+            return Ok(Plan::Ignore(format!("required check `{missing}` has not reported on {commit}")));
+        }
+    }
     if checks.is_empty() || checks.iter().any(|c| c.conclusion == CheckConclusion::Pending) {
         return Ok(Plan::Ignore(format!("CI on {commit} has not finished")));
     }
@@ -386,6 +417,19 @@ pub async fn ci_plan(ws: &Workspace, store: &Journal, github: &GitHub, commit: &
     Ok(Plan::Report { run, event: Event::CiReported { round, head: commit.to_owned(), outcome } })
 }
 
+/// An approval of `head` by a person with the permission, for a run that merges (`merge =
+/// "auto"`) and waits (for CI or for the approval): journaled, it counts for that head only.
+fn approval_plan(run: RunId, state: &loopwright_engine::RunState, by: String, head: String) -> Plan {
+    let merging = state.started.as_ref().and_then(|s| s.forge.as_ref()).is_some_and(|l| l.merge.is_some());
+    if !merging {
+        return Plan::Ignore(format!("an approval of {head}: merging is a person's here (merge = \"off\")"));
+    }
+    if state.status != RunStatus::Waiting || state.waiting_for_escalation().is_some() {
+        return Plan::Ignore(format!("run {run} is at work: approve the head it delivers next"));
+    }
+    Plan::Report { run, event: Event::ApprovalReceived { by, head } }
+}
+
 /// A person's review of a pull request a run delivered: their words go back to the run while it
 /// waits for CI (or, when it waits for a person, answer it as a fix).
 async fn review_plan(
@@ -398,14 +442,6 @@ async fn review_plan(
     key: &str,
 ) -> Result<Plan, Error> {
     use loopwright_forge::trigger::Feedback;
-    let text = match feedback {
-        Feedback::Guidance { text } => text,
-        Feedback::Approval { commit } => {
-            return Ok(Plan::Ignore(format!(
-                "an approval of {commit}: merging is not loopwright's here (merge = \"off\")"
-            )));
-        }
-    };
     let Some(ForgeRun { id: run, events, state }) =
         live_run(config, store, pull_request, |l| l.branch == head_branch).await?
     else {
@@ -415,6 +451,10 @@ async fn review_plan(
     if events.iter().any(|r| r.event.person() == Some(by.as_str())) {
         return Ok(Plan::Ignore(format!("{key} was heard already")));
     }
+    let text = match feedback {
+        Feedback::Guidance { text } => text,
+        Feedback::Approval { commit } => return Ok(approval_plan(run, &state, by, commit)),
+    };
     if let Some(stage) = state.waiting_for_escalation().map(|s| s.id.clone()) {
         let answer = EngineAnswer::Fix { text };
         return Ok(Plan::Answer { run, event: Event::EscalationAnswered { stage, answer, by } });

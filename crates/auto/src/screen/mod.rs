@@ -400,7 +400,7 @@ pub fn read_view(view: &str, full: &str, above: &str, faces: &[Face], now: Times
             Some((at, pattern.class, prompt_at(pattern, at, &rows, &recent, full, above, faces)))
         })
         .collect();
-    if let Some(prompt) = one_dialog(found) {
+    if let Some(prompt) = one_dialog(found, &rows) {
         return Reading::Prompt(prompt);
     }
 
@@ -498,12 +498,18 @@ fn consequential(class: PromptClass) -> bool {
 /// Enter that reaches the trust dialog instead trusts the folder, which would have been
 /// answered anyway — and when two such dialogs show, or their keys differ, nobody is
 /// answered: a person decides.
-fn one_dialog(found: Vec<(usize, PromptClass, Prompt)>) -> Option<Prompt> {
+fn one_dialog(found: Vec<(usize, PromptClass, Prompt)>, rows: &[&str]) -> Option<Prompt> {
     let mut found = found.into_iter();
     let (at, class, first) = found.next()?;
     // Patterns of one class read one dialog (Gemini's trust menu and its question).
     let mut others = found.filter(|(row, c, _)| *row != at && *c != class);
-    let Some((_, _, other)) = others.find(|(_, c, _)| consequential(*c)) else { return Some(first) };
+    let Some((other_at, _, mut other)) = others.find(|(_, c, _)| consequential(*c)) else { return Some(first) };
+    // A dialog above another ends with its own menu, not the lower one's.
+    if other_at < at
+        && let Some(last) = (other_at + 1..at).rev().find(|&i| MENU_ROW.is_match(&unframed(rows[i])))
+    {
+        other.rows.end = other.rows.end.min(last + 1);
+    }
     if consequential(class) || other.key != first.key || other.class == PromptClass::Unclear {
         let rows = first.rows.start.min(other.rows.start)..first.rows.end.max(other.rows.end);
         return Some(Prompt { class: PromptClass::Unclear, key: String::new(), rows, ..other });

@@ -295,6 +295,11 @@ pub fn line(r: &EventRecord) -> String {
         | Event::CiAwaited { .. }
         | Event::CiRetried { .. }
         | Event::CiEscalated { .. }
+        | Event::ApprovalReceived { .. }
+        | Event::ReviewAwaited { .. }
+        | Event::HeadMoved { .. }
+        | Event::Merged { .. }
+        | Event::MergeFailed { .. }
         | Event::FailureReported { .. } => loopwright_app::forge::describe(&r.event).unwrap_or_default(),
         Event::UsageRecorded { stage, attempt, usage } => format!(
             "{stage}: attempt {attempt} used {} tokens in, {} out{}{}{}",

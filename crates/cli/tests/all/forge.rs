@@ -444,6 +444,7 @@ fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
                 {"round": 0, "head": first, "passed": false, "check": "test", "category": "test-failure"},
                 {"round": 1, "head": second, "passed": true, "check": null, "category": null},
             ],
+            "merged": false,
         })
     );
     let (code, status, _) = ws.run(&["status", &run]);
@@ -845,5 +846,170 @@ fn a_rate_limit_github_asks_for_holds_every_process_that_shares_the_store() {
     assert_eq!(code, Some(1), "{again}");
     assert!(again.contains("GitHub's rate limit asks to wait until"), "{again}");
     assert_eq!(gh.state()["requests"].as_array().map_or(0, Vec::len), sent, "no request while the pause lasts");
+    gh.assert_conforming();
+}
+
+/// An approving review of `commit` on pull request `number` (head `branch`) by `by`: kept by the
+/// server as GitHub keeps it, and the delivery GitHub sends about it.
+fn approve(gh: &GitHub, d: &Daemon, number: u64, branch: &str, commit: &str, by: &str) -> Value {
+    let review = gh.control("review", json!({"pull": number, "user": by, "state": "APPROVED", "commit": commit}));
+    let overrides = json!({
+        "review": {"id": review["id"], "user": person(by), "body": "", "state": "approved", "commit_id": commit},
+        "pull_request": {"number": number, "head": {"ref": branch, "sha": commit}},
+        "repository": repository(), "sender": person(by),
+    });
+    gh.deliver(d, "pull_request_review", Some("submitted"), overrides, json!({})).1
+}
+
+#[test]
+fn with_merge_auto_only_the_tested_head_a_writer_approved_is_merged() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = fixer_workspace(&gh, "merge = \"auto\"\nmerge_method = \"squash\"");
+    let d = daemon(&ws);
+    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
+    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
+    let run = answer["run_id"].as_str().expect("run id").to_owned();
+    wait_run(&d, &ws, &run, "waiting");
+    let state = gh.state();
+    let number = state["pulls"][0]["number"].as_u64().expect("pull request");
+    let branch = state["pulls"][0]["headRef"].as_str().expect("head").to_owned();
+    let first = state["branches"][&branch].as_str().expect("pushed").to_owned();
+
+    // Approved while CI runs: heard, but nothing merges before CI passes.
+    let early = approve(&gh, &d, number, &branch, &first, "erin");
+    assert_eq!(early, json!({"outcome": "reported", "run_id": run}));
+    let waiting = wait_run(&d, &ws, &run, "waiting");
+    assert_eq!(waiting["waiting"], json!({"kind": "ci", "stage": "fix"}), "{waiting}");
+    // Someone else pushes to the branch before CI reports: the approval was of another head.
+    let foreign = gh.control("commit", json!({"branch": branch, "files": {"extra.txt": "mine\n"}}))["sha"]
+        .as_str()
+        .expect("sha")
+        .to_owned();
+    job_done(&gh, &d, &first, "success", "");
+    // The first head's CI passed and it was approved, but the pull request's head moved: not
+    // merged; the run waits for CI on the new head.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let kinds: Vec<String> =
+            ws.journal(&run).iter().map(|e| e["event"]["type"].as_str().unwrap_or_default().to_owned()).collect();
+        if kinds.iter().any(|k| k == "head_moved") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the moved head was not noticed: {kinds:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let waiting = wait_run(&d, &ws, &run, "waiting");
+    assert_eq!(waiting["waiting"], json!({"kind": "ci", "stage": "fix"}), "{waiting}");
+    assert_eq!(gh.state()["pulls"][0]["merged"], json!(false));
+    job_done(&gh, &d, &foreign, "success", "");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let waiting = loop {
+        let (_, result) = d.get(&format!("/api/runs/{run}"));
+        if result["waiting"]["kind"] == "review" {
+            break result;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "it does not wait for a review: {result}\n{}",
+            gh.state()["requests"]
+                .as_array()
+                .map(|r| r.iter().rev().take(12).map(Value::to_string).collect::<Vec<_>>().join("\n"))
+                .unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(waiting["status"], "waiting");
+    let (_, page) = d.page_as(&format!("/runs/{run}"), &ws.read(".loopwright/state/serve.token"));
+    assert!(page.contains("Waits for an approval of"), "{page}");
+    // A person is waited for: `status` says so, with the exit code of a run that waits.
+    let (code, status, _) = ws.run(&["status", &run]);
+    assert_eq!(code, 3, "{status}");
+    assert!(status.contains("waiting for a person to approve pull request #2"), "{status}");
+
+    // A reader's approval, and a writer's of the old head, do not count.
+    let reader = approve(&gh, &d, number, &branch, &foreign, "rita");
+    assert_eq!(reader["outcome"], "ignored", "{reader}");
+    let old = approve(&gh, &d, number, &branch, &first, "carol");
+    assert_eq!(old, json!({"outcome": "reported", "run_id": run}));
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, still) = d.get(&format!("/api/runs/{run}"));
+    assert_eq!((&still["status"], &still["waiting"]["kind"]), (&json!("waiting"), &json!("review")), "{still}");
+    assert_eq!(gh.state()["pulls"][0]["merged"], json!(false));
+
+    // A writer approves the head CI passed on: merged, exactly at that head.
+    let heard = approve(&gh, &d, number, &branch, &foreign, "erin");
+    assert_eq!(heard, json!({"outcome": "reported", "run_id": run}));
+    let done = wait_run(&d, &ws, &run, "success");
+    assert_eq!(done["forge"]["merged"], json!(true), "{done}");
+    let state = gh.state();
+    assert_eq!((&state["pulls"][0]["merged"], &state["pulls"][0]["mergeMethod"]), (&json!(true), &json!("squash")));
+    let merges: Vec<&Value> = state["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|r| r["method"] == "PUT" && r["path"].as_str().is_some_and(|p| p.ends_with("/merge")))
+        .collect();
+    assert_eq!(merges.len(), 1, "merged once: {merges:?}");
+    assert_eq!(state["pulls"][0]["mergedHead"], json!(foreign), "merged with the approved head as its sha");
+    let (_, page) = d.page_as(&format!("/runs/{run}"), &ws.read(".loopwright/state/serve.token"));
+    assert!(page.contains("<strong id=\"run-merged\">merged</strong>"), "{page}");
+    gh.assert_conforming();
+}
+
+#[test]
+fn behind_protection_only_required_checks_count_and_github_auto_merges_after_approval() {
+    let Some(gh) = GitHub::start() else { return };
+    gh.control("protection", json!({"branch": "main", "contexts": ["test"], "reviews": true}));
+    let ws = fixer_workspace(&gh, "merge = \"auto\"\nmerge_method = \"rebase\"\npoll_seconds = 1");
+    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
+    gh.control("label", json!({"issue": issue["number"], "label": "loopwright", "by": "carol"}));
+    // Everything by polling: the label, CI and the approval.
+    let d = daemon(&ws);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (number, head) = loop {
+        let state = gh.state();
+        if let Some(pull) = state["pulls"].as_array().and_then(|p| p.first()) {
+            let branch = pull["headRef"].as_str().expect("head").to_owned();
+            break (
+                pull["number"].as_u64().expect("number"),
+                state["branches"][&branch].as_str().expect("sha").to_owned(),
+            );
+        }
+        assert!(Instant::now() < deadline, "no pull request");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (_, runs) = d.get("/api/runs");
+    let run = runs[0]["run_id"].as_str().expect("run").to_owned();
+    wait_run(&d, &ws, &run, "waiting");
+    // A check the base does not require fails; the required one passes: CI passed.
+    gh.control("status", json!({"sha": head, "context": "lint", "state": "failure", "description": "style"}));
+    gh.control("job", json!({"sha": head, "name": "test", "conclusion": "success", "log": ""}));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, result) = d.get(&format!("/api/runs/{run}"));
+        if result["waiting"]["kind"] == "review" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "it does not wait for a review: {result}\n{}",
+            gh.state()["requests"]
+                .as_array()
+                .map(|r| r.iter().rev().take(12).map(Value::to_string).collect::<Vec<_>>().join("\n"))
+                .unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The protection requires an approving review: GitHub's auto-merge is enabled for the
+    // approved head, and GitHub merges it.
+    gh.control("review", json!({"pull": number, "user": "erin", "state": "APPROVED", "commit": head}));
+    let done = wait_run(&d, &ws, &run, "success");
+    assert_eq!(done["forge"]["merged"], json!(true), "{done}");
+    let pull = &gh.state()["pulls"][0];
+    assert_eq!(pull["autoMerge"]["head"], json!(head), "{pull}");
+    assert_eq!(pull["autoMerge"]["method"], json!("rebase"), "{pull}");
+    let kinds: Vec<Value> = ws.journal(&run).iter().map(|e| e["event"].clone()).collect();
+    let merged = kinds.iter().find(|e| e["type"] == "merged").expect("merged");
+    assert_eq!(merged["auto_merge"], json!(true), "{merged}");
     gh.assert_conforming();
 }

@@ -67,6 +67,8 @@ pub struct ForgeResult {
     pull_request: Option<PullRequestResult>,
     /// CI's result on each round's head, oldest first.
     ci_rounds: Vec<CiRoundResult>,
+    /// loopwright merged the pull request (or enabled GitHub's auto-merge for it).
+    merged: bool,
 }
 
 /// A delivered pull request.
@@ -134,7 +136,8 @@ pub struct ClosedLoopSummary {
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct Waiting {
-    /// `approval`, `escalation` or `ci` (a pull request's CI, nobody's answer).
+    /// `approval`, `escalation`, `ci` (a pull request's CI, nobody's answer) or `review` (a
+    /// person's approval of the pull request's tested head, before loopwright merges it).
     kind: String,
     /// The stage.
     stage: String,

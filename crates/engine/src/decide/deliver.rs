@@ -7,7 +7,7 @@ use loopwright_spec::Pipeline;
 use super::Step;
 use crate::event::{Answer, Event, RunStarted, RunStatus};
 use crate::forge::{CiOutcome, ForgeLink};
-use crate::state::RunState;
+use crate::state::{ForgeState, RunState};
 
 /// How many times delivering is tried (each when the forge said to try again) before the run
 /// fails.
@@ -43,9 +43,25 @@ pub(super) fn succeeded(pipeline: &Pipeline, state: &RunState, started: &RunStar
     match forge.report() {
         // Taken up again (a resume) before CI reported on this head: it waits again.
         None => Step::Record(Event::CiAwaited { round: forge.round }),
-        Some(CiOutcome::Passed { .. }) => Step::Record(Event::RunFinished { status: RunStatus::Success }),
+        Some(CiOutcome::Passed { .. }) if link.merge.is_none() => {
+            Step::Record(Event::RunFinished { status: RunStatus::Success })
+        }
+        Some(CiOutcome::Passed { .. }) => merge(forge),
         Some(failed_round @ CiOutcome::Failed { .. }) => red_round(pipeline, state, link, failed_round),
     }
+}
+
+/// CI passed on the watched head and `merge = "auto"`: merged, merge it once a person approved
+/// that very head, else wait for them (again, after a failed merge).
+fn merge(forge: &ForgeState) -> Step {
+    let Some(head) = forge.head() else { return Step::Record(Event::CiAwaited { round: forge.round }) };
+    if forge.merged {
+        return Step::Record(Event::RunFinished { status: RunStatus::Success });
+    }
+    if forge.approved() && forge.merge_failed.as_deref() != Some(head) {
+        return Step::Merge { head: head.to_owned() };
+    }
+    Step::Record(Event::ReviewAwaited { head: head.to_owned() })
 }
 
 /// CI failed on the current round: send it back, ask a person, or act on their answer.

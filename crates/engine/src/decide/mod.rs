@@ -84,6 +84,12 @@ pub enum Step {
         /// The round (0 the first delivery, then one per CI retry).
         round: u32,
     },
+    /// Merge the change request at `head`, the head CI passed on and a person approved (or
+    /// enable the forge's auto-merge for it).
+    Merge {
+        /// The head to merge.
+        head: String,
+    },
     /// Report the run's failure where its work came from, before it ends.
     ReportFailure,
     /// Ask a person on the change request, after more red CI rounds than allowed (then wait).

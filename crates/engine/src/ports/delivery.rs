@@ -26,6 +26,27 @@ pub struct DeliveryError {
     pub retry_at: Option<jiff::Timestamp>,
 }
 
+/// How merging a change request went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergeOutcome {
+    /// Merged at the head asked for, or the forge's auto-merge enabled for it (`auto_merge`).
+    Merged {
+        /// The forge merges it itself once its protection is satisfied.
+        auto_merge: bool,
+    },
+    /// The change request's head is another commit (someone pushed to its branch): nothing
+    /// was merged.
+    Moved {
+        /// The head found.
+        head: String,
+    },
+    /// The forge would not merge it.
+    Refused {
+        /// What it said.
+        message: String,
+    },
+}
+
 /// The application's side of delivery.
 #[allow(async_fn_in_trait)]
 pub trait Delivery {
@@ -35,6 +56,9 @@ pub trait Delivery {
     async fn report_failure(&self, state: &RunState) -> Result<String, DeliveryError>;
     /// Asks a person on the change request after red CI round `round`: the comment's URL.
     async fn escalate(&self, state: &RunState, round: u32) -> Result<String, DeliveryError>;
+    /// Merges the change request at `head` exactly (or enables the forge's auto-merge for that
+    /// head); one that is merged already is merged.
+    async fn merge(&self, state: &RunState, head: &str) -> MergeOutcome;
 }
 
 /// No forge here: a run that came from one cannot be delivered by this process.
@@ -50,5 +74,8 @@ impl Delivery for NoDelivery {
     }
     async fn escalate(&self, _: &RunState, _: u32) -> Result<String, DeliveryError> {
         Err(DeliveryError { message: "this process has no [github] settings to ask with".into(), retry_at: None })
+    }
+    async fn merge(&self, _: &RunState, _: &str) -> MergeOutcome {
+        MergeOutcome::Refused { message: "this process has no [github] settings to merge with".into() }
     }
 }

@@ -17,7 +17,7 @@ mod runner;
 pub use changes::{
     Changes, CommitError, Commits, LayerError, Layers, NoChanges, SnapshotError, Snapshots, Watch, Workspace,
 };
-pub use delivery::{Delivered, Delivery, DeliveryError, NoDelivery};
+pub use delivery::{Delivered, Delivery, DeliveryError, MergeOutcome, NoDelivery};
 pub use runner::{
     CommandRequest, Confinement, ExecOutcome, Execution, Notice, Purpose, Runner, SANDBOX_REFUSED, StageRequest,
 };

@@ -4,7 +4,7 @@
 
 use crate::event::Event;
 use crate::forge::Delivery as Delivered;
-use crate::ports::{Changes, Clock, Delivery, Limits, Runner, Stopper, Store, StoreError};
+use crate::ports::{Changes, Clock, Delivery, Limits, MergeOutcome, Runner, Stopper, Store, StoreError};
 use crate::state::RunState;
 
 use super::Engine;
@@ -28,6 +28,19 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         let event = match self.delivery.report_failure(state).await {
             Ok(url) => Event::FailureReported { url: Some(url), error: None },
             Err(e) => Event::FailureReported { url: None, error: Some(e.message) },
+        };
+        self.record(state, event).await
+    }
+
+    /// Merges the change request at `head` (the tested, approved head); a head someone else
+    /// pushed, or a merge the forge refused, is journaled and the run waits for a person.
+    pub(super) async fn merge(&mut self, state: &mut RunState, head: String) -> Result<(), StoreError> {
+        self.flush(state).await?;
+        let Some(number) = state.forge.change().map(|d| d.number) else { return Ok(()) };
+        let event = match self.delivery.merge(state, &head).await {
+            MergeOutcome::Merged { auto_merge } => Event::Merged { number, head, auto_merge },
+            MergeOutcome::Moved { head } => Event::HeadMoved { head },
+            MergeOutcome::Refused { message } => Event::MergeFailed { head, message },
         };
         self.record(state, event).await
     }

@@ -100,6 +100,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                 Step::Analyze { stage, attempt } => self.analyze(&mut state, stage, attempt).await?,
                 Step::Fix { stage, attempt } => self.fix(&mut state, stage, attempt).await?,
                 Step::Deliver { round } => self.deliver(&mut state, round).await?,
+                Step::Merge { head } => self.merge(&mut state, head).await?,
                 Step::ReportFailure => self.report_failure(&mut state).await?,
                 Step::EscalateCi { round } => self.escalate_ci(&mut state, round).await?,
                 Step::Done(status) => {

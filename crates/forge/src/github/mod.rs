@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use self::client::{Auth, Client, RateGate};
 use crate::port::{
     Actor, ChangeRequest, CheckConclusion, CheckKind, CheckResult, CommentRef, Forge, ForgeError, Happening, IssueText,
-    MergeMethod, NewChangeRequest, Permission, Report, Review, ReviewVerdict,
+    MergeMethod, NewChangeRequest, Permission, Protection, Report, Review, ReviewVerdict,
 };
 use loopwright_spec::github::{AuthConfig, GithubConfig};
 
@@ -313,6 +313,43 @@ struct Merge<'a> {
     merge_method: &'a str,
 }
 
+/// `GET /repos/{owner}/{repo}/branches/{branch}/protection`, as far as loopwright reads it.
+#[derive(Deserialize)]
+struct BranchProtection {
+    required_status_checks: Option<RequiredChecks>,
+    required_pull_request_reviews: Option<RequiredReviews>,
+}
+
+#[derive(Deserialize)]
+struct RequiredChecks {
+    #[serde(default)]
+    contexts: Vec<String>,
+    #[serde(default)]
+    checks: Vec<RequiredCheck>,
+}
+
+#[derive(Deserialize)]
+struct RequiredCheck {
+    context: String,
+}
+
+#[derive(Deserialize)]
+struct RequiredReviews {
+    required_approving_review_count: Option<u32>,
+}
+
+/// A GraphQL answer's errors (GitHub answers 200 with them).
+#[derive(Deserialize)]
+struct GraphqlAnswer {
+    #[serde(default)]
+    errors: Vec<GraphqlError>,
+}
+
+#[derive(Deserialize)]
+struct GraphqlError {
+    message: String,
+}
+
 impl Forge for GitHub {
     async fn identity(&self) -> Result<Actor, ForgeError> {
         self.me
@@ -599,6 +636,79 @@ impl Forge for GitHub {
             )
             .await?;
         Ok(())
+    }
+
+    async fn protection(&self, branch: &str) -> Result<Option<Protection>, ForgeError> {
+        let path = self.path(&format!("/branches/{}/protection", url_part(branch)));
+        let found: BranchProtection =
+            match self.client.json(Method::GET, &path, None::<&()>, &format!("the protection of {branch}")).await {
+                Ok(found) => found,
+                // Not protected (404), or not readable without administration (403).
+                Err(ForgeError::Denied { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+        let mut required_checks = Vec::new();
+        if let Some(checks) = found.required_status_checks {
+            required_checks.extend(checks.contexts);
+            required_checks.extend(checks.checks.into_iter().map(|c| c.context));
+        }
+        required_checks.sort();
+        required_checks.dedup();
+        let requires_review =
+            found.required_pull_request_reviews.is_some_and(|r| r.required_approving_review_count != Some(0));
+        Ok(Some(Protection { required_checks, requires_review }))
+    }
+
+    async fn enable_auto_merge(
+        &self,
+        change: &ChangeRequest,
+        sha: &str,
+        method: MergeMethod,
+    ) -> Result<(), ForgeError> {
+        let pull: Pull = self
+            .client
+            .json(
+                Method::GET,
+                &self.path(&format!("/pulls/{}", change.number)),
+                None::<&()>,
+                "the pull request to merge",
+            )
+            .await?;
+        #[derive(Serialize)]
+        struct Query<'a> {
+            query: &'static str,
+            variables: Vars<'a>,
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Vars<'a> {
+            id: &'a str,
+            head: &'a str,
+            method: &'static str,
+        }
+        let query = Query {
+            query: "mutation($id: ID!, $head: GitObjectID!, $method: PullRequestMergeMethod!) { enablePullRequestAutoMerge(input: {pullRequestId: $id, expectedHeadOid: $head, mergeMethod: $method}) { pullRequest { autoMergeRequest { enabledAt } } } }",
+            variables: Vars {
+                id: &pull.node_id,
+                head: sha,
+                method: match method {
+                    MergeMethod::Merge => "MERGE",
+                    MergeMethod::Squash => "SQUASH",
+                    MergeMethod::Rebase => "REBASE",
+                },
+            },
+        };
+        let graphql = graphql_url(self.client.api());
+        let answer: GraphqlAnswer =
+            self.client.json(Method::POST, &graphql, Some(&query), "enabling auto-merge").await?;
+        match answer.errors.first() {
+            Some(e) => Err(ForgeError::Refused {
+                what: format!("auto-merge of #{}", change.number),
+                status: 200,
+                message: e.message.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     async fn recent(&self, since: jiff::Timestamp) -> Result<Vec<Happening>, ForgeError> {
