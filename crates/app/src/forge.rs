@@ -94,13 +94,14 @@ impl Delivery for ForgeDelivery<'_> {
         // of the delivery.
         let title = format!("loopwright: {} passed its stages", started.pipeline);
         let details = self.link(state.run_id.as_str());
+        let notes = annotations(state, &tree);
         let report = Report {
             commit: &head,
             conclusion: Some(true),
             title: &title,
             summary: &body,
             details_url: details.as_deref(),
-            annotations: &[],
+            annotations: &notes,
         };
         if let Err(e) = github.report(&report).await {
             eprintln!("loopwright: run {}: its own check on {head} could not be reported: {e}", state.run_id);
@@ -433,6 +434,47 @@ pub fn describe(event: &loopwright_engine::Event) -> Option<String> {
         Event::FailureReported { .. } => "failure reported".to_owned(),
         _ => return None,
     })
+}
+
+/// Where the failures the run classified point — each `path:line` in their key lines that names
+/// a file of `tree` (relative, inside it) — with the failure's category as the title: the
+/// annotations on loopwright's check run. At most 50 (GitHub's limit per request), each place
+/// once.
+pub fn annotations(state: &RunState, tree: &Path) -> Vec<loopwright_forge::port::Annotation> {
+    let loops = state.stages.iter().filter_map(|s| s.closed.as_deref());
+    let attempts = loops.flat_map(|l| l.iterations.iter().filter_map(|i| i.failure.as_ref()));
+    let ci = state.forge.reports.iter().filter_map(|(_, _, outcome)| match outcome {
+        loopwright_engine::forge::CiOutcome::Failed { failure, .. } => Some(failure.as_ref()),
+        loopwright_engine::forge::CiOutcome::Passed { .. } => None,
+    });
+    let mut out: Vec<loopwright_forge::port::Annotation> = Vec::new();
+    for failure in attempts.chain(ci) {
+        let title = failure.pattern.clone().unwrap_or_else(|| failure.summary.clone());
+        for line in &failure.lines {
+            for (path, at) in places(line) {
+                let inside = Path::new(&path).components().all(|c| matches!(c, std::path::Component::Normal(_)));
+                let known = out.iter().any(|a| a.path == path && a.line == at);
+                if inside && !known && out.len() < 50 && tree.join(&path).is_file() {
+                    let message: String = line.trim().chars().take(1000).collect();
+                    out.push(loopwright_forge::port::Annotation { path, line: at, title: title.clone(), message });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `path:line` places a line of output names (`src/totals.rs:12:5`, `tests/t.py:12:`).
+fn places(line: &str) -> Vec<(String, u64)> {
+    line.split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '"' | '\'' | '`' | ',' | '[' | ']'))
+        .filter_map(|word| {
+            let mut parts = word.trim_start_matches("./").split(':');
+            let path = parts.next()?;
+            let at: u64 = parts.next()?.parse().ok()?;
+            let named = path.rsplit_once('.').is_some_and(|(stem, ext)| !stem.is_empty() && !ext.is_empty());
+            (named && at > 0 && !path.contains("//")).then(|| (path.to_owned(), at))
+        })
+        .collect()
 }
 
 /// What of a job's log is classified and with which context: the failed step's output, its

@@ -328,9 +328,10 @@ async fn a_github_app_signs_in_with_its_key_and_reports_a_check_run() {
             &runs[0]["name"],
             &runs[0]["status"],
             &runs[0]["conclusion"],
-            &runs[0]["output"]["annotations"][0]["start_line"]
+            &runs[0]["output"]["annotations"][0]["start_line"],
+            &runs[0]["output"]["annotations"][0]["annotation_level"]
         ),
-        (&json!("loopwright"), &json!("completed"), &json!("failure"), &json!(14))
+        (&json!("loopwright"), &json!("completed"), &json!("failure"), &json!(14), &json!("failure"))
     );
     // One installation token served every request after it.
     let auth: Vec<&str> =

@@ -858,7 +858,8 @@ impl GitHub {
                 path: &a.path,
                 start_line: a.line,
                 end_line: a.line,
-                annotation_level: "failure",
+                // On a head whose stages passed, the failures were overcome on the way.
+                annotation_level: if report.conclusion == Some(true) { "warning" } else { "failure" },
                 title: &a.title,
                 message: &a.message,
             })
