@@ -264,7 +264,10 @@ export class GitHubServer {
       }
       case 'GET /repos/{owner}/{repo}/issues/{issue_number}': {
         const issue = this.issues.get(Number(p.issue_number));
-        return issue ? [200, this.issueJson(issue)] : [404, notFound()];
+        if (issue) return [200, this.issueJson(issue)];
+        // Every pull request is an issue too, with its `pull_request` links.
+        const pull = this.pulls.get(Number(p.issue_number));
+        return pull ? [200, this.pullIssueJson(pull)] : [404, notFound()];
       }
       case 'GET /repos/{owner}/{repo}/issues/{issue_number}/comments': {
         const n = Number(p.issue_number);
@@ -490,6 +493,13 @@ export class GitHubServer {
   minimalRepo() {
     const out = api.example('minimal-repository');
     Object.assign(out, { name: this.repo, full_name: this.full, owner: this.simpleUser(this.owner) });
+    return out;
+  }
+
+  pullIssueJson(pull) {
+    const out = this.issueJson({ number: pull.number, id: pull.id, title: pull.title, body: pull.body ?? null, user: pull.user, labels: [], created_at: pull.created_at, updated_at: pull.updated_at });
+    out.html_url = `https://github.com/${this.full}/pull/${pull.number}`;
+    out.pull_request = { url: `${this.url}/repos/${this.full}/pulls/${pull.number}`, html_url: out.html_url, diff_url: `${out.html_url}.diff`, patch_url: `${out.html_url}.patch`, merged_at: pull.mergedAt };
     return out;
   }
 

@@ -41,11 +41,13 @@ impl Session {
         let root = Self::root_of(ws, state);
         // A run started from a forge is sandboxed as `[github] sandbox` says (`required` unless
         // it says otherwise): what an issue asks for is not what a person at the terminal asks.
+        // One commanded on a fork's pull request is sandboxed, whatever it says.
         let forge_ws;
         let ws = match (state.started.as_ref().and_then(|s| s.forge.as_ref()), &ws.config.github) {
-            (Some(_), Some(github)) => {
+            (Some(link), Some(github)) => {
                 let mut config = ws.config.clone();
-                config.sandbox = github.sandbox;
+                config.sandbox =
+                    if link.from_fork { loopwright_spec::sandbox::SandboxMode::Required } else { github.sandbox };
                 forge_ws = crate::workspace::Workspace { root: ws.root.clone(), config };
                 &forge_ws
             }

@@ -49,6 +49,7 @@ fn link(watch: bool) -> ForgeLink {
         draft_until_green: false,
         stage: id("fix"),
         merge: None,
+        from_fork: false,
     }
 }
 

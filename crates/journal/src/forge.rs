@@ -42,6 +42,10 @@ pub struct ForgeLink {
     /// its tested head (`merge = "auto"`); none: a person merges.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merge: Option<loopwright_spec::github::MergeMethod>,
+    /// The command came on a pull request from a fork (`[github] forks = true`): the run is
+    /// sandboxed as `required` whatever `[github] sandbox` says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_fork: bool,
 }
 
 /// How CI ended on a delivered head.

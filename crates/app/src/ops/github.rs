@@ -178,9 +178,11 @@ async fn start_plan(config: &GithubConfig, store: &Journal, github: &GitHub, sta
         Ok(_) | Err(loopwright_engine::StoreError::RunNotFound(_)) => {}
         Err(e) => return Err(e.into()),
     }
+    let mut from_fork = false;
     if start.on_pull_request {
         let change = github.change_request(start.issue.number).await.map_err(forge_error)?;
         let own = change.head_repo.as_deref().is_some_and(|r| r.eq_ignore_ascii_case(&config.repo));
+        from_fork = !own;
         if !own && !config.forks {
             let mark = marker(&run_id.to_string(), "refusal");
             let body = format!(
@@ -229,6 +231,7 @@ async fn start_plan(config: &GithubConfig, store: &Journal, github: &GitHub, sta
         // The delivering stage is named when the pipeline is compiled (`ops::start`).
         stage: loopwright_spec::StageId::parse("pending").expect("a valid stage id"),
         merge: (config.merge == loopwright_spec::github::MergePolicy::Auto).then_some(config.merge_method),
+        from_fork,
     };
     Ok(Plan::Start(Box::new(StartPlan {
         run_id,

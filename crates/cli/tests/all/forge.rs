@@ -827,6 +827,42 @@ fn a_command_on_a_forks_pull_request_or_an_unknown_command_starts_nothing_and_sa
 }
 
 #[test]
+fn a_command_on_a_forks_pull_request_with_forks_allowed_runs_sandboxed_whatever_config_says() {
+    let Some(gh) = GitHub::start() else { return };
+    // `[github] sandbox = "off"` (the workspace's helper): a fork's run is sandboxed anyway.
+    let ws = workspace(&gh, "forks = true");
+    let d = daemon(&ws);
+    gh.control("commit", json!({"branch": "mallory/totals"}));
+    let fork = gh.control(
+        "pull",
+        json!({"head": "mallory/totals", "headRepo": "mallory/shop", "user": "mallory", "title": "Totals"}),
+    );
+    let number = fork["number"].as_u64().expect("pull request");
+    let mut on_fork = comment_on(number, 9101, "carol", "/loopwright run fix-issue");
+    on_fork["issue"]["pull_request"] = json!({"url": format!("{}/repos/acme/shop/pulls/{number}", gh.url)});
+    let (_, answer) = gh.deliver(&d, "issue_comment", Some("created"), on_fork, json!({}));
+    assert_eq!(answer["outcome"], "started", "{answer}");
+    let run = answer["run_id"].as_str().expect("run").to_owned();
+    let journal = ws.journal(&run);
+    assert_eq!(journal[0]["event"]["forge"]["from_fork"], json!(true), "{}", journal[0]);
+    // Where bubblewrap runs, the stage runs in a layer of its own; where it does not, the run
+    // is not started without one (it stays queued). Never an attempt outside a sandbox.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let kinds = loop {
+        let kinds: Vec<String> =
+            ws.journal(&run).iter().map(|e| e["event"]["type"].as_str().unwrap_or_default().to_owned()).collect();
+        if kinds.iter().any(|k| k == "layer_made") || Instant::now() > deadline {
+            break kinds;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let first_attempt = kinds.iter().position(|k| k == "attempt_started");
+    let first_layer = kinds.iter().position(|k| k == "layer_made");
+    assert!(first_attempt.is_none_or(|a| first_layer.is_some_and(|l| l < a)), "an attempt ran unsandboxed: {kinds:?}");
+    gh.assert_conforming();
+}
+
+#[test]
 fn a_rate_limit_github_asks_for_holds_every_process_that_shares_the_store() {
     let Some(gh) = GitHub::start() else { return };
     let ws = workspace(&gh, "");
