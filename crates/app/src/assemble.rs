@@ -463,6 +463,20 @@ impl loopwright_forge::github::client::RateGate for StoreGate {
         max: std::time::Duration,
     ) -> loopwright_forge::github::client::GateFuture<'_, Result<(), jiff::Timestamp>> {
         Box::pin(async move {
+            // Nothing to count (no `[[limits]]` entry rates GitHub): only a pause can hold a
+            // request up, and reading it writes nothing.
+            let counted = self
+                .rules
+                .iter()
+                .any(|r| r.concurrent.is_some() || r.requests_per_minute.is_some() || r.tokens_per_hour.is_some());
+            if !counted {
+                let keys: Vec<String> = self.rules.iter().map(|r| r.key.clone()).collect();
+                return match self.store.paused_until(&keys).await {
+                    Ok(Some(until)) => loopwright_forge::github::client::wait_until(Some(until), max).await,
+                    // A store that cannot say holds nothing up.
+                    Ok(None) | Err(_) => Ok(()),
+                };
+            }
             static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let holder = format!("github-{}-{}-{n}", loopwright_runners::process::machine(), std::process::id());

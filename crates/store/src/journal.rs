@@ -60,6 +60,15 @@ impl Journal {
         }
     }
 
+    /// The latest pause in force on any of `keys` (a provider's rate limit), read without
+    /// writing: what a caller with nothing to count asks before each request.
+    pub async fn paused_until(&self, keys: &[String]) -> Result<Option<jiff::Timestamp>, StoreError> {
+        match self {
+            Journal::Sqlite(s) => s.paused_until(keys, jiff::Timestamp::now()),
+            Journal::Postgres(p) => p.paused_until(keys).await,
+        }
+    }
+
     /// Keeps `holder`'s slots for another `ttl`.
     pub async fn renew_slot(&self, holder: &str, ttl: std::time::Duration) -> Result<(), StoreError> {
         match self {

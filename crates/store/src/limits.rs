@@ -171,6 +171,25 @@ impl SqliteStore {
         Ok(Answer::Taken)
     }
 
+    /// The latest pause in force on any of `keys` at `now`, read without writing anything.
+    pub fn paused_until(&self, keys: &[String], now: Timestamp) -> Result<Option<Timestamp>, StoreError> {
+        let conn = self.conn();
+        let mut latest: Option<Timestamp> = None;
+        for key in keys {
+            let until = conn
+                .query_row(
+                    "SELECT until_us FROM limit_pauses WHERE limit_key = ?1 AND until_us > ?2",
+                    params![key, micros(now)],
+                    |r| r.get::<_, i64>(0),
+                )
+                .optional()
+                .map_err(backend)?
+                .map(at);
+            latest = latest.max(until);
+        }
+        Ok(latest)
+    }
+
     /// Keeps `holder`'s slots for another `ttl`.
     pub fn renew_slot(&self, holder: &str, ttl: Duration, now: Timestamp) -> Result<(), StoreError> {
         self.conn()
@@ -288,6 +307,20 @@ impl PgStore {
         }
         tx.commit().await.map_err(pg)?;
         Ok(Answer::Taken)
+    }
+
+    /// The latest pause in force on any of `keys`, read without writing anything.
+    pub async fn paused_until(&self, keys: &[String]) -> Result<Option<Timestamp>, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let row = client
+            .query_one(
+                "SELECT (extract(epoch FROM MAX(until)) * 1000000)::BIGINT FROM limit_pauses
+                 WHERE limit_key = ANY($1) AND until > now()",
+                &[&keys],
+            )
+            .await
+            .map_err(|e| pg_backend(&e))?;
+        Ok(row.get::<_, Option<i64>>(0).map(at))
     }
 
     /// [`SqliteStore::renew_slot`] on PostgreSQL.

@@ -317,3 +317,22 @@ async fn a_lease_taken_over_after_it_expired_fences_the_old_holders_writes() {
     let again = a.claim("wa", &none, &repos(), short).await.expect("claim").expect("claimed again");
     assert_eq!(again.epoch, LeaseEpoch::new(3));
 }
+
+/// A provider's pause is read without a write, as a gate with nothing to count asks it before
+/// each request: the latest pause in force on any of the keys, another provider's never.
+#[tokio::test]
+async fn a_pause_is_read_without_taking_a_slot() {
+    let Some(url) = fresh_database().await else { return };
+    let store = PgStore::connect(&url, 2).await.expect("connect");
+    let keys = vec!["github/*/*".to_owned(), "github/api/*".to_owned()];
+    assert_eq!(store.paused_until(&keys).await.expect("read"), None);
+    let soon = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(30);
+    let later = soon + jiff::SignedDuration::from_secs(30);
+    store.pause_limit("github/*/*", soon, "secondary rate limit").await.expect("pause");
+    store.pause_limit("github/api/*", later, "Retry-After").await.expect("pause");
+    store.pause_limit("anthropic/*/*", later + jiff::SignedDuration::from_secs(60), "429").await.expect("pause");
+    let until = store.paused_until(&keys).await.expect("read").expect("paused");
+    assert_eq!(until.as_second(), later.as_second());
+    // Another provider's pause is not GitHub's.
+    assert_eq!(store.paused_until(&["openai/*/*".to_owned()]).await.expect("read"), None);
+}
