@@ -641,7 +641,8 @@ impl Forge for GitHub {
     async fn protection(&self, branch: &str) -> Result<Option<Protection>, ForgeError> {
         let path = self.path(&format!("/branches/{}/protection", url_part(branch)));
         let found: BranchProtection =
-            match self.client.json(Method::GET, &path, None::<&()>, &format!("the protection of {branch}")).await {
+            // Asked conditionally: a poll that looks again costs nothing when it did not change.
+            match self.client.json_cached(&path, &format!("the protection of {branch}")).await {
                 Ok(found) => found,
                 // Not protected (404), or not readable without administration (403).
                 Err(ForgeError::Denied { .. }) => return Ok(None),
