@@ -91,6 +91,19 @@ pub struct RunSummary {
     /// list can tell a run whose process died without reading its journal. Not shown.
     #[serde(skip)]
     pub owner: Option<crate::event::Owner>,
+    /// The pull request it delivered, for a run from a forge (its latest `delivered`). Not
+    /// shown by the API's summaries (the run's result has it).
+    #[serde(skip)]
+    pub pull_request: Option<PullRequestRef>,
+}
+
+/// A pull request a run delivered, as the runs list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullRequestRef {
+    /// Its number.
+    pub number: u64,
+    /// Where a person opens it.
+    pub url: String,
 }
 
 /// Which runs a page of the runs list shows.

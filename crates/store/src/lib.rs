@@ -40,6 +40,7 @@ fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/007_limits.sql")),
         M::up(include_str!("migrations/008_notifier.sql")),
         M::up(include_str!("migrations/009_runs_list_indexes.sql")),
+        M::up(include_str!("migrations/010_pull_request.sql")),
     ])
 }
 
@@ -439,6 +440,11 @@ impl SqliteStore {
             .and_then(|mut stmt| stmt.execute(params![run.as_str(), person]))
             .map_err(backend)?;
         }
+        if let Event::Delivered(d) = event {
+            conn.prepare_cached("UPDATE runs SET pr_number = ?2, pr_url = ?3 WHERE run_id = ?1")
+                .and_then(|mut stmt| stmt.execute(params![run.as_str(), i64::try_from(d.number).unwrap_or(0), d.url]))
+                .map_err(backend)?;
+        }
         if let Event::RunResumed { owner, .. } = event {
             conn.prepare_cached("UPDATE runs SET owner = ?2 WHERE run_id = ?1")
                 .and_then(|mut stmt| stmt.execute(params![run.as_str(), owner_json(Some(owner))?]))
@@ -671,12 +677,20 @@ impl SqliteStore {
     }
 }
 
+/// A run's pull request from its row's columns.
+pub(crate) fn pull_request(
+    number: Option<i64>,
+    url: Option<String>,
+) -> Option<loopwright_journal::store::PullRequestRef> {
+    Some(loopwright_journal::store::PullRequestRef { number: u64::try_from(number?).ok()?, url: url? })
+}
+
 /// [`SqliteStore::runs_where`] on `conn` (a reader, or a read transaction of one).
 fn runs_in(conn: &Connection, source: &str, params: &[&dyn rusqlite::ToSql]) -> Result<Vec<RunSummary>, StoreError> {
     let mut stmt = conn
         .prepare_cached(&format!(
             "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at, r.updated_at,
-                    r.owner, r.task, r.running_at, r.people
+                    r.owner, r.task, r.running_at, r.people, r.pr_number, r.pr_url
              {source}"
         ))
         .map_err(backend)?;
@@ -686,13 +700,18 @@ fn runs_in(conn: &Connection, source: &str, params: &[&dyn rusqlite::ToSql]) -> 
                 (r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?),
                 (r.get::<_, String>(4)?, r.get::<_, String>(5)?, r.get::<_, Option<String>>(6)?),
                 (r.get::<_, String>(7)?, r.get::<_, Option<String>>(8)?, r.get::<_, String>(9)?),
+                (r.get::<_, Option<i64>>(10)?, r.get::<_, Option<String>>(11)?),
             ))
         })
         .map_err(backend)?;
     let mut out = Vec::new();
     for row in rows {
-        let ((run_id, pipeline, task_id, status), (created_at, updated_at, owner), (task, running_at, people)) =
-            row.map_err(backend)?;
+        let (
+            (run_id, pipeline, task_id, status),
+            (created_at, updated_at, owner),
+            (task, running_at, people),
+            (pr_number, pr_url),
+        ) = row.map_err(backend)?;
         let bad = |what: String| StoreError::Corrupt(format!("run {run_id}: {what}"));
         out.push(RunSummary {
             status: RunStatus::parse(&status).ok_or_else(|| bad(format!("unknown status `{status}`")))?,
@@ -704,6 +723,7 @@ fn runs_in(conn: &Connection, source: &str, params: &[&dyn rusqlite::ToSql]) -> 
             task,
             running_at: running_at.map(|t| t.parse()).transpose().map_err(|e| bad(format!("{e}")))?,
             people: people.split('\n').filter(|p| !p.is_empty()).map(str::to_owned).collect(),
+            pull_request: pull_request(pr_number, pr_url),
             run_id: RunId::new(run_id.clone()),
         });
     }

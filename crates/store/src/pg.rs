@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("pg/002_fleet.sql")),
     (3, include_str!("pg/003_limits.sql")),
     (4, include_str!("pg/004_runs_list.sql")),
+    (5, include_str!("pg/005_pull_request.sql")),
 ];
 
 /// The advisory lock migrations take (`loop` in ASCII).
@@ -561,6 +562,14 @@ impl PgStore {
                 .await
                 .map_err(pg)?;
             }
+            if let Event::Delivered(d) = event {
+                tx.execute(
+                    "UPDATE runs SET pr_number = $2, pr_url = $3 WHERE run_id = $1",
+                    &[&run.as_str(), &i64::try_from(d.number).unwrap_or(0), &d.url],
+                )
+                .await
+                .map_err(pg)?;
+            }
             if let Event::RunResumed { owner, .. } = event {
                 tx.execute("UPDATE runs SET owner = $2 WHERE run_id = $1", &[&run.as_str(), &owner_json(Some(owner))?])
                     .await
@@ -665,7 +674,7 @@ impl PgStore {
             .query(
                 &format!(
                     "SELECT r.run_id, r.pipeline, r.task_id, r.status, r.created_at, r.updated_at, r.owner, r.task,
-                            r.running_at, r.people
+                            r.running_at, r.people, r.pr_number, r.pr_url
                      {source}"
                 ),
                 params,
@@ -696,6 +705,7 @@ impl PgStore {
                     task: row.get(7),
                     running_at: running_at.map(|t| t.parse()).transpose().map_err(|e| bad(format!("{e}")))?,
                     people: people.split('\n').filter(|p| !p.is_empty()).map(str::to_owned).collect(),
+                    pull_request: crate::pull_request(row.get(10), row.get(11)),
                     run_id: RunId::new(run_id.clone()),
                 })
             })

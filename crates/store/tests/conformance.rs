@@ -20,7 +20,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     {
         let store = SqliteStore::open(&path, Synchronous::Full).expect("open");
         suite(&store).await;
-        assert_eq!(store.schema_version().expect("version"), 9);
+        assert_eq!(store.schema_version().expect("version"), 10);
         // What a quiet daemon gives back is opened again when next needed.
         let listed = store.runs(40).await.expect("runs").len();
         store.release_memory();
@@ -127,7 +127,7 @@ async fn the_owner_column_is_filled_from_the_journal_when_the_store_is_migrated(
         }
     }
     let store = SqliteStore::open(&path, Synchronous::Normal).expect("migrate");
-    assert_eq!(store.schema_version().expect("version"), 9);
+    assert_eq!(store.schema_version().expect("version"), 10);
     let owners: Vec<(String, Option<(u32, bool)>)> = store
         .runs(10)
         .await
@@ -157,6 +157,14 @@ async fn the_runs_list_columns_are_filled_from_the_journal_when_the_store_is_mig
             by: "carol".into(),
             comment: None,
         },
+        // A run from a forge: its pull request is read from its journal too (migration 10).
+        Event::Delivered(loopwright_journal::forge::Delivery {
+            round: 0,
+            number: 12,
+            url: "https://github.com/acme/shop/pull/12".into(),
+            head: "0123456789abcdef0123456789abcdef01234567".into(),
+            watching: false,
+        }),
     ];
     {
         let conn = rusqlite::Connection::open(&path).expect("open");
@@ -171,7 +179,7 @@ async fn the_runs_list_columns_are_filled_from_the_journal_when_the_store_is_mig
             conn.pragma_update(None, "user_version", i as i64 + 1).expect("version");
         }
         conn.execute(
-            "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES ('old', 'bug-fix', 'task-15', 'running', '2026-08-01T00:00:00Z', '2026-08-01T00:00:01Z', 4)",
+            "INSERT INTO runs (run_id, pipeline, task_id, status, created_at, updated_at, last_seq) VALUES ('old', 'bug-fix', 'task-15', 'running', '2026-08-01T00:00:00Z', '2026-08-01T00:00:01Z', 5)",
             [],
         )
         .expect("run row");
@@ -200,7 +208,14 @@ async fn the_runs_list_columns_are_filled_from_the_journal_when_the_store_is_mig
         )]
     );
     // The last event's time is on the run's row, and the run is counted.
-    assert_eq!((runs.runs[0].updated_at, runs.total), (t("2026-08-01T00:00:03Z"), 1));
+    assert_eq!((runs.runs[0].updated_at, runs.total), (t("2026-08-01T00:00:04Z"), 1));
+    assert_eq!(
+        runs.runs[0].pull_request,
+        Some(loopwright_journal::store::PullRequestRef {
+            number: 12,
+            url: "https://github.com/acme/shop/pull/12".into()
+        })
+    );
 }
 
 #[test]

@@ -249,6 +249,17 @@ async fn every_page_lists_the_waiting_runs_first(store: &impl Store) {
     }
 }
 
+/// A pull request delivered (`watching`: the run waits for its CI).
+fn delivered(number: u64, url: &str) -> Event {
+    Event::Delivered(loopwright_journal::forge::Delivery {
+        round: 0,
+        number,
+        url: url.into(),
+        head: "0123456789abcdef0123456789abcdef01234567".into(),
+        watching: true,
+    })
+}
+
 async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
     let start = |text: &str, by: Option<&str>| {
         let mut s = crate::run_started("task-page");
@@ -271,7 +282,17 @@ async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
                 Event::RunFinished { status: RunStatus::Success },
             ],
         ),
-        ("p2", "2026-05-02", vec![start("add 100% coverage", None), Event::ApprovalRequested { stage: stage("ship") }]),
+        (
+            "p2",
+            "2026-05-02",
+            vec![
+                start("add 100% coverage", None),
+                delivered(7, "https://github.com/acme/shop/pull/7"),
+                // The latest delivery is the one listed.
+                delivered(8, "https://github.com/acme/shop/pull/8"),
+                Event::ApprovalRequested { stage: stage("ship") },
+            ],
+        ),
         (
             "p3",
             "2026-05-03",
@@ -336,6 +357,12 @@ async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
             ("p1", "Fix the LOGIN page", Some(t("2026-05-01T00:00:02Z")), vec!["carol".to_owned(), "dan".to_owned()]),
         ]
     );
+    let pulls: Vec<(&str, Option<(u64, &str)>)> =
+        all.iter().map(|r| (r.run_id.as_str(), r.pull_request.as_ref().map(|p| (p.number, p.url.as_str())))).collect();
+    assert_eq!(
+        pulls,
+        vec![("p4", None), ("p3", None), ("p2", Some((8, "https://github.com/acme/shop/pull/8"))), ("p1", None)]
+    );
     // Each run's last event's time, as the list shows it.
     let last: Vec<(&str, jiff::Timestamp)> = all.iter().map(|r| (r.run_id.as_str(), r.updated_at)).collect();
     assert_eq!(
@@ -343,7 +370,7 @@ async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
         vec![
             ("p4", t("2026-05-04T00:00:03Z")),
             ("p3", t("2026-05-03T00:00:02Z")),
-            ("p2", t("2026-05-02T00:00:01Z")),
+            ("p2", t("2026-05-02T00:00:03Z")),
             ("p1", t("2026-05-01T00:00:05Z")),
         ]
     );

@@ -102,6 +102,12 @@ impl Memory {
                 people
             }),
             owner: j.owner.clone(),
+            pull_request: j.events.iter().rev().find_map(|r| match &r.event {
+                Event::Delivered(d) => {
+                    Some(loopwright_journal::store::PullRequestRef { number: d.number, url: d.url.clone() })
+                }
+                _ => None,
+            }),
         }
     }
 

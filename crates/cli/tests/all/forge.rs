@@ -462,6 +462,15 @@ fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
     ] {
         assert!(page.contains(part), "the run's page lacks {part:?}");
     }
+    // The runs list links its pull request, beside the issue its task names.
+    let (code, list) = d.page_as("/", &ws.read(".loopwright/state/serve.token"));
+    assert_eq!(code, 200);
+    let list = list.replace("&#x2f;", "/");
+    assert!(
+        list.contains("acme/shop#1: Totals are off by one")
+            && list.contains("pull request <a class=\"pull\" href=\"https://github.com/acme/shop/pull/2\">#2</a>"),
+        "the runs list lacks the issue or the pull request: {list}"
+    );
     // A late delivery about the first head changes nothing.
     let (_, late) = job_done(&gh, &d, &first, "failure", &log);
     assert_eq!(late["outcome"], "ignored");

@@ -34,6 +34,15 @@ pub(super) struct RowView {
     /// How long it has worked (empty while queued).
     ran: String,
     people: Vec<String>,
+    /// The pull request a run from GitHub delivered: its number and address.
+    pull: Option<PullView>,
+}
+
+/// A pull request as a row links it.
+#[derive(Debug, Serialize)]
+struct PullView {
+    number: u64,
+    url: String,
 }
 
 impl RowView {
@@ -58,6 +67,7 @@ impl RowView {
             queued: if queued_ms >= 1000 { duration(queued_ms) } else { String::new() },
             ran: r.running_at.map(|at| duration(ms(at, end))).unwrap_or_default(),
             people: r.people.clone(),
+            pull: r.pull_request.as_ref().map(|p| PullView { number: p.number, url: p.url.clone() }),
         }
     }
 }
