@@ -151,6 +151,10 @@ impl ForgeDelivery<'_> {
         if change.head_sha != head {
             return Ok(MergeOutcome::Moved { head: change.head_sha });
         }
+        // Enabled already (a crash after enabling it, before it was journaled): enabled.
+        if change.auto_merge {
+            return Ok(MergeOutcome::Merged { auto_merge: true });
+        }
         let protection = github.protection(&change.base_branch).await.map_err(from_forge)?;
         if protection.is_some_and(|p| p.requires_review) {
             github.enable_auto_merge(&change, head, method).await.map_err(from_forge)?;

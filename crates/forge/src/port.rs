@@ -245,6 +245,9 @@ pub struct ChangeRequest {
     pub open: bool,
     /// Whether it was merged.
     pub merged: bool,
+    /// Whether the forge's auto-merge is enabled for it (it merges itself once allowed).
+    #[serde(default)]
+    pub auto_merge: bool,
     /// Its body.
     pub body: String,
 }

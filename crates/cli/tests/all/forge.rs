@@ -1058,3 +1058,48 @@ fn behind_protection_only_required_checks_count_and_github_auto_merges_after_app
     assert_eq!(merged["auto_merge"], json!(true), "{merged}");
     gh.assert_conforming();
 }
+
+#[test]
+fn a_daemon_killed_between_merging_and_journaling_it_merges_once_and_succeeds() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = fixer_workspace(&gh, "merge = \"auto\"");
+    let d = daemon(&ws);
+    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
+    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
+    let run = answer["run_id"].as_str().expect("run id").to_owned();
+    wait_run(&d, &ws, &run, "waiting");
+    let state = gh.state();
+    let number = state["pulls"][0]["number"].as_u64().expect("pull request");
+    let branch = state["pulls"][0]["headRef"].as_str().expect("head").to_owned();
+    let head = state["branches"][&branch].as_str().expect("pushed").to_owned();
+    job_done(&gh, &d, &head, "success", "");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while d.get(&format!("/api/runs/{run}")).1["waiting"]["kind"] != "review" {
+        assert!(Instant::now() < deadline, "it does not wait for a review");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // GitHub merges, then its answer is held: the daemon dies before it can journal the merge.
+    let merge_path = format!("/repos/acme/shop/pulls/{number}/merge");
+    gh.control("pause", json!({"method": "PUT", "path": merge_path, "when": "after", "ms": 20000}));
+    approve(&gh, &d, number, &branch, &head, "erin");
+    wait_for(&gh, "the pull request merged", |s| s["pulls"][0]["merged"] == json!(true));
+    crate::daemon::nix_kill(d.pid(), "KILL").expect("kill -9");
+    drop(d);
+    assert!(!ws.journal(&run).iter().any(|e| e["event"]["type"] == "merged"), "nothing journaled of it");
+
+    let d = daemon(&ws);
+    let done = wait_run(&d, &ws, &run, "success");
+    assert_eq!(done["forge"]["merged"], json!(true), "{done}");
+    let state = gh.state();
+    let merges = state["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|r| r["method"] == "PUT" && r["path"] == json!(merge_path))
+        .count();
+    assert_eq!(merges, 1, "merged once, found merged after the crash");
+    let merged: Vec<Value> =
+        ws.journal(&run).into_iter().filter(|e| e["event"]["type"] == "merged").map(|e| e["event"].clone()).collect();
+    assert_eq!(merged, [json!({"type": "merged", "number": number, "head": head, "auto_merge": false})]);
+    gh.assert_conforming();
+}

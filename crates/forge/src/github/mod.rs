@@ -219,6 +219,9 @@ struct Pull {
     user: Option<User>,
     head: Branch,
     base: Branch,
+    /// Set while GitHub's auto-merge is enabled.
+    #[serde(default)]
+    auto_merge: Option<serde_json::Value>,
 }
 
 impl Pull {
@@ -234,6 +237,7 @@ impl Pull {
             draft: self.draft.unwrap_or(false),
             open: self.state == "open",
             merged: self.merged_at.is_some(),
+            auto_merge: self.auto_merge.is_some_and(|a| !a.is_null()),
             body: self.body.unwrap_or_default(),
         }
     }
