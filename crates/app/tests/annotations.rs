@@ -8,15 +8,9 @@ use loopwright_engine::forge::{CiOutcome, Delivery};
 use loopwright_forge::port::Annotation;
 use loopwright_testkit::History;
 use pretty_assertions::assert_eq;
-use serde_json::json;
 
 fn ci_failed(round: u32, head: &str, pattern: &str, lines: &[&str]) -> Event {
-    let failure = serde_json::from_value(json!({
-        "source": "test", "failure_type": "verification_failed", "summary": "CI check `test` failed",
-        "output": "", "lines": lines, "confidence": 0.9, "strategy": "analyze_then_fix", "pattern": pattern,
-        "retryable": true,
-    }))
-    .expect("failure");
+    let failure = loopwright_testkit::classified("CI check `test` failed", pattern, lines);
     Event::CiReported {
         round,
         head: head.into(),

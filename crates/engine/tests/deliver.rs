@@ -74,11 +74,7 @@ fn delivered(round: u32, head: &str, watching: bool) -> Event {
 }
 
 fn red(round: u32, head: &str) -> Event {
-    let failure = serde_json::from_value(serde_json::json!({
-        "source": "test", "failure_type": "verification_failed", "summary": "test failed",
-        "output": "", "confidence": 0.98, "strategy": "analyze_then_fix", "pattern": "test-failure", "retryable": true,
-    }))
-    .expect("failure");
+    let failure = loopwright_testkit::classified("test failed", "test-failure", &[]);
     Event::CiReported {
         round,
         head: head.into(),

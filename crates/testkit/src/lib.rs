@@ -44,6 +44,27 @@ pub fn run_started(task: &str) -> RunStarted {
     }
 }
 
+/// A check's failure as the library classified it: category `pattern`, strategy
+/// `analyze_then_fix`, with `lines` as its key lines.
+pub fn classified(summary: &str, pattern: &str, lines: &[&str]) -> loopwright_journal::closed_loop::Failure {
+    loopwright_journal::closed_loop::Failure {
+        source: "test".into(),
+        failure_type: loopwright_journal::closed_loop::FailureType::VerificationFailed,
+        summary: summary.into(),
+        output: String::new(),
+        lines: lines.iter().map(|l| (*l).to_owned()).collect(),
+        pattern: Some(pattern.into()),
+        classified_by: None,
+        confidence: 0.98,
+        signals: vec![],
+        evidence: vec![],
+        strategy: loopwright_journal::closed_loop::Strategy::AnalyzeThenFix,
+        alternatives: vec![],
+        max_auto_retries: None,
+        retryable: true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[tokio::test]

@@ -791,20 +791,26 @@ fn without_webhooks_polling_finds_labels_commands_and_ci_and_idles_on_etags() {
     gh.assert_conforming();
 }
 
-#[test]
-fn a_command_on_a_forks_pull_request_or_an_unknown_command_starts_nothing_and_says_why() {
-    let Some(gh) = GitHub::start() else { return };
-    let ws = workspace(&gh, "");
-    let d = daemon(&ws);
+/// A pull request from the fork `mallory/shop` and a comment `body` (id `comment_id`) by carol on
+/// it, delivered: its number and the daemon's answer.
+fn command_on_a_fork(gh: &GitHub, d: &Daemon, comment_id: u64, body: &str) -> (u64, Value) {
     gh.control("commit", json!({"branch": "mallory/totals"}));
     let fork = gh.control(
         "pull",
         json!({"head": "mallory/totals", "headRepo": "mallory/shop", "user": "mallory", "title": "Totals"}),
     );
     let number = fork["number"].as_u64().expect("pull request");
-    let mut on_fork = comment_on(number, 9001, "carol", "/loopwright run fix-issue");
+    let mut on_fork = comment_on(number, comment_id, "carol", body);
     on_fork["issue"]["pull_request"] = json!({"url": format!("{}/repos/acme/shop/pulls/{number}", gh.url)});
-    let (_, answer) = gh.deliver(&d, "issue_comment", Some("created"), on_fork, json!({}));
+    (number, gh.deliver(d, "issue_comment", Some("created"), on_fork, json!({})).1)
+}
+
+#[test]
+fn a_command_on_a_forks_pull_request_or_an_unknown_command_starts_nothing_and_says_why() {
+    let Some(gh) = GitHub::start() else { return };
+    let ws = workspace(&gh, "");
+    let d = daemon(&ws);
+    let (number, answer) = command_on_a_fork(&gh, &d, 9001, "/loopwright run fix-issue");
     assert_eq!(answer["outcome"], "replied", "{answer}");
     let (_, unknown) = gh.deliver(
         &d,
@@ -841,15 +847,7 @@ fn a_command_on_a_forks_pull_request_with_forks_allowed_runs_sandboxed_whatever_
     // `[github] sandbox = "off"` (the workspace's helper): a fork's run is sandboxed anyway.
     let ws = workspace(&gh, "forks = true");
     let d = daemon(&ws);
-    gh.control("commit", json!({"branch": "mallory/totals"}));
-    let fork = gh.control(
-        "pull",
-        json!({"head": "mallory/totals", "headRepo": "mallory/shop", "user": "mallory", "title": "Totals"}),
-    );
-    let number = fork["number"].as_u64().expect("pull request");
-    let mut on_fork = comment_on(number, 9101, "carol", "/loopwright run fix-issue");
-    on_fork["issue"]["pull_request"] = json!({"url": format!("{}/repos/acme/shop/pulls/{number}", gh.url)});
-    let (_, answer) = gh.deliver(&d, "issue_comment", Some("created"), on_fork, json!({}));
+    let (_, answer) = command_on_a_fork(&gh, &d, 9101, "/loopwright run fix-issue");
     assert_eq!(answer["outcome"], "started", "{answer}");
     let run = answer["run_id"].as_str().expect("run").to_owned();
     let journal = ws.journal(&run);

@@ -84,6 +84,27 @@ impl GitHub {
     }
 
     /// Every page of a list, following `Link: <…>; rel="next"`.
+    /// Pull request `number` as GitHub's REST API answers it.
+    async fn pull(&self, number: u64, what: &str) -> Result<Pull, ForgeError> {
+        self.client.json(Method::GET, &self.path(&format!("/pulls/{number}")), None::<&()>, what).await
+    }
+
+    /// Runs a GraphQL mutation: errors GitHub answers with (under `200`) are refusals.
+    async fn graphql(&self, query: &'static str, variables: impl Serialize, what: &str) -> Result<(), ForgeError> {
+        #[derive(Serialize)]
+        struct Query<V> {
+            query: &'static str,
+            variables: V,
+        }
+        let graphql = graphql_url(self.client.api());
+        let answer: GraphqlAnswer =
+            self.client.json(Method::POST, &graphql, Some(&Query { query, variables }), what).await?;
+        match answer.errors.first() {
+            Some(e) => Err(ForgeError::Refused { what: what.to_owned(), status: 200, message: e.message.clone() }),
+            None => Ok(()),
+        }
+    }
+
     async fn all_pages<T: serde::de::DeserializeOwned>(&self, first: String, what: &str) -> Result<Vec<T>, ForgeError> {
         let mut items = Vec::new();
         let mut next = Some(first);
@@ -472,11 +493,7 @@ impl Forge for GitHub {
     }
 
     async fn change_request(&self, number: u64) -> Result<ChangeRequest, ForgeError> {
-        let pull: Pull = self
-            .client
-            .json(Method::GET, &self.path(&format!("/pulls/{number}")), None::<&()>, &format!("pull request #{number}"))
-            .await?;
-        Ok(pull.change())
+        Ok(self.pull(number, &format!("pull request #{number}")).await?.change())
     }
 
     async fn open_change_request(&self, new: &NewChangeRequest<'_>) -> Result<ChangeRequest, ForgeError> {
@@ -505,35 +522,20 @@ impl Forge for GitHub {
     }
 
     async fn mark_ready(&self, change: &ChangeRequest) -> Result<(), ForgeError> {
-        let pull: Pull = self
-            .client
-            .json(
-                Method::GET,
-                &self.path(&format!("/pulls/{}", change.number)),
-                None::<&()>,
-                "the pull request to mark ready",
-            )
-            .await?;
+        let pull = self.pull(change.number, "the pull request to mark ready").await?;
         if pull.draft != Some(true) {
             return Ok(());
-        }
-        #[derive(Serialize)]
-        struct Query<'a> {
-            query: &'static str,
-            variables: Vars<'a>,
         }
         #[derive(Serialize)]
         struct Vars<'a> {
             id: &'a str,
         }
-        let query = Query {
-            query: "mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { isDraft } } }",
-            variables: Vars { id: &pull.node_id },
-        };
-        let graphql = graphql_url(self.client.api());
-        let _: serde_json::Value =
-            self.client.json(Method::POST, &graphql, Some(&query), "marking the pull request ready").await?;
-        Ok(())
+        self.graphql(
+            "mutation($id: ID!) { markPullRequestReadyForReview(input: {pullRequestId: $id}) { pullRequest { isDraft } } }",
+            Vars { id: &pull.node_id },
+            &format!("marking #{} ready", change.number),
+        )
+        .await
     }
 
     async fn checks(&self, commit: &str) -> Result<Vec<CheckResult>, ForgeError> {
@@ -670,50 +672,24 @@ impl Forge for GitHub {
         sha: &str,
         method: MergeMethod,
     ) -> Result<(), ForgeError> {
-        let pull: Pull = self
-            .client
-            .json(
-                Method::GET,
-                &self.path(&format!("/pulls/{}", change.number)),
-                None::<&()>,
-                "the pull request to merge",
-            )
-            .await?;
+        let pull = self.pull(change.number, "the pull request to merge").await?;
         #[derive(Serialize)]
-        struct Query<'a> {
-            query: &'static str,
-            variables: Vars<'a>,
-        }
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
         struct Vars<'a> {
             id: &'a str,
             head: &'a str,
             method: &'static str,
         }
-        let query = Query {
-            query: "mutation($id: ID!, $head: GitObjectID!, $method: PullRequestMergeMethod!) { enablePullRequestAutoMerge(input: {pullRequestId: $id, expectedHeadOid: $head, mergeMethod: $method}) { pullRequest { autoMergeRequest { enabledAt } } } }",
-            variables: Vars {
-                id: &pull.node_id,
-                head: sha,
-                method: match method {
-                    MergeMethod::Merge => "MERGE",
-                    MergeMethod::Squash => "SQUASH",
-                    MergeMethod::Rebase => "REBASE",
-                },
-            },
+        let method = match method {
+            MergeMethod::Merge => "MERGE",
+            MergeMethod::Squash => "SQUASH",
+            MergeMethod::Rebase => "REBASE",
         };
-        let graphql = graphql_url(self.client.api());
-        let answer: GraphqlAnswer =
-            self.client.json(Method::POST, &graphql, Some(&query), "enabling auto-merge").await?;
-        match answer.errors.first() {
-            Some(e) => Err(ForgeError::Refused {
-                what: format!("auto-merge of #{}", change.number),
-                status: 200,
-                message: e.message.clone(),
-            }),
-            None => Ok(()),
-        }
+        self.graphql(
+            "mutation($id: ID!, $head: GitObjectID!, $method: PullRequestMergeMethod!) { enablePullRequestAutoMerge(input: {pullRequestId: $id, expectedHeadOid: $head, mergeMethod: $method}) { pullRequest { autoMergeRequest { enabledAt } } } }",
+            Vars { id: &pull.node_id, head: sha, method },
+            &format!("auto-merge of #{}", change.number),
+        )
+        .await
     }
 
     async fn recent(&self, since: jiff::Timestamp) -> Result<Vec<Happening>, ForgeError> {
