@@ -853,7 +853,7 @@ fn a_command_on_a_forks_pull_request_with_forks_allowed_runs_sandboxed_whatever_
     let journal = ws.journal(&run);
     assert_eq!(journal[0]["event"]["forge"]["from_fork"], json!(true), "{}", journal[0]);
     // Where bubblewrap runs, the stage runs in a layer of its own; where it does not, the run
-    // is not started without one (it stays queued). Never an attempt outside a sandbox.
+    // is not started without one (it stays queued). Never a process outside a sandbox.
     let deadline = Instant::now() + Duration::from_secs(15);
     let kinds = loop {
         let kinds: Vec<String> =
@@ -863,9 +863,10 @@ fn a_command_on_a_forks_pull_request_with_forks_allowed_runs_sandboxed_whatever_
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let first_attempt = kinds.iter().position(|k| k == "attempt_started");
+    // An attempt's layer is made before its process starts.
+    let first_process = kinds.iter().position(|k| k == "process_started");
     let first_layer = kinds.iter().position(|k| k == "layer_made");
-    assert!(first_attempt.is_none_or(|a| first_layer.is_some_and(|l| l < a)), "an attempt ran unsandboxed: {kinds:?}");
+    assert!(first_process.is_none_or(|a| first_layer.is_some_and(|l| l < a)), "a process ran unsandboxed: {kinds:?}");
     gh.assert_conforming();
 }
 
