@@ -12,6 +12,10 @@ GitHub's OpenAPI description) and a daemon in a fresh workspace whose pipeline i
   2. run finished -> pull request opened: the last stage's end to `delivered` (the branch pushed
      over git's smart HTTP, the pull request found or opened, loopwright's status on the head),
      p50/p99, read from the journal's own times.
+
+With `--idle-poll SECONDS` instead: a daemon polling GitHub every second (`poll_seconds = 1`) with
+nothing to find, for SECONDS; its CPU time over the window (from /proc) and the requests GitHub
+saw, with how many were answered `304 Not Modified`.
 """
 import argparse
 import datetime
@@ -47,6 +51,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--issues", type=int, default=100)
     ap.add_argument("--bin", default="target/release/loopwright")
+    ap.add_argument("--idle-poll", type=int, default=0, metavar="SECONDS")
     args = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     binary = os.path.abspath(args.bin)
@@ -60,8 +65,8 @@ def main():
                 "    description: d\n    run: date +%s%N > fixed.txt\n")
     with open(os.path.join(ws, ".loopwright/config.toml"), "w") as f:
         f.write(f'sandbox = "off"\n\n[github]\nrepo = "acme/shop"\napi_url = "{api}"\ntoken_env = "LW_BENCH_TOKEN"\n'
-                'sandbox = "off"\nwatch = false\n\n[[github.trigger]]\non = "issue_labeled"\nlabel = "loopwright"\n'
-                'pipeline = "fix-issue"\n')
+                'sandbox = "off"\nwatch = false\n' + ("poll_seconds = 1\n" if args.idle_poll else "") +
+                '\n[[github.trigger]]\non = "issue_labeled"\nlabel = "loopwright"\npipeline = "fix-issue"\n')
     with open(os.path.join(ws, ".gitignore"), "w") as f:
         f.write(".loopwright/state/\n")
     git = lambda *a: subprocess.run(["git", *a], cwd=ws, check=True, capture_output=True)
@@ -76,6 +81,15 @@ def main():
     host, port = json.loads(daemon.stdout.readline())["addr"].rsplit(":", 1)
     token = open(os.path.join(ws, ".loopwright/state/serve.token")).read().strip()
     accepted, sent_at, runs = [], {}, []
+    if args.idle_poll:
+        try:
+            idle(daemon.pid, api, args.idle_poll)
+        finally:
+            daemon.terminate()
+            daemon.wait()
+            server.terminate()
+            server.wait()
+        return
     try:
         conn = http.client.HTTPConnection(host, int(port))
         for i in range(args.issues):
@@ -127,6 +141,24 @@ def main():
         daemon.wait()
         server.terminate()
         server.wait()
+
+
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle(pid, api, seconds):
+    """The daemon polls with nothing to find: its CPU over `seconds`, and what GitHub saw."""
+    time.sleep(5)  # its first looks, which fill the ETag cache
+    before = len(post_json(f"{api}/__test/state", {})["requests"])
+    cpu0, t0 = cpu_seconds(pid), time.time()
+    time.sleep(seconds)
+    cpu, wall = cpu_seconds(pid) - cpu0, time.time() - t0
+    requests = post_json(f"{api}/__test/state", {})["requests"][before:]
+    unchanged = sum(1 for r in requests if r.get("status") == 304)
+    print(f"idle polling every 1 s for {wall:.0f} s: daemon CPU {cpu:.2f} s ({100 * cpu / wall:.2f} % of one core); "
+          f"{len(requests)} requests to GitHub, {unchanged} answered 304")
 
 
 if __name__ == "__main__":
