@@ -94,7 +94,11 @@ impl Delivery for ForgeDelivery<'_> {
         // of the delivery.
         let title = format!("loopwright: {} passed its stages", started.pipeline);
         let details = self.link(state.run_id.as_str());
-        let notes = annotations(state, &tree);
+        // The files of the commit reported on, which an annotation may name.
+        let files: Vec<String> = loopwright_runners::git::git(&tree, &["ls-files", "-z"])
+            .map(|out| out.split('\0').filter(|f| !f.is_empty()).map(str::to_owned).collect())
+            .unwrap_or_default();
+        let notes = annotations(state, &files);
         let report = Report {
             commit: &head,
             conclusion: Some(true),
@@ -121,8 +125,7 @@ impl Delivery for ForgeDelivery<'_> {
     }
 
     async fn report_failure(&self, state: &RunState) -> Result<String, DeliveryError> {
-        let started = state.started.as_ref().ok_or_else(|| refused("the run has no start"))?;
-        let link = started.forge.as_ref().ok_or_else(|| refused("the run did not come from a forge"))?;
+        let link = state.forge_link().ok_or_else(|| refused("the run did not come from a forge"))?;
         let github = self.adapter()?;
         let mark = marker(state.run_id.as_str(), "failure");
         let body = failure_comment(state, self.link(state.run_id.as_str()).as_deref(), &mark);
@@ -139,8 +142,7 @@ impl ForgeDelivery<'_> {
     /// not merged; GitHub's auto-merge is enabled instead when the base's protection requires
     /// an approving review (GitHub then merges once it is satisfied), else loopwright merges.
     async fn merge_at(&self, state: &RunState, head: &str) -> Result<MergeOutcome, DeliveryError> {
-        let started = state.started.as_ref().ok_or_else(|| refused("the run has no start"))?;
-        let link = started.forge.as_ref().ok_or_else(|| refused("the run did not come from a forge"))?;
+        let link = state.forge_link().ok_or_else(|| refused("the run did not come from a forge"))?;
         let method = link.merge.ok_or_else(|| refused("[github] merge is not \"auto\" for this run"))?;
         let delivered = state.forge.change().ok_or_else(|| refused("the run delivered no pull request"))?;
         let github = self.adapter()?;
@@ -173,8 +175,7 @@ impl ForgeDelivery<'_> {
 
     /// The comment that asks a person on the pull request after red CI round `round`.
     async fn ask(&self, state: &RunState, round: u32) -> Result<String, DeliveryError> {
-        let started = state.started.as_ref().ok_or_else(|| refused("the run has no start"))?;
-        let link = started.forge.as_ref().ok_or_else(|| refused("the run did not come from a forge"))?;
+        let link = state.forge_link().ok_or_else(|| refused("the run did not come from a forge"))?;
         let change = state.forge.change().ok_or_else(|| refused("the run delivered no pull request"))?;
         let github = self.adapter()?;
         let mark = marker(state.run_id.as_str(), &format!("escalation-{round}"));
@@ -441,10 +442,18 @@ pub fn describe(event: &loopwright_engine::Event) -> Option<String> {
 }
 
 /// Where the failures the run classified point — each `path:line` in their key lines that names
-/// a file of `tree` (relative, inside it) — with the failure's category as the title: the
-/// annotations on loopwright's check run. At most 50 (GitHub's limit per request), each place
-/// once.
-pub fn annotations(state: &RunState, tree: &Path) -> Vec<loopwright_forge::port::Annotation> {
+/// one of the tree's `files` (read as the closed loop's strategies read them,
+/// [`locations`](loopwright_engine::closed_loop::strategies::locations)) — with the failure's
+/// category as the title: the annotations on loopwright's check run. At most 50 (GitHub's limit
+/// per request), each place once.
+pub fn annotations(state: &RunState, files: &[String]) -> Vec<loopwright_forge::port::Annotation> {
+    /// The tree's files, as the closed loop's workspace port gives them.
+    struct Files<'a>(&'a [String]);
+    impl loopwright_engine::ports::Workspace for Files<'_> {
+        fn files(&self) -> Vec<String> {
+            self.0.to_vec()
+        }
+    }
     let loops = state.stages.iter().filter_map(|s| s.closed.as_deref());
     let attempts = loops.flat_map(|l| l.iterations.iter().filter_map(|i| i.failure.as_ref()));
     let ci = state.forge.reports.iter().filter_map(|(_, _, outcome)| match outcome {
@@ -455,10 +464,9 @@ pub fn annotations(state: &RunState, tree: &Path) -> Vec<loopwright_forge::port:
     for failure in attempts.chain(ci) {
         let title = failure.pattern.clone().unwrap_or_else(|| failure.summary.clone());
         for line in &failure.lines {
-            for (path, at) in places(line) {
-                let inside = Path::new(&path).components().all(|c| matches!(c, std::path::Component::Normal(_)));
-                let known = out.iter().any(|a| a.path == path && a.line == at);
-                if inside && !known && out.len() < 50 && tree.join(&path).is_file() {
+            for (path, at) in loopwright_engine::closed_loop::strategies::locations(line, &Files(files)) {
+                let at = at as u64;
+                if out.len() < 50 && !out.iter().any(|a| a.path == path && a.line == at) {
                     let message: String = line.trim().chars().take(1000).collect();
                     out.push(loopwright_forge::port::Annotation { path, line: at, title: title.clone(), message });
                 }
@@ -466,19 +474,6 @@ pub fn annotations(state: &RunState, tree: &Path) -> Vec<loopwright_forge::port:
         }
     }
     out
-}
-
-/// The `path:line` places a line of output names (`src/totals.rs:12:5`, `tests/t.py:12:`).
-fn places(line: &str) -> Vec<(String, u64)> {
-    line.split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '"' | '\'' | '`' | ',' | '[' | ']'))
-        .filter_map(|word| {
-            let mut parts = word.trim_start_matches("./").split(':');
-            let path = parts.next()?;
-            let at: u64 = parts.next()?.parse().ok()?;
-            let named = path.rsplit_once('.').is_some_and(|(stem, ext)| !stem.is_empty() && !ext.is_empty());
-            (named && at > 0 && !path.contains("//")).then(|| (path.to_owned(), at))
-        })
-        .collect()
 }
 
 /// What of a job's log is classified and with which context: the failed step's output, its

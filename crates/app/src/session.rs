@@ -43,7 +43,7 @@ impl Session {
         // it says otherwise): what an issue asks for is not what a person at the terminal asks.
         // One commanded on a fork's pull request is sandboxed, whatever it says.
         let forge_ws;
-        let ws = match (state.started.as_ref().and_then(|s| s.forge.as_ref()), &ws.config.github) {
+        let ws = match (state.forge_link(), &ws.config.github) {
             (Some(link), Some(github)) => {
                 let mut config = ws.config.clone();
                 config.sandbox =

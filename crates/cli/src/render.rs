@@ -217,21 +217,17 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
                 result.run_id,
                 result.run_id
             ));
-        } else if w.kind == loopwright_engine::result::WaitKind::Ci {
-            let pull = result.forge.as_ref().and_then(|f| f.pull_request.as_ref());
-            out.push_str(&format!(
-                "waiting for CI on pull request {} (head {}); a red round goes back to `{}`\n",
-                pull.map_or_else(|| "?".to_owned(), |p| format!("#{} {}", p.number, p.url)),
-                pull.map_or("?", |p| p.head.get(..12).unwrap_or(&p.head)),
-                w.stage
-            ));
-        } else if w.kind == loopwright_engine::result::WaitKind::Review {
-            let pull = result.forge.as_ref().and_then(|f| f.pull_request.as_ref());
-            out.push_str(&format!(
-                "waiting for a person to approve pull request {} at its tested head {}; loopwright merges it then\n",
-                pull.map_or_else(|| "?".to_owned(), |p| format!("#{} {}", p.number, p.url)),
-                pull.map_or("?", |p| p.head.get(..12).unwrap_or(&p.head)),
-            ));
+        } else if let Some((pull, head)) = waiting_pull(result, w.kind) {
+            if w.kind == loopwright_engine::result::WaitKind::Ci {
+                out.push_str(&format!(
+                    "waiting for CI on pull request {pull} (head {head}); a red round goes back to `{}`\n",
+                    w.stage
+                ));
+            } else {
+                out.push_str(&format!(
+                    "waiting for a person to approve pull request {pull} at its tested head {head}; loopwright merges it then\n"
+                ));
+            }
         } else if w.kind == loopwright_engine::result::WaitKind::Escalation {
             out.push_str(&format!(
                 "waiting for a human: review `{}` still has blocking feedback; answer with `loopwright respond {} retry|fix TEXT|skip|abort`\n",
@@ -251,4 +247,18 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
         out.push_str(&format!("artifacts: {}\n", result.artifacts.keys().cloned().collect::<Vec<_>>().join(", ")));
     }
     out
+}
+
+/// For a run waiting on its pull request (its CI, or an approval to merge it): the pull
+/// request (`#N URL`) and its head's first 12 characters, `?` where not known yet.
+fn waiting_pull(result: &PipelineResult, kind: loopwright_engine::result::WaitKind) -> Option<(String, String)> {
+    use loopwright_engine::result::WaitKind;
+    if !matches!(kind, WaitKind::Ci | WaitKind::Review) {
+        return None;
+    }
+    let pull = result.forge.as_ref().and_then(|f| f.pull_request.as_ref());
+    Some((
+        pull.map_or_else(|| "?".to_owned(), |p| format!("#{} {}", p.number, p.url)),
+        pull.map_or("?", |p| p.head.get(..12).unwrap_or(&p.head)).to_owned(),
+    ))
 }

@@ -114,13 +114,14 @@ pub async fn poll_once(
             act(ws, store, github, &happening).await.unwrap_or_else(|e| Outcome::Ignored { reason: e.message() }),
         );
     }
-    for (_, head) in github::waiting_for_ci(ws, store).await? {
-        let plan = github::ci_plan(ws, store, github, &head).await?;
+    let waiting = github::waiting(ws, store).await?;
+    for head in waiting.ci_heads() {
+        let plan = github::ci_plan_in(ws, github, &waiting, &head).await?;
         outcomes.push(carry_out(ws, store, github, plan).await?);
     }
     // Approvals of pull requests whose runs wait to merge, as their webhook would bring them.
     let repo = &github::github_config(ws)?.repo;
-    for (number, head_branch) in github::waiting_for_review(ws, store).await? {
+    for (number, head_branch) in waiting.to_approve() {
         for review in github.reviews(number).await.map_err(github::forge_error)? {
             if review.verdict != loopwright_forge::port::ReviewVerdict::Approved
                 || !seen.first(&format!("review-{}", review.id))
@@ -208,7 +209,7 @@ async fn carry_out(ws: &Workspace, store: &Journal, github: &GitHub, plan: Plan)
 fn ready_when_green(state: &loopwright_engine::RunState, event: &loopwright_engine::Event) -> Option<u64> {
     use loopwright_engine::forge::CiOutcome;
     let passed = matches!(event, loopwright_engine::Event::CiReported { outcome: CiOutcome::Passed { .. }, .. });
-    let draft = state.started.as_ref().and_then(|s| s.forge.as_ref()).is_some_and(|l| l.draft_until_green);
+    let draft = state.forge_link().is_some_and(|l| l.draft_until_green);
     state.forge.change().filter(|_| passed && draft).map(|d| d.number)
 }
 

@@ -177,7 +177,7 @@ impl PipelineResult {
                         .map(|s| Waiting { kind: WaitKind::Escalation, stage: s.id.to_string() })
                 })
                 .or_else(|| {
-                    let link = started?.forge.as_ref()?;
+                    let link = state.forge_link()?;
                     let kind = if state.forge.waiting_for_ci() {
                         WaitKind::Ci
                     } else if state.status == crate::event::RunStatus::Waiting
@@ -190,7 +190,7 @@ impl PipelineResult {
                     };
                     Some(Waiting { kind, stage: link.stage.to_string() })
                 }),
-            forge: started.and_then(|s| s.forge.as_ref()).map(|link| forge_result(link, state)),
+            forge: state.forge_link().map(|link| forge_result(link, state)),
         }
     }
 }

@@ -972,6 +972,11 @@ impl RunState {
         self.stages.iter().rev().find(|s| s.status == StageStatus::Pending && s.approval.is_none())
     }
 
+    /// Where the run's work came from and goes, for a run from a forge.
+    pub fn forge_link(&self) -> Option<&crate::forge::ForgeLink> {
+        self.started.as_ref()?.forge.as_ref()
+    }
+
     /// The stage whose escalation the run waits on.
     pub fn waiting_for_escalation(&self) -> Option<&StageState> {
         if self.status != RunStatus::Waiting {
@@ -981,7 +986,7 @@ impl RunState {
             return self.stages.last();
         }
         if self.forge.escalated {
-            let stage = &self.started.as_ref()?.forge.as_ref()?.stage;
+            let stage = &self.forge_link()?.stage;
             return self.stage(stage.as_str());
         }
         self.stages.iter().find(|s| {

@@ -283,7 +283,7 @@ async fn live_run(
 ) -> Result<Option<ForgeRun>, Error> {
     let live = forge_runs(config, store, vec![RunStatus::Queued, RunStatus::Running, RunStatus::Waiting]).await?;
     Ok(live.into_iter().find(|run| {
-        let Some(link) = run.state.started.as_ref().and_then(|s| s.forge.as_ref()) else { return false };
+        let Some(link) = run.state.forge_link() else { return false };
         let about = link.issue == number || run.state.forge.change().is_some_and(|d| d.number == number);
         about && matches(link)
     }))
@@ -327,10 +327,58 @@ pub async fn reply_once(github: &GitHub, issue: u64, body: &str, mark: &str) -> 
     Ok(github.comment(issue, body).await.map_err(forge_error)?.url)
 }
 
-/// The runs that wait for CI on what they delivered: each with the head it waits on.
-pub async fn waiting_for_ci(ws: &Workspace, store: &Journal) -> Result<Vec<(RunId, String)>, Error> {
+/// The repository's runs that wait — for CI on what they delivered, or for an approval to merge
+/// it — read once for a look at GitHub.
+pub struct Waiting(Vec<WaitingRun>);
+
+/// What a look at GitHub needs of a run that waits.
+struct WaitingRun {
+    id: RunId,
+    /// The head it waits for CI on.
+    ci_head: Option<String>,
+    /// Its current round.
+    round: u32,
+    /// The branch its pull request merges into.
+    base: String,
+    /// Its pull request and head branch, while it waits for an approval to merge.
+    to_approve: Option<(u64, String)>,
+}
+
+/// The repository's runs that wait, read and folded once.
+pub async fn waiting(ws: &Workspace, store: &Journal) -> Result<Waiting, Error> {
     let runs = forge_runs(github_config(ws)?, store, vec![RunStatus::Waiting]).await?;
-    Ok(runs.into_iter().filter_map(|run| Some((run.id, ci_head(&run.state)?))).collect())
+    Ok(Waiting(
+        runs.into_iter()
+            .map(|ForgeRun { id, state, .. }| {
+                let forge = &state.forge;
+                let to_approve = state
+                    .forge_link()
+                    .filter(|l| l.merge.is_some() && !forge.waiting_for_ci() && !forge.merged)
+                    .and_then(|l| Some((forge.change()?.number, l.branch.clone())));
+                WaitingRun {
+                    ci_head: ci_head(&state),
+                    round: forge.round,
+                    base: state.forge_link().map(|l| l.base.clone()).unwrap_or_default(),
+                    to_approve,
+                    id,
+                }
+            })
+            .collect(),
+    ))
+}
+
+impl Waiting {
+    /// The heads runs wait for CI on.
+    pub fn ci_heads(&self) -> Vec<String> {
+        self.0.iter().filter_map(|run| run.ci_head.clone()).collect()
+    }
+
+    /// The pull requests whose runs wait for a person's approval before merging (`merge =
+    /// "auto"`), each with its head branch: polling reads their reviews, as a webhook would
+    /// have brought them.
+    pub fn to_approve(&self) -> Vec<(u64, String)> {
+        self.0.iter().filter_map(|run| run.to_approve.clone()).collect()
+    }
 }
 
 /// The head a run waits for CI on (the one it delivered, or one someone pushed since).
@@ -338,40 +386,24 @@ fn ci_head(state: &loopwright_engine::RunState) -> Option<String> {
     state.forge.head().filter(|_| state.forge.waiting_for_ci()).map(str::to_owned)
 }
 
-/// The pull requests whose runs wait for a person's approval before merging (`merge =
-/// "auto"`): polling reads their reviews, as a webhook would have brought them.
-/// Each with its pull request's number and head branch.
-pub async fn waiting_for_review(ws: &Workspace, store: &Journal) -> Result<Vec<(u64, String)>, Error> {
-    let runs = forge_runs(github_config(ws)?, store, vec![RunStatus::Waiting]).await?;
-    Ok(runs
-        .into_iter()
-        .filter(|run| {
-            let merging = run.state.started.as_ref().and_then(|s| s.forge.as_ref()).is_some_and(|l| l.merge.is_some());
-            merging && !run.state.forge.waiting_for_ci() && !run.state.forge.merged
-        })
-        .filter_map(|run| {
-            let branch = run.state.started.as_ref()?.forge.as_ref()?.branch.clone();
-            Some((run.state.forge.change()?.number, branch))
-        })
-        .collect())
+/// [`ci_plan_in`] the runs that wait now.
+pub async fn ci_plan(ws: &Workspace, store: &Journal, github: &GitHub, commit: &str) -> Result<Plan, Error> {
+    ci_plan_in(ws, github, &waiting(ws, store).await?, commit).await
 }
 
 /// What CI on `commit` comes to for the run that waits on it: nothing while a check still
 /// runs; else its result — every check passed, or the first that failed with its log
 /// classified (for GitHub Actions the failed step of the job's log, with its command and exit
 /// code as what is known of it).
-pub async fn ci_plan(ws: &Workspace, store: &Journal, github: &GitHub, commit: &str) -> Result<Plan, Error> {
+pub async fn ci_plan_in(ws: &Workspace, github: &GitHub, waiting: &Waiting, commit: &str) -> Result<Plan, Error> {
     use loopwright_forge::port::CheckConclusion;
-    let waiting = forge_runs(github_config(ws)?, store, vec![RunStatus::Waiting]).await?;
-    let Some(ForgeRun { id: run, state, .. }) =
-        waiting.into_iter().find(|r| ci_head(&r.state).is_some_and(|head| head == commit))
+    let Some(WaitingRun { id: run, round, base, .. }) = waiting.0.iter().find(|r| r.ci_head.as_deref() == Some(commit))
     else {
         return Ok(Plan::Ignore(format!("no run waits for CI on {commit}")));
     };
     let mut checks = github.checks(commit).await.map_err(forge_error)?;
     // A protected base names the checks that count; else every check of the head does.
-    let base = state.started.as_ref().and_then(|s| s.forge.as_ref()).map(|l| l.base.clone()).unwrap_or_default();
-    let required = match github.protection(&base).await.map_err(forge_error)? {
+    let required = match github.protection(base).await.map_err(forge_error)? {
         Some(p) if !p.required_checks.is_empty() => p.required_checks,
         _ => Vec::new(),
     };
@@ -384,7 +416,7 @@ pub async fn ci_plan(ws: &Workspace, store: &Journal, github: &GitHub, commit: &
     if checks.is_empty() || checks.iter().any(|c| c.conclusion == CheckConclusion::Pending) {
         return Ok(Plan::Ignore(format!("CI on {commit} has not finished")));
     }
-    let round = state.forge.round;
+    let round = *round;
     let outcome = match checks.iter().find(|c| c.conclusion == CheckConclusion::Failure) {
         None => loopwright_engine::forge::CiOutcome::Passed {
             checks: checks
@@ -417,13 +449,13 @@ pub async fn ci_plan(ws: &Workspace, store: &Journal, github: &GitHub, commit: &
             }
         }
     };
-    Ok(Plan::Report { run, event: Event::CiReported { round, head: commit.to_owned(), outcome } })
+    Ok(Plan::Report { run: run.clone(), event: Event::CiReported { round, head: commit.to_owned(), outcome } })
 }
 
 /// An approval of `head` by a person with the permission, for a run that merges (`merge =
 /// "auto"`) and waits (for CI or for the approval): journaled, it counts for that head only.
 fn approval_plan(run: RunId, state: &loopwright_engine::RunState, by: String, head: String) -> Plan {
-    let merging = state.started.as_ref().and_then(|s| s.forge.as_ref()).is_some_and(|l| l.merge.is_some());
+    let merging = state.forge_link().is_some_and(|l| l.merge.is_some());
     if !merging {
         return Plan::Ignore(format!("an approval of {head}: merging is a person's here (merge = \"off\")"));
     }

@@ -339,6 +339,73 @@ fn a_command_from_a_reader_starts_nothing_and_is_told_once() {
     gh.assert_conforming();
 }
 
+/// A labelled issue's run, waiting for CI on the pull request it opened.
+struct Opened {
+    run: String,
+    number: u64,
+    branch: String,
+    head: String,
+}
+
+/// Labels a new issue (by carol, as a webhook delivers it) and waits until its run waits for CI
+/// on the pull request it opened.
+fn labelled_run(gh: &GitHub, d: &Daemon, ws: &Ws) -> Opened {
+    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
+    let (_, answer) = gh.deliver(d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
+    let run = answer["run_id"].as_str().expect("run id").to_owned();
+    wait_run(d, ws, &run, "waiting");
+    let state = gh.state();
+    let number = state["pulls"][0]["number"].as_u64().expect("pull request");
+    let branch = state["pulls"][0]["headRef"].as_str().expect("head").to_owned();
+    let head = state["branches"][&branch].as_str().expect("pushed").to_owned();
+    Opened { run, number, branch, head }
+}
+
+/// Waits (up to 60 s) until `run` waits for a person to approve its pull request; its result.
+fn waiting_for_review(gh: &GitHub, d: &Daemon, run: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, result) = d.get(&format!("/api/runs/{run}"));
+        if result["waiting"]["kind"] == "review" {
+            return result;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "it does not wait for a review: {result}\n{}",
+            gh.state()["requests"]
+                .as_array()
+                .map(|r| r.iter().rev().take(12).map(Value::to_string).collect::<Vec<_>>().join("\n"))
+                .unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits (up to 120 s) until `run` pushed a new head to `branch` (after `first`) and waits for
+/// CI on it; that head.
+fn next_round(gh: &GitHub, d: &Daemon, run: &str, branch: &str, first: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let head = gh.state()["branches"][branch].as_str().unwrap_or_default().to_owned();
+        let (_, result) = d.get(&format!("/api/runs/{run}"));
+        if head != first && result["waiting"]["kind"] == "ci" {
+            return head;
+        }
+        assert!(Instant::now() < deadline, "no new round: {result}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `file` as commit `commit` of the workspace's repository holds it.
+fn ws_file_at(ws: &Ws, commit: &str, file: &str) -> String {
+    let show = Command::new("git")
+        .args(["show", &format!("{commit}:{file}")])
+        .current_dir(ws.path())
+        .output()
+        .expect("git show");
+    String::from_utf8_lossy(&show.stdout).into_owned()
+}
+
 /// A check run completed on `sha` as GitHub Actions reports it, its job's log kept by the
 /// server; the delivery GitHub sends about it.
 fn job_done(gh: &GitHub, d: &Daemon, sha: &str, conclusion: &str, log: &str) -> (u64, Value) {
@@ -353,18 +420,8 @@ fn job_done(gh: &GitHub, d: &Daemon, sha: &str, conclusion: &str, log: &str) -> 
 #[test]
 fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
     let Some(gh) = GitHub::start() else { return };
-    let ws = workspace(&gh, "draft_until_green = true");
     // An agent that keeps the prompt it was given, so the feedback it got can be read.
-    ws.write(
-        ".loopwright/agents/fixer.md",
-        "---\nrunner: command\ncommand: [\"sh\", \"-c\", \"cat > last-prompt.md; printf 'total = a + b\\\\n' > totals.txt\"]\n---\nFixes things.\n",
-    );
-    ws.write(
-        ".loopwright/pipelines/fix-issue.yml",
-        "name: fix-issue\ndescription: d\nversion: 1\nstages:\n  - id: fix\n    agent: fixer\n    mode: agent\n    description: fix the issue\n",
-    );
-    ws.git(&["add", "-A"]);
-    ws.git(&["commit", "--quiet", "-m", "the fixer"]);
+    let ws = fixer_workspace(&gh, "draft_until_green = true");
     let d = daemon(&ws);
     let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
     let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
@@ -392,23 +449,8 @@ fn red_ci_goes_back_to_the_delivering_stage_and_green_ci_ends_the_run() {
     .expect("log");
     let (code, answer) = job_done(&gh, &d, &first, "failure", &log);
     assert_eq!((code, answer), (202, json!({"outcome": "reported", "run_id": run})));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let second = loop {
-        let state = gh.state();
-        let head = state["branches"][&branch].as_str().unwrap_or_default().to_owned();
-        let (_, result) = d.get(&format!("/api/runs/{run}"));
-        if head != first && result["status"] == "waiting" {
-            break head;
-        }
-        assert!(Instant::now() < deadline, "no second round: {result}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let show = Command::new("git")
-        .args(["show", &format!("{second}:last-prompt.md")])
-        .current_dir(ws.path())
-        .output()
-        .expect("git show");
-    let prompt = String::from_utf8_lossy(&show.stdout);
+    let second = next_round(&gh, &d, &run, &branch, &first);
+    let prompt = ws_file_at(&ws, &second, "last-prompt.md");
     for part in [
         "# Feedback to address\nThe pull request's CI failed (round 1 of at most 3): check `test`",
         "Classified: test-failure, strategy analyze_then_fix.",
@@ -604,14 +646,7 @@ fn after_too_many_red_rounds_a_person_answers_on_the_pull_request() {
     let Some(gh) = GitHub::start() else { return };
     let ws = fixer_workspace(&gh, "ci_retries = 0");
     let d = daemon(&ws);
-    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
-    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
-    let run = answer["run_id"].as_str().expect("run id").to_owned();
-    wait_run(&d, &ws, &run, "waiting");
-    let state = gh.state();
-    let number = state["pulls"][0]["number"].as_u64().expect("pull request");
-    let branch = state["pulls"][0]["headRef"].as_str().expect("head").to_owned();
-    let first = state["branches"][&branch].as_str().expect("pushed").to_owned();
+    let Opened { run, number, branch, head: first } = labelled_run(&gh, &d, &ws);
     let log = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/actions/cargo-test.log"),
     )
@@ -655,22 +690,8 @@ fn after_too_many_red_rounds_a_person_answers_on_the_pull_request() {
     let (_, again) = gh.deliver(&d, "issue_comment", Some("created"), fix, json!({}));
     assert_eq!(again["outcome"], "ignored", "{again}");
 
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let second = loop {
-        let head = gh.state()["branches"][&branch].as_str().unwrap_or_default().to_owned();
-        let (_, result) = d.get(&format!("/api/runs/{run}"));
-        if head != first && result["waiting"]["kind"] == "ci" {
-            break head;
-        }
-        assert!(Instant::now() < deadline, "no new round: {result}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let show = Command::new("git")
-        .args(["show", &format!("{second}:last-prompt.md")])
-        .current_dir(ws.path())
-        .output()
-        .expect("git show");
-    let prompt = String::from_utf8_lossy(&show.stdout);
+    let second = next_round(&gh, &d, &run, &branch, &first);
+    let prompt = ws_file_at(&ws, &second, "last-prompt.md");
     assert!(prompt.contains("Instruction from a human (high priority): keep the old rounding"), "{prompt}");
     job_done(&gh, &d, &second, "success", "");
     wait_run(&d, &ws, &run, "success");
@@ -689,14 +710,7 @@ fn changes_requested_in_a_review_go_back_as_a_persons_guidance() {
     let Some(gh) = GitHub::start() else { return };
     let ws = fixer_workspace(&gh, "");
     let d = daemon(&ws);
-    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
-    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
-    let run = answer["run_id"].as_str().expect("run id").to_owned();
-    wait_run(&d, &ws, &run, "waiting");
-    let state = gh.state();
-    let number = state["pulls"][0]["number"].as_u64().expect("pull request");
-    let branch = state["pulls"][0]["headRef"].as_str().expect("head").to_owned();
-    let first = state["branches"][&branch].as_str().expect("pushed").to_owned();
+    let Opened { run, number, branch, head: first } = labelled_run(&gh, &d, &ws);
     let review = |id: u64, by: &str, body: &str| {
         json!({
             "review": {"id": id, "user": person(by), "body": body, "state": "changes_requested", "commit_id": first},
@@ -711,24 +725,10 @@ fn changes_requested_in_a_review_go_back_as_a_persons_guidance() {
     let asked = review(82, "erin", "Keep the name `total`; only fix the off-by-one.");
     let (_, heard) = gh.deliver(&d, "pull_request_review", Some("submitted"), asked.clone(), json!({}));
     assert_eq!(heard, json!({"outcome": "reported", "run_id": run}));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let second = loop {
-        let head = gh.state()["branches"][&branch].as_str().unwrap_or_default().to_owned();
-        let (_, result) = d.get(&format!("/api/runs/{run}"));
-        if head != first && result["waiting"]["kind"] == "ci" {
-            break head;
-        }
-        assert!(Instant::now() < deadline, "no new round: {result}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let second = next_round(&gh, &d, &run, &branch, &first);
     let (_, again) = gh.deliver(&d, "pull_request_review", Some("submitted"), asked, json!({}));
     assert_eq!(again["outcome"], "ignored", "the same review is heard once: {again}");
-    let show = Command::new("git")
-        .args(["show", &format!("{second}:last-prompt.md")])
-        .current_dir(ws.path())
-        .output()
-        .expect("git show");
-    let prompt = String::from_utf8_lossy(&show.stdout);
+    let prompt = ws_file_at(&ws, &second, "last-prompt.md");
     assert!(
         prompt.contains(
             "<user_intervention>\n@erin: Keep the name `total`; only fix the off-by-one.\n</user_intervention>"
@@ -910,14 +910,7 @@ fn with_merge_auto_only_the_tested_head_a_writer_approved_is_merged() {
     let Some(gh) = GitHub::start() else { return };
     let ws = fixer_workspace(&gh, "merge = \"auto\"\nmerge_method = \"squash\"");
     let d = daemon(&ws);
-    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
-    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
-    let run = answer["run_id"].as_str().expect("run id").to_owned();
-    wait_run(&d, &ws, &run, "waiting");
-    let state = gh.state();
-    let number = state["pulls"][0]["number"].as_u64().expect("pull request");
-    let branch = state["pulls"][0]["headRef"].as_str().expect("head").to_owned();
-    let first = state["branches"][&branch].as_str().expect("pushed").to_owned();
+    let Opened { run, number, branch, head: first } = labelled_run(&gh, &d, &ws);
 
     // Approved while CI runs: heard, but nothing merges before CI passes.
     let early = approve(&gh, &d, number, &branch, &first, "erin");
@@ -946,22 +939,7 @@ fn with_merge_auto_only_the_tested_head_a_writer_approved_is_merged() {
     assert_eq!(waiting["waiting"], json!({"kind": "ci", "stage": "fix"}), "{waiting}");
     assert_eq!(gh.state()["pulls"][0]["merged"], json!(false));
     job_done(&gh, &d, &foreign, "success", "");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let waiting = loop {
-        let (_, result) = d.get(&format!("/api/runs/{run}"));
-        if result["waiting"]["kind"] == "review" {
-            break result;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "it does not wait for a review: {result}\n{}",
-            gh.state()["requests"]
-                .as_array()
-                .map(|r| r.iter().rev().take(12).map(Value::to_string).collect::<Vec<_>>().join("\n"))
-                .unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let waiting = waiting_for_review(&gh, &d, &run);
     assert_eq!(waiting["status"], "waiting");
     let (_, page) = d.page_as(&format!("/runs/{run}"), &ws.read(".loopwright/state/serve.token"));
     assert!(page.contains("Waits for an approval of"), "{page}");
@@ -1028,22 +1006,7 @@ fn behind_protection_only_required_checks_count_and_github_auto_merges_after_app
     // A check the base does not require fails; the required one passes: CI passed.
     gh.control("status", json!({"sha": head, "context": "lint", "state": "failure", "description": "style"}));
     gh.control("job", json!({"sha": head, "name": "test", "conclusion": "success", "log": ""}));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, result) = d.get(&format!("/api/runs/{run}"));
-        if result["waiting"]["kind"] == "review" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "it does not wait for a review: {result}\n{}",
-            gh.state()["requests"]
-                .as_array()
-                .map(|r| r.iter().rev().take(12).map(Value::to_string).collect::<Vec<_>>().join("\n"))
-                .unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    waiting_for_review(&gh, &d, &run);
     // The protection requires an approving review: GitHub's auto-merge is enabled for the
     // approved head, and GitHub merges it.
     gh.control("review", json!({"pull": number, "user": "erin", "state": "APPROVED", "commit": head}));
@@ -1063,20 +1026,9 @@ fn a_daemon_killed_between_merging_and_journaling_it_merges_once_and_succeeds() 
     let Some(gh) = GitHub::start() else { return };
     let ws = fixer_workspace(&gh, "merge = \"auto\"");
     let d = daemon(&ws);
-    let issue = gh.control("issue", json!({"title": "Totals are off by one", "body": "b", "user": "dana"}));
-    let (_, answer) = gh.deliver(&d, "issues", Some("labeled"), labelled(&issue, "carol"), json!({}));
-    let run = answer["run_id"].as_str().expect("run id").to_owned();
-    wait_run(&d, &ws, &run, "waiting");
-    let state = gh.state();
-    let number = state["pulls"][0]["number"].as_u64().expect("pull request");
-    let branch = state["pulls"][0]["headRef"].as_str().expect("head").to_owned();
-    let head = state["branches"][&branch].as_str().expect("pushed").to_owned();
+    let Opened { run, number, branch, head } = labelled_run(&gh, &d, &ws);
     job_done(&gh, &d, &head, "success", "");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while d.get(&format!("/api/runs/{run}")).1["waiting"]["kind"] != "review" {
-        assert!(Instant::now() < deadline, "it does not wait for a review");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    waiting_for_review(&gh, &d, &run);
     // GitHub merges, then its answer is held: the daemon dies before it can journal the merge.
     let merge_path = format!("/repos/acme/shop/pulls/{number}/merge");
     gh.control("pause", json!({"method": "PUT", "path": merge_path, "when": "after", "ms": 20000}));

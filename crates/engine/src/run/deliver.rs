@@ -14,7 +14,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     /// request; what it says is journaled before anything else happens.
     pub(super) async fn deliver(&mut self, state: &mut RunState, round: u32) -> Result<(), StoreError> {
         self.flush(state).await?;
-        let watching = state.started.as_ref().and_then(|s| s.forge.as_ref()).is_some_and(|l| l.watch);
+        let watching = state.forge_link().is_some_and(|l| l.watch);
         let event = match self.delivery.deliver(state, round).await {
             Ok(d) => Event::Delivered(Delivered { round, number: d.number, url: d.url, head: d.head, watching }),
             Err(e) => Event::DeliveryFailed { round, message: e.message, retry_at: e.retry_at },
@@ -49,7 +49,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     /// comment is found again by its marker after a crash.
     pub(super) async fn escalate_ci(&mut self, state: &mut RunState, round: u32) -> Result<(), StoreError> {
         self.flush(state).await?;
-        let Some(stage) = state.started.as_ref().and_then(|s| s.forge.as_ref()).map(|l| l.stage.clone()) else {
+        let Some(stage) = state.forge_link().map(|l| l.stage.clone()) else {
             return Ok(());
         };
         let comment = self.delivery.escalate(state, round).await.ok();
