@@ -201,6 +201,42 @@ pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headlin
     })
 }
 
+/// A run from a forge that waits on its pull request: for its CI (nobody answers), or for a
+/// person's approval of the tested head before loopwright merges it (`merge = "auto"`).
+fn pull_request_wait(state: &RunState) -> Option<Headline> {
+    let link = state.forge_link()?;
+    let pull = state.forge.change()?;
+    let head = state.forge.head()?;
+    let head = head.get(..12).unwrap_or(head);
+    let stage = link.stage.as_str();
+    let (title, next) = if state.forge.waiting_for_ci() {
+        let green = if link.merge.is_some() { "waits for an approval to merge" } else { "ends the run" };
+        (
+            format!("Waits for CI on pull request #{} at {head}", pull.number),
+            format!("Nobody needs to answer: a red round goes back to stage {stage}, a green one {green}."),
+        )
+    } else if link.merge.is_some() && !state.forge.merged {
+        (
+            format!("Waits for a person to approve pull request #{} at {head}", pull.number),
+            format!(
+                "Its CI passed. Someone with the permission approves that head on GitHub; loopwright then merges exactly that head. A review asking for changes goes back to stage {stage}."
+            ),
+        )
+    } else {
+        return None;
+    };
+    Some(Headline {
+        tone: Tone::Waiting,
+        stage: Some(stage.to_owned()),
+        title,
+        check: None,
+        lines: Vec::new(),
+        category: None,
+        tried: Vec::new(),
+        next,
+    })
+}
+
 /// The headline of a run that failed, waits for a person, was interrupted or cancelled;
 /// `None` for a run that runs, is queued or succeeded. `status` is the status shown (a run
 /// whose owner died reads as interrupted).
@@ -232,6 +268,9 @@ pub fn run_headline(state: &RunState, status: RunStatus, pipeline: &Pipeline) ->
                     h.title = format!("Escalated to you — {}", h.title);
                     h
                 });
+            }
+            if let Some(headline) = pull_request_wait(state) {
+                return Some(headline);
             }
             Some(Headline {
                 tone: Tone::Waiting,
@@ -676,6 +715,49 @@ mod tests {
         let s = state(vec![waiting, Event::LimitTaken { stage: stage("build"), attempt: 1 }]);
         assert_eq!((s.status, s.provider_wait.clone()), (RunStatus::Running, None));
         assert_eq!(run_headline(&state(vec![Event::RunQueued {}]), RunStatus::Queued, &pipeline()), None);
+    }
+
+    #[test]
+    fn a_run_waiting_on_its_pull_request_says_for_what_and_who_answers() {
+        let link = serde_json::json!({
+            "forge": "github", "repo": "acme/shop", "issue": 7, "issue_url": "u", "title": "t", "trigger": "comment/1",
+            "actor": "carol", "branch": "loopwright/r", "base": "main", "watch": true, "ci_retries": 2, "stage": "build",
+            "merge": "squash",
+        });
+        let delivered = Event::Delivered(loopwright_engine::forge::Delivery {
+            round: 0,
+            number: 12,
+            url: "https://github.com/acme/shop/pull/12".into(),
+            head: "0123456789abcdef0123".into(),
+            watching: true,
+        });
+        let green = Event::CiReported {
+            round: 0,
+            head: "0123456789abcdef0123".into(),
+            outcome: loopwright_engine::forge::CiOutcome::Passed { checks: vec!["test".into()] },
+        };
+        let waiting = |events: Vec<Event>| {
+            let mut s = state(events);
+            if let Some(started) = s.started.as_mut() {
+                started.forge = Some(serde_json::from_value(link.clone()).expect("link"));
+            }
+            run_headline(&s, RunStatus::Waiting, &pipeline()).map(|h| (h.title, h.next))
+        };
+        let headline = |title: &str, next: &str| Some((title.to_owned(), next.to_owned()));
+        assert_eq!(
+            waiting(vec![delivered.clone()]),
+            headline(
+                "Waits for CI on pull request #12 at 0123456789ab",
+                "Nobody needs to answer: a red round goes back to stage build, a green one waits for an approval to merge."
+            )
+        );
+        assert_eq!(
+            waiting(vec![delivered, green, Event::ReviewAwaited { head: "0123456789abcdef0123".into() }]),
+            headline(
+                "Waits for a person to approve pull request #12 at 0123456789ab",
+                "Its CI passed. Someone with the permission approves that head on GitHub; loopwright then merges exactly that head. A review asking for changes goes back to stage build."
+            )
+        );
     }
 
     #[test]
