@@ -719,6 +719,9 @@ export class GitHubServer {
     });
     const chunks = [];
     child.stdout.on('data', (c) => chunks.push(c));
+    // git may answer and exit before it reads the request's body (a GET has none): its answer is
+    // on stdout all the same, and the closed pipe is not an error of the server's.
+    child.stdin.on('error', () => {});
     child.stdin.end(body);
     return new Promise((resolve) => child.on('close', () => {
       const out = Buffer.concat(chunks);
