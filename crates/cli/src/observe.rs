@@ -92,7 +92,9 @@ impl Observer for Progress {
             Event::AttemptStarted { stage, attempt } => {
                 self.stage_started.insert(stage.to_string(), Instant::now());
                 let st = pipeline.stage(stage.as_str());
-                let who = st.map_or_else(String::new, |s| format!(" [{}, {} mode]", s.agent.name(), s.mode));
+                let now = state.stage(stage.as_str()).and_then(|s| s.agent.as_deref());
+                let who =
+                    st.map_or_else(String::new, |s| format!(" [{}, {} mode]", now.unwrap_or(s.agent.name()), s.mode));
                 let of = match st.and_then(|s| s.retry) {
                     Some(r) if *attempt > 1 => format!(" attempt {attempt}/{}", r.max_attempts),
                     _ => String::new(),
@@ -131,6 +133,12 @@ impl Observer for Progress {
                 for l in &tail[tail.len().saturating_sub(8)..] {
                     self.line(&format!("    │ {l}"));
                 }
+            }
+            Event::AgentFellBack { stage, attempt, from, to, reason } => {
+                self.line(&format!(
+                    "⇢ {stage}: agent `{from}` cannot go on after attempt {attempt} ({}); agent `{to}` takes over",
+                    reason.describe()
+                ));
             }
             Event::RetryScheduled { stage, attempt, delay_ms, reason } => {
                 let max = pipeline.stage(stage.as_str()).and_then(|s| s.retry).map_or(*attempt, |r| r.max_attempts);

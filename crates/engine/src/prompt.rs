@@ -51,14 +51,15 @@ fn retry_block(stage: &Stage, state: &RunState) -> Option<String> {
     use crate::closed_loop::context::{PriorFailure, loop_failures, retry_context};
     let st = state.stage(stage.id.as_str())?;
     if let Some(lp) = st.closed.as_ref().filter(|l| !l.iterations.is_empty()) {
-        let failures = loop_failures(lp);
+        let mut failures = loop_failures(lp);
+        name_agents(stage, st, &mut failures);
         let budget = lp
             .iterations
             .last()
             .and_then(|i| i.failure.as_ref())
             .map_or(crate::closed_loop::DEFAULT_BUDGET, |f| crate::closed_loop::budget(stage, f));
         let max = u32::try_from(lp.base).unwrap_or(u32::MAX).saturating_add(budget).max(st.attempts);
-        return Some(retry_context(st.attempts, max, lp.user_fix.as_deref(), &failures));
+        return Some(retry_context(st.attempts, max, lp.user_fix.as_deref(), &failures, &st.fell_back));
     }
     let failed: Vec<&crate::state::AttemptRecord> = st
         .attempt_log
@@ -69,12 +70,13 @@ fn retry_block(stage: &Stage, state: &RunState) -> Option<String> {
         return None;
     }
     let last_error = st.last_error.as_ref();
-    let failures: Vec<PriorFailure> = failed
+    let mut failures: Vec<PriorFailure> = failed
         .iter()
         .map(|a| {
             let is_last = failed.last().is_some_and(|l| l.attempt == a.attempt);
             PriorFailure {
                 attempt: a.attempt,
+                agent: None,
                 failure_type: a.error.clone().unwrap_or_else(|| "execution_error".into()),
                 timestamp: a.timestamp,
                 summary: a.message.clone().unwrap_or_default(),
@@ -94,14 +96,32 @@ fn retry_block(stage: &Stage, state: &RunState) -> Option<String> {
             }
         })
         .collect();
-    let max = st.pass_base + stage.retry.as_ref().map_or(st.attempts, |r| r.max_attempts);
-    Some(retry_context(st.attempts, max.max(st.attempts), None, &failures))
+    name_agents(stage, st, &mut failures);
+    let base = st.pass_base.max(st.agent_since);
+    let max = stage.retry.as_ref().map_or(st.attempts, |r| base + r.max_attempts);
+    Some(retry_context(st.attempts, max.max(st.attempts), None, &failures, &st.fell_back))
+}
+
+/// Names the agent of each earlier failure once the stage has fallen back from one agent to
+/// another (before that, every attempt was its own agent's).
+fn name_agents(
+    stage: &Stage,
+    st: &crate::state::StageState,
+    failures: &mut [crate::closed_loop::context::PriorFailure],
+) {
+    if st.fell_back.is_empty() {
+        return;
+    }
+    for f in failures.iter_mut() {
+        let made_by = st.attempt_log.iter().find(|a| a.attempt == f.attempt).and_then(|a| a.agent.clone());
+        f.agent = Some(made_by.unwrap_or_else(|| stage.agent.name().to_owned()));
+    }
 }
 
 /// Builds the prompt for an attempt of `stage`.
 pub fn build_prompt(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> String {
     let mut p = String::new();
-    if let Some(agent) = pipeline.agent_of(stage)
+    if let Some(agent) = crate::run::agent_now(pipeline, state, stage)
         && !agent.persona.is_empty()
     {
         p.push_str(agent.persona.trim());

@@ -343,6 +343,9 @@ pub struct Failure {
     pub max_auto_retries: Option<u32>,
     /// The pattern allows automatic retries.
     pub retryable: bool,
+    /// Why the agent cannot fix it, when GENERATE failed that way (SPEC §16 "Fallback").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unfixable: Option<crate::event::Unfixable>,
 }
 
 impl Failure {

@@ -139,6 +139,20 @@ pub enum Event {
         /// Why this delay (`exponential backoff 5s * 2^1`).
         reason: String,
     },
+    /// An attempt failed in a way its agent cannot fix (SPEC §16 "Fallback"): the stage's next
+    /// agent takes the next attempt, with a retry budget of its own.
+    AgentFellBack {
+        /// The stage.
+        stage: StageId,
+        /// The attempt that failed.
+        attempt: u32,
+        /// The agent that could not go on.
+        from: String,
+        /// The agent that takes over.
+        to: String,
+        /// Why `from` could not go on.
+        reason: Unfixable,
+    },
     /// A stage failed for good.
     StageFailed {
         /// The stage.
@@ -632,6 +646,7 @@ impl Event {
             | Event::AttemptSucceeded { stage, .. }
             | Event::AttemptFailed { stage, .. }
             | Event::RetryScheduled { stage, .. }
+            | Event::AgentFellBack { stage, .. }
             | Event::StageFailed { stage, .. }
             | Event::FeedbackChecked { stage, .. }
             | Event::SnapshotTaken { stage, .. }
@@ -701,6 +716,7 @@ impl Event {
         "attempt_succeeded",
         "attempt_failed",
         "retry_scheduled",
+        "agent_fell_back",
         "stage_failed",
         "feedback_checked",
         "snapshot_taken",
@@ -767,6 +783,7 @@ impl Event {
             Event::AttemptSucceeded { .. } => "attempt_succeeded",
             Event::AttemptFailed { .. } => "attempt_failed",
             Event::RetryScheduled { .. } => "retry_scheduled",
+            Event::AgentFellBack { .. } => "agent_fell_back",
             Event::StageFailed { .. } => "stage_failed",
             Event::FeedbackChecked { .. } => "feedback_checked",
             Event::SnapshotTaken { .. } => "snapshot_taken",
@@ -1212,6 +1229,60 @@ pub struct StageError {
     /// What decided that pattern, when its output was classified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classified_by: Option<crate::closed_loop::ClassifiedBy>,
+    /// Why the attempt's agent cannot fix this failure, when that is what it is (its runner
+    /// knows: the provider's answer, a CLI's own words, a program not found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unfixable: Option<Unfixable>,
+}
+
+/// A failure an agent cannot fix by trying again (SPEC §16 "Fallback"): another agent may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unfixable {
+    /// Its provider kept refusing for too many requests, past the wait allowed.
+    RateLimit,
+    /// Its account's quota or credit is spent.
+    Quota,
+    /// Its credentials were refused or are missing.
+    Authentication,
+    /// The model it names does not exist or is not available to it.
+    ModelMissing,
+    /// Its program is not installed.
+    CliMissing,
+    /// What it was given does not fit its model's context.
+    ContextLength,
+}
+
+impl Unfixable {
+    /// Its name in the journal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RateLimit => "rate_limit",
+            Self::Quota => "quota",
+            Self::Authentication => "authentication",
+            Self::ModelMissing => "model_missing",
+            Self::CliMissing => "cli_missing",
+            Self::ContextLength => "context_length",
+        }
+    }
+
+    /// In words, for people: "its provider kept rate-limiting it past its wait".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::RateLimit => "its provider kept rate-limiting it past its wait",
+            Self::Quota => "its quota is spent",
+            Self::Authentication => "its credentials were refused",
+            Self::ModelMissing => "its model is not available",
+            Self::CliMissing => "its program is not installed",
+            Self::ContextLength => "the prompt does not fit its model's context",
+        }
+    }
+}
+
+impl std::fmt::Display for Unfixable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 /// Status of a run.

@@ -234,6 +234,26 @@ pub struct StageState {
     pub closed: Option<Box<LoopState>>,
     /// What its agent attempts used.
     pub spend: Spend,
+    /// The agent its attempts run with since it fell back (SPEC §16 "Fallback"); `None`: the
+    /// stage's own.
+    pub agent: Option<String>,
+    /// Attempts made before that agent took over (its retry budget counts from here).
+    pub agent_since: u32,
+    /// Each time an agent could not go on and another took over, in order.
+    pub fell_back: Vec<FellBack>,
+}
+
+/// An agent that could not go on, and the one that took a stage's attempts over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FellBack {
+    /// The attempt that failed.
+    pub attempt: u32,
+    /// The agent that could not go on.
+    pub from: String,
+    /// The agent that took over.
+    pub to: String,
+    /// Why `from` could not go on.
+    pub reason: crate::event::Unfixable,
 }
 
 /// Tokens, cost, agent invocations and active time spent (of a stage, or summed for a run).
@@ -300,6 +320,9 @@ pub struct AttemptRecord {
     pub retry_delay_ms: Option<u64>,
     /// Why that delay.
     pub retry_reason: Option<String>,
+    /// The agent that made it, when the stage has fallen back from its own (`None`: the
+    /// stage's own agent).
+    pub agent: Option<String>,
 }
 
 /// A run's rollback (seed 004 `rollback_state`).
@@ -357,6 +380,9 @@ impl StageState {
             rollback: None,
             closed: None,
             spend: Spend::default(),
+            agent: None,
+            agent_since: 0,
+            fell_back: Vec::new(),
         }
     }
 
@@ -391,6 +417,7 @@ impl StageState {
             output_tail: f.output.clone(),
             pattern: f.pattern.clone(),
             classified_by: Some(f.classified_by()),
+            unfixable: f.unfixable,
         });
     }
 }
@@ -607,6 +634,7 @@ impl RunState {
                     timestamp: record.at,
                     retry_delay_ms: None,
                     retry_reason: None,
+                    agent: s.agent.clone(),
                 });
                 s.status = StageStatus::Running;
                 s.attempts = s.attempts.max(*attempt);
@@ -806,6 +834,19 @@ impl RunState {
                 s.retry_at = at
                     .checked_add(jiff::SignedDuration::from_millis(i64::try_from(*delay_ms).unwrap_or(i64::MAX)))
                     .ok();
+            }
+            Event::AgentFellBack { stage, attempt, from, to, reason } => {
+                let s = self.stage_mut(stage);
+                s.fell_back.retain(|f| f.attempt != *attempt);
+                s.fell_back.push(FellBack { attempt: *attempt, from: from.clone(), to: to.clone(), reason: *reason });
+                s.agent = Some(to.clone());
+                s.agent_since = s.attempts;
+                s.status = StageStatus::RetryWaiting;
+                s.retry_at = None;
+                if let Some(lp) = s.closed.as_mut() {
+                    // The agent that takes over has the loop's whole budget.
+                    lp.base = lp.iterations.len();
+                }
             }
             Event::StageFailed { stage, error } => {
                 let timeout = error.kind == crate::event::FailureKind::Timeout;

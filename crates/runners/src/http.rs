@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
-use loopwright_engine::event::Usage;
+use loopwright_engine::event::{Unfixable, Usage};
 use loopwright_engine::ports::ExecOutcome;
 use loopwright_spec::{Agent, Mode, RunnerKind};
 use serde_json::{Value, json};
@@ -43,6 +43,42 @@ pub struct Answer {
     pub error: String,
     /// Tokens used and time waited for quota.
     pub usage: Option<Usage>,
+    /// Why another agent should take over, when the provider's answer says this agent cannot
+    /// go on (SPEC §16 "Fallback").
+    pub unfixable: Option<Unfixable>,
+}
+
+/// How a request failed: its outcome, what to tell people, and whether the agent cannot fix
+/// it.
+type Failed = (ExecOutcome, String, Option<Unfixable>);
+
+/// What a provider's refusal means for the agent: status `status` with body `body`, after the
+/// rate-limit waits were spent (a 429 here is one past its wait). `None`: another try, or the
+/// agent itself, may fix it.
+pub fn unfixable(status: u16, body: &str) -> Option<Unfixable> {
+    let lower = body.to_ascii_lowercase();
+    let says = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+    let quota = says(&["insufficient_quota", "credit balance is too low", "exceeded your current quota", "billing"]);
+    let context = says(&[
+        "context_length_exceeded",
+        "prompt is too long",
+        "maximum context length",
+        "context window",
+        "too many tokens",
+    ]);
+    match status {
+        402 => Some(Unfixable::Quota),
+        401 | 403 => Some(Unfixable::Authentication),
+        413 => Some(Unfixable::ContextLength),
+        400 if context => Some(Unfixable::ContextLength),
+        400 | 429 if quota => Some(Unfixable::Quota),
+        404 if says(&["model"]) => Some(Unfixable::ModelMissing),
+        400 if says(&["model_not_found", "does not exist", "unknown model", "invalid model"]) => {
+            Some(Unfixable::ModelMissing)
+        }
+        429 | 503 | 529 => Some(Unfixable::RateLimit),
+        _ => None,
+    }
 }
 
 /// Makes ring rustls's crypto for this process, once. Every HTTP client of the binary (and of
@@ -116,16 +152,18 @@ pub async fn run(
     notices: &tokio::sync::mpsc::UnboundedSender<loopwright_engine::ports::Notice>,
 ) -> Answer {
     let (agent, mode) = (call.agent, call.mode);
-    let fail = |outcome, error: String| Answer { outcome, text: String::new(), error, usage: None };
+    let fail =
+        |outcome, error: String, unfixable| Answer { outcome, text: String::new(), error, usage: None, unfixable };
     let answer = match tokio::time::timeout_at(deadline, ask(call, deadline, live, notices)).await {
         Ok(answer) => answer,
         Err(_) => {
-            return fail(ExecOutcome::TimedOut, format!("no complete answer from {} before the timeout", url(agent)));
+            let said = format!("no complete answer from {} before the timeout", url(agent));
+            return fail(ExecOutcome::TimedOut, said, None);
         }
     };
     let mut answer = match answer {
         Ok(a) => a,
-        Err((outcome, error)) => return fail(outcome, error),
+        Err((outcome, error, unfixable)) => return fail(outcome, error, unfixable),
     };
     if mode == Mode::Agent {
         match edits::apply(&answer.text, workspace) {
@@ -146,7 +184,7 @@ async fn ask(
     deadline: Instant,
     live: &mut LiveSink<'_>,
     notices: &tokio::sync::mpsc::UnboundedSender<loopwright_engine::ports::Notice>,
-) -> Result<Answer, (ExecOutcome, String)> {
+) -> Result<Answer, Failed> {
     let (agent, prompt) = (call.agent, call.prompt);
     let url = url(agent);
     let var = key_var(agent);
@@ -209,7 +247,7 @@ async fn ask(
     let client = client()
         .connect_timeout(Duration::from_secs(30))
         .build()
-        .map_err(|e| (ExecOutcome::SpawnFailed(format!("cannot make an HTTP client: {e}")), String::new()))?;
+        .map_err(|e| (ExecOutcome::SpawnFailed(format!("cannot make an HTTP client: {e}")), String::new(), None))?;
     let mut quota_wait = Duration::ZERO;
     let mut tries = 0;
     let response = loop {
@@ -221,7 +259,8 @@ async fn ask(
             (_, None) => req,
         };
         let response = req.send().await.map_err(|e| {
-            (ExecOutcome::Exited(1), format!("cannot reach {url}: {}", without_url_secrets(&with_causes(&e))))
+            let said = format!("cannot reach {url}: {}", without_url_secrets(&with_causes(&e)));
+            (ExecOutcome::Exited(1), said, None)
         })?;
         let status = response.status().as_u16();
         match status {
@@ -239,6 +278,7 @@ async fn ask(
                         first_line(&detail)
                     )),
                     detail,
+                    Some(Unfixable::Authentication),
                 ));
             }
             429 | 503 | 529 if tries + 1 < MAX_QUOTA_TRIES => {
@@ -250,10 +290,17 @@ async fn ask(
                     .filter(|s| s.is_finite() && *s >= 0.0)
                     .map_or_else(|| Duration::from_secs(1 << tries.min(5)), Duration::from_secs_f64)
                     .min(MAX_QUOTA_WAIT);
+                // A spent quota does not come back by waiting (OpenAI answers it with a 429).
+                let detail = response.text().await.unwrap_or_default();
+                if unfixable(status, &detail) == Some(Unfixable::Quota) {
+                    let said = format!("{url} answered {status}: {}", first_line(&detail));
+                    return Err((ExecOutcome::Exited(1), said, Some(Unfixable::Quota)));
+                }
                 if Instant::now() + wait >= deadline {
                     return Err((
                         ExecOutcome::TimedOut,
                         format!("{url} kept answering {status} (rate limited) until the timeout"),
+                        Some(Unfixable::RateLimit),
                     ));
                 }
                 // Every run of this provider waits as long (the limits pause it).
@@ -266,7 +313,8 @@ async fn ask(
             }
             _ => {
                 let detail = response.text().await.unwrap_or_default();
-                return Err((ExecOutcome::Exited(1), format!("{url} answered {status}: {}", first_line(&detail))));
+                let said = format!("{url} answered {status}: {}", first_line(&detail));
+                return Err((ExecOutcome::Exited(1), said, unfixable(status, &detail)));
             }
         }
     };
@@ -279,14 +327,15 @@ async fn ask(
     let (text, mut usage) = if streamed {
         read_stream(agent.runner, response, live)
             .await
-            .map_err(|e| (ExecOutcome::Exited(1), format!("malformed stream from {url}: {e}")))?
+            .map_err(|e| (ExecOutcome::Exited(1), format!("malformed stream from {url}: {e}"), None))?
     } else {
         let body = response
             .text()
             .await
-            .map_err(|e| (ExecOutcome::Exited(1), format!("cannot read the answer of {url}: {e}")))?;
-        read_whole(agent.runner, &body)
-            .ok_or_else(|| (ExecOutcome::Exited(1), format!("malformed response from {url}: {}", first_line(&body))))?
+            .map_err(|e| (ExecOutcome::Exited(1), format!("cannot read the answer of {url}: {e}"), None))?;
+        read_whole(agent.runner, &body).ok_or_else(|| {
+            (ExecOutcome::Exited(1), format!("malformed response from {url}: {}", first_line(&body)), None)
+        })?
     };
     if let Some(u) = usage.as_mut() {
         u.model = agent.model.clone();
@@ -298,7 +347,7 @@ async fn ask(
             ..Usage::default()
         });
     }
-    Ok(Answer { outcome: ExecOutcome::Exited(0), text, error: String::new(), usage })
+    Ok(Answer { outcome: ExecOutcome::Exited(0), text, error: String::new(), usage, unfixable: None })
 }
 
 /// Why a model's event stream could not be read.

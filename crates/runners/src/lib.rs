@@ -376,8 +376,14 @@ impl Runner for ProcessRunner {
     async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution {
         let started = Instant::now();
         let deadline = started + request.timeout;
-        let done =
-            |outcome, stdout, stderr| Execution { outcome, stdout, stderr, duration: started.elapsed(), usage: None };
+        let done = |outcome, stdout, stderr| Execution {
+            outcome,
+            stdout,
+            stderr,
+            duration: started.elapsed(),
+            usage: None,
+            unfixable: None,
+        };
         let prompt_text = self.redactor.redact(&request.prompt);
         let http_agent =
             request.agent.as_ref().filter(|a| matches!(a.runner, RunnerKind::Openai | RunnerKind::Anthropic));
@@ -396,8 +402,11 @@ impl Runner for ProcessRunner {
             let call = http::Call { agent, prompt: full, mode: request.mode, structured };
             let answer = http::run(&call, &request.workspace, deadline, &mut live, &notices).await;
             live.finish();
-            let execution =
-                self.scrubbed(Execution { usage: answer.usage, ..done(answer.outcome, answer.text, answer.error) });
+            let execution = self.scrubbed(Execution {
+                usage: answer.usage,
+                unfixable: answer.unfixable,
+                ..done(answer.outcome, answer.text, answer.error)
+            });
             self.keep_output(request, &execution.stdout, &execution.stderr);
             return execution;
         }
@@ -495,6 +504,11 @@ impl Runner for ProcessRunner {
                 break;
             }
         }
+        // An agent that cannot go on says so in its own words (read before its output is parsed).
+        let unfixable = match (&request.agent, &request.purpose) {
+            (Some(agent), Purpose::Attempt) => presets::unfixable(agent, &outcome, &stdout, &stderr),
+            _ => None,
+        };
         // Secrets a process printed go no further.
         let Execution { outcome, mut stdout, stderr, .. } = self.scrubbed(done(outcome, stdout, stderr));
         self.keep_output(request, &stdout, &stderr);
@@ -505,7 +519,7 @@ impl Runner for ProcessRunner {
             stdout = parsed.text;
             usage = parsed.usage;
         }
-        Execution { usage, ..done(outcome, stdout, stderr) }
+        Execution { usage, unfixable, ..done(outcome, stdout, stderr) }
     }
 
     fn end_strays(&self, run: &RunId, stage: &StageId) {
@@ -527,6 +541,7 @@ impl Runner for ProcessRunner {
             stderr,
             usage: None,
             duration: started.elapsed(),
+            unfixable: None,
         };
         let home = format!("{}-checks", request.stage);
         let whose = Whose {
@@ -571,6 +586,7 @@ impl Runner for ProcessRunner {
             stderr,
             usage: None,
             duration: started.elapsed(),
+            unfixable: None,
         })
     }
 

@@ -16,7 +16,8 @@
 //!
 //! loopwright commits agent-mode changes itself, so aider's own commits are turned off.
 
-use loopwright_engine::event::Usage;
+use loopwright_engine::event::{Unfixable, Usage};
+use loopwright_engine::ports::ExecOutcome;
 use loopwright_spec::sandbox::Host;
 use loopwright_spec::{Agent, Mode, RunnerKind};
 use serde_json::Value;
@@ -105,6 +106,70 @@ pub fn inside_sandbox(runner: RunnerKind, mut invocation: Invocation) -> Invocat
         "danger-full-access".clone_into(mode);
     }
     invocation
+}
+
+/// The words agent CLIs print when they cannot go on, and what each means (SPEC §16
+/// "Fallback"): an allow list of their own messages, read only from a failed attempt's last
+/// output. What is not in it is an ordinary failure (retried, classified, fixed).
+const CANNOT_GO_ON: &[(&str, Unfixable)] = &[
+    // Claude Code (`claude -p`): its result's text, or its stderr.
+    ("Invalid API key", Unfixable::Authentication),
+    ("Please run /login", Unfixable::Authentication),
+    ("OAuth token has expired", Unfixable::Authentication),
+    ("authentication_error", Unfixable::Authentication),
+    ("Credit balance is too low", Unfixable::Quota),
+    ("usage limit reached", Unfixable::Quota),
+    ("Prompt is too long", Unfixable::ContextLength),
+    ("There's an issue with the selected model", Unfixable::ModelMissing),
+    ("not_found_error", Unfixable::ModelMissing),
+    ("rate_limit_error", Unfixable::RateLimit),
+    // Codex.
+    ("You've hit your usage limit", Unfixable::Quota),
+    ("Quota exceeded. Check your plan and billing details", Unfixable::Quota),
+    ("insufficient_quota", Unfixable::Quota),
+    ("401 Unauthorized", Unfixable::Authentication),
+    ("context_length_exceeded", Unfixable::ContextLength),
+    ("model_not_found", Unfixable::ModelMissing),
+    // Gemini CLI.
+    ("TerminalQuotaError", Unfixable::Quota),
+    ("You have exhausted your capacity", Unfixable::Quota),
+    ("API key not valid", Unfixable::Authentication),
+    ("ModelNotFoundError", Unfixable::ModelMissing),
+    // aider (after its own retries).
+    ("The API provider has rate limited you", Unfixable::RateLimit),
+    ("AuthenticationError", Unfixable::Authentication),
+    ("ContextWindowExceededError", Unfixable::ContextLength),
+];
+
+/// How much of a failed attempt's output is read for [`CANNOT_GO_ON`]: its end, where a CLI
+/// says why it stopped.
+const CANNOT_GO_ON_TAIL: usize = 4096;
+
+/// Why an agent's failed attempt cannot be fixed by the agent itself (SPEC §16 "Fallback"):
+/// its program is not installed, or its CLI said, in its own words, that its credentials,
+/// quota, model or context cannot go on. `None` for a success, a shell stage, or any other
+/// failure.
+pub fn unfixable(agent: &Agent, outcome: &ExecOutcome, stdout: &str, stderr: &str) -> Option<Unfixable> {
+    let missing = |text: &str| {
+        text.contains("program not found") || (text.starts_with("bwrap: execvp") && text.contains("No such file"))
+    };
+    match outcome {
+        ExecOutcome::Exited(0) => None,
+        ExecOutcome::SpawnFailed(why) if missing(why) => Some(Unfixable::CliMissing),
+        ExecOutcome::Exited(_) if missing(stderr) => Some(Unfixable::CliMissing),
+        ExecOutcome::Exited(_) if invocation(agent, Mode::Agent).is_some() => {
+            let tail = |s: &'_ str| -> String {
+                let mut start = s.len().saturating_sub(CANNOT_GO_ON_TAIL);
+                while !s.is_char_boundary(start) {
+                    start += 1;
+                }
+                s[start..].to_owned()
+            };
+            let said = format!("{}\n{}", tail(stdout), tail(stderr));
+            CANNOT_GO_ON.iter().find(|(words, _)| said.contains(words)).map(|(_, why)| *why)
+        }
+        _ => None,
+    }
 }
 
 /// How to install a preset's CLI, for the error that says it is missing.
@@ -412,6 +477,96 @@ fn last_json_object(text: &str) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_cli_says_when_it_cannot_go_on_is_read_from_its_own_words_only() {
+        let claude = agent(RunnerKind::Claude, None);
+        let src = loopwright_spec::SourceFile::new("c.md", "---\ncommand: [\"my-agent\"]\n---\n");
+        let command = loopwright_spec::parse_agent(&src, "c", RunnerKind::Command).expect("agent");
+        let failed = ExecOutcome::Exited(1);
+        let long = format!("Invalid API key\n{}", "x".repeat(2 * CANNOT_GO_ON_TAIL));
+        let missing =
+            ExecOutcome::SpawnFailed("cannot start `claude`: program not found (is it installed and on PATH?)".into());
+        // (what, the agent, how its attempt ended, its stdout, its stderr, what it means)
+        type Case<'c> = (&'c str, &'c Agent, ExecOutcome, &'c str, &'c str, Option<Unfixable>);
+        let cases: Vec<Case<'_>> = vec![
+            ("a success is nothing", &claude, ExecOutcome::Exited(0), "Invalid API key", "", None),
+            ("its program is not installed", &claude, missing.clone(), "", "", Some(Unfixable::CliMissing)),
+            ("nor is a command agent's", &command, missing, "", "", Some(Unfixable::CliMissing)),
+            (
+                "in a sandbox, bubblewrap says so",
+                &claude,
+                failed.clone(),
+                "",
+                "bwrap: execvp claude: No such file or directory\n",
+                Some(Unfixable::CliMissing),
+            ),
+            (
+                "claude -p's result",
+                &claude,
+                failed.clone(),
+                "{\"type\":\"result\",\"is_error\":true,\"result\":\"Invalid API key · Please run /login\"}",
+                "",
+                Some(Unfixable::Authentication),
+            ),
+            (
+                "claude's usage limit",
+                &claude,
+                failed.clone(),
+                "Claude AI usage limit reached|1749924000",
+                "",
+                Some(Unfixable::Quota),
+            ),
+            ("a prompt too long", &claude, failed.clone(), "", "Prompt is too long", Some(Unfixable::ContextLength)),
+            (
+                "codex's usage limit",
+                &claude,
+                failed.clone(),
+                "",
+                "■ You've hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro) or try again at 6:44 PM.",
+                Some(Unfixable::Quota),
+            ),
+            (
+                "gemini's spent capacity",
+                &claude,
+                failed.clone(),
+                "",
+                "TerminalQuotaError: You have exhausted your capacity on this model.",
+                Some(Unfixable::Quota),
+            ),
+            ("an ordinary failure", &claude, failed.clone(), "", "error[E0308]: mismatched types", None),
+            ("a command agent's words are its own business", &command, failed.clone(), "Invalid API key", "", None),
+            ("only the end of the output is read", &claude, failed, &long, "", None),
+        ];
+        for (name, agent, outcome, stdout, stderr, want) in cases {
+            assert_eq!(unfixable(agent, &outcome, stdout, stderr), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_providers_refusal_says_whether_another_agent_should_take_over() {
+        use crate::http::unfixable;
+        let cases: Vec<(u16, &str, Option<Unfixable>)> = vec![
+            (401, "{\"error\": {\"message\": \"Incorrect API key provided\"}}", Some(Unfixable::Authentication)),
+            (403, "forbidden", Some(Unfixable::Authentication)),
+            (402, "", Some(Unfixable::Quota)),
+            (429, "{\"error\": {\"code\": \"insufficient_quota\"}}", Some(Unfixable::Quota)),
+            (429, "slow down", Some(Unfixable::RateLimit)),
+            (529, "{\"type\": \"overloaded_error\"}", Some(Unfixable::RateLimit)),
+            (400, "{\"error\": {\"message\": \"Your credit balance is too low\"}}", Some(Unfixable::Quota)),
+            (400, "{\"error\": {\"code\": \"context_length_exceeded\"}}", Some(Unfixable::ContextLength)),
+            (400, "prompt is too long: 210000 tokens > 200000 maximum", Some(Unfixable::ContextLength)),
+            (413, "", Some(Unfixable::ContextLength)),
+            (404, "{\"error\": {\"code\": \"model_not_found\"}}", Some(Unfixable::ModelMissing)),
+            (400, "{\"error\": {\"message\": \"The model `gpt-9` does not exist\"}}", Some(Unfixable::ModelMissing)),
+            (404, "no such route", None),
+            (400, "messages: field required", None),
+            (500, "internal error", None),
+        ];
+        for (status, body, want) in cases {
+            assert_eq!(unfixable(status, body), want, "{status} {body}");
+        }
+    }
 
     fn agent(runner: RunnerKind, model: Option<&str>) -> Agent {
         let src = loopwright_spec::SourceFile::new(

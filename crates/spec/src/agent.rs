@@ -139,6 +139,9 @@ pub struct Agent {
     pub modes: Vec<Mode>,
     /// `network:` as written: what it may reach in a sandbox (`None`: its API host).
     pub network: Option<crate::sandbox::Network>,
+    /// `fallback:`: the agents that take a stage's attempt over, in order, when this one fails
+    /// in a way it cannot fix (a stage's own `fallback:` replaces it).
+    pub fallback: Vec<String>,
     /// The persona / system prompt: the file's body.
     pub persona: String,
     /// The file it was read from.
@@ -165,6 +168,7 @@ struct RawAgent {
     temperature: Option<f64>,
     modes: Option<Vec<Spanned<String>>>,
     network: Option<Spanned<crate::raw::RawNetworkValue>>,
+    fallback: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,6 +242,7 @@ pub fn parse_agent(source: &SourceFile, stem: &str, default_runner: RunnerKind) 
             temperature: None,
             modes: None,
             network: None,
+            fallback: None,
         }
     } else {
         match serde_saphyr::from_str_with_options(fm.yaml, serde_saphyr::options! { with_snippet: false }) {
@@ -352,6 +357,7 @@ pub fn parse_agent(source: &SourceFile, stem: &str, default_runner: RunnerKind) 
         temperature: raw.temperature,
         modes,
         network,
+        fallback: raw.fallback.unwrap_or_default(),
         persona: fm.body.trim().to_owned(),
         file: source.name.clone(),
     })
@@ -405,6 +411,7 @@ mod tests {
                 temperature: None,
                 modes: vec![],
                 network: None,
+                fallback: vec![],
                 persona: "You review code.".into(),
                 file: ".claude/agents/reviewer.md".into(),
             }

@@ -421,6 +421,7 @@ impl Compiler<'_> {
         let sandbox = rs.sandbox.as_ref().map(|m| self.sandbox_mode(m, stage));
         let network = rs.network.as_ref().map(|n| self.network(n, stage, &agent));
         let env = rs.env.as_ref().map_or(Some(Vec::new()), |e| self.env_names(e, stage));
+        let fallback = self.fallback(rs, stage, &agent, mode, cx);
 
         Some(Stage {
             id: id?,
@@ -458,7 +459,78 @@ impl Compiler<'_> {
                 None => None,
             },
             env: env?,
+            fallback: fallback?,
         })
+    }
+
+    /// A stage's fallback agents: its `fallback:`, else its agent's; each an agent that may
+    /// run in the stage's mode, named once, not the stage's own.
+    fn fallback(
+        &mut self,
+        rs: &RawStage,
+        stage: Option<&str>,
+        agent: &Option<AgentRef>,
+        mode: Option<Mode>,
+        cx: &CompileContext<'_>,
+    ) -> Option<Vec<String>> {
+        let own = agent.as_ref().map(AgentRef::name);
+        // Each name, with where the stage wrote it (none: its agent's file says it).
+        type Named<'r> = Vec<(String, Option<&'r Spanned<String>>)>;
+        let (names, from_agent): (Named<'_>, Option<&Agent>) = match &rs.fallback {
+            Some(list) => (list.iter().map(|n| (n.value.clone(), Some(n))).collect(), None),
+            None => match agent.as_ref().and_then(|a| match a {
+                AgentRef::Named(name) => cx.agents.get(name),
+                AgentRef::Shell => None,
+            }) {
+                Some(a) => (a.fallback.iter().map(|n| (n.clone(), None)).collect(), Some(a)),
+                None => (Vec::new(), None),
+            },
+        };
+        if matches!(agent, Some(AgentRef::Shell)) && rs.fallback.is_some() {
+            let loc = rs.fallback.as_ref().and_then(|l| l.first()).map(|n| &n.referenced);
+            let d =
+                self.error(loc, stage, "fallback", "`fallback:` is for a stage run by an agent, not `agent: shell`");
+            d.help = Some("remove `fallback:`, or run the stage with an agent".into());
+            return None;
+        }
+        let agent_loc = rs.agent.as_ref().map(|a| &a.referenced);
+        let mut ok = true;
+        let mut chain: Vec<String> = Vec::new();
+        for (name, at) in names {
+            let loc = at.map(|n| &n.referenced).or(agent_loc);
+            let whose = from_agent
+                .map(|a| format!(" (the `fallback:` of agent `{}` in {})", a.name, a.file))
+                .unwrap_or_default();
+            let problem = match cx.agents.get(&name) {
+                _ if name == "shell" => Some(format!("`shell` cannot take an agent's attempt over{whose}")),
+                None => Some(format!("fallback agent `{name}` not found{whose}")),
+                Some(_) if Some(name.as_str()) == own => {
+                    Some(format!("agent `{name}` cannot fall back to itself{whose}"))
+                }
+                Some(_) if chain.contains(&name) => Some(format!("fallback agent `{name}` is named twice{whose}")),
+                Some(a) => mode
+                    .filter(|m| !a.allows(*m))
+                    .map(|m| format!("fallback agent `{name}` may not run in `{m}` mode{whose}")),
+            };
+            match problem {
+                Some(message) => {
+                    ok = false;
+                    let d = self.error(loc, stage, "fallback", message);
+                    if !cx.agents.contains_key(&name) && name != "shell" {
+                        let known: Vec<&str> = cx.agents.keys().map(String::as_str).collect();
+                        d.help = Some(match closest(&name, &known) {
+                            Some(best) => format!("did you mean `{best}`?"),
+                            None => format!(
+                                "agents are read from .loopwright/agents/, .claude/agents/ and .cursor/agents/ (NAME.md); known: {}",
+                                known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                            ),
+                        });
+                    }
+                }
+                None => chain.push(name),
+            }
+        }
+        ok.then_some(chain)
     }
 
     /// A stage's `env:`: names of environment variables (letters, digits, `_`, not starting

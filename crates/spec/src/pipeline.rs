@@ -179,6 +179,24 @@ impl Pipeline {
         }
     }
 
+    /// The agent a stage's attempts run with in `state`: the agent it fell back to, else its
+    /// own. `fell_back_to` is the stage state's `agent`.
+    pub fn agent_now(&self, stage: &Stage, fell_back_to: Option<&str>) -> Option<&Agent> {
+        match fell_back_to {
+            Some(name) => self.agents.get(name).or_else(|| self.agent_of(stage)),
+            None => self.agent_of(stage),
+        }
+    }
+
+    /// The agent after `current` (the stage's own when `None`) in the stage's fallback order.
+    pub fn next_fallback<'p>(&'p self, stage: &'p Stage, current: Option<&str>) -> Option<&'p str> {
+        let position = match current {
+            None => 0,
+            Some(name) => stage.fallback.iter().position(|f| f == name)? + 1,
+        };
+        stage.fallback.get(position).map(String::as_str)
+    }
+
     /// The stage before `index` that last declares output `key`, if any.
     pub fn producer_of(&self, key: &str, index: usize) -> Option<&Stage> {
         self.stages[..index.min(self.stages.len())].iter().rev().find(|s| s.outputs.iter().any(|o| o == key))
@@ -247,6 +265,10 @@ pub struct Stage {
     pub network: Option<crate::sandbox::Network>,
     /// `env:`: the variables a sandboxed process of the stage gets besides the usual ones.
     pub env: Vec<String>,
+    /// The agents that take its attempts over, in order, when its agent fails in a way it
+    /// cannot fix: its `fallback:`, else its agent's (validated: each an agent that may run in
+    /// its mode).
+    pub fallback: Vec<String>,
 }
 
 /// Backoff between retries (seed 004).

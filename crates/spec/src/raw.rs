@@ -134,6 +134,11 @@ pub struct RawStage {
     /// names only, their values taken from loopwright's environment.
     #[schemars(with = "Option<Vec<String>>")]
     pub env: Option<Spanned<Vec<String>>>,
+    /// Agents that take an attempt over, in order, when this stage's agent fails in a way it
+    /// cannot fix: a rate limit past its wait, a spent quota, refused credentials, a missing
+    /// model or program, a prompt too long for its model (default: the agent's own `fallback:`).
+    #[schemars(with = "Option<Vec<String>>")]
+    pub fallback: Option<Vec<Spanned<String>>>,
 }
 
 /// Execution mode of a stage.

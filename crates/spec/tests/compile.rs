@@ -411,3 +411,59 @@ fn each_stages_sandbox_mode_is_its_own_else_the_workspaces() {
     assert_eq!((off.all_off(&quiet), off.required_by(&quiet)), (true, None));
     assert_eq!(SandboxPlan::default(), off, "no sandbox unless a stage asks");
 }
+
+#[test]
+fn fallback_agents_must_exist_allow_the_mode_and_be_named_once() {
+    let e = errors(&format!(
+        "{HEAD}  - id: s\n    agent: cto\n    mode: agent\n    description: x\n    fallback: [tech-leed, reviewer, cto]\n\
+         \x20 - id: t\n    agent: tech-lead\n    mode: plan\n    description: y\n    fallback: [cto, cto, shell]\n\
+         \x20 - id: u\n    agent: shell\n    mode: plan\n    description: z\n    run: 'true'\n    fallback: [cto]\n"
+    ));
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:9:16: error: stage `s`, field `fallback`: fallback agent `tech-leed` not found (help: did you mean `tech-lead`?)",
+            "p.yml:9:27: error: stage `s`, field `fallback`: fallback agent `reviewer` may not run in `agent` mode",
+            "p.yml:9:37: error: stage `s`, field `fallback`: agent `cto` cannot fall back to itself",
+            "p.yml:14:21: error: stage `t`, field `fallback`: fallback agent `cto` is named twice",
+            "p.yml:14:26: error: stage `t`, field `fallback`: `shell` cannot take an agent's attempt over",
+            "p.yml:20:16: error: stage `u`, field `fallback`: `fallback:` is for a stage run by an agent, not `agent: shell` (help: remove `fallback:`, or run the stage with an agent)",
+        ]
+    );
+}
+
+#[test]
+fn a_stage_without_fallback_takes_its_agents_and_its_own_replaces_it() {
+    let mut agents = agents();
+    let src = SourceFile::new("lead.md", "---\ncommand: [\"true\"]\nfallback: [cto, tech-lead]\n---\npersona\n");
+    agents.insert("lead".into(), parse_agent(&src, "lead", RunnerKind::Command).expect("valid agent"));
+    let cx = CompileContext { agents: &agents, extra_inputs: &[], default_timeout_minutes: 30.0 };
+    let yaml = format!(
+        "{HEAD}  - id: s\n    agent: lead\n    mode: agent\n    description: x\n\
+         \x20 - id: t\n    agent: lead\n    mode: agent\n    description: y\n    fallback: [tech-lead]\n\
+         \x20 - id: u\n    agent: cto\n    mode: agent\n    description: z\n"
+    );
+    let p = compile(&SourceFile::new("p.yml", yaml), &cx).expect("valid");
+    let chains: Vec<Vec<&str>> = p.stages.iter().map(|s| s.fallback.iter().map(String::as_str).collect()).collect();
+    assert_eq!(chains, vec![vec!["cto", "tech-lead"], vec!["tech-lead"], vec![]]);
+    assert_eq!(p.next_fallback(&p.stages[0], None), Some("cto"));
+    assert_eq!(p.next_fallback(&p.stages[0], Some("cto")), Some("tech-lead"));
+    assert_eq!(p.next_fallback(&p.stages[0], Some("tech-lead")), None);
+
+    let src = SourceFile::new("bad.md", "---\ncommand: [\"true\"]\nfallback: [nobody]\n---\npersona\n");
+    agents.insert("bad".into(), parse_agent(&src, "bad", RunnerKind::Command).expect("valid agent"));
+    let cx = CompileContext { agents: &agents, extra_inputs: &[], default_timeout_minutes: 30.0 };
+    let yaml = format!("{HEAD}  - id: s\n    agent: bad\n    mode: agent\n    description: x\n");
+    let e: Vec<String> = compile(&SourceFile::new("p.yml", yaml), &cx)
+        .expect_err("invalid")
+        .items
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:6:12: error: stage `s`, field `fallback`: fallback agent `nobody` not found (the `fallback:` of agent `bad` in bad.md) (help: agents are read from .loopwright/agents/, .claude/agents/ and .cursor/agents/ (NAME.md); known: `bad`, `cto`, `lead`, `reviewer`, `tech-lead`)"
+        ]
+    );
+}

@@ -157,6 +157,7 @@ async fn the_scrubber_redacts_every_event_before_it_reaches_the_database() {
             output_tail: String::new(),
             pattern: None,
             classified_by: None,
+            unfixable: None,
         },
     };
     let record = store.append(&run, &failed, t("2027-07-01T00:00:01Z")).await.expect("append");

@@ -59,6 +59,7 @@ async fn journal_keeps_order_and_content(store: &impl Store) {
                 output_tail: "boom".into(),
                 pattern: None,
                 classified_by: None,
+                unfixable: None,
             },
         },
         Event::RunFinished { status: RunStatus::Failed },

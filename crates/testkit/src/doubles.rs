@@ -265,11 +265,16 @@ pub struct ScriptedRunner {
     pub calls: RefCell<Vec<(String, u32)>>,
     /// The process groups the engine asked it to end.
     pub ended: RefCell<Vec<ProcessGroup>>,
+    /// Why each attempt's agent cannot go on, in order (none when empty).
+    pub unfixable: RefCell<VecDeque<Option<loopwright_engine::event::Unfixable>>>,
+    /// The agent of every attempt run, in order (`None`: a shell stage).
+    pub agents: RefCell<Vec<Option<String>>>,
 }
 
 impl Runner for ScriptedRunner {
     async fn run(&self, request: &StageRequest, notices: UnboundedSender<Notice>) -> Execution {
         self.calls.borrow_mut().push((request.stage.to_string(), request.attempt));
+        self.agents.borrow_mut().push(request.agent.as_ref().map(|a| a.name.clone()));
         let group = ProcessGroup { pgid: 100 + request.attempt as i32, start_time: None, host: None };
         let _ = notices.send(Notice::ProcessStarted { group, command: "x".into() });
         let (outcome, stdout) = self.script.borrow_mut().pop_front().unwrap_or((ExecOutcome::Exited(0), ""));
@@ -279,6 +284,7 @@ impl Runner for ScriptedRunner {
             stderr: String::new(),
             duration: Duration::from_millis(10),
             usage: None,
+            unfixable: self.unfixable.borrow_mut().pop_front().flatten(),
         }
     }
 
@@ -294,6 +300,7 @@ impl Runner for ScriptedRunner {
             stderr: String::new(),
             duration: Duration::ZERO,
             usage: None,
+            unfixable: None,
         }
     }
 }

@@ -64,6 +64,7 @@ impl History {
             output_tail: String::new(),
             pattern: None,
             classified_by: None,
+            unfixable: None,
         }
     }
 

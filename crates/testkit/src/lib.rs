@@ -55,6 +55,7 @@ pub fn classified(summary: &str, pattern: &str, lines: &[&str]) -> loopwright_jo
         lines: lines.iter().map(|l| (*l).to_owned()).collect(),
         pattern: Some(pattern.into()),
         classified_by: None,
+        unfixable: None,
         confidence: 0.98,
         signals: vec![],
         evidence: vec![],

@@ -258,6 +258,10 @@ pub struct Attempt {
     /// The closed loop's phases of this attempt (generated, validated, evaluated, analyzed,
     /// fix_applied, …), as journaled.
     pub phases: Vec<loopwright_engine::Event>,
+    /// The agent that made it, when the stage had fallen back from its own agent.
+    pub agent: Option<String>,
+    /// After it, the agent that took the stage over and why.
+    pub fell_back: Option<loopwright_engine::state::FellBack>,
 }
 
 /// A stage's attempts.
@@ -304,6 +308,8 @@ pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&Eve
             retry_context: None,
             usage: None,
             phases: Vec::new(),
+            agent: st.attempt_log.iter().find(|a| a.attempt == number).and_then(|a| a.agent.clone()),
+            fell_back: st.fell_back.iter().find(|f| f.attempt == number).cloned(),
         };
         a.retry_context = a.prompt.as_deref().and_then(retry_context);
         for r in events {

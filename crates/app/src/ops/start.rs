@@ -370,22 +370,35 @@ fn stage_arg(pipeline: &Pipeline, name: &str, what: &str) -> Result<StageId, Err
 }
 
 /// Refuses, before anything runs, a pipeline whose stages use a coding-agent CLI that is not
-/// installed.
+/// installed, unless an agent of the stage's `fallback:` can take over.
 fn check_runners(pipeline: &Pipeline, start_from: Option<&StageId>) -> Result<(), Error> {
     use loopwright_runners::presets;
     use loopwright_spec::Mode;
     let start = start_from.and_then(|s| pipeline.index_of(s.as_str())).unwrap_or(0);
     let mut problems: Vec<String> = Vec::new();
-    for (s, a) in pipeline.stages[start..].iter().filter_map(|s| pipeline.agent_of(s).map(|a| (s, a))) {
-        let Some(install) = presets::install_hint(a.runner) else { continue };
+    // Why an agent cannot be started here, if it cannot.
+    let missing = |a: &loopwright_spec::Agent| -> Option<String> {
+        let install = presets::install_hint(a.runner)?;
         let argv = presets::invocation(a, Mode::Agent).map(|i| i.argv).unwrap_or_default();
         let program = argv.first().cloned().unwrap_or_default();
-        if !loopwright_runners::process::resolve(&program).is_absolute() {
-            problems.push(format!(
-                "stage `{}` uses agent `{}` ({}, `runner: {}`), but `{program}` is not on PATH (install it: {install})",
-                s.id, a.name, a.file, a.runner
-            ));
+        (!loopwright_runners::process::resolve(&program).is_absolute()).then(|| {
+            format!(
+                "agent `{}` ({}, `runner: {}`), but `{program}` is not on PATH (install it: {install})",
+                a.name, a.file, a.runner
+            )
+        })
+    };
+    for (s, a) in pipeline.stages[start..].iter().filter_map(|s| pipeline.agent_of(s).map(|a| (s, a))) {
+        let Some(why) = missing(a) else { continue };
+        let fallbacks = s.fallback.iter().filter_map(|f| pipeline.agents.get(f));
+        if fallbacks.clone().any(|f| missing(f).is_none()) {
+            continue;
         }
+        let mut problem = format!("stage `{}` uses {why}", s.id);
+        for f in fallbacks.filter_map(&missing) {
+            problem.push_str(&format!("; its fallback {f}"));
+        }
+        problems.push(problem);
     }
     if problems.is_empty() {
         return Ok(());

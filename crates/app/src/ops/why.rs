@@ -640,6 +640,7 @@ mod tests {
             output_tail: "compiling\n\nerror[E0308]: mismatched types\n  --> src/lib.rs:3:5\n".into(),
             pattern: Some("compile-error".into()),
             classified_by: None,
+            unfixable: None,
         };
         let s = state(vec![
             Event::AttemptStarted { stage: stage("build"), attempt: 1 },

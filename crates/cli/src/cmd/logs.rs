@@ -121,6 +121,10 @@ pub fn line(r: &EventRecord) -> String {
             if *rollback { " (roll back completed stages)" } else { "" }
         ),
         Event::AttemptStarted { stage, attempt } => format!("{stage}: attempt {attempt} started"),
+        Event::AgentFellBack { stage, attempt, from, to, reason } => format!(
+            "{stage}: agent `{from}` cannot go on after attempt {attempt} ({reason}: {}); agent `{to}` takes over",
+            reason.describe()
+        ),
         Event::ProcessStarted { stage, pgid, command, .. } => format!("{stage}: process group {pgid}: {command}"),
         Event::AttemptSucceeded { stage, attempt, duration_ms, outputs } => format!(
             "{stage}: attempt {attempt} succeeded in {}{}",

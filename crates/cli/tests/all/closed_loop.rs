@@ -667,3 +667,36 @@ fn an_unreadable_earlier_journal_does_not_stop_the_measure_or_the_run() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_closed_loop_whose_agent_is_not_installed_falls_back_and_the_next_agent_sees_why() {
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/agents/missing.md",
+        "---\nname: missing\nrunner: command\ncommand: [\"no-such-agent-cli-7f3a\"]\nfallback: [dev]\n---\nYou fix code.\n",
+    );
+    agent(&ws, "dev", "cat > prompt.txt\nprintf 'done\\n' > out.txt\necho wrote it\n");
+    pipeline(
+        &ws,
+        "missing",
+        "agent",
+        "    checks:\n      - name: written\n        type: command\n        command: grep -q done out.txt\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "loop", "--task", "write it", "--task-id", "task-fb"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(closed_loop(&result)["status"], "success", "{result}");
+    assert_eq!(closed_loop(&result)["attempts"], 2, "{result}");
+    assert!(
+        stderr.contains("⇢ implement: agent `missing` cannot go on after attempt 1 (its program is not installed); agent `dev` takes over\n"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("▶ implement [dev, agent mode]"), "{stderr}");
+    let prompt = std::fs::read_to_string(ws.path().join("prompt.txt")).expect("dev's prompt");
+    assert!(prompt.contains("    <failure attempt=\"1\" agent=\"missing\">\n"), "{prompt}");
+    assert!(
+        prompt.contains("    Attempt 1: agent `missing` could not go on (cli_missing: its program is not installed); agent `dev` took over.\n"),
+        "{prompt}"
+    );
+    // The budget of the loop is the new agent's own.
+    assert!(prompt.contains("<retry_context attempt=\"2\" max_attempts=\""), "{prompt}");
+}

@@ -685,3 +685,75 @@ fn loopwright_killed_while_its_agent_is_being_asked_asks_again_on_resume_and_jou
     let generated = journal.iter().filter(|e| e["event"]["type"] == "generated").count();
     assert_eq!(generated, 1, "the attempt is not run again");
 }
+
+#[test]
+fn a_model_rate_limited_past_its_wait_then_a_refused_key_fall_back_to_the_next_agents() {
+    let refused = |status: &'static str, body: &str| Reply::Http {
+        status,
+        headers: vec!["content-type: application/json".into(), "retry-after: 0".into()],
+        chunks: vec![body.to_owned()],
+    };
+    // The first model answers 429 to every try (six), the second refuses the key.
+    let limited =
+        Server::start((0..6).map(|_| refused("429 Too Many Requests", "{\"error\": \"slow down\"}")).collect());
+    let unauthorized =
+        Server::start(vec![refused("401 Unauthorized", "{\"error\": {\"message\": \"Incorrect API key provided\"}}")]);
+    let ws = Ws::empty();
+    let model = |name: &str, runner: &str, port: u16, fallback: &str| {
+        ws.write(
+            &format!(".loopwright/agents/{name}.md"),
+            &format!("---\nrunner: {runner}\nmodel: test-model\nbase_url: http://127.0.0.1:{port}/v1\napi_key_env: LW_TEST_KEY\n{fallback}---\nYou are careful.\n"),
+        );
+    };
+    model("busy", "openai", limited.port, "fallback: [locked, local]\n");
+    model("locked", "anthropic", unauthorized.port, "");
+    ws.write(
+        ".loopwright/agents/local.md",
+        "---\nrunner: command\ncommand: [\"sh\", \"-c\", \"cat > prompt.txt; printf '## summary\\\\nfrom local\\\\n'\"]\n---\n",
+    );
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        "name: p\ndescription: d\nversion: 1\nstages:\n  - id: ask\n    description: Summarise\n    agent: busy\n    mode: agent\n    outputs: [summary]\n",
+    );
+    let (code, result, stderr) = run(&ws);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stages(&result), vec![st("ask", "success", 3, None)]);
+    assert_eq!(result["artifacts"], json!({"summary": "from local"}));
+    assert_eq!((limited.requests().len(), unauthorized.requests().len()), (6, 1));
+
+    // The journal says who took over and why.
+    let (_, logs, _) = ws.run(&["logs", "latest", "--json"]);
+    let logs: Vec<serde_json::Value> = logs.lines().map(|l| serde_json::from_str(l).expect("an event")).collect();
+    let fell_back: Vec<&serde_json::Value> = logs.iter().filter(|e| e["event"]["type"] == "agent_fell_back").collect();
+    assert_eq!(
+        fell_back.iter().map(|e| e["event"].clone()).collect::<Vec<_>>(),
+        vec![
+            json!({"type": "agent_fell_back", "stage": "ask", "attempt": 1, "from": "busy", "to": "locked", "reason": "rate_limit"}),
+            json!({"type": "agent_fell_back", "stage": "ask", "attempt": 2, "from": "locked", "to": "local", "reason": "authentication"}),
+        ]
+    );
+    let failed: Vec<serde_json::Value> = logs
+        .iter()
+        .filter(|e| e["event"]["type"] == "attempt_failed")
+        .map(|e| e["event"]["error"]["unfixable"].clone())
+        .collect();
+    assert_eq!(failed, vec![json!("rate_limit"), json!("authentication")]);
+    let (_, text, _) = ws.run(&["logs", "latest"]);
+    assert!(
+        text.contains("ask: agent `locked` cannot go on after attempt 2 (authentication: its credentials were refused); agent `local` takes over\n"),
+        "{text}"
+    );
+
+    // The agent that took over was told who tried what.
+    let prompt = std::fs::read_to_string(ws.path().join("prompt.txt")).expect("the local agent's prompt");
+    let context = &prompt[prompt.find("<retry_context").expect("retry context")..];
+    assert!(context.starts_with("<retry_context attempt=\"3\" max_attempts=\"3\">\n"), "{context}");
+    assert!(context.contains("    <failure attempt=\"1\" agent=\"busy\">\n"), "{context}");
+    assert!(context.contains("    <failure attempt=\"2\" agent=\"locked\">\n"), "{context}");
+    assert!(
+        context.contains(
+            "  <agent_fallback>\n    Attempt 1: agent `busy` could not go on (rate_limit: its provider kept rate-limiting it past its wait); agent `locked` took over.\n    Attempt 2: agent `locked` could not go on (authentication: its credentials were refused); agent `local` took over.\n  </agent_fallback>\n"
+        ),
+        "{context}"
+    );
+}

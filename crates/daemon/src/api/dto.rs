@@ -867,6 +867,8 @@ pub struct AgentInfo {
     pub modes: Vec<String>,
     /// What it may reach in a sandbox.
     pub network: Option<AgentNetwork>,
+    /// The agents that take a stage's attempt over when it cannot go on, in order.
+    pub fallback: Vec<String>,
     /// Its persona (the file's body).
     pub persona: String,
     /// Its file.
@@ -915,6 +917,7 @@ impl From<&loopwright_spec::Agent> for AgentInfo {
                     hosts.iter().map(|h| NetworkHost { host: h.host.clone(), port: h.port }).collect(),
                 ),
             }),
+            fallback: a.fallback.clone(),
             persona: a.persona.clone(),
             file: a.file.clone(),
         }

@@ -163,6 +163,43 @@ pub struct StageError {
     /// What decided that pattern: `pattern`, `statistical`, `agent` or `none` (unclassified).
     #[schema(required = false)]
     classified_by: Option<String>,
+    /// Why the attempt's agent cannot fix this failure, when that is what it is: another agent
+    /// of the stage's `fallback:` takes over.
+    #[schema(required = false)]
+    unfixable: Option<Unfixable>,
+}
+
+/// A failure an agent cannot fix by trying again.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum Unfixable {
+    /// Its provider kept refusing for too many requests, past the wait allowed.
+    RateLimit,
+    /// Its quota or credit is spent.
+    Quota,
+    /// Its credentials were refused or are missing.
+    Authentication,
+    /// Its model does not exist or is not available to it.
+    ModelMissing,
+    /// Its program is not installed.
+    CliMissing,
+    /// The prompt does not fit its model's context.
+    ContextLength,
+}
+
+/// An agent that could not go on, and the agent that took the stage's attempts over.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct FellBack {
+    /// The attempt that failed.
+    attempt: u32,
+    /// The agent that could not go on.
+    from: String,
+    /// The agent that took over.
+    to: String,
+    /// Why.
+    reason: Unfixable,
 }
 
 /// What an agent attempt used.
@@ -216,6 +253,10 @@ pub struct Attempt {
     usage: Option<Usage>,
     /// The closed loop's phases of this attempt, as journal events.
     phases: Vec<Event>,
+    /// The agent that made it, when the stage had fallen back from its own agent.
+    agent: Option<String>,
+    /// After it, the agent that took the stage over and why.
+    fell_back: Option<FellBack>,
 }
 
 /// One journal event: its `type` says which; each type's own fields are as `logs --json`
@@ -373,6 +414,7 @@ mod tests {
             output_tail: "boom".into(),
             pattern: Some("test-failure".into()),
             classified_by: Some(loopwright_engine::closed_loop::ClassifiedBy::Pattern),
+            unfixable: Some(loopwright_engine::event::Unfixable::Quota),
         };
         let events = vec![
             Event::RunStarted(Box::new(serde_json::from_value(started).expect("start"))),
@@ -431,6 +473,13 @@ mod tests {
                 quota_wait_ms: 9,
             }),
             phases: vec![Event::LoopEscalated { stage: stage("build"), attempt: 1, reason: "r".into() }],
+            agent: Some("b".into()),
+            fell_back: Some(loopwright_engine::state::FellBack {
+                attempt: 1,
+                from: "b".into(),
+                to: "c".into(),
+                reason: loopwright_engine::event::Unfixable::Authentication,
+            }),
         };
         let attempts = serde_json::to_value(vec![attempt]).expect("json");
         misfits(

@@ -20,6 +20,8 @@ pub const MAX_FAILURES_SHOWN: usize = 5;
 pub struct PriorFailure {
     /// Its attempt.
     pub attempt: u32,
+    /// The agent that made it, named when the stage has fallen back from one agent to another.
+    pub agent: Option<String>,
     /// Seed 001 failure type.
     pub failure_type: String,
     /// When.
@@ -47,6 +49,7 @@ pub fn loop_failures(state: &LoopState) -> Vec<PriorFailure> {
             let f = it.failure.as_ref()?;
             Some(PriorFailure {
                 attempt: it.attempt,
+                agent: None,
                 failure_type: f.failure_type.as_str().to_owned(),
                 timestamp: it.at,
                 summary: f.summary.clone(),
@@ -80,7 +83,13 @@ fn indent(text: &str, by: &str) -> String {
 }
 
 /// The `<retry_context>` block (seed 001 "Feedback Injection Format"), placed before the task.
-pub fn retry_context(attempt: u32, max: u32, user_fix: Option<&str>, failures: &[PriorFailure]) -> String {
+pub fn retry_context(
+    attempt: u32,
+    max: u32,
+    user_fix: Option<&str>,
+    failures: &[PriorFailure],
+    fell_back: &[crate::state::FellBack],
+) -> String {
     let mut p = String::new();
     let _ = writeln!(p, "<retry_context attempt=\"{attempt}\" max_attempts=\"{max}\">");
     if let Some(text) = user_fix {
@@ -92,7 +101,14 @@ pub fn retry_context(attempt: u32, max: u32, user_fix: Option<&str>, failures: &
     }
     p.push_str("  <previous_failures>\n");
     for f in &failures[failures.len().saturating_sub(MAX_FAILURES_SHOWN)..] {
-        let _ = writeln!(p, "    <failure attempt=\"{}\">", f.attempt);
+        match &f.agent {
+            Some(agent) => {
+                let _ = writeln!(p, "    <failure attempt=\"{}\" agent=\"{agent}\">", f.attempt);
+            }
+            None => {
+                let _ = writeln!(p, "    <failure attempt=\"{}\">", f.attempt);
+            }
+        }
         let _ = writeln!(p, "      <type>{}</type>", f.failure_type);
         let _ = writeln!(p, "      <timestamp>{}</timestamp>", f.timestamp.strftime("%Y-%m-%dT%H:%M:%SZ"));
         let _ = writeln!(p, "      <error_summary>\n{}\n      </error_summary>", indent(&f.summary, "        "));
@@ -120,6 +136,21 @@ pub fn retry_context(attempt: u32, max: u32, user_fix: Option<&str>, failures: &
         p.push_str("    </failure>\n");
     }
     p.push_str("  </previous_failures>\n\n");
+    if !fell_back.is_empty() {
+        p.push_str("  <agent_fallback>\n");
+        for f in fell_back {
+            let _ = writeln!(
+                p,
+                "    Attempt {}: agent `{}` could not go on ({}: {}); agent `{}` took over.",
+                f.attempt,
+                f.from,
+                f.reason,
+                f.reason.describe(),
+                f.to
+            );
+        }
+        p.push_str("  </agent_fallback>\n\n");
+    }
     let learnings = learnings(failures);
     if !learnings.is_empty() {
         let _ = writeln!(
@@ -294,6 +325,7 @@ mod tests {
     fn retry_context_has_the_seed_001_shape() {
         let failures = vec![PriorFailure {
             attempt: 1,
+            agent: None,
             failure_type: "verification_failed".into(),
             timestamp: "2026-01-26T14:30:00Z".parse().expect("ts"),
             summary: "check `tests_pass` (`npm test`) returned exit code 1".into(),
@@ -304,7 +336,7 @@ mod tests {
             pattern: Some(("test-failure".into(), 0.95, Some(Strategy::AnalyzeThenFix))),
         }];
         assert_eq!(
-            retry_context(2, 3, Some("check for whitespace with .trim()"), &failures),
+            retry_context(2, 3, Some("check for whitespace with .trim()"), &failures, &[]),
             r#"<retry_context attempt="2" max_attempts="3">
   <user_intervention>
     <instruction priority="high">

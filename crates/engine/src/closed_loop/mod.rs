@@ -143,6 +143,7 @@ pub fn classify(
         alternatives: pattern.map(|p| p.alternatives.clone()).unwrap_or_default(),
         max_auto_retries: pattern.map(|p| p.max_auto_retries),
         retryable: pattern.is_none_or(|p| p.retryable),
+        unfixable: None,
     }
 }
 
@@ -303,6 +304,7 @@ mod tests {
             lines: vec![],
             pattern: pattern.map(str::to_owned),
             classified_by: None,
+            unfixable: None,
             confidence: 0.9,
             signals: vec![],
             evidence: vec![],

@@ -16,6 +16,10 @@ pub(super) fn loop_step(pipeline: &Pipeline, state: &RunState, stage: &Stage, no
         return Step::Evaluate { stage: id, attempt: it.attempt };
     }
     let Some(analysis) = &it.analysis else {
+        let unfixable = it.failure.as_ref().and_then(|f| f.unfixable);
+        if let Some(step) = super::fallback::fall_back(pipeline, stage, st, unfixable, it.attempt) {
+            return step;
+        }
         return Step::Analyze { stage: id, attempt: it.attempt };
     };
     match analysis.next {
@@ -69,6 +73,7 @@ fn gave_up(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Step {
                 output_tail: failure.output.clone(),
                 pattern: failure.pattern.clone(),
                 classified_by: None,
+                unfixable: None,
             },
         });
     }

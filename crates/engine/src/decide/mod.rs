@@ -12,6 +12,7 @@ use crate::state::{RunState, StageStatus};
 
 mod condition;
 mod deliver;
+mod fallback;
 mod feedback;
 mod looping;
 
@@ -209,6 +210,7 @@ fn condition_step(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Optio
                 output_tail: String::new(),
                 pattern: None,
                 classified_by: None,
+                unfixable: None,
             },
         })),
     }
@@ -267,6 +269,7 @@ pub(super) fn new_attempt(pipeline: &Pipeline, state: &RunState, stage: &Stage, 
                 output_tail: String::new(),
                 pattern: None,
                 classified_by: None,
+                unfixable: None,
             },
         }),
     }
@@ -316,20 +319,26 @@ fn after_failure(pipeline: &Pipeline, state: &RunState, stage: &Stage) -> Step {
         output_tail: String::new(),
         pattern: None,
         classified_by: None,
+        unfixable: None,
     });
+    if let Some(step) = fallback::fall_back(pipeline, stage, st, error.unfixable, st.attempts) {
+        return step;
+    }
+    // The retry budget counts from the pass's start, or from when the agent took over.
+    let base = st.pass_base.max(st.agent_since);
     if let Some(policy) = &stage.retry
         && error.kind.is_retryable()
-        && st.attempts - st.pass_base < policy.max_attempts
+        && st.attempts - base < policy.max_attempts
         && state.retries_used < pipeline.max_retries
     {
-        let delay = policy.delay(st.attempts - st.pass_base);
+        let delay = policy.delay(st.attempts - base);
         let secs = policy.initial_delay.as_secs_f64();
         let how = match policy.backoff {
             loopwright_spec::pipeline::Backoff::Exponential => {
-                format!("exponential backoff {secs}s * 2^{}", st.attempts - st.pass_base - 1)
+                format!("exponential backoff {secs}s * 2^{}", st.attempts - base - 1)
             }
             loopwright_spec::pipeline::Backoff::Linear => {
-                format!("linear backoff {secs}s * {}", st.attempts - st.pass_base)
+                format!("linear backoff {secs}s * {}", st.attempts - base)
             }
             loopwright_spec::pipeline::Backoff::Fixed => format!("fixed backoff {secs}s"),
         };

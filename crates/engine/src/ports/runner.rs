@@ -171,6 +171,9 @@ pub struct Execution {
     pub duration: Duration,
     /// Tokens the agent reported using (presets with machine-readable output, HTTP runners).
     pub usage: Option<crate::event::Usage>,
+    /// Why the agent cannot fix this failure, when its runner knows it is such a failure (its
+    /// provider's answer, its CLI's own words, its program not found): another agent may.
+    pub unfixable: Option<crate::event::Unfixable>,
 }
 
 impl Execution {

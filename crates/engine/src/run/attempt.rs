@@ -42,7 +42,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
             stage: stage.id.clone(),
             attempt,
             mode: stage.mode,
-            agent: self.pipeline.agent_of(stage).cloned(),
+            agent: super::agent_now(self.pipeline, state, stage).cloned(),
             commands: stage.run.clone(),
             prompt: build_prompt(self.pipeline, stage, state),
             timeout: capped_timeout(self.pipeline, state, stage),
@@ -124,7 +124,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                 self.record(state, event).await
             }
             Notice::RateLimited { detail, until } => {
-                if let Some(agent) = self.pipeline.stage(stage.as_str()).and_then(|s| self.pipeline.agent_of(s)) {
+                if let Some(agent) =
+                    self.pipeline.stage(stage.as_str()).and_then(|s| super::agent_now(self.pipeline, state, s))
+                {
                     self.limits.exhausted(agent, &detail, until).await;
                 }
                 Ok(())

@@ -39,11 +39,11 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         holder: &str,
     ) -> Result<Confined, StoreError> {
         let stage_id = &stage.id;
-        let mut confine = self.confinement(stage);
+        let mut confine = self.confinement(state, stage);
         let apart = confine.sandbox && self.changes.confined();
         // A model's edits are written by loopwright itself, through the path guard, into the
         // workspace: its attempt is snapshotted, not given a layer its edits would miss.
-        let http = self.pipeline.agent_of(stage).is_some_and(|a| a.runner.is_http());
+        let http = super::agent_now(self.pipeline, state, stage).is_some_and(|a| a.runner.is_http());
         if apart && stage.mode == Mode::Agent && !http {
             let name = format!("{stage_id}-{attempt}");
             let event = match self.changes.make_layer(&state.run_id, &name) {
@@ -84,9 +84,10 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                     output_tail: String::new(),
                     pattern: None,
                     classified_by: None,
+                    unfixable: None,
                 };
                 // What the attempt took of its provider goes back: it never ran.
-                if self.pipeline.agent_of(stage).is_some() {
+                if super::agent_now(self.pipeline, state, stage).is_some() {
                     self.limits.give(holder, 0).await;
                 }
                 let failed = Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms: 0, error };

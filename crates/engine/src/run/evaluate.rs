@@ -310,7 +310,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         context: &crate::patterns::Context,
     ) {
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
-        let Some(agent) = self.pipeline.agent_of(stage).filter(|a| a.runner.is_model_or_cli()) else {
+        let Some(agent) = super::agent_now(self.pipeline, state, stage).filter(|a| a.runner.is_model_or_cli()) else {
             return;
         };
         if !self.settings.classify.ask_agent {
@@ -331,7 +331,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         let question = closed_loop::ask::question(self.patterns, failure, context);
         // The stage's sandbox and network, the workspace read-only (plan mode): the question
         // carries what failed; the agent is to read, not change.
-        let confine = self.confinement(stage);
+        let confine = self.confinement(state, stage);
         let limit = std::time::Duration::from_secs(self.settings.classify.timeout_seconds);
         let request = StageRequest {
             run_id: state.run_id.clone(),

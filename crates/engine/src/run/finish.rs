@@ -90,7 +90,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                 let full = format!("{}\n{}", execution.stderr, execution.stdout_tail());
                 let summary = format!("the agent {}", error.message);
                 let context = execution.outcome.context(None, None);
-                let f = closed_loop::classify(self.patterns, "generate", failure_type, summary, &full, &context);
+                let mut f = closed_loop::classify(self.patterns, "generate", failure_type, summary, &full, &context);
+                f.unfixable = execution.unfixable;
                 (Default::default(), Some(Box::new(f)))
             }
         };
@@ -147,6 +148,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
             output_tail: output_tail(&execution.stdout),
             pattern: None,
             classified_by: None,
+            unfixable: None,
         };
         let duration_ms = u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX);
         self.record(state, Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms, error }).await?;
@@ -217,6 +219,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                 output_tail: String::new(),
                 pattern: None,
                 classified_by: None,
+                unfixable: None,
             }),
         })
     }
@@ -241,6 +244,7 @@ fn explained(
     execution: &Execution,
     mut error: StageError,
 ) -> StageError {
+    error.unfixable = execution.unfixable;
     if error.exit_code.is_some() || error.kind == FailureKind::Timeout {
         let command = (!stage.run.is_empty()).then(|| stage.run.join(" && "));
         let context = execution.outcome.context(command.as_deref(), None);
@@ -298,6 +302,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
                     output_tail: output_tail(&execution.stdout),
                     pattern: None,
                     classified_by: None,
+                    unfixable: None,
                 })
             }
         }
@@ -308,6 +313,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
             output_tail: tail(),
             pattern: None,
             classified_by: None,
+            unfixable: None,
         }),
         ExecOutcome::Signaled(signal) => Err(StageError {
             kind: FailureKind::ExecutionError,
@@ -316,6 +322,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
             output_tail: tail(),
             pattern: None,
             classified_by: None,
+            unfixable: None,
         }),
         ExecOutcome::TimedOut => Err(StageError {
             kind: FailureKind::Timeout,
@@ -327,6 +334,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
             output_tail: tail(),
             pattern: None,
             classified_by: None,
+            unfixable: None,
         }),
         ExecOutcome::SpawnFailed(why) => Err(StageError {
             kind: FailureKind::ValidationError,
@@ -335,6 +343,7 @@ fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Out
             output_tail: String::new(),
             pattern: None,
             classified_by: None,
+            unfixable: None,
         }),
     }
 }

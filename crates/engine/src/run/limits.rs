@@ -32,7 +32,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         attempt: u32,
         holder: &str,
     ) -> Result<Acquired, StoreError> {
-        let Some(agent) = self.pipeline.agent_of(stage) else { return Ok(Acquired::Taken) };
+        let Some(agent) = super::agent_now(self.pipeline, state, stage) else { return Ok(Acquired::Taken) };
         let mut waited: Option<String> = None;
         loop {
             match self.limits.take(agent, holder).await? {

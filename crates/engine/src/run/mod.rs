@@ -208,7 +208,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     async fn shell(&self, state: &RunState, stage: &StageId, command: &str, timeout: std::time::Duration) -> Execution {
         let workspace = self.workspace(state);
         let spec = self.pipeline.stage(stage.as_str()).expect("the state machine only names pipeline stages");
-        let mut confine = self.confinement(spec);
+        let mut confine = self.confinement(state, spec);
         // Checks reach only the hosts a stage names, never its model.
         if !matches!(spec.network, Some(Network::Hosts(_))) {
             confine.network = Network::None;
@@ -228,8 +228,8 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     /// How a stage's processes are confined (without a layer: [`Self::execute`] adds it): in a
     /// sandbox unless the stage or the workspace turns it off; reaching the network the stage
     /// names, else its agent's, else the agent's model (an agent) or nothing (shell commands).
-    fn confinement(&self, stage: &loopwright_spec::Stage) -> crate::ports::Confinement {
-        let agent = self.pipeline.agent_of(stage);
+    fn confinement(&self, state: &RunState, stage: &loopwright_spec::Stage) -> crate::ports::Confinement {
+        let agent = agent_now(self.pipeline, state, stage);
         let default = if agent.is_some() { Network::Model } else { Network::None };
         let network = stage.network.clone().or_else(|| agent.and_then(|a| a.network.clone())).unwrap_or(default);
         let mode = self.settings.sandbox.mode(&stage.id);
@@ -257,6 +257,15 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         };
         self.record(state, event).await
     }
+}
+
+/// The agent `stage`'s attempts run with in `state`: the one it fell back to, else its own.
+pub(crate) fn agent_now<'p>(
+    pipeline: &'p Pipeline,
+    state: &RunState,
+    stage: &loopwright_spec::Stage,
+) -> Option<&'p loopwright_spec::Agent> {
+    pipeline.agent_now(stage, state.stage(stage.id.as_str()).and_then(|s| s.agent.as_deref()))
 }
 
 /// The end of an output (kept in errors and the journal), at most
