@@ -100,6 +100,11 @@ impl Daemon {
         (r.status().as_u16(), r.text().unwrap_or_default())
     }
 
+    /// A page of the dashboard as the daemon's own token sees it.
+    pub(crate) fn page(&self, path: &str) -> (u16, String) {
+        self.page_as(path, &self.token)
+    }
+
     pub(crate) fn delete(&self, path: &str) -> (u16, Value) {
         let r = self.http.delete(self.url(path)).bearer_auth(&self.token).send().expect("DELETE");
         (r.status().as_u16(), r.json().unwrap_or(Value::Null))

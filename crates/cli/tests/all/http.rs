@@ -744,6 +744,32 @@ fn a_model_rate_limited_past_its_wait_then_a_refused_key_fall_back_to_the_next_a
         "{text}"
     );
 
+    // The API and the run's page say which agent made each attempt and who took over.
+    let run = result["run_id"].as_str().expect("run id").to_owned();
+    let daemon = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, attempts) = daemon.get(&format!("/api/runs/{run}/stages/ask/attempts"));
+    assert_eq!(code, 200, "{attempts}");
+    let who: Vec<(serde_json::Value, serde_json::Value)> =
+        attempts.as_array().expect("attempts").iter().map(|a| (a["agent"].clone(), a["fell_back"].clone())).collect();
+    assert_eq!(
+        who,
+        vec![
+            (json!(null), json!({"attempt": 1, "from": "busy", "to": "locked", "reason": "rate_limit"})),
+            (json!("locked"), json!({"attempt": 2, "from": "locked", "to": "local", "reason": "authentication"})),
+            (json!("local"), json!(null)),
+        ]
+    );
+    let (code, page) = daemon.page(&format!("/runs/{run}"));
+    assert_eq!(code, 200);
+    for shown in [
+        "Attempt 2 by locked — failed",
+        "Attempt 3 by local — succeeded",
+        "<p class=\"fell-back\">Agent locked could not go on (its credentials were refused); agent local took the stage over.</p>",
+    ] {
+        assert!(page.contains(shown), "{shown}\n{page}");
+    }
+    drop(daemon);
+
     // The agent that took over was told who tried what.
     let prompt = std::fs::read_to_string(ws.path().join("prompt.txt")).expect("the local agent's prompt");
     let context = &prompt[prompt.find("<retry_context").expect("retry context")..];

@@ -173,6 +173,10 @@ struct AttemptView {
     usage: Option<String>,
     /// What the closed loop did, phase by phase.
     phases: Vec<ops::why::Phase>,
+    /// The agent that made it, when the stage had fallen back from its own.
+    agent: Option<String>,
+    /// After it, who took the stage over and why, in words.
+    fell_back: Option<String>,
 }
 
 /// Everything the run page shows.
@@ -406,6 +410,10 @@ fn attempt_context(a: &read::Attempt, live: bool) -> AttemptView {
         retry_context: a.retry_context.clone(),
         usage,
         phases,
+        agent: a.agent.clone(),
+        fell_back: a.fell_back.as_ref().map(|f| {
+            format!("Agent {} could not go on ({}); agent {} took the stage over.", f.from, f.reason.describe(), f.to)
+        }),
     }
 }
 
