@@ -13,6 +13,12 @@ use crate::pipeline::{
     Rollback, RollbackStrategy, Stage, StageId,
 };
 use crate::raw::{RawNetworkValue, RawPipeline, RawRun, RawStage};
+
+/// The stages' graph, by position: what each needs, and what each needs through others.
+struct Graph {
+    needs: Vec<Vec<usize>>,
+    ancestors: Vec<BTreeSet<usize>>,
+}
 use crate::sandbox::{Host, Network, SandboxMode};
 
 /// Inputs every pipeline may use without a stage producing them.
@@ -33,7 +39,7 @@ pub struct CompileContext<'a> {
 
 /// Parses and validates a pipeline file.
 pub fn compile(source: &SourceFile, cx: &CompileContext<'_>) -> Result<Pipeline, Diagnostics> {
-    let mut c = Compiler { source, diags: Diagnostics::default() };
+    let mut c = Compiler { source, diags: Diagnostics::default(), producers: BTreeMap::new(), at: 0 };
     c.diags.add_source(source);
     let raw: RawPipeline =
         match serde_saphyr::from_str_with_options(&source.text, serde_saphyr::options! { with_snippet: false }) {
@@ -60,6 +66,10 @@ pub fn compile(source: &SourceFile, cx: &CompileContext<'_>) -> Result<Pipeline,
 struct Compiler<'a> {
     source: &'a SourceFile,
     diags: Diagnostics,
+    /// Each output key and the first stage that declares it (its id and position).
+    producers: BTreeMap<String, (String, usize)>,
+    /// The position of the stage being compiled.
+    at: usize,
 }
 
 /// Where a diagnostic points when it has no node of its own.
@@ -207,6 +217,19 @@ impl Compiler<'_> {
             self.source.clone(),
         );
         pipeline.budget = budget?;
+        pipeline.max_parallel = match &raw.max_parallel {
+            None => crate::pipeline::DEFAULT_MAX_PARALLEL,
+            Some(m) if m.value < 1 || m.value > 64 => {
+                self.error(
+                    Some(&m.referenced),
+                    None,
+                    "max_parallel",
+                    format!("`max_parallel` is {}, expected 1 to 64 stages at once", m.value),
+                );
+                crate::pipeline::DEFAULT_MAX_PARALLEL
+            }
+            Some(m) => usize::try_from(m.value).unwrap_or(crate::pipeline::DEFAULT_MAX_PARALLEL),
+        };
         pipeline.repo = raw.repo.as_ref().and_then(|repo| {
             let fine = !repo.value.trim().is_empty() && !repo.value.starts_with('-');
             if !fine {
@@ -248,27 +271,168 @@ impl Compiler<'_> {
         let all_ids: BTreeSet<String> =
             raw.iter().filter_map(|s| s.value.id.as_ref().map(|i| i.value.clone())).collect();
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-        let mut earlier: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut modes: BTreeMap<String, Mode> = BTreeMap::new();
+        let graph = self.graph(raw);
+        for (i, rs) in raw.iter().map(|s| &s.value).enumerate() {
+            for output in rs.outputs.iter().flatten() {
+                if let Some(id) = &rs.id {
+                    self.producers.entry(output.value.clone()).or_insert_with(|| (id.value.clone(), i));
+                }
+            }
+        }
         let mut stages = Vec::new();
         for (index, spanned) in raw.iter().enumerate() {
             let rs = &spanned.value;
             let label = rs.id.as_ref().map_or_else(|| format!("#{}", index + 1), |i| i.value.clone());
             let anchor = Anchor { stage: Some(&label), location: &spanned.referenced };
             let id = self.stage_id(rs, anchor, &mut seen, index);
-            let stage = self.stage(rs, anchor, id.clone(), &earlier, &all_ids, &var_names, initial_inputs, &modes, cx);
-            if let Some(id) = &id {
-                let outputs = rs.outputs.iter().flatten().map(|o| o.value.clone()).collect();
-                earlier.insert(id.to_string(), outputs);
-                if let Some(mode) = rs.mode.as_ref().and_then(|m| Mode::parse(&m.value)) {
-                    modes.insert(id.to_string(), mode);
+            // What a stage may read (inputs, conditions) and loop back to comes from the
+            // stages it needs, directly or through others: in a line, every stage before it.
+            let mut earlier: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            let mut modes: BTreeMap<String, Mode> = BTreeMap::new();
+            for &a in &graph.ancestors[index] {
+                let before = &raw[a].value;
+                let Some(aid) = before.id.as_ref().map(|i| i.value.clone()) else { continue };
+                earlier.insert(aid.clone(), before.outputs.iter().flatten().map(|o| o.value.clone()).collect());
+                if let Some(mode) = before.mode.as_ref().and_then(|m| Mode::parse(&m.value)) {
+                    modes.insert(aid, mode);
                 }
             }
-            if let Some(stage) = stage {
+            self.at = index;
+            let stage = self.stage(rs, anchor, id.clone(), &earlier, &all_ids, &var_names, initial_inputs, &modes, cx);
+            if let Some(mut stage) = stage {
+                stage.needs = graph.needs[index].iter().filter_map(|&n| raw[n].value.id.as_ref()).filter_map(|i| StageId::parse(&i.value)).collect();
                 stages.push(stage);
             }
         }
         stages
+    }
+
+    /// The stages' graph: what each needs (its `needs:`, else the stage before it), checked —
+    /// known ids, none twice, not itself, no cycle — and what each needs through others.
+    fn graph(&mut self, raw: &[Spanned<RawStage>]) -> Graph {
+        let id_of = |i: usize| raw[i].value.id.as_ref().map(|s| s.value.as_str());
+        let mut position: BTreeMap<&str, usize> = BTreeMap::new();
+        for i in 0..raw.len() {
+            if let Some(id) = id_of(i) {
+                position.entry(id).or_insert(i);
+            }
+        }
+        let known: Vec<&str> = position.keys().copied().collect();
+        let mut needs: Vec<Vec<usize>> = Vec::with_capacity(raw.len());
+        // Where each edge is written (none: the default, the stage before).
+        let mut written: Vec<Vec<Option<&Location>>> = Vec::with_capacity(raw.len());
+        for (i, spanned) in raw.iter().enumerate() {
+            let label = id_of(i).map(str::to_owned);
+            let (mut edges, mut at) = (Vec::new(), Vec::new());
+            match &spanned.value.needs {
+                None if i > 0 => {
+                    edges.push(i - 1);
+                    at.push(None);
+                }
+                None => {}
+                Some(list) => {
+                    for name in list {
+                        let loc = Some(&name.referenced);
+                        match position.get(name.value.as_str()) {
+                            None => {
+                                let d = self.error(
+                                    loc,
+                                    label.as_deref(),
+                                    "needs",
+                                    format!("`needs:` names stage `{}`, which the pipeline does not have", name.value),
+                                );
+                                d.label = Some("unknown stage".into());
+                                d.help = Some(match closest(&name.value, &known) {
+                                    Some(best) => format!("did you mean `{best}`?"),
+                                    None => format!(
+                                        "the stages are {}",
+                                        known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                                    ),
+                                });
+                            }
+                            Some(&j) if j == i => {
+                                self.error(loc, label.as_deref(), "needs", "a stage cannot need itself");
+                            }
+                            Some(&j) if edges.contains(&j) => {
+                                self.error(
+                                    loc,
+                                    label.as_deref(),
+                                    "needs",
+                                    format!("`needs:` names stage `{}` twice", name.value),
+                                );
+                            }
+                            Some(&j) => {
+                                edges.push(j);
+                                at.push(loc);
+                            }
+                        }
+                    }
+                }
+            }
+            needs.push(edges);
+            written.push(at);
+        }
+        // A cycle is reported once, where the edge that closes it is written.
+        let mut state = vec![0u8; raw.len()];
+        let mut stack: Vec<usize> = Vec::new();
+        for start in 0..raw.len() {
+            if state[start] != 0 {
+                continue;
+            }
+            // Depth first, by hand: (stage, next edge to follow).
+            let mut work = vec![(start, 0usize)];
+            state[start] = 1;
+            stack.push(start);
+            while let Some(&mut (node, ref mut edge)) = work.last_mut() {
+                if let Some(&next) = needs[node].get(*edge) {
+                    let e = *edge;
+                    *edge += 1;
+                    match state[next] {
+                        0 => {
+                            state[next] = 1;
+                            stack.push(next);
+                            work.push((next, 0));
+                        }
+                        1 => {
+                            let from = stack.iter().position(|&s| s == next).unwrap_or(0);
+                            let mut path: Vec<&str> = stack[from..].iter().map(|&s| id_of(s).unwrap_or("?")).collect();
+                            path.push(id_of(next).unwrap_or("?"));
+                            let loc = written[node][e].or(Some(&raw[node].referenced));
+                            let d = self.error(
+                                loc,
+                                id_of(node),
+                                "needs",
+                                format!("the stages' `needs:` make a cycle: {}", path.join(" needs ")),
+                            );
+                            d.label = Some("closes the cycle".into());
+                            d.help = Some(
+                                "a stage without `needs:` needs the stage before it; break the cycle by changing one `needs:`"
+                                    .into(),
+                            );
+                        }
+                        _ => {}
+                    }
+                } else {
+                    state[node] = 2;
+                    stack.pop();
+                    work.pop();
+                }
+            }
+        }
+        let ancestors = (0..raw.len())
+            .map(|start| {
+                let mut seen = BTreeSet::new();
+                let mut todo = needs[start].clone();
+                while let Some(i) = todo.pop() {
+                    if seen.insert(i) {
+                        todo.extend(needs[i].iter().copied());
+                    }
+                }
+                seen.remove(&start);
+                seen
+            })
+            .collect();
+        Graph { needs, ancestors }
     }
 
     fn stage_id(
@@ -349,7 +513,18 @@ impl Compiler<'_> {
         for input in rs.inputs.iter().flatten() {
             let key = &input.value;
             let produced = earlier.values().any(|outs| outs.contains(key));
-            if !produced && !initial_inputs.contains(key) {
+            // An earlier stage makes it, but this one does not wait for it.
+            let unneeded = self.producers.get(key).filter(|(_, i)| *i < self.at).map(|(id, _)| id.clone());
+            if let (false, false, Some(from)) = (produced, initial_inputs.contains(key), unneeded) {
+                let d = self.error(
+                    Some(&input.referenced),
+                    stage,
+                    "inputs",
+                    format!("input `{key}` comes from stage `{from}`, which this stage does not need"),
+                );
+                d.label = Some("not produced before this stage starts".into());
+                d.help = Some(format!("add `{from}` to this stage's `needs:`"));
+            } else if !produced && !initial_inputs.contains(key) {
                 let d = self.error(
                     Some(&input.referenced),
                     stage,
@@ -460,6 +635,7 @@ impl Compiler<'_> {
             },
             env: env?,
             fallback: fallback?,
+            needs: Vec::new(),
         })
     }
 

@@ -70,9 +70,16 @@ pub struct Pipeline {
     pub repo: Option<String>,
     /// `runs_on:`, the labels a worker must have to run it.
     pub runs_on: BTreeMap<String, String>,
+    /// `max_parallel:`, how many stages of a run may run at once.
+    pub max_parallel: usize,
     /// Position of each stage by id.
     index: std::collections::HashMap<String, usize>,
+    /// The positions of the stages each stage needs, directly or through others.
+    ancestors: Vec<std::collections::BTreeSet<usize>>,
 }
+
+/// How many stages of a run may run at once when the pipeline does not say.
+pub const DEFAULT_MAX_PARALLEL: usize = 4;
 
 /// True when `text` may be a label's name or value (`runs_on:`, a worker's `--labels`): letters,
 /// digits, `-`, `_`, `.` or `/`, at most 64.
@@ -153,7 +160,9 @@ impl Pipeline {
         agents: BTreeMap<String, Agent>,
         source: SourceFile,
     ) -> Self {
-        let index = stages.iter().enumerate().map(|(i, s)| (s.id.to_string(), i)).collect();
+        let index: std::collections::HashMap<String, usize> =
+            stages.iter().enumerate().map(|(i, s)| (s.id.to_string(), i)).collect();
+        let ancestors = ancestors(&stages, &index);
         Self {
             name,
             description,
@@ -167,8 +176,24 @@ impl Pipeline {
             source,
             repo: None,
             runs_on: BTreeMap::new(),
+            max_parallel: DEFAULT_MAX_PARALLEL,
             index,
+            ancestors,
         }
+    }
+
+    /// True when the stage at `index` needs the stage at `other`, directly or through others.
+    pub fn depends_on(&self, index: usize, other: usize) -> bool {
+        self.ancestors.get(index).is_some_and(|a| a.contains(&other))
+    }
+
+    /// True when some stage says what it needs (`needs:`): the stages form a graph rather than
+    /// a line.
+    pub fn is_graph(&self) -> bool {
+        self.stages.iter().enumerate().any(|(i, s)| match i {
+            0 => !s.needs.is_empty(),
+            _ => s.needs.len() != 1 || s.needs[0] != self.stages[i - 1].id,
+        })
     }
 
     /// The agent a stage runs with, unless it is a shell stage.
@@ -197,10 +222,40 @@ impl Pipeline {
         stage.fallback.get(position).map(String::as_str)
     }
 
-    /// The stage before `index` that last declares output `key`, if any.
+    /// The stage `index` needs (directly or through others) that last declares output `key`, if
+    /// any: in a line of stages, the last one before it.
     pub fn producer_of(&self, key: &str, index: usize) -> Option<&Stage> {
-        self.stages[..index.min(self.stages.len())].iter().rev().find(|s| s.outputs.iter().any(|o| o == key))
+        self.stages
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(i, _)| self.depends_on(index, *i))
+            .map(|(_, s)| s)
+            .find(|s| s.outputs.iter().any(|o| o == key))
     }
+}
+
+/// The stages each stage needs, directly or through others (a cycle, which validation
+/// refuses, ends where it closes).
+fn ancestors(
+    stages: &[Stage],
+    index: &std::collections::HashMap<String, usize>,
+) -> Vec<std::collections::BTreeSet<usize>> {
+    let direct: Vec<Vec<usize>> =
+        stages.iter().map(|s| s.needs.iter().filter_map(|n| index.get(n.as_str()).copied()).collect()).collect();
+    (0..stages.len())
+        .map(|start| {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut todo = direct[start].clone();
+            while let Some(i) = todo.pop() {
+                if seen.insert(i) {
+                    todo.extend(direct[i].iter().copied());
+                }
+            }
+            seen.remove(&start);
+            seen
+        })
+        .collect()
 }
 
 /// Who runs a stage.
@@ -269,6 +324,9 @@ pub struct Stage {
     /// cannot fix: its `fallback:`, else its agent's (validated: each an agent that may run in
     /// its mode).
     pub fallback: Vec<String>,
+    /// The stages that must have finished or been skipped before it starts: its `needs:`, else
+    /// the stage before it.
+    pub needs: Vec<StageId>,
 }
 
 /// Backoff between retries (seed 004).

@@ -46,6 +46,9 @@ pub struct RawPipeline {
     /// The labels a worker must have to run this pipeline (`loopwright worker --labels k=v`).
     #[schemars(with = "Option<BTreeMap<String, String>>")]
     pub runs_on: Option<Spanned<BTreeMap<String, Spanned<String>>>>,
+    /// How many stages of a run may run at once, at most (default 4).
+    #[schemars(with = "Option<u32>")]
+    pub max_parallel: Option<Spanned<i64>>,
 }
 
 /// Spending limits; reaching one fails the run cleanly before the next attempt starts.
@@ -139,6 +142,10 @@ pub struct RawStage {
     /// model or program, a prompt too long for its model (default: the agent's own `fallback:`).
     #[schemars(with = "Option<Vec<String>>")]
     pub fallback: Option<Vec<Spanned<String>>>,
+    /// The stages that must finish (or be skipped) before this one starts; stages that need
+    /// nothing of each other run at once. Default: the stage before it (`[]`: none).
+    #[schemars(with = "Option<Vec<String>>")]
+    pub needs: Option<Vec<Spanned<String>>>,
 }
 
 /// Execution mode of a stage.

@@ -258,7 +258,7 @@ fn unknown_fields_and_wrong_types_name_the_place() {
     assert_eq!(
         errors(&stage("    timout_minutes: 3\n")),
         vec![
-            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop, budget, sandbox, network, env (help: did you mean `timeout_minutes`?)"
+            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop, budget, sandbox, network, env, fallback, needs (help: did you mean `timeout_minutes`?)"
         ]
     );
     let e = errors(&stage("    timeout_minutes: ten\n"));
@@ -466,4 +466,57 @@ fn a_stage_without_fallback_takes_its_agents_and_its_own_replaces_it() {
             "p.yml:6:12: error: stage `s`, field `fallback`: fallback agent `nobody` not found (the `fallback:` of agent `bad` in bad.md) (help: agents are read from .loopwright/agents/, .claude/agents/ and .cursor/agents/ (NAME.md); known: `bad`, `cto`, `lead`, `reviewer`, `tech-lead`)"
         ]
     );
+}
+
+#[test]
+fn needs_make_a_graph_and_a_stage_without_needs_needs_the_one_before() {
+    let p = try_compile(&format!(
+        "{HEAD}max_parallel: 2\n  - id: a\n    agent: cto\n    mode: plan\n    description: x\n    outputs: [plan]\n\
+         \x20 - id: b\n    agent: cto\n    mode: plan\n    description: y\n    needs: [a]\n    inputs: [plan]\n    outputs: [left]\n\
+         \x20 - id: c\n    agent: cto\n    mode: plan\n    description: z\n    needs: [a]\n    outputs: [right]\n\
+         \x20 - id: d\n    agent: cto\n    mode: plan\n    description: w\n    needs: [b, c]\n    inputs: [left, right, plan]\n\
+         \x20 - id: e\n    agent: cto\n    mode: plan\n    description: v\n"
+    )
+    .replace("stages:\nmax_parallel: 2\n", "max_parallel: 2\nstages:\n"))
+    .expect("valid");
+    let needs: Vec<(&str, Vec<&str>)> =
+        p.stages.iter().map(|s| (s.id.as_str(), s.needs.iter().map(|n| n.as_str()).collect())).collect();
+    assert_eq!(needs, vec![("a", vec![]), ("b", vec!["a"]), ("c", vec!["a"]), ("d", vec!["b", "c"]), ("e", vec!["d"])]);
+    assert_eq!(p.max_parallel, 2);
+    assert!(p.is_graph());
+    assert!(p.depends_on(3, 0) && p.depends_on(4, 1) && !p.depends_on(2, 1) && !p.depends_on(1, 2));
+    assert_eq!(p.producer_of("plan", 3).map(|s| s.id.as_str()), Some("a"));
+    let line = try_compile(&stage("")).expect("valid");
+    assert!(!line.is_graph());
+    assert_eq!(line.max_parallel, 4);
+}
+
+#[test]
+fn needs_must_name_known_stages_once_and_make_no_cycle() {
+    let e = errors(&format!(
+        "{HEAD}  - id: a\n    agent: cto\n    mode: plan\n    description: x\n    needs: [c]\n\
+         \x20 - id: b\n    agent: cto\n    mode: plan\n    description: y\n    needs: [a, a, bb, b]\n\
+         \x20 - id: c\n    agent: cto\n    mode: plan\n    description: z\n"
+    ));
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:14:13: error: stage `b`, field `needs`: the stages' `needs:` make a cycle: a needs c needs b needs a (help: a stage without `needs:` needs the stage before it; break the cycle by changing one `needs:`)",
+            "p.yml:14:16: error: stage `b`, field `needs`: `needs:` names stage `a` twice",
+            "p.yml:14:19: error: stage `b`, field `needs`: `needs:` names stage `bb`, which the pipeline does not have (help: did you mean `b`?)",
+            "p.yml:14:23: error: stage `b`, field `needs`: a stage cannot need itself",
+        ]
+    );
+    let e = errors(&format!(
+        "{HEAD}  - id: a\n    agent: cto\n    mode: plan\n    description: x\n    outputs: [plan]\n\
+         \x20 - id: b\n    agent: cto\n    mode: plan\n    description: y\n    needs: []\n    inputs: [plan]\n"
+    ));
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:15:14: error: stage `b`, field `inputs`: input `plan` comes from stage `a`, which this stage does not need (help: add `a` to this stage's `needs:`)"
+        ]
+    );
+    let e = errors(&format!("{HEAD}max_parallel: 0\n").replace("stages:\nmax_parallel: 0\n", "max_parallel: 0\nstages:\n  - id: a\n    agent: cto\n    mode: plan\n    description: x\n"));
+    assert_eq!(e, vec!["p.yml:4:15: error: field `max_parallel`: `max_parallel` is 0, expected 1 to 64 stages at once"]);
 }
