@@ -241,6 +241,8 @@ pub struct StageState {
     pub agent_since: u32,
     /// Each time an agent could not go on and another took over, in order.
     pub fell_back: Vec<FellBack>,
+    /// The journal position of the event that ended it (0 while it has not ended).
+    pub finished_seq: u64,
 }
 
 /// An agent that could not go on, and the one that took a stage's attempts over.
@@ -383,6 +385,7 @@ impl StageState {
             agent: None,
             agent_since: 0,
             fell_back: Vec::new(),
+            finished_seq: 0,
         }
     }
 
@@ -590,6 +593,20 @@ impl RunState {
         if let Event::ApprovalRejected { rollback: true, .. } = &record.event {
             self.rollback_requested = true;
         }
+        let was_done = record.event.stage().and_then(|id| self.stage(id.as_str())).map(|s| s.status.is_done());
+        self.apply_event(record);
+        // When each stage ended, in the journal's order (a graph's rollback goes backwards).
+        if let Some(id) = record.event.stage()
+            && was_done != Some(true)
+            && let Some(&i) = self.index.get(id.as_str())
+            && self.stages[i].status.is_done()
+        {
+            self.stages[i].finished_seq = record.seq;
+        }
+    }
+
+    /// [`RunState::apply`]'s change of the run and its stages for one event.
+    fn apply_event(&mut self, record: &EventRecord) {
         match &record.event {
             Event::RunStarted(started) => {
                 self.started = Some((**started).clone());

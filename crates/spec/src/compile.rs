@@ -300,7 +300,11 @@ impl Compiler<'_> {
             self.at = index;
             let stage = self.stage(rs, anchor, id.clone(), &earlier, &all_ids, &var_names, initial_inputs, &modes, cx);
             if let Some(mut stage) = stage {
-                stage.needs = graph.needs[index].iter().filter_map(|&n| raw[n].value.id.as_ref()).filter_map(|i| StageId::parse(&i.value)).collect();
+                stage.needs = graph.needs[index]
+                    .iter()
+                    .filter_map(|&n| raw[n].value.id.as_ref())
+                    .filter_map(|i| StageId::parse(&i.value))
+                    .collect();
                 stages.push(stage);
             }
         }

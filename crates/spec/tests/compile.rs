@@ -517,6 +517,12 @@ fn needs_must_name_known_stages_once_and_make_no_cycle() {
             "p.yml:15:14: error: stage `b`, field `inputs`: input `plan` comes from stage `a`, which this stage does not need (help: add `a` to this stage's `needs:`)"
         ]
     );
-    let e = errors(&format!("{HEAD}max_parallel: 0\n").replace("stages:\nmax_parallel: 0\n", "max_parallel: 0\nstages:\n  - id: a\n    agent: cto\n    mode: plan\n    description: x\n"));
-    assert_eq!(e, vec!["p.yml:4:15: error: field `max_parallel`: `max_parallel` is 0, expected 1 to 64 stages at once"]);
+    let e = errors(&format!("{HEAD}max_parallel: 0\n").replace(
+        "stages:\nmax_parallel: 0\n",
+        "max_parallel: 0\nstages:\n  - id: a\n    agent: cto\n    mode: plan\n    description: x\n",
+    ));
+    assert_eq!(
+        e,
+        vec!["p.yml:4:15: error: field `max_parallel`: `max_parallel` is 0, expected 1 to 64 stages at once"]
+    );
 }

@@ -17,6 +17,7 @@ mod feedback;
 mod fleet;
 mod forge;
 mod gemini_tui;
+mod graph;
 mod http;
 mod init_demo;
 mod limits;

@@ -104,52 +104,114 @@ pub enum Step {
 
 /// Decides the next step of a run.
 pub fn next_step(pipeline: &Pipeline, state: &RunState, now: jiff::Timestamp) -> Step {
+    let mut once = true;
+    let mut admit = |_: &Stage| std::mem::take(&mut once);
+    next_steps(pipeline, state, now, &std::collections::BTreeSet::new(), &mut admit)
+        .into_iter()
+        .next()
+        .unwrap_or(Step::Done(state.status))
+}
+
+/// Decides what can happen next while the stages in `busy` have attempts in flight (never
+/// named): the attempts of the stages that are ready (each stage they need has finished or
+/// was skipped) and that `admit` lets start now, else one other step. Empty: nothing to do
+/// but wait for `busy`. In a line of stages at most one is ready at a time, so this is
+/// [`next_step`]'s one step.
+pub fn next_steps(
+    pipeline: &Pipeline,
+    state: &RunState,
+    now: jiff::Timestamp,
+    busy: &std::collections::BTreeSet<StageId>,
+    admit: &mut dyn FnMut(&Stage) -> bool,
+) -> Vec<Step> {
     let Some(started) = &state.started else {
-        return Step::Done(RunStatus::Failed);
+        return vec![Step::Done(RunStatus::Failed)];
     };
     if let Some(step) = rollback_step(pipeline, state) {
-        return step;
+        return vec![step];
     }
     if state.status != RunStatus::Running {
-        return Step::Done(state.status);
+        return vec![Step::Done(state.status)];
     }
     let start = started.start_from.as_ref().and_then(|s| pipeline.index_of(s.as_str())).unwrap_or(0);
     let from = start.max(state.scan_hint()).min(pipeline.stages.len());
+    let mut ready: Vec<Step> = Vec::new();
+    // A ready stage was not let start now.
+    let mut held = false;
+    // Every stage before this one is done: the next scan may start after it.
+    let mut prefix = true;
     for (index, stage) in pipeline.stages.iter().enumerate().skip(from) {
+        if busy.contains(&stage.id) {
+            prefix = false;
+            continue;
+        }
         let st = state.stage(stage.id.as_str());
-        match st.map_or(StageStatus::Pending, |s| s.status) {
-            StageStatus::Success if stage.feedback_loop.is_some() => {
-                if let Some(step) = feedback_step(pipeline, state, stage) {
-                    return step;
+        let step = match st.map_or(StageStatus::Pending, |s| s.status) {
+            StageStatus::Success if stage.feedback_loop.is_some() => match feedback_step(pipeline, state, stage) {
+                Some(step) => step,
+                None => {
+                    if prefix {
+                        state.set_scan_hint(index + 1);
+                    }
+                    continue;
                 }
-                state.set_scan_hint(index + 1);
+            },
+            StageStatus::Success | StageStatus::Skipped => {
+                if prefix {
+                    state.set_scan_hint(index + 1);
+                }
+                continue;
             }
-            StageStatus::Success | StageStatus::Skipped => state.set_scan_hint(index + 1),
             StageStatus::Failed | StageStatus::Timeout | StageStatus::Cancelled | StageStatus::RolledBack => {
                 if state.rollback.is_none() {
                     let stages = rollback_candidates(pipeline, state, Some(stage));
                     if !stages.is_empty() {
-                        return Step::RollBack { trigger: Some(stage.id.clone()), stages, resumed: false };
+                        return vec![Step::RollBack { trigger: Some(stage.id.clone()), stages, resumed: false }];
                     }
                 }
-                return deliver::failed(state, started);
+                return vec![deliver::failed(state, started)];
             }
             StageStatus::Running => {
-                return Step::Execute { stage: stage.id.clone(), attempt: st.map_or(1, |s| s.attempts.max(1)) };
+                Step::Execute { stage: stage.id.clone(), attempt: st.map_or(1, |s| s.attempts.max(1)) }
             }
-            StageStatus::AttemptFailed => return after_failure(pipeline, state, stage),
-            StageStatus::Looping => return loop_step(pipeline, state, stage, now),
+            StageStatus::AttemptFailed => after_failure(pipeline, state, stage),
+            StageStatus::Looping => loop_step(pipeline, state, stage, now),
             StageStatus::RetryWaiting => {
                 let s = st.expect("a waiting stage has state");
-                return match s.retry_at {
+                match s.retry_at {
                     Some(until) if until > now => Step::Wait { stage: stage.id.clone(), until },
                     _ => new_attempt(pipeline, state, stage, s.attempts + 1),
-                };
+                }
             }
-            StageStatus::Pending => return pending_step(pipeline, state, started, stage),
+            StageStatus::Pending if !needs_done(pipeline, state, start, stage) => {
+                prefix = false;
+                continue;
+            }
+            StageStatus::Pending => pending_step(pipeline, state, started, stage),
+        };
+        prefix = false;
+        match step {
+            Step::Execute { .. } if admit(stage) => ready.push(step),
+            Step::Execute { .. } => held = true,
+            other if ready.is_empty() => return vec![other],
+            _ => return ready,
         }
     }
-    deliver::succeeded(pipeline, state, started, now)
+    if !ready.is_empty() || !busy.is_empty() || held {
+        return ready;
+    }
+    vec![deliver::succeeded(pipeline, state, started, now)]
+}
+
+/// True when every stage `stage` needs has finished or was skipped (a stage before the one
+/// the run started from counts as finished: its outputs come from an earlier run).
+fn needs_done(pipeline: &Pipeline, state: &RunState, start: usize, stage: &Stage) -> bool {
+    stage.needs.iter().all(|need| {
+        pipeline.index_of(need.as_str()).is_none_or(|i| i < start)
+            || state
+                .stage(need.as_str())
+                .is_some_and(|s| matches!(s.status, StageStatus::Success | StageStatus::Skipped))
+    })
 }
 
 /// A rollback to go on with (one a crash cut short), or to start (a run cancelled with
@@ -235,11 +297,20 @@ fn approval_step(state: &RunState, started: &RunStarted, stage: &Stage) -> Optio
 
 /// The stages to roll back, most recent first: those up to the failed stage (included) that
 /// declare a `rollback` and did something (succeeded, or failed / were cancelled in flight).
+/// In a graph, stages that ran at once end in any order: every stage that did something, in
+/// the reverse order of their ends.
 pub fn rollback_candidates(pipeline: &Pipeline, state: &RunState, failed: Option<&Stage>) -> Vec<StageId> {
-    let end = failed.and_then(|f| pipeline.index_of(f.id.as_str())).map_or(pipeline.stages.len(), |i| i + 1);
-    pipeline.stages[..end]
-        .iter()
-        .rev()
+    let end = match failed.and_then(|f| pipeline.index_of(f.id.as_str())) {
+        Some(i) if !pipeline.is_graph() => i + 1,
+        _ => pipeline.stages.len(),
+    };
+    let mut stages: Vec<&Stage> = pipeline.stages[..end].iter().rev().collect();
+    if pipeline.is_graph() {
+        let ended = |s: &Stage| state.stage(s.id.as_str()).map_or(0, |st| st.finished_seq);
+        stages.sort_by_key(|s| std::cmp::Reverse(ended(s)));
+    }
+    stages
+        .into_iter()
         .filter(|s| s.rollback.is_some())
         .filter(|s| {
             state.stage(s.id.as_str()).is_some_and(|st| {

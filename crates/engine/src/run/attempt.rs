@@ -15,7 +15,7 @@ use crate::prompt::build_prompt;
 use crate::state::RunState;
 
 /// How often a running attempt renews the provider slots it holds (their lease is a minute).
-const LIMIT_RENEW: std::time::Duration = std::time::Duration::from_secs(20);
+pub(super) const LIMIT_RENEW: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// How an attempt's execution ended.
 pub(super) enum Attempted {
@@ -92,12 +92,25 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                 return Ok(Attempted::Stopped);
             }
         };
-        if let Some(agent) = &request.agent {
-            let usage = usage_of(agent, request, &execution, state);
-            self.limits.give(holder, usage.input_tokens + usage.output_tokens).await;
-            self.defer(state, Event::UsageRecorded { stage: stage_id.clone(), attempt, usage });
-        }
+        self.used(state, request, holder, &execution).await;
         Ok(Attempted::Ran(execution))
+    }
+
+    /// After an agent's attempt ran: its slot given back with what it used, its usage
+    /// journaled (deferred).
+    pub(super) async fn used(
+        &mut self,
+        state: &mut RunState,
+        request: &StageRequest,
+        holder: &str,
+        execution: &Execution,
+    ) {
+        if let Some(agent) = &request.agent {
+            let usage = usage_of(agent, request, execution, state);
+            self.limits.give(holder, usage.input_tokens + usage.output_tokens).await;
+            let (stage, attempt) = (request.stage.clone(), request.attempt);
+            self.defer(state, Event::UsageRecorded { stage, attempt, usage });
+        }
     }
 
     /// Journals what the runner noticed while the attempt ran, or tells the provider's limits.

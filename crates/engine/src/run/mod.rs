@@ -36,11 +36,30 @@ mod deliver;
 mod evaluate;
 mod finish;
 mod fix;
+mod graph;
 mod limits;
 mod prepare;
 mod rollback;
 
 pub use finish::sandbox_refusals;
+
+/// An attempt ready to run its process.
+struct Launched {
+    /// What the runner is asked.
+    request: crate::ports::StageRequest,
+    /// Who holds its provider's slot.
+    holder: String,
+    /// The snapshot taken before it, when one was.
+    snapshot: Option<String>,
+}
+
+/// What a step left to do.
+enum Taken {
+    /// Ask for the next step.
+    Next,
+    /// The run has ended or waits.
+    Done,
+}
 
 /// Runs a pipeline against the ports.
 pub struct Engine<'a, S, R, C, X, W, L = crate::ports::NoLimits, D = crate::ports::NoDelivery> {
@@ -76,48 +95,61 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         self.drive(state).await
     }
 
-    /// Drives a run from the state its journal gives until it ends or waits.
+    /// Drives a run from the state its journal gives until it ends or waits. A pipeline whose
+    /// stages form a graph is driven by [`Engine::drive_graph`], which runs ready stages at once.
     pub async fn drive(&mut self, mut state: RunState) -> Result<RunState, StoreError> {
+        if self.pipeline.is_graph() {
+            return self.drive_graph(state).await;
+        }
         loop {
-            match next_step(self.pipeline, &state, self.clock.now()) {
-                Step::Record(event) => self.defer(&mut state, event),
-                Step::Execute { stage, attempt } => self.execute(&mut state, stage, attempt).await?,
-                Step::Wait { until, .. } => {
-                    self.flush(&mut state).await?;
-                    let (clock, stopper) = (self.clock, self.stopper);
-                    tokio::select! {
-                        biased;
-                        stop = stopper.stopped() => self.stop(&mut state, stop).await?,
-                        () = clock.sleep_until(until) => {}
-                    }
-                }
-                Step::RollBack { trigger, stages, resumed } => {
-                    self.flush(&mut state).await?;
-                    self.roll_back(&mut state, trigger, stages, resumed).await?
-                }
-                Step::Baseline { stage } => self.baseline(&mut state, stage).await?,
-                Step::Evaluate { stage, attempt } => self.evaluate(&mut state, stage, attempt).await?,
-                Step::Analyze { stage, attempt } => self.analyze(&mut state, stage, attempt).await?,
-                Step::Fix { stage, attempt } => self.fix(&mut state, stage, attempt).await?,
-                Step::Deliver { round } => self.deliver(&mut state, round).await?,
-                Step::Merge { head } => self.merge(&mut state, head).await?,
-                Step::ReportFailure => self.report_failure(&mut state).await?,
-                Step::EscalateCi { round } => self.escalate_ci(&mut state, round).await?,
-                Step::Done(status) => {
-                    self.flush(&mut state).await?;
-                    if status.is_final() {
-                        // What failed attempts wrote is of no more use once the run has ended.
-                        let left: Vec<StageId> =
-                            state.stages.iter().filter(|s| s.layer.is_some()).map(|s| s.id.clone()).collect();
-                        for stage in left {
-                            self.drop_layer(&mut state, &stage, None).await?;
-                        }
-                        self.changes.ended(&state.run_id);
-                    }
-                    return Ok(state);
-                }
+            let step = next_step(self.pipeline, &state, self.clock.now());
+            if let Taken::Done = self.take(&mut state, step).await? {
+                return Ok(state);
             }
         }
+    }
+
+    /// Does one step; [`Taken::Done`] when the run has ended or waits.
+    async fn take(&mut self, state: &mut RunState, step: Step) -> Result<Taken, StoreError> {
+        match step {
+            Step::Record(event) => self.defer(state, event),
+            Step::Execute { stage, attempt } => self.execute(state, stage, attempt).await?,
+            Step::Wait { until, .. } => {
+                self.flush(state).await?;
+                let (clock, stopper) = (self.clock, self.stopper);
+                tokio::select! {
+                    biased;
+                    stop = stopper.stopped() => self.stop(state, stop).await?,
+                    () = clock.sleep_until(until) => {}
+                }
+            }
+            Step::RollBack { trigger, stages, resumed } => {
+                self.flush(state).await?;
+                self.roll_back(state, trigger, stages, resumed).await?
+            }
+            Step::Baseline { stage } => self.baseline(state, stage).await?,
+            Step::Evaluate { stage, attempt } => self.evaluate(state, stage, attempt).await?,
+            Step::Analyze { stage, attempt } => self.analyze(state, stage, attempt).await?,
+            Step::Fix { stage, attempt } => self.fix(state, stage, attempt).await?,
+            Step::Deliver { round } => self.deliver(state, round).await?,
+            Step::Merge { head } => self.merge(state, head).await?,
+            Step::ReportFailure => self.report_failure(state).await?,
+            Step::EscalateCi { round } => self.escalate_ci(state, round).await?,
+            Step::Done(status) => {
+                self.flush(state).await?;
+                if status.is_final() {
+                    // What failed attempts wrote is of no more use once the run has ended.
+                    let left: Vec<StageId> =
+                        state.stages.iter().filter(|s| s.layer.is_some()).map(|s| s.id.clone()).collect();
+                    for stage in left {
+                        self.drop_layer(state, &stage, None).await?;
+                    }
+                    self.changes.ended(&state.run_id);
+                }
+                return Ok(Taken::Done);
+            }
+        }
+        Ok(Taken::Next)
     }
 
     /// Journals an event now (with any deferred ones, in one transaction), then tells the
@@ -174,24 +206,40 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     /// One attempt of a stage, step by step; a step that ends the attempt early (the run
     /// stopped, plan mode could not be enforced) has journaled why.
     async fn execute(&mut self, state: &mut RunState, stage_id: StageId, attempt: u32) -> Result<(), StoreError> {
+        let Some(launched) = self.launch(state, &stage_id, attempt).await? else { return Ok(()) };
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
-        self.prepare(state, &stage_id, attempt).await?;
+        match self.attempt(state, &launched.request, &launched.holder).await? {
+            attempt::Attempted::Ran(execution) => {
+                self.finish(state, stage, &launched.request, &execution, launched.snapshot).await
+            }
+            attempt::Attempted::Stopped => Ok(()),
+        }
+    }
+
+    /// An attempt's steps up to its process: prepared, its provider's slot taken, journaled as
+    /// started, confined. `None` when it ends before it runs (the run stopped, plan mode could
+    /// not be enforced; journaled).
+    async fn launch(
+        &mut self,
+        state: &mut RunState,
+        stage_id: &StageId,
+        attempt: u32,
+    ) -> Result<Option<Launched>, StoreError> {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
+        self.prepare(state, stage_id, attempt).await?;
         let holder = format!("{}/{stage_id}/{attempt}", state.run_id);
         if let limits::Acquired::Stopped = self.acquire(state, stage, attempt, &holder).await? {
-            return Ok(());
+            return Ok(None);
         }
         self.defer(state, Event::AttemptStarted { stage: stage_id.clone(), attempt });
         let setup = match self.confine(state, stage, attempt, &holder).await? {
             confine::Confined::Ready(setup) => setup,
-            confine::Confined::Refused => return Ok(()),
+            confine::Confined::Refused => return Ok(None),
         };
         // The attempt is journaled as started before its process exists.
         self.flush(state).await?;
         let request = self.request(state, stage, attempt, setup.confine);
-        match self.attempt(state, &request, &holder).await? {
-            attempt::Attempted::Ran(execution) => self.finish(state, stage, &request, &execution, setup.snapshot).await,
-            attempt::Attempted::Stopped => Ok(()),
-        }
+        Ok(Some(Launched { request, holder, snapshot: setup.snapshot }))
     }
 
     /// Where the run's stages work: the tree the changes are tracked in (a worker's worktree
@@ -243,7 +291,13 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         let stage = state.in_flight().map(|s| s.id.clone());
         // Ended even when the journal refuses this process (a lease taken over): what it
         // started must not go on working for a run it no longer drives.
-        if let Some(groups) = state.in_flight().map(|s| s.process_groups.clone()).filter(|g| !g.is_empty()) {
+        let groups: Vec<crate::event::ProcessGroup> = state
+            .stages
+            .iter()
+            .filter(|s| s.status == crate::state::StageStatus::Running)
+            .flat_map(|s| s.process_groups.iter().cloned())
+            .collect();
+        if !groups.is_empty() {
             self.runner.end_leftovers(&groups);
         }
         flushed?;

@@ -1,0 +1,178 @@
+//! Stages as a graph (SPEC §16) through the binary: stages that need nothing of each other run
+//! at once, what a stage needs is finished before it starts, overlapping edits of stages that
+//! ran at once fail the later one as a merge conflict, a cycle is refused at file:line, and a
+//! run killed in the middle of its graph repeats no finished stage.
+
+use std::os::unix::process::CommandExt;
+
+use pretty_assertions::assert_eq;
+use serde_json::Value;
+
+use crate::support::{Ws, st, stages, wait_for};
+
+/// A diamond: `a`, then `b` and `c` (each sleeping `b_sleep` / `c_sleep` seconds, read-only),
+/// then `d`.
+fn diamond(ws: &Ws, b: &str, c: &str) {
+    ws.write(
+        ".loopwright/pipelines/diamond.yml",
+        &format!(
+            "name: diamond\ndescription: d\nversion: 1\nstages:\n\
+             \x20 - id: a\n    description: first\n    agent: shell\n    mode: plan\n    run: echo a\n\
+             \x20 - id: b\n    description: left\n    agent: shell\n    mode: plan\n    needs: [a]\n    run: {b}\n\
+             \x20 - id: c\n    description: right\n    agent: shell\n    mode: plan\n    needs: [a]\n    run: {c}\n\
+             \x20 - id: d\n    description: last\n    agent: shell\n    mode: plan\n    needs: [b, c]\n    run: echo d\n"
+        ),
+    );
+}
+
+/// The journal positions of each event of `kind` for `stage`.
+fn seqs(journal: &[Value], kind: &str, stage: &str) -> Vec<u64> {
+    journal
+        .iter()
+        .filter(|e| e["event"]["type"] == kind && e["event"]["stage"] == stage)
+        .map(|e| e["seq"].as_u64().expect("seq"))
+        .collect()
+}
+
+#[test]
+fn independent_stages_run_at_once_and_a_stage_starts_when_what_it_needs_is_done() {
+    let ws = Ws::empty();
+    diamond(&ws, "sleep 1", "sleep 1");
+    let (code, result, stderr) = ws.json(&["run", "diamond"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stages(&result),
+        vec![
+            st("a", "success", 1, None),
+            st("b", "success", 1, None),
+            st("c", "success", 1, None),
+            st("d", "success", 1, None)
+        ]
+    );
+    let run = result["run_id"].as_str().expect("run id");
+    let journal = ws.journal(run);
+    let started = |s| seqs(&journal, "attempt_started", s)[0];
+    let ended = |s| seqs(&journal, "attempt_succeeded", s)[0];
+    // b and c overlap: each started before the other ended.
+    assert!(started("b") < ended("c") && started("c") < ended("b"), "{journal:#?}");
+    // Each started after what it needs ended.
+    assert!(ended("a") < started("b") && ended("a") < started("c"), "{journal:#?}");
+    assert!(ended("b") < started("d") && ended("c") < started("d"), "{journal:#?}");
+}
+
+#[test]
+fn max_parallel_one_runs_the_graph_one_stage_at_a_time_and_a_line_is_unchanged() {
+    let ws = Ws::empty();
+    diamond(&ws, "sleep 0.2", "sleep 0.2");
+    let text = ws.read(".loopwright/pipelines/diamond.yml").replace("version: 1\n", "version: 1\nmax_parallel: 1\n");
+    ws.write(".loopwright/pipelines/diamond.yml", &text);
+    let (code, result, stderr) = ws.json(&["run", "diamond"]);
+    assert_eq!(code, 0, "{stderr}");
+    let journal = ws.journal(result["run_id"].as_str().expect("run id"));
+    let order: Vec<String> = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "attempt_started" || e["event"]["type"] == "attempt_succeeded")
+        .map(|e| {
+            format!("{} {}", e["event"]["type"].as_str().unwrap_or(""), e["event"]["stage"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "attempt_started a",
+            "attempt_succeeded a",
+            "attempt_started b",
+            "attempt_succeeded b",
+            "attempt_started c",
+            "attempt_succeeded c",
+            "attempt_started d",
+            "attempt_succeeded d"
+        ]
+    );
+}
+
+#[test]
+fn a_failed_branch_fails_the_run_after_the_other_branch_ends_and_what_needs_it_never_starts() {
+    let ws = Ws::empty();
+    diamond(&ws, "sleep 0.3; echo broke >&2; exit 3", "sleep 0.6");
+    let (code, result, stderr) = ws.json(&["run", "diamond"]);
+    assert_eq!(code, 1, "{stderr}");
+    let got: Vec<(String, String)> = stages(&result).into_iter().map(|(id, status, _, _)| (id, status)).collect();
+    let want: Vec<(String, String)> =
+        [("a", "success"), ("b", "failed"), ("c", "success")].map(|(a, b)| (a.into(), b.into())).into();
+    assert_eq!(got, want);
+    let journal = ws.journal(result["run_id"].as_str().expect("run id"));
+    assert!(seqs(&journal, "attempt_started", "d").is_empty());
+}
+
+#[test]
+fn a_cycle_or_an_unknown_stage_in_needs_is_refused_at_its_line() {
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/pipelines/loop.yml",
+        "name: loop\ndescription: d\nversion: 1\nstages:\n  - id: a\n    description: x\n    agent: shell\n    mode: plan\n    needs: [b]\n    run: 'true'\n  - id: b\n    description: y\n    agent: shell\n    mode: plan\n    needs: [a, z]\n    run: 'true'\n",
+    );
+    let (code, out, err) = ws.run(&["validate", "loop"]);
+    assert_eq!(code, 2, "{out}{err}");
+    for said in [
+        "stage `b`, field `needs`: the stages' `needs:` make a cycle: a needs b needs a",
+        "loop.yml:15:13]",
+        "stage `b`, field `needs`: `needs:` names stage `z`, which the pipeline does not have",
+        "loop.yml:15:16]",
+    ] {
+        assert!(err.contains(said), "{said}\n{err}");
+    }
+    let (code, _, err) = ws.run(&["run", "loop"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+/// Runs `run diamond` in its own process group and kills the group with SIGKILL once `marker`
+/// exists in the workspace.
+fn killed_when(ws: &Ws, marker: &std::path::Path) {
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(["run", "diamond", "--task-id", "task-kill"])
+        .current_dir(ws.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("spawn");
+    wait_for(marker);
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL)
+        .expect("kill");
+    let _ = child.wait_with_output();
+}
+
+#[test]
+fn killed_mid_graph_a_resume_repeats_no_finished_stage_and_restarts_what_was_in_flight() {
+    let ws = Ws::empty();
+    // Outside the workspace, where read-only stages may write: each stage's runs, counted.
+    let out = tempfile::tempdir().expect("tempdir");
+    let dir = out.path().display();
+    ws.write(".loopwright/config.toml", "sandbox = \"off\"\n");
+    // b ends at once; c waits for b's end, then is killed in flight the first time.
+    diamond(
+        &ws,
+        &format!("echo b >> {dir}/counts"),
+        &format!(
+            "echo c >> {dir}/counts; if [ ! -f {dir}/c-ran ]; then while ! grep -q b {dir}/counts; do sleep 0.05; done; sleep 0.5; touch {dir}/c-ran; sleep 30; fi"
+        ),
+    );
+    killed_when(&ws, &out.path().join("c-ran"));
+    let (code, result, stderr) = ws.json(&["resume", "latest"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stages(&result),
+        vec![
+            st("a", "success", 1, None),
+            st("b", "success", 1, None),
+            st("c", "success", 1, None),
+            st("d", "success", 1, None)
+        ]
+    );
+    let ran = std::fs::read_to_string(out.path().join("counts")).expect("counts");
+    let b_runs = ran.lines().filter(|l| *l == "b").count();
+    let c_runs = ran.lines().filter(|l| *l == "c").count();
+    assert_eq!((b_runs, c_runs), (1, 2), "{ran}");
+}

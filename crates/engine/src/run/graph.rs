@@ -1,0 +1,276 @@
+//! Stages at once (SPEC §16): the driver of a pipeline whose stages form a graph (`needs:`).
+//!
+//! One writer: the run's state and journal are changed here only, one step at a time, as in
+//! [`Engine::drive`]. What runs at once is the attempts' processes: each ready stage the state
+//! machine names is launched (prepared, its slot taken, journaled, confined), its process
+//! future kept in flight, and the driver waits for whichever in-flight attempt reports (a
+//! notice) or ends (then it is judged like any attempt). Steps that need no process — a
+//! condition, a gate, the closed loop's checks — are taken between.
+//!
+//! Stages may overlap only where nothing one writes can reach another: read-only (plan-mode)
+//! attempts with each other; agent-mode attempts each in its own layer with each other, their
+//! changes copied back as each succeeds, the later one failing as a `merge-conflict` when it
+//! changed a file the earlier one brought; an agent-mode attempt that writes into the workspace
+//! itself runs alone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use loopwright_spec::{Mode, Stage, StageId};
+use tokio::sync::mpsc;
+
+use super::attempt::LIMIT_RENEW;
+use super::{Engine, Launched, Taken};
+use crate::decide::{Step, next_steps};
+use crate::ports::{
+    Changes, Clock, Delivery, ExecOutcome, Execution, Limits, Notice, Runner, Stop, Stopper, Store, StoreError,
+};
+use crate::state::{RunState, StageStatus};
+
+/// How an attempt may share the workspace with others in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Share {
+    /// It only reads (plan mode, enforced): with other readers.
+    Reads,
+    /// It writes into a layer of its own: with other layered attempts.
+    Layered,
+    /// It writes into the workspace: alone.
+    Alone,
+}
+
+/// An attempt whose process runs.
+struct Flight<'a> {
+    /// Its stage.
+    stage: StageId,
+    /// What it was launched with.
+    launched: Launched,
+    /// Its process, until it ends.
+    run: Pin<Box<dyn Future<Output = Execution> + 'a>>,
+    /// What its runner notices while it runs.
+    notices: mpsc::UnboundedReceiver<Notice>,
+    /// Files other stages' attempts brought into the workspace (or will) since its layer was
+    /// made: changing one of them too is a merge conflict.
+    others: BTreeSet<String>,
+}
+
+/// What woke the driver.
+enum Woke {
+    Stopped(Stop),
+    Notice(usize, Notice),
+    Ended(usize, Execution),
+    Renew,
+    Timer,
+}
+
+impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery>
+    Engine<'a, S, R, C, X, W, L, D>
+{
+    /// Drives a run whose stages form a graph until it ends or waits, running ready stages at
+    /// once up to the pipeline's `max_parallel`.
+    pub(super) async fn drive_graph(&mut self, mut state: RunState) -> Result<RunState, StoreError> {
+        let mut flights: Vec<Flight<'a>> = Vec::new();
+        // Files of layered attempts that ended well, by stage, until their stage is done (their
+        // changes are then in the workspace, where a new layer sees them).
+        let mut claims: BTreeMap<StageId, Vec<String>> = BTreeMap::new();
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + LIMIT_RENEW, LIMIT_RENEW);
+        loop {
+            claims.retain(|stage, _| state.stage(stage.as_str()).is_some_and(|s| !s.status.is_done()));
+            let steps = self.ready(&state, &flights);
+            let mut moved = false;
+            let mut until = None;
+            for step in steps {
+                match step {
+                    Step::Execute { stage, attempt } => {
+                        moved = true;
+                        if let Some(launched) = self.launch(&mut state, &stage, attempt).await? {
+                            let others = claims.values().flatten().cloned().collect();
+                            flights.push(self.fly(stage, launched, others));
+                        }
+                    }
+                    Step::Wait { until: at, .. } if !flights.is_empty() => until = Some(at),
+                    step if flights.is_empty() || between(&step) => {
+                        moved = true;
+                        if let Taken::Done = self.take(&mut state, step).await? {
+                            return Ok(state);
+                        }
+                    }
+                    // The run's end, a rollback or a delivery waits for the attempts in flight.
+                    _ => {}
+                }
+            }
+            if moved {
+                continue;
+            }
+            if flights.is_empty() {
+                // Nothing in flight and nothing let start: one step at a time, as in a line.
+                let step = crate::decide::next_step(self.pipeline, &state, self.clock.now());
+                if let Taken::Done = self.take(&mut state, step).await? {
+                    return Ok(state);
+                }
+                continue;
+            }
+            self.flush(&mut state).await?;
+            let (clock, stopper) = (self.clock, self.stopper);
+            let woke = tokio::select! {
+                biased;
+                stop = stopper.stopped() => Woke::Stopped(stop),
+                woke = next_of(&mut flights) => woke,
+                _ = renew.tick() => Woke::Renew,
+                () = clock.sleep_until(until.unwrap_or_else(|| clock.now())), if until.is_some() => Woke::Timer,
+            };
+            match woke {
+                Woke::Stopped(stop) => {
+                    // Dropping a flight's future ends its process.
+                    for flight in flights.drain(..) {
+                        if flight.launched.request.agent.is_some() {
+                            self.limits.give(&flight.launched.holder, 0).await;
+                        }
+                    }
+                    self.stop(&mut state, stop).await?;
+                }
+                Woke::Notice(i, notice) => {
+                    let (stage, attempt) = (flights[i].stage.clone(), flights[i].launched.request.attempt);
+                    self.notice(&mut state, &stage, attempt, notice).await?;
+                }
+                Woke::Ended(i, execution) => {
+                    let mut flight = flights.remove(i);
+                    let (stage_id, attempt) = (flight.stage.clone(), flight.launched.request.attempt);
+                    while let Ok(notice) = flight.notices.try_recv() {
+                        self.notice(&mut state, &stage_id, attempt, notice).await?;
+                    }
+                    let execution = self.merged(&state, &flight, execution, &mut flights, &mut claims);
+                    self.used(&mut state, &flight.launched.request, &flight.launched.holder, &execution).await;
+                    let stage = self.pipeline.stage(stage_id.as_str()).expect("a pipeline stage");
+                    let snapshot = flight.launched.snapshot.take();
+                    self.finish(&mut state, stage, &flight.launched.request, &execution, snapshot).await?;
+                }
+                Woke::Renew => {
+                    for flight in flights.iter().filter(|f| f.launched.request.agent.is_some()) {
+                        self.limits.renew(&flight.launched.holder).await;
+                    }
+                }
+                Woke::Timer => {}
+            }
+        }
+    }
+
+    /// The steps the state machine names now, the stages in flight aside, with only the
+    /// attempts that may start beside them (their sharing, `max_parallel`).
+    fn ready(&self, state: &RunState, flights: &[Flight<'a>]) -> Vec<Step> {
+        let busy: BTreeSet<StageId> = flights.iter().map(|f| f.stage.clone()).collect();
+        // Who holds the workspace: every stage started and not done (in flight, or between
+        // its attempts, or in its closed loop's checks).
+        let mut held: Vec<Share> = state
+            .stages
+            .iter()
+            .filter(|s| !s.status.is_done() && s.status != StageStatus::Pending)
+            .filter_map(|s| self.pipeline.stage(s.id.as_str()))
+            .map(|s| self.share(state, s))
+            .collect();
+        let mut room = self.pipeline.max_parallel.saturating_sub(flights.len());
+        let mut admit = |stage: &Stage| {
+            let started = state.stage(stage.id.as_str()).is_some_and(|s| s.status != StageStatus::Pending);
+            let share = self.share(state, stage);
+            // A stage between its attempts holds its place already: it is not counted twice.
+            let others = held.len() - usize::from(started && held.contains(&share));
+            let fits = others == 0 || (share != Share::Alone && held.iter().all(|h| *h == share));
+            if room == 0 || !fits {
+                return false;
+            }
+            room -= 1;
+            if !started {
+                held.push(share);
+            }
+            true
+        };
+        next_steps(self.pipeline, state, self.clock.now(), &busy, &mut admit)
+    }
+
+    /// How an attempt of `stage` would share the workspace.
+    fn share(&self, state: &RunState, stage: &Stage) -> Share {
+        if stage.mode == Mode::Plan {
+            return Share::Reads;
+        }
+        let http = super::agent_now(self.pipeline, state, stage).is_some_and(|a| a.runner.is_http());
+        if self.confinement(state, stage).sandbox && self.changes.confined() && !http {
+            Share::Layered
+        } else {
+            Share::Alone
+        }
+    }
+
+    /// A launched attempt's process, in flight.
+    fn fly(&self, stage: StageId, launched: Launched, others: BTreeSet<String>) -> Flight<'a> {
+        let (tx, notices) = mpsc::unbounded_channel();
+        let runner: &'a R = self.runner;
+        let request = launched.request.clone();
+        let run = Box::pin(async move { runner.run(&request, tx).await });
+        Flight { stage, launched, run, notices, others }
+    }
+
+    /// An attempt that ended well in its layer: failed as a merge conflict when it changed a
+    /// file another stage's attempt brought into the workspace since its layer was made, else
+    /// its files are claimed against the layers still in flight.
+    fn merged(
+        &self,
+        state: &RunState,
+        flight: &Flight<'a>,
+        execution: Execution,
+        flights: &mut [Flight<'a>],
+        claims: &mut BTreeMap<StageId, Vec<String>>,
+    ) -> Execution {
+        let Some(layer) = &flight.launched.request.confine.layer else { return execution };
+        if execution.outcome != ExecOutcome::Exited(0) {
+            return execution;
+        }
+        let changed: Vec<String> = self
+            .changes
+            .layer_changed(&state.run_id, layer)
+            .map(|c| c.paths().into_iter().map(str::to_owned).collect())
+            .unwrap_or_default();
+        let clashes: Vec<&String> = changed.iter().filter(|p| flight.others.contains(*p)).collect();
+        if clashes.is_empty() {
+            for other in flights.iter_mut() {
+                other.others.extend(changed.iter().cloned());
+            }
+            claims.insert(flight.stage.clone(), changed);
+            return execution;
+        }
+        let mut said: String = clashes.iter().map(|p| format!("CONFLICT (content): Merge conflict in {p}\n")).collect();
+        said.push_str(&format!(
+            "stage `{}` changed {} that another stage running at the same time changed first; its changes were not applied\n",
+            flight.stage,
+            clashes.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+        ));
+        Execution { outcome: ExecOutcome::Exited(1), stderr: format!("{}{said}", execution.stderr), ..execution }
+    }
+}
+
+/// True for a step that may be taken while attempts are in flight: one about a stage
+/// (journaling a decision, the closed loop's checks), never the run's end.
+fn between(step: &Step) -> bool {
+    match step {
+        Step::Record(event) => event.stage().is_some() && event.run_status().is_none_or(|s| !s.is_final()),
+        Step::Baseline { .. } | Step::Evaluate { .. } | Step::Analyze { .. } | Step::Fix { .. } => true,
+        _ => false,
+    }
+}
+
+/// The next thing an attempt in flight does: a notice, or its end.
+fn next_of<'f, 'a>(flights: &'f mut [Flight<'a>]) -> impl Future<Output = Woke> + 'f {
+    std::future::poll_fn(move |cx| {
+        for (i, flight) in flights.iter_mut().enumerate() {
+            if let Poll::Ready(Some(notice)) = flight.notices.poll_recv(cx) {
+                return Poll::Ready(Woke::Notice(i, notice));
+            }
+        }
+        for (i, flight) in flights.iter_mut().enumerate() {
+            if let Poll::Ready(execution) = flight.run.as_mut().poll(cx) {
+                return Poll::Ready(Woke::Ended(i, execution));
+            }
+        }
+        Poll::Pending
+    })
+}
