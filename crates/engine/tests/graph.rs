@@ -54,7 +54,9 @@ fn every_ready_stage_is_named_at_once_and_a_stage_waits_for_what_it_needs() {
     let both = a.clone().succeeded("c", 1).succeeded("b", 1);
     let all = both.clone().succeeded("d", 1);
     let busy = |ids: &[&str]| -> BTreeSet<StageId> { ids.iter().map(|s| id(s)).collect() };
-    let cases: Vec<(&str, History, BTreeSet<StageId>, usize, Vec<Step>)> = vec![
+    // (what, the journal, the stages in flight, how many may start, the steps named)
+    type Case<'c> = (&'c str, History, BTreeSet<StageId>, usize, Vec<Step>);
+    let cases: Vec<Case<'_>> = vec![
         ("the first stage needs nothing", History::started(), busy(&[]), 4, vec![run("a", 1)]),
         ("both branches at once", a.clone(), busy(&[]), 4, vec![run("b", 1), run("c", 1)]),
         ("only what is admitted", a.clone(), busy(&[]), 1, vec![run("b", 1)]),
