@@ -176,3 +176,41 @@ fn killed_mid_graph_a_resume_repeats_no_finished_stage_and_restarts_what_was_in_
     let c_runs = ran.lines().filter(|l| *l == "c").count();
     assert_eq!((b_runs, c_runs), (1, 2), "{ran}");
 }
+
+#[test]
+fn killed_at_twenty_moments_of_a_graph_resume_never_starts_a_finished_stage_again() {
+    for round in 0..20u64 {
+        let ws = Ws::empty();
+        ws.write(".loopwright/config.toml", "sandbox = \"off\"\n");
+        diamond(&ws, "sleep 0.15", "sleep 0.25");
+        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+            .args(["run", "diamond", "--task-id", "task-kill"])
+            .current_dir(ws.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("spawn");
+        // Moments spread over the run's half second (and past it).
+        std::thread::sleep(std::time::Duration::from_millis(40 + (round * 137) % 560));
+        let _ =
+            nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL);
+        let _ = child.wait_with_output();
+        let (code, result, stderr) = ws.json(&["resume", "latest"]);
+        if code != 0 && stderr.contains("no run") {
+            continue;
+        }
+        assert!(code == 0 || result["status"] == "success", "round {round}: {stderr}");
+        let (_, shown, _) = ws.json(&["status", "latest"]);
+        assert_eq!(shown["status"], "success", "round {round}: {shown}");
+        let run = shown["run_id"].as_str().expect("run id").to_owned();
+        let journal = ws.journal(&run);
+        for stage in ["a", "b", "c", "d"] {
+            let succeeded = seqs(&journal, "attempt_succeeded", stage);
+            assert_eq!(succeeded.len(), 1, "round {round}, stage {stage}: {journal:#?}");
+            let started_after = seqs(&journal, "attempt_started", stage).into_iter().filter(|s| *s > succeeded[0]);
+            assert_eq!(started_after.count(), 0, "round {round}, stage {stage} started again after it ended");
+        }
+    }
+}

@@ -1163,3 +1163,59 @@ fn a_second_sandboxed_run_starts_bubblewrap_only_for_its_stage() {
     std::fs::write(&wrapper, std::fs::read(&wrapper).expect("read")).expect("rewrite");
     assert!(starts() > 1, "a changed bubblewrap is probed again");
 }
+
+/// Two agent-mode stages that need nothing of each other, each writing its file: `left` and
+/// `right` scripts.
+fn branches(ws: &Ws, left: &str, right: &str) {
+    ws.write(".loopwright/config.toml", "sandbox = \"required\"\n");
+    ws.write(
+        ".loopwright/pipelines/fork.yml",
+        &format!(
+            "name: fork\ndescription: d\nversion: 1\nstages:\n\
+             \x20 - id: left\n    description: l\n    agent: shell\n    mode: agent\n    needs: []\n    run: {left}\n\
+             \x20 - id: right\n    description: r\n    agent: shell\n    mode: agent\n    needs: []\n    run: {right}\n"
+        ),
+    );
+}
+
+#[test]
+fn agent_mode_stages_run_at_once_each_in_its_layer_and_overlapping_edits_fail_the_later_as_a_merge_conflict() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    branches(&ws, "sleep 0.5; echo left > left.txt", "sleep 0.5; echo right > right.txt");
+    let (code, result, stderr) = ws.json(&["run", "fork"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!((ws.read("left.txt"), ws.read("right.txt")), ("left\n".to_owned(), "right\n".to_owned()));
+    let journal = ws.journal(result["run_id"].as_str().expect("run id"));
+    let seq = |kind: &str, stage: &str| {
+        journal
+            .iter()
+            .find(|e| e["event"]["type"] == kind && e["event"]["stage"] == stage)
+            .and_then(|e| e["seq"].as_u64())
+            .expect("event")
+    };
+    assert!(seq("attempt_started", "right") < seq("attempt_succeeded", "left"), "{journal:#?}");
+    assert!(seq("layer_made", "left") > 0 && seq("layer_made", "right") > 0);
+
+    // Both write the same file: the one that ends first lands, the other fails as a conflict.
+    let ws = Ws::empty();
+    branches(&ws, "sleep 0.2; echo left > shared.txt", "sleep 1.2; echo right > shared.txt");
+    let (code, result, stderr) = ws.json(&["run", "fork"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(ws.read("shared.txt"), "left\n");
+    let statuses: Vec<(String, String)> =
+        crate::support::stages(&result).into_iter().map(|(id, status, _, _)| (id, status)).collect();
+    assert_eq!(statuses, vec![("left".into(), "success".into()), ("right".into(), "failed".into())]);
+    let journal = ws.journal(result["run_id"].as_str().expect("run id"));
+    let failed = journal
+        .iter()
+        .find(|e| e["event"]["type"] == "attempt_failed" && e["event"]["stage"] == "right")
+        .expect("right failed");
+    assert_eq!(failed["event"]["error"]["pattern"], "merge-conflict", "{failed}");
+    assert!(
+        failed["event"]["error"]["output_tail"]
+            .as_str()
+            .is_some_and(|t| t.contains("CONFLICT (content): Merge conflict in shared.txt")),
+        "{failed}"
+    );
+}
