@@ -77,6 +77,35 @@ pub fn duration(ms: u64) -> String {
     if ms >= 1000 { format!("{:.2}s", ms as f64 / 1000.0) } else { format!("{ms}ms") }
 }
 
+/// Where a run whose stages form a graph stands: which stages run at once and what each stage
+/// not started yet waits for. Empty for a line of stages.
+fn graph(state: &RunState) -> String {
+    let Some(graph) = state.started.as_ref().and_then(|s| loopwright_spec::compile::graph_of(&s.pipeline_source))
+    else {
+        return String::new();
+    };
+    let status = |id: &str| state.stage(id).map_or(StageStatus::Pending, |s| s.status);
+    let mut out = String::new();
+    let running: Vec<&str> =
+        graph.iter().map(|(id, _)| id.as_str()).filter(|id| status(id) == StageStatus::Running).collect();
+    if running.len() > 1 {
+        out.push_str(&format!("running at once: {}\n", running.join(", ")));
+    }
+    for (id, needs) in &graph {
+        if status(id) != StageStatus::Pending || state.stage(id).is_some_and(|s| s.attempts > 0) {
+            continue;
+        }
+        let waits: Vec<&str> = needs
+            .iter()
+            .map(String::as_str)
+            .filter(|n| !matches!(status(n), StageStatus::Success | StageStatus::Skipped))
+            .collect();
+        let what = if waits.is_empty() { "ready".to_owned() } else { format!("waits for {}", waits.join(", ")) };
+        out.push_str(&format!("  · {id:<24} {:<10} {what}\n", "pending"));
+    }
+    out
+}
+
 /// A run's result for humans.
 pub fn result(result: &PipelineResult, state: &RunState) -> String {
     let mut out = format!(
@@ -159,6 +188,7 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
             }
         }
     }
+    out.push_str(&graph(state));
     if let Some(f) = &result.failed_stage {
         out.push_str(&format!("failed stage: {f}\n"));
     }

@@ -1195,3 +1195,31 @@ impl Compiler<'_> {
         ok.then_some(FeedbackLoop { target_stage, max_iterations })
     }
 }
+
+/// The stages of a pipeline file as a graph, read without its agents (what a run journaled
+/// is enough): each stage's id and what it needs (its `needs:`, else the stage before it), in
+/// the file's order. `None` when no stage says `needs:` (a line) or the file does not parse.
+pub fn graph_of(source: &str) -> Option<Vec<(String, Vec<String>)>> {
+    let raw: RawPipeline =
+        serde_saphyr::from_str_with_options(source, serde_saphyr::options! { with_snippet: false }).ok()?;
+    let stages = raw.stages?.value;
+    if stages.iter().all(|s| s.value.needs.is_none()) {
+        return None;
+    }
+    let ids: Vec<String> =
+        stages.iter().map(|s| s.value.id.as_ref().map(|i| i.value.clone()).unwrap_or_default()).collect();
+    Some(
+        stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let needs = match &s.value.needs {
+                    Some(list) => list.iter().map(|n| n.value.clone()).collect(),
+                    None if i > 0 => vec![ids[i - 1].clone()],
+                    None => Vec::new(),
+                };
+                (ids[i].clone(), needs)
+            })
+            .collect(),
+    )
+}

@@ -58,6 +58,37 @@ fn independent_stages_run_at_once_and_a_stage_starts_when_what_it_needs_is_done(
     // Each started after what it needs ended.
     assert!(ended("a") < started("b") && ended("a") < started("c"), "{journal:#?}");
     assert!(ended("b") < started("d") && ended("c") < started("d"), "{journal:#?}");
+
+    // The run's page draws the graph: a column per depth, each stage with its state.
+    let daemon = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, page) = daemon.page(&format!("/runs/{run}"));
+    assert_eq!(code, 200);
+    let start = page.find("<ol class=\"graph\">").expect("the graph is drawn");
+    let graph = &page[start..start + page[start..].find("</ol>").expect("its end")];
+    let columns: Vec<Vec<String>> = graph
+        .split("<li><ul>")
+        .skip(1)
+        .map(|column| {
+            column
+                .split("<li class=\"node node-")
+                .skip(1)
+                .map(|node| {
+                    let status = node.split('"').next().unwrap_or_default();
+                    let id = node.split("#stage-").nth(1).and_then(|r| r.split('"').next()).unwrap_or_default();
+                    let needs = node.split("<small>").nth(1).and_then(|r| r.split('<').next()).unwrap_or_default();
+                    format!("{id} {status} {needs}").trim_end().to_owned()
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        columns,
+        vec![
+            vec!["a success".to_owned()],
+            vec!["b success needs a".into(), "c success needs a".into()],
+            vec!["d success needs b, c".into()]
+        ]
+    );
 }
 
 #[test]
@@ -103,6 +134,8 @@ fn a_failed_branch_fails_the_run_after_the_other_branch_ends_and_what_needs_it_n
     assert_eq!(got, want);
     let journal = ws.journal(result["run_id"].as_str().expect("run id"));
     assert!(seqs(&journal, "attempt_started", "d").is_empty());
+    let (_, status, _) = ws.run(&["status", "latest"]);
+    assert!(status.contains("\n  · d                        pending    waits for b\n"), "{status}");
 }
 
 #[test]

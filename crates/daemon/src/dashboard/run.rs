@@ -87,6 +87,9 @@ pub(super) struct RunView {
     resumable: bool,
     /// Every stage of the pipeline, in its order.
     stages: Vec<StageView>,
+    /// When its stages form a graph: its columns, each the stages whose longest chain of
+    /// needs is as long.
+    graph: Vec<Vec<GraphNode>>,
     /// What it waits for, when it waits for a person.
     waiting: Option<WaitingView>,
     /// Who ended it, in words.
@@ -124,6 +127,48 @@ struct StageView {
     /// The outputs it declared.
     outputs: Vec<String>,
     headline: Option<ops::why::Headline>,
+}
+
+/// A stage in the drawing of a graph.
+#[derive(Debug, Serialize)]
+struct GraphNode {
+    id: String,
+    status: &'static str,
+    icon: &'static str,
+    duration: String,
+    /// What it needs.
+    needs: Vec<String>,
+}
+
+/// The columns of a pipeline's graph (empty for a line): each stage in the column after the
+/// deepest of the stages it needs, with its state and duration as the stages list shows them.
+fn graph_columns(pipeline: &loopwright_spec::Pipeline, stages: &[StageView]) -> Vec<Vec<GraphNode>> {
+    if !pipeline.is_graph() {
+        return Vec::new();
+    }
+    let mut depth: Vec<usize> = vec![0; pipeline.stages.len()];
+    // Needs form no cycle (validation): as many passes as stages settle every depth.
+    for _ in 0..pipeline.stages.len() {
+        for (i, stage) in pipeline.stages.iter().enumerate() {
+            let deepest = stage.needs.iter().filter_map(|n| pipeline.index_of(n.as_str())).map(|j| depth[j] + 1).max();
+            depth[i] = deepest.unwrap_or(0);
+        }
+    }
+    let mut columns: Vec<Vec<GraphNode>> = Vec::new();
+    for (i, stage) in pipeline.stages.iter().enumerate() {
+        let Some(view) = stages.iter().find(|s| s.id == stage.id.as_str()) else { continue };
+        if columns.len() <= depth[i] {
+            columns.resize_with(depth[i] + 1, Vec::new);
+        }
+        columns[depth[i]].push(GraphNode {
+            id: view.id.clone(),
+            status: view.status,
+            icon: view.icon,
+            duration: view.duration.clone(),
+            needs: stage.needs.iter().map(ToString::to_string).collect(),
+        });
+    }
+    columns
 }
 
 /// What a waiting run waits for.
@@ -326,6 +371,7 @@ fn run_context(
         retry_from: state.stages.iter().find(|s| s.status == StageStatus::Failed).map(|s| s.id.to_string()),
         cancellable: !status.is_final(),
         resumable,
+        graph: graph_columns(pipeline, &stages),
         stages,
         waiting,
         ended_by: ended_by(status, &answers),
