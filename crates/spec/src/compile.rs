@@ -291,7 +291,13 @@ impl Compiler<'_> {
             let mut modes: BTreeMap<String, Mode> = BTreeMap::new();
             for &a in &graph.ancestors[index] {
                 let before = &raw[a].value;
+                // Only a valid id, where it first appears (a duplicate or a bad one is reported
+                // at its own stage).
                 let Some(aid) = before.id.as_ref().map(|i| i.value.clone()) else { continue };
+                let first = raw.iter().position(|s| s.value.id.as_ref().is_some_and(|i| i.value == aid));
+                if StageId::parse(&aid).is_none() || first != Some(a) {
+                    continue;
+                }
                 earlier.insert(aid.clone(), before.outputs.iter().flatten().map(|o| o.value.clone()).collect());
                 if let Some(mode) = before.mode.as_ref().and_then(|m| Mode::parse(&m.value)) {
                     modes.insert(aid, mode);

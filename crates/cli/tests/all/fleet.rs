@@ -1036,3 +1036,65 @@ fn idle_workers_look_for_work_only_when_there_is_some_they_could_take() {
         assert!(*looked <= 3, "{counts:?}");
     }
 }
+
+const DIAMOND: &str = r#"name: p
+description: d
+version: 1
+stages:
+  - id: a
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo $LOOPWRIGHT_RUN_ID >> COUNTERS/a; echo one > a.txt"
+  - id: b
+    description: d
+    agent: shell
+    mode: agent
+    needs: [a]
+    run: "echo $LOOPWRIGHT_RUN_ID >> COUNTERS/b; echo two > b.txt"
+  - id: c
+    description: d
+    agent: shell
+    mode: agent
+    needs: [a]
+    run: "echo $LOOPWRIGHT_RUN_ID >> COUNTERS/c; sleep ${C_SLEEP:-0}; echo three > c.txt"
+  - id: d
+    description: d
+    agent: shell
+    mode: agent
+    needs: [b, c]
+    run: "echo $LOOPWRIGHT_RUN_ID >> COUNTERS/d; echo four > d.txt"
+"#;
+
+#[test]
+fn a_graph_on_a_worker_killed_mid_branch_is_taken_over_and_no_finished_stage_runs_again() {
+    let Some(fleet) = Fleet::new("graph", DIAMOND) else { return };
+    let run = fleet.submit("graph");
+    let slow = [("C_SLEEP", "30")];
+    let mut first = fleet.worker_env(1, 2, &slow);
+    wait_lines(&fleet, "c", 1);
+    wait_lines(&fleet, "b", 1);
+    // b's end is journaled right after its process ends.
+    std::thread::sleep(Duration::from_millis(500));
+    first.kill().expect("kill -9");
+    first.wait().expect("reaped");
+    let second = fleet.worker(2, 2);
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"]);
+    signal(&second, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(second.wait_with_output().expect("second").status.code(), Some(0));
+    let once = std::slice::from_ref(&run);
+    assert_eq!(
+        (fleet.counter("a"), fleet.counter("b"), fleet.counter("d")),
+        (once.to_vec(), once.to_vec(), once.to_vec())
+    );
+    assert_eq!(fleet.counter("c").len(), 2, "c ran again from its start on the second worker");
+    let kinds = fleet.kinds(&run);
+    let mut succeeded: Vec<&str> =
+        kinds.iter().filter(|(k, _)| k == "attempt_succeeded").map(|(_, s)| s.as_str()).collect();
+    succeeded.sort_unstable();
+    assert_eq!(succeeded, ["a", "b", "c", "d"]);
+    let (_, files) = fleet.branch(&run);
+    for file in ["a.txt", "b.txt", "c.txt", "d.txt"] {
+        assert!(files.iter().any(|f| f == file), "{file} on the run's branch: {files:?}");
+    }
+}

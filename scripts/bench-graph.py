@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Stages at once (SPEC §16): what running a graph costs and saves, through `loopwright run`.
+
+1. A diamond whose two branches each sleep 1 s, against the same four stages in a line.
+2. loopwright's own cost per stage in a graph: N `true` stages chained by explicit `needs:`
+   (the graph driver, one stage at a time) against the same N as a line (the line driver),
+   and N independent `true` stages run four at a time.
+3. Branches in the sandbox: 1, 2 and 4 agent-mode stages that each sleep 1 s in a layer of
+   their own, run at once (wall time and peak memory of the run).
+
+Usage: python3 scripts/bench-graph.py --bin target/release/loopwright [--stages 200] [--rounds 5]
+"""
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import tempfile
+import time
+
+
+def pipeline(name, stages, max_parallel=None):
+    head = f"name: {name}\ndescription: bench\nversion: 1\n"
+    if max_parallel:
+        head += f"max_parallel: {max_parallel}\n"
+    body = "stages:\n"
+    for s in stages:
+        body += f"  - id: {s['id']}\n    description: x\n    agent: shell\n    mode: {s.get('mode', 'plan')}\n"
+        if "needs" in s:
+            body += f"    needs: [{', '.join(s['needs'])}]\n"
+        body += f"    run: {s['run']}\n"
+    return head + body
+
+
+def run_once(binary, text, sandbox):
+    with tempfile.TemporaryDirectory() as ws:
+        os.makedirs(f"{ws}/.loopwright/pipelines")
+        with open(f"{ws}/.loopwright/config.toml", "w") as f:
+            f.write(f'sandbox = "{sandbox}"\n')
+        with open(f"{ws}/.loopwright/pipelines/p.yml", "w") as f:
+            f.write(text)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        out = subprocess.run([binary, "-q", "run", "p"], cwd=ws, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if out.returncode != 0:
+            raise SystemExit(f"run failed: {out.stderr[-2000:]}")
+        return wall, after.ru_maxrss / 1024, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def measure(binary, text, rounds, sandbox="off"):
+    walls, rss = [], []
+    for _ in range(rounds):
+        wall, peak, _ = run_once(binary, text, sandbox)
+        walls.append(wall)
+        rss.append(peak)
+    return statistics.median(walls), min(walls), max(rss)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--stages", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    b = os.path.abspath(args.bin)
+
+    print("## 1. a diamond whose branches sleep 1 s")
+    line = [{"id": "a", "run": "'true'"}, {"id": "b", "run": "sleep 1"}, {"id": "c", "run": "sleep 1"}, {"id": "d", "run": "'true'"}]
+    diamond = [
+        {"id": "a", "run": "'true'"},
+        {"id": "b", "run": "sleep 1", "needs": ["a"]},
+        {"id": "c", "run": "sleep 1", "needs": ["a"]},
+        {"id": "d", "run": "'true'", "needs": ["b", "c"]},
+    ]
+    for label, stages in (("line", line), ("diamond", diamond)):
+        med, best, _ = measure(b, pipeline("p", stages), args.rounds)
+        print(f"{label:8} median {med:.3f} s  fastest {best:.3f} s")
+
+    n = args.stages
+    print(f"\n## 2. loopwright's own cost per stage ({n} `true` stages)")
+    chain_line = [{"id": f"s{i}", "run": "'true'"} for i in range(n)]
+    chain_graph = [{"id": f"s{i}", "run": "'true'", **({"needs": [f"s{i-1}"]} if i else {"needs": []})} for i in range(n)]
+    fan = [{"id": f"s{i}", "run": "'true'", "needs": []} for i in range(n)]
+    results = {}
+    for label, stages, par in (("line", chain_line, None), ("graph, chained", chain_graph, None), ("graph, 4 at once", fan, 4)):
+        med, best, rss = measure(b, pipeline("p", stages, par), args.rounds)
+        results[label] = best
+        print(f"{label:18} median {med:.3f} s  fastest {best:.3f} s  per stage {1000 * best / n:.2f} ms  peak {rss:.1f} MiB")
+    print(f"graph driver over the line driver: {1000 * (results['graph, chained'] - results['line']) / n:+.2f} ms per stage")
+
+    print("\n## 3. agent-mode branches in the sandbox, each in its layer, sleeping 1 s")
+    base = None
+    for width in (1, 2, 4):
+        stages = [{"id": f"w{i}", "run": "sleep 1", "mode": "agent", "needs": []} for i in range(width)]
+        try:
+            med, best, rss = measure(b, pipeline("p", stages, 4), args.rounds, sandbox="required")
+        except SystemExit as e:
+            print(f"no sandbox here: {e}")
+            return
+        base = base or best
+        print(f"{width} at once: median {med:.3f} s  fastest {best:.3f} s  ({best / base:.2f}x of one)  peak {rss:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
