@@ -57,6 +57,34 @@ stages:
         type: command
         command: ./scripts/check.sh
 `);
+  write('.loopwright/pipelines/diamond.yml', `name: diamond
+description: Two reviews at once
+version: 1
+stages:
+  - id: plan
+    agent: shell
+    mode: plan
+    description: Plan
+    run: "echo planned"
+  - id: security
+    agent: shell
+    mode: plan
+    needs: [plan]
+    description: Review for security
+    run: "sleep 1; echo safe"
+  - id: performance
+    agent: shell
+    mode: plan
+    needs: [plan]
+    description: Review for performance
+    run: "sleep 1; echo fast"
+  - id: verdict
+    agent: shell
+    mode: plan
+    needs: [security, performance]
+    description: Decide
+    run: "echo ship it"
+`);
   write('.loopwright/pipelines/slow.yml', `name: slow
 description: A long stage
 version: 1
@@ -682,4 +710,34 @@ browserTest('500 runs: the list pages on the server, counts, searches by task te
   await page.setViewportSize({ width: 390, height: 844 });
   assert.ok(await fitsWidth(page), 'the list is wider than a phone');
   await shot(page, 'dashboard-runs-many-phone.png');
+});
+
+browserTest('the run page draws a graph of stages, the branches side by side, live and on a phone', async (newPage) => {
+  const page = await newPage();
+  const run = await startThroughForm(page, 'diamond', 'Review the change both ways');
+  // The two reviews run at once: both are drawn running before either has ended.
+  await waitFor('both reviews running', async () => (await page.locator('.graph .node-running').count()) === 2, 20);
+  await waitFor('the run to succeed', async () => /success/.test(await page.textContent('#run-status')), 30);
+  assert.ok(await notReloaded(page), 'the run page updated itself');
+  const nodes = await page.locator('.graph .node').evaluateAll((els) => els.map((el) => {
+    const box = el.getBoundingClientRect();
+    return { id: el.querySelector('a').textContent.trim(), cls: el.className, x: Math.round(box.left), y: Math.round(box.top), text: el.innerText.replace(/\s+/g, ' ').trim() };
+  }));
+  const at = Object.fromEntries(nodes.map((n) => [n.id, n]));
+  assert.deepEqual(nodes.map((n) => n.id), ['plan', 'security', 'performance', 'verdict']);
+  assert.ok(nodes.every((n) => n.cls.includes('node-success')), JSON.stringify(nodes));
+  // A column per depth: the reviews side by side after the plan, the verdict after both.
+  assert.ok(at.plan.x < at.security.x && at.security.x === at.performance.x && at.security.y < at.performance.y, JSON.stringify(nodes));
+  assert.ok(at.verdict.x > at.security.x, JSON.stringify(nodes));
+  assert.match(at.verdict.text, /needs security, performance/);
+  await shot(page, 'dashboard-run-graph.png');
+  await page.setViewportSize({ width: 390, height: 844 });
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'no sideways scrolling of the page at phone width');
+  await shot(page, 'dashboard-run-graph-phone.png');
+  await page.setViewportSize({ width: 1280, height: 800 });
+  const journal = (await api('GET', `/api/runs/${run}/events`)).body;
+  const kinds = journal.map((r) => `${r.event.type} ${r.event.stage ?? ''}`.trim());
+  const started = (s) => kinds.indexOf(`attempt_started ${s}`);
+  const ended = (s) => kinds.indexOf(`attempt_succeeded ${s}`);
+  assert.ok(started('performance') < ended('security') && started('security') < ended('performance'), kinds.join('\n'));
 });
