@@ -134,6 +134,15 @@ impl Observer for Progress {
                     self.line(&format!("    │ {l}"));
                 }
             }
+            Event::CandidateStarted { stage, candidate, agent, .. } => {
+                self.line(&format!("▶ {stage} candidate {} [{agent}]", candidate + 1));
+            }
+            Event::CandidateEnded { stage, candidate, result, .. } => {
+                let mark = if result.passed { "✓" } else { "✗" };
+                let why = result.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default();
+                self.line(&format!("{mark} {stage} candidate {}  {}{why}", candidate + 1, duration(result.duration_ms)));
+            }
+            Event::CandidateChosen { stage, why, .. } => self.line(&format!("★ {stage}: {why}")),
             Event::AgentFellBack { stage, attempt, from, to, reason } => {
                 self.line(&format!(
                     "⇢ {stage}: agent `{from}` cannot go on after attempt {attempt} ({}); agent `{to}` takes over",

@@ -121,7 +121,8 @@ fn name_agents(
 /// Builds the prompt for an attempt of `stage`.
 pub fn build_prompt(pipeline: &Pipeline, stage: &Stage, state: &RunState) -> String {
     let mut p = String::new();
-    if let Some(agent) = crate::run::agent_now(pipeline, state, stage)
+    let fell_back_to = state.stage(stage.id.as_str()).and_then(|s| s.agent.as_deref());
+    if let Some(agent) = pipeline.agent_now(stage, fell_back_to)
         && !agent.persona.is_empty()
     {
         p.push_str(agent.persona.trim());

@@ -345,7 +345,7 @@ pub struct Failure {
     pub retryable: bool,
     /// Why the agent cannot fix it, when GENERATE failed that way (SPEC §16 "Fallback").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unfixable: Option<crate::event::Unfixable>,
+    pub unfixable: Option<Unfixable>,
 }
 
 impl Failure {
@@ -519,6 +519,56 @@ pub struct Regression {
     /// Tests that passed before and fail now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tests: Vec<String>,
+}
+
+/// A failure an agent cannot fix by trying again (SPEC §16 "Fallback"): another agent may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unfixable {
+    /// Its provider kept refusing for too many requests, past the wait allowed.
+    RateLimit,
+    /// Its account's quota or credit is spent.
+    Quota,
+    /// Its credentials were refused or are missing.
+    Authentication,
+    /// The model it names does not exist or is not available to it.
+    ModelMissing,
+    /// Its program is not installed.
+    CliMissing,
+    /// What it was given does not fit its model's context.
+    ContextLength,
+}
+
+impl Unfixable {
+    /// Its name in the journal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RateLimit => "rate_limit",
+            Self::Quota => "quota",
+            Self::Authentication => "authentication",
+            Self::ModelMissing => "model_missing",
+            Self::CliMissing => "cli_missing",
+            Self::ContextLength => "context_length",
+        }
+    }
+
+    /// In words, for people: "its provider kept rate-limiting it past its wait".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::RateLimit => "its provider kept rate-limiting it past its wait",
+            Self::Quota => "its quota is spent",
+            Self::Authentication => "its credentials were refused",
+            Self::ModelMissing => "its model is not available",
+            Self::CliMissing => "its program is not installed",
+            Self::ContextLength => "the prompt does not fit its model's context",
+        }
+    }
+}
+
+impl std::fmt::Display for Unfixable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use loopwright_spec::StageId;
 use serde::{Deserialize, Serialize};
 
+pub use crate::closed_loop::Unfixable;
 use crate::closed_loop::{Analysis, Baseline, CheckResult, Failure, FileChanges, FixResult, Regression, Violation};
 use crate::ids::TaskId;
 
@@ -152,6 +153,41 @@ pub enum Event {
         to: String,
         /// Why `from` could not go on.
         reason: Unfixable,
+    },
+    /// Best of N: a candidate of a stage's attempt started, in its own layer.
+    CandidateStarted {
+        /// The stage.
+        stage: StageId,
+        /// The attempt (the round of candidates).
+        attempt: u32,
+        /// Which candidate (0-based).
+        candidate: u32,
+        /// Its agent.
+        agent: String,
+        /// Its layer.
+        layer: String,
+    },
+    /// Best of N: a candidate ended and was checked.
+    CandidateEnded {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// Which candidate.
+        candidate: u32,
+        /// What it did.
+        result: CandidateResult,
+    },
+    /// Best of N: the winner among the candidates of an attempt, or none, and why.
+    CandidateChosen {
+        /// The stage.
+        stage: StageId,
+        /// The attempt.
+        attempt: u32,
+        /// The winner, when one passed.
+        winner: Option<u32>,
+        /// Why, in words (what decided, against whom).
+        why: String,
     },
     /// A stage failed for good.
     StageFailed {
@@ -647,6 +683,9 @@ impl Event {
             | Event::AttemptFailed { stage, .. }
             | Event::RetryScheduled { stage, .. }
             | Event::AgentFellBack { stage, .. }
+            | Event::CandidateStarted { stage, .. }
+            | Event::CandidateEnded { stage, .. }
+            | Event::CandidateChosen { stage, .. }
             | Event::StageFailed { stage, .. }
             | Event::FeedbackChecked { stage, .. }
             | Event::SnapshotTaken { stage, .. }
@@ -717,6 +756,9 @@ impl Event {
         "attempt_failed",
         "retry_scheduled",
         "agent_fell_back",
+        "candidate_started",
+        "candidate_ended",
+        "candidate_chosen",
         "stage_failed",
         "feedback_checked",
         "snapshot_taken",
@@ -784,6 +826,9 @@ impl Event {
             Event::AttemptFailed { .. } => "attempt_failed",
             Event::RetryScheduled { .. } => "retry_scheduled",
             Event::AgentFellBack { .. } => "agent_fell_back",
+            Event::CandidateStarted { .. } => "candidate_started",
+            Event::CandidateEnded { .. } => "candidate_ended",
+            Event::CandidateChosen { .. } => "candidate_chosen",
             Event::StageFailed { .. } => "stage_failed",
             Event::FeedbackChecked { .. } => "feedback_checked",
             Event::SnapshotTaken { .. } => "snapshot_taken",
@@ -1235,54 +1280,35 @@ pub struct StageError {
     pub unfixable: Option<Unfixable>,
 }
 
-/// A failure an agent cannot fix by trying again (SPEC §16 "Fallback"): another agent may.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Unfixable {
-    /// Its provider kept refusing for too many requests, past the wait allowed.
-    RateLimit,
-    /// Its account's quota or credit is spent.
-    Quota,
-    /// Its credentials were refused or are missing.
-    Authentication,
-    /// The model it names does not exist or is not available to it.
-    ModelMissing,
-    /// Its program is not installed.
-    CliMissing,
-    /// What it was given does not fit its model's context.
-    ContextLength,
-}
-
-impl Unfixable {
-    /// Its name in the journal.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::RateLimit => "rate_limit",
-            Self::Quota => "quota",
-            Self::Authentication => "authentication",
-            Self::ModelMissing => "model_missing",
-            Self::CliMissing => "cli_missing",
-            Self::ContextLength => "context_length",
-        }
-    }
-
-    /// In words, for people: "its provider kept rate-limiting it past its wait".
-    pub fn describe(self) -> &'static str {
-        match self {
-            Self::RateLimit => "its provider kept rate-limiting it past its wait",
-            Self::Quota => "its quota is spent",
-            Self::Authentication => "its credentials were refused",
-            Self::ModelMissing => "its model is not available",
-            Self::CliMissing => "its program is not installed",
-            Self::ContextLength => "the prompt does not fit its model's context",
-        }
-    }
-}
-
-impl std::fmt::Display for Unfixable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
-    }
+/// What a candidate of best of N did: its checks, its change and what it cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateResult {
+    /// Its agent's process succeeded and every check passed.
+    pub passed: bool,
+    /// Each check, by name, and whether it passed.
+    #[serde(default)]
+    pub checks: Vec<(String, bool)>,
+    /// The files it changed.
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// Tokens its agent used.
+    #[serde(default)]
+    pub tokens: u64,
+    /// What they cost, when its model has a price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// How long it ran.
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// Its declared outputs (the stage's, should it win).
+    #[serde(default, skip_serializing_if = "Outputs::is_empty")]
+    pub outputs: Outputs,
+    /// Why it failed, in one line, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The end of what it (or its failing check) printed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output_tail: String,
 }
 
 /// Status of a run.

@@ -243,6 +243,25 @@ pub struct StageState {
     pub fell_back: Vec<FellBack>,
     /// The journal position of the event that ended it (0 while it has not ended).
     pub finished_seq: u64,
+    /// Best of N: the candidates of its latest round of attempts.
+    pub candidates: Vec<CandidateState>,
+    /// Best of N: the winner chosen for that round (`Some(None)`: none passed).
+    pub chosen: Option<Option<u32>>,
+    /// Best of N: the attempt those candidates are of.
+    pub round: u32,
+}
+
+/// A candidate of a stage's latest round (best of N).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CandidateState {
+    /// Which candidate.
+    pub candidate: u32,
+    /// Its agent.
+    pub agent: String,
+    /// Its layer.
+    pub layer: String,
+    /// What it did, once it ended.
+    pub result: Option<crate::event::CandidateResult>,
 }
 
 /// An agent that could not go on, and the one that took a stage's attempts over.
@@ -386,6 +405,9 @@ impl StageState {
             agent_since: 0,
             fell_back: Vec::new(),
             finished_seq: 0,
+            candidates: Vec::new(),
+            chosen: None,
+            round: 0,
         }
     }
 
@@ -851,6 +873,32 @@ impl RunState {
                 s.retry_at = at
                     .checked_add(jiff::SignedDuration::from_millis(i64::try_from(*delay_ms).unwrap_or(i64::MAX)))
                     .ok();
+            }
+            Event::CandidateStarted { stage, attempt, candidate, agent, layer } => {
+                let s = self.stage_mut(stage);
+                // A new round.
+                if s.round != *attempt {
+                    s.candidates.clear();
+                    s.chosen = None;
+                    s.round = *attempt;
+                }
+                s.candidates.retain(|c| c.candidate != *candidate);
+                s.candidates.push(CandidateState {
+                    candidate: *candidate,
+                    agent: agent.clone(),
+                    layer: layer.clone(),
+                    result: None,
+                });
+                s.candidates.sort_by_key(|c| c.candidate);
+            }
+            Event::CandidateEnded { stage, candidate, result, .. } => {
+                let s = self.stage_mut(stage);
+                if let Some(c) = s.candidates.iter_mut().find(|c| c.candidate == *candidate) {
+                    c.result = Some(result.clone());
+                }
+            }
+            Event::CandidateChosen { stage, winner, .. } => {
+                self.stage_mut(stage).chosen = Some(*winner);
             }
             Event::AgentFellBack { stage, attempt, from, to, reason } => {
                 let s = self.stage_mut(stage);

@@ -396,7 +396,7 @@ impl Runner for ProcessRunner {
         if let (Some(agent), Some(full)) = (http_agent, &full) {
             let mut live = LiveSink::new(self.output_paths(request).0, self.output_cap, &self.redactor);
             let structured = match &request.purpose {
-                Purpose::Attempt => None,
+                Purpose::Attempt | Purpose::Candidate { .. } => None,
                 Purpose::Classify { schema } => Some(schema),
             };
             let call = http::Call { agent, prompt: full, mode: request.mode, structured };
@@ -457,7 +457,8 @@ impl Runner for ProcessRunner {
             };
             let shown = argv.join(" ");
             let shown = shown.strip_prefix("sh -c ").map_or(shown.clone(), str::to_owned);
-            let home = format!("{}-{}", request.stage, request.attempt);
+            // A home of its own per attempt (and per candidate of one: they run at once).
+            let home = request.file_stem();
             let whose = Whose {
                 run: &request.run_id,
                 home: &home,
@@ -506,7 +507,9 @@ impl Runner for ProcessRunner {
         }
         // An agent that cannot go on says so in its own words (read before its output is parsed).
         let unfixable = match (&request.agent, &request.purpose) {
-            (Some(agent), Purpose::Attempt) => presets::unfixable(agent, &outcome, &stdout, &stderr),
+            (Some(agent), Purpose::Attempt | Purpose::Candidate { .. }) => {
+                presets::unfixable(agent, &outcome, &stdout, &stderr)
+            }
             _ => None,
         };
         // Secrets a process printed go no further.

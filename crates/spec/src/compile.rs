@@ -9,8 +9,8 @@ use crate::agent::Agent;
 use crate::condition::{Condition, Scope};
 use crate::diag::{Diagnostic, Diagnostics, Position, SourceFile, closest, yaml_error};
 use crate::pipeline::{
-    AgentRef, Backoff, Budget, Check, CheckKind, ClosedLoop, Complexity, FeedbackLoop, Mode, Pipeline, RetryPolicy,
-    Rollback, RollbackStrategy, Stage, StageId,
+    AgentRef, Backoff, Budget, Candidates, Check, CheckKind, ClosedLoop, Complexity, FeedbackLoop, Mode, Pipeline,
+    RetryPolicy, Rollback, RollbackStrategy, Stage, StageId,
 };
 use crate::raw::{RawNetworkValue, RawPipeline, RawRun, RawStage};
 
@@ -607,6 +607,7 @@ impl Compiler<'_> {
         let network = rs.network.as_ref().map(|n| self.network(n, stage, &agent));
         let env = rs.env.as_ref().map_or(Some(Vec::new()), |e| self.env_names(e, stage));
         let fallback = self.fallback(rs, stage, &agent, mode, cx);
+        let candidates = rs.candidates.as_ref().map(|c| self.candidates(c, rs, stage, &agent, mode, cx));
 
         Some(Stage {
             id: id?,
@@ -646,7 +647,130 @@ impl Compiler<'_> {
             env: env?,
             fallback: fallback?,
             needs: Vec::new(),
+            candidates: match candidates {
+                Some(c) => Some(c?),
+                None => None,
+            },
         })
+    }
+
+    /// A stage's `candidates:`: 2 to 8, agents that may run in its mode (the stage's own by
+    /// default), known selectors; an agent-mode stage outside the closed loop.
+    fn candidates(
+        &mut self,
+        raw: &Spanned<crate::raw::RawCandidates>,
+        rs: &RawStage,
+        stage: Option<&str>,
+        agent: &Option<AgentRef>,
+        mode: Option<Mode>,
+        cx: &CompileContext<'_>,
+    ) -> Option<Candidates> {
+        let at = &raw.referenced;
+        let mut ok = true;
+        if mode == Some(Mode::Plan) {
+            let d = self.error(
+                Some(at),
+                stage,
+                "candidates",
+                "best of N applies a winner's changes: it needs `mode: agent`",
+            );
+            d.help = Some("set `mode: agent`, or remove `candidates:`".into());
+            ok = false;
+        }
+        if matches!(agent, Some(AgentRef::Shell)) && raw.value.agents.is_none() {
+            self.error(
+                Some(at),
+                stage,
+                "candidates",
+                "best of N needs agents: name them in `candidates.agents`, or run the stage with an agent",
+            );
+            ok = false;
+        }
+        if rs.skill.as_ref().is_some_and(|s| s.value == "closed-loop-execution") {
+            self.error(
+                Some(at),
+                stage,
+                "candidates",
+                "best of N and the closed loop cannot be combined yet: each candidate is checked with `checks:` once",
+            );
+            ok = false;
+        }
+        let count = match &raw.value.count {
+            None => {
+                self.error(
+                    Some(at),
+                    stage,
+                    "candidates.count",
+                    "missing `count`, expected how many attempts at once (2 to 8)",
+                );
+                ok = false;
+                2
+            }
+            Some(c) if !(2..=8).contains(&c.value) => {
+                self.error(
+                    Some(&c.referenced),
+                    stage,
+                    "candidates.count",
+                    format!("`count` is {}, expected 2 to 8", c.value),
+                );
+                ok = false;
+                2
+            }
+            Some(c) => usize::try_from(c.value).unwrap_or(2),
+        };
+        let named: Vec<(String, Option<&Location>)> = match &raw.value.agents {
+            Some(list) if !list.is_empty() => list.iter().map(|a| (a.value.clone(), Some(&a.referenced))).collect(),
+            _ => agent.iter().map(|a| (a.name().to_owned(), None)).collect(),
+        };
+        for &(ref name, loc) in &named {
+            let problem = match cx.agents.get(name) {
+                _ if name == "shell" => {
+                    Some("`shell` cannot be a candidate: it runs commands, it does not write a change".to_owned())
+                }
+                None => Some(format!("candidate agent `{name}` not found")),
+                Some(a) => mode
+                    .filter(|m| !a.allows(*m))
+                    .map(|m| format!("candidate agent `{name}` may not run in `{m}` mode")),
+            };
+            if let Some(message) = problem {
+                self.error(loc.or(Some(at)), stage, "candidates.agents", message);
+                ok = false;
+            }
+        }
+        let mut select = Vec::new();
+        for s in raw.value.select.iter().flatten() {
+            match crate::pipeline::Selector::ALL.iter().find(|(n, _)| *n == s.value) {
+                Some((_, sel)) if !select.contains(sel) => select.push(*sel),
+                Some(_) => {
+                    self.error(
+                        Some(&s.referenced),
+                        stage,
+                        "candidates.select",
+                        format!("`{}` is named twice", s.value),
+                    );
+                    ok = false;
+                }
+                None => {
+                    let names: Vec<&str> = crate::pipeline::Selector::ALL.iter().map(|(n, _)| *n).collect();
+                    let d = self.error(
+                        Some(&s.referenced),
+                        stage,
+                        "candidates.select",
+                        format!("unknown selector `{}`, expected {}", s.value, names.join(", ")),
+                    );
+                    if let Some(best) = closest(&s.value, &names) {
+                        d.help = Some(format!("did you mean `{best}`?"));
+                    }
+                    ok = false;
+                }
+            }
+        }
+        if select.is_empty() {
+            select = vec![crate::pipeline::Selector::Checks, crate::pipeline::Selector::SmallestDiff];
+        }
+        let agents: Vec<String> =
+            (0..count).filter_map(|i| named.get(i % named.len().max(1)).map(|(n, _)| n.clone())).collect();
+        (ok && agents.len() == count).then_some(Candidates { agents, select })
     }
 
     /// A stage's fallback agents: its `fallback:`, else its agent's; each an agent that may

@@ -327,6 +327,44 @@ pub struct Stage {
     /// The stages that must have finished or been skipped before it starts: its `needs:`, else
     /// the stage before it.
     pub needs: Vec<StageId>,
+    /// `candidates:`: best of N.
+    pub candidates: Option<Candidates>,
+}
+
+/// Best of N (`candidates:`): N attempts of a stage at once, each in its own layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidates {
+    /// The agent of each candidate, in order (as many as candidates).
+    pub agents: Vec<String>,
+    /// How the winner is chosen among those whose checks passed, first decides.
+    pub select: Vec<Selector>,
+}
+
+/// How a winner among candidates is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selector {
+    /// Most checks passed.
+    Checks,
+    /// Fewest changed lines.
+    SmallestDiff,
+    /// Fewest tokens, then dollars.
+    Cheapest,
+}
+
+impl Selector {
+    /// Every selector, with its name in pipelines.
+    pub const ALL: [(&'static str, Selector); 3] =
+        [("checks", Selector::Checks), ("smallest_diff", Selector::SmallestDiff), ("cheapest", Selector::Cheapest)];
+
+    /// Its name in pipelines and the journal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Selector::Checks => "checks",
+            Selector::SmallestDiff => "smallest_diff",
+            Selector::Cheapest => "cheapest",
+        }
+    }
 }
 
 /// Backoff between retries (seed 004).

@@ -146,6 +146,39 @@ pub struct RawStage {
     /// nothing of each other run at once. Default: the stage before it (`[]`: none).
     #[schemars(with = "Option<Vec<String>>")]
     pub needs: Option<Vec<Spanned<String>>>,
+    /// Best of N: N attempts of this (agent-mode) stage at once, each in its own layer, each
+    /// checked with `checks:`; the winner's changes are applied, the others' dropped.
+    #[schemars(with = "Option<RawCandidates>")]
+    pub candidates: Option<Spanned<RawCandidates>>,
+}
+
+/// `candidates:` of a stage.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCandidates {
+    /// How many attempts at once (2 to 8).
+    #[schemars(with = "u32")]
+    pub count: Option<Spanned<i64>>,
+    /// The agents of the candidates, in turn (default: the stage's agent for each).
+    #[schemars(with = "Option<Vec<String>>")]
+    pub agents: Option<Vec<Spanned<String>>>,
+    /// How the winner is chosen among the candidates whose checks passed, first decides:
+    /// `checks` (most checks passed), `smallest_diff` (fewest changed lines), `cheapest` (fewest
+    /// tokens, then dollars). Default `[checks, smallest_diff]`.
+    #[schemars(with = "Option<Vec<RawSelector>>")]
+    pub select: Option<Vec<Spanned<String>>>,
+}
+
+/// How a winner among candidates is chosen.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RawSelector {
+    /// Most checks passed.
+    Checks,
+    /// Fewest changed lines.
+    SmallestDiff,
+    /// Fewest tokens, then dollars.
+    Cheapest,
 }
 
 /// Execution mode of a stage.

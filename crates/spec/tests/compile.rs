@@ -258,7 +258,7 @@ fn unknown_fields_and_wrong_types_name_the_place() {
     assert_eq!(
         errors(&stage("    timout_minutes: 3\n")),
         vec![
-            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop, budget, sandbox, network, env, fallback, needs (help: did you mean `timeout_minutes`?)"
+            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop, budget, sandbox, network, env, fallback, needs, candidates (help: did you mean `timeout_minutes`?)"
         ]
     );
     let e = errors(&stage("    timeout_minutes: ten\n"));
@@ -524,5 +524,32 @@ fn needs_must_name_known_stages_once_and_make_no_cycle() {
     assert_eq!(
         e,
         vec!["p.yml:4:15: error: field `max_parallel`: `max_parallel` is 0, expected 1 to 64 stages at once"]
+    );
+}
+
+#[test]
+fn candidates_need_agent_mode_two_to_eight_known_agents_and_known_selectors() {
+    let p = try_compile(&format!(
+        "{HEAD}  - id: s\n    agent: cto\n    mode: agent\n    description: x\n    candidates: {{count: 3, agents: [cto, tech-lead]}}\n"
+    ))
+    .expect("valid");
+    let c = p.stages[0].candidates.as_ref().expect("candidates");
+    assert_eq!(c.agents, vec!["cto", "tech-lead", "cto"]);
+    assert_eq!(
+        c.select,
+        vec![loopwright_spec::pipeline::Selector::Checks, loopwright_spec::pipeline::Selector::SmallestDiff]
+    );
+    let e = errors(&format!(
+        "{HEAD}  - id: s\n    agent: cto\n    mode: plan\n    description: x\n    candidates: {{count: 9, agents: [reviewer, nobody], select: [cheapest, cheapest, smalest_diff]}}\n"
+    ));
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:9:17: error: stage `s`, field `candidates`: best of N applies a winner's changes: it needs `mode: agent` (help: set `mode: agent`, or remove `candidates:`)",
+            "p.yml:9:25: error: stage `s`, field `candidates.count`: `count` is 9, expected 2 to 8",
+            "p.yml:9:47: error: stage `s`, field `candidates.agents`: candidate agent `nobody` not found",
+            "p.yml:9:75: error: stage `s`, field `candidates.select`: `cheapest` is named twice",
+            "p.yml:9:85: error: stage `s`, field `candidates.select`: unknown selector `smalest_diff`, expected checks, smallest_diff, cheapest (help: did you mean `smallest_diff`?)",
+        ]
     );
 }

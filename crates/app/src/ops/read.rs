@@ -262,6 +262,23 @@ pub struct Attempt {
     pub agent: Option<String>,
     /// After it, the agent that took the stage over and why.
     pub fell_back: Option<loopwright_engine::state::FellBack>,
+    /// Best of N: its candidates, side by side.
+    pub candidates: Vec<Candidate>,
+    /// Best of N: why the winner won, or why none did.
+    pub chosen: Option<String>,
+}
+
+/// A candidate of an attempt (best of N).
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    /// Which candidate (0-based).
+    pub candidate: u32,
+    /// Its agent.
+    pub agent: String,
+    /// What it did, once it ended.
+    pub result: Option<loopwright_engine::event::CandidateResult>,
+    /// It won.
+    pub won: bool,
 }
 
 /// A stage's attempts.
@@ -310,6 +327,8 @@ pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&Eve
             phases: Vec::new(),
             agent: st.attempt_log.iter().find(|a| a.attempt == number).and_then(|a| a.agent.clone()),
             fell_back: st.fell_back.iter().find(|f| f.attempt == number).cloned(),
+            candidates: Vec::new(),
+            chosen: None,
         };
         a.retry_context = a.prompt.as_deref().and_then(retry_context);
         for r in events {
@@ -324,6 +343,23 @@ pub fn attempts_in(run_dir: &Path, state: &RunState, stage: &str, events: &[&Eve
                 }
                 Event::UsageRecorded { attempt, usage, .. } if *attempt == number => {
                     a.usage = Some(usage.clone());
+                }
+                Event::CandidateStarted { attempt, candidate, agent, .. } if *attempt == number => {
+                    a.candidates.retain(|c| c.candidate != *candidate);
+                    let entry = Candidate { candidate: *candidate, agent: agent.clone(), result: None, won: false };
+                    a.candidates.push(entry);
+                    a.candidates.sort_by_key(|c| c.candidate);
+                }
+                Event::CandidateEnded { attempt, candidate, result, .. } if *attempt == number => {
+                    if let Some(c) = a.candidates.iter_mut().find(|c| c.candidate == *candidate) {
+                        c.result = Some(result.clone());
+                    }
+                }
+                Event::CandidateChosen { attempt, winner, why, .. } if *attempt == number => {
+                    for c in &mut a.candidates {
+                        c.won = Some(c.candidate) == *winner;
+                    }
+                    a.chosen = Some(why.clone());
                 }
                 Event::Generated { attempt, .. }
                 | Event::Validated { attempt, .. }

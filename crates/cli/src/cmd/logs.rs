@@ -121,6 +121,20 @@ pub fn line(r: &EventRecord) -> String {
             if *rollback { " (roll back completed stages)" } else { "" }
         ),
         Event::AttemptStarted { stage, attempt } => format!("{stage}: attempt {attempt} started"),
+        Event::CandidateStarted { stage, attempt, candidate, agent, layer } => {
+            format!("{stage}: attempt {attempt}, candidate {} started (agent `{agent}`, layer {layer})", candidate + 1)
+        }
+        Event::CandidateEnded { stage, attempt, candidate, result } => format!(
+            "{stage}: attempt {attempt}, candidate {} {}: {} of {} checks passed, {} files, {} tokens{}",
+            candidate + 1,
+            if result.passed { "passed" } else { "failed" },
+            result.checks.iter().filter(|(_, ok)| *ok).count(),
+            result.checks.len(),
+            result.files.len(),
+            result.tokens,
+            result.error.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()
+        ),
+        Event::CandidateChosen { stage, attempt, why, .. } => format!("{stage}: attempt {attempt}: {why}"),
         Event::AgentFellBack { stage, attempt, from, to, reason } => format!(
             "{stage}: agent `{from}` cannot go on after attempt {attempt} ({reason}: {}); agent `{to}` takes over",
             reason.describe()

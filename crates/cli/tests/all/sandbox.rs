@@ -1219,3 +1219,185 @@ fn agent_mode_stages_run_at_once_each_in_its_layer_and_overlapping_edits_fail_th
         "{failed}"
     );
 }
+
+/// Agents `wrong`, `right` and `wordy` (right, with an extra file), each a script in the
+/// workspace, and a pipeline `best` of one stage running the three as candidates, checked by
+/// `grep -qx 42 answer.txt`; `extra` goes under the stage (indented 4).
+fn best_of_three(ws: &Ws, agents: &str, extra: &str) {
+    ws.write(".loopwright/config.toml", "sandbox = \"required\"\n");
+    for (name, script) in [
+        ("wrong", "cat > /dev/null; echo 41 > answer.txt; echo noise > extra.txt; echo tried"),
+        ("right", "cat > /dev/null; echo 42 > answer.txt; echo solved"),
+        ("wordy", "cat > /dev/null; echo 42 > answer.txt; echo more > other.txt; echo solved at length"),
+        ("lost", "cat > /dev/null; echo 40 > answer.txt; echo lost"),
+    ] {
+        ws.write(&format!("{name}.sh"), &format!("{script}\n"));
+        ws.write(
+            &format!(".loopwright/agents/{name}.md"),
+            &format!("---\nname: {name}\nrunner: command\ncommand: [\"sh\", \"{name}.sh\"]\n---\nYou answer.\n"),
+        );
+    }
+    ws.write(
+        ".loopwright/pipelines/best.yml",
+        &format!(
+            "name: best\ndescription: d\nversion: 1\nstages:\n  - id: pick\n    description: Write the answer\n    agent: right\n    mode: agent\n    candidates:\n      count: 3\n      agents: [{agents}]\n      select: [checks, smallest_diff]\n    checks:\n      - name: answer\n        type: test\n        command: grep -qx 42 answer.txt\n{extra}"
+        ),
+    );
+}
+
+#[test]
+fn best_of_three_applies_the_passing_candidate_with_the_smallest_change_and_journals_all_three() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    best_of_three(&ws, "wordy, wrong, right", "");
+    let (code, result, stderr) = ws.json(&["run", "best"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(ws.read("answer.txt"), "42\n");
+    assert!(
+        !ws.path().join("other.txt").exists() && !ws.path().join("extra.txt").exists(),
+        "only the winner's change lands"
+    );
+    let journal = ws.journal(result["run_id"].as_str().expect("run id"));
+    let ended: Vec<(u64, bool, Vec<String>)> = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "candidate_ended")
+        .map(|e| {
+            let r = &e["event"]["result"];
+            let files =
+                r["files"].as_array().expect("files").iter().map(|f| f.as_str().unwrap_or("").to_owned()).collect();
+            (e["event"]["candidate"].as_u64().expect("candidate"), r["passed"].as_bool().expect("passed"), files)
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        ended,
+        vec![
+            (0, true, vec!["answer.txt".to_owned(), "other.txt".to_owned()]),
+            (1, false, vec!["answer.txt".to_owned(), "extra.txt".to_owned()]),
+            (2, true, vec!["answer.txt".to_owned()]),
+        ]
+    );
+    let chosen = journal.iter().find(|e| e["event"]["type"] == "candidate_chosen").expect("a choice");
+    assert_eq!(chosen["event"]["winner"], 2);
+    assert_eq!(
+        chosen["event"]["why"],
+        "candidate 3 (agent right): 1 of 1 check passed, 1 file changed, 41 tokens won on smallest_diff over candidate 1 (agent wordy): 1 of 1 check passed, 2 files changed, 43 tokens; 1 did not pass"
+    );
+    // Every candidate's agent was counted.
+    let used = journal.iter().filter(|e| e["event"]["type"] == "usage_recorded").count();
+    assert_eq!(used, 3);
+
+    // The API and the run's page show the candidates side by side, the winner and why.
+    let run = result["run_id"].as_str().expect("run id").to_owned();
+    let daemon = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, attempts) = daemon.get(&format!("/api/runs/{run}/stages/pick/attempts"));
+    assert_eq!(code, 200, "{attempts}");
+    let shown: Vec<(String, bool, bool)> = attempts[0]["candidates"]
+        .as_array()
+        .expect("candidates")
+        .iter()
+        .map(|c| {
+            (
+                c["agent"].as_str().unwrap_or_default().to_owned(),
+                c["result"]["passed"].as_bool().unwrap_or_default(),
+                c["won"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        vec![("wordy".into(), true, false), ("wrong".into(), false, false), ("right".into(), true, true)]
+    );
+    assert_eq!(attempts[0]["chosen"], chosen["event"]["why"]);
+    let (_, page) = daemon.page(&format!("/runs/{run}"));
+    for row in [
+        "<tr class=\"candidate-passed\"><td>1</td><td>wordy</td><td class=\"status-passed\">passed</td><td>1 of 1</td><td>2</td><td>43</td><td></td></tr>",
+        "<tr class=\"candidate-failed\"><td>2</td><td>wrong</td><td class=\"status-failed\">failed</td><td>0 of 1</td><td>2</td><td>41</td><td>check `answer` failed</td></tr>",
+        "<tr class=\"candidate-won\"><td>3</td><td>right</td><td class=\"status-won\">★ won</td><td>1 of 1</td><td>1</td><td>41</td><td></td></tr>",
+    ] {
+        assert!(page.contains(row), "{row}\n{page}");
+    }
+}
+
+#[test]
+fn best_of_three_where_none_passes_retries_with_the_most_promising_failure() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    best_of_three(&ws, "lost, wrong, lost", "    retry: {max_attempts: 2, backoff: fixed, initial_delay_seconds: 1}\n");
+    let (code, result, stderr) = ws.json(&["run", "best"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(!ws.path().join("answer.txt").exists(), "no candidate's change lands");
+    let run = result["run_id"].as_str().expect("run id").to_owned();
+    let journal = ws.journal(&run);
+    let failed: Vec<String> = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "attempt_failed")
+        .map(|e| e["event"]["error"]["message"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert_eq!(failed[0], "none of the 3 candidates passed (best: candidate 1 by lost: check `answer` failed)");
+    let prompt = std::fs::read_to_string(ws.path().join(format!(".loopwright/state/runs/{run}/prompts/pick-2-c0.md")))
+        .expect("the second round's prompt");
+    assert!(
+        prompt.contains("none of the 3 candidates passed (best: candidate 1 by lost: check `answer` failed)"),
+        "{prompt}"
+    );
+}
+
+#[test]
+fn killed_mid_candidates_a_resume_keeps_the_candidates_that_ended_and_runs_the_one_in_flight_again() {
+    use std::os::unix::process::CommandExt;
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    best_of_three(&ws, "right, slow", "");
+    ws.write("slow.sh", "cat > /dev/null; sleep 2; echo 42 > answer.txt; echo late\n");
+    ws.write(
+        ".loopwright/agents/slow.md",
+        "---\nname: slow\nrunner: command\ncommand: [\"sh\", \"slow.sh\"]\n---\nYou answer.\n",
+    );
+    let text = ws.read(".loopwright/pipelines/best.yml").replace("count: 3", "count: 2");
+    ws.write(".loopwright/pipelines/best.yml", &text);
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(["run", "best", "--task-id", "task-kill"])
+        .current_dir(ws.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("spawn");
+    // Killed once the fast candidate's end is journaled, the slow one still running.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let run = loop {
+        assert!(std::time::Instant::now() < deadline, "the fast candidate never ended");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (_, status, _) = ws.json(&["status", "latest"]);
+        let Some(run) = status["run_id"].as_str().map(str::to_owned) else { continue };
+        if ws.journal(&run).iter().any(|e| e["event"]["type"] == "candidate_ended") {
+            break run;
+        }
+    };
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL)
+        .expect("kill");
+    let _ = child.wait_with_output();
+    let (code, _, stderr) = ws.json(&["resume", &run]);
+    assert_eq!(code, 0, "{stderr}");
+    let journal = ws.journal(&run);
+    let started = |candidate: u64| {
+        journal
+            .iter()
+            .filter(|e| e["event"]["type"] == "candidate_started" && e["event"]["candidate"] == candidate)
+            .count()
+    };
+    assert_eq!((started(0), started(1)), (1, 2), "the ended candidate is kept, the one in flight runs again");
+    let ended: Vec<u64> = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "candidate_ended")
+        .map(|e| e["event"]["candidate"].as_u64().expect("candidate"))
+        .collect();
+    assert_eq!(ended, vec![0, 1]);
+    let chosen = journal.iter().filter(|e| e["event"]["type"] == "candidate_chosen").count();
+    assert_eq!(chosen, 1);
+    assert_eq!(ws.read("answer.txt"), "42\n");
+}

@@ -257,6 +257,53 @@ pub struct Attempt {
     agent: Option<String>,
     /// After it, the agent that took the stage over and why.
     fell_back: Option<FellBack>,
+    /// Best of N: its candidates, side by side.
+    candidates: Vec<Candidate>,
+    /// Best of N: why the winner won, or why none did.
+    chosen: Option<String>,
+}
+
+/// A candidate of an attempt (best of N).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct Candidate {
+    /// Which candidate (0-based).
+    candidate: u32,
+    /// Its agent.
+    agent: String,
+    /// What it did, once it ended.
+    result: Option<CandidateResult>,
+    /// It won.
+    won: bool,
+}
+
+/// What a candidate did.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct CandidateResult {
+    /// Its agent succeeded and every check passed.
+    passed: bool,
+    /// Each check: its name and whether it passed.
+    #[schema(value_type = Vec<Vec<serde_json::Value>>)]
+    checks: Vec<(String, bool)>,
+    /// The files it changed.
+    files: Vec<String>,
+    /// Tokens its agent used.
+    tokens: u64,
+    /// Their cost, when its model has a price.
+    #[schema(required = false)]
+    cost_usd: Option<f64>,
+    /// How long it ran.
+    duration_ms: u64,
+    /// Its declared outputs.
+    #[schema(required = false)]
+    outputs: Option<std::collections::BTreeMap<String, String>>,
+    /// Why it failed, when it did.
+    #[schema(required = false)]
+    error: Option<String>,
+    /// The end of what it (or its failing check) printed.
+    #[schema(required = false)]
+    output_tail: Option<String>,
 }
 
 /// One journal event: its `type` says which; each type's own fields are as `logs --json`
@@ -480,6 +527,23 @@ mod tests {
                 to: "c".into(),
                 reason: loopwright_engine::event::Unfixable::Authentication,
             }),
+            candidates: vec![loopwright_app::ops::read::Candidate {
+                candidate: 0,
+                agent: "b".into(),
+                result: Some(loopwright_engine::event::CandidateResult {
+                    passed: false,
+                    checks: vec![("tests".into(), false)],
+                    files: vec!["a.rs".into()],
+                    tokens: 12,
+                    cost_usd: Some(0.01),
+                    duration_ms: 4,
+                    outputs: Default::default(),
+                    error: Some("check `tests` failed".into()),
+                    output_tail: "1 failed".into(),
+                }),
+                won: false,
+            }],
+            chosen: Some("none of the 1 candidates passed".into()),
         };
         let attempts = serde_json::to_value(vec![attempt]).expect("json");
         misfits(

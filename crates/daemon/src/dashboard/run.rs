@@ -222,6 +222,23 @@ struct AttemptView {
     agent: Option<String>,
     /// After it, who took the stage over and why, in words.
     fell_back: Option<String>,
+    /// Best of N: its candidates, side by side.
+    candidates: Vec<CandidateView>,
+    /// Best of N: why the winner won, or why none did.
+    chosen: Option<String>,
+}
+
+/// A candidate as its attempt shows it.
+#[derive(Debug, Serialize)]
+struct CandidateView {
+    number: u32,
+    agent: String,
+    /// `won`, `passed`, `failed` or `running`.
+    outcome: &'static str,
+    checks: String,
+    files: String,
+    tokens: String,
+    error: Option<String>,
 }
 
 /// Everything the run page shows.
@@ -457,6 +474,33 @@ fn attempt_context(a: &read::Attempt, live: bool) -> AttemptView {
         usage,
         phases,
         agent: a.agent.clone(),
+        candidates: a
+            .candidates
+            .iter()
+            .map(|c| {
+                let r = c.result.as_ref();
+                CandidateView {
+                    number: c.candidate + 1,
+                    agent: c.agent.clone(),
+                    outcome: match r {
+                        None => "running",
+                        Some(_) if c.won => "won",
+                        Some(r) if r.passed => "passed",
+                        Some(_) => "failed",
+                    },
+                    checks: r.map_or_else(String::new, |r| {
+                        format!("{} of {}", r.checks.iter().filter(|(_, ok)| *ok).count(), r.checks.len())
+                    }),
+                    files: r.map_or_else(String::new, |r| r.files.len().to_string()),
+                    tokens: r.map_or_else(String::new, |r| {
+                        let cost = r.cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
+                        format!("{}{cost}", r.tokens)
+                    }),
+                    error: r.and_then(|r| r.error.clone()),
+                }
+            })
+            .collect(),
+        chosen: a.chosen.clone(),
         fell_back: a.fell_back.as_ref().map(|f| {
             format!("Agent {} could not go on ({}); agent {} took the stage over.", f.from, f.reason.describe(), f.to)
         }),

@@ -136,21 +136,7 @@ pub fn retry_context(
         p.push_str("    </failure>\n");
     }
     p.push_str("  </previous_failures>\n\n");
-    if !fell_back.is_empty() {
-        p.push_str("  <agent_fallback>\n");
-        for f in fell_back {
-            let _ = writeln!(
-                p,
-                "    Attempt {}: agent `{}` could not go on ({}: {}); agent `{}` took over.",
-                f.attempt,
-                f.from,
-                f.reason,
-                f.reason.describe(),
-                f.to
-            );
-        }
-        p.push_str("  </agent_fallback>\n\n");
-    }
+    p.push_str(&agent_fallback(fell_back));
     let learnings = learnings(failures);
     if !learnings.is_empty() {
         let _ = writeln!(
@@ -163,6 +149,28 @@ pub fn retry_context(
         p,
         "  <instruction>\n    This is retry attempt {attempt} of {max}.\n    Review the previous failure(s) above.\n    Address the specific issues before re-executing.\n    If you believe the task is impossible, report status: blocked.\n  </instruction>\n</retry_context>"
     );
+    p
+}
+
+/// The `<agent_fallback>` block: each agent that could not go on and who took over (empty
+/// when none fell back).
+fn agent_fallback(fell_back: &[crate::state::FellBack]) -> String {
+    if fell_back.is_empty() {
+        return String::new();
+    }
+    let mut p = String::from("  <agent_fallback>\n");
+    for f in fell_back {
+        let _ = writeln!(
+            p,
+            "    Attempt {}: agent `{}` could not go on ({}: {}); agent `{}` took over.",
+            f.attempt,
+            f.from,
+            f.reason,
+            f.reason.describe(),
+            f.to
+        );
+    }
+    p.push_str("  </agent_fallback>\n\n");
     p
 }
 

@@ -10,6 +10,7 @@ use crate::closed_loop::{self};
 use crate::event::{ConditionOutcome, Event, FailureKind, RunStarted, RunStatus, SkipReason, StageError};
 use crate::state::{RunState, StageStatus};
 
+pub mod candidates;
 mod condition;
 mod deliver;
 mod fallback;
@@ -145,49 +146,19 @@ pub fn next_steps(
             prefix = false;
             continue;
         }
-        let st = state.stage(stage.id.as_str());
-        let step = match st.map_or(StageStatus::Pending, |s| s.status) {
-            StageStatus::Success if stage.feedback_loop.is_some() => match feedback_step(pipeline, state, stage) {
-                Some(step) => step,
-                None => {
-                    if prefix {
-                        state.set_scan_hint(index + 1);
-                    }
-                    continue;
-                }
-            },
-            StageStatus::Success | StageStatus::Skipped => {
+        let step = match stage_step(pipeline, state, started, stage, start, now) {
+            StageStep::Done => {
                 if prefix {
                     state.set_scan_hint(index + 1);
                 }
                 continue;
             }
-            StageStatus::Failed | StageStatus::Timeout | StageStatus::Cancelled | StageStatus::RolledBack => {
-                if state.rollback.is_none() {
-                    let stages = rollback_candidates(pipeline, state, Some(stage));
-                    if !stages.is_empty() {
-                        return vec![Step::RollBack { trigger: Some(stage.id.clone()), stages, resumed: false }];
-                    }
-                }
-                return vec![deliver::failed(state, started)];
-            }
-            StageStatus::Running => {
-                Step::Execute { stage: stage.id.clone(), attempt: st.map_or(1, |s| s.attempts.max(1)) }
-            }
-            StageStatus::AttemptFailed => after_failure(pipeline, state, stage),
-            StageStatus::Looping => loop_step(pipeline, state, stage, now),
-            StageStatus::RetryWaiting => {
-                let s = st.expect("a waiting stage has state");
-                match s.retry_at {
-                    Some(until) if until > now => Step::Wait { stage: stage.id.clone(), until },
-                    _ => new_attempt(pipeline, state, stage, s.attempts + 1),
-                }
-            }
-            StageStatus::Pending if !needs_done(pipeline, state, start, stage) => {
+            StageStep::NotReady => {
                 prefix = false;
                 continue;
             }
-            StageStatus::Pending => pending_step(pipeline, state, started, stage),
+            StageStep::Ends(step) => return vec![step],
+            StageStep::Step(step) => step,
         };
         prefix = false;
         match step {
@@ -201,6 +172,58 @@ pub fn next_steps(
         return ready;
     }
     vec![deliver::succeeded(pipeline, state, started, now)]
+}
+
+/// What one stage makes of the run's next step.
+enum StageStep {
+    /// It is done: nothing to do.
+    Done,
+    /// It waits for a stage it needs.
+    NotReady,
+    /// It failed: the run ends (or rolls back) with this step.
+    Ends(Step),
+    /// This.
+    Step(Step),
+}
+
+/// The next step of `stage` as the run stands.
+fn stage_step(
+    pipeline: &Pipeline,
+    state: &RunState,
+    started: &RunStarted,
+    stage: &Stage,
+    start: usize,
+    now: jiff::Timestamp,
+) -> StageStep {
+    let st = state.stage(stage.id.as_str());
+    StageStep::Step(match st.map_or(StageStatus::Pending, |s| s.status) {
+        StageStatus::Success if stage.feedback_loop.is_some() => match feedback_step(pipeline, state, stage) {
+            Some(step) => step,
+            None => return StageStep::Done,
+        },
+        StageStatus::Success | StageStatus::Skipped => return StageStep::Done,
+        StageStatus::Failed | StageStatus::Timeout | StageStatus::Cancelled | StageStatus::RolledBack => {
+            if state.rollback.is_none() {
+                let stages = rollback_candidates(pipeline, state, Some(stage));
+                if !stages.is_empty() {
+                    return StageStep::Ends(Step::RollBack { trigger: Some(stage.id.clone()), stages, resumed: false });
+                }
+            }
+            return StageStep::Ends(deliver::failed(state, started));
+        }
+        StageStatus::Running => Step::Execute { stage: stage.id.clone(), attempt: st.map_or(1, |s| s.attempts.max(1)) },
+        StageStatus::AttemptFailed => after_failure(pipeline, state, stage),
+        StageStatus::Looping => loop_step(pipeline, state, stage, now),
+        StageStatus::RetryWaiting => {
+            let s = st.expect("a waiting stage has state");
+            match s.retry_at {
+                Some(until) if until > now => Step::Wait { stage: stage.id.clone(), until },
+                _ => new_attempt(pipeline, state, stage, s.attempts + 1),
+            }
+        }
+        StageStatus::Pending if !needs_done(pipeline, state, start, stage) => return StageStep::NotReady,
+        StageStatus::Pending => pending_step(pipeline, state, started, stage),
+    })
 }
 
 /// True when every stage `stage` needs has finished or was skipped (a stage before the one

@@ -52,6 +52,12 @@ pub enum Purpose {
         /// The answer's JSON Schema.
         schema: serde_json::Value,
     },
+    /// One of the candidates of an attempt (best of N): its prompt and output files are the
+    /// attempt's with `-cN` after the attempt's number.
+    Candidate {
+        /// Which candidate (0-based).
+        index: u32,
+    },
 }
 
 impl StageRequest {
@@ -60,6 +66,7 @@ impl StageRequest {
         match self.purpose {
             Purpose::Attempt => format!("{}-{}", self.stage, self.attempt),
             Purpose::Classify { .. } => format!("{}-{}-classify", self.stage, self.attempt),
+            Purpose::Candidate { index } => format!("{}-{}-c{index}", self.stage, self.attempt),
         }
     }
 }

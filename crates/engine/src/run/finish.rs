@@ -283,7 +283,7 @@ pub(super) enum Commit {
 }
 
 /// Turns an execution into the stage's outputs, or the error it failed with.
-fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Outputs, StageError> {
+pub(super) fn judge(declared: &[String], execution: &Execution) -> Result<crate::event::Outputs, StageError> {
     let tail = || output_tail(if execution.stderr.trim().is_empty() { &execution.stdout } else { &execution.stderr });
     match &execution.outcome {
         ExecOutcome::Exited(0) => {

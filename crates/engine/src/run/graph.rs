@@ -82,6 +82,13 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             let mut until = None;
             for step in steps {
                 match step {
+                    // A round of candidates runs its own attempts at once (it runs alone).
+                    step @ Step::Execute { .. } if is_candidates(self.pipeline, &step) => {
+                        moved = true;
+                        if let Taken::Done = self.take(&mut state, step).await? {
+                            return Ok(state);
+                        }
+                    }
                     Step::Execute { stage, attempt } => {
                         moved = true;
                         if let Some(launched) = self.launch(&mut state, &stage, attempt).await? {
@@ -120,40 +127,53 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                 _ = renew.tick() => Woke::Renew,
                 () = clock.sleep_until(until.unwrap_or_else(|| clock.now())), if until.is_some() => Woke::Timer,
             };
-            match woke {
-                Woke::Stopped(stop) => {
-                    // Dropping a flight's future ends its process.
-                    for flight in flights.drain(..) {
-                        if flight.launched.request.agent.is_some() {
-                            self.limits.give(&flight.launched.holder, 0).await;
-                        }
-                    }
-                    self.stop(&mut state, stop).await?;
-                }
-                Woke::Notice(i, notice) => {
-                    let (stage, attempt) = (flights[i].stage.clone(), flights[i].launched.request.attempt);
-                    self.notice(&mut state, &stage, attempt, notice).await?;
-                }
-                Woke::Ended(i, execution) => {
-                    let mut flight = flights.remove(i);
-                    let (stage_id, attempt) = (flight.stage.clone(), flight.launched.request.attempt);
-                    while let Ok(notice) = flight.notices.try_recv() {
-                        self.notice(&mut state, &stage_id, attempt, notice).await?;
-                    }
-                    let execution = self.merged(&state, &flight, execution, &mut flights, &mut claims);
-                    self.used(&mut state, &flight.launched.request, &flight.launched.holder, &execution).await;
-                    let stage = self.pipeline.stage(stage_id.as_str()).expect("a pipeline stage");
-                    let snapshot = flight.launched.snapshot.take();
-                    self.finish(&mut state, stage, &flight.launched.request, &execution, snapshot).await?;
-                }
-                Woke::Renew => {
-                    for flight in flights.iter().filter(|f| f.launched.request.agent.is_some()) {
-                        self.limits.renew(&flight.launched.holder).await;
-                    }
-                }
-                Woke::Timer => {}
-            }
+            self.woke(&mut state, woke, &mut flights, &mut claims).await?;
         }
+    }
+
+    /// What woke the driver, handled: a stop ends every attempt in flight; a notice is
+    /// journaled; an attempt that ended is judged (after the merge check of its layer).
+    async fn woke(
+        &mut self,
+        state: &mut RunState,
+        woke: Woke,
+        flights: &mut Vec<Flight<'a>>,
+        claims: &mut BTreeMap<StageId, Vec<String>>,
+    ) -> Result<(), StoreError> {
+        match woke {
+            Woke::Stopped(stop) => {
+                // Dropping a flight's future ends its process.
+                for flight in flights.drain(..) {
+                    if flight.launched.request.agent.is_some() {
+                        self.limits.give(&flight.launched.holder, 0).await;
+                    }
+                }
+                self.stop(state, stop).await?;
+            }
+            Woke::Notice(i, notice) => {
+                let (stage, attempt) = (flights[i].stage.clone(), flights[i].launched.request.attempt);
+                self.notice(state, &stage, attempt, notice).await?;
+            }
+            Woke::Ended(i, execution) => {
+                let mut flight = flights.remove(i);
+                let (stage_id, attempt) = (flight.stage.clone(), flight.launched.request.attempt);
+                while let Ok(notice) = flight.notices.try_recv() {
+                    self.notice(state, &stage_id, attempt, notice).await?;
+                }
+                let execution = self.merged(state, &flight, execution, flights, claims);
+                self.used(state, &flight.launched.request, &flight.launched.holder, &execution).await;
+                let stage = self.pipeline.stage(stage_id.as_str()).expect("a pipeline stage");
+                let snapshot = flight.launched.snapshot.take();
+                self.finish(state, stage, &flight.launched.request, &execution, snapshot).await?;
+            }
+            Woke::Renew => {
+                for flight in flights.iter().filter(|f| f.launched.request.agent.is_some()) {
+                    self.limits.renew(&flight.launched.holder).await;
+                }
+            }
+            Woke::Timer => {}
+        }
+        Ok(())
     }
 
     /// The steps the state machine names now, the stages in flight aside, with only the
@@ -190,6 +210,9 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
 
     /// How an attempt of `stage` would share the workspace.
     fn share(&self, state: &RunState, stage: &Stage) -> Share {
+        if stage.candidates.is_some() {
+            return Share::Alone;
+        }
         if stage.mode == Mode::Plan {
             return Share::Reads;
         }
@@ -246,6 +269,11 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         ));
         Execution { outcome: ExecOutcome::Exited(1), stderr: format!("{}{said}", execution.stderr), ..execution }
     }
+}
+
+/// True for the attempt of a stage with `candidates:`.
+fn is_candidates(pipeline: &loopwright_spec::Pipeline, step: &Step) -> bool {
+    matches!(step, Step::Execute { stage, .. } if pipeline.stage(stage.as_str()).is_some_and(|s| s.candidates.is_some()))
 }
 
 /// True for a step that may be taken while attempts are in flight: one about a stage

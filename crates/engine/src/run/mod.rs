@@ -31,6 +31,7 @@ use crate::state::RunState;
 use loopwright_spec::sandbox::{Network, SandboxMode};
 
 mod attempt;
+mod candidates;
 mod confine;
 mod deliver;
 mod evaluate;
@@ -206,6 +207,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     /// One attempt of a stage, step by step; a step that ends the attempt early (the run
     /// stopped, plan mode could not be enforced) has journaled why.
     async fn execute(&mut self, state: &mut RunState, stage_id: StageId, attempt: u32) -> Result<(), StoreError> {
+        if self.pipeline.stage(stage_id.as_str()).is_some_and(|s| s.candidates.is_some()) {
+            return self.candidates(state, stage_id, attempt).await;
+        }
         let Some(launched) = self.launch(state, &stage_id, attempt).await? else { return Ok(()) };
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
         match self.attempt(state, &launched.request, &launched.holder).await? {
@@ -254,6 +258,19 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     /// Runs a check or fixer command of a stage in the workspace, over the layer of the
     /// stage's attempt when it has one.
     async fn shell(&self, state: &RunState, stage: &StageId, command: &str, timeout: std::time::Duration) -> Execution {
+        let layer = state.stage(stage.as_str()).and_then(|s| s.layer.as_ref()).map(|(_, name)| name.clone());
+        self.shell_in(state, stage, command, timeout, layer).await
+    }
+
+    /// [`Self::shell`] over layer `layer` (none: the workspace itself).
+    async fn shell_in(
+        &self,
+        state: &RunState,
+        stage: &StageId,
+        command: &str,
+        timeout: std::time::Duration,
+        layer: Option<String>,
+    ) -> Execution {
         let workspace = self.workspace(state);
         let spec = self.pipeline.stage(stage.as_str()).expect("the state machine only names pipeline stages");
         let mut confine = self.confinement(state, spec);
@@ -261,7 +278,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         if !matches!(spec.network, Some(Network::Hosts(_))) {
             confine.network = Network::None;
         }
-        confine.layer = state.stage(stage.as_str()).and_then(|s| s.layer.as_ref()).map(|(_, name)| name.clone());
+        confine.layer = layer;
         let request = crate::ports::CommandRequest {
             run: &state.run_id,
             stage,

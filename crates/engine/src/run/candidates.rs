@@ -1,0 +1,373 @@
+//! Best of N (SPEC §16): the candidates of a round run at once, each in its own layer; each
+//! is checked over its layer as it ends and journaled (`candidate_ended`: checks, files,
+//! tokens, cost); the winner, chosen by a pure function of those results, has its layer
+//! committed and the others are dropped. None passing fails the attempt with the most
+//! promising failure, which the next attempt's `<retry_context>` carries.
+//!
+//! After a crash, a candidate whose end is journaled is kept (its layer is still there) and
+//! one that was in flight runs again in a fresh layer.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use loopwright_spec::StageId;
+use tokio::sync::mpsc;
+
+use super::Engine;
+use super::finish::{Commit, judge};
+use crate::decide::candidates::{Entry, choose};
+use crate::event::{CandidateResult, Event, FailureKind, StageError};
+use crate::ports::{
+    Allowed, Changes, Clock, Delivery, ExecOutcome, Execution, Limits, Notice, Runner, StageRequest, Stop, Stopper,
+    Store, StoreError,
+};
+use crate::state::RunState;
+
+/// A candidate in flight.
+struct Running<'a> {
+    candidate: u32,
+    request: StageRequest,
+    holder: String,
+    run: Pin<Box<dyn Future<Output = Execution> + 'a>>,
+    notices: mpsc::UnboundedReceiver<Notice>,
+}
+
+/// How waiting for a round ended.
+enum Waited {
+    /// Every candidate ended.
+    Ended,
+    /// The run was stopped (journaled).
+    Stopped,
+}
+
+/// What woke the round.
+enum Woke {
+    Stopped(Stop),
+    Notice(Notice),
+    Ended(usize, Execution),
+}
+
+impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery>
+    Engine<'a, S, R, C, X, W, L, D>
+{
+    /// Attempt `attempt` of a `candidates:` stage: its round of candidates, run, checked,
+    /// chosen between and applied.
+    pub(super) async fn candidates(
+        &mut self,
+        state: &mut RunState,
+        stage_id: StageId,
+        attempt: u32,
+    ) -> Result<(), StoreError> {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
+        let plan = stage.candidates.clone().expect("a candidates stage");
+        self.prepare(state, &stage_id, attempt).await?;
+        self.defer(state, Event::AttemptStarted { stage: stage_id.clone(), attempt });
+        let confine = self.confinement(state, stage);
+        if !(confine.sandbox && self.changes.confined()) {
+            let error = StageError {
+                kind: FailureKind::ValidationError,
+                message: "best of N runs each candidate in a layer of its own, which needs the sandbox (bubblewrap and overlayfs; see `loopwright doctor`); it is off or not available here".into(),
+                exit_code: None,
+                output_tail: String::new(),
+                pattern: None,
+                classified_by: None,
+                unfixable: None,
+            };
+            return self.record(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms: 0, error }).await;
+        }
+        // A round decided before a crash is applied; one cut short goes on where it stopped.
+        let this_round = state.stage(stage_id.as_str()).filter(|s| s.round == attempt);
+        let decided = this_round.is_some_and(|s| s.chosen.is_some());
+        if !decided {
+            let ended: Vec<u32> = this_round
+                .map(|s| s.candidates.iter().filter(|c| c.result.is_some()).map(|c| c.candidate).collect())
+                .unwrap_or_default();
+            let mut running = self.launch_round(state, &stage_id, attempt, &ended, confine).await?;
+            // The round is journaled as started before its processes exist.
+            self.flush(state).await?;
+            if let Waited::Stopped = self.await_round(state, &stage_id, attempt, &mut running).await? {
+                return Ok(());
+            }
+            let st = state.stage(stage_id.as_str()).expect("a started stage");
+            let entries: Vec<Entry<'_>> = st
+                .candidates
+                .iter()
+                .filter_map(|c| Some(Entry { candidate: c.candidate, agent: &c.agent, result: c.result.as_ref()? }))
+                .collect();
+            let choice = choose(&plan.select, &entries);
+            let event =
+                Event::CandidateChosen { stage: stage_id.clone(), attempt, winner: choice.winner, why: choice.why };
+            self.record(state, event).await?;
+        }
+        self.apply_choice(state, &stage_id, attempt).await
+    }
+
+    /// Starts the candidates of a round that have not ended, each in a fresh layer, its
+    /// provider's slot taken (deferred `candidate_started`); those that ended are kept.
+    async fn launch_round(
+        &mut self,
+        state: &mut RunState,
+        stage_id: &StageId,
+        attempt: u32,
+        ended: &[u32],
+        confine: crate::ports::Confinement,
+    ) -> Result<Vec<Running<'a>>, StoreError> {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
+        let plan = stage.candidates.clone().expect("a candidates stage");
+        let mut running: Vec<Running<'a>> = Vec::new();
+        for (i, agent_name) in plan.agents.iter().enumerate() {
+            let candidate = u32::try_from(i).unwrap_or(u32::MAX);
+            if ended.contains(&candidate) {
+                continue;
+            }
+            let layer = format!("{stage_id}-{attempt}-c{candidate}");
+            let _ = self.changes.drop_layer(&state.run_id, &layer);
+            if let Err(reason) = self.changes.make_layer(&state.run_id, &layer) {
+                let result = CandidateResult {
+                    passed: false,
+                    checks: Vec::new(),
+                    files: Vec::new(),
+                    tokens: 0,
+                    cost_usd: None,
+                    duration_ms: 0,
+                    outputs: Default::default(),
+                    error: Some(format!("no layer could be made for it: {reason}")),
+                    output_tail: String::new(),
+                };
+                self.defer(
+                    state,
+                    Event::CandidateStarted {
+                        stage: stage_id.clone(),
+                        attempt,
+                        candidate,
+                        agent: agent_name.clone(),
+                        layer: layer.clone(),
+                    },
+                );
+                self.defer(state, Event::CandidateEnded { stage: stage_id.clone(), attempt, candidate, result });
+                continue;
+            }
+            let holder = format!("{}/{stage_id}/{attempt}/c{candidate}", state.run_id);
+            let agent = self.pipeline.agents.get(agent_name).cloned();
+            if let Some(agent) = &agent {
+                loop {
+                    match self.limits.take(agent, &holder).await? {
+                        Allowed::Yes => break,
+                        Allowed::Wait { .. } => {
+                            self.clock.sleep_until(self.clock.now() + jiff::SignedDuration::from_millis(500)).await
+                        }
+                    }
+                }
+            }
+            let event = Event::CandidateStarted {
+                stage: stage_id.clone(),
+                attempt,
+                candidate,
+                agent: agent_name.clone(),
+                layer: layer.clone(),
+            };
+            self.defer(state, event);
+            let mut request = self.request(state, stage, attempt, confine.clone());
+            request.agent = agent;
+            request.confine.layer = Some(layer);
+            request.purpose = crate::ports::Purpose::Candidate { index: candidate };
+            let (tx, notices) = mpsc::unbounded_channel();
+            let runner: &'a R = self.runner;
+            let sent = request.clone();
+            let run = Box::pin(async move { runner.run(&sent, tx).await });
+            running.push(Running { candidate, request, holder, run, notices });
+        }
+        Ok(running)
+    }
+
+    /// Waits for the round's candidates, checking and journaling each as it ends.
+    async fn await_round(
+        &mut self,
+        state: &mut RunState,
+        stage_id: &StageId,
+        attempt: u32,
+        running: &mut Vec<Running<'a>>,
+    ) -> Result<Waited, StoreError> {
+        while !running.is_empty() {
+            let stopper = self.stopper;
+            let woke = tokio::select! {
+                biased;
+                stop = stopper.stopped() => Woke::Stopped(stop),
+                woke = next_of(running) => woke,
+            };
+            match woke {
+                Woke::Stopped(stop) => {
+                    for r in running.drain(..) {
+                        if r.request.agent.is_some() {
+                            self.limits.give(&r.holder, 0).await;
+                        }
+                    }
+                    self.stop(state, stop).await?;
+                    return Ok(Waited::Stopped);
+                }
+                Woke::Notice(notice) => self.notice(state, stage_id, attempt, notice).await?,
+                Woke::Ended(i, execution) => {
+                    let mut r = running.remove(i);
+                    while let Ok(notice) = r.notices.try_recv() {
+                        self.notice(state, stage_id, attempt, notice).await?;
+                    }
+                    self.used(state, &r.request, &r.holder, &execution).await;
+                    let result = self.checked(state, stage_id, &r.request, &execution).await;
+                    let event =
+                        Event::CandidateEnded { stage: stage_id.clone(), attempt, candidate: r.candidate, result };
+                    self.record(state, event).await?;
+                }
+            }
+        }
+        Ok(Waited::Ended)
+    }
+
+    /// A candidate's end judged: its outputs, then the stage's checks over its layer.
+    async fn checked(
+        &mut self,
+        state: &RunState,
+        stage_id: &StageId,
+        request: &StageRequest,
+        execution: &Execution,
+    ) -> CandidateResult {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("a pipeline stage");
+        let layer = request.confine.layer.clone();
+        let files: Vec<String> = layer
+            .as_ref()
+            .and_then(|l| self.changes.layer_changed(&state.run_id, l).ok())
+            .map(|c| c.paths().into_iter().map(str::to_owned).collect())
+            .unwrap_or_default();
+        let usage = request.agent.as_ref().map(|a| super::attempt::usage_of(a, request, execution, state));
+        let mut result = CandidateResult {
+            passed: false,
+            checks: Vec::new(),
+            files,
+            tokens: usage.as_ref().map_or(0, |u| u.input_tokens + u.output_tokens),
+            cost_usd: usage.and_then(|u| u.cost_usd),
+            duration_ms: u64::try_from(execution.duration.as_millis()).unwrap_or(u64::MAX),
+            outputs: Default::default(),
+            error: None,
+            output_tail: super::output_tail(&format!("{}{}", execution.stdout, execution.stderr)),
+        };
+        match judge(&stage.outputs, execution) {
+            Err(error) => {
+                result.error = Some(format!("its agent {}", error.message));
+                return result;
+            }
+            Ok(outputs) => result.outputs = outputs,
+        }
+        for check in &stage.checks {
+            let ran = self.shell_in(state, stage_id, &check.command, stage.timeout, layer.clone()).await;
+            let printed = format!("{}{}", ran.stdout, ran.stderr);
+            let ok = ran.outcome == ExecOutcome::Exited(0)
+                && check.expected.as_ref().is_none_or(|e| printed.contains(e.as_str()));
+            if !ok && result.error.is_none() {
+                result.error = Some(format!("check `{}` failed", check.name));
+                result.output_tail = super::output_tail(&printed);
+            }
+            result.checks.push((check.name.clone(), ok));
+        }
+        result.passed = result.error.is_none();
+        result
+    }
+
+    /// The round's choice applied: the winner's layer committed and the attempt ended well,
+    /// or the attempt failed with the most promising failure; every other layer dropped.
+    async fn apply_choice(&mut self, state: &mut RunState, stage_id: &StageId, attempt: u32) -> Result<(), StoreError> {
+        let st = state.stage(stage_id.as_str()).expect("a started stage");
+        let winner = st.chosen.flatten();
+        let layers: Vec<(u32, String)> = st.candidates.iter().map(|c| (c.candidate, c.layer.clone())).collect();
+        let won = st.candidates.iter().find(|c| Some(c.candidate) == winner).cloned();
+        let entries: Vec<Entry<'_>> = st
+            .candidates
+            .iter()
+            .filter_map(|c| Some(Entry { candidate: c.candidate, agent: &c.agent, result: c.result.as_ref()? }))
+            .collect();
+        let select = self
+            .pipeline
+            .stage(stage_id.as_str())
+            .and_then(|s| s.candidates.as_ref())
+            .map(|c| c.select.clone())
+            .unwrap_or_default();
+        let choice = choose(&select, &entries);
+        let best = choice.best.and_then(|b| st.candidates.iter().find(|c| c.candidate == b)).cloned();
+        for (candidate, layer) in &layers {
+            if Some(*candidate) != winner {
+                let _ = self.changes.drop_layer(&state.run_id, layer);
+            }
+        }
+        match won {
+            Some(c) => {
+                let result = c.result.unwrap_or_else(unreachable_result);
+                self.succeed(
+                    state,
+                    stage_id.clone(),
+                    attempt,
+                    result.duration_ms,
+                    result.outputs,
+                    Some(Commit::Layer(c.layer)),
+                )
+                .await
+            }
+            None => {
+                let (message, tail) = match &best {
+                    Some(b) => (
+                        format!(
+                            "{} (best: candidate {} by {}: {})",
+                            choice.why.split(';').next().unwrap_or_default(),
+                            b.candidate + 1,
+                            b.agent,
+                            b.result.as_ref().and_then(|r| r.error.clone()).unwrap_or_default()
+                        ),
+                        b.result.as_ref().map(|r| r.output_tail.clone()).unwrap_or_default(),
+                    ),
+                    None => (choice.why.clone(), String::new()),
+                };
+                let error = StageError {
+                    kind: FailureKind::ExecutionError,
+                    message,
+                    exit_code: None,
+                    output_tail: tail,
+                    pattern: None,
+                    classified_by: None,
+                    unfixable: None,
+                };
+                let duration_ms = entries.iter().map(|e| e.result.duration_ms).max().unwrap_or(0);
+                self.record(state, Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms, error }).await
+            }
+        }
+    }
+}
+
+/// A result for a winner journaled without one (never: a winner passed, so it ended).
+fn unreachable_result() -> CandidateResult {
+    CandidateResult {
+        passed: true,
+        checks: Vec::new(),
+        files: Vec::new(),
+        tokens: 0,
+        cost_usd: None,
+        duration_ms: 0,
+        outputs: Default::default(),
+        error: None,
+        output_tail: String::new(),
+    }
+}
+
+/// The next thing a candidate in flight does: a notice, or its end.
+fn next_of<'f, 'a>(running: &'f mut [Running<'a>]) -> impl Future<Output = Woke> + 'f {
+    std::future::poll_fn(move |cx| {
+        for r in running.iter_mut() {
+            if let Poll::Ready(Some(notice)) = r.notices.poll_recv(cx) {
+                return Poll::Ready(Woke::Notice(notice));
+            }
+        }
+        for (i, r) in running.iter_mut().enumerate() {
+            if let Poll::Ready(execution) = r.run.as_mut().poll(cx) {
+                return Poll::Ready(Woke::Ended(i, execution));
+            }
+        }
+        Poll::Pending
+    })
+}
