@@ -7,6 +7,8 @@
    and N independent `true` stages run four at a time.
 3. Branches in the sandbox: 1, 2 and 4 agent-mode stages that each sleep 1 s in a layer of
    their own, run at once (wall time and peak memory of the run).
+4. Best of N in the sandbox: one agent-mode stage whose agent sleeps 1 s, as a plain stage
+   (N = 1) and with `candidates:` of 2 and 4, each candidate checked by one command.
 
 Usage: python3 scripts/bench-graph.py --bin target/release/loopwright [--stages 200] [--rounds 5]
 """
@@ -102,6 +104,42 @@ def main():
             return
         base = base or best
         print(f"{width} at once: median {med:.3f} s  fastest {best:.3f} s  ({best / base:.2f}x of one)  peak {rss:.1f} MiB")
+
+    print("\n## 4. best of N in the sandbox (the agent sleeps 1 s; one check)")
+    base = None
+    for n in (1, 2, 4):
+        med, best, rss = measure_candidates(b, n, args.rounds)
+        base = base or best
+        print(f"N = {n}: median {med:.3f} s  fastest {best:.3f} s  ({best / base:.2f}x of N = 1)  peak {rss:.1f} MiB")
+
+
+def measure_candidates(binary, n, rounds):
+    agent = "---\nname: sleeper\nrunner: command\ncommand: [\"sh\", \"-c\", \"cat > /dev/null; sleep 1; echo 42 > answer.txt\"]\n---\nYou answer.\n"
+    stage = "  - id: pick\n    description: answer\n    agent: sleeper\n    mode: agent\n"
+    if n > 1:
+        stage += f"    candidates: {{count: {n}}}\n"
+    stage += "    checks:\n      - name: answer\n        type: test\n        command: grep -qx 42 answer.txt\n"
+    text = "name: p\ndescription: bench\nversion: 1\nstages:\n" + stage
+    walls, rss = [], []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as ws:
+            os.makedirs(f"{ws}/.loopwright/pipelines")
+            os.makedirs(f"{ws}/.loopwright/agents")
+            with open(f"{ws}/.loopwright/config.toml", "w") as f:
+                f.write('sandbox = "required"\n')
+            with open(f"{ws}/.loopwright/agents/sleeper.md", "w") as f:
+                f.write(agent)
+            with open(f"{ws}/.loopwright/pipelines/p.yml", "w") as f:
+                f.write(text)
+            start = time.perf_counter()
+            child = subprocess.Popen([binary, "run", "p", "--quiet"], cwd=ws, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            err = child.stderr.read()
+            _, status, usage = os.wait4(child.pid, 0)
+            walls.append(time.perf_counter() - start)
+            rss.append(usage.ru_maxrss / 1024)
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"run failed: {err.decode()[-2000:]}")
+    return statistics.median(walls), min(walls), max(rss)
 
 
 if __name__ == "__main__":
