@@ -16,9 +16,11 @@
 //! | fix | `fix.rs` | the closed loop's FIX: the strategy ANALYZE chose |
 //! | roll back | `rollback.rs` | stages rolled back by their strategies, layers dropped |
 //! | deliver | `deliver.rs` | a forge run's work pushed and its change request opened; its failure reported |
+//! | best of N | `candidates.rs` | a round of candidates at once, each checked in its own layer, the winner applied |
 //!
 //! A new step is a new file with an `impl` block like these, a variant of
-//! [`crate::decide::Step`] that names it, and one arm in [`Engine::drive`].
+//! [`crate::decide::Step`] that names it, and one arm in `Engine::take` (both drivers take steps
+//! through it; `graph.rs` drives a pipeline whose stages form a graph).
 
 use loopwright_spec::{Pipeline, StageId};
 
