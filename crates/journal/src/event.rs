@@ -1281,7 +1281,7 @@ pub struct StageError {
 }
 
 /// What a candidate of best of N did: its checks, its change and what it cost.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CandidateResult {
     /// Its agent's process succeeded and every check passed.
     pub passed: bool,

@@ -3,12 +3,10 @@
 //! ran at once fail the later one as a merge conflict, a cycle is refused at file:line, and a
 //! run killed in the middle of its graph repeats no finished stage.
 
-use std::os::unix::process::CommandExt;
-
 use pretty_assertions::assert_eq;
 use serde_json::Value;
 
-use crate::support::{Ws, st, stages, wait_for};
+use crate::support::{Ws, kill_group, spawn_group, st, stages, wait_for};
 
 /// A diamond: `a`, then `b` and `c` (each sleeping `b_sleep` / `c_sleep` seconds, read-only),
 /// then `d`.
@@ -162,19 +160,9 @@ fn a_cycle_or_an_unknown_stage_in_needs_is_refused_at_its_line() {
 /// Runs `run diamond` in its own process group and kills the group with SIGKILL once `marker`
 /// exists in the workspace.
 fn killed_when(ws: &Ws, marker: &std::path::Path) {
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
-        .args(["run", "diamond", "--task-id", "task-kill"])
-        .current_dir(ws.path())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .expect("spawn");
+    let child = spawn_group(ws, &["run", "diamond", "--task-id", "task-kill"]);
     wait_for(marker);
-    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL)
-        .expect("kill");
-    let _ = child.wait_with_output();
+    kill_group(child);
 }
 
 #[test]
@@ -216,20 +204,10 @@ fn killed_at_twenty_moments_of_a_graph_resume_never_starts_a_finished_stage_agai
         let ws = Ws::empty();
         ws.write(".loopwright/config.toml", "sandbox = \"off\"\n");
         diamond(&ws, "sleep 0.15", "sleep 0.25");
-        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
-            .args(["run", "diamond", "--task-id", "task-kill"])
-            .current_dir(ws.path())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("spawn");
+        let child = spawn_group(&ws, &["run", "diamond", "--task-id", "task-kill"]);
         // Moments spread over the run's half second (and past it).
         std::thread::sleep(std::time::Duration::from_millis(40 + (round * 137) % 560));
-        let _ =
-            nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL);
-        let _ = child.wait_with_output();
+        kill_group(child);
         let (code, out, stderr) = ws.run(&["resume", "latest", "--json"]);
         // Killed before the run was journaled: there is nothing to resume.
         if code != 0 && stderr.contains("no runs yet") {

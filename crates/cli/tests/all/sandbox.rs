@@ -1347,7 +1347,6 @@ fn best_of_three_where_none_passes_retries_with_the_most_promising_failure() {
 
 #[test]
 fn killed_mid_candidates_a_resume_keeps_the_candidates_that_ended_and_runs_the_one_in_flight_again() {
-    use std::os::unix::process::CommandExt;
     let Some(_) = bwrap() else { return };
     let ws = Ws::empty();
     best_of_three(&ws, "right, slow", "");
@@ -1358,15 +1357,7 @@ fn killed_mid_candidates_a_resume_keeps_the_candidates_that_ended_and_runs_the_o
     );
     let text = ws.read(".loopwright/pipelines/best.yml").replace("count: 3", "count: 2");
     ws.write(".loopwright/pipelines/best.yml", &text);
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
-        .args(["run", "best", "--task-id", "task-kill"])
-        .current_dir(ws.path())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .expect("spawn");
+    let child = crate::support::spawn_group(&ws, &["run", "best", "--task-id", "task-kill"]);
     // Killed once the fast candidate's end is journaled, the slow one still running.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let run = loop {
@@ -1378,9 +1369,7 @@ fn killed_mid_candidates_a_resume_keeps_the_candidates_that_ended_and_runs_the_o
             break run;
         }
     };
-    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL)
-        .expect("kill");
-    let _ = child.wait_with_output();
+    crate::support::kill_group(child);
     let (code, _, stderr) = ws.json(&["resume", &run]);
     assert_eq!(code, 0, "{stderr}");
     let journal = ws.journal(&run);

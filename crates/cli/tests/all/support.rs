@@ -202,6 +202,28 @@ pub fn spawn_env(ws: &Ws, args: &[&str], env: &[(&str, &str)]) -> std::process::
         .expect("spawn loopwright")
 }
 
+/// Starts `loopwright ARGS` in `ws` in a process group of its own (nothing read or written on
+/// its standard streams), to be killed whole with [`kill_group`].
+pub fn spawn_group(ws: &Ws, args: &[&str]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    std::process::Command::new(assert_cmd::cargo::cargo_bin!("loopwright"))
+        .args(args)
+        .current_dir(ws.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("spawn loopwright")
+}
+
+/// SIGKILL to the whole process group of a child of [`spawn_group`] (loopwright and what it
+/// started), then reaps it.
+pub fn kill_group(child: std::process::Child) {
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL);
+    let _ = child.wait_with_output();
+}
+
 /// Waits for a child of [`spawn`]: (exit code, stdout, stderr).
 pub fn finish(child: std::process::Child) -> (i32, String, String) {
     let out = child.wait_with_output().expect("wait");

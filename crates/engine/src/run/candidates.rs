@@ -124,17 +124,8 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             let layer = format!("{stage_id}-{attempt}-c{candidate}");
             let _ = self.changes.drop_layer(&state.run_id, &layer);
             if let Err(reason) = self.changes.make_layer(&state.run_id, &layer) {
-                let result = CandidateResult {
-                    passed: false,
-                    checks: Vec::new(),
-                    files: Vec::new(),
-                    tokens: 0,
-                    cost_usd: None,
-                    duration_ms: 0,
-                    outputs: Default::default(),
-                    error: Some(format!("no layer could be made for it: {reason}")),
-                    output_tail: String::new(),
-                };
+                let error = Some(format!("no layer could be made for it: {reason}"));
+                let result = CandidateResult { error, ..CandidateResult::default() };
                 self.defer(
                     state,
                     Event::CandidateStarted {
@@ -342,17 +333,7 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
 
 /// A result for a winner journaled without one (never: a winner passed, so it ended).
 fn unreachable_result() -> CandidateResult {
-    CandidateResult {
-        passed: true,
-        checks: Vec::new(),
-        files: Vec::new(),
-        tokens: 0,
-        cost_usd: None,
-        duration_ms: 0,
-        outputs: Default::default(),
-        error: None,
-        output_tail: String::new(),
-    }
+    CandidateResult { passed: true, ..CandidateResult::default() }
 }
 
 /// The next thing a candidate in flight does: a notice, or its end.
