@@ -1390,3 +1390,48 @@ fn killed_mid_candidates_a_resume_keeps_the_candidates_that_ended_and_runs_the_o
     assert_eq!(chosen, 1);
     assert_eq!(ws.read("answer.txt"), "42\n");
 }
+
+#[test]
+fn killed_at_twenty_moments_of_a_round_of_candidates_resume_never_starts_an_ended_candidate_again() {
+    let Some(_) = bwrap() else { return };
+    for round in 0..20u64 {
+        let ws = Ws::empty();
+        best_of_three(&ws, "right, slow, wordy", "");
+        ws.write("slow.sh", "cat > /dev/null; sleep 0.4; echo 42 > answer.txt; echo late\n");
+        ws.write(
+            ".loopwright/agents/slow.md",
+            "---\nname: slow\nrunner: command\ncommand: [\"sh\", \"slow.sh\"]\n---\nYou answer.\n",
+        );
+        let child = crate::support::spawn_group(&ws, &["run", "best", "--task-id", "task-kill"]);
+        // Moments spread over the round's half second (and past it).
+        std::thread::sleep(std::time::Duration::from_millis(30 + (round * 113) % 620));
+        crate::support::kill_group(child);
+        let (code, out, stderr) = ws.run(&["resume", "latest", "--json"]);
+        if code != 0 && stderr.contains("no runs yet") {
+            continue;
+        }
+        let result: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        assert!(code == 0 || result["status"] == "success", "round {round}: {stderr}");
+        let (_, shown, _) = ws.json(&["status", "latest"]);
+        assert_eq!(shown["status"], "success", "round {round}: {shown}");
+        let journal = ws.journal(shown["run_id"].as_str().expect("run id"));
+        for candidate in 0..3u64 {
+            let of = |kind: &str| -> Vec<u64> {
+                journal
+                    .iter()
+                    .filter(|e| e["event"]["type"] == kind && e["event"]["candidate"] == candidate)
+                    .map(|e| e["seq"].as_u64().expect("seq"))
+                    .collect()
+            };
+            let ended = of("candidate_ended");
+            assert_eq!(ended.len(), 1, "round {round}, candidate {candidate}: {journal:#?}");
+            assert!(
+                of("candidate_started").iter().all(|s| *s < ended[0]),
+                "round {round}: started again after it ended"
+            );
+        }
+        assert_eq!(journal.iter().filter(|e| e["event"]["type"] == "candidate_chosen").count(), 1, "round {round}");
+        assert_eq!(ws.read("answer.txt"), "42\n", "round {round}");
+        assert!(!ws.path().join("other.txt").exists(), "round {round}: a loser's change landed");
+    }
+}
