@@ -34,11 +34,16 @@ def pipeline(name, stages, max_parallel=None):
     return head + body
 
 
-def run_once(binary, text, sandbox):
+def run_once(binary, text, sandbox, agents=None):
+    """One `loopwright run p` in a fresh workspace: wall time, this run's peak memory (MiB)."""
     with tempfile.TemporaryDirectory() as ws:
         os.makedirs(f"{ws}/.loopwright/pipelines")
+        os.makedirs(f"{ws}/.loopwright/agents")
         with open(f"{ws}/.loopwright/config.toml", "w") as f:
             f.write(f'sandbox = "{sandbox}"\n')
+        for name, body in (agents or {}).items():
+            with open(f"{ws}/.loopwright/agents/{name}.md", "w") as f:
+                f.write(body)
         with open(f"{ws}/.loopwright/pipelines/p.yml", "w") as f:
             f.write(text)
         start = time.perf_counter()
@@ -49,13 +54,13 @@ def run_once(binary, text, sandbox):
         wall = time.perf_counter() - start
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"run failed: {err.decode()[-2000:]}")
-        return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+        return wall, usage.ru_maxrss / 1024
 
 
-def measure(binary, text, rounds, sandbox="off"):
+def measure(binary, text, rounds, sandbox="off", agents=None):
     walls, rss = [], []
     for _ in range(rounds):
-        wall, peak, _ = run_once(binary, text, sandbox)
+        wall, peak = run_once(binary, text, sandbox, agents)
         walls.append(wall)
         rss.append(peak)
     return statistics.median(walls), min(walls), max(rss)
@@ -120,26 +125,7 @@ def measure_candidates(binary, n, rounds):
         stage += f"    candidates: {{count: {n}}}\n"
     stage += "    checks:\n      - name: answer\n        type: test\n        command: grep -qx 42 answer.txt\n"
     text = "name: p\ndescription: bench\nversion: 1\nstages:\n" + stage
-    walls, rss = [], []
-    for _ in range(rounds):
-        with tempfile.TemporaryDirectory() as ws:
-            os.makedirs(f"{ws}/.loopwright/pipelines")
-            os.makedirs(f"{ws}/.loopwright/agents")
-            with open(f"{ws}/.loopwright/config.toml", "w") as f:
-                f.write('sandbox = "required"\n')
-            with open(f"{ws}/.loopwright/agents/sleeper.md", "w") as f:
-                f.write(agent)
-            with open(f"{ws}/.loopwright/pipelines/p.yml", "w") as f:
-                f.write(text)
-            start = time.perf_counter()
-            child = subprocess.Popen([binary, "run", "p", "--quiet"], cwd=ws, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            err = child.stderr.read()
-            _, status, usage = os.wait4(child.pid, 0)
-            walls.append(time.perf_counter() - start)
-            rss.append(usage.ru_maxrss / 1024)
-            if os.waitstatus_to_exitcode(status) != 0:
-                raise SystemExit(f"run failed: {err.decode()[-2000:]}")
-    return statistics.median(walls), min(walls), max(rss)
+    return measure(binary, text, rounds, sandbox="required", agents={"sleeper": agent})
 
 
 if __name__ == "__main__":

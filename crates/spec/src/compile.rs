@@ -429,19 +429,7 @@ impl Compiler<'_> {
                 }
             }
         }
-        let ancestors = (0..raw.len())
-            .map(|start| {
-                let mut seen = BTreeSet::new();
-                let mut todo = needs[start].clone();
-                while let Some(i) = todo.pop() {
-                    if seen.insert(i) {
-                        todo.extend(needs[i].iter().copied());
-                    }
-                }
-                seen.remove(&start);
-                seen
-            })
-            .collect();
+        let ancestors = crate::pipeline::reachable(&needs);
         Graph { needs, ancestors }
     }
 

@@ -243,7 +243,13 @@ fn ancestors(
 ) -> Vec<std::collections::BTreeSet<usize>> {
     let direct: Vec<Vec<usize>> =
         stages.iter().map(|s| s.needs.iter().filter_map(|n| index.get(n.as_str()).copied()).collect()).collect();
-    (0..stages.len())
+    reachable(&direct)
+}
+
+/// What each position reaches through `direct` (its edges by position), itself left out; a
+/// cycle ends where it closes.
+pub(crate) fn reachable(direct: &[Vec<usize>]) -> Vec<std::collections::BTreeSet<usize>> {
+    (0..direct.len())
         .map(|start| {
             let mut seen = std::collections::BTreeSet::new();
             let mut todo = direct[start].clone();

@@ -7,20 +7,16 @@
 //! After a crash, a candidate whose end is journaled is kept (its layer is still there) and
 //! one that was in flight runs again in a fresh layer.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
-
 use loopwright_spec::StageId;
-use tokio::sync::mpsc;
 
 use super::Engine;
 use super::finish::{Commit, judge};
+use super::process::{Process, Reported, next_of};
 use crate::decide::candidates::{Entry, choose};
 use crate::event::{CandidateResult, Event, FailureKind, StageError};
 use crate::ports::{
-    Allowed, Changes, Clock, Delivery, ExecOutcome, Execution, Limits, Notice, Runner, StageRequest, Stop, Stopper,
-    Store, StoreError,
+    Changes, Clock, Delivery, ExecOutcome, Execution, Limits, Notice, Runner, StageRequest, Stop, Stopper, Store,
+    StoreError,
 };
 use crate::state::RunState;
 
@@ -29,8 +25,7 @@ struct Running<'a> {
     candidate: u32,
     request: StageRequest,
     holder: String,
-    run: Pin<Box<dyn Future<Output = Execution> + 'a>>,
-    notices: mpsc::UnboundedReceiver<Notice>,
+    process: Process<'a>,
 }
 
 /// How waiting for a round ended.
@@ -83,7 +78,9 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             let ended: Vec<u32> = this_round
                 .map(|s| s.candidates.iter().filter(|c| c.result.is_some()).map(|c| c.candidate).collect())
                 .unwrap_or_default();
-            let mut running = self.launch_round(state, &stage_id, attempt, &ended, confine).await?;
+            let Some(mut running) = self.launch_round(state, &stage_id, attempt, &ended, confine).await? else {
+                return Ok(());
+            };
             // The round is journaled as started before its processes exist.
             self.flush(state).await?;
             if let Waited::Stopped = self.await_round(state, &stage_id, attempt, &mut running).await? {
@@ -104,7 +101,8 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
     }
 
     /// Starts the candidates of a round that have not ended, each in a fresh layer, its
-    /// provider's slot taken (deferred `candidate_started`); those that ended are kept.
+    /// provider's slot taken (deferred `candidate_started`); those that ended are kept. `None`
+    /// when the run was stopped while a candidate waited for its provider (journaled).
     async fn launch_round(
         &mut self,
         state: &mut RunState,
@@ -112,7 +110,7 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         attempt: u32,
         ended: &[u32],
         confine: crate::ports::Confinement,
-    ) -> Result<Vec<Running<'a>>, StoreError> {
+    ) -> Result<Option<Vec<Running<'a>>>, StoreError> {
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
         let plan = stage.candidates.clone().expect("a candidates stage");
         let mut running: Vec<Running<'a>> = Vec::new();
@@ -141,15 +139,15 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             }
             let holder = format!("{}/{stage_id}/{attempt}/c{candidate}", state.run_id);
             let agent = self.pipeline.agents.get(agent_name).cloned();
-            if let Some(agent) = &agent {
-                loop {
-                    match self.limits.take(agent, &holder).await? {
-                        Allowed::Yes => break,
-                        Allowed::Wait { .. } => {
-                            self.clock.sleep_until(self.clock.now() + jiff::SignedDuration::from_millis(500)).await
-                        }
-                    }
+            if let Some(agent) = &agent
+                && let super::limits::Acquired::Stopped =
+                    self.acquire_for(state, stage, attempt, &holder, agent).await?
+            {
+                // The stop is journaled; the slots already taken go back.
+                for r in running.drain(..) {
+                    self.limits.give(&r.holder, 0).await;
                 }
+                return Ok(None);
             }
             let event = Event::CandidateStarted {
                 stage: stage_id.clone(),
@@ -163,13 +161,10 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             request.agent = agent;
             request.confine.layer = Some(layer);
             request.purpose = crate::ports::Purpose::Candidate { index: candidate };
-            let (tx, notices) = mpsc::unbounded_channel();
-            let runner: &'a R = self.runner;
-            let sent = request.clone();
-            let run = Box::pin(async move { runner.run(&sent, tx).await });
-            running.push(Running { candidate, request, holder, run, notices });
+            let process = Process::start(self.runner, &request);
+            running.push(Running { candidate, request, holder, process });
         }
-        Ok(running)
+        Ok(Some(running))
     }
 
     /// Waits for the round's candidates, checking and journaling each as it ends.
@@ -185,7 +180,10 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             let woke = tokio::select! {
                 biased;
                 stop = stopper.stopped() => Woke::Stopped(stop),
-                woke = next_of(running) => woke,
+                reported = next_of(running, |r| &mut r.process) => match reported {
+                    Reported::Notice(_, notice) => Woke::Notice(notice),
+                    Reported::Ended(i, execution) => Woke::Ended(i, execution),
+                },
             };
             match woke {
                 Woke::Stopped(stop) => {
@@ -200,7 +198,7 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                 Woke::Notice(notice) => self.notice(state, stage_id, attempt, notice).await?,
                 Woke::Ended(i, execution) => {
                     let mut r = running.remove(i);
-                    while let Ok(notice) = r.notices.try_recv() {
+                    for notice in r.process.left() {
                         self.notice(state, stage_id, attempt, notice).await?;
                     }
                     self.used(state, &r.request, &r.holder, &execution).await;
@@ -334,21 +332,4 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
 /// A result for a winner journaled without one (never: a winner passed, so it ended).
 fn unreachable_result() -> CandidateResult {
     CandidateResult { passed: true, ..CandidateResult::default() }
-}
-
-/// The next thing a candidate in flight does: a notice, or its end.
-fn next_of<'f, 'a>(running: &'f mut [Running<'a>]) -> impl Future<Output = Woke> + 'f {
-    std::future::poll_fn(move |cx| {
-        for r in running.iter_mut() {
-            if let Poll::Ready(Some(notice)) = r.notices.poll_recv(cx) {
-                return Poll::Ready(Woke::Notice(notice));
-            }
-        }
-        for (i, r) in running.iter_mut().enumerate() {
-            if let Poll::Ready(execution) = r.run.as_mut().poll(cx) {
-                return Poll::Ready(Woke::Ended(i, execution));
-            }
-        }
-        Poll::Pending
-    })
 }

@@ -14,14 +14,11 @@
 //! itself runs alone.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
 
 use loopwright_spec::{Mode, Stage, StageId};
-use tokio::sync::mpsc;
 
 use super::attempt::LIMIT_RENEW;
+use super::process::{Process, Reported, next_of};
 use super::{Engine, Launched, Taken};
 use crate::decide::{Step, next_steps};
 use crate::ports::{
@@ -47,9 +44,7 @@ struct Flight<'a> {
     /// What it was launched with.
     launched: Launched,
     /// Its process, until it ends.
-    run: Pin<Box<dyn Future<Output = Execution> + 'a>>,
-    /// What its runner notices while it runs.
-    notices: mpsc::UnboundedReceiver<Notice>,
+    process: Process<'a>,
     /// Files other stages' attempts brought into the workspace (or will) since its layer was
     /// made: changing one of them too is a merge conflict.
     others: BTreeSet<String>,
@@ -123,7 +118,10 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             let woke = tokio::select! {
                 biased;
                 stop = stopper.stopped() => Woke::Stopped(stop),
-                woke = next_of(&mut flights) => woke,
+                reported = next_of(&mut flights, |f| &mut f.process) => match reported {
+                    Reported::Notice(i, notice) => Woke::Notice(i, notice),
+                    Reported::Ended(i, execution) => Woke::Ended(i, execution),
+                },
                 _ = renew.tick() => Woke::Renew,
                 () = clock.sleep_until(until.unwrap_or_else(|| clock.now())), if until.is_some() => Woke::Timer,
             };
@@ -157,7 +155,7 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             Woke::Ended(i, execution) => {
                 let mut flight = flights.remove(i);
                 let (stage_id, attempt) = (flight.stage.clone(), flight.launched.request.attempt);
-                while let Ok(notice) = flight.notices.try_recv() {
+                for notice in flight.process.left() {
                     self.notice(state, &stage_id, attempt, notice).await?;
                 }
                 let execution = self.merged(state, &flight, execution, flights, claims);
@@ -226,11 +224,8 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
 
     /// A launched attempt's process, in flight.
     fn fly(&self, stage: StageId, launched: Launched, others: BTreeSet<String>) -> Flight<'a> {
-        let (tx, notices) = mpsc::unbounded_channel();
-        let runner: &'a R = self.runner;
-        let request = launched.request.clone();
-        let run = Box::pin(async move { runner.run(&request, tx).await });
-        Flight { stage, launched, run, notices, others }
+        let process = Process::start(self.runner, &launched.request);
+        Flight { stage, launched, process, others }
     }
 
     /// An attempt that ended well in its layer: failed as a merge conflict when it changed a
@@ -284,21 +279,4 @@ fn between(step: &Step) -> bool {
         Step::Baseline { .. } | Step::Evaluate { .. } | Step::Analyze { .. } | Step::Fix { .. } => true,
         _ => false,
     }
-}
-
-/// The next thing an attempt in flight does: a notice, or its end.
-fn next_of<'f, 'a>(flights: &'f mut [Flight<'a>]) -> impl Future<Output = Woke> + 'f {
-    std::future::poll_fn(move |cx| {
-        for (i, flight) in flights.iter_mut().enumerate() {
-            if let Poll::Ready(Some(notice)) = flight.notices.poll_recv(cx) {
-                return Poll::Ready(Woke::Notice(i, notice));
-            }
-        }
-        for (i, flight) in flights.iter_mut().enumerate() {
-            if let Poll::Ready(execution) = flight.run.as_mut().poll(cx) {
-                return Poll::Ready(Woke::Ended(i, execution));
-            }
-        }
-        Poll::Pending
-    })
 }

@@ -32,7 +32,21 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         attempt: u32,
         holder: &str,
     ) -> Result<Acquired, StoreError> {
-        let Some(agent) = super::agent_now(self.pipeline, state, stage) else { return Ok(Acquired::Taken) };
+        match super::agent_now(self.pipeline, state, stage) {
+            Some(agent) => self.acquire_for(state, stage, attempt, holder, agent).await,
+            None => Ok(Acquired::Taken),
+        }
+    }
+
+    /// [`Self::acquire`] for `agent` (a candidate's, which need not be the stage's).
+    pub(super) async fn acquire_for(
+        &mut self,
+        state: &mut RunState,
+        stage: &Stage,
+        attempt: u32,
+        holder: &str,
+        agent: &loopwright_spec::Agent,
+    ) -> Result<Acquired, StoreError> {
         let mut waited: Option<String> = None;
         loop {
             match self.limits.take(agent, holder).await? {

@@ -42,6 +42,7 @@ mod fix;
 mod graph;
 mod limits;
 mod prepare;
+mod process;
 mod rollback;
 
 pub use finish::sandbox_refusals;
