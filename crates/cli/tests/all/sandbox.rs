@@ -1363,7 +1363,9 @@ fn killed_mid_candidates_a_resume_keeps_the_candidates_that_ended_and_runs_the_o
     let run = loop {
         assert!(std::time::Instant::now() < deadline, "the fast candidate never ended");
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let (_, status, _) = ws.json(&["status", "latest"]);
+        // Before the run is journaled there is none yet (and no JSON to read).
+        let (_, out, _) = ws.run(&["status", "latest", "--json"]);
+        let status: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
         let Some(run) = status["run_id"].as_str().map(str::to_owned) else { continue };
         if ws.journal(&run).iter().any(|e| e["event"]["type"] == "candidate_ended") {
             break run;
