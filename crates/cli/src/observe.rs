@@ -160,7 +160,14 @@ impl Observer for Progress {
                     Some((cond, values)) if *reason == loopwright_engine::SkipReason::ConditionFalse => {
                         format!("condition not met: `{cond}` with {values}")
                     }
-                    _ => "named with --skip".to_owned(),
+                    _ => match (reason, pipeline.stage(stage.as_str()).and_then(|s| s.judges.as_ref())) {
+                        (loopwright_engine::SkipReason::Judge, Some(judged)) => {
+                            format!("it judges the candidates of '{judged}'")
+                        }
+                        (loopwright_engine::SkipReason::EscalationSkip, _) => "skipped at its escalation".to_owned(),
+                        (loopwright_engine::SkipReason::ConditionFalse, _) => "condition not met".to_owned(),
+                        _ => "named with --skip".to_owned(),
+                    },
                 };
                 self.line(&format!("- {stage} skipped: {why}"));
             }

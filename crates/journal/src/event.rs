@@ -1189,6 +1189,8 @@ pub enum SkipReason {
     SkipList,
     /// A human answered its escalation with `skip`.
     EscalationSkip,
+    /// It judges another stage's candidates (`select: {judge: …}`): it runs only as their judge.
+    Judge,
 }
 
 impl SkipReason {
@@ -1198,6 +1200,7 @@ impl SkipReason {
             SkipReason::ConditionFalse => "condition_false",
             SkipReason::SkipList => "skip_list",
             SkipReason::EscalationSkip => "escalation_skip",
+            SkipReason::Judge => "judge",
         }
     }
 }

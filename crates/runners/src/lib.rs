@@ -397,7 +397,7 @@ impl Runner for ProcessRunner {
             let mut live = LiveSink::new(self.output_paths(request).0, self.output_cap, &self.redactor);
             let structured = match &request.purpose {
                 Purpose::Attempt | Purpose::Candidate { .. } => None,
-                Purpose::Classify { schema } => Some(schema),
+                Purpose::Classify { schema } | Purpose::Judge { schema } => Some(schema),
             };
             let call = http::Call { agent, prompt: full, mode: request.mode, structured };
             let answer = http::run(&call, &request.workspace, deadline, &mut live, &notices).await;
@@ -932,6 +932,13 @@ impl Layers for FsChanges {
             .changes(&self.workspace)
             .map_err(|e| LayerError::Read { dir: layer.shown(), reason: e.to_string() })?;
         Ok(FileChanges { modified, created, deleted, commits_kept: Vec::new() })
+    }
+
+    fn layer_diff(&self, run: &RunId, name: &str, max_bytes: usize) -> Result<String, LayerError> {
+        let layer = self.layer(run, name)?;
+        layer
+            .diff(&self.workspace, max_bytes)
+            .map_err(|e| LayerError::Read { dir: layer.shown(), reason: e.to_string() })
     }
 
     fn commit_layer(

@@ -1136,6 +1136,35 @@ impl Layer {
         Ok((modified, created, deleted))
     }
 
+    /// What it changes in `workspace` as a unified diff, cut at about `max_bytes`: a text file
+    /// line by line, a link, a binary or a large file named only. Neither side is read through a
+    /// link (an agent's layer or workspace may hold links to anywhere).
+    pub fn diff(&self, workspace: &Path, max_bytes: usize) -> std::io::Result<String> {
+        let (modified, created, deleted) = self.changes(workspace)?;
+        let mut paths: Vec<&String> = modified.iter().chain(&created).chain(&deleted).collect();
+        paths.sort_unstable();
+        let (upper, work) = (crate::at::Folder::open(&self.upper())?, crate::at::Folder::open(workspace)?);
+        let mut out = String::new();
+        for (i, path) in paths.iter().enumerate() {
+            if out.len() >= max_bytes {
+                out.push_str(&format!("… {} more file(s) not shown\n", paths.len() - i));
+                break;
+            }
+            let before = if created.contains(path) { Side::Absent } else { read_side(&work, path) };
+            let after = if deleted.contains(path) { Side::Absent } else { read_side(&upper, path) };
+            out.push_str(&file_diff(path, &before, &after));
+        }
+        if out.len() > max_bytes {
+            let mut end = max_bytes;
+            while !out.is_char_boundary(end) {
+                end -= 1;
+            }
+            out.truncate(end);
+            out.push_str("\n… cut here\n");
+        }
+        Ok(out)
+    }
+
     /// How many files, links, folders and deletions it holds.
     pub fn count(&self) -> usize {
         let mut entries = Vec::new();
@@ -1291,5 +1320,76 @@ fn keep(from: &crate::at::Folder, to: &crate::at::Folder, name: &std::ffi::OsStr
             Ok(())
         }
         Some(Kind::Other) | None => Ok(()),
+    }
+}
+
+/// One side of a file's diff.
+enum Side {
+    /// Nothing there.
+    Absent,
+    /// A text file.
+    Text(String),
+    /// Something not shown line by line, and what.
+    Other(&'static str),
+}
+
+/// The largest file a diff shows line by line.
+const DIFF_FILE_MAX: u64 = 256 * 1024;
+
+/// `path` under `root`, read without following a link at any component.
+fn read_side(root: &crate::at::Folder, path: &str) -> Side {
+    use std::io::Read;
+    let parts: Vec<&str> = path.split('/').collect();
+    let Some((name, folders)) = parts.split_last() else { return Side::Absent };
+    let folder = match root.walk(folders, false) {
+        Ok(crate::at::Walk::Found(f)) => f,
+        Ok(crate::at::Walk::Link(_)) => return Side::Other("under a symbolic link"),
+        _ => return Side::Absent,
+    };
+    match folder.kind(std::ffi::OsStr::new(name)) {
+        Ok(Some(crate::at::Kind::File)) => {}
+        Ok(Some(crate::at::Kind::Link)) => return Side::Other("a symbolic link"),
+        Ok(Some(crate::at::Kind::Folder)) => return Side::Other("a folder"),
+        Ok(Some(crate::at::Kind::Other)) => return Side::Other("a special file"),
+        Ok(None) | Err(_) => return Side::Absent,
+    }
+    let Ok(file) = folder.open_file(std::ffi::OsStr::new(name)) else { return Side::Other("unreadable") };
+    if file.metadata().map_or(true, |m| m.len() > DIFF_FILE_MAX) {
+        return Side::Other("a large file");
+    }
+    let mut bytes = Vec::new();
+    if file.take(DIFF_FILE_MAX).read_to_end(&mut bytes).is_err() {
+        return Side::Other("unreadable");
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) if !text.contains('\0') => Side::Text(text),
+        _ => Side::Other("a binary file"),
+    }
+}
+
+/// The unified diff of one file, or a line saying what changed when it is not text.
+fn file_diff(path: &str, before: &Side, after: &Side) -> String {
+    let text = |side: &Side| match side {
+        Side::Absent => Some(String::new()),
+        Side::Text(t) => Some(t.clone()),
+        Side::Other(_) => None,
+    };
+    match (text(before), text(after)) {
+        (Some(a), Some(b)) => {
+            let (from, to) = match (before, after) {
+                (Side::Absent, _) => ("/dev/null".to_owned(), format!("b/{path}")),
+                (_, Side::Absent) => (format!("a/{path}"), "/dev/null".to_owned()),
+                _ => (format!("a/{path}"), format!("b/{path}")),
+            };
+            similar::TextDiff::from_lines(&a, &b).unified_diff().context_radius(3).header(&from, &to).to_string()
+        }
+        _ => {
+            let what = |side: &Side| match side {
+                Side::Absent => "nothing",
+                Side::Text(_) => "a text file",
+                Side::Other(w) => w,
+            };
+            format!("--- {path}: {} before, {} after (not shown)\n", what(before), what(after))
+        }
     }
 }

@@ -10,9 +10,9 @@ use crate::condition::{Condition, Scope};
 use crate::diag::{Diagnostic, Diagnostics, Position, SourceFile, closest, yaml_error};
 use crate::pipeline::{
     AgentRef, Backoff, Budget, Candidates, Check, CheckKind, ClosedLoop, Complexity, FeedbackLoop, Mode, Pipeline,
-    RetryPolicy, Rollback, RollbackStrategy, Stage, StageId,
+    RetryPolicy, Rollback, RollbackStrategy, Select, Stage, StageId,
 };
-use crate::raw::{RawNetworkValue, RawPipeline, RawRun, RawStage};
+use crate::raw::{RawNetworkValue, RawPipeline, RawRun, RawSelectValue, RawStage};
 
 /// The stages' graph, by position: what each needs, and what each needs through others.
 struct Graph {
@@ -314,6 +314,7 @@ impl Compiler<'_> {
                 stages.push(stage);
             }
         }
+        self.judges(raw, &mut stages);
         stages
     }
 
@@ -595,7 +596,7 @@ impl Compiler<'_> {
         let network = rs.network.as_ref().map(|n| self.network(n, stage, &agent));
         let env = rs.env.as_ref().map_or(Some(Vec::new()), |e| self.env_names(e, stage));
         let fallback = self.fallback(rs, stage, &agent, mode, cx);
-        let candidates = rs.candidates.as_ref().map(|c| self.candidates(c, rs, stage, &agent, mode, cx));
+        let candidates = rs.candidates.as_ref().map(|c| self.candidates(c, stage, &agent, mode, cx));
 
         Some(Stage {
             id: id?,
@@ -635,6 +636,7 @@ impl Compiler<'_> {
             env: env?,
             fallback: fallback?,
             needs: Vec::new(),
+            judges: None,
             candidates: match candidates {
                 Some(c) => Some(c?),
                 None => None,
@@ -643,11 +645,10 @@ impl Compiler<'_> {
     }
 
     /// A stage's `candidates:`: 2 to 8, agents that may run in its mode (the stage's own by
-    /// default), known selectors; an agent-mode stage outside the closed loop.
+    /// default), known selectors or a judge; an agent-mode stage.
     fn candidates(
         &mut self,
         raw: &Spanned<crate::raw::RawCandidates>,
-        rs: &RawStage,
         stage: Option<&str>,
         agent: &Option<AgentRef>,
         mode: Option<Mode>,
@@ -671,15 +672,6 @@ impl Compiler<'_> {
                 stage,
                 "candidates",
                 "best of N needs agents: name them in `candidates.agents`, or run the stage with an agent",
-            );
-            ok = false;
-        }
-        if rs.skill.as_ref().is_some_and(|s| s.value == "closed-loop-execution") {
-            self.error(
-                Some(at),
-                stage,
-                "candidates",
-                "best of N and the closed loop cannot be combined yet: each candidate is checked with `checks:` once",
             );
             ok = false;
         }
@@ -725,8 +717,34 @@ impl Compiler<'_> {
                 ok = false;
             }
         }
+        let select = match raw.value.select.as_ref().map(|s| &s.value) {
+            None => Some(Select::By(crate::pipeline::DEFAULT_SELECTORS.to_vec())),
+            // The judge is checked once every stage is known ([`Compiler::judges`]).
+            Some(RawSelectValue::Judge(judge)) => StageId::parse(&judge.value).map(Select::Judge).or_else(|| {
+                self.error(
+                    Some(&judge.referenced),
+                    stage,
+                    "candidates.select.judge",
+                    format!(
+                        "`{}` is not a stage id, expected the id of a plan-mode stage of this pipeline",
+                        judge.value
+                    ),
+                );
+                None
+            }),
+            Some(RawSelectValue::By(list)) => self.selectors(list, stage),
+        };
+        ok &= select.is_some();
+        let agents: Vec<String> =
+            (0..count).filter_map(|i| named.get(i % named.len().max(1)).map(|(n, _)| n.clone())).collect();
+        (ok && agents.len() == count).then(|| Candidates { agents, select: select.unwrap_or(Select::By(Vec::new())) })
+    }
+
+    /// `select:` as a list of selectors: each known, none twice (none named: the default).
+    fn selectors(&mut self, list: &[Spanned<String>], stage: Option<&str>) -> Option<Select> {
         let mut select = Vec::new();
-        for s in raw.value.select.iter().flatten() {
+        let mut ok = true;
+        for s in list {
             match crate::pipeline::Selector::ALL.iter().find(|(n, _)| *n == s.value) {
                 Some((_, sel)) if !select.contains(sel) => select.push(*sel),
                 Some(_) => {
@@ -744,7 +762,7 @@ impl Compiler<'_> {
                         Some(&s.referenced),
                         stage,
                         "candidates.select",
-                        format!("unknown selector `{}`, expected {}", s.value, names.join(", ")),
+                        format!("unknown selector `{}`, expected {} or `{{judge: STAGE}}`", s.value, names.join(", ")),
                     );
                     if let Some(best) = closest(&s.value, &names) {
                         d.help = Some(format!("did you mean `{best}`?"));
@@ -754,11 +772,42 @@ impl Compiler<'_> {
             }
         }
         if select.is_empty() {
-            select = vec![crate::pipeline::Selector::Checks, crate::pipeline::Selector::SmallestDiff];
+            select = crate::pipeline::DEFAULT_SELECTORS.to_vec();
         }
-        let agents: Vec<String> =
-            (0..count).filter_map(|i| named.get(i % named.len().max(1)).map(|(n, _)| n.clone())).collect();
-        (ok && agents.len() == count).then_some(Candidates { agents, select })
+        ok.then_some(Select::By(select))
+    }
+
+    /// The judges of the stages' candidates (`select: {judge: STAGE}`): each a stage of the
+    /// pipeline, not the judged one, in plan mode, run by an agent, itself neither a round of
+    /// candidates nor a closed loop, judging one stage only. Each is marked with what it judges.
+    fn judges(&mut self, raw: &[Spanned<RawStage>], stages: &mut [Stage]) {
+        let ids: Vec<String> = stages.iter().map(|s| s.id.to_string()).collect();
+        let mut judged: Vec<(usize, StageId)> = Vec::new();
+        for spanned in raw {
+            let select = spanned.value.candidates.as_ref().and_then(|c| c.value.select.as_ref());
+            let Some(RawSelectValue::Judge(judge)) = select.map(|s| &s.value) else { continue };
+            let Some(by) = spanned.value.id.as_ref().and_then(|i| StageId::parse(&i.value)) else { continue };
+            let (at, stage, field) = (Some(&judge.referenced), Some(by.as_str()), "candidates.select.judge");
+            let Some(j) = stages.iter().position(|s| s.id.as_str() == judge.value) else {
+                if StageId::parse(&judge.value).is_some() {
+                    let d = self.error(at, stage, field, format!("judge stage `{}` not found", judge.value));
+                    let names: Vec<&str> = ids.iter().map(String::as_str).collect();
+                    if let Some(best) = closest(&judge.value, &names) {
+                        d.help = Some(format!("did you mean `{best}`?"));
+                    }
+                }
+                continue;
+            };
+            match judge_problem(&stages[j], &by, &judged, j) {
+                Some(message) => {
+                    self.error(at, stage, field, message);
+                }
+                None => judged.push((j, by)),
+            }
+        }
+        for (j, by) in judged {
+            stages[j].judges = Some(by);
+        }
     }
 
     /// A stage's fallback agents: its `fallback:`, else its agent's; each an agent that may
@@ -1312,6 +1361,29 @@ impl Compiler<'_> {
         let target_stage = StageId::parse(target)?;
         ok.then_some(FeedbackLoop { target_stage, max_iterations })
     }
+}
+
+/// Why `judge` cannot judge the candidates of `by`, if it cannot (`judged`: the judges taken
+/// so far, by index).
+fn judge_problem(judge: &Stage, by: &StageId, judged: &[(usize, StageId)], index: usize) -> Option<String> {
+    let id = &judge.id;
+    if judge.id == *by {
+        return Some("a stage cannot judge its own candidates: name another, plan-mode stage".to_owned());
+    }
+    if judge.mode != Mode::Plan {
+        return Some(format!(
+            "judge stage `{id}` must be `mode: plan`: a judge reads the candidates, it does not change the workspace"
+        ));
+    }
+    if matches!(judge.agent, AgentRef::Shell) {
+        return Some(format!("judge stage `{id}` runs `shell`: a judge is an agent that reads the diffs and answers"));
+    }
+    if judge.candidates.is_some() || judge.skill.as_deref() == Some("closed-loop-execution") {
+        return Some(format!("judge stage `{id}` must be a plain stage, not a round of candidates nor a closed loop"));
+    }
+    judged.iter().find(|(k, _)| *k == index).map(|(_, other)| {
+        format!("stage `{id}` judges the candidates of `{other}` already: give each its own judge stage")
+    })
 }
 
 /// The stages of a pipeline file as a graph, read without its agents (what a run journaled

@@ -335,6 +335,9 @@ pub struct Stage {
     pub needs: Vec<StageId>,
     /// `candidates:`: best of N.
     pub candidates: Option<Candidates>,
+    /// The stage whose candidates this one judges (`select: {judge: …}`): it runs only as
+    /// their judge, and its own place in the order is skipped.
+    pub judges: Option<StageId>,
 }
 
 /// Best of N (`candidates:`): N attempts of a stage at once, each in its own layer.
@@ -342,9 +345,31 @@ pub struct Stage {
 pub struct Candidates {
     /// The agent of each candidate, in order (as many as candidates).
     pub agents: Vec<String>,
-    /// How the winner is chosen among those whose checks passed, first decides.
-    pub select: Vec<Selector>,
+    /// How the winner is chosen among those whose checks passed.
+    pub select: Select,
 }
+
+/// How the winner of a round of candidates is chosen, among those whose checks passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Select {
+    /// By these selectors, first decides (never empty).
+    By(Vec<Selector>),
+    /// By this plan-mode stage, which reads the candidates' diffs and check results.
+    Judge(StageId),
+}
+
+impl Select {
+    /// The selectors that decide without a judge, and when a judge's answer cannot be used.
+    pub fn selectors(&self) -> &[Selector] {
+        match self {
+            Select::By(selectors) => selectors,
+            Select::Judge(_) => &DEFAULT_SELECTORS,
+        }
+    }
+}
+
+/// The selectors when none are named: most checks passed, then the smallest change.
+pub const DEFAULT_SELECTORS: [Selector; 2] = [Selector::Checks, Selector::SmallestDiff];
 
 /// How a winner among candidates is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

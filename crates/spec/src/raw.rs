@@ -162,11 +162,75 @@ pub struct RawCandidates {
     /// The agents of the candidates, in turn (default: the stage's agent for each).
     #[schemars(with = "Option<Vec<String>>")]
     pub agents: Option<Vec<Spanned<String>>>,
-    /// How the winner is chosen among the candidates whose checks passed, first decides:
-    /// `checks` (most checks passed), `smallest_diff` (fewest changed lines), `cheapest` (fewest
-    /// tokens, then dollars). Default `[checks, smallest_diff]`.
-    #[schemars(with = "Option<Vec<RawSelector>>")]
-    pub select: Option<Vec<Spanned<String>>>,
+    /// How the winner is chosen among the candidates whose checks passed: a list of selectors,
+    /// first decides — `checks` (most checks passed), `smallest_diff` (fewest changed files),
+    /// `cheapest` (fewest tokens, then dollars) — or `{judge: STAGE}`, a plan-mode stage of the
+    /// pipeline that reads the candidates' diffs and check results and names the winner.
+    /// Default `[checks, smallest_diff]`.
+    #[schemars(with = "Option<RawSelect>")]
+    pub select: Option<Spanned<RawSelectValue>>,
+}
+
+/// `select:` of `candidates:`: the schema's view (the file is read as [`RawSelectValue`]).
+#[derive(Debug, JsonSchema)]
+#[serde(untagged)]
+pub enum RawSelect {
+    /// Selectors, first decides.
+    By(Vec<RawSelector>),
+    /// A judge stage.
+    Judge(RawJudge),
+}
+
+/// `select: {judge: STAGE}`.
+#[derive(Debug, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawJudge {
+    /// The id of a plan-mode stage of this pipeline that chooses the winner; it runs only as
+    /// the judge (its place in the order is skipped).
+    pub judge: String,
+}
+
+/// `select:` as read: selectors or a judge.
+#[derive(Debug)]
+pub enum RawSelectValue {
+    /// Selectors, each with where it is written.
+    By(Vec<Spanned<String>>),
+    /// The judge stage's id, with where it is written.
+    Judge(Spanned<String>),
+}
+
+/// By hand, so that each selector and the judge keep where they are written, and a wrong value
+/// is told what was expected.
+impl<'de> Deserialize<'de> for RawSelectValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SelectVisitor;
+        impl<'de> serde::de::Visitor<'de> for SelectVisitor {
+            type Value = RawSelectValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of selectors (`[checks, smallest_diff]`) or `{judge: STAGE}`")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawSelectValue, A::Error> {
+                let mut all = Vec::new();
+                while let Some(selector) = seq.next_element::<Spanned<String>>()? {
+                    all.push(selector);
+                }
+                Ok(RawSelectValue::By(all))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<RawSelectValue, A::Error> {
+                let mut judge = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key != "judge" || judge.is_some() {
+                        return Err(serde::de::Error::custom(format!(
+                            "unexpected `{key}` in `select`, expected only `judge: STAGE`"
+                        )));
+                    }
+                    judge = Some(map.next_value::<Spanned<String>>()?);
+                }
+                judge.map(RawSelectValue::Judge).ok_or_else(|| serde::de::Error::missing_field("judge"))
+            }
+        }
+        deserializer.deserialize_any(SelectVisitor)
+    }
 }
 
 /// How a winner among candidates is chosen.

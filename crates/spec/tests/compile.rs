@@ -3,7 +3,12 @@
 use std::collections::BTreeMap;
 
 use loopwright_spec::agent::parse_agent;
+use loopwright_spec::pipeline::Select;
 use loopwright_spec::{Agent, CompileContext, Pipeline, RunnerKind, SourceFile, compile};
+
+fn sid(s: &str) -> loopwright_spec::StageId {
+    loopwright_spec::StageId::parse(s).expect("an id")
+}
 use pretty_assertions::assert_eq;
 
 fn agents() -> BTreeMap<String, Agent> {
@@ -537,7 +542,10 @@ fn candidates_need_agent_mode_two_to_eight_known_agents_and_known_selectors() {
     assert_eq!(c.agents, vec!["cto", "tech-lead", "cto"]);
     assert_eq!(
         c.select,
-        vec![loopwright_spec::pipeline::Selector::Checks, loopwright_spec::pipeline::Selector::SmallestDiff]
+        Select::By(vec![
+            loopwright_spec::pipeline::Selector::Checks,
+            loopwright_spec::pipeline::Selector::SmallestDiff
+        ])
     );
     let e = errors(&format!(
         "{HEAD}  - id: s\n    agent: cto\n    mode: plan\n    description: x\n    candidates: {{count: 9, agents: [reviewer, nobody], select: [cheapest, cheapest, smalest_diff]}}\n"
@@ -549,7 +557,46 @@ fn candidates_need_agent_mode_two_to_eight_known_agents_and_known_selectors() {
             "p.yml:9:25: error: stage `s`, field `candidates.count`: `count` is 9, expected 2 to 8",
             "p.yml:9:47: error: stage `s`, field `candidates.agents`: candidate agent `nobody` not found",
             "p.yml:9:75: error: stage `s`, field `candidates.select`: `cheapest` is named twice",
-            "p.yml:9:85: error: stage `s`, field `candidates.select`: unknown selector `smalest_diff`, expected checks, smallest_diff, cheapest (help: did you mean `smallest_diff`?)",
+            "p.yml:9:85: error: stage `s`, field `candidates.select`: unknown selector `smalest_diff`, expected checks, smallest_diff, cheapest or `{judge: STAGE}` (help: did you mean `smallest_diff`?)",
         ]
     );
+}
+
+#[test]
+fn a_judge_is_a_plan_mode_agent_stage_of_the_pipeline_judging_one_round() {
+    let judged = |select: &str, judge: &str| {
+        format!(
+            "{HEAD}  - id: build\n    agent: cto\n    mode: agent\n    description: x\n    candidates: {{count: 2, select: {select}}}\n\
+             \x20 - id: pick\n    agent: {judge}\n    mode: plan\n    description: y\n\
+             \x20 - id: ship\n    agent: cto\n    mode: agent\n    description: z\n"
+        )
+    };
+    let p = try_compile(&judged("{judge: pick}", "reviewer")).expect("valid");
+    assert_eq!(p.stages[0].candidates.as_ref().map(|c| c.select.clone()), Some(Select::Judge(sid("pick"))));
+    assert_eq!(p.stages.iter().map(|s| s.judges.clone()).collect::<Vec<_>>(), vec![None, Some(sid("build")), None]);
+    let e = errors(&judged("{judge: pik}", "reviewer"));
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:9:44: error: stage `build`, field `candidates.select.judge`: judge stage `pik` not found (help: did you mean `pick`?)"
+        ]
+    );
+    let e = errors(&judged("{judge: ship}", "reviewer"));
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:9:44: error: stage `build`, field `candidates.select.judge`: judge stage `ship` must be `mode: plan`: a judge reads the candidates, it does not change the workspace"
+        ]
+    );
+    let e = errors(&judged("{judge: build}", "reviewer"));
+    assert_eq!(
+        e,
+        vec![
+            "p.yml:9:44: error: stage `build`, field `candidates.select.judge`: a stage cannot judge its own candidates: name another, plan-mode stage"
+        ]
+    );
+    let e = errors(&judged("{judge: pick, by: me}", "reviewer"));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("p.yml:9:"), "{e:?}");
+    assert!(e[0].contains("unexpected `by` in `select`, expected only `judge: STAGE`"), "{e:?}");
 }

@@ -1321,6 +1321,111 @@ fn best_of_three_applies_the_passing_candidate_with_the_smallest_change_and_jour
 }
 
 #[test]
+fn a_judge_stage_reads_the_passing_candidates_diffs_and_its_choice_wins_unless_unusable() {
+    let Some(_) = bwrap() else { return };
+    // The judge picks the candidate whose diff writes other.txt (wordy), which the selectors
+    // would not; a judge naming a candidate that failed is not followed.
+    for (answer, winner, why) in [
+        (
+            r#"case "$p" in *"+more"*) echo 'Looked at it. {"winner": 1, "why": "it also writes other.txt"}';; *) echo '{"winner": 3, "why": "no"}';; esac"#,
+            0,
+            "candidate 1 (agent wordy) won, chosen by judge `choose` among the 2 that passed: it also writes other.txt",
+        ),
+        (
+            r#"echo '{"winner": 2, "why": "I like 41"}'"#,
+            2,
+            "candidate 3 (agent right): 1 of 1 check passed, 1 file changed, 41 tokens won on smallest_diff over candidate 1 (agent wordy): 1 of 1 check passed, 2 files changed, 43 tokens; 1 did not pass; judge `choose` gave no usable answer: it named candidate 2, which is not one of those that passed (1, 3)",
+        ),
+    ] {
+        let ws = Ws::empty();
+        best_of_three(&ws, "wordy, wrong, right", "");
+        ws.write("judge.sh", &format!("p=$(cat)\n{answer}\n"));
+        ws.write(
+            ".loopwright/agents/judge.md",
+            "---\nname: judge\nrunner: command\ncommand: [\"sh\", \"judge.sh\"]\nmodes: [plan]\n---\nYou judge.\n",
+        );
+        let text = ws
+            .read(".loopwright/pipelines/best.yml")
+            .replace("select: [checks, smallest_diff]", "select: {judge: choose}")
+            + "  - id: choose\n    description: Choose the change that fits the task best\n    agent: judge\n    mode: plan\n";
+        ws.write(".loopwright/pipelines/best.yml", &text);
+        let (code, result, stderr) = ws.json(&["run", "best"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(ws.path().join("other.txt").exists(), winner == 0, "only the winner's change lands");
+        assert!(!ws.path().join("extra.txt").exists());
+        let stages: Vec<(String, String)> =
+            crate::support::stages(&result).into_iter().map(|(id, status, _, _)| (id, status)).collect();
+        assert_eq!(stages, vec![("pick".into(), "success".into()), ("choose".into(), "skipped".into())]);
+        assert_eq!(result["stages_executed"][1]["reason"], "judge");
+        let run = result["run_id"].as_str().expect("run id").to_owned();
+        let journal = ws.journal(&run);
+        let chosen = journal.iter().find(|e| e["event"]["type"] == "candidate_chosen").expect("a choice");
+        assert_eq!((chosen["event"]["winner"].as_u64(), chosen["event"]["why"].as_str()), (Some(winner), Some(why)));
+        // The judge's agent is counted with the candidates'.
+        assert_eq!(journal.iter().filter(|e| e["event"]["type"] == "usage_recorded").count(), 4);
+        let asked =
+            std::fs::read_to_string(ws.path().join(format!(".loopwright/state/runs/{run}/prompts/pick-1-judge.md")))
+                .expect("the judge's prompt");
+        assert!(asked.starts_with("You judge.\n"), "{asked}");
+        assert!(asked.contains("Choose the change that fits the task best"), "{asked}");
+        for shown in [
+            "<candidate number=\"1\" agent=\"wordy\" files=\"2\" tokens=\"43\">\nchecks: answer: passed\n<diff>\n--- /dev/null\n+++ b/answer.txt\n@@ -0,0 +1 @@\n+42\n--- /dev/null\n+++ b/other.txt\n@@ -0,0 +1 @@\n+more\n</diff>",
+            "<candidate number=\"3\" agent=\"right\" files=\"1\" tokens=\"41\">",
+            "where N is one of 1, 3.",
+        ] {
+            assert!(asked.contains(shown), "{shown}\n---\n{asked}");
+        }
+        assert!(!asked.contains("<candidate number=\"2\""), "a candidate that failed is not offered: {asked}");
+    }
+}
+
+#[test]
+fn candidates_in_the_closed_loop_go_on_from_the_most_promising_failure_to_a_winner() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    best_of_three(&ws, "lost, wrong, learner", "    skill: closed-loop-execution\n");
+    // Wrong until it is told what failed.
+    ws.write(
+        "learner.sh",
+        "p=$(cat)\ncase \"$p\" in *retry_context*) echo 42 > answer.txt;; *) echo 39 > answer.txt;; esac\necho done\n",
+    );
+    ws.write(
+        ".loopwright/agents/learner.md",
+        "---\nname: learner\nrunner: command\ncommand: [\"sh\", \"learner.sh\"]\n---\nYou answer.\n",
+    );
+    let (code, result, stderr) = ws.json(&["run", "best"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(ws.read("answer.txt"), "42\n");
+    assert!(!ws.path().join("extra.txt").exists(), "the failing rounds' other changes are dropped");
+    let run = result["run_id"].as_str().expect("run id").to_owned();
+    let journal = ws.journal(&run);
+    let chosen: Vec<(u64, Option<u64>)> = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "candidate_chosen")
+        .map(|e| (e["event"]["attempt"].as_u64().expect("attempt"), e["event"]["winner"].as_u64()))
+        .collect();
+    assert_eq!(chosen, vec![(1, None), (2, Some(2))]);
+    // Round 1's most promising failure (candidate 1, the smallest change) stood for GENERATE;
+    // EVALUATE found its check failing, and round 2 was told.
+    let kept: Vec<String> = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "layer_made")
+        .map(|e| e["event"]["layer"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(kept, vec!["pick-1-c0", "pick-2-c2"]);
+    let checked: Vec<bool> = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "evaluated")
+        .map(|e| e["event"]["checks"][0]["passed"].as_bool().expect("passed"))
+        .collect();
+    assert_eq!(checked, vec![false, true]);
+    let prompt = std::fs::read_to_string(ws.path().join(format!(".loopwright/state/runs/{run}/prompts/pick-2-c2.md")))
+        .expect("the second round's prompt");
+    assert!(prompt.contains("<retry_context attempt=\"2\""), "{prompt}");
+    assert!(prompt.contains("grep -qx 42 answer.txt"), "{prompt}");
+}
+
+#[test]
 fn best_of_three_where_none_passes_retries_with_the_most_promising_failure() {
     let Some(_) = bwrap() else { return };
     let ws = Ws::empty();

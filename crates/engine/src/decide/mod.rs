@@ -15,6 +15,7 @@ mod condition;
 mod deliver;
 mod fallback;
 mod feedback;
+pub mod judge;
 mod looping;
 
 pub use condition::condition_context;
@@ -262,6 +263,10 @@ fn pending_step(pipeline: &Pipeline, state: &RunState, started: &RunStarted, sta
     let st = state.stage(stage.id.as_str());
     if started.skip.contains(&stage.id) {
         return Step::Record(Event::StageSkipped { stage: stage.id.clone(), reason: SkipReason::SkipList });
+    }
+    if stage.judges.is_some() {
+        // A judge runs inside the round it judges, never at its own place.
+        return Step::Record(Event::StageSkipped { stage: stage.id.clone(), reason: SkipReason::Judge });
     }
     if let Some(step) = condition_step(pipeline, state, stage) {
         return step;

@@ -70,6 +70,11 @@ pub trait Layers {
     fn layer_changed(&self, _run: &RunId, _name: &str) -> Result<FileChanges, LayerError> {
         Ok(FileChanges::default())
     }
+    /// What layer `name` changes as a unified diff against the workspace, cut at about
+    /// `max_bytes` (for a judge to read): text files line by line, others named.
+    fn layer_diff(&self, _run: &RunId, _name: &str, _max_bytes: usize) -> Result<String, LayerError> {
+        Ok(String::new())
+    }
     /// Copies layer `name` into the workspace (through the path guard), commits what it
     /// changed like [`Commits::commit`], and removes the layer.
     fn commit_layer(

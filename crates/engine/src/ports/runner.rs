@@ -58,15 +58,24 @@ pub enum Purpose {
         /// Which candidate (0-based).
         index: u32,
     },
+    /// The judge of a round of candidates (`select: {judge: STAGE}`): one answer naming the
+    /// winner, in plan mode, as JSON of this schema (like [`Purpose::Classify`]). Its prompt and
+    /// output files are the attempt's with `-judge` after the attempt's number.
+    Judge {
+        /// The answer's JSON Schema.
+        schema: serde_json::Value,
+    },
 }
 
 impl StageRequest {
-    /// The name of its prompt and output files: `STAGE-ATTEMPT`, or `STAGE-ATTEMPT-classify`.
+    /// The name of its prompt and output files: `STAGE-ATTEMPT`, `STAGE-ATTEMPT-classify`,
+    /// `STAGE-ATTEMPT-cN` or `STAGE-ATTEMPT-judge`.
     pub fn file_stem(&self) -> String {
         match self.purpose {
             Purpose::Attempt => format!("{}-{}", self.stage, self.attempt),
             Purpose::Classify { .. } => format!("{}-{}-classify", self.stage, self.attempt),
             Purpose::Candidate { index } => format!("{}-{}-c{index}", self.stage, self.attempt),
+            Purpose::Judge { .. } => format!("{}-{}-judge", self.stage, self.attempt),
         }
     }
 }

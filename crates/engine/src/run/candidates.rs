@@ -8,17 +8,19 @@
 //! one that was in flight runs again in a fresh layer.
 
 use loopwright_spec::StageId;
+use loopwright_spec::pipeline::Select;
 
 use super::Engine;
 use super::finish::{Commit, judge};
 use super::process::{Process, Reported, next_of};
-use crate::decide::candidates::{Entry, choose};
+use crate::decide::candidates::{Choice, Entry, choose};
+use crate::decide::judge::{Shown, Verdict};
 use crate::event::{CandidateResult, Event, FailureKind, StageError};
 use crate::ports::{
     Changes, Clock, Delivery, ExecOutcome, Execution, Limits, Notice, Runner, StageRequest, Stop, Stopper, Store,
     StoreError,
 };
-use crate::state::RunState;
+use crate::state::{CandidateState, RunState};
 
 /// A candidate in flight.
 struct Running<'a> {
@@ -86,13 +88,9 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             if let Waited::Stopped = self.await_round(state, &stage_id, attempt, &mut running).await? {
                 return Ok(());
             }
-            let st = state.stage(stage_id.as_str()).expect("a started stage");
-            let entries: Vec<Entry<'_>> = st
-                .candidates
-                .iter()
-                .filter_map(|c| Some(Entry { candidate: c.candidate, agent: &c.agent, result: c.result.as_ref()? }))
-                .collect();
-            let choice = choose(&plan.select, &entries);
+            let Some(choice) = self.choice(state, &stage_id, attempt, &plan.select).await? else {
+                return Ok(());
+            };
             let event =
                 Event::CandidateChosen { stage: stage_id.clone(), attempt, winner: choice.winner, why: choice.why };
             self.record(state, event).await?;
@@ -212,6 +210,103 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         Ok(Waited::Ended)
     }
 
+    /// The round's choice: by the stage's selectors, or by its judge when more than one
+    /// candidate passed. `None` when the run was stopped while the judge ran (journaled).
+    async fn choice(
+        &mut self,
+        state: &mut RunState,
+        stage_id: &StageId,
+        attempt: u32,
+        select: &Select,
+    ) -> Result<Option<Choice>, StoreError> {
+        let ended: Vec<CandidateState> =
+            state.stage(stage_id.as_str()).map(|s| s.candidates.clone()).unwrap_or_default();
+        let entries = entries_of(&ended);
+        let passed = entries.iter().filter(|e| e.result.passed).count();
+        Ok(Some(match select {
+            Select::Judge(judge) if passed >= 2 => {
+                let Some(verdict) = self.ask_judge(state, stage_id, attempt, judge, &ended).await? else {
+                    return Ok(None);
+                };
+                crate::decide::judge::judged(select.selectors(), &entries, judge, &verdict)
+            }
+            select => choose(select.selectors(), &entries),
+        }))
+    }
+
+    /// Asks the judge stage `judge` which of the candidates that passed wins: its own prompt,
+    /// then theirs diffs and check results; one answer in plan mode, its usage journaled with
+    /// the stage's attempt (budgets count it). `None` when the run was stopped meanwhile.
+    async fn ask_judge(
+        &mut self,
+        state: &mut RunState,
+        stage_id: &StageId,
+        attempt: u32,
+        judge: &StageId,
+        ended: &[CandidateState],
+    ) -> Result<Option<Verdict>, StoreError> {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("a pipeline stage");
+        let judge_stage = self.pipeline.stage(judge.as_str()).expect("a judge is validated to be a stage");
+        let Some(agent) = super::agent_now(self.pipeline, state, judge_stage).cloned() else {
+            return Ok(Some(Verdict::Unusable("its stage has no agent".to_owned())));
+        };
+        if let Some(why) = crate::decide::budget_exceeded(self.pipeline, state, stage) {
+            return Ok(Some(Verdict::Unusable(format!("not asked: {why}"))));
+        }
+        let holder = format!("{}/{stage_id}/{attempt}/judge", state.run_id);
+        match self.limits.take(&agent, &holder).await {
+            Ok(crate::ports::Allowed::Yes) => {}
+            Ok(crate::ports::Allowed::Wait { reason, .. }) => {
+                return Ok(Some(Verdict::Unusable(format!("not asked: {reason}"))));
+            }
+            Err(e) => {
+                return Ok(Some(Verdict::Unusable(format!("not asked: the provider's limits could not be read: {e}"))));
+            }
+        }
+        let diffs: Vec<(u32, String)> = ended
+            .iter()
+            .filter(|c| c.result.as_ref().is_some_and(|r| r.passed))
+            .map(|c| {
+                (c.candidate, self.changes.layer_diff(&state.run_id, &c.layer, JUDGE_DIFF_MAX).unwrap_or_default())
+            })
+            .collect();
+        let entries = entries_of(ended);
+        let shown: Vec<Shown<'_>> = entries
+            .iter()
+            .filter_map(|e| Some(Shown { entry: *e, diff: &diffs.iter().find(|(c, _)| *c == e.candidate)?.1 }))
+            .collect();
+        let passed: Vec<u32> = shown.iter().map(|s| s.entry.candidate).collect();
+        let mut request = self.request(state, judge_stage, attempt, self.confinement(state, judge_stage));
+        request.stage = stage_id.clone();
+        request.agent = Some(agent.clone());
+        request.prompt = crate::decide::judge::question(&request.prompt, &shown);
+        request.purpose = crate::ports::Purpose::Judge { schema: crate::decide::judge::schema(&shown) };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let stopper = self.stopper;
+        let execution = tokio::select! {
+            biased;
+            stop = stopper.stopped() => {
+                self.limits.give(&holder, 0).await;
+                self.stop(state, stop).await?;
+                return Ok(None);
+            }
+            execution = self.runner.run(&request, tx) => execution,
+        };
+        while let Ok(notice) = rx.try_recv() {
+            if let Notice::RateLimited { detail, until } = notice {
+                self.limits.exhausted(&agent, &detail, until).await;
+            }
+        }
+        self.used(state, &request, &holder, &execution).await;
+        Ok(Some(match &execution.outcome {
+            ExecOutcome::Exited(0) => crate::decide::judge::read(&execution.stdout, &passed),
+            ExecOutcome::TimedOut => Verdict::Unusable(format!("no answer within {} s", request.timeout.as_secs())),
+            ExecOutcome::Exited(code) => Verdict::Unusable(format!("the agent exited with {code}")),
+            ExecOutcome::Signaled(n) => Verdict::Unusable(format!("the agent was killed by signal {n}")),
+            ExecOutcome::SpawnFailed(why) => Verdict::Unusable(format!("the agent could not start: {why}")),
+        }))
+    }
+
     /// A candidate's end judged: its outputs, then the stage's checks over its layer.
     async fn checked(
         &mut self,
@@ -246,7 +341,15 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             }
             Ok(outputs) => result.outputs = outputs,
         }
-        for check in &stage.checks {
+        // The closed loop's candidates are checked as EVALUATE checks (its defaults when the
+        // stage names none).
+        let checks = if crate::closed_loop::is_closed_loop(stage) {
+            let task_type = state.started.as_ref().and_then(|s| s.vars.get("task_type").cloned());
+            crate::closed_loop::checks::checks_for(&stage.checks, task_type.as_deref(), self.changes)
+        } else {
+            stage.checks.clone()
+        };
+        for check in &checks {
             let ran = self.shell_in(state, stage_id, &check.command, stage.timeout, layer.clone()).await;
             let printed = format!("{}{}", ran.stdout, ran.stderr);
             let ok = ran.outcome == ExecOutcome::Exited(0)
@@ -262,71 +365,123 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
     }
 
     /// The round's choice applied: the winner's layer committed and the attempt ended well,
-    /// or the attempt failed with the most promising failure; every other layer dropped.
+    /// or the attempt failed with the most promising failure; every other layer dropped. In the
+    /// closed loop the round stands for GENERATE ([`Engine::generated_by`]).
     async fn apply_choice(&mut self, state: &mut RunState, stage_id: &StageId, attempt: u32) -> Result<(), StoreError> {
+        let stage = self.pipeline.stage(stage_id.as_str()).expect("a pipeline stage");
+        let closed = crate::closed_loop::is_closed_loop(stage);
         let st = state.stage(stage_id.as_str()).expect("a started stage");
         let winner = st.chosen.flatten();
-        let layers: Vec<(u32, String)> = st.candidates.iter().map(|c| (c.candidate, c.layer.clone())).collect();
-        let won = st.candidates.iter().find(|c| Some(c.candidate) == winner).cloned();
-        let entries: Vec<Entry<'_>> = st
-            .candidates
-            .iter()
-            .filter_map(|c| Some(Entry { candidate: c.candidate, agent: &c.agent, result: c.result.as_ref()? }))
-            .collect();
-        let select = self
-            .pipeline
-            .stage(stage_id.as_str())
-            .and_then(|s| s.candidates.as_ref())
-            .map(|c| c.select.clone())
-            .unwrap_or_default();
-        let choice = choose(&select, &entries);
+        let select = stage.candidates.as_ref().map(|c| c.select.selectors().to_vec()).unwrap_or_default();
+        let choice = choose(&select, &entries_of(&st.candidates));
+        // The closed loop goes on from the most promising failure when none passed.
+        let kept = if closed { winner.or(choice.best) } else { winner };
+        let kept = st.candidates.iter().find(|c| Some(c.candidate) == kept).cloned();
         let best = choice.best.and_then(|b| st.candidates.iter().find(|c| c.candidate == b)).cloned();
-        for (candidate, layer) in &layers {
-            if Some(*candidate) != winner {
-                let _ = self.changes.drop_layer(&state.run_id, layer);
+        let durations = st.candidates.iter().filter_map(|c| c.result.as_ref().map(|r| r.duration_ms)).max();
+        for c in &st.candidates.clone() {
+            if kept.as_ref().is_none_or(|k| k.candidate != c.candidate) {
+                let _ = self.changes.drop_layer(&state.run_id, &c.layer);
             }
         }
-        match won {
-            Some(c) => {
-                let result = c.result.unwrap_or_else(unreachable_result);
-                self.succeed(
-                    state,
-                    stage_id.clone(),
-                    attempt,
-                    result.duration_ms,
-                    result.outputs,
-                    Some(Commit::Layer(c.layer)),
-                )
-                .await
-            }
-            None => {
-                let (message, tail) = match &best {
-                    Some(b) => (
-                        format!(
-                            "{} (best: candidate {} by {}: {})",
-                            choice.why.split(';').next().unwrap_or_default(),
-                            b.candidate + 1,
-                            b.agent,
-                            b.result.as_ref().and_then(|r| r.error.clone()).unwrap_or_default()
-                        ),
-                        b.result.as_ref().map(|r| r.output_tail.clone()).unwrap_or_default(),
-                    ),
-                    None => (choice.why.clone(), String::new()),
-                };
-                let error = StageError {
-                    kind: FailureKind::ExecutionError,
-                    message,
-                    exit_code: None,
-                    output_tail: tail,
-                    pattern: None,
-                    classified_by: None,
-                    unfixable: None,
-                };
-                let duration_ms = entries.iter().map(|e| e.result.duration_ms).max().unwrap_or(0);
-                self.record(state, Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms, error }).await
-            }
+        if closed {
+            return self.generated_by(state, stage_id, attempt, kept, &choice.why).await;
         }
+        if let Some(c) = kept {
+            let result = c.result.unwrap_or_else(unreachable_result);
+            let commit = Some(Commit::Layer(c.layer));
+            return self.succeed(state, stage_id.clone(), attempt, result.duration_ms, result.outputs, commit).await;
+        }
+        let (message, tail) = match &best {
+            Some(b) => (
+                format!(
+                    "{} (best: candidate {} by {}: {})",
+                    choice.why.split(';').next().unwrap_or_default(),
+                    b.candidate + 1,
+                    b.agent,
+                    b.result.as_ref().and_then(|r| r.error.clone()).unwrap_or_default()
+                ),
+                b.result.as_ref().map(|r| r.output_tail.clone()).unwrap_or_default(),
+            ),
+            None => (choice.why.clone(), String::new()),
+        };
+        let error = StageError {
+            kind: FailureKind::ExecutionError,
+            message,
+            exit_code: None,
+            output_tail: tail,
+            pattern: None,
+            classified_by: None,
+            unfixable: None,
+        };
+        let duration_ms = durations.unwrap_or(0);
+        self.record(state, Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms, error }).await
     }
+
+    /// Closed loop: the round stands for GENERATE. The winner's layer — else the most
+    /// promising failure's — becomes the attempt's (journaled together with what it generated,
+    /// so a crash between cannot drop it), for EVALUATE to check and ANALYZE to read.
+    async fn generated_by(
+        &mut self,
+        state: &mut RunState,
+        stage_id: &StageId,
+        attempt: u32,
+        kept: Option<CandidateState>,
+        why: &str,
+    ) -> Result<(), StoreError> {
+        let result = kept.as_ref().and_then(|c| c.result.clone()).unwrap_or_default();
+        // Its agent failed (no check ran): that is GENERATE's failure. A check that failed is
+        // EVALUATE's, which runs the checks again over the layer and classifies what fails.
+        let agent_failed = match (&kept, &result.error) {
+            (None, _) => Some(format!("no candidate could be kept: {why}")),
+            (Some(_), Some(error)) if result.checks.is_empty() => Some(error.clone()),
+            _ => None,
+        };
+        let failure = agent_failed.map(|summary| {
+            let context = Default::default();
+            let f = crate::closed_loop::classify(
+                self.patterns,
+                "generate",
+                crate::closed_loop::FailureType::ExecutionError,
+                summary,
+                &result.output_tail,
+                &context,
+            );
+            Box::new(f)
+        });
+        let files = match &kept {
+            Some(c) => {
+                let how =
+                    format!("the layer of candidate {} (agent {}), kept from the round", c.candidate + 1, c.agent);
+                let (stage, layer) = (stage_id.clone(), c.layer.clone());
+                self.defer(state, Event::LayerMade { stage, attempt, layer, how });
+                self.changes.layer_changed(&state.run_id, &c.layer).unwrap_or_default()
+            }
+            None => Default::default(),
+        };
+        let event = Event::Generated {
+            stage: stage_id.clone(),
+            attempt,
+            duration_ms: result.duration_ms,
+            outputs: result.outputs,
+            files,
+            output: result.output_tail,
+            exit_code: None,
+            failure,
+        };
+        self.record(state, event).await
+    }
+}
+
+/// How much of each candidate's diff a judge is shown.
+const JUDGE_DIFF_MAX: usize = 24 * 1024;
+
+/// The candidates that ended, as the choice sees them.
+fn entries_of(candidates: &[CandidateState]) -> Vec<Entry<'_>> {
+    candidates
+        .iter()
+        .filter_map(|c| Some(Entry { candidate: c.candidate, agent: &c.agent, result: c.result.as_ref()? }))
+        .collect()
 }
 
 /// A result for a winner journaled without one (never: a winner passed, so it ended).
