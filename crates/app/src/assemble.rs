@@ -242,6 +242,8 @@ pub struct Ports {
     config_dir: std::path::PathBuf,
     dashboard: Option<String>,
     ws: Workspace,
+    /// A worker's slots (none elsewhere).
+    slots: loopwright_engine::ports::Slots,
 }
 
 /// The longest a provider's answer pauses it for every run unless `[[limits]]` entries say
@@ -392,6 +394,7 @@ impl Ports {
             config_dir: ws.root.join(".loopwright"),
             dashboard: None,
             ws: ws.clone(),
+            slots: Default::default(),
         })
     }
 
@@ -401,11 +404,18 @@ impl Ports {
     }
 
     /// These ports for a worker's run under `lease` (`WORKER:EPOCH`, given to every process it
-    /// starts): every commit pushed as `publish` says before the engine journals it.
-    pub fn for_worker(self, publish: loopwright_runners::Publish, lease: String) -> Self {
+    /// starts): every commit pushed as `publish` says before the engine journals it; the
+    /// worker's `slots` shared with its other runs' stages at once.
+    pub fn for_worker(
+        self,
+        publish: loopwright_runners::Publish,
+        lease: String,
+        slots: loopwright_engine::ports::Slots,
+    ) -> Self {
         Self {
             changes: self.changes.with_publish(publish),
             runner: ProcessRunner { lease: Some(lease), ..self.runner },
+            slots,
             ..self
         }
     }
@@ -436,6 +446,7 @@ impl Ports {
                 store_ws: &self.ws,
                 gate: github_gate,
             },
+            slots: self.slots.clone(),
         }
     }
 }

@@ -87,10 +87,11 @@ impl Session {
         run: &RunId,
         publish: loopwright_runners::Publish,
         lease: String,
+        slots: loopwright_engine::ports::Slots,
     ) -> Result<Self, Error> {
         let live = crate::lock::live_run(ws, &ws.root, run)?;
-        let ports =
-            Ports::new(ws, &ws.root, pipeline, crate::assemble::redactor(pipeline), store)?.for_worker(publish, lease);
+        let ports = Ports::new(ws, &ws.root, pipeline, crate::assemble::redactor(pipeline), store)?
+            .for_worker(publish, lease, slots);
         Ok(Self { ports, root: ws.root.clone(), _live: live })
     }
 

@@ -22,6 +22,7 @@ use loopwright_app::session::Session;
 use loopwright_app::stop::CancelWatch;
 use loopwright_app::workspace::Workspace;
 use loopwright_engine::ids::LeaseEpoch;
+use loopwright_engine::ports::{Slot, Slots};
 use loopwright_engine::{Owner, RunId, RunStatus, Stop, Stopper, StoreError};
 use loopwright_runners::git;
 use loopwright_spec::sandbox::SandboxMode;
@@ -85,6 +86,9 @@ struct Worker {
     ended: Notify,
     /// One git operation on the cache at a time (fetches and worktrees of a shared clone).
     cache_lock: Mutex<()>,
+    /// Its `--slots`: each run it drives holds one, and a run's stages at once beyond its
+    /// first take more while they are free.
+    slots: Slots,
 }
 
 fn now_ms() -> i64 {
@@ -122,6 +126,7 @@ pub async fn run(options: Options) -> Result<(), Error> {
         if labels.is_empty() { "(none)".to_owned() } else { labels.join(",") },
         options.cache.display()
     );
+    let slots = Slots::new(options.slots as usize);
     let worker = Arc::new(Worker {
         id,
         options,
@@ -129,6 +134,7 @@ pub async fn run(options: Options) -> Result<(), Error> {
         held: Mutex::default(),
         ended: Notify::new(),
         cache_lock: Mutex::new(()),
+        slots,
     });
     // Its heartbeat goes on while a first fetch of a large repository takes its time.
     let heart = tokio::spawn(heartbeat(Arc::clone(&worker)));
@@ -155,7 +161,9 @@ pub async fn run(options: Options) -> Result<(), Error> {
             break;
         }
         threads.retain(|t| !t.is_finished());
-        while worker.held().len() < worker.options.slots as usize {
+        // Made before the slots are looked at: a slot given back after the look wakes it.
+        let freed = worker.slots.freed();
+        while let Some(slot) = worker.slots.try_take() {
             looked += 1;
             let claimed = worker
                 .store
@@ -163,19 +171,23 @@ pub async fn run(options: Options) -> Result<(), Error> {
                 .await;
             let claim = match claimed {
                 Ok(Some(claim)) => claim,
-                Ok(None) => break,
+                Ok(None) => {
+                    slot.unused();
+                    break;
+                }
                 Err(e) => {
                     eprintln!("loopwright worker {}: cannot claim: {e}", worker.id);
+                    slot.unused();
                     break;
                 }
             };
             claimed_runs += 1;
-            threads.push(start(&worker, claim, shutdown.clone()));
+            threads.push(start(&worker, claim, shutdown.clone(), slot));
         }
         // Woken by work it could take; a lease that runs out tells nobody, so the worker looks
         // again when the first one it could take over would run out. Without its listening
         // connection it looks at least twice per lease.
-        let full = worker.held().len() >= worker.options.slots as usize;
+        let full = worker.slots.free() == 0;
         let look = match &listen {
             // No slot free: a run ending here wakes it. Leases given meanwhile go unseen: the
             // store is asked again once a slot is free.
@@ -220,6 +232,7 @@ pub async fn run(options: Options) -> Result<(), Error> {
         tokio::select! {
             () = heard => {}
             () = worker.ended.notified() => {}
+            () = freed => {}
             _ = shutdown_seen.changed() => {}
         }
     }
@@ -291,7 +304,13 @@ async fn heartbeat(worker: Arc<Worker>) {
 }
 
 /// Starts driving a claimed run on a thread of its own.
-fn start(worker: &Arc<Worker>, claim: Claim, shutdown: watch::Receiver<bool>) -> std::thread::JoinHandle<()> {
+/// The run holds `slot` until it ends here.
+fn start(
+    worker: &Arc<Worker>,
+    claim: Claim,
+    shutdown: watch::Receiver<bool>,
+    slot: Slot,
+) -> std::thread::JoinHandle<()> {
     let (lost, lost_seen) = watch::channel(false);
     let lease_ms = i64::try_from(worker.options.lease.as_millis()).unwrap_or(i64::MAX);
     let valid_until = Arc::new(AtomicI64::new(now_ms() + lease_ms));
@@ -319,6 +338,7 @@ fn start(worker: &Arc<Worker>, claim: Claim, shutdown: watch::Receiver<bool>) ->
                 .build()
                 .map(|rt| rt.block_on(async move { store.release(&id, &run, held.epoch).await }));
         }
+        drop(slot);
         worker.ended.notify_one();
     })
 }
@@ -470,8 +490,16 @@ async fn drive_async(
         from: made.base.clone(),
         lease_held: Box::new(move || !*lost_now.borrow() && now_ms() < valid_until.load(Ordering::SeqCst)),
     };
-    let session = Session::for_worker(&ws, &store, &pipeline, &claim.run, publish, claim.epoch.tag(&worker.id))
-        .map_err(not_started)?;
+    let session = Session::for_worker(
+        &ws,
+        &store,
+        &pipeline,
+        &claim.run,
+        publish,
+        claim.epoch.tag(&worker.id),
+        worker.slots.clone(),
+    )
+    .map_err(not_started)?;
     let cancel = CancelWatch::new(&store, claim.run.clone(), state.last_seq, CANCEL_POLL);
     let stopper = WorkerStopper { cancel, shutdown, lost };
     let mut files = Projector::new(ws.runs_dir());

@@ -82,6 +82,7 @@ async fn run_with(
         settings: &Default::default(),
         limits: loopwright_engine::ports::NoLimits,
         delivery: loopwright_engine::ports::NoDelivery,
+        slots: Default::default(),
     };
     engine.start(RunId::new("r"), started).await.expect("run")
 }
@@ -254,6 +255,7 @@ async fn an_attempt_in_flight_is_redone_after_ending_its_leftovers() {
         settings: &Default::default(),
         limits: loopwright_engine::ports::NoLimits,
         delivery: loopwright_engine::ports::NoDelivery,
+        slots: Default::default(),
     };
     let state = engine.drive(state).await.expect("drive");
     assert_eq!(state.status, RunStatus::Success);

@@ -934,6 +934,14 @@ impl Layers for FsChanges {
         Ok(FileChanges { modified, created, deleted, commits_kept: Vec::new() })
     }
 
+    fn layer_here(&self, run: &RunId, name: &str) -> bool {
+        self.layer(run, name).is_ok_and(|l| l.exists())
+    }
+
+    fn run_layers_here(&self, run: &RunId) -> bool {
+        self.layers.as_ref().is_some_and(|(state, _)| state.join(run.as_str()).join("layers").is_dir())
+    }
+
     fn layer_diff(&self, run: &RunId, name: &str, max_bytes: usize) -> Result<String, LayerError> {
         let layer = self.layer(run, name)?;
         layer

@@ -540,6 +540,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         settings: &Default::default(),
         limits: loopwright_engine::ports::NoLimits,
         delivery: loopwright_engine::ports::NoDelivery,
+        slots: Default::default(),
     };
     let state = engine.start(RunId::generate(jiff::Timestamp::now(), random_u64()), started).await?;
     let engine_wall = t.elapsed();

@@ -15,7 +15,9 @@ pub struct Args {
     /// it runs only pipelines whose `runs_on:` labels it has.
     #[arg(long, value_name = "K=V,…", default_value = "")]
     pub labels: String,
-    /// How many runs it drives at once.
+    /// How many runs and stages it drives at once: each run takes one slot, and a run whose
+    /// stages can run at the same time (`needs:`) takes one more for each stage beyond its
+    /// first while one is free.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub slots: u32,
     /// Where it keeps its clones of the runs' repositories and their worktrees (default:

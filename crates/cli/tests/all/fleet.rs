@@ -26,6 +26,11 @@ struct Fleet {
 
 impl Fleet {
     fn new(name: &str, pipeline: &str) -> Option<Self> {
+        Self::with_files(name, pipeline, &[])
+    }
+
+    /// [`Fleet::new`] with more files in the repository.
+    fn with_files(name: &str, pipeline: &str, files: &[(&str, &str)]) -> Option<Self> {
         let url = fresh_database(name)?;
         let dir = tempfile::tempdir().expect("tempdir");
         let remote = dir.path().join("remote.git");
@@ -36,6 +41,9 @@ impl Fleet {
         checkout.write(".loopwright/pipelines/p.yml", &text);
         checkout.write(".loopwright/.gitignore", "state/\n");
         checkout.write("README", "the project\n");
+        for (path, text) in files {
+            checkout.write(path, text);
+        }
         checkout.init_git();
         checkout.git(&["remote", "add", "origin", &remote.display().to_string()]);
         checkout.git(&["push", "--quiet", "origin", "main"]);
@@ -1097,4 +1105,148 @@ fn a_graph_on_a_worker_killed_mid_branch_is_taken_over_and_no_finished_stage_run
     for file in ["a.txt", "b.txt", "c.txt", "d.txt"] {
         assert!(files.iter().any(|f| f == file), "{file} on the run's branch: {files:?}");
     }
+}
+
+const PAIR: &str = r#"name: p
+description: d
+version: 1
+stages:
+  - id: a
+    description: d
+    agent: shell
+    mode: agent
+    run: "echo one > a.txt"
+  - id: b
+    description: d
+    agent: shell
+    mode: agent
+    needs: [a]
+    run: "sleep 1; echo two > b.txt"
+  - id: c
+    description: d
+    agent: shell
+    mode: agent
+    needs: [a]
+    run: "sleep 1; echo three > c.txt"
+"#;
+
+/// True when stages `b` and `c` of `run` ran at the same time (by their journal's order).
+fn overlapped(fleet: &Fleet, run: &str) -> bool {
+    let kinds = fleet.kinds(run);
+    let at = |kind: &str, stage: &str| {
+        kinds.iter().position(|(k, s)| k == kind && s == stage).unwrap_or_else(|| panic!("{kind} {stage}: {kinds:?}"))
+    };
+    let starts = at("attempt_started", "b").max(at("attempt_started", "c"));
+    let ends = at("attempt_succeeded", "b").min(at("attempt_succeeded", "c"));
+    starts < ends
+}
+
+#[test]
+fn a_worker_runs_a_graphs_stages_at_once_only_within_its_slots() {
+    let Some(fleet) = Fleet::new("slots", PAIR) else { return };
+    // Two runs on a worker with two slots: each run holds one, none is left for a second
+    // stage at once.
+    let (first, second) = (fleet.submit("one"), fleet.submit("two"));
+    let worker = fleet.worker_with(1, &fleet.url, &["--slots", "2", "--sandbox", "auto"], &[]);
+    let both = [first.clone(), second.clone()];
+    assert_eq!(fleet.wait_ended(&both, 60), ["success", "success"], "{}", fleet.log(1));
+    assert!(!overlapped(&fleet, &first) && !overlapped(&fleet, &second), "{:?}", fleet.kinds(&first));
+    // One run alone: its second slot lets b and c run at once, where their attempts can be
+    // kept apart (each in a sandbox layer of its own).
+    let third = fleet.submit("three");
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&third), 60), ["success"], "{}", fleet.log(1));
+    let layered = loopwright_runners::sandbox::probe(fleet.dir.path()).usable().is_ok();
+    assert_eq!(overlapped(&fleet, &third), layered, "{:?}", fleet.kinds(&third));
+    signal(&worker, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
+    // Slots given back wake the worker; its own look that found nothing does not.
+    let log = fleet.log(1);
+    let looked: u64 = log
+        .split("looked for work ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(looked <= 20, "the worker looked for work {looked} times for 3 runs: {log}");
+    let (_, files) = fleet.branch(&third);
+    for file in ["a.txt", "b.txt", "c.txt"] {
+        assert!(files.iter().any(|f| f == file), "{file} on the run's branch: {files:?}");
+    }
+}
+
+const CANDIDATES: &str = r#"name: p
+description: d
+version: 1
+stages:
+  - id: pick
+    description: Write the answer
+    agent: fast
+    mode: agent
+    candidates: {count: 2, agents: [fast, slow]}
+    checks:
+      - name: answer
+        type: test
+        command: grep -qx 42 answer.txt
+"#;
+
+#[test]
+fn a_worker_killed_mid_candidates_is_taken_over_on_another_machine_and_one_winner_lands() {
+    if let Err(why) = loopwright_runners::sandbox::probe(std::env::temp_dir().as_path()).usable() {
+        eprintln!("skipped: no sandbox here ({why})");
+        return;
+    }
+    let agent = |name: &str| {
+        format!("---\nname: {name}\nrunner: command\ncommand: [\"sh\", \"{name}.sh\"]\n---\nYou answer.\n")
+    };
+    let (fast, slow) = (agent("fast"), agent("slow"));
+    let files = [
+        ("fast.sh", "cat > /dev/null; echo 42 > answer.txt; echo fast\n"),
+        ("slow.sh", "cat > /dev/null; sleep 6; echo 42 > answer.txt; echo more > more.txt; echo slow\n"),
+        (".loopwright/agents/fast.md", fast.as_str()),
+        (".loopwright/agents/slow.md", slow.as_str()),
+    ];
+    let Some(fleet) = Fleet::with_files("candidates", CANDIDATES, &files) else { return };
+    let run = fleet.submit("best");
+    let sandboxed = ["--lease", "2", "--sandbox", "required"];
+    // Each worker keeps its layers in a folder of its own, as on two machines.
+    let layers = |n: usize| fleet.dir.path().join(format!("layers-{n}")).display().to_string();
+    let (one, two) = (layers(1), layers(2));
+    let mut first = fleet.worker_with(1, &fleet.url, &sandboxed, &[("LOOPWRIGHT_SANDBOX_DIR", one.as_str())]);
+    // Killed once the fast candidate's end is journaled, the slow one still running.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !fleet.kinds(&run).iter().any(|(k, _)| k == "candidate_ended") {
+        assert!(Instant::now() < deadline, "no candidate ended: {}", fleet.log(1));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().expect("kill -9");
+    first.wait().expect("reaped");
+    let second = fleet.worker_with(2, &fleet.url, &sandboxed, &[("LOOPWRIGHT_SANDBOX_DIR", two.as_str())]);
+    assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"], "{}", fleet.log(2));
+    signal(&second, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(second.wait_with_output().expect("second").status.code(), Some(0));
+    let mut cmd = fleet.checkout.cmd();
+    let out = cmd.args(["logs", &run, "--json", "--store", &fleet.url]).output().expect("logs");
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json")["event"].clone())
+        .collect();
+    let count =
+        |kind: &str, candidate: u64| events.iter().filter(|e| e["type"] == kind && e["candidate"] == candidate).count();
+    // The fast candidate's work was in a layer on the first machine: its result alone cannot be
+    // applied, so it runs again with the one that was in flight; no result is taken for a change.
+    assert_eq!(
+        (
+            count("candidate_started", 0),
+            count("candidate_ended", 0),
+            count("candidate_started", 1),
+            count("candidate_ended", 1)
+        ),
+        (2, 2, 2, 1),
+        "{events:?}"
+    );
+    let chosen: Vec<&Value> = events.iter().filter(|e| e["type"] == "candidate_chosen").collect();
+    assert_eq!(chosen.len(), 1);
+    assert_eq!(chosen[0]["winner"], 0, "the smaller change wins: {}", chosen[0]);
+    let (_, files) = fleet.branch(&run);
+    assert!(files.iter().any(|f| f == "answer.txt") && !files.iter().any(|f| f == "more.txt"), "{files:?}");
 }

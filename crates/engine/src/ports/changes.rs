@@ -70,6 +70,16 @@ pub trait Layers {
     fn layer_changed(&self, _run: &RunId, _name: &str) -> Result<FileChanges, LayerError> {
         Ok(FileChanges::default())
     }
+    /// True when layer `name` of `run` is on this machine (layers are kept where they were
+    /// made: after a takeover by another machine, none of the run's is here).
+    fn layer_here(&self, _run: &RunId, _name: &str) -> bool {
+        false
+    }
+    /// True when this machine holds the run's layers folder: from its first layer here to the
+    /// run's end.
+    fn run_layers_here(&self, _run: &RunId) -> bool {
+        false
+    }
     /// What layer `name` changes as a unified diff against the workspace, cut at about
     /// `max_bytes` (for a judge to read): text files line by line, others named.
     fn layer_diff(&self, _run: &RunId, _name: &str, _max_bytes: usize) -> Result<String, LayerError> {

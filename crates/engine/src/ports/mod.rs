@@ -13,6 +13,7 @@ use crate::event::EventRecord;
 mod changes;
 mod delivery;
 mod runner;
+mod slots;
 
 pub use changes::{
     Changes, CommitError, Commits, LayerError, Layers, NoChanges, SnapshotError, Snapshots, Watch, Workspace,
@@ -21,6 +22,7 @@ pub use delivery::{Delivered, Delivery, DeliveryError, MergeOutcome, NoDelivery}
 pub use runner::{
     CommandRequest, Confinement, ExecOutcome, Execution, Notice, Purpose, Runner, SANDBOX_REFUSED, StageRequest,
 };
+pub use slots::{Slot, Slots};
 
 /// Time, so tests can control it.
 #[allow(async_fn_in_trait)]

@@ -74,11 +74,26 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             return self.record(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms: 0, error }).await;
         }
         // A round decided before a crash is applied; one cut short goes on where it stopped.
+        // Layers stay on the machine that made them: after a takeover by another, a decided
+        // round's winner is not here to apply and the round runs again, and an ended candidate
+        // is kept only when its layer is here.
+        let run_id = state.run_id.clone();
         let this_round = state.stage(stage_id.as_str()).filter(|s| s.round == attempt);
-        let decided = this_round.is_some_and(|s| s.chosen.is_some());
+        let closed = crate::closed_loop::is_closed_loop(stage);
+        let decided = this_round.is_some_and(|s| {
+            // Nothing to apply: none passed, outside the closed loop (which keeps the best).
+            let nothing_kept = s.chosen.flatten().is_none() && !closed;
+            s.chosen.is_some() && (nothing_kept || self.changes.run_layers_here(&run_id))
+        });
         if !decided {
             let ended: Vec<u32> = this_round
-                .map(|s| s.candidates.iter().filter(|c| c.result.is_some()).map(|c| c.candidate).collect())
+                .map(|s| {
+                    s.candidates
+                        .iter()
+                        .filter(|c| c.result.is_some() && self.changes.layer_here(&run_id, &c.layer))
+                        .map(|c| c.candidate)
+                        .collect()
+                })
                 .unwrap_or_default();
             let Some(mut running) = self.launch_round(state, &stage_id, attempt, &ended, confine).await? else {
                 return Ok(());

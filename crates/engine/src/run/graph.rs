@@ -48,6 +48,8 @@ struct Flight<'a> {
     /// Files other stages' attempts brought into the workspace (or will) since its layer was
     /// made: changing one of them too is a merge conflict.
     others: BTreeSet<String>,
+    /// The worker's slot it holds beyond the run's own (none for the first in flight).
+    _slot: Option<crate::ports::Slot>,
 }
 
 /// What woke the driver.
@@ -72,7 +74,9 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + LIMIT_RENEW, LIMIT_RENEW);
         loop {
             claims.retain(|stage, _| state.stage(stage.as_str()).is_some_and(|s| !s.status.is_done()));
-            let steps = self.ready(&state, &flights);
+            // Made before the look for free slots, so a slot given back after it is not missed.
+            let freed = self.slots.freed();
+            let (steps, mut slots, short) = self.ready(&state, &flights);
             let mut moved = false;
             let mut until = None;
             for step in steps {
@@ -88,7 +92,9 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                         moved = true;
                         if let Some(launched) = self.launch(&mut state, &stage, attempt).await? {
                             let others = claims.values().flatten().cloned().collect();
-                            flights.push(self.fly(stage, launched, others));
+                            // The run's own slot covers its first attempt in flight.
+                            let slot = if flights.is_empty() { None } else { slots.pop() };
+                            flights.push(self.fly(stage, launched, others, slot));
                         }
                     }
                     Step::Wait { until: at, .. } if !flights.is_empty() => until = Some(at),
@@ -124,6 +130,8 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                 },
                 _ = renew.tick() => Woke::Renew,
                 () = clock.sleep_until(until.unwrap_or_else(|| clock.now())), if until.is_some() => Woke::Timer,
+                // A stage held back for want of a worker's slot may start when one comes free.
+                () = freed, if short => Woke::Timer,
             };
             self.woke(&mut state, woke, &mut flights, &mut claims).await?;
         }
@@ -175,8 +183,10 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
     }
 
     /// The steps the state machine names now, the stages in flight aside, with only the
-    /// attempts that may start beside them (their sharing, `max_parallel`).
-    fn ready(&self, state: &RunState, flights: &[Flight<'a>]) -> Vec<Step> {
+    /// attempts that may start beside them (their sharing, `max_parallel`, the worker's free
+    /// slots: each beyond the run's first in flight takes one, returned with the steps, and
+    /// whether one was held back for want of a slot).
+    fn ready(&self, state: &RunState, flights: &[Flight<'a>]) -> (Vec<Step>, Vec<crate::ports::Slot>, bool) {
         let busy: BTreeSet<StageId> = flights.iter().map(|f| f.stage.clone()).collect();
         // Who holds the workspace: every stage started and not done (in flight, or between
         // its attempts, or in its closed loop's checks).
@@ -188,6 +198,9 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             .map(|s| self.share(state, s))
             .collect();
         let mut room = self.pipeline.max_parallel.saturating_sub(flights.len());
+        let mut slots = Vec::new();
+        let mut first = flights.is_empty();
+        let mut short = false;
         let mut admit = |stage: &Stage| {
             let started = state.stage(stage.id.as_str()).is_some_and(|s| s.status != StageStatus::Pending);
             let share = self.share(state, stage);
@@ -197,13 +210,23 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             if room == 0 || !fits {
                 return false;
             }
+            if !std::mem::take(&mut first) {
+                match self.slots.try_take() {
+                    Some(slot) => slots.push(slot),
+                    None => {
+                        short = true;
+                        return false;
+                    }
+                }
+            }
             room -= 1;
             if !started {
                 held.push(share);
             }
             true
         };
-        next_steps(self.pipeline, state, self.clock.now(), &busy, &mut admit)
+        let steps = next_steps(self.pipeline, state, self.clock.now(), &busy, &mut admit);
+        (steps, slots, short)
     }
 
     /// How an attempt of `stage` would share the workspace.
@@ -223,9 +246,15 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
     }
 
     /// A launched attempt's process, in flight.
-    fn fly(&self, stage: StageId, launched: Launched, others: BTreeSet<String>) -> Flight<'a> {
+    fn fly(
+        &self,
+        stage: StageId,
+        launched: Launched,
+        others: BTreeSet<String>,
+        slot: Option<crate::ports::Slot>,
+    ) -> Flight<'a> {
         let process = Process::start(self.runner, &launched.request);
-        Flight { stage, launched, process, others }
+        Flight { stage, launched, process, others, _slot: slot }
     }
 
     /// An attempt that ended well in its layer: failed as a merge conflict when it changed a

@@ -89,6 +89,9 @@ pub struct Engine<'a, S, R, C, X, W, L = crate::ports::NoLimits, D = crate::port
     pub limits: L,
     /// Where the work of a run that came from a forge goes.
     pub delivery: D,
+    /// The worker's slots, which a graph's attempts in flight beyond the first take while free
+    /// (none outside a worker).
+    pub slots: crate::ports::Slots,
 }
 
 impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
