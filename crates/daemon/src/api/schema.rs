@@ -111,7 +111,8 @@ pub struct StageResult {
     attempts: u32,
     /// Time spent in attempts.
     duration_ms: u64,
-    /// Why it was skipped (`condition_false`, `skip_list`).
+    /// Why it was skipped (`condition_false`, `skip_list`, `escalation_skip`, `judge`: it runs
+    /// only as the judge of another stage's candidates).
     reason: Option<String>,
     /// The closed loop's summary, on stages that ran it.
     #[schema(required = false)]

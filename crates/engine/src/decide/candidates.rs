@@ -30,6 +30,14 @@ pub struct Choice {
     pub why: String,
 }
 
+/// The candidates of a round that ended, as the choice sees them.
+pub fn entries_of(candidates: &[crate::state::CandidateState]) -> Vec<Entry<'_>> {
+    candidates
+        .iter()
+        .filter_map(|c| Some(Entry { candidate: c.candidate, agent: &c.agent, result: c.result.as_ref()? }))
+        .collect()
+}
+
 /// How many checks a candidate passed.
 fn passed_checks(r: &CandidateResult) -> usize {
     r.checks.iter().filter(|(_, ok)| *ok).count()

@@ -8,13 +8,11 @@
 //! one that was in flight runs again in a fresh layer.
 
 use loopwright_spec::StageId;
-use loopwright_spec::pipeline::Select;
 
 use super::Engine;
 use super::finish::{Commit, judge};
 use super::process::{Process, Reported, next_of};
-use crate::decide::candidates::{Choice, Entry, choose};
-use crate::decide::judge::{Shown, Verdict};
+use crate::decide::candidates::{choose, entries_of};
 use crate::event::{CandidateResult, Event, FailureKind, StageError};
 use crate::ports::{
     Changes, Clock, Delivery, ExecOutcome, Execution, Limits, Notice, Runner, StageRequest, Stop, Stopper, Store,
@@ -225,103 +223,6 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         Ok(Waited::Ended)
     }
 
-    /// The round's choice: by the stage's selectors, or by its judge when more than one
-    /// candidate passed. `None` when the run was stopped while the judge ran (journaled).
-    async fn choice(
-        &mut self,
-        state: &mut RunState,
-        stage_id: &StageId,
-        attempt: u32,
-        select: &Select,
-    ) -> Result<Option<Choice>, StoreError> {
-        let ended: Vec<CandidateState> =
-            state.stage(stage_id.as_str()).map(|s| s.candidates.clone()).unwrap_or_default();
-        let entries = entries_of(&ended);
-        let passed = entries.iter().filter(|e| e.result.passed).count();
-        Ok(Some(match select {
-            Select::Judge(judge) if passed >= 2 => {
-                let Some(verdict) = self.ask_judge(state, stage_id, attempt, judge, &ended).await? else {
-                    return Ok(None);
-                };
-                crate::decide::judge::judged(select.selectors(), &entries, judge, &verdict)
-            }
-            select => choose(select.selectors(), &entries),
-        }))
-    }
-
-    /// Asks the judge stage `judge` which of the candidates that passed wins: its own prompt,
-    /// then theirs diffs and check results; one answer in plan mode, its usage journaled with
-    /// the stage's attempt (budgets count it). `None` when the run was stopped meanwhile.
-    async fn ask_judge(
-        &mut self,
-        state: &mut RunState,
-        stage_id: &StageId,
-        attempt: u32,
-        judge: &StageId,
-        ended: &[CandidateState],
-    ) -> Result<Option<Verdict>, StoreError> {
-        let stage = self.pipeline.stage(stage_id.as_str()).expect("a pipeline stage");
-        let judge_stage = self.pipeline.stage(judge.as_str()).expect("a judge is validated to be a stage");
-        let Some(agent) = super::agent_now(self.pipeline, state, judge_stage).cloned() else {
-            return Ok(Some(Verdict::Unusable("its stage has no agent".to_owned())));
-        };
-        if let Some(why) = crate::decide::budget_exceeded(self.pipeline, state, stage) {
-            return Ok(Some(Verdict::Unusable(format!("not asked: {why}"))));
-        }
-        let holder = format!("{}/{stage_id}/{attempt}/judge", state.run_id);
-        match self.limits.take(&agent, &holder).await {
-            Ok(crate::ports::Allowed::Yes) => {}
-            Ok(crate::ports::Allowed::Wait { reason, .. }) => {
-                return Ok(Some(Verdict::Unusable(format!("not asked: {reason}"))));
-            }
-            Err(e) => {
-                return Ok(Some(Verdict::Unusable(format!("not asked: the provider's limits could not be read: {e}"))));
-            }
-        }
-        let diffs: Vec<(u32, String)> = ended
-            .iter()
-            .filter(|c| c.result.as_ref().is_some_and(|r| r.passed))
-            .map(|c| {
-                (c.candidate, self.changes.layer_diff(&state.run_id, &c.layer, JUDGE_DIFF_MAX).unwrap_or_default())
-            })
-            .collect();
-        let entries = entries_of(ended);
-        let shown: Vec<Shown<'_>> = entries
-            .iter()
-            .filter_map(|e| Some(Shown { entry: *e, diff: &diffs.iter().find(|(c, _)| *c == e.candidate)?.1 }))
-            .collect();
-        let passed: Vec<u32> = shown.iter().map(|s| s.entry.candidate).collect();
-        let mut request = self.request(state, judge_stage, attempt, self.confinement(state, judge_stage));
-        request.stage = stage_id.clone();
-        request.agent = Some(agent.clone());
-        request.prompt = crate::decide::judge::question(&request.prompt, &shown);
-        request.purpose = crate::ports::Purpose::Judge { schema: crate::decide::judge::schema(&shown) };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let stopper = self.stopper;
-        let execution = tokio::select! {
-            biased;
-            stop = stopper.stopped() => {
-                self.limits.give(&holder, 0).await;
-                self.stop(state, stop).await?;
-                return Ok(None);
-            }
-            execution = self.runner.run(&request, tx) => execution,
-        };
-        while let Ok(notice) = rx.try_recv() {
-            if let Notice::RateLimited { detail, until } = notice {
-                self.limits.exhausted(&agent, &detail, until).await;
-            }
-        }
-        self.used(state, &request, &holder, &execution).await;
-        Ok(Some(match &execution.outcome {
-            ExecOutcome::Exited(0) => crate::decide::judge::read(&execution.stdout, &passed),
-            ExecOutcome::TimedOut => Verdict::Unusable(format!("no answer within {} s", request.timeout.as_secs())),
-            ExecOutcome::Exited(code) => Verdict::Unusable(format!("the agent exited with {code}")),
-            ExecOutcome::Signaled(n) => Verdict::Unusable(format!("the agent was killed by signal {n}")),
-            ExecOutcome::SpawnFailed(why) => Verdict::Unusable(format!("the agent could not start: {why}")),
-        }))
-    }
-
     /// A candidate's end judged: its outputs, then the stage's checks over its layer.
     async fn checked(
         &mut self,
@@ -486,17 +387,6 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         };
         self.record(state, event).await
     }
-}
-
-/// How much of each candidate's diff a judge is shown.
-const JUDGE_DIFF_MAX: usize = 24 * 1024;
-
-/// The candidates that ended, as the choice sees them.
-fn entries_of(candidates: &[CandidateState]) -> Vec<Entry<'_>> {
-    candidates
-        .iter()
-        .filter_map(|c| Some(Entry { candidate: c.candidate, agent: &c.agent, result: c.result.as_ref()? }))
-        .collect()
 }
 
 /// A result for a winner journaled without one (never: a winner passed, so it ended).

@@ -17,6 +17,7 @@
 //! | roll back | `rollback.rs` | stages rolled back by their strategies, layers dropped |
 //! | deliver | `deliver.rs` | a forge run's work pushed and its change request opened; its failure reported |
 //! | best of N | `candidates.rs` | a round of candidates at once, each checked in its own layer, the winner applied |
+//! | the judge | `judge.rs` | a round's choice by its selectors or by asking its judge stage |
 //!
 //! A new step is a new file with an `impl` block like these, a variant of
 //! [`crate::decide::Step`] that names it, and one arm in `Engine::take` (both drivers take steps
@@ -40,6 +41,7 @@ mod evaluate;
 mod finish;
 mod fix;
 mod graph;
+mod judge;
 mod limits;
 mod prepare;
 mod process;
