@@ -63,6 +63,29 @@ pub fn git_bytes(root: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
     }
 }
 
+/// A three-way merge of files `ours` and `theirs` from `base` (`git merge-file`): the merged
+/// text, or `None` when both changed the same lines.
+pub fn merge_file(ours: &Path, base: &Path, theirs: &Path) -> Result<Option<Vec<u8>>, GitError> {
+    let dir = ours.parent().unwrap_or(Path::new("/"));
+    let out = Command::new("git")
+        .args(HARDENED)
+        .args(["merge-file", "-p", "--"])
+        .args([ours, base, theirs])
+        .current_dir(dir)
+        .env("LC_ALL", "C")
+        .output()
+        .map_err(|e| GitError::Spawn(e.to_string()))?;
+    match out.status.code() {
+        Some(0) => Ok(Some(out.stdout)),
+        // The number of conflicts (at most 127).
+        Some(1..=127) => Ok(None),
+        _ => Err(GitError::Failed {
+            command: "merge-file".to_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        }),
+    }
+}
+
 /// True when `root` is the top of a git work tree.
 pub fn is_repo(root: &Path) -> bool {
     toplevel(root).is_some_and(|top| root.canonicalize().is_ok_and(|r| r == top))

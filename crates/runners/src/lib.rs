@@ -942,6 +942,22 @@ impl Layers for FsChanges {
         self.layers.as_ref().is_some_and(|(state, _)| state.join(run.as_str()).join("layers").is_dir())
     }
 
+    fn layer_base(&self) -> Option<String> {
+        self.head().map(|h| h.trim().to_owned())
+    }
+
+    fn merge_into_layer(&self, run: &RunId, name: &str, path: &str, base: &str) -> Result<bool, LayerError> {
+        if !self.git() {
+            return Ok(false);
+        }
+        let layer = self.layer(run, name)?;
+        // The file as the layer's attempt first saw it (none when it did not exist then).
+        let before = git::git_bytes(&self.workspace, &["show", &format!("{base}:{path}")]).ok();
+        layer
+            .merge(&self.workspace, path, before.as_deref())
+            .map_err(|e| LayerError::Read { dir: layer.shown(), reason: e.to_string() })
+    }
+
     fn layer_diff(&self, run: &RunId, name: &str, max_bytes: usize) -> Result<String, LayerError> {
         let layer = self.layer(run, name)?;
         layer

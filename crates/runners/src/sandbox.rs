@@ -1165,6 +1165,47 @@ impl Layer {
         Ok(out)
     }
 
+    /// Merges into its file at `path` what the workspace's file there gained since `base` (the
+    /// file's text when the layer was made; `None`: there was none), keeping the layer's own
+    /// changes, line by line. True when the merge is clean and the layer's file now holds both;
+    /// false when both changed the same lines, or either side is not a text file here. Neither
+    /// side is read, nor the result written, through a link.
+    pub fn merge(&self, workspace: &Path, path: &str, base: Option<&[u8]>) -> std::io::Result<bool> {
+        use std::io::Write;
+        let (upper, work) = (crate::at::Folder::open(&self.upper())?, crate::at::Folder::open(workspace)?);
+        let (Side::Text(ours), Side::Text(theirs)) = (read_side(&work, path), read_side(&upper, path)) else {
+            return Ok(false);
+        };
+        let scratch = tempfile::tempdir()?;
+        let write = |name: &str, bytes: &[u8]| -> std::io::Result<PathBuf> {
+            let at = scratch.path().join(name);
+            std::fs::write(&at, bytes)?;
+            Ok(at)
+        };
+        let (o, b, t) = (
+            write("ours", ours.as_bytes())?,
+            write("base", base.unwrap_or_default())?,
+            write("theirs", theirs.as_bytes())?,
+        );
+        let merged = match crate::git::merge_file(&o, &b, &t) {
+            Ok(Some(merged)) => merged,
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(std::io::Error::other(e.to_string())),
+        };
+        let parts: Vec<&str> = path.split('/').collect();
+        let Some((name, folders)) = parts.split_last() else { return Ok(false) };
+        let crate::at::Walk::Found(folder) = upper.walk(folders, false)? else { return Ok(false) };
+        let name = std::ffi::OsStr::new(name);
+        let Some(stat) = folder.stat(name)? else { return Ok(false) };
+        let mut file = tempfile::tempfile_in(scratch.path())?;
+        file.write_all(&merged)?;
+        file.flush()?;
+        use std::io::Seek;
+        file.seek(std::io::SeekFrom::Start(0))?;
+        folder.write_copy(name, &file, stat.st_mode & 0o7777)?;
+        Ok(true)
+    }
+
     /// How many files, links, folders and deletions it holds.
     pub fn count(&self) -> usize {
         let mut entries = Vec::new();

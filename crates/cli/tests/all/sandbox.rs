@@ -1220,6 +1220,49 @@ fn agent_mode_stages_run_at_once_each_in_its_layer_and_overlapping_edits_fail_th
     );
 }
 
+#[test]
+fn in_a_repository_stages_at_once_editing_other_lines_of_one_file_both_land_and_changes_go_in_pipeline_order() {
+    let Some(_) = bwrap() else { return };
+    let lines: String = (1..=10).map(|n| format!("{n}\n")).collect();
+    // Different lines: the file gets both changes, whichever ends first.
+    let ws = Ws::empty();
+    branches(&ws, "\"sleep 0.8; sed -i s/^2$/two/ shared.txt\"", "\"sleep 0.1; sed -i s/^9$/nine/ shared.txt\"");
+    ws.write("shared.txt", &lines);
+    ws.init_git();
+    let (code, result, stderr) = ws.json(&["run", "fork"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(ws.read("shared.txt"), lines.replace("2\n", "two\n").replace("9\n", "nine\n"));
+    // The later stage ended first, and waited: the earlier stage's changes were applied first.
+    let journal = ws.journal(result["run_id"].as_str().expect("run id"));
+    let committed: Vec<&str> = journal
+        .iter()
+        .filter(|e| e["event"]["type"] == "changes_committed")
+        .filter_map(|e| e["event"]["stage"].as_str())
+        .collect();
+    assert_eq!(committed, ["left", "right"]);
+
+    // The same line: the later stage in the pipeline fails, though it ended first.
+    let ws = Ws::empty();
+    branches(&ws, "\"sleep 0.8; sed -i s/^5$/left/ shared.txt\"", "\"sleep 0.1; sed -i s/^5$/right/ shared.txt\"");
+    ws.write("shared.txt", &lines);
+    ws.init_git();
+    let (code, result, stderr) = ws.json(&["run", "fork"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(ws.read("shared.txt"), lines.replace("5\n", "left\n"));
+    let journal = ws.journal(result["run_id"].as_str().expect("run id"));
+    let failed = journal
+        .iter()
+        .find(|e| e["event"]["type"] == "attempt_failed" && e["event"]["stage"] == "right")
+        .expect("right failed");
+    assert_eq!(failed["event"]["error"]["pattern"], "merge-conflict", "{failed}");
+    assert!(
+        failed["event"]["error"]["output_tail"].as_str().is_some_and(|t| t.contains(
+            "stage `right` changed the same lines of `shared.txt` as an earlier stage running at the same time"
+        )),
+        "{failed}"
+    );
+}
+
 /// Agents `wrong`, `right` and `wordy` (right, with an extra file), each a script in the
 /// workspace, and a pipeline `best` of one stage running the three as candidates, checked by
 /// `grep -qx 42 answer.txt`; `extra` goes under the stage (indented 4).

@@ -80,6 +80,18 @@ pub trait Layers {
     fn run_layers_here(&self, _run: &RunId) -> bool {
         false
     }
+    /// The commit the workspace is at now, when it is a repository: what a layer made now
+    /// starts from, for [`Layers::merge_into_layer`].
+    fn layer_base(&self) -> Option<String> {
+        None
+    }
+    /// Merges into layer `name`'s file at `path` what the workspace's file there gained since
+    /// commit `base` (another stage's changes, applied while this layer's attempt ran), keeping
+    /// the layer's own changes, line by line. `Ok(true)`: merged cleanly; `Ok(false)`: both
+    /// changed the same lines (or it is not a text file on both sides).
+    fn merge_into_layer(&self, _run: &RunId, _name: &str, _path: &str, _base: &str) -> Result<bool, LayerError> {
+        Ok(false)
+    }
     /// What layer `name` changes as a unified diff against the workspace, cut at about
     /// `max_bytes` (for a judge to read): text files line by line, others named.
     fn layer_diff(&self, _run: &RunId, _name: &str, _max_bytes: usize) -> Result<String, LayerError> {

@@ -9,9 +9,10 @@
 //!
 //! Stages may overlap only where nothing one writes can reach another: read-only (plan-mode)
 //! attempts with each other; agent-mode attempts each in its own layer with each other, their
-//! changes copied back as each succeeds, the later one failing as a `merge-conflict` when it
-//! changed a file the earlier one brought; an agent-mode attempt that writes into the workspace
-//! itself runs alone.
+//! changes copied back in the pipeline's order (an attempt that ends before an earlier stage's
+//! attempt in flight waits for it, parked), a file both changed merged line by line (in a
+//! repository), the later one failing as a `merge-conflict` when both changed the same lines;
+//! an agent-mode attempt that writes into the workspace itself runs alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,6 +51,17 @@ struct Flight<'a> {
     others: BTreeSet<String>,
     /// The worker's slot it holds beyond the run's own (none for the first in flight).
     _slot: Option<crate::ports::Slot>,
+    /// The commit the workspace was at when its layer was made (a repository's): what a file
+    /// another stage changed meanwhile is merged from.
+    base: Option<String>,
+}
+
+/// A layered attempt that ended well while an attempt of an earlier stage (in the pipeline's
+/// order) still runs: its changes wait for that one's, so that changes are applied in the
+/// pipeline's order and the later stage is the one that meets a conflict.
+struct Parked<'a> {
+    flight: Flight<'a>,
+    execution: Execution,
 }
 
 /// What woke the driver.
@@ -68,6 +80,7 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
     /// once up to the pipeline's `max_parallel`.
     pub(super) async fn drive_graph(&mut self, mut state: RunState) -> Result<RunState, StoreError> {
         let mut flights: Vec<Flight<'a>> = Vec::new();
+        let mut parked: Vec<Parked<'a>> = Vec::new();
         // Files of layered attempts that ended well, by stage, until their stage is done (their
         // changes are then in the workspace, where a new layer sees them).
         let mut claims: BTreeMap<StageId, Vec<String>> = BTreeMap::new();
@@ -76,7 +89,7 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             claims.retain(|stage, _| state.stage(stage.as_str()).is_some_and(|s| !s.status.is_done()));
             // Made before the look for free slots, so a slot given back after it is not missed.
             let freed = self.slots.freed();
-            let (steps, mut slots, short) = self.ready(&state, &flights);
+            let (steps, mut slots, short) = self.ready(&state, &flights, &parked);
             let mut moved = false;
             let mut until = None;
             for step in steps {
@@ -133,22 +146,26 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                 // A stage held back for want of a worker's slot may start when one comes free.
                 () = freed, if short => Woke::Timer,
             };
-            self.woke(&mut state, woke, &mut flights, &mut claims).await?;
+            self.woke(&mut state, woke, &mut flights, &mut parked, &mut claims).await?;
         }
     }
 
     /// What woke the driver, handled: a stop ends every attempt in flight; a notice is
-    /// journaled; an attempt that ended is judged (after the merge check of its layer).
+    /// journaled; an attempt that ended is judged (after the merge check of its layer), or
+    /// parked until the earlier stages' attempts in flight have ended.
     async fn woke(
         &mut self,
         state: &mut RunState,
         woke: Woke,
         flights: &mut Vec<Flight<'a>>,
+        parked: &mut Vec<Parked<'a>>,
         claims: &mut BTreeMap<StageId, Vec<String>>,
     ) -> Result<(), StoreError> {
         match woke {
             Woke::Stopped(stop) => {
-                // Dropping a flight's future ends its process.
+                // Dropping a flight's future ends its process; a parked attempt's end is not
+                // journaled, so it runs again on resume.
+                parked.clear();
                 for flight in flights.drain(..) {
                     if flight.launched.request.agent.is_some() {
                         self.limits.give(&flight.launched.holder, 0).await;
@@ -166,11 +183,14 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                 for notice in flight.process.left() {
                     self.notice(state, &stage_id, attempt, notice).await?;
                 }
-                let execution = self.merged(state, &flight, execution, flights, claims);
                 self.used(state, &flight.launched.request, &flight.launched.holder, &execution).await;
-                let stage = self.pipeline.stage(stage_id.as_str()).expect("a pipeline stage");
-                let snapshot = flight.launched.snapshot.take();
-                self.finish(state, stage, &flight.launched.request, &execution, snapshot).await?;
+                parked.push(Parked { flight, execution });
+                // Each attempt whose earlier stages have no attempt in flight lands, in the
+                // pipeline's order.
+                while let Some(j) = self.next_to_land(flights, parked) {
+                    let Parked { flight, execution } = parked.remove(j);
+                    self.land(state, flight, execution, flights, parked, claims).await?;
+                }
             }
             Woke::Renew => {
                 for flight in flights.iter().filter(|f| f.launched.request.agent.is_some()) {
@@ -182,12 +202,54 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         Ok(())
     }
 
+    /// The parked attempt that may land now, first in the pipeline's order: one that failed,
+    /// or one no attempt of an earlier stage with a layer of its own is still in flight before.
+    fn next_to_land(&self, flights: &[Flight<'a>], parked: &[Parked<'a>]) -> Option<usize> {
+        let index = |stage: &StageId| self.pipeline.index_of(stage.as_str()).unwrap_or(usize::MAX);
+        parked
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| {
+                let writes =
+                    p.flight.launched.request.confine.layer.is_some() && p.execution.outcome == ExecOutcome::Exited(0);
+                !writes
+                    || !flights
+                        .iter()
+                        .any(|f| f.launched.request.confine.layer.is_some() && index(&f.stage) < index(&p.flight.stage))
+            })
+            .min_by_key(|(_, p)| index(&p.flight.stage))
+            .map(|(j, _)| j)
+    }
+
+    /// An attempt that ended, judged: its layer checked against what other stages brought
+    /// meanwhile, then finished like any attempt.
+    async fn land(
+        &mut self,
+        state: &mut RunState,
+        mut flight: Flight<'a>,
+        execution: Execution,
+        flights: &mut [Flight<'a>],
+        parked: &mut [Parked<'a>],
+        claims: &mut BTreeMap<StageId, Vec<String>>,
+    ) -> Result<(), StoreError> {
+        let execution = self.merged(state, &flight, execution, flights, parked, claims);
+        let stage = self.pipeline.stage(flight.stage.as_str()).expect("a pipeline stage");
+        let snapshot = flight.launched.snapshot.take();
+        self.finish(state, stage, &flight.launched.request, &execution, snapshot).await
+    }
+
     /// The steps the state machine names now, the stages in flight aside, with only the
     /// attempts that may start beside them (their sharing, `max_parallel`, the worker's free
     /// slots: each beyond the run's first in flight takes one, returned with the steps, and
     /// whether one was held back for want of a slot).
-    fn ready(&self, state: &RunState, flights: &[Flight<'a>]) -> (Vec<Step>, Vec<crate::ports::Slot>, bool) {
-        let busy: BTreeSet<StageId> = flights.iter().map(|f| f.stage.clone()).collect();
+    fn ready(
+        &self,
+        state: &RunState,
+        flights: &[Flight<'a>],
+        parked: &[Parked<'a>],
+    ) -> (Vec<Step>, Vec<crate::ports::Slot>, bool) {
+        let busy: BTreeSet<StageId> =
+            flights.iter().map(|f| &f.stage).chain(parked.iter().map(|p| &p.flight.stage)).cloned().collect();
         // Who holds the workspace: every stage started and not done (in flight, or between
         // its attempts, or in its closed loop's checks).
         let mut held: Vec<Share> = state
@@ -253,19 +315,22 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         others: BTreeSet<String>,
         slot: Option<crate::ports::Slot>,
     ) -> Flight<'a> {
+        let base = launched.request.confine.layer.as_ref().and_then(|_| self.changes.layer_base());
         let process = Process::start(self.runner, &launched.request);
-        Flight { stage, launched, process, others, _slot: slot }
+        Flight { stage, launched, process, others, _slot: slot, base }
     }
 
-    /// An attempt that ended well in its layer: failed as a merge conflict when it changed a
-    /// file another stage's attempt brought into the workspace since its layer was made, else
-    /// its files are claimed against the layers still in flight.
+    /// An attempt that ended well in its layer: failed as a merge conflict when it changed the
+    /// same lines of a file (any part, outside a repository) as another stage's attempt brought
+    /// into the workspace since its layer was made, else its files are claimed against the
+    /// layers still in flight.
     fn merged(
         &self,
         state: &RunState,
         flight: &Flight<'a>,
         execution: Execution,
         flights: &mut [Flight<'a>],
+        parked: &mut [Parked<'a>],
         claims: &mut BTreeMap<StageId, Vec<String>>,
     ) -> Execution {
         let Some(layer) = &flight.launched.request.confine.layer else { return execution };
@@ -277,9 +342,18 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             .layer_changed(&state.run_id, layer)
             .map(|c| c.paths().into_iter().map(str::to_owned).collect())
             .unwrap_or_default();
-        let clashes: Vec<&String> = changed.iter().filter(|p| flight.others.contains(*p)).collect();
+        // A file another stage changed meanwhile is merged line by line where the workspace is
+        // a repository; only the same lines changed on both sides are a conflict.
+        let clashes: Vec<&String> = changed
+            .iter()
+            .filter(|p| flight.others.contains(*p))
+            .filter(|p| {
+                let merged = flight.base.as_ref().map(|b| self.changes.merge_into_layer(&state.run_id, layer, p, b));
+                !matches!(merged, Some(Ok(true)))
+            })
+            .collect();
         if clashes.is_empty() {
-            for other in flights.iter_mut() {
+            for other in flights.iter_mut().chain(parked.iter_mut().map(|p| &mut p.flight)) {
                 other.others.extend(changed.iter().cloned());
             }
             claims.insert(flight.stage.clone(), changed);
@@ -287,7 +361,7 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         }
         let mut said: String = clashes.iter().map(|p| format!("CONFLICT (content): Merge conflict in {p}\n")).collect();
         said.push_str(&format!(
-            "stage `{}` changed {} that another stage running at the same time changed first; its changes were not applied\n",
+            "stage `{}` changed the same lines of {} as an earlier stage running at the same time; its changes were not applied\n",
             flight.stage,
             clashes.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
         ));
