@@ -177,3 +177,27 @@ fn a_reset_an_attempt_printed_pauses_no_provider_for_other_runs() {
     let run = serde_json::from_str::<Value>(&out).expect("json")["run_id"].as_str().expect("id").to_owned();
     assert_eq!(waits(&ws, &run, &[]), Vec::<String>::new());
 }
+
+#[test]
+fn stages_at_once_keep_to_their_providers_limit_and_a_waiting_stage_holds_up_none_that_runs() {
+    let model = Model::start(Duration::from_millis(700), None);
+    let ws = workspace(model.port, "[[limits]]\nprovider = \"openai\"\nconcurrent = 1\n");
+    let stage =
+        |id: &str| format!("  - id: {id}\n    description: Answer\n    agent: model\n    mode: plan\n    needs: []\n");
+    ws.write(
+        ".loopwright/pipelines/p.yml",
+        &format!("name: p\ndescription: d\nversion: 1\nstages:\n{}{}{}", stage("a"), stage("b"), stage("c")),
+    );
+    let started = Instant::now();
+    let child = spawn_env(&ws, &["run", "p", "--json", "--quiet"], &[("LW_TEST_KEY", "k")]);
+    let (code, out, stderr) = finish(child);
+    assert_eq!(code, 0, "{stderr}\n{out}");
+    let result = serde_json::from_str::<Value>(&out).expect("json");
+    // One at a time, as the limit says, and the driver went on taking the others' ends
+    // meanwhile: a stage waiting for its provider did not hold the slot's lease (a minute).
+    assert_eq!(model.busiest.load(Ordering::SeqCst), 1);
+    let statuses: Vec<(String, String)> =
+        crate::support::stages(&result).into_iter().map(|(id, status, _, _)| (id, status)).collect();
+    assert_eq!(statuses, [("a", "success"), ("b", "success"), ("c", "success")].map(|(a, b)| (a.into(), b.into())));
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+}

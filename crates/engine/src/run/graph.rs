@@ -102,15 +102,27 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                         }
                     }
                     Step::Execute { stage, attempt } => {
+                        // With attempts in flight, a provider that says wait does not hold the
+                        // driver: the stage is asked for again, and the others go on meanwhile.
+                        let spec = self.pipeline.stage(stage.as_str()).expect("a pipeline stage");
+                        if !flights.is_empty()
+                            && let Some(again) = self.try_acquire(&state, spec, attempt).await?
+                        {
+                            until = Some(until.map_or(again, |u: jiff::Timestamp| u.min(again)));
+                            continue;
+                        }
                         moved = true;
-                        if let Some(launched) = self.launch(&mut state, &stage, attempt).await? {
+                        let taken = !flights.is_empty();
+                        if let Some(launched) = self.launch(&mut state, &stage, attempt, taken).await? {
                             let others = claims.values().flatten().cloned().collect();
                             // The run's own slot covers its first attempt in flight.
                             let slot = if flights.is_empty() { None } else { slots.pop() };
                             flights.push(self.fly(stage, launched, others, slot));
                         }
                     }
-                    Step::Wait { until: at, .. } if !flights.is_empty() => until = Some(at),
+                    Step::Wait { until: at, .. } if !flights.is_empty() => {
+                        until = Some(until.map_or(at, |u: jiff::Timestamp| u.min(at)));
+                    }
                     step if flights.is_empty() || between(&step) => {
                         moved = true;
                         if let Taken::Done = self.take(&mut state, step).await? {

@@ -80,3 +80,29 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         Ok(Acquired::Taken)
     }
 }
+
+impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
+    /// [`Self::acquire`] without waiting, for a stage of a graph while others run: `None` when
+    /// the slot is taken (or the stage has no provider), else when to ask again. Not journaled:
+    /// a wait journaled queues the whole run (`limit_waiting`), while here the others run on; a
+    /// stage still waiting when none runs waits in [`Self::acquire`], journaled.
+    pub(super) async fn try_acquire(
+        &mut self,
+        state: &RunState,
+        stage: &Stage,
+        attempt: u32,
+    ) -> Result<Option<jiff::Timestamp>, StoreError> {
+        let Some(agent) = super::agent_now(self.pipeline, state, stage).cloned() else { return Ok(None) };
+        let holder = format!("{}/{}/{attempt}", state.run_id, stage.id);
+        Ok(match self.limits.take(&agent, &holder).await? {
+            Allowed::Yes => None,
+            Allowed::Wait { until, .. } => {
+                let now = self.clock.now();
+                let pause = until
+                    .map(|u| u.duration_since(now).clamp(LIMIT_POLL_MIN, LIMIT_POLL_MAX))
+                    .unwrap_or(LIMIT_POLL_MAX);
+                Some(now + pause)
+            }
+        })
+    }
+}

@@ -218,7 +218,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         if self.pipeline.stage(stage_id.as_str()).is_some_and(|s| s.candidates.is_some()) {
             return self.candidates(state, stage_id, attempt).await;
         }
-        let Some(launched) = self.launch(state, &stage_id, attempt).await? else { return Ok(()) };
+        let Some(launched) = self.launch(state, &stage_id, attempt, false).await? else { return Ok(()) };
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
         match self.attempt(state, &launched.request, &launched.holder).await? {
             attempt::Attempted::Ran(execution) => {
@@ -228,19 +228,20 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         }
     }
 
-    /// An attempt's steps up to its process: prepared, its provider's slot taken, journaled as
-    /// started, confined. `None` when it ends before it runs (the run stopped, plan mode could
-    /// not be enforced; journaled).
+    /// An attempt's steps up to its process: prepared, its provider's slot taken (unless
+    /// `taken` already), journaled as started, confined. `None` when it ends before it runs
+    /// (the run stopped, plan mode could not be enforced; journaled).
     async fn launch(
         &mut self,
         state: &mut RunState,
         stage_id: &StageId,
         attempt: u32,
+        taken: bool,
     ) -> Result<Option<Launched>, StoreError> {
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
         self.prepare(state, stage_id, attempt).await?;
         let holder = format!("{}/{stage_id}/{attempt}", state.run_id);
-        if let limits::Acquired::Stopped = self.acquire(state, stage, attempt, &holder).await? {
+        if !taken && let limits::Acquired::Stopped = self.acquire(state, stage, attempt, &holder).await? {
             return Ok(None);
         }
         self.defer(state, Event::AttemptStarted { stage: stage_id.clone(), attempt });
