@@ -1469,6 +1469,39 @@ fn candidates_in_the_closed_loop_go_on_from_the_most_promising_failure_to_a_winn
 }
 
 #[test]
+fn candidates_keep_to_their_providers_limit_one_at_a_time_without_waiting_out_a_lease() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    best_of_three(&ws, "wordy, wrong, right", "");
+    // All three agents call one provider, which allows one stage at a time.
+    for name in ["wordy", "wrong", "right"] {
+        let path = format!(".loopwright/agents/{name}.md");
+        let text = ws.read(&path).replace("runner: command\n", "runner: command\nmodel: claude-test\n");
+        ws.write(&path, &text);
+    }
+    let config = ws.read(".loopwright/config.toml") + "\n[[limits]]\nprovider = \"anthropic\"\nconcurrent = 1\n";
+    ws.write(".loopwright/config.toml", &config);
+    let started = std::time::Instant::now();
+    let (code, result, stderr) = ws.json(&["run", "best"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(ws.read("answer.txt"), "42\n");
+    let journal = ws.journal(result["run_id"].as_str().expect("run id"));
+    let order: Vec<(String, u64)> = journal
+        .iter()
+        .filter(|e| ["candidate_started", "candidate_ended"].contains(&e["event"]["type"].as_str().unwrap_or_default()))
+        .map(|e| {
+            (e["event"]["type"].as_str().unwrap_or_default().to_owned(), e["event"]["candidate"].as_u64().unwrap_or(9))
+        })
+        .collect();
+    let expected: Vec<(String, u64)> =
+        (0..3).flat_map(|c| [("candidate_started".to_owned(), c), ("candidate_ended".to_owned(), c)]).collect();
+    assert_eq!(order, expected, "one candidate at a time");
+    // The next candidate started when the one before ended, not when its slot's lease (a
+    // minute) ran out.
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "took {:?}", started.elapsed());
+}
+
+#[test]
 fn best_of_three_where_none_passes_retries_with_the_most_promising_failure() {
     let Some(_) = bwrap() else { return };
     let ws = Ws::empty();

@@ -10,6 +10,7 @@
 use loopwright_spec::StageId;
 
 use super::Engine;
+use super::attempt::LIMIT_RENEW;
 use super::finish::{Commit, judge};
 use super::process::{Process, Reported, next_of};
 use crate::decide::candidates::{choose, entries_of};
@@ -28,6 +29,15 @@ struct Running<'a> {
     process: Process<'a>,
 }
 
+/// A round in progress: the candidates running, those not started yet (in order), how they
+/// are confined, and when to ask their provider again.
+struct Round<'a> {
+    running: Vec<Running<'a>>,
+    pending: Vec<u32>,
+    confine: crate::ports::Confinement,
+    again: Option<jiff::Timestamp>,
+}
+
 /// How waiting for a round ended.
 enum Waited {
     /// Every candidate ended.
@@ -41,6 +51,8 @@ enum Woke {
     Stopped(Stop),
     Notice(Notice),
     Ended(usize, Execution),
+    /// Time to renew the slots, or to ask the provider again.
+    Renew,
 }
 
 impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery>
@@ -93,12 +105,10 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                         .collect()
                 })
                 .unwrap_or_default();
-            let Some(mut running) = self.launch_round(state, &stage_id, attempt, &ended, confine).await? else {
-                return Ok(());
-            };
-            // The round is journaled as started before its processes exist.
-            self.flush(state).await?;
-            if let Waited::Stopped = self.await_round(state, &stage_id, attempt, &mut running).await? {
+            let pending: Vec<u32> =
+                (0..u32::try_from(plan.agents.len()).unwrap_or(u32::MAX)).filter(|c| !ended.contains(c)).collect();
+            let mut round = Round { running: Vec::new(), pending, confine, again: None };
+            if let Waited::Stopped = self.await_round(state, &stage_id, attempt, &mut round).await? {
                 return Ok(());
             }
             let Some(choice) = self.choice(state, &stage_id, attempt, &plan.select).await? else {
@@ -111,104 +121,112 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         self.apply_choice(state, &stage_id, attempt).await
     }
 
-    /// Starts the candidates of a round that have not ended, each in a fresh layer, its
-    /// provider's slot taken (deferred `candidate_started`); those that ended are kept. `None`
-    /// when the run was stopped while a candidate waited for its provider (journaled).
-    async fn launch_round(
+    /// Starts the round's pending candidates in order, each in a fresh layer with its
+    /// provider's slot (deferred `candidate_started`), while the provider allows: with none
+    /// running, a candidate waits for its slot (journaled); with some running, one told to wait
+    /// stays pending until one ends or `round.again`. `Stopped` when the run was stopped while
+    /// a candidate waited (journaled).
+    async fn start_candidates(
         &mut self,
         state: &mut RunState,
         stage_id: &StageId,
         attempt: u32,
-        ended: &[u32],
-        confine: crate::ports::Confinement,
-    ) -> Result<Option<Vec<Running<'a>>>, StoreError> {
+        round: &mut Round<'a>,
+    ) -> Result<Waited, StoreError> {
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
         let plan = stage.candidates.clone().expect("a candidates stage");
-        let mut running: Vec<Running<'a>> = Vec::new();
-        for (i, agent_name) in plan.agents.iter().enumerate() {
-            let candidate = u32::try_from(i).unwrap_or(u32::MAX);
-            if ended.contains(&candidate) {
-                continue;
-            }
-            let layer = format!("{stage_id}-{attempt}-c{candidate}");
-            let _ = self.changes.drop_layer(&state.run_id, &layer);
-            if let Err(reason) = self.changes.make_layer(&state.run_id, &layer) {
-                let error = Some(format!("no layer could be made for it: {reason}"));
-                let result = CandidateResult { error, ..CandidateResult::default() };
-                self.defer(
-                    state,
-                    Event::CandidateStarted {
-                        stage: stage_id.clone(),
-                        attempt,
-                        candidate,
-                        agent: agent_name.clone(),
-                        layer: layer.clone(),
-                    },
-                );
-                self.defer(state, Event::CandidateEnded { stage: stage_id.clone(), attempt, candidate, result });
-                continue;
-            }
+        round.again = None;
+        while let Some(&candidate) = round.pending.first() {
+            let agent_name = &plan.agents[usize::try_from(candidate).unwrap_or(usize::MAX)];
             let holder = format!("{}/{stage_id}/{attempt}/c{candidate}", state.run_id);
             let agent = self.pipeline.agents.get(agent_name).cloned();
-            if let Some(agent) = &agent
-                && let super::limits::Acquired::Stopped =
-                    self.acquire_for(state, stage, attempt, &holder, agent).await?
-            {
-                // The stop is journaled; the slots already taken go back.
-                for r in running.drain(..) {
-                    self.limits.give(&r.holder, 0).await;
+            if let Some(agent) = &agent {
+                if round.running.is_empty() {
+                    if let super::limits::Acquired::Stopped =
+                        self.acquire_for(state, stage, attempt, &holder, agent).await?
+                    {
+                        return Ok(Waited::Stopped);
+                    }
+                } else if let Some(again) = self.try_acquire_for(agent, &holder).await? {
+                    round.again = Some(again);
+                    break;
                 }
-                return Ok(None);
             }
-            let event = Event::CandidateStarted {
+            round.pending.remove(0);
+            let layer = format!("{stage_id}-{attempt}-c{candidate}");
+            let started = Event::CandidateStarted {
                 stage: stage_id.clone(),
                 attempt,
                 candidate,
                 agent: agent_name.clone(),
                 layer: layer.clone(),
             };
-            self.defer(state, event);
-            let mut request = self.request(state, stage, attempt, confine.clone());
+            self.defer(state, started);
+            let _ = self.changes.drop_layer(&state.run_id, &layer);
+            if let Err(reason) = self.changes.make_layer(&state.run_id, &layer) {
+                if agent.is_some() {
+                    self.limits.give(&holder, 0).await;
+                }
+                let error = Some(format!("no layer could be made for it: {reason}"));
+                let result = CandidateResult { error, ..CandidateResult::default() };
+                self.defer(state, Event::CandidateEnded { stage: stage_id.clone(), attempt, candidate, result });
+                continue;
+            }
+            let mut request = self.request(state, stage, attempt, round.confine.clone());
             request.agent = agent;
             request.confine.layer = Some(layer);
             request.purpose = crate::ports::Purpose::Candidate { index: candidate };
             let process = Process::start(self.runner, &request);
-            running.push(Running { candidate, request, holder, process });
+            round.running.push(Running { candidate, request, holder, process });
         }
-        Ok(Some(running))
+        // Each candidate is journaled as started before its process exists.
+        self.flush(state).await?;
+        Ok(Waited::Ended)
     }
 
-    /// Waits for the round's candidates, checking and journaling each as it ends.
+    /// Runs the round's candidates to their ends, starting each pending one as its provider
+    /// allows, checking and journaling each as it ends; their provider slots renewed meanwhile.
     async fn await_round(
         &mut self,
         state: &mut RunState,
         stage_id: &StageId,
         attempt: u32,
-        running: &mut Vec<Running<'a>>,
+        round: &mut Round<'a>,
     ) -> Result<Waited, StoreError> {
-        while !running.is_empty() {
-            let stopper = self.stopper;
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + LIMIT_RENEW, LIMIT_RENEW);
+        loop {
+            if let Waited::Stopped = self.start_candidates(state, stage_id, attempt, round).await? {
+                return self.stop_round(round).await;
+            }
+            if round.running.is_empty() && round.pending.is_empty() {
+                return Ok(Waited::Ended);
+            }
+            let (clock, stopper) = (self.clock, self.stopper);
+            let again = round.again;
             let woke = tokio::select! {
                 biased;
                 stop = stopper.stopped() => Woke::Stopped(stop),
-                reported = next_of(running, |r| &mut r.process) => match reported {
+                reported = next_of(&mut round.running, |r| &mut r.process) => match reported {
                     Reported::Notice(_, notice) => Woke::Notice(notice),
                     Reported::Ended(i, execution) => Woke::Ended(i, execution),
                 },
+                _ = renew.tick() => Woke::Renew,
+                () = clock.sleep_until(again.unwrap_or_else(|| clock.now())), if again.is_some() => Woke::Renew,
             };
             match woke {
                 Woke::Stopped(stop) => {
-                    for r in running.drain(..) {
-                        if r.request.agent.is_some() {
-                            self.limits.give(&r.holder, 0).await;
-                        }
-                    }
+                    self.stop_round(round).await?;
                     self.stop(state, stop).await?;
                     return Ok(Waited::Stopped);
                 }
                 Woke::Notice(notice) => self.notice(state, stage_id, attempt, notice).await?,
+                Woke::Renew => {
+                    for r in round.running.iter().filter(|r| r.request.agent.is_some()) {
+                        self.limits.renew(&r.holder).await;
+                    }
+                }
                 Woke::Ended(i, execution) => {
-                    let mut r = running.remove(i);
+                    let mut r = round.running.remove(i);
                     for notice in r.process.left() {
                         self.notice(state, stage_id, attempt, notice).await?;
                     }
@@ -220,7 +238,17 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                 }
             }
         }
-        Ok(Waited::Ended)
+    }
+
+    /// Ends the round's candidates in flight (dropping a process future ends its process) and
+    /// gives their provider slots back.
+    async fn stop_round(&mut self, round: &mut Round<'a>) -> Result<Waited, StoreError> {
+        for r in round.running.drain(..) {
+            if r.request.agent.is_some() {
+                self.limits.give(&r.holder, 0).await;
+            }
+        }
+        Ok(Waited::Stopped)
     }
 
     /// A candidate's end judged: its outputs, then the stage's checks over its layer.

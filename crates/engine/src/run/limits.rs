@@ -94,7 +94,16 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     ) -> Result<Option<jiff::Timestamp>, StoreError> {
         let Some(agent) = super::agent_now(self.pipeline, state, stage).cloned() else { return Ok(None) };
         let holder = format!("{}/{}/{attempt}", state.run_id, stage.id);
-        Ok(match self.limits.take(&agent, &holder).await? {
+        self.try_acquire_for(&agent, &holder).await
+    }
+
+    /// [`Self::try_acquire`] for `agent` and `holder` (a candidate's).
+    pub(super) async fn try_acquire_for(
+        &mut self,
+        agent: &loopwright_spec::Agent,
+        holder: &str,
+    ) -> Result<Option<jiff::Timestamp>, StoreError> {
+        Ok(match self.limits.take(agent, holder).await? {
             Allowed::Yes => None,
             Allowed::Wait { until, .. } => {
                 let now = self.clock.now();
