@@ -102,22 +102,10 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                         }
                     }
                     Step::Execute { stage, attempt } => {
-                        // With attempts in flight, a provider that says wait does not hold the
-                        // driver: the stage is asked for again, and the others go on meanwhile.
-                        let spec = self.pipeline.stage(stage.as_str()).expect("a pipeline stage");
-                        if !flights.is_empty()
-                            && let Some(again) = self.try_acquire(&state, spec, attempt).await?
-                        {
-                            until = Some(until.map_or(again, |u: jiff::Timestamp| u.min(again)));
-                            continue;
-                        }
-                        moved = true;
-                        let taken = !flights.is_empty();
-                        if let Some(launched) = self.launch(&mut state, &stage, attempt, taken).await? {
-                            let others = claims.values().flatten().cloned().collect();
-                            // The run's own slot covers its first attempt in flight.
-                            let slot = if flights.is_empty() { None } else { slots.pop() };
-                            flights.push(self.fly(stage, launched, others, slot));
+                        let others: BTreeSet<String> = claims.values().flatten().cloned().collect();
+                        match self.lift(&mut state, stage, attempt, &mut flights, others, &mut slots).await? {
+                            Some(again) => until = Some(until.map_or(again, |u: jiff::Timestamp| u.min(again))),
+                            None => moved = true,
                         }
                     }
                     Step::Wait { until: at, .. } if !flights.is_empty() => {
@@ -160,6 +148,31 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             };
             self.woke(&mut state, woke, &mut flights, &mut parked, &mut claims).await?;
         }
+    }
+
+    /// Launches an attempt the state machine named, in flight beside `flights`, or says when
+    /// to ask again: with attempts in flight, a provider that says wait does not hold the
+    /// driver (the others go on meanwhile). The run's own slot covers its first attempt in
+    /// flight; each other takes one of `slots`.
+    async fn lift(
+        &mut self,
+        state: &mut RunState,
+        stage: StageId,
+        attempt: u32,
+        flights: &mut Vec<Flight<'a>>,
+        others: BTreeSet<String>,
+        slots: &mut Vec<crate::ports::Slot>,
+    ) -> Result<Option<jiff::Timestamp>, StoreError> {
+        let spec = self.pipeline.stage(stage.as_str()).expect("a pipeline stage");
+        let taken = !flights.is_empty();
+        if taken && let Some(again) = self.try_acquire(state, spec, attempt).await? {
+            return Ok(Some(again));
+        }
+        if let Some(launched) = self.launch(state, &stage, attempt, taken).await? {
+            let slot = if flights.is_empty() { None } else { slots.pop() };
+            flights.push(self.fly(stage, launched, others, slot));
+        }
+        Ok(None)
     }
 
     /// What woke the driver, handled: a stop ends every attempt in flight; a notice is
