@@ -171,6 +171,28 @@ fn signal(child: &std::process::Child, signal: nix::sys::signal::Signal) {
     nix::sys::signal::kill(pid, signal).expect("signal");
 }
 
+/// A worker ended (SIGKILL) when the test leaves it, by a failed assertion too: a worker left
+/// behind would go on using the machine after its store is gone.
+struct Reaped(Option<std::process::Child>);
+
+impl Reaped {
+    /// SIGTERM, then its exit code once it has stopped.
+    fn stop(mut self) -> Option<i32> {
+        let child = self.0.take().expect("a worker");
+        signal(&child, nix::sys::signal::Signal::SIGTERM);
+        child.wait_with_output().expect("worker").status.code()
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Waits (up to 30 s) until `file` has `lines` lines.
 fn wait_lines(fleet: &Fleet, file: &str, lines: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -1147,7 +1169,7 @@ fn a_worker_runs_a_graphs_stages_at_once_only_within_its_slots() {
     // Two runs on a worker with two slots: each run holds one, none is left for a second
     // stage at once.
     let (first, second) = (fleet.submit("one"), fleet.submit("two"));
-    let worker = fleet.worker_with(1, &fleet.url, &["--slots", "2", "--sandbox", "auto"], &[]);
+    let worker = Reaped(Some(fleet.worker_with(1, &fleet.url, &["--slots", "2", "--sandbox", "auto"], &[])));
     let both = [first.clone(), second.clone()];
     assert_eq!(fleet.wait_ended(&both, 60), ["success", "success"], "{}", fleet.log(1));
     assert!(!overlapped(&fleet, &first) && !overlapped(&fleet, &second), "{:?}", fleet.kinds(&first));
@@ -1157,8 +1179,7 @@ fn a_worker_runs_a_graphs_stages_at_once_only_within_its_slots() {
     assert_eq!(fleet.wait_ended(std::slice::from_ref(&third), 60), ["success"], "{}", fleet.log(1));
     let layered = loopwright_runners::sandbox::probe(fleet.dir.path()).usable().is_ok();
     assert_eq!(overlapped(&fleet, &third), layered, "{:?}", fleet.kinds(&third));
-    signal(&worker, nix::sys::signal::Signal::SIGTERM);
-    assert_eq!(worker.wait_with_output().expect("worker").status.code(), Some(0));
+    assert_eq!(worker.stop(), Some(0));
     // Slots given back wake the worker; its own look that found nothing does not.
     let log = fleet.log(1);
     let looked: u64 = log
@@ -1211,19 +1232,21 @@ fn a_worker_killed_mid_candidates_is_taken_over_on_another_machine_and_one_winne
     // Each worker keeps its layers in a folder of its own, as on two machines.
     let layers = |n: usize| fleet.dir.path().join(format!("layers-{n}")).display().to_string();
     let (one, two) = (layers(1), layers(2));
-    let mut first = fleet.worker_with(1, &fleet.url, &sandboxed, &[("LOOPWRIGHT_SANDBOX_DIR", one.as_str())]);
+    let mut first =
+        Reaped(Some(fleet.worker_with(1, &fleet.url, &sandboxed, &[("LOOPWRIGHT_SANDBOX_DIR", one.as_str())])));
     // Killed once the fast candidate's end is journaled, the slow one still running.
     let deadline = Instant::now() + Duration::from_secs(30);
     while !fleet.kinds(&run).iter().any(|(k, _)| k == "candidate_ended") {
         assert!(Instant::now() < deadline, "no candidate ended: {}", fleet.log(1));
         std::thread::sleep(Duration::from_millis(50));
     }
-    first.kill().expect("kill -9");
-    first.wait().expect("reaped");
-    let second = fleet.worker_with(2, &fleet.url, &sandboxed, &[("LOOPWRIGHT_SANDBOX_DIR", two.as_str())]);
+    let mut killed = first.0.take().expect("the first worker");
+    killed.kill().expect("kill -9");
+    killed.wait().expect("reaped");
+    let second =
+        Reaped(Some(fleet.worker_with(2, &fleet.url, &sandboxed, &[("LOOPWRIGHT_SANDBOX_DIR", two.as_str())])));
     assert_eq!(fleet.wait_ended(std::slice::from_ref(&run), 60), ["success"], "{}", fleet.log(2));
-    signal(&second, nix::sys::signal::Signal::SIGTERM);
-    assert_eq!(second.wait_with_output().expect("second").status.code(), Some(0));
+    assert_eq!(second.stop(), Some(0));
     let mut cmd = fleet.checkout.cmd();
     let out = cmd.args(["logs", &run, "--json", "--store", &fleet.url]).output().expect("logs");
     let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
