@@ -114,7 +114,7 @@ impl Confined {
     fn finish(self) -> Vec<proxy::Refused> {
         let refused = self.proxy.as_ref().map(proxy::Proxy::refused).unwrap_or_default();
         if let Some(home) = &self.home {
-            let _ = std::fs::remove_dir_all(home);
+            let _ = sandbox::remove_tree(home);
         }
         refused
     }
@@ -145,7 +145,7 @@ impl ProcessRunner {
             || Confined { argv: argv.to_vec(), proxy: None, _socket_dir: None, home: None, inherited: None };
         let Some(s) = self.sandbox.as_ref().filter(|_| confine.sandbox) else { return Ok(unconfined()) };
         let home = s.state.join(run.as_str()).join("homes").join(home);
-        let _ = std::fs::remove_dir_all(&home);
+        let _ = sandbox::remove_tree(&home);
         std::fs::create_dir_all(&home).map_err(|source| SetupError::Create { path: home.clone(), source })?;
         let mut config = Vec::new();
         let user_home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
@@ -979,7 +979,7 @@ impl Layers for FsChanges {
         }
         if layer.is_empty() && !layer.copying() {
             // Nothing written: nothing to copy or commit, and no git process to ask.
-            let _ = std::fs::remove_dir_all(&layer.dir);
+            let _ = sandbox::remove_tree(&layer.dir);
             return Ok(None);
         }
         let head = self.head();
@@ -997,13 +997,13 @@ impl Layers for FsChanges {
         };
         // Copied (and committed): the layer is of no more use, and dropping it later must not
         // undo the copy.
-        let _ = std::fs::remove_dir_all(&layer.dir);
+        let _ = sandbox::remove_tree(&layer.dir);
         Ok(self.published(commit)?)
     }
 
     fn ended(&self, run: &RunId) {
         if let Some((state, _)) = &self.layers {
-            let _ = std::fs::remove_dir_all(state.join(run.as_str()));
+            let _ = sandbox::remove_tree(&state.join(run.as_str()));
         }
     }
 }

@@ -820,7 +820,7 @@ pub fn try_overlay(scratch: &Path, overlay: &Overlay) -> Result<(), Unavailable>
     let argv = layer_mount(&lower, &write, inner.chain([lower.display().to_string()]).collect());
     let out = Command::new(&argv[0]).args(&argv[1..]).output();
     let wrote = upper.join("probe").is_file() && !lower.join("probe").exists();
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = remove_tree(&dir);
     let what = match overlay {
         Overlay::Kernel => "the kernel's overlay cannot be mounted in a user namespace here",
         Overlay::Fuse(_) => "fuse-overlayfs cannot mount a layer in a user namespace here",
@@ -1008,10 +1008,44 @@ fn classify(path: &Path, rel: String, marks: Marks) -> std::io::Result<(String, 
 /// Removes a file, link or folder; true when something was there.
 fn remove_any(path: &Path) -> std::io::Result<bool> {
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).map(|()| true),
+        Ok(m) if m.is_dir() => remove_tree(path).map(|()| true),
         Ok(_) => std::fs::remove_file(path).map(|()| true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+/// Removes the folder `path` and all in it, also where an overlay left folders nobody may
+/// read: the kernel's overlay makes its work folder's `work/` with mode 000, which its owner
+/// cannot list (root can), so a plain removal fails for every user but root and leaves the
+/// layer behind. Such a folder of the caller's is given `rwx` for its owner first; links are
+/// never followed.
+pub fn remove_tree(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            open_up(path);
+            std::fs::remove_dir_all(path)
+        }
+        done => done,
+    }
+}
+
+/// Gives every folder under `path` (itself included, links not followed) `rwx` for its owner,
+/// where the caller may.
+fn open_up(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return };
+    if !meta.is_dir() {
+        return;
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o700 != 0o700 {
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o700));
+    }
+    for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            open_up(&entry.path());
+        }
     }
 }
 

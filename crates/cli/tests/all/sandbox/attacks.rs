@@ -386,6 +386,8 @@ fn secrets_in_loopwrights_environment_and_state_never_reach_a_stage() {
                         "HOME",
                         "TMPDIR",
                         "USER",
+                        // Set by login tools (`runuser`, `su`) for a user who is not root.
+                        "LOGNAME",
                         "LANG",
                         "TERM",
                         "NO_COLOR",
