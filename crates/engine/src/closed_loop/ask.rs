@@ -134,24 +134,9 @@ struct Raw {
 /// Reads an answer's text: the JSON object itself, or one inside a fenced block or prose (an
 /// agent CLI's one-shot answer). Anything else is [`Answer::Unusable`].
 pub fn read(text: &str) -> Answer {
-    // Only the start is read: a JSON object is tried from every `{`, so an answer of a million
-    // braces must not cost a million parses of a million bytes.
-    let mut end = text.len().min(MAX_ANSWER);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let text = text[..end].trim();
-    if text.is_empty() {
-        return Answer::Unusable("the answer was empty".to_owned());
-    }
-    let candidates = std::iter::once(text).chain(text.match_indices('{').map(|(i, _)| &text[i..]));
-    // An object only: serde would read a struct from an array too.
-    let raw = candidates
-        .filter_map(|c| serde_json::Deserializer::from_str(c).into_iter::<serde_json::Value>().next()?.ok())
-        .filter(serde_json::Value::is_object)
-        .find_map(|v| serde_json::from_value::<Raw>(v).ok());
-    let Some(raw) = raw else {
-        return Answer::Unusable(format!("the answer is not the JSON asked for: {}", shown(text, 120)));
+    let raw = match object::<Raw>(text) {
+        Ok(raw) => raw,
+        Err(why) => return Answer::Unusable(why),
     };
     let category = raw.category.trim().to_ascii_lowercase();
     if category == UNKNOWN || category.is_empty() {
@@ -164,8 +149,30 @@ pub fn read(text: &str) -> Answer {
     }
 }
 
+/// The first JSON object in an agent's answer that reads as `T`: the answer itself, or one
+/// inside a fenced block or prose; else why not, in words. Only the first [`MAX_ANSWER`] bytes
+/// are read: an object is tried from every `{`, so an answer of a million braces must not cost
+/// a million parses of a million bytes.
+pub fn object<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let mut end = text.len().min(MAX_ANSWER);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let text = text[..end].trim();
+    if text.is_empty() {
+        return Err("the answer was empty".to_owned());
+    }
+    let candidates = std::iter::once(text).chain(text.match_indices('{').map(|(i, _)| &text[i..]));
+    // An object only: serde would read a struct from an array too.
+    candidates
+        .filter_map(|c| serde_json::Deserializer::from_str(c).into_iter::<serde_json::Value>().next()?.ok())
+        .filter(serde_json::Value::is_object)
+        .find_map(|v| serde_json::from_value::<T>(v).ok())
+        .ok_or_else(|| format!("the answer is not the JSON asked for: {}", shown(text, 120)))
+}
+
 /// A text as it may be kept: one line, printable, at most `max` characters.
-fn shown(text: &str, max: usize) -> String {
+pub fn shown(text: &str, max: usize) -> String {
     let one: String =
         text.chars().map(|c| if c.is_control() { ' ' } else { c }).take(max).collect::<String>().trim().to_owned();
     if text.chars().count() > max { format!("{one}…") } else { one }

@@ -9,10 +9,9 @@ use loopwright_spec::StageId;
 use loopwright_spec::pipeline::Selector;
 
 use super::candidates::{Choice, Entry, choose};
+use crate::closed_loop::ask;
 
-/// How much of an answer is read.
-const MAX_ANSWER: usize = 64 * 1024;
-/// How much of the judge's reason is kept.
+/// How many characters of the judge's reason are kept.
 const MAX_WHY: usize = 400;
 
 /// A candidate the judge is shown.
@@ -84,7 +83,8 @@ pub fn question(prompt: &str, shown: &[Shown<'_>]) -> String {
 }
 
 /// Reads the judge's answer: a JSON object naming one of the candidates shown (`passed`,
-/// 0-based) as `winner` (1-based), with `why`.
+/// 0-based) as `winner` (1-based), with `why` (kept as one printable line: it reaches terminals
+/// and pages).
 pub fn read(text: &str, passed: &[u32]) -> Verdict {
     #[derive(serde::Deserialize)]
     struct Raw {
@@ -92,22 +92,9 @@ pub fn read(text: &str, passed: &[u32]) -> Verdict {
         #[serde(default)]
         why: String,
     }
-    let mut end = text.len().min(MAX_ANSWER);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let text = text[..end].trim();
-    if text.is_empty() {
-        return Verdict::Unusable("the answer was empty".to_owned());
-    }
-    // The object may come after words or in a fence: tried from each `{` (within the bound).
-    let starts = std::iter::once(text).chain(text.match_indices('{').map(|(i, _)| &text[i..]));
-    let raw = starts
-        .filter_map(|c| serde_json::Deserializer::from_str(c).into_iter::<serde_json::Value>().next()?.ok())
-        .filter(serde_json::Value::is_object)
-        .find_map(|v| serde_json::from_value::<Raw>(v).ok());
-    let Some(raw) = raw else {
-        return Verdict::Unusable(format!("the answer is not the JSON asked for: {}", cut(text, 120)));
+    let raw = match ask::object::<Raw>(text) {
+        Ok(raw) => raw,
+        Err(why) => return Verdict::Unusable(why),
     };
     let candidate = raw.winner.wrapping_sub(1);
     if !passed.contains(&candidate) {
@@ -118,7 +105,7 @@ pub fn read(text: &str, passed: &[u32]) -> Verdict {
             shown.join(", ")
         ));
     }
-    Verdict::Winner { candidate, why: cut(raw.why.trim(), MAX_WHY) }
+    Verdict::Winner { candidate, why: ask::shown(raw.why.trim(), MAX_WHY) }
 }
 
 /// The round's choice by the judge `judge`: its winner when its answer is usable, else the
@@ -151,18 +138,6 @@ pub fn judged(selectors: &[Selector], entries: &[Entry<'_>], judge: &StageId, ve
     }
 }
 
-/// At most `max` bytes of `text`, on a character boundary, with `…` when cut.
-fn cut(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
 #[cfg(test)]
 mod tests {
     use pretty_assertions::assert_eq;
@@ -182,7 +157,7 @@ mod tests {
 
     #[test]
     fn an_answer_is_read_only_when_it_names_a_candidate_that_passed() {
-        let table: [(&str, Verdict); 8] = [
+        let table: [(&str, Verdict); 9] = [
             (r#"{"winner": 3, "why": "smallest fix"}"#, Verdict::Winner { candidate: 2, why: "smallest fix".into() }),
             (
                 "I pick:\n```json\n{\"winner\": 1, \"why\": \"clean\"}\n```",
@@ -202,6 +177,10 @@ mod tests {
                 Verdict::Unusable(r#"the answer is not the JSON asked for: {"winner": "three"}"#.into()),
             ),
             ("  ", Verdict::Unusable("the answer was empty".into())),
+            (
+                "{\"winner\": 1, \"why\": \"clean\\u001b[2J\\nfix\"}",
+                Verdict::Winner { candidate: 0, why: "clean [2J fix".into() },
+            ),
             ("[1]", Verdict::Unusable("the answer is not the JSON asked for: [1]".into())),
         ];
         for (text, want) in table {
