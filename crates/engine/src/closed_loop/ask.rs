@@ -171,6 +171,19 @@ pub fn object<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
         .ok_or_else(|| format!("the answer is not the JSON asked for: {}", shown(text, 120)))
 }
 
+/// Why a one-shot question to an agent (a failure's class, a judge's choice) got no answer to
+/// read, when its process did not exit 0 (`timeout`: the question's time limit).
+pub fn unanswered(outcome: &crate::ports::ExecOutcome, timeout: std::time::Duration) -> Option<String> {
+    use crate::ports::ExecOutcome;
+    match outcome {
+        ExecOutcome::Exited(0) => None,
+        ExecOutcome::TimedOut => Some(format!("no answer within {} s", timeout.as_secs())),
+        ExecOutcome::Exited(code) => Some(format!("the agent exited with {code}")),
+        ExecOutcome::Signaled(n) => Some(format!("the agent was killed by signal {n}")),
+        ExecOutcome::SpawnFailed(why) => Some(format!("the agent could not start: {why}")),
+    }
+}
+
 /// A text as it may be kept: one line, printable, at most `max` characters.
 pub fn shown(text: &str, max: usize) -> String {
     let one: String =

@@ -359,18 +359,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         let usage = usage_of(agent, &request, &execution, state);
         self.limits.give(&holder, usage.input_tokens + usage.output_tokens).await;
         self.defer(state, Event::UsageRecorded { stage: stage_id.clone(), attempt, usage });
-        let answer = match &execution.outcome {
-            ExecOutcome::Exited(0) => closed_loop::ask::read(&execution.stdout),
-            ExecOutcome::TimedOut => {
-                closed_loop::ask::Answer::Unusable(format!("no answer within {} s", request.timeout.as_secs()))
-            }
-            ExecOutcome::Exited(code) => closed_loop::ask::Answer::Unusable(format!("the agent exited with {code}")),
-            ExecOutcome::Signaled(n) => {
-                closed_loop::ask::Answer::Unusable(format!("the agent was killed by signal {n}"))
-            }
-            ExecOutcome::SpawnFailed(why) => {
-                closed_loop::ask::Answer::Unusable(format!("the agent could not start: {why}"))
-            }
+        let answer = match closed_loop::ask::unanswered(&execution.outcome, request.timeout) {
+            None => closed_loop::ask::read(&execution.stdout),
+            Some(why) => closed_loop::ask::Answer::Unusable(why),
         };
         closed_loop::ask::adopt(self.patterns, failure, &answer);
     }

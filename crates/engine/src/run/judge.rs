@@ -8,7 +8,7 @@ use loopwright_spec::pipeline::Select;
 use super::Engine;
 use crate::decide::candidates::{Choice, choose, entries_of};
 use crate::decide::judge::{Shown, Verdict};
-use crate::ports::{Changes, Clock, Delivery, ExecOutcome, Limits, Notice, Runner, Stopper, Store, StoreError};
+use crate::ports::{Changes, Clock, Delivery, Limits, Notice, Runner, Stopper, Store, StoreError};
 use crate::state::{CandidateState, RunState};
 
 /// How much of each candidate's diff a judge is shown.
@@ -103,12 +103,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
             }
         }
         self.used(state, &request, &holder, &execution).await;
-        Ok(Some(match &execution.outcome {
-            ExecOutcome::Exited(0) => crate::decide::judge::read(&execution.stdout, &passed),
-            ExecOutcome::TimedOut => Verdict::Unusable(format!("no answer within {} s", request.timeout.as_secs())),
-            ExecOutcome::Exited(code) => Verdict::Unusable(format!("the agent exited with {code}")),
-            ExecOutcome::Signaled(n) => Verdict::Unusable(format!("the agent was killed by signal {n}")),
-            ExecOutcome::SpawnFailed(why) => Verdict::Unusable(format!("the agent could not start: {why}")),
+        Ok(Some(match crate::closed_loop::ask::unanswered(&execution.outcome, request.timeout) {
+            None => crate::decide::judge::read(&execution.stdout, &passed),
+            Some(why) => Verdict::Unusable(why),
         }))
     }
 }

@@ -13,6 +13,12 @@ use crate::state::RunState;
 const LIMIT_POLL_MIN: jiff::SignedDuration = jiff::SignedDuration::from_millis(200);
 const LIMIT_POLL_MAX: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
 
+/// When to ask a provider that said wait again: at its wait's end when known, but within
+/// [`LIMIT_POLL_MIN`] to [`LIMIT_POLL_MAX`] from `now`.
+fn ask_again(now: jiff::Timestamp, until: Option<jiff::Timestamp>) -> jiff::Timestamp {
+    now + until.map(|u| u.duration_since(now).clamp(LIMIT_POLL_MIN, LIMIT_POLL_MAX)).unwrap_or(LIMIT_POLL_MAX)
+}
+
 /// Whether the attempt may go on.
 pub(super) enum Acquired {
     /// Its provider's slot is held by `holder` (or it has no provider).
@@ -58,10 +64,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                         self.record(state, event).await?;
                         waited = Some(kind);
                     }
-                    let now = self.clock.now();
-                    let pause = until
-                        .map(|u| u.duration_since(now).clamp(LIMIT_POLL_MIN, LIMIT_POLL_MAX))
-                        .unwrap_or(LIMIT_POLL_MAX);
+                    let next = ask_again(self.clock.now(), until);
                     let (clock, stopper) = (self.clock, self.stopper);
                     tokio::select! {
                         biased;
@@ -69,7 +72,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                             self.stop(state, stop).await?;
                             return Ok(Acquired::Stopped);
                         }
-                        () = clock.sleep_until(now + pause) => {}
+                        () = clock.sleep_until(next) => {}
                     }
                 }
             }
@@ -105,13 +108,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     ) -> Result<Option<jiff::Timestamp>, StoreError> {
         Ok(match self.limits.take(agent, holder).await? {
             Allowed::Yes => None,
-            Allowed::Wait { until, .. } => {
-                let now = self.clock.now();
-                let pause = until
-                    .map(|u| u.duration_since(now).clamp(LIMIT_POLL_MIN, LIMIT_POLL_MAX))
-                    .unwrap_or(LIMIT_POLL_MAX);
-                Some(now + pause)
-            }
+            Allowed::Wait { until, .. } => Some(ask_again(self.clock.now(), until)),
         })
     }
 }
