@@ -18,6 +18,7 @@ fn result(passed: bool, checks: &[bool], files: usize, tokens: u64) -> Candidate
         outputs: Default::default(),
         error: (!passed).then(|| "check `c0` failed".to_owned()),
         output_tail: String::new(),
+        kept: None,
     }
 }
 

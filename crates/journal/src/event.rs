@@ -1312,6 +1312,10 @@ pub struct CandidateResult {
     /// The end of what it (or its failing check) printed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub output_tail: String,
+    /// Where its layer is kept for another machine to make again (a worker's run: the commit
+    /// of what the layer changes, pushed to the fleet's repository).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
 }
 
 /// Status of a run.

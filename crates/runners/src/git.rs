@@ -63,6 +63,50 @@ pub fn git_bytes(root: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
     }
 }
 
+/// Runs git in `root` like [`git_bytes`], with more environment (`GIT_INDEX_FILE`,
+/// `GIT_WORK_TREE`) and `stdin` given to it; returns git's whole output, whatever its status.
+pub fn git_with(
+    root: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+    stdin: &[u8],
+) -> Result<std::process::Output, GitError> {
+    use std::io::Write;
+    let mut child = Command::new("git")
+        .args(HARDENED)
+        .args(args)
+        .current_dir(root)
+        .env("LC_ALL", "C")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_LITERAL_PATHSPECS", "1")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| GitError::Spawn(e.to_string()))?;
+    let mut input = child.stdin.take().expect("piped");
+    // Written from another thread: git may fill its output before it has read all its input.
+    let bytes = stdin.to_vec();
+    let writer = std::thread::spawn(move || input.write_all(&bytes));
+    let out = child.wait_with_output().map_err(|e| GitError::Spawn(e.to_string()))?;
+    let _ = writer.join();
+    Ok(out)
+}
+
+/// [`git_with`], failing as [`git`] does when git does.
+pub fn git_ok(root: &Path, args: &[&str], env: &[(&str, &Path)], stdin: &[u8]) -> Result<Vec<u8>, GitError> {
+    let out = git_with(root, args, env, stdin)?;
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(GitError::Failed {
+            command: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
 /// A three-way merge of files `ours` and `theirs` from `base` (`git merge-file`): the merged
 /// text, or `None` when both changed the same lines.
 pub fn merge_file(ours: &Path, base: &Path, theirs: &Path) -> Result<Option<Vec<u8>>, GitError> {
@@ -98,7 +142,7 @@ pub fn toplevel(dir: &Path) -> Option<std::path::PathBuf> {
 }
 
 /// Identity flags for a repository with no user configured (git refuses to commit otherwise).
-fn identity(root: &Path) -> Vec<String> {
+pub(crate) fn identity(root: &Path) -> Vec<String> {
     let configured = git(root, &["config", "user.email"]).is_ok_and(|e| !e.trim().is_empty());
     if configured {
         Vec::new()

@@ -9,6 +9,7 @@ pub mod edits;
 pub mod git;
 pub mod guard;
 pub mod http;
+mod kept;
 pub mod live;
 pub mod presets;
 pub mod process;
@@ -725,6 +726,47 @@ impl Publish {
         *pushed = commit.to_owned();
         Ok(())
     }
+
+    /// Pushes `commit` to `reference` (a candidate's kept layer), over what it held: a
+    /// candidate run again after a crash keeps its new layer under the same name.
+    fn keep(&self, root: &Path, reference: &str, commit: &str) -> Result<(), CommitError> {
+        if !(self.lease_held)() {
+            return Err(CommitError::NotPushed(format!(
+                "commit {commit} not pushed: this worker's lease on the run was lost"
+            )));
+        }
+        let target = format!("+{commit}:{reference}");
+        git::git(root, &["push", "--quiet", "--no-verify", &self.repo, &target]).map(drop).map_err(|e| {
+            CommitError::NotPushed(format!("cannot push commit {commit} to {reference} of {}: {e}", self.repo))
+        })
+    }
+
+    /// Fetches `reference` into the repository of `root` (its objects only: no ref is made).
+    fn fetch(&self, root: &Path, reference: &str) -> Result<(), git::GitError> {
+        git::git(root, &["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", &self.repo, reference]).map(drop)
+    }
+
+    /// Removes every reference under `prefix` from the repository.
+    fn forget(&self, root: &Path, prefix: &str) {
+        let pattern = format!("{prefix}*");
+        let Ok(listed) = git::git(root, &["ls-remote", "--refs", &self.repo, &pattern]) else { return };
+        let refs: Vec<String> = listed.lines().filter_map(|l| l.split('\t').nth(1)).map(|r| format!(":{r}")).collect();
+        if !refs.is_empty() {
+            let mut args = vec!["push", "--quiet", "--no-verify", self.repo.as_str()];
+            args.extend(refs.iter().map(String::as_str));
+            let _ = git::git(root, &args);
+        }
+    }
+}
+
+/// Where a candidate's layer is kept on a fleet's repository (see [`Layers::keep_layer`]).
+fn kept_ref(run: &RunId, layer: &str) -> String {
+    format!("{}{layer}", kept_prefix(run))
+}
+
+/// Where the kept layers of `run` are.
+fn kept_prefix(run: &RunId) -> String {
+    format!("refs/loopwright/candidates/{}/", run.as_str())
 }
 
 impl FsChanges {
@@ -1001,9 +1043,46 @@ impl Layers for FsChanges {
         Ok(self.published(commit)?)
     }
 
+    fn keep_layer(&self, run: &RunId, name: &str) -> Result<Option<String>, LayerError> {
+        let (Some(publish), Some(head)) = (&self.publish, self.head()) else {
+            return Ok(None);
+        };
+        let layer = self.layer(run, name)?;
+        let message = format!("loopwright: layer {name} of run {}", run.as_str());
+        let commit = layer
+            .to_commit(&self.workspace, head.trim(), &message)
+            .map_err(|e| LayerError::Read { dir: layer.shown(), reason: e.to_string() })?;
+        publish.keep(&self.workspace, &kept_ref(run, name), &commit)?;
+        Ok(Some(commit))
+    }
+
+    fn bring_layer(&self, run: &RunId, name: &str, kept: &str) -> Result<(), LayerError> {
+        let layer = self.layer(run, name)?;
+        let (Some(publish), Some((_, overlay))) = (&self.publish, &self.layers) else {
+            return Err(LayerError::NotHere);
+        };
+        let fail = |reason: String| LayerError::Make { dir: layer.shown(), reason };
+        let present = |c: &str| git::git(&self.workspace, &["cat-file", "-e", &format!("{c}^{{commit}}")]).is_ok();
+        if !present(kept) {
+            publish.fetch(&self.workspace, &kept_ref(run, name)).map_err(|e| fail(e.to_string()))?;
+            if !present(kept) {
+                return Err(fail(format!("commit {kept}, which kept it, is not on {}", publish.repo)));
+            }
+        }
+        layer.make(overlay).map_err(|e| fail(e.to_string()))?;
+        let made = layer.from_commit(&self.workspace, kept).map_err(|e| fail(e.to_string()));
+        if made.is_err() {
+            let _ = sandbox::remove_tree(&layer.dir);
+        }
+        made
+    }
+
     fn ended(&self, run: &RunId) {
         if let Some((state, _)) = &self.layers {
             let _ = sandbox::remove_tree(&state.join(run.as_str()));
+        }
+        if let Some(publish) = &self.publish {
+            publish.forget(&self.workspace, &kept_prefix(run));
         }
     }
 }

@@ -952,14 +952,14 @@ fn copy_back_marked(upper: &Path, workspace: &Path, marks: Marks) -> std::io::Re
 
 /// The configuration folder `rel` (a workspace path) lies in, if it lies in one; with
 /// `or_holds`, also one it holds.
-fn configuration(rel: &str, or_holds: bool) -> Option<&'static str> {
+pub(crate) fn configuration(rel: &str, or_holds: bool) -> Option<&'static str> {
     let rel = Path::new(rel);
     CONFIGURATION.iter().copied().find(|c| rel.starts_with(c) || (or_holds && Path::new(c).starts_with(rel)))
 }
 
 /// How a layer marks what the attempt deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Marks {
+pub(crate) enum Marks {
     /// The kernel's: a character device 0/0 for a deletion, an extended attribute on a
     /// replaced folder.
     Kernel,
@@ -969,7 +969,7 @@ enum Marks {
 }
 
 /// What a layer holds at a path.
-enum Entry {
+pub(crate) enum Entry {
     /// A file or a symbolic link, written by the attempt.
     File,
     /// A folder; opaque when the attempt replaced it.
@@ -1134,7 +1134,7 @@ impl Layer {
     }
 
     /// How its upper folder marks deletions (by what mounted it).
-    fn marks(&self) -> Marks {
+    pub(crate) fn marks(&self) -> Marks {
         match std::fs::read_to_string(self.dir.join("kind")) {
             Ok(kind) if kind == "fuse" => Marks::Fuse,
             _ => Marks::Kernel,
@@ -1357,7 +1357,7 @@ impl Layer {
 
 /// Every entry under `dir` (relative to `upper`), parents before children; the overlay's own
 /// marks left out.
-fn list(dir: &Path, upper: &Path, marks: Marks, out: &mut Vec<(String, Entry)>) -> std::io::Result<()> {
+pub(crate) fn list(dir: &Path, upper: &Path, marks: Marks, out: &mut Vec<(String, Entry)>) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(std::fs::DirEntry::file_name);
     for entry in entries {

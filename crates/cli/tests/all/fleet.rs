@@ -1221,8 +1221,16 @@ fn a_worker_killed_mid_candidates_is_taken_over_on_another_machine_and_one_winne
     };
     let (fast, slow) = (agent("fast"), agent("slow"));
     let files = [
-        ("fast.sh", "cat > /dev/null; echo 42 > answer.txt; echo fast\n"),
-        ("slow.sh", "cat > /dev/null; sleep 6; echo 42 > answer.txt; echo more > more.txt; echo slow\n"),
+        // A file, a link, an executable and a deletion: each must survive the other machine.
+        (
+            "fast.sh",
+            "cat > /dev/null; echo 42 > answer.txt; ln -s answer.txt link; printf '#!/bin/sh\\n' > run.sh; chmod +x run.sh; rm old.txt; echo fast\n",
+        ),
+        (
+            "slow.sh",
+            "cat > /dev/null; sleep 6; echo 42 > answer.txt; for n in 1 2 3 4; do echo more > more$n.txt; done; echo slow\n",
+        ),
+        ("old.txt", "to be deleted\n"),
         (".loopwright/agents/fast.md", fast.as_str()),
         (".loopwright/agents/slow.md", slow.as_str()),
     ];
@@ -1255,8 +1263,9 @@ fn a_worker_killed_mid_candidates_is_taken_over_on_another_machine_and_one_winne
         .collect();
     let count =
         |kind: &str, candidate: u64| events.iter().filter(|e| e["type"] == kind && e["candidate"] == candidate).count();
-    // The fast candidate's work was in a layer on the first machine: its result alone cannot be
-    // applied, so it runs again with the one that was in flight; no result is taken for a change.
+    // The fast candidate ended on the first machine, its layer kept as a commit on the fleet's
+    // repository: the second machine makes the layer again from it and runs only the one that
+    // was in flight.
     assert_eq!(
         (
             count("candidate_started", 0),
@@ -1264,12 +1273,26 @@ fn a_worker_killed_mid_candidates_is_taken_over_on_another_machine_and_one_winne
             count("candidate_started", 1),
             count("candidate_ended", 1)
         ),
-        (2, 2, 2, 1),
+        (1, 1, 2, 1),
         "{events:?}"
     );
+    let kept = events.iter().find(|e| e["type"] == "candidate_ended" && e["candidate"] == 0).expect("ended");
+    assert!(kept["result"]["kept"].as_str().is_some_and(|k| k.len() == 40), "{kept}");
     let chosen: Vec<&Value> = events.iter().filter(|e| e["type"] == "candidate_chosen").collect();
     assert_eq!(chosen.len(), 1);
     assert_eq!(chosen[0]["winner"], 0, "the smaller change wins: {}", chosen[0]);
-    let (_, files) = fleet.branch(&run);
-    assert!(files.iter().any(|f| f == "answer.txt") && !files.iter().any(|f| f == "more.txt"), "{files:?}");
+    // The winner's change landed whole: the file, the link, the executable, the deletion.
+    let tree = git(&fleet.remote(), &["ls-tree", "-r", &format!("loopwright/{run}")]);
+    let tree: Vec<(&str, &str)> = tree
+        .lines()
+        .filter_map(|l| {
+            let (meta, path) = l.split_once('\t')?;
+            Some((meta.split(' ').next()?, path))
+        })
+        .filter(|(_, path)| !path.starts_with(".loopwright/") && !["fast.sh", "slow.sh"].contains(path))
+        .collect();
+    assert_eq!(tree, [("100644", "README"), ("100644", "answer.txt"), ("120000", "link"), ("100755", "run.sh")]);
+    // The kept layers go with the run's end.
+    let refs = git(&fleet.remote(), &["for-each-ref", "refs/loopwright/"]);
+    assert_eq!(refs, "", "kept layers left on the repository");
 }

@@ -541,6 +541,7 @@ mod tests {
                     outputs: Default::default(),
                     error: Some("check `tests` failed".into()),
                     output_tail: "1 failed".into(),
+                    kept: None,
                 }),
                 won: false,
             }],

@@ -80,6 +80,17 @@ pub trait Layers {
     fn run_layers_here(&self, _run: &RunId) -> bool {
         false
     }
+    /// Keeps layer `name` of `run` where another machine can make it again (a worker's run: a
+    /// commit pushed to the fleet's repository), so that a takeover need not run its attempt
+    /// again; returns what [`Layers::bring_layer`] needs, `None` where layers are not kept so.
+    fn keep_layer(&self, _run: &RunId, _name: &str) -> Result<Option<String>, LayerError> {
+        Ok(None)
+    }
+    /// Makes layer `name` of `run` here from `kept`, which [`Layers::keep_layer`] returned on
+    /// the machine that made it.
+    fn bring_layer(&self, _run: &RunId, _name: &str, _kept: &str) -> Result<(), LayerError> {
+        Err(LayerError::NotHere)
+    }
     /// The commit the workspace is at now, when it is a repository: what a layer made now
     /// starts from, for [`Layers::merge_into_layer`].
     fn layer_base(&self) -> Option<String> {

@@ -4,10 +4,11 @@
 //! committed and the others are dropped. None passing fails the attempt with the most
 //! promising failure, which the next attempt's `<retry_context>` carries.
 //!
-//! After a crash, a candidate whose end is journaled is kept (its layer is still there) and
-//! one that was in flight runs again in a fresh layer.
+//! After a crash, a candidate whose end is journaled is kept (its layer is still there, or on a
+//! fleet made again from the commit it was kept as) and one that was in flight runs again in a
+//! fresh layer.
 
-use loopwright_spec::StageId;
+use loopwright_spec::{Stage, StageId};
 
 use super::Engine;
 use super::attempt::LIMIT_RENEW;
@@ -15,11 +16,12 @@ use super::finish::{Commit, judge};
 use super::process::{Process, Reported, next_of};
 use crate::decide::candidates::{choose, entries_of};
 use crate::event::{CandidateResult, Event, FailureKind, StageError};
+use crate::ids::RunId;
 use crate::ports::{
     Changes, Clock, Delivery, ExecOutcome, Execution, Limits, Notice, Runner, StageRequest, Stop, Stopper, Store,
     StoreError,
 };
-use crate::state::{CandidateState, RunState};
+use crate::state::{CandidateState, RunState, StageState};
 
 /// A candidate in flight.
 struct Running<'a> {
@@ -83,24 +85,23 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             };
             return self.record(state, Event::AttemptFailed { stage: stage_id, attempt, duration_ms: 0, error }).await;
         }
-        // A round decided before a crash is applied; one cut short goes on where it stopped.
-        // Layers stay on the machine that made them: after a takeover by another, a decided
-        // round's winner is not here to apply and the round runs again, and an ended candidate
-        // is kept only when its layer is here.
+        // A round decided before a crash is applied; one cut short goes on where it stopped,
+        // keeping each candidate whose end is journaled and whose layer is at hand: here, or
+        // made here again from where it was kept (a takeover by another machine).
         let run_id = state.run_id.clone();
         let this_round = state.stage(stage_id.as_str()).filter(|s| s.round == attempt);
-        let closed = crate::closed_loop::is_closed_loop(stage);
         let decided = this_round.is_some_and(|s| {
-            // Nothing to apply: none passed, outside the closed loop (which keeps the best).
-            let nothing_kept = s.chosen.flatten().is_none() && !closed;
-            s.chosen.is_some() && (nothing_kept || self.changes.run_layers_here(&run_id))
+            s.chosen.is_some()
+                && kept_of(stage, s)
+                    .and_then(|k| s.candidates.iter().find(|c| c.candidate == k))
+                    .is_none_or(|c| self.at_hand(&run_id, c))
         });
         if !decided {
             let ended: Vec<u32> = this_round
                 .map(|s| {
                     s.candidates
                         .iter()
-                        .filter(|c| c.result.is_some() && self.changes.layer_here(&run_id, &c.layer))
+                        .filter(|c| c.result.is_some() && self.at_hand(&run_id, c))
                         .map(|c| c.candidate)
                         .collect()
                 })
@@ -231,7 +232,13 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                         self.notice(state, stage_id, attempt, notice).await?;
                     }
                     self.used(state, &r.request, &r.holder, &execution).await;
-                    let result = self.checked(state, stage_id, &r.request, &execution).await;
+                    let mut result = self.checked(state, stage_id, &r.request, &execution).await;
+                    result.kept = r
+                        .request
+                        .confine
+                        .layer
+                        .as_deref()
+                        .and_then(|layer| self.changes.keep_layer(&state.run_id, layer).ok().flatten());
                     let event =
                         Event::CandidateEnded { stage: stage_id.clone(), attempt, candidate: r.candidate, result };
                     self.record(state, event).await?;
@@ -249,6 +256,15 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             }
         }
         Ok(Waited::Stopped)
+    }
+
+    /// True when candidate `c`'s layer is here, or was kept and has been made here again.
+    fn at_hand(&self, run: &RunId, c: &CandidateState) -> bool {
+        self.changes.layer_here(run, &c.layer)
+            || c.result
+                .as_ref()
+                .and_then(|r| r.kept.as_deref())
+                .is_some_and(|kept| self.changes.bring_layer(run, &c.layer, kept).is_ok())
     }
 
     /// A candidate's end judged: its outputs, then the stage's checks over its layer.
@@ -277,6 +293,7 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
             outputs: Default::default(),
             error: None,
             output_tail: super::output_tail(&format!("{}{}", execution.stdout, execution.stderr)),
+            kept: None,
         };
         match judge(&stage.outputs, execution) {
             Err(error) => {
@@ -315,11 +332,9 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         let stage = self.pipeline.stage(stage_id.as_str()).expect("a pipeline stage");
         let closed = crate::closed_loop::is_closed_loop(stage);
         let st = state.stage(stage_id.as_str()).expect("a started stage");
-        let winner = st.chosen.flatten();
         let select = stage.candidates.as_ref().map(|c| c.select.selectors().to_vec()).unwrap_or_default();
         let choice = choose(&select, &entries_of(&st.candidates));
-        // The closed loop goes on from the most promising failure when none passed.
-        let kept = if closed { winner.or(choice.best) } else { winner };
+        let kept = kept_of(stage, st);
         let kept = st.candidates.iter().find(|c| Some(c.candidate) == kept).cloned();
         let best = choice.best.and_then(|b| st.candidates.iter().find(|c| c.candidate == b)).cloned();
         let durations = st.candidates.iter().filter_map(|c| c.result.as_ref().map(|r| r.duration_ms)).max();
@@ -415,6 +430,17 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         };
         self.record(state, event).await
     }
+}
+
+/// The candidate whose layer a decided round keeps: its winner, or in the closed loop the
+/// most promising failure when none passed.
+fn kept_of(stage: &Stage, st: &StageState) -> Option<u32> {
+    let winner = st.chosen.flatten();
+    if !crate::closed_loop::is_closed_loop(stage) {
+        return winner;
+    }
+    let select = stage.candidates.as_ref().map(|c| c.select.selectors().to_vec()).unwrap_or_default();
+    winner.or(choose(&select, &entries_of(&st.candidates)).best)
 }
 
 /// A result for a winner journaled without one (never: a winner passed, so it ended).
