@@ -441,8 +441,8 @@ pub fn describe(event: &loopwright_engine::Event) -> Option<String> {
     })
 }
 
-/// Where the failures the run classified point — each `path:line` in their key lines that names
-/// one of the tree's `files` (read as the closed loop's strategies read them,
+/// Where the failures the run classified point — each `path:line` in their key lines, then in
+/// their whole output, that names one of the tree's `files` (read as the closed loop's strategies read them,
 /// [`locations`](loopwright_engine::closed_loop::strategies::locations)) — with the failure's
 /// category as the title: the annotations on loopwright's check run. At most 50 (GitHub's limit
 /// per request), each place once.
@@ -463,11 +463,14 @@ pub fn annotations(state: &RunState, files: &[String]) -> Vec<loopwright_forge::
     let mut out: Vec<loopwright_forge::port::Annotation> = Vec::new();
     for failure in attempts.chain(ci) {
         let title = failure.pattern.clone().unwrap_or_else(|| failure.summary.clone());
-        for line in &failure.lines {
+        // The key lines first; then the whole output (a traceback's frames are seldom key lines).
+        let lines = failure.lines.iter().map(String::as_str).chain(failure.output.lines());
+        for line in lines {
             for (path, at) in loopwright_engine::closed_loop::strategies::locations(line, &Files(files)) {
                 let at = at as u64;
                 if out.len() < 50 && !out.iter().any(|a| a.path == path && a.line == at) {
-                    let message: String = line.trim().chars().take(1000).collect();
+                    let message: String =
+                        format!("{}\n{}", failure.headline(), line.trim()).chars().take(1000).collect();
                     out.push(loopwright_forge::port::Annotation { path, line: at, title: title.clone(), message });
                 }
             }

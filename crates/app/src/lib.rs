@@ -19,6 +19,7 @@ pub mod lock;
 pub mod ops;
 pub mod ownership;
 pub mod record;
+pub mod report;
 pub mod session;
 pub mod stop;
 pub mod workspace;

@@ -58,7 +58,7 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
                 answer = answer => answer.unwrap_or(false),
                 _ = loopwright_engine::Stopper::stopped(engine.stopper) => {
                     eprintln!("\nloopwright: run {} still waits for approval of `{stage}`", state.run_id);
-                    report(global, &state)?;
+                    report(global, &state, Some(engine.pipeline))?;
                     return Ok(130);
                 }
             };
@@ -128,7 +128,7 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
             }
         }
     }
-    report(global, &state)
+    report(global, &state, Some(engine.pipeline))
 }
 
 /// Records an answer given at this terminal, unless another process changed the run since it
@@ -153,9 +153,32 @@ fn ask_yes_no(question: &str) -> bool {
     std::io::stdin().lock().read_line(&mut line).is_ok() && matches!(line.trim().to_lowercase().as_str(), "y" | "yes")
 }
 
-/// Prints a run's result (JSON on stdout with `--json`) and returns its exit code.
-pub fn report(global: &Global, state: &RunState) -> Result<u8, CliError> {
+/// Prints a run's result (JSON on stdout with `--json`), writes the reports the command
+/// names (with the run's `pipeline`), and under GitHub Actions its annotations, summary and
+/// outputs; returns its exit code.
+pub fn report(global: &Global, state: &RunState, pipeline: Option<&Pipeline>) -> Result<u8, CliError> {
+    use loopwright_app::report::{self, actions};
     let result = PipelineResult::from_state(state);
+    if let Some(pipeline) = pipeline {
+        report::write(&global.reports, state, pipeline)?;
+        if actions::enabled() {
+            let root = state
+                .started
+                .as_ref()
+                .map(|s| s.worktree.as_ref().map_or_else(|| s.workspace.clone(), |w| w.path.clone()));
+            let files: Vec<String> = root
+                .and_then(|r| loopwright_runners::git::git(std::path::Path::new(&r), &["ls-files", "-z"]).ok())
+                .map(|out| out.split('\0').filter(|f| !f.is_empty()).map(str::to_owned).collect())
+                .unwrap_or_default();
+            let mut lines = String::new();
+            for line in actions::annotations(state, pipeline, &files) {
+                lines.push_str(&line);
+                lines.push('\n');
+            }
+            let _ = std::io::stderr().write_all(lines.as_bytes());
+            actions::write_files(state, pipeline)?;
+        }
+    }
     if global.json {
         let json = serde_json::to_string_pretty(&result).map_err(|e| CliError::Internal(e.into()))?;
         println!("{json}");

@@ -140,7 +140,7 @@ fn quiet_on_broken_pipe() {
 fn main() -> ExitCode {
     quiet_on_broken_pipe();
     let cli = Cli::parse();
-    let global = cmd::Global { dir: cli.dir, json: cli.json, store: cli.store };
+    let global = cmd::Global { dir: cli.dir, json: cli.json, store: cli.store, reports: Vec::new() };
     let cli = match cli.command {
         Command::Serve(args) => return exit(cmd::serve::run(&global, args)),
         Command::Worker(args) => return exit(cmd::worker::run(&global, args)),

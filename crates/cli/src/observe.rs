@@ -36,6 +36,8 @@ pub struct Progress {
     quiet: bool,
     run_started: Instant,
     stage_started: HashMap<String, Instant>,
+    /// In a GitHub Actions job: the stage whose `::group::` is open, if one is.
+    actions: Option<Option<String>>,
 }
 
 impl Progress {
@@ -47,13 +49,42 @@ impl Progress {
             quiet,
             run_started: Instant::now(),
             stage_started: HashMap::new(),
+            actions: loopwright_app::report::actions::enabled().then_some(None),
         }
+    }
+
+    /// In a GitHub Actions job, opens the log group of `stage` unless it is open (closing
+    /// another's first): the stage's lines fold under it.
+    fn group(&mut self, stage: &str, title: &str) {
+        if self.quiet || self.actions.as_ref().is_none_or(|open| open.as_deref() == Some(stage)) {
+            return;
+        }
+        self.end_group();
+        self.raw(&loopwright_app::report::actions::group(title));
+        self.actions = Some(Some(stage.to_owned()));
+    }
+
+    /// Closes the open log group, if one is.
+    fn end_group(&mut self) {
+        if let Some(open) = &mut self.actions
+            && open.take().is_some()
+        {
+            self.raw(loopwright_app::report::actions::END_GROUP);
+        }
+    }
+
+    /// Prints a line of loopwright's own (a workflow command) as it is.
+    fn raw(&self, text: &str) {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
     }
 
     fn line(&self, text: &str) {
         if self.quiet {
             return;
         }
+        // What agents and checks printed is part of many lines.
+        let text = crate::terminal::safe(text);
         // One write per line (`eprintln!` makes two on unbuffered stderr).
         let print = || {
             use std::io::Write;
@@ -69,6 +100,12 @@ impl Progress {
         if let Some(bar) = self.spinner.take() {
             bar.finish_and_clear();
         }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.end_group();
     }
 }
 
@@ -99,6 +136,7 @@ impl Observer for Progress {
                     Some(r) if *attempt > 1 => format!(" attempt {attempt}/{}", r.max_attempts),
                     _ => String::new(),
                 };
+                self.group(stage.as_str(), &format!("{stage}{who}"));
                 self.line(&format!("▶ {stage}{who}{of}"));
                 if self.tty && !self.quiet {
                     let bar = ProgressBar::new_spinner();
@@ -172,6 +210,7 @@ impl Observer for Progress {
                 self.line(&format!("- {stage} skipped: {why}"));
             }
             Event::ApprovalRequested { stage } => {
+                self.end_group();
                 self.line(&format!("⏸ {stage} requires approval"));
             }
             Event::ApprovalGranted { stage, by, .. } => self.line(&format!("  {stage} approved by {by}")),
@@ -183,11 +222,13 @@ impl Observer for Progress {
             }
             Event::RunFinished { status } => {
                 self.stop_spinner();
+                self.end_group();
                 let elapsed = u64::try_from(self.run_started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 self.line(&format!("loopwright: run {} {} in {}", state.run_id, status.as_str(), duration(elapsed)));
             }
             Event::RunInterrupted { stage, signal } => {
                 self.stop_spinner();
+                self.end_group();
                 self.line(&format!(
                     "■ run {} interrupted by {signal}{}: `loopwright resume {}` continues it",
                     state.run_id,

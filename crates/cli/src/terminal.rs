@@ -4,11 +4,26 @@
 //! what loopwright printed; so everything such text reaches goes through [`safe`] before it is
 //! printed: escape sequences removed (parsed by `strip-ansi-escapes`), then every other control
 //! character but newline and tab. JSON output needs nothing: JSON escapes control characters.
+//! In a GitHub Actions job the log is read for workflow commands too: there no line of such
+//! text may start with `::` (see `loopwright_app::report::actions::inert`).
 
 use std::borrow::Cow;
 
-/// `text` with nothing a terminal would act on.
+/// `text` with nothing a terminal (or, in a GitHub Actions job, its runner) would act on.
 pub fn safe(text: &str) -> Cow<'_, str> {
+    static ACTIONS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let text = without_controls(text);
+    if !*ACTIONS.get_or_init(loopwright_app::report::actions::enabled) {
+        return text;
+    }
+    match loopwright_app::report::actions::inert(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(quoted) => Cow::Owned(quoted),
+    }
+}
+
+/// `text` without escape sequences and control characters but newline and tab.
+fn without_controls(text: &str) -> Cow<'_, str> {
     let plain = |c: char| !c.is_control() || c == '\n' || c == '\t';
     if text.chars().all(plain) {
         return Cow::Borrowed(text);

@@ -40,6 +40,19 @@ pub struct Config {
     /// `[github]`: the repository whose issues start runs and which receives their pull
     /// requests.
     pub github: Option<crate::github::GithubConfig>,
+    /// `[report]`: reports every `run`, `resume` and `rerun` writes for CI.
+    pub report: ReportConfig,
+}
+
+/// `[report]`: files a run's result is also written to when a command ends (paths relative to
+/// the workspace); `--report FORMAT=FILE` replaces the one of its format.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportConfig {
+    /// JUnit XML: a suite for the run, a case per stage and per check.
+    pub junit: Option<std::path::PathBuf>,
+    /// The run's "why" as Markdown.
+    pub markdown: Option<std::path::PathBuf>,
 }
 
 /// `[worker]`: what a worker started here may run (its `--repo` flags say it instead).

@@ -80,7 +80,8 @@ pub fn serve(global: &Global, args: Args) -> Result<u8, CliError> {
 /// `loopwright demo`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let root = create(args.dir)?;
-    let demo_global = Global { dir: Some(root.clone()), json: global.json, store: global.store.clone() };
+    let demo_global =
+        Global { dir: Some(root.clone()), json: global.json, store: global.store.clone(), reports: Vec::new() };
     let ws = crate::workspace::Workspace::locate(Some(&root))?;
     let request = loopwright_app::ops::start::StartRequest {
         pipeline: "bug-fix".into(),

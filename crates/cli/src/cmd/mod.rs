@@ -31,6 +31,8 @@ pub struct Global {
     pub json: bool,
     /// `--store`.
     pub store: Option<String>,
+    /// The reports the command writes when the run it drives stops (`--report`, `[report]`).
+    pub reports: Vec<loopwright_app::report::Target>,
 }
 
 impl Global {
@@ -39,6 +41,21 @@ impl Global {
     pub fn workspace(&self) -> Result<loopwright_app::workspace::Workspace, loopwright_app::error::Error> {
         loopwright_app::workspace::Workspace::locate(self.dir.as_deref())?.with_store(self.store.clone())
     }
+
+    /// These options, writing the reports `flags` and the workspace's `[report]` name.
+    pub fn reporting(
+        &self,
+        ws: &loopwright_app::workspace::Workspace,
+        flags: &[loopwright_app::report::Target],
+    ) -> Self {
+        let reports = loopwright_app::report::targets(&ws.config.report, &ws.root, flags);
+        Self { reports, ..self.clone() }
+    }
+}
+
+/// `--report FORMAT=FILE`, as clap reads it.
+pub fn report_flag(text: &str) -> Result<loopwright_app::report::Target, String> {
+    loopwright_app::report::Target::parse(text)
 }
 
 pub use loopwright_app::assemble::{open_existing_local_store, open_existing_store, open_local_store, open_store};

@@ -25,6 +25,11 @@ pub struct ResumeArgs {
     /// Print no progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Also write the run's result as a report when this command ends: `junit=FILE` (JUnit
+    /// XML for CI's test results) or `markdown=FILE` (why the run stands where it stands);
+    /// repeatable. `[report]` in config.toml names them for every run.
+    #[arg(long = "report", value_name = "FORMAT=FILE", value_parser = super::report_flag)]
+    pub report: Vec<loopwright_app::report::Target>,
 }
 
 /// Arguments of `approve` and `reject`.
@@ -126,7 +131,7 @@ async fn give(opened: Opened, global: &Global, event: Event, quiet: bool) -> Res
         if state.status == RunStatus::Queued {
             eprintln!("loopwright: run {run} is run by workers; the next free one continues it");
         }
-        report(global, &state)?;
+        report(global, &state, Some(&pipeline))?;
         return Ok(0);
     }
     if owner_acts(&state) {
@@ -134,7 +139,7 @@ async fn give(opened: Opened, global: &Global, event: Event, quiet: bool) -> Res
         let pid = state.owner.as_ref().map_or(0, |o| o.pid);
         eprintln!("loopwright: run {run} is driven by the daemon (process {pid}); it continues there");
         // The answer was taken: that is what this command reports (the run itself goes on).
-        report(global, &state)?;
+        report(global, &state, Some(&pipeline))?;
         return Ok(0);
     }
     continue_run(global, &ws, &store, &pipeline, state, Some(event), quiet).await
@@ -143,11 +148,12 @@ async fn give(opened: Opened, global: &Global, event: Event, quiet: bool) -> Res
 /// `loopwright resume RUN`.
 pub async fn resume(global: &Global, args: ResumeArgs) -> Result<u8, CliError> {
     let Opened { ws, store, run, pipeline, state } = open_run(global, &args.run).await?;
+    let global = &global.reporting(&ws, &args.report);
     if answer::submitted(&store, &run).await? {
         eprintln!(
             "loopwright: run {run} was submitted to workers: a worker continues it once no live lease holds it (`loopwright status {run}`)"
         );
-        return report(global, &state);
+        return report(global, &state, Some(&pipeline));
     }
     match loopwright_app::ops::resume::check(&state)? {
         Resumable::Yes => continue_run(global, &ws, &store, &pipeline, state, None, args.quiet).await,
@@ -155,11 +161,11 @@ pub async fn resume(global: &Global, args: ResumeArgs) -> Result<u8, CliError> {
             eprintln!(
                 "loopwright: run {run} waits for approval of stage `{stage}`: `loopwright approve {run}` or `loopwright reject {run}`"
             );
-            report(global, &state)
+            report(global, &state, Some(&pipeline))
         }
         Resumable::Waits | Resumable::Ended(_) => {
             eprintln!("loopwright: run {run} already ended ({}); nothing to resume", state.status.as_str());
-            report(global, &state)
+            report(global, &state, Some(&pipeline))
         }
     }
 }
@@ -181,14 +187,14 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
     let run = resolve_run(&store, &args.run).await?;
     let by = args.by.unwrap_or_else(os_user);
     match loopwright_app::ops::cancel::cancel(&ws, &store, &run, by, args.rollback, |_| false).await? {
-        Cancelled::Done(state) => report(global, &state),
+        Cancelled::Done(state) => report(global, &state, None),
         Cancelled::Requested(_) => {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
             loop {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 let state = RunState::replay(run.clone(), &store.events(&run).await?);
                 if state.status != RunStatus::Running {
-                    return report(global, &state);
+                    return report(global, &state, None);
                 }
                 if std::time::Instant::now() > deadline {
                     return Err(CliError::Internal(anyhow::anyhow!(
@@ -202,7 +208,7 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
             if answer::submitted(&store, &run).await? {
                 // A worker rolls it back, in its clone of the run's repository.
                 answer::queue_for_workers(&store, &mut state, event).await?;
-                return report(global, &state);
+                return report(global, &state, Some(&pipeline));
             }
             continue_run(global, &ws, &store, &pipeline, state, Some(event), true).await
         }

@@ -57,6 +57,11 @@ pub struct Args {
     /// branch; workers see what the repository has, so push it first).
     #[arg(long, value_name = "REF", requires = "submit")]
     pub base: Option<String>,
+    /// Also write the run's result as a report when this command ends: `junit=FILE` (JUnit
+    /// XML for CI's test results) or `markdown=FILE` (why the run stands where it stands);
+    /// repeatable. `[report]` in config.toml names them for every run.
+    #[arg(long = "report", value_name = "FORMAT=FILE", value_parser = super::report_flag)]
+    pub report: Vec<loopwright_app::report::Target>,
 }
 
 fn split_kv<'a>(text: &'a str, flag: &str) -> Result<(&'a str, &'a str), CliError> {
@@ -103,6 +108,7 @@ fn parse_vars(raw: &[String]) -> Result<BTreeMap<String, String>, CliError> {
 /// `loopwright run`.
 pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     let ws = global.workspace()?;
+    let global = &global.reporting(&ws, &args.report);
     let inputs = parse_inputs(&args.inputs)?;
     let vars = parse_vars(&args.vars)?;
     let request = StartRequest {
@@ -176,12 +182,18 @@ pub struct RerunArgs {
     /// Print no progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Also write the run's result as a report when this command ends: `junit=FILE` (JUnit
+    /// XML for CI's test results) or `markdown=FILE` (why the run stands where it stands);
+    /// repeatable. `[report]` in config.toml names them for every run.
+    #[arg(long = "report", value_name = "FORMAT=FILE", value_parser = super::report_flag)]
+    pub report: Vec<loopwright_app::report::Target>,
 }
 
 /// `loopwright rerun`: a new run of the same pipeline (as its file says now), task,
 /// variables and inputs, from the first stage or `--from`, journaled with who asked.
 pub async fn rerun(global: &Global, args: RerunArgs) -> Result<u8, CliError> {
     let ws = global.workspace()?;
+    let global = &global.reporting(&ws, &args.report);
     let store = super::open_existing_store(&ws)?;
     let run = loopwright_app::ops::read::resolve_run(&store, &args.run).await?;
     let state = loopwright_app::ops::read::state(&store, &run).await?;

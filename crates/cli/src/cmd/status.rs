@@ -46,5 +46,5 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
     };
     let run = resolve_run(&store, &run).await?;
     let state = read::state(&store, &run).await?;
-    report(global, &state)
+    report(global, &state, None)
 }

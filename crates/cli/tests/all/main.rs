@@ -24,6 +24,7 @@ mod limits;
 mod postgres;
 mod presets;
 mod real_cli;
+mod report;
 mod rollback;
 mod run;
 mod sandbox;
