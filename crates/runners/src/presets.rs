@@ -304,25 +304,29 @@ pub fn provider(agent: &Agent) -> Option<&'static str> {
         RunnerKind::Shell => return None,
         RunnerKind::Aider | RunnerKind::Opencode | RunnerKind::Goose | RunnerKind::Command => None,
     };
-    fixed.or_else(|| {
-        let model = agent.model.as_deref()?.to_ascii_lowercase();
-        let model = model.rsplit_once('/').map_or(model.as_str(), |(vendor, name)| match vendor {
-            "anthropic" | "openai" | "google" | "gemini" => vendor,
-            _ => name,
-        });
-        if model.starts_with("anthropic") || model.starts_with("claude") {
-            Some("anthropic")
-        } else if model.starts_with("openai")
-            || model.starts_with("gpt")
-            || ["o1", "o3", "o4"].iter().any(|o| model == *o || model.starts_with(&format!("{o}-")))
-        {
-            Some("openai")
-        } else if model.starts_with("google") || model.starts_with("gemini") {
-            Some("google")
-        } else {
-            None
-        }
-    })
+    fixed.or_else(|| provider_of_model(agent.model.as_deref()?))
+}
+
+/// The provider a model's name says it belongs to (`anthropic/…`, `claude-…`; `openai/…`,
+/// `gpt-…`, `o3`; `google/…`, `gemini-…`), if it says one.
+pub fn provider_of_model(model: &str) -> Option<&'static str> {
+    let model = model.to_ascii_lowercase();
+    let model = model.rsplit_once('/').map_or(model.as_str(), |(vendor, name)| match vendor {
+        "anthropic" | "openai" | "google" | "gemini" => vendor,
+        _ => name,
+    });
+    if model.starts_with("anthropic") || model.starts_with("claude") {
+        Some("anthropic")
+    } else if model.starts_with("openai")
+        || model.starts_with("gpt")
+        || ["o1", "o3", "o4"].iter().any(|o| model == *o || model.starts_with(&format!("{o}-")))
+    {
+        Some("openai")
+    } else if model.starts_with("google") || model.starts_with("gemini") {
+        Some("google")
+    } else {
+        None
+    }
 }
 
 /// An agent CLI's own configuration in the user's home (paths relative to it), as a sandbox

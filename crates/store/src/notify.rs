@@ -112,6 +112,17 @@ impl SqliteStore {
         rows.collect::<Result<_, _>>().map_err(backend)
     }
 
+    /// How many notifications are in each status (`pending`, `sent`, `failed`, …).
+    pub fn notify_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt =
+            conn.prepare_cached("SELECT status, COUNT(*) FROM notifications GROUP BY status").map_err(backend)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0))))
+            .map_err(backend)?;
+        rows.collect::<Result<_, _>>().map_err(backend)
+    }
+
     /// How far into the auto loops' log the notifier has looked, if it ever has.
     pub fn notifier_auto_position(&self) -> Result<Option<i64>, StoreError> {
         let found: Option<Option<i64>> = self

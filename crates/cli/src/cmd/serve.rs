@@ -44,6 +44,10 @@ pub struct Args {
     /// comma-separated or repeated.
     #[arg(long = "trust-proxy-from", value_name = "CIDR", value_delimiter = ',', requires = "trust_proxy_header")]
     pub trust_proxy_from: Vec<String>,
+    /// Also serve /metrics (Prometheus' text format) without a token on this loopback address,
+    /// for a scraper on this machine; /metrics on --addr always needs a token.
+    #[arg(long = "metrics-addr", value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     /// Milliseconds between heartbeat comments on idle event streams.
     #[arg(long = "heartbeat-ms", default_value_t = 15_000, hide = true)]
     pub heartbeat_ms: u64,
@@ -184,6 +188,7 @@ pub fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         max_connections: usize::try_from(args.max_connections).unwrap_or(512),
         trust_proxy_header: args.trust_proxy_header,
         trust_proxy_from: args.trust_proxy_from,
+        metrics_addr: args.metrics_addr,
     };
     let json = global.json;
     on_daemon_runtime(loopwright_daemon::serve(ws.clone(), options, |started| {

@@ -421,3 +421,143 @@ fn the_action_the_release_workflow_and_the_readme_example_pass_actionlint() {
         std::process::Command::new(&actionlint).arg("broken.yml").current_dir(dir.path()).output().expect("actionlint");
     assert!(!out.status.success(), "actionlint accepted a broken workflow");
 }
+
+/// The samples of a Prometheus text exposition: `name{labels}` → value.
+fn samples(text: &str) -> std::collections::BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `promtool check metrics` on `text` (skipped, with a note, where promtool is missing and not
+/// required).
+fn promtool_clean(text: &str) {
+    use std::io::Write;
+    let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        assert!(!required(), "promtool is missing (scripts/report-test.sh installs Debian's prometheus)");
+        eprintln!("skipped: no promtool here");
+        return;
+    };
+    child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
+    let out = child.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics:\n{}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn metrics_count_every_runs_ends_attempts_failures_and_usage_and_pass_promtool() {
+    let ws = project(2);
+    dev(&ws, 2);
+    let (code, _, stderr) = ws.run(&["run", "ci", "--task", "recovers"]);
+    assert_eq!(code, 0, "{stderr}");
+    dev(&ws, 99);
+    ws.write("stats.py", "def mean(xs):\n    return sum(xs) / len(xs)\n");
+    let (code, _, stderr) = ws.run(&["run", "ci", "--task", "gives up"]);
+    assert_eq!(code, 1, "{stderr}");
+    ws.write(
+        ".loopwright/pipelines/gate.yml",
+        &std::fs::read_to_string(crate::support::examples().join("../tests/fixtures/gate.yml")).expect("fixture"),
+    );
+    let (code, _, stderr) = ws.run(&["run", "gate", "--task", "ship"]);
+    assert_eq!(code, 3, "{stderr}");
+
+    // Without a token only on this machine.
+    let (code, _, stderr) = ws.run(&["serve", "--addr", "127.0.0.1:0", "--metrics-addr", "0.0.0.0:9464"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--metrics-addr 0.0.0.0:9464: not a loopback address"), "{stderr}");
+    // A provider's limits, whose pause the metrics show.
+    ws.write(".loopwright/config.toml", "[[limits]]\nprovider = \"anthropic\"\nconcurrent = 2\n");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let daemon = crate::daemon::Daemon::start(&ws, &["--metrics-addr", &metrics_addr]);
+    // Behind the token on the API's address; without one on the loopback metrics address.
+    let (status, _) = daemon.page_as("/metrics", "wrong-token");
+    assert_eq!(status, 401);
+    let (status, text) = daemon.page("/metrics");
+    assert_eq!(status, 200, "{text}");
+    promtool_clean(&text);
+    let open = reqwest::blocking::get(format!("http://{metrics_addr}/metrics")).expect("scrape").text().expect("text");
+    assert_eq!(samples(&open), samples(&text));
+    let got = samples(&text);
+    let value = |series: &str| got.get(series).copied().unwrap_or_else(|| panic!("no {series} in:\n{text}"));
+    let expected = [
+        (r#"loopwright_runs{status="success"}"#, 1.0),
+        (r#"loopwright_runs{status="failed"}"#, 1.0),
+        (r#"loopwright_runs{status="waiting"}"#, 1.0),
+        (r#"loopwright_runs{status="queued"}"#, 0.0),
+        ("loopwright_runs_waiting_for_person", 1.0),
+        ("loopwright_queue_depth", 0.0),
+        (r#"loopwright_runs_ended_total{pipeline="ci",status="success"}"#, 1.0),
+        (r#"loopwright_runs_ended_total{pipeline="ci",status="failed"}"#, 1.0),
+        // Plan, implement (recovered), plan, implement (gave up), build: five stages ended.
+        (r#"loopwright_stage_duration_seconds_count{pipeline="ci",stage="plan",status="success"}"#, 2.0),
+        (r#"loopwright_stage_duration_seconds_count{pipeline="ci",stage="implement",status="success"}"#, 1.0),
+        (r#"loopwright_stage_duration_seconds_count{pipeline="ci",stage="implement",status="failed"}"#, 1.0),
+        (r#"loopwright_stage_duration_seconds_count{pipeline="gate",stage="build",status="success"}"#, 1.0),
+        (r#"loopwright_attempt_duration_seconds_count{pipeline="ci",outcome="failed"}"#, 3.0),
+        ("loopwright_notifications_failed_total", 0.0),
+        ("loopwright_provider_waits_total", 0.0),
+        (r#"loopwright_provider_paused{limit="anthropic"}"#, 0.0),
+    ];
+    for (series, want) in expected {
+        assert_eq!(value(series), want, "{series} in:\n{text}");
+    }
+    // The scripted agent names no model: its tokens (counted by loopwright) are the unknown's.
+    assert!(value(r#"loopwright_tokens_total{provider="unknown",model="unknown"}"#) > 0.0, "{text}");
+    let failed: f64 =
+        got.iter().filter(|(k, _)| k.starts_with("loopwright_attempts_failed_total{")).map(|(_, v)| v).sum();
+    assert_eq!(failed, 3.0, "{text}");
+
+    // Every series the Grafana dashboard in docs/ reads is one the daemon serves.
+    let grafana: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/grafana-loopwright.json"))
+            .expect("the dashboard"),
+    )
+    .expect("its JSON");
+    let families: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next()).collect();
+    let names = regex::Regex::new(r"loopwright_[a-z_]+").expect("regex");
+    let mut read = 0;
+    for panel in grafana["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            for name in names.find_iter(target["expr"].as_str().expect("expr")) {
+                let name = name.as_str();
+                let family = ["_bucket", "_count", "_sum"].iter().fold(name, |n, s| n.strip_suffix(s).unwrap_or(n));
+                // Workers share only a PostgreSQL store: on this SQLite one there are none.
+                let fleet_only = family == "loopwright_worker_leases";
+                assert!(
+                    families.contains(&family) || fleet_only,
+                    "the dashboard reads {name}, which /metrics does not serve"
+                );
+                read += 1;
+            }
+        }
+    }
+    assert!(read >= 13, "{read}");
+
+    // A run ended since is counted at the next scrape, and nothing counted twice.
+    let (code, _, stderr) = ws.run(&["approve", "latest"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (_, again) = daemon.page("/metrics");
+    let again = samples(&again);
+    assert_eq!(again[r#"loopwright_runs_ended_total{pipeline="gate",status="success"}"#], 1.0);
+    assert_eq!(again[r#"loopwright_runs_ended_total{pipeline="ci",status="success"}"#], 1.0);
+    assert_eq!(
+        again[r#"loopwright_stage_duration_seconds_count{pipeline="gate",stage="build",status="success"}"#],
+        1.0
+    );
+    assert_eq!(again[r#"loopwright_runs{status="waiting"}"#], 0.0);
+}

@@ -222,7 +222,7 @@ pub async fn check(State(shared): State<Arc<Shared>>, request: Request, next: Ne
         || (path == "/api/github/webhook" && request.method() == Method::POST);
     let caller = caller_from_proxy(&shared, &request)
         .or_else(|| token_of(&shared, headers).and_then(|t| caller_of_token(&shared, &t)));
-    if path.starts_with("/api/") && !open && caller.is_none() {
+    if (path.starts_with("/api/") || path == "/metrics") && !open && caller.is_none() {
         return ApiError::unauthorized().into_response();
     }
     if changes
