@@ -260,6 +260,10 @@ const SLOT_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
 pub struct StoreLimits<'a> {
     store: &'a Journal,
     rules: &'a [loopwright_spec::config::Limit],
+    /// `[[spend]]` caps.
+    caps: &'a [loopwright_spec::spend::Cap],
+    /// What each attempt holding spend holds is counted by, for when it gives them back.
+    spenders: std::sync::Mutex<std::collections::HashMap<String, loopwright_store::spend::Spender>>,
 }
 
 impl StoreLimits<'_> {
@@ -306,30 +310,85 @@ pub fn provider_rules(
     rules
 }
 
+impl StoreLimits<'_> {
+    /// Takes a hold under every `[[spend]]` cap that counts the attempt (remembering what it
+    /// is counted by), or says why it may not start.
+    async fn take_spend(
+        &self,
+        agent: &loopwright_spec::Agent,
+        holder: &str,
+        payer: &loopwright_engine::ports::Payer<'_>,
+    ) -> Result<Option<loopwright_engine::ports::Allowed>, loopwright_engine::StoreError> {
+        use loopwright_engine::ports::Allowed;
+        use loopwright_store::spend::Answer;
+        let provider = loopwright_runners::presets::provider(agent);
+        let spender = loopwright_store::spend::Spender {
+            pipeline: payer.pipeline.to_owned(),
+            provider: provider.unwrap_or_default().to_owned(),
+            person: payer.person.unwrap_or_default().to_owned(),
+        };
+        self.spenders.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(holder.to_owned(), spender);
+        let caps = crate::spend::rules_for(self.caps, jiff::Timestamp::now(), payer.pipeline, provider, payer.person);
+        if caps.is_empty() {
+            return Ok(None);
+        }
+        let rules: Vec<loopwright_store::spend::CapRule> = caps.iter().map(|(r, _)| r.clone()).collect();
+        Ok(match self.store.take_spend(holder, &rules, SLOT_LEASE).await? {
+            Answer::Go => None,
+            Answer::Wait { reason } => Some(Allowed::Wait { reason, until: None }),
+            Answer::Over { key, reason, until } => {
+                let fail = caps.iter().any(|(r, on)| r.key == key && *on == loopwright_spec::spend::OnExceed::Fail);
+                Some(if fail { Allowed::Refused { reason } } else { Allowed::Wait { reason, until: Some(until) } })
+            }
+        })
+    }
+}
+
 impl loopwright_engine::ports::Limits for StoreLimits<'_> {
     async fn take(
         &self,
         agent: &loopwright_spec::Agent,
         holder: &str,
+        payer: &loopwright_engine::ports::Payer<'_>,
     ) -> Result<loopwright_engine::ports::Allowed, loopwright_engine::StoreError> {
         use loopwright_engine::ports::Allowed;
         use loopwright_store::limits::Answer;
+        if let Some(no) = self.take_spend(agent, holder, payer).await? {
+            return Ok(no);
+        }
         let rules = self.rules_for(agent);
         if rules.is_empty() {
             return Ok(Allowed::Yes);
         }
         Ok(match self.store.take_slot(holder, &rules, SLOT_LEASE).await? {
             Answer::Taken => Allowed::Yes,
-            Answer::Wait { reason, until } => Allowed::Wait { reason, until },
+            Answer::Wait { reason, until } => {
+                // Its spend holds go back with it: another attempt may go meanwhile.
+                if !self.caps.is_empty() {
+                    let spender = loopwright_store::spend::Spender::default();
+                    let _ = self.store.give_spend(holder, &spender, 0, 0.0).await;
+                }
+                Allowed::Wait { reason, until }
+            }
         })
     }
 
     async fn renew(&self, holder: &str) {
         let _ = self.store.renew_slot(holder, SLOT_LEASE).await;
+        if !self.caps.is_empty() {
+            let _ = self.store.renew_spend(holder, SLOT_LEASE).await;
+        }
     }
 
-    async fn give(&self, holder: &str, tokens: u64) {
-        let _ = self.store.give_slot(holder, tokens).await;
+    async fn give(&self, holder: &str, used: &loopwright_engine::ports::Used) {
+        let _ = self.store.give_slot(holder, used.tokens).await;
+        let spender = self.spenders.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(holder);
+        // Every agent attempt's use is kept, so that a cap added later counts its period whole.
+        if let Some(spender) = spender
+            && (used.tokens > 0 || used.cost_usd > 0.0 || !self.caps.is_empty())
+        {
+            let _ = self.store.give_spend(holder, &spender, used.tokens, used.cost_usd).await;
+        }
     }
 
     async fn exhausted(&self, agent: &loopwright_spec::Agent, source: &str, until: jiff::Timestamp) {
@@ -438,7 +497,12 @@ impl Ports {
             changes: &self.changes,
             patterns: &self.patterns,
             settings: &self.settings,
-            limits: StoreLimits { store, rules: &self.limits },
+            limits: StoreLimits {
+                store,
+                rules: &self.limits,
+                caps: &self.ws.config.spend,
+                spenders: std::sync::Mutex::default(),
+            },
             delivery: crate::forge::ForgeDelivery {
                 config: self.github.as_ref(),
                 base: self.config_dir.clone(),

@@ -469,8 +469,10 @@ pub fn annotations(state: &RunState, files: &[String]) -> Vec<loopwright_forge::
             for (path, at) in loopwright_engine::closed_loop::strategies::locations(line, &Files(files)) {
                 let at = at as u64;
                 if out.len() < 50 && !out.iter().any(|a| a.path == path && a.line == at) {
-                    let message: String =
-                        format!("{}\n{}", failure.headline(), line.trim()).chars().take(1000).collect();
+                    // The failure's headline, then the line that names the place.
+                    let (headline, line) = (failure.headline().trim(), line.trim());
+                    let message = if headline == line { line.to_owned() } else { format!("{headline}\n{line}") };
+                    let message: String = message.chars().take(1000).collect();
                     out.push(loopwright_forge::port::Annotation { path, line: at, title: title.clone(), message });
                 }
             }

@@ -21,6 +21,7 @@ pub mod ownership;
 pub mod record;
 pub mod report;
 pub mod session;
+pub mod spend;
 pub mod stop;
 pub mod workspace;
 pub mod worktree;

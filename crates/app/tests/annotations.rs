@@ -1,6 +1,6 @@
 //! The annotations on loopwright's check run (SPEC §14, "Reporting"): each place a classified
 //! failure's key lines name — one of the tree's files — once, titled with the failure's
-//! category.
+//! category, its message the failure's headline and the line naming the place.
 
 use loopwright_app::forge::annotations;
 use loopwright_engine::Event;
@@ -60,7 +60,7 @@ fn each_place_a_classified_failure_names_in_the_tree_is_annotated_once() {
                 path: "src/totals.rs".into(),
                 line: 12,
                 title: "compile-error".into(),
-                message: "--> src/totals.rs:12:5".into(),
+                message: "error[E0308]: mismatched types\n--> src/totals.rs:12:5".into(),
             },
             Annotation {
                 path: "tests/test_totals.py".into(),

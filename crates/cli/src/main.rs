@@ -86,6 +86,9 @@ enum Command {
     /// Retry summary and failure metrics over recent runs: attempts by failure pattern, how well
     /// each fix strategy worked.
     Stats(cmd::stats::Args),
+    /// What agents used against each [[spend]] cap of config.toml this day, week or month,
+    /// counted over every process and machine sharing the store.
+    Spend,
     /// Serve the workspace: REST API, live events, the dashboard and notifications, until
     /// SIGINT/SIGTERM. Runs it drives are then interrupted (resumable) and taken up again by
     /// the next `serve`.
@@ -173,6 +176,7 @@ fn main() -> ExitCode {
             Command::Patterns(args) => cmd::patterns::run(&global, args),
             Command::DeadLetters(args) => cmd::dead_letters::run(&global, args),
             Command::Stats(args) => cmd::stats::run(&global, args).await,
+            Command::Spend => cmd::spend::run(&global).await,
             Command::Doctor(args) => cmd::doctor::run(&global, args),
             Command::Store(args) => cmd::store::run(&global, args).await,
             Command::SandboxExec(args) => cmd::sandbox_exec::run(&global, args).await,

@@ -42,6 +42,9 @@ pub struct Config {
     pub github: Option<crate::github::GithubConfig>,
     /// `[report]`: reports every `run`, `resume` and `rerun` writes for CI.
     pub report: ReportConfig,
+    /// `[[spend]]`: caps on what agents use per day, week or month, shared by every process
+    /// using this journal.
+    pub spend: Vec<crate::spend::Cap>,
 }
 
 /// `[report]`: files a run's result is also written to when a command ends (paths relative to

@@ -16,6 +16,7 @@ pub mod pipeline;
 pub mod raw;
 pub mod sandbox;
 pub mod schema;
+pub mod spend;
 
 pub use agent::{Agent, RunnerKind, parse_agent};
 pub use compile::{CompileContext, compile};

@@ -85,6 +85,49 @@ impl Journal {
         }
     }
 
+    /// Takes a hold under every spend cap for `holder`, or says why it may not.
+    pub async fn take_spend(
+        &self,
+        holder: &str,
+        caps: &[crate::spend::CapRule],
+        ttl: std::time::Duration,
+    ) -> Result<crate::spend::Answer, StoreError> {
+        match self {
+            Journal::Sqlite(s) => s.take_spend(holder, caps, ttl, jiff::Timestamp::now()),
+            Journal::Postgres(p) => p.take_spend(holder, caps, ttl).await,
+        }
+    }
+
+    /// Keeps `holder`'s spend holds for another `ttl`.
+    pub async fn renew_spend(&self, holder: &str, ttl: std::time::Duration) -> Result<(), StoreError> {
+        match self {
+            Journal::Sqlite(s) => s.renew_spend(holder, ttl, jiff::Timestamp::now()),
+            Journal::Postgres(p) => p.renew_spend(holder, ttl).await,
+        }
+    }
+
+    /// Records what `holder` used and gives its spend holds back.
+    pub async fn give_spend(
+        &self,
+        holder: &str,
+        spender: &crate::spend::Spender,
+        tokens: u64,
+        cost_usd: f64,
+    ) -> Result<(), StoreError> {
+        match self {
+            Journal::Sqlite(s) => s.give_spend(holder, spender, tokens, cost_usd, jiff::Timestamp::now()),
+            Journal::Postgres(p) => p.give_spend(holder, spender, tokens, cost_usd).await,
+        }
+    }
+
+    /// What the period's uses under `cap` add up to.
+    pub async fn spend_used(&self, cap: &crate::spend::CapRule) -> Result<crate::spend::Standing, StoreError> {
+        match self {
+            Journal::Sqlite(s) => s.spend_used(cap),
+            Journal::Postgres(p) => p.spend_used(cap).await,
+        }
+    }
+
     /// Pauses the limit `key` for everyone until `until`.
     pub async fn pause_limit(&self, key: &str, until: jiff::Timestamp, why: &str) -> Result<(), StoreError> {
         match self {

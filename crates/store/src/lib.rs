@@ -24,6 +24,7 @@ mod journal;
 pub mod limits;
 pub mod notify;
 pub mod pg;
+pub mod spend;
 
 pub use journal::Journal;
 pub use pg::fleet;
@@ -41,6 +42,7 @@ fn migrations() -> Migrations<'static> {
         M::up(include_str!("migrations/008_notifier.sql")),
         M::up(include_str!("migrations/009_runs_list_indexes.sql")),
         M::up(include_str!("migrations/010_pull_request.sql")),
+        M::up(include_str!("migrations/011_spend.sql")),
     ])
 }
 

@@ -33,6 +33,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (3, include_str!("pg/003_limits.sql")),
     (4, include_str!("pg/004_runs_list.sql")),
     (5, include_str!("pg/005_pull_request.sql")),
+    (6, include_str!("pg/006_spend.sql")),
 ];
 
 /// The advisory lock migrations take (`loop` in ASCII).

@@ -20,7 +20,7 @@ async fn sqlite_file_conforms_and_survives_reopening() {
     {
         let store = SqliteStore::open(&path, Synchronous::Full).expect("open");
         suite(&store).await;
-        assert_eq!(store.schema_version().expect("version"), 10);
+        assert_eq!(store.schema_version().expect("version"), 11);
         // What a quiet daemon gives back is opened again when next needed.
         let listed = store.runs(40).await.expect("runs").len();
         store.release_memory();
@@ -127,7 +127,7 @@ async fn the_owner_column_is_filled_from_the_journal_when_the_store_is_migrated(
         }
     }
     let store = SqliteStore::open(&path, Synchronous::Normal).expect("migrate");
-    assert_eq!(store.schema_version().expect("version"), 10);
+    assert_eq!(store.schema_version().expect("version"), 11);
     let owners: Vec<(String, Option<(u32, bool)>)> = store
         .runs(10)
         .await

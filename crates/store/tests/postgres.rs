@@ -41,7 +41,7 @@ async fn postgres_conforms() {
     let Some(url) = fresh_database().await else { return };
     let store = PgStore::connect(&url, 4).await.expect("connect");
     suite(&store).await;
-    assert_eq!(store.schema_version().await.expect("version"), 5);
+    assert_eq!(store.schema_version().await.expect("version"), 6);
     // A second handle (another process) reads what the first wrote, and the data version
     // moves with every commit, by anyone.
     let other = PgStore::connect(&url, 2).await.expect("second handle");
@@ -109,7 +109,7 @@ async fn two_processes_starting_on_a_new_database_migrate_it_once() {
     let Some(url) = fresh_database().await else { return };
     let (a, b) = tokio::join!(PgStore::connect(&url, 1), PgStore::connect(&url, 1));
     let (a, b) = (a.expect("a"), b.expect("b"));
-    assert_eq!((a.schema_version().await.expect("a"), b.schema_version().await.expect("b")), (5, 5));
+    assert_eq!((a.schema_version().await.expect("a"), b.schema_version().await.expect("b")), (6, 6));
 }
 
 #[tokio::test]

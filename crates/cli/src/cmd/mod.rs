@@ -14,6 +14,7 @@ pub mod resume;
 pub mod run;
 pub mod sandbox_exec;
 pub mod serve;
+pub mod spend;
 pub mod stats;
 pub mod status;
 pub mod store;

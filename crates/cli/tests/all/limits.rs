@@ -201,3 +201,91 @@ fn stages_at_once_keep_to_their_providers_limit_and_a_waiting_stage_holds_up_non
     assert_eq!(statuses, [("a", "success"), ("b", "success"), ("c", "success")].map(|(a, b)| (a.into(), b.into())));
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
 }
+
+/// What each agent attempt of `run` used (`usage_recorded` tokens), in journal order.
+fn usages(ws: &Ws, run: &str, store: &[&str]) -> Vec<u64> {
+    let mut cmd = ws.cmd();
+    let out = cmd.args(["logs", run, "--json"]).args(store).output().expect("logs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"]["type"] == "usage_recorded")
+        .map(|v| {
+            v["event"]["usage"]["input_tokens"].as_u64().unwrap_or(0)
+                + v["event"]["usage"]["output_tokens"].as_u64().unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Two processes racing stages of one pipeline past its daily token cap on one store (`store`:
+/// a config line naming it, empty for the workspace's SQLite file): the cap is reached, at most
+/// one attempt ends over it, and every attempt after it fails with the cap's reason.
+fn two_processes_race_past_a_daily_cap(store: &str) {
+    let ws = Ws::empty();
+    ws.write(
+        ".loopwright/agents/dev.md",
+        "---\nname: dev\nrunner: command\ncommand: [\"sh\", \"-c\", \"cat > /dev/null; sleep 0.4; echo done\"]\n---\nYou work.\n",
+    );
+    let stages: String =
+        (1..=6).map(|i| format!("  - id: s{i}\n    description: Step {i}\n    agent: dev\n    mode: plan\n")).collect();
+    ws.write(".loopwright/pipelines/work.yml", &format!("name: work\ndescription: d\nversion: 1\nstages:\n{stages}"));
+    ws.write(
+        ".loopwright/pipelines/one.yml",
+        "name: one\ndescription: d\nversion: 1\nstages:\n  - id: s1\n    description: Step 1\n    agent: dev\n    mode: plan\n",
+    );
+    ws.write(".loopwright/config.toml", store);
+    // Each run in a worktree of its own: two runs never share a working tree.
+    ws.init_git();
+    // One attempt's use, measured by a run the cap does not count (another pipeline).
+    let (code, result, stderr) = ws.json(&["run", "one", "--quiet"]);
+    assert_eq!(code, 0, "{stderr}");
+    let per = usages(&ws, result["run_id"].as_str().expect("id"), &[])[0];
+    let cap = per * 5 / 2;
+    ws.write(
+        ".loopwright/config.toml",
+        &format!("{store}\n[[spend]]\nperiod = \"day\"\ntokens = {cap}\npipeline = \"work\"\non_exceed = \"fail\"\n"),
+    );
+    ws.git(&["commit", "--quiet", "-am", "a daily cap"]);
+    let runs: Vec<_> =
+        (0..2).map(|_| spawn_env(&ws, &["run", "work", "--json", "--quiet", "--worktree"], &[])).collect();
+    let mut used = Vec::new();
+    for child in runs {
+        let (code, out, err) = finish(child);
+        let result: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+        assert_eq!((code, result["status"].as_str()), (1, Some("failed")), "{result}");
+        let run = result["run_id"].as_str().expect("id");
+        let mut cmd = ws.cmd();
+        let logs = cmd.args(["logs", run, "--json"]).output().expect("logs");
+        let failed: Value = String::from_utf8_lossy(&logs.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["event"]["type"] == "stage_failed")
+            .expect("a stage failed")["event"]
+            .clone();
+        assert_eq!(failed["error"]["kind"], "budget_exceeded", "{failed}");
+        let message = failed["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("pipeline work's daily spend cap is used up: "), "{message}");
+        used.extend(usages(&ws, run, &[]));
+    }
+    let total: u64 = used.iter().sum();
+    let largest = used.iter().copied().max().unwrap_or(0);
+    assert!(total >= cap, "the cap ({cap}) was never reached: {used:?}");
+    assert!(total - largest < cap, "more than one attempt ended over the cap ({cap}): {used:?}");
+    // `spend` shows the period's use against the cap.
+    let (code, shown, _) = ws.json(&["spend"]);
+    assert_eq!(code, 0);
+    assert_eq!(shown[0]["key"], "day:pipeline=work");
+    assert_eq!(shown[0]["tokens"], json!([total, cap]));
+    assert!(shown[0]["percent"].as_f64().is_some_and(|p| p >= 100.0), "{shown}");
+}
+
+#[test]
+fn two_processes_on_a_sqlite_file_never_run_more_than_one_attempt_over_a_daily_cap() {
+    two_processes_race_past_a_daily_cap("");
+}
+
+#[test]
+fn two_processes_on_postgresql_never_run_more_than_one_attempt_over_a_daily_cap() {
+    let Some(url) = crate::postgres::fresh_database("spend") else { return };
+    two_processes_race_past_a_daily_cap(&format!("store = \"{url}\"\n"));
+}

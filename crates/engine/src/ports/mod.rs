@@ -106,16 +106,36 @@ pub trait Stopper {
 /// journaled), and gives it back when it ends.
 #[allow(async_fn_in_trait)]
 pub trait Limits {
-    /// Takes what an attempt of `agent` needs (`holder` names the attempt), or says why it waits.
-    async fn take(&self, agent: &Agent, holder: &str) -> Result<Allowed, StoreError>;
+    /// Takes what an attempt of `agent` needs (`holder` names the attempt, `payer` what its
+    /// spend is counted by), or says why it waits or may not run.
+    async fn take(&self, agent: &Agent, holder: &str, payer: &Payer<'_>) -> Result<Allowed, StoreError>;
     /// The attempt still runs: keeps what it took.
     async fn renew(&self, holder: &str);
-    /// The attempt ended, having used `tokens`: gives back what it took.
-    async fn give(&self, holder: &str, tokens: u64);
+    /// The attempt ended, having used `used`: gives back what it took.
+    async fn give(&self, holder: &str, used: &Used);
     /// The provider itself rate-limited an attempt (its answer, `source`, named when it may be
     /// called again): pauses it for every run until `until`, capped by the limits' longest
     /// pause.
     async fn exhausted(&self, agent: &Agent, source: &str, until: jiff::Timestamp);
+}
+
+/// What an attempt's spend is counted by (`[[spend]]` caps, SPEC §15): its run's pipeline and
+/// the person who started the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Payer<'a> {
+    /// The run's pipeline.
+    pub pipeline: &'a str,
+    /// Who started the run, when someone is named.
+    pub person: Option<&'a str>,
+}
+
+/// What an attempt used.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Used {
+    /// Tokens in and out.
+    pub tokens: u64,
+    /// What they cost, in US dollars (0 when its model has no price).
+    pub cost_usd: f64,
 }
 
 /// What [`Limits::take`] answers.
@@ -130,6 +150,11 @@ pub enum Allowed {
         /// The latest it lasts, when known.
         until: Option<jiff::Timestamp>,
     },
+    /// It may not run: a spend cap whose period is used up says to fail (`on_exceed = "fail"`).
+    Refused {
+        /// In words.
+        reason: String,
+    },
 }
 
 /// No limits: every attempt starts at once.
@@ -137,11 +162,11 @@ pub enum Allowed {
 pub struct NoLimits;
 
 impl Limits for NoLimits {
-    async fn take(&self, _: &Agent, _: &str) -> Result<Allowed, StoreError> {
+    async fn take(&self, _: &Agent, _: &str, _: &Payer<'_>) -> Result<Allowed, StoreError> {
         Ok(Allowed::Yes)
     }
     async fn renew(&self, _: &str) {}
-    async fn give(&self, _: &str, _: u64) {}
+    async fn give(&self, _: &str, _: &Used) {}
     async fn exhausted(&self, _: &Agent, _: &str, _: jiff::Timestamp) {}
 }
 

@@ -86,7 +86,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
             Ended::Ran(execution) => execution,
             Ended::Stopped(stop) => {
                 if limited {
-                    self.limits.give(holder, 0).await;
+                    self.limits.give(holder, &crate::ports::Used::default()).await;
                 }
                 self.stop(state, stop).await?;
                 return Ok(Attempted::Stopped);
@@ -107,7 +107,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     ) {
         if let Some(agent) = &request.agent {
             let usage = usage_of(agent, request, execution, state);
-            self.limits.give(holder, usage.input_tokens + usage.output_tokens).await;
+            self.limits.give(holder, &super::attempt::used_of(&usage)).await;
             let (stage, attempt) = (request.stage.clone(), request.attempt);
             self.defer(state, Event::UsageRecorded { stage, attempt, usage });
         }
@@ -153,6 +153,11 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
 
 /// What an agent's request used: the agent's own report, else a count (o200k) of what it was
 /// told and answered; priced from the run's prices when the agent did not say.
+/// What [`Limits::give`](crate::ports::Limits::give) is told an attempt used.
+pub(super) fn used_of(usage: &crate::event::Usage) -> crate::ports::Used {
+    crate::ports::Used { tokens: usage.input_tokens + usage.output_tokens, cost_usd: usage.cost_usd.unwrap_or(0.0) }
+}
+
 pub(super) fn usage_of(
     agent: &loopwright_spec::Agent,
     request: &StageRequest,

@@ -138,17 +138,18 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         let plan = stage.candidates.clone().expect("a candidates stage");
         round.again = None;
         while let Some(&candidate) = round.pending.first() {
+            let mut refused: Option<String> = None;
             let agent_name = &plan.agents[usize::try_from(candidate).unwrap_or(usize::MAX)];
             let holder = format!("{}/{stage_id}/{attempt}/c{candidate}", state.run_id);
             let agent = self.pipeline.agents.get(agent_name).cloned();
             if let Some(agent) = &agent {
                 if round.running.is_empty() {
-                    if let super::limits::Acquired::Stopped =
-                        self.acquire_for(state, stage, attempt, &holder, agent).await?
-                    {
-                        return Ok(Waited::Stopped);
+                    match self.acquire_for(state, stage, attempt, &holder, agent).await? {
+                        super::limits::Acquired::Taken => {}
+                        super::limits::Acquired::Stopped => return Ok(Waited::Stopped),
+                        super::limits::Acquired::Refused(reason) => refused = Some(reason),
                     }
-                } else if let Some(again) = self.try_acquire_for(agent, &holder).await? {
+                } else if let Some(again) = self.try_acquire_for(state, agent, &holder).await? {
                     round.again = Some(again);
                     break;
                 }
@@ -163,10 +164,15 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                 layer: layer.clone(),
             };
             self.defer(state, started);
+            if let Some(reason) = refused {
+                let result = CandidateResult { error: Some(reason), ..CandidateResult::default() };
+                self.defer(state, Event::CandidateEnded { stage: stage_id.clone(), attempt, candidate, result });
+                continue;
+            }
             let _ = self.changes.drop_layer(&state.run_id, &layer);
             if let Err(reason) = self.changes.make_layer(&state.run_id, &layer) {
                 if agent.is_some() {
-                    self.limits.give(&holder, 0).await;
+                    self.limits.give(&holder, &crate::ports::Used::default()).await;
                 }
                 let error = Some(format!("no layer could be made for it: {reason}"));
                 let result = CandidateResult { error, ..CandidateResult::default() };
@@ -252,7 +258,7 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
     async fn stop_round(&mut self, round: &mut Round<'a>) -> Result<Waited, StoreError> {
         for r in round.running.drain(..) {
             if r.request.agent.is_some() {
-                self.limits.give(&r.holder, 0).await;
+                self.limits.give(&r.holder, &crate::ports::Used::default()).await;
             }
         }
         Ok(Waited::Stopped)

@@ -88,7 +88,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                 };
                 // What the attempt took of its provider goes back: it never ran.
                 if super::agent_now(self.pipeline, state, stage).is_some() {
-                    self.limits.give(holder, 0).await;
+                    self.limits.give(holder, &crate::ports::Used::default()).await;
                 }
                 let failed = Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms: 0, error };
                 self.record(state, failed).await?;

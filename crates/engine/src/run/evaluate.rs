@@ -323,9 +323,11 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
             return unusable(failure, format!("not asked: {why}"));
         }
         let holder = format!("{}/{}/{}/classify", state.run_id, stage_id, attempt);
-        match self.limits.take(agent, &holder).await {
+        match self.limits.take(agent, &holder, &super::limits::payer_of(self.pipeline, state)).await {
             Ok(Allowed::Yes) => {}
-            Ok(Allowed::Wait { reason, .. }) => return unusable(failure, format!("not asked: {reason}")),
+            Ok(Allowed::Wait { reason, .. } | Allowed::Refused { reason }) => {
+                return unusable(failure, format!("not asked: {reason}"));
+            }
             Err(e) => return unusable(failure, format!("not asked: the provider's limits could not be read: {e}")),
         }
         let question = closed_loop::ask::question(self.patterns, failure, context);
@@ -357,7 +359,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
             }
         }
         let usage = usage_of(agent, &request, &execution, state);
-        self.limits.give(&holder, usage.input_tokens + usage.output_tokens).await;
+        self.limits.give(&holder, &super::attempt::used_of(&usage)).await;
         self.defer(state, Event::UsageRecorded { stage: stage_id.clone(), attempt, usage });
         let answer = match closed_loop::ask::unanswered(&execution.outcome, request.timeout) {
             None => closed_loop::ask::read(&execution.stdout),

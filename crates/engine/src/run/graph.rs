@@ -193,7 +193,7 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
                 parked.clear();
                 for flight in flights.drain(..) {
                     if flight.launched.request.agent.is_some() {
-                        self.limits.give(&flight.launched.holder, 0).await;
+                        self.limits.give(&flight.launched.holder, &crate::ports::Used::default()).await;
                     }
                 }
                 self.stop(state, stop).await?;

@@ -59,9 +59,9 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
             return Ok(Some(Verdict::Unusable(format!("not asked: {why}"))));
         }
         let holder = format!("{}/{stage_id}/{attempt}/judge", state.run_id);
-        match self.limits.take(&agent, &holder).await {
+        match self.limits.take(&agent, &holder, &super::limits::payer_of(self.pipeline, state)).await {
             Ok(crate::ports::Allowed::Yes) => {}
-            Ok(crate::ports::Allowed::Wait { reason, .. }) => {
+            Ok(crate::ports::Allowed::Wait { reason, .. } | crate::ports::Allowed::Refused { reason }) => {
                 return Ok(Some(Verdict::Unusable(format!("not asked: {reason}"))));
             }
             Err(e) => {
@@ -91,7 +91,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         let execution = tokio::select! {
             biased;
             stop = stopper.stopped() => {
-                self.limits.give(&holder, 0).await;
+                self.limits.give(&holder, &crate::ports::Used::default()).await;
                 self.stop(state, stop).await?;
                 return Ok(None);
             }

@@ -6,7 +6,7 @@ use loopwright_spec::Stage;
 
 use super::Engine;
 use crate::event::Event;
-use crate::ports::{Allowed, Changes, Clock, Delivery, Limits, Runner, Stopper, Store, StoreError};
+use crate::ports::{Allowed, Changes, Clock, Delivery, Limits, Payer, Runner, Stopper, Store, StoreError};
 use crate::state::RunState;
 
 /// How often an attempt waiting for a provider limit asks again, at least and at most.
@@ -25,6 +25,13 @@ pub(super) enum Acquired {
     Taken,
     /// The run was stopped while it waited; the stop is journaled.
     Stopped,
+    /// A spend cap says it may not run (`on_exceed = "fail"`): why.
+    Refused(String),
+}
+
+/// What a run's attempts' spend is counted by.
+pub(super) fn payer_of<'s>(pipeline: &'s loopwright_spec::Pipeline, state: &'s RunState) -> Payer<'s> {
+    Payer { pipeline: pipeline.name.as_str(), person: state.started.as_ref().and_then(|s| s.by.as_deref()) }
 }
 
 impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delivery> Engine<'_, S, R, C, X, W, L, D> {
@@ -54,9 +61,14 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         agent: &loopwright_spec::Agent,
     ) -> Result<Acquired, StoreError> {
         let mut waited: Option<String> = None;
+        let mut refused = None;
         loop {
-            match self.limits.take(agent, holder).await? {
+            match self.limits.take(agent, holder, &payer_of(self.pipeline, state)).await? {
                 Allowed::Yes => break,
+                Allowed::Refused { reason } => {
+                    refused = Some(reason);
+                    break;
+                }
                 Allowed::Wait { reason, until } => {
                     let kind: String = reason.chars().filter(|c| !c.is_ascii_digit()).collect();
                     if waited.as_ref() != Some(&kind) {
@@ -77,10 +89,11 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
                 }
             }
         }
+        // The wait is over either way: the run works again (and fails the attempt if refused).
         if waited.is_some() {
             self.defer(state, Event::LimitTaken { stage: stage.id.clone(), attempt });
         }
-        Ok(Acquired::Taken)
+        Ok(refused.map_or(Acquired::Taken, Acquired::Refused))
     }
 }
 
@@ -97,18 +110,22 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
     ) -> Result<Option<jiff::Timestamp>, StoreError> {
         let Some(agent) = super::agent_now(self.pipeline, state, stage).cloned() else { return Ok(None) };
         let holder = format!("{}/{}/{attempt}", state.run_id, stage.id);
-        self.try_acquire_for(&agent, &holder).await
+        self.try_acquire_for(state, &agent, &holder).await
     }
 
     /// [`Self::try_acquire`] for `agent` and `holder` (a candidate's).
+    /// A cap that refuses it leaves it waiting here: it fails when it is started the
+    /// blocking way, with nothing else in flight.
     pub(super) async fn try_acquire_for(
         &mut self,
+        state: &RunState,
         agent: &loopwright_spec::Agent,
         holder: &str,
     ) -> Result<Option<jiff::Timestamp>, StoreError> {
-        Ok(match self.limits.take(agent, holder).await? {
+        Ok(match self.limits.take(agent, holder, &payer_of(self.pipeline, state)).await? {
             Allowed::Yes => None,
             Allowed::Wait { until, .. } => Some(ask_again(self.clock.now(), until)),
+            Allowed::Refused { .. } => Some(ask_again(self.clock.now(), None)),
         })
     }
 }

@@ -241,8 +241,26 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
         let stage = self.pipeline.stage(stage_id.as_str()).expect("the state machine only names pipeline stages");
         self.prepare(state, stage_id, attempt).await?;
         let holder = format!("{}/{stage_id}/{attempt}", state.run_id);
-        if !taken && let limits::Acquired::Stopped = self.acquire(state, stage, attempt, &holder).await? {
-            return Ok(None);
+        if !taken {
+            match self.acquire(state, stage, attempt, &holder).await? {
+                limits::Acquired::Taken => {}
+                limits::Acquired::Stopped => return Ok(None),
+                limits::Acquired::Refused(reason) => {
+                    self.defer(state, Event::AttemptStarted { stage: stage_id.clone(), attempt });
+                    let error = crate::event::StageError {
+                        kind: crate::event::FailureKind::BudgetExceeded,
+                        message: reason,
+                        exit_code: None,
+                        output_tail: String::new(),
+                        pattern: None,
+                        classified_by: None,
+                        unfixable: None,
+                    };
+                    let failed = Event::AttemptFailed { stage: stage_id.clone(), attempt, duration_ms: 0, error };
+                    self.record(state, failed).await?;
+                    return Ok(None);
+                }
+            }
         }
         self.defer(state, Event::AttemptStarted { stage: stage_id.clone(), attempt });
         let setup = match self.confine(state, stage, attempt, &holder).await? {
