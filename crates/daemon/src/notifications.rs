@@ -168,6 +168,9 @@ fn decode_hex(text: &str) -> Option<Vec<u8>> {
     (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()
 }
 
+/// The shares of a `[[spend]]` cap at which it is told, in percent.
+const SPEND_THRESHOLDS: [u8; 3] = [50, 80, 100];
+
 /// The happening a journal event is, for notifications.
 pub fn happening(event: &Event) -> Option<NotifyEvent> {
     match event {
@@ -333,6 +336,9 @@ impl Notifier {
             tokio::select! {
                 entry = feed.recv() => match entry {
                     Ok(entry) => {
+                        if let Event::UsageRecorded { .. } = &entry.record.event {
+                            this.on_spend().await;
+                        }
                         Arc::clone(&this).on_event(&entry).await;
                         if happening(&entry.record.event).is_some() {
                             this.advance(entry.position).await;
@@ -435,6 +441,63 @@ impl Notifier {
                 actions,
             };
             Arc::clone(&self).send(key, target.clone(), message).await;
+        }
+    }
+
+    /// After an attempt's use is recorded: each `[[spend]]` cap whose period has reached 50, 80
+    /// or 100 % of it is told once per threshold and period (the notification's key says which,
+    /// so a claimed one is never sent again, by this daemon or the next).
+    async fn on_spend(self: &Arc<Self>) {
+        let caps = &self.shared.ws.config.spend;
+        let wanted: Vec<&Notify> = self.targets.iter().filter(|t| t.events.contains(&NotifyEvent::Spend)).collect();
+        if caps.is_empty() || wanted.is_empty() {
+            return;
+        }
+        let Ok(standing) = loopwright_app::spend::standing(caps, &self.shared.store, jiff::Timestamp::now()).await
+        else {
+            return;
+        };
+        for cap in standing {
+            for threshold in SPEND_THRESHOLDS.into_iter().filter(|t| cap.percent >= f64::from(*t)) {
+                let mut used = Vec::new();
+                if let (spent, Some(most)) = cap.cost_usd {
+                    used.push(format!("${spent:.2} of ${most:.2}"));
+                }
+                if let (spent, Some(most)) = cap.tokens {
+                    used.push(format!("{spent} of {most} tokens"));
+                }
+                let then = if threshold >= 100 {
+                    format!(
+                        "attempts under it {} until {}",
+                        if cap.on_exceed == "fail" { "fail" } else { "wait" },
+                        cap.until
+                    )
+                } else {
+                    format!("it resets {}", cap.until)
+                };
+                let headline = format!("{} is {threshold} % used: {}; {then}", cap.shown, used.join(", "));
+                for target in &wanted {
+                    let key = format!(
+                        "spend:{}:{}:{threshold}:{:016x}",
+                        cap.key,
+                        cap.since.as_second(),
+                        loopwright_engine::hash::fnv1a(target.url.as_bytes())
+                    );
+                    let message = Message {
+                        event: NotifyEvent::Spend,
+                        run_id: None,
+                        session: None,
+                        pipeline: None,
+                        task: None,
+                        stage: None,
+                        headline: headline.clone(),
+                        url: format!("{}/stats#spend", self.base_url()),
+                        pull_request: None,
+                        actions: Vec::new(),
+                    };
+                    Arc::clone(self).send(key, (*target).clone(), message).await;
+                }
+            }
         }
     }
 

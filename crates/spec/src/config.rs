@@ -199,13 +199,15 @@ pub enum NotifyEvent {
     AutoNeedsHuman,
     /// An auto loop ended.
     AutoFinished,
+    /// A `[[spend]]` cap's period reached 50, 80 or 100 % of it (once each).
+    Spend,
 }
 
 impl NotifyEvent {
     /// Every event, in the order they are documented.
     pub fn all() -> Vec<NotifyEvent> {
         use NotifyEvent::*;
-        vec![NeedsHuman, Failed, DeadLetter, Finished, AutoNeedsHuman, AutoFinished]
+        vec![NeedsHuman, Failed, DeadLetter, Finished, AutoNeedsHuman, AutoFinished, Spend]
     }
 
     /// As written in config.toml and in a webhook's body.
@@ -217,6 +219,7 @@ impl NotifyEvent {
             NotifyEvent::Finished => "finished",
             NotifyEvent::AutoNeedsHuman => "auto_needs_human",
             NotifyEvent::AutoFinished => "auto_finished",
+            NotifyEvent::Spend => "spend",
         }
     }
 }

@@ -217,10 +217,9 @@ fn usages(ws: &Ws, run: &str, store: &[&str]) -> Vec<u64> {
         .collect()
 }
 
-/// Two processes racing stages of one pipeline past its daily token cap on one store (`store`:
-/// a config line naming it, empty for the workspace's SQLite file): the cap is reached, at most
-/// one attempt ends over it, and every attempt after it fails with the cap's reason.
-fn two_processes_race_past_a_daily_cap(store: &str) {
+/// A workspace whose pipeline `work` runs six stages of an agent that takes 0.4 s, and `one`
+/// runs one; `config` is its config.toml.
+fn spend_workspace(config: &str) -> Ws {
     let ws = Ws::empty();
     ws.write(
         ".loopwright/agents/dev.md",
@@ -233,13 +232,86 @@ fn two_processes_race_past_a_daily_cap(store: &str) {
         ".loopwright/pipelines/one.yml",
         "name: one\ndescription: d\nversion: 1\nstages:\n  - id: s1\n    description: Step 1\n    agent: dev\n    mode: plan\n",
     );
-    ws.write(".loopwright/config.toml", store);
-    // Each run in a worktree of its own: two runs never share a working tree.
-    ws.init_git();
-    // One attempt's use, measured by a run the cap does not count (another pipeline).
+    ws.write(".loopwright/config.toml", config);
+    ws
+}
+
+/// One attempt's use in `ws`, measured by a run of `one` (which a cap on `work` does not count).
+fn one_attempts_use(ws: &Ws) -> u64 {
     let (code, result, stderr) = ws.json(&["run", "one", "--quiet"]);
     assert_eq!(code, 0, "{stderr}");
-    let per = usages(&ws, result["run_id"].as_str().expect("id"), &[])[0];
+    usages(ws, result["run_id"].as_str().expect("id"), &[])[0]
+}
+
+#[test]
+fn a_cap_is_told_once_at_50_80_and_100_percent_and_the_api_and_stats_page_show_it() {
+    let hook = crate::http::Server::start(
+        (0..10).map(|_| crate::http::Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] }).collect(),
+    );
+    let ws = spend_workspace("");
+    let per = one_attempts_use(&ws);
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"spend\"]\n\n[[spend]]\nperiod = \"day\"\ntokens = {}\npipeline = \"work\"\non_exceed = \"fail\"\n",
+            hook.port,
+            per * 4
+        ),
+    );
+    let daemon = crate::daemon::Daemon::start(&ws, &[]);
+    // Four attempts reach the cap (50 % after two, 75 % after three, 100 % after four); the
+    // fifth is refused. A second run is refused at once, and tells nobody again.
+    for _ in 0..2 {
+        let (code, result, stderr) = ws.json(&["run", "work", "--quiet"]);
+        assert_eq!((code, result["status"].as_str()), (1, Some("failed")), "{stderr}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while crate::team::bodies(&hook).len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let told: Vec<(String, String)> = crate::team::bodies(&hook)
+        .iter()
+        .map(|b| {
+            (b["event"].as_str().unwrap_or_default().to_owned(), b["headline"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    let mut shares: Vec<u32> = told
+        .iter()
+        .map(|(event, headline)| {
+            assert_eq!(event, "spend", "{headline}");
+            assert!(headline.starts_with("pipeline work's daily spend cap is "), "{headline}");
+            let share = headline.split(" % used").next().and_then(|h| h.rsplit(' ').next()).unwrap_or_default();
+            share.parse().unwrap_or(0)
+        })
+        .collect();
+    shares.sort_unstable();
+    assert_eq!(shares, [50, 80, 100], "{told:?}");
+    assert!(told.iter().any(|(_, h)| h.contains("attempts under it fail until ")), "{told:?}");
+    // The API and the Stats page show the cap's use.
+    let (status, caps) = daemon.get("/api/spend");
+    assert_eq!(status, 200);
+    let cap = per * 4;
+    assert_eq!(
+        (&caps[0]["key"], &caps[0]["tokens_cap"], &caps[0]["on_exceed"], &caps[0]["period"]),
+        (&json!("day:pipeline=work"), &json!(cap), &json!("fail"), &json!("day")),
+        "{caps}"
+    );
+    assert!(caps[0]["tokens_used"].as_u64().is_some_and(|u| u >= cap), "{caps}");
+    let (status, page) = daemon.page("/stats");
+    assert_eq!(status, 200);
+    assert!(page.contains("<h2>Spend against its caps</h2>"), "{page}");
+    assert!(page.contains("pipeline work&#x27;s daily spend cap</td>"), "{page}");
+}
+
+/// Two processes racing stages of one pipeline past its daily token cap on one store (`store`:
+/// a config line naming it, empty for the workspace's SQLite file): the cap is reached, at most
+/// one attempt ends over it, and every attempt after it fails with the cap's reason.
+fn two_processes_race_past_a_daily_cap(store: &str) {
+    let ws = spend_workspace(store);
+    // Each run in a worktree of its own: two runs never share a working tree.
+    ws.init_git();
+    let per = one_attempts_use(&ws);
     let cap = per * 5 / 2;
     ws.write(
         ".loopwright/config.toml",

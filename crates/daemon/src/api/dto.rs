@@ -924,6 +924,53 @@ impl From<&loopwright_spec::Agent> for AgentInfo {
     }
 }
 
+/// A `[[spend]]` cap and its period's use (`GET /api/spend`, as `spend --json`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SpendCap {
+    /// Its identity (`day:workspace`, `week:pipeline=bug-fix`).
+    pub key: String,
+    /// In words.
+    pub shown: String,
+    /// `day`, `week` or `month`.
+    pub period: String,
+    /// When the period began.
+    #[schema(value_type = String, format = DateTime)]
+    pub since: jiff::Timestamp,
+    /// When it ends.
+    #[schema(value_type = String, format = DateTime)]
+    pub until: jiff::Timestamp,
+    /// Tokens used this period.
+    pub tokens_used: u64,
+    /// The cap's tokens, when it has some.
+    pub tokens_cap: Option<u64>,
+    /// US dollars spent this period.
+    pub cost_used_usd: f64,
+    /// The cap's US dollars, when it has some.
+    pub cost_cap_usd: Option<f64>,
+    /// The larger share used, in percent (may pass 100).
+    pub percent: f64,
+    /// What an attempt does once it is used up: `wait` or `fail`.
+    pub on_exceed: String,
+}
+
+impl From<loopwright_app::spend::CapUse> for SpendCap {
+    fn from(c: loopwright_app::spend::CapUse) -> Self {
+        Self {
+            key: c.key,
+            shown: c.shown,
+            period: c.period.to_owned(),
+            since: c.since,
+            until: c.until,
+            tokens_used: c.tokens.0,
+            tokens_cap: c.tokens.1,
+            cost_used_usd: c.cost_usd.0,
+            cost_cap_usd: c.cost_usd.1,
+            percent: c.percent,
+            on_exceed: c.on_exceed.to_owned(),
+        }
+    }
+}
+
 /// Retry and failure metrics (`GET /api/stats`, as `stats --json`).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Stats {

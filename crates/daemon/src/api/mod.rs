@@ -64,6 +64,7 @@ pub fn router() -> (Router<Arc<Shared>>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::dead_letters))
         .routes(routes!(runs::dead_letter))
         .routes(routes!(runs::stats))
+        .routes(routes!(runs::spend))
         .routes(routes!(runs::agents))
         .routes(routes!(runs::workers))
         .routes(routes!(runs::patterns_test))

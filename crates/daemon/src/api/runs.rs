@@ -408,6 +408,13 @@ pub async fn stats(State(shared): State<Arc<Shared>>) -> ApiResult<Response> {
     Ok(json(super::dto::Stats::from(ops::stats::stats(&shared.ws, 100).await?.report())))
 }
 
+/// Each `[[spend]]` cap and what its period has used so far, as `spend --json`.
+#[utoipa::path(get, path = "/api/spend", tag = "insight", responses((status = 200, body = Vec<super::dto::SpendCap>)))]
+pub async fn spend(State(shared): State<Arc<Shared>>) -> ApiResult<Response> {
+    let caps = loopwright_app::spend::standing(&shared.ws.config.spend, &shared.store, jiff::Timestamp::now()).await?;
+    Ok(json(caps.into_iter().map(super::dto::SpendCap::from).collect::<Vec<_>>()))
+}
+
 /// The workers sharing the store (PostgreSQL; none with the SQLite store): labels, slots, the
 /// runs they hold leases on, their last heartbeat.
 #[utoipa::path(get, path = "/api/workers", tag = "insight", responses((status = 200, body = Vec<super::dto::Worker>)))]

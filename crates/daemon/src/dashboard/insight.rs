@@ -80,13 +80,18 @@ pub(super) async fn workers_page(State(shared): State<Arc<Shared>>, caller: Opti
 #[derive(Debug, Serialize)]
 struct StatsPage {
     stats: ops::stats::Report,
+    /// Each `[[spend]]` cap and its period's use.
+    spend: Vec<loopwright_app::spend::CapUse>,
 }
 
 pub(super) async fn stats_page(State(shared): State<Arc<Shared>>, caller: Option<Extension<Caller>>) -> Response {
     let Some(Extension(caller)) = caller else { return signin(&shared, StatusCode::UNAUTHORIZED, false) };
     let header = header_context(&shared, &caller, "stats").await;
+    let spend = loopwright_app::spend::standing(&shared.ws.config.spend, &shared.store, jiff::Timestamp::now())
+        .await
+        .unwrap_or_default();
     match ops::stats::stats(&shared.ws, 10_000).await {
-        Ok(s) => page("stats.html", &Page { header, body: StatsPage { stats: s.report() } }),
+        Ok(s) => page("stats.html", &Page { header, body: StatsPage { stats: s.report(), spend } }),
         Err(e) => page("stats.html", &Page { header, body: Missing { missing: e.message() } }),
     }
 }
