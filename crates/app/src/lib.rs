@@ -23,6 +23,7 @@ pub mod report;
 pub mod session;
 pub mod spend;
 pub mod stop;
+pub mod telemetry;
 pub mod workspace;
 pub mod worktree;
 

@@ -16,7 +16,7 @@ use loopwright_spec::{Pipeline, StageId};
 
 use crate::cmd::{Global, open_store};
 use crate::error::CliError;
-use crate::observe::{Observers, Progress, Projector};
+use crate::observe::Observers;
 use crate::render;
 use crate::stop::CliStopper;
 use crate::workspace::Workspace;
@@ -34,7 +34,7 @@ pub async fn start(global: &Global, ws: &Workspace, request: StartRequest, quiet
     let pipeline = prepared.pipeline;
     let session = Session::start(ws, &store, &pipeline, &prepared.root, &prepared.run_id)?;
     let stopper = CliStopper::new(&store, prepared.run_id.clone(), 0).map_err(|e| CliError::Internal(e.into()))?;
-    let mut observers = Observers { progress: Progress::new(quiet), files: Projector::new(ws.runs_dir()) };
+    let mut observers = Observers::new(ws, quiet);
     let mut engine = session.engine(&pipeline, &store, &stopper, &mut observers);
     let state = engine.start(prepared.run_id, prepared.started).await?;
     finish(global, &mut engine, state).await

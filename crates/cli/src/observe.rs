@@ -13,18 +13,34 @@ pub use loopwright_app::files::Projector;
 
 use crate::render::duration;
 
-/// Both observers at once.
+/// The observers of a run driven here.
 pub struct Observers {
     /// Progress on stderr.
     pub progress: Progress,
     /// Markdown files.
     pub files: Projector,
+    /// Traces, when a collector is named.
+    pub telemetry: Option<loopwright_app::telemetry::Telemetry>,
+}
+
+impl Observers {
+    /// The observers of a run in `ws` (`quiet`: no progress).
+    pub fn new(ws: &loopwright_app::workspace::Workspace, quiet: bool) -> Self {
+        Self {
+            progress: Progress::new(quiet),
+            files: Projector::new(ws.runs_dir()),
+            telemetry: loopwright_app::telemetry::Telemetry::new(&ws.config),
+        }
+    }
 }
 
 impl Observer for Observers {
     fn on_event(&mut self, record: &EventRecord, state: &RunState, pipeline: &Pipeline) {
         self.files.on_event(record, state, pipeline);
         self.progress.on_event(record, state, pipeline);
+        if let Some(t) = &mut self.telemetry {
+            t.on_event(record, state, pipeline);
+        }
     }
 }
 

@@ -61,11 +61,15 @@ impl Stopper for DaemonStopper<'_> {
 struct HostObserver {
     files: Projector,
     poke: std::sync::Arc<Notify>,
+    telemetry: Option<loopwright_app::telemetry::Telemetry>,
 }
 
 impl Observer for HostObserver {
     fn on_event(&mut self, record: &EventRecord, state: &RunState, pipeline: &Pipeline) {
         self.files.on_event(record, state, pipeline);
+        if let Some(t) = &mut self.telemetry {
+            t.on_event(record, state, pipeline);
+        }
         self.poke.notify_one();
     }
 }
@@ -101,7 +105,8 @@ async fn drive_async(
     let session = session.with_dashboard(Some(dashboard.to_owned()));
     let cancel = CancelWatch::new(&store, job.run.clone(), state.last_seq, CANCEL_POLL);
     let stopper = DaemonStopper { cancel, shutdown };
-    let mut observer = HostObserver { files: Projector::new(ws.runs_dir()), poke: poke.clone() };
+    let telemetry = loopwright_app::telemetry::Telemetry::new(&ws.config);
+    let mut observer = HostObserver { files: Projector::new(ws.runs_dir()), poke: poke.clone(), telemetry };
     let mut engine = session.engine(&pipeline, &store, &stopper, &mut observer);
     if job.claim {
         answer::claim(&mut engine, &mut state, None, this_process(true)).await?;

@@ -502,7 +502,7 @@ async fn drive_async(
     .map_err(not_started)?;
     let cancel = CancelWatch::new(&store, claim.run.clone(), state.last_seq, CANCEL_POLL);
     let stopper = WorkerStopper { cancel, shutdown, lost };
-    let mut files = Projector::new(ws.runs_dir());
+    let mut files = loopwright_app::telemetry::Traced::new(Projector::new(ws.runs_dir()), &ws.config);
     let mut engine = session.engine(&pipeline, &store, &stopper, &mut files);
     let owner = Owner { worker: Some(worker.id.clone()), ..loopwright_app::ownership::this_process(false) };
     answer::claim(&mut engine, &mut state, None, owner).await.map_err(Driven::Failed)?;

@@ -16,7 +16,7 @@ pub mod result;
 pub mod run;
 pub mod tokens;
 
-pub use loopwright_journal::{event, forge, hash, ids, state};
+pub use loopwright_journal::{event, forge, hash, ids, state, trace};
 
 pub use event::{Event, EventRecord, FailureKind, Outputs, Owner, RunStarted, RunStatus, SkipReason, StageError};
 pub use ids::{RunId, TaskId};

@@ -993,6 +993,9 @@ pub struct RunStarted {
     /// The forge issue the run's work came from, and where it is delivered (SPEC §14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forge: Option<crate::forge::ForgeLink>,
+    /// The run's trace id (32 hex), when traces were exported as it started (SPEC §15).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// How a worktree's branch went back into the workspace.

@@ -13,6 +13,7 @@ pub mod hash;
 pub mod ids;
 pub mod state;
 pub mod store;
+pub mod trace;
 
 pub use event::{Event, EventRecord, FailureKind, Outputs, Owner, RunStarted, RunStatus, SkipReason, StageError};
 pub use ids::{LeaseEpoch, RunId, TaskId};

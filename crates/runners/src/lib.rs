@@ -247,7 +247,10 @@ impl ProcessRunner {
 
     fn env(&self, request: &StageRequest, prompt_file: &std::path::Path) -> Vec<(String, String)> {
         let lease = self.lease.iter().map(|l| ("LOOPWRIGHT_LEASE".to_owned(), l.clone()));
+        // An agent that exports its own telemetry (Claude Code's OpenTelemetry) joins the attempt.
+        let trace = request.traceparent.iter().map(|t| ("TRACEPARENT".to_owned(), t.clone()));
         lease
+            .chain(trace)
             .chain([
                 ("LOOPWRIGHT_RUN_ID".into(), request.run_id.to_string()),
                 ("LOOPWRIGHT_TASK_ID".into(), request.task_id.to_string()),

@@ -25,6 +25,7 @@ fn request(dir: &Path, agent: Option<Agent>, commands: &[&str], timeout: Duratio
         workspace: dir.to_path_buf(),
         confine: Default::default(),
         purpose: Default::default(),
+        traceparent: None,
     }
 }
 

@@ -45,6 +45,17 @@ pub struct Config {
     /// `[[spend]]`: caps on what agents use per day, week or month, shared by every process
     /// using this journal.
     pub spend: Vec<crate::spend::Cap>,
+    /// `[telemetry]`: where runs' traces are exported.
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`: where runs' traces go (`OTEL_EXPORTER_OTLP_ENDPOINT` and the other OTLP
+/// variables of the environment are read too).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); traces go to `/v1/traces`.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[report]`: files a run's result is also written to when a command ends (paths relative to

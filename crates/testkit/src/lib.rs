@@ -41,6 +41,7 @@ pub fn run_started(task: &str) -> RunStarted {
         rerun_of: None,
         worktree: None,
         forge: None,
+        trace_id: None,
     }
 }
 

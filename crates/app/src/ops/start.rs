@@ -218,6 +218,7 @@ async fn prepare_for(ws: &Workspace, req: StartRequest, owner: Option<Owner>) ->
         by: req.by,
         rerun_of: req.rerun_of,
         forge,
+        trace_id: crate::telemetry::enabled(&ws.config).then(crate::telemetry::new_trace_id),
     };
     let run_id = req.run_id.unwrap_or_else(|| RunId::generate(jiff::Timestamp::now(), random_u64()));
     Ok(Prepared { run_id, pipeline, started, root, notes })

@@ -172,6 +172,7 @@ fn started(ws: &Workspace, pipeline: &str, path: &str, source: &str, task_id: Ta
         rerun_of: None,
         worktree: None,
         forge: None,
+        trace_id: None,
     }
 }
 

@@ -13,7 +13,7 @@ use loopwright_store::Journal;
 use super::{Global, open_existing_store};
 use crate::drive::{finish, os_user, report};
 use crate::error::CliError;
-use crate::observe::{Observers, Progress, Projector};
+use crate::observe::Observers;
 use crate::stop::CliStopper;
 use crate::workspace::Workspace;
 
@@ -115,7 +115,7 @@ async fn continue_run(
     let session = Session::resume(ws, store, pipeline, &state)?;
     let stopper =
         CliStopper::new(store, state.run_id.clone(), state.last_seq).map_err(|e| CliError::Internal(e.into()))?;
-    let mut observers = Observers { progress: Progress::new(quiet), files: Projector::new(ws.runs_dir()) };
+    let mut observers = Observers::new(ws, quiet);
     let mut engine = session.engine(pipeline, store, &stopper, &mut observers);
     answer::claim(&mut engine, &mut state, answer, this_process(false)).await?;
     let state = engine.drive(state).await?;

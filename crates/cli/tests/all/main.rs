@@ -30,5 +30,6 @@ mod run;
 mod sandbox;
 mod support;
 mod team;
+mod traces;
 mod validate;
 mod worktree;

@@ -36,6 +36,9 @@ pub struct StageRequest {
     pub confine: Confinement,
     /// An attempt, or a question about a failure.
     pub purpose: Purpose,
+    /// The W3C `traceparent` of the attempt's agent invocation, given to the agent's process
+    /// as `TRACEPARENT` (an agent exporting its own telemetry joins the attempt's span).
+    pub traceparent: Option<String>,
 }
 
 /// Why a [`StageRequest`] is made.

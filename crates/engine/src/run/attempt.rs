@@ -49,6 +49,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
             workspace: self.workspace(state),
             confine,
             purpose: crate::ports::Purpose::Attempt,
+            traceparent: Some(traceparent_of(state, stage.id.as_str(), attempt)),
         }
     }
 
@@ -153,6 +154,14 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
 
 /// What an agent's request used: the agent's own report, else a count (o200k) of what it was
 /// told and answered; priced from the run's prices when the agent did not say.
+/// The `traceparent` of the agent invocation of attempt `attempt` of `stage`.
+pub(super) fn traceparent_of(state: &RunState, stage: &str, attempt: u32) -> String {
+    use loopwright_journal::trace;
+    let journaled = state.started.as_ref().and_then(|s| s.trace_id.as_deref());
+    let trace_id = trace::trace_id(journaled, state.run_id.as_str());
+    trace::traceparent(&trace_id, &trace::Place::Agent(stage.to_owned(), attempt))
+}
+
 /// What [`Limits::give`](crate::ports::Limits::give) is told an attempt used.
 pub(super) fn used_of(usage: &crate::event::Usage) -> crate::ports::Used {
     crate::ports::Used { tokens: usage.input_tokens + usage.output_tokens, cost_usd: usage.cost_usd.unwrap_or(0.0) }

@@ -348,6 +348,7 @@ impl<S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: Delive
             workspace: self.workspace(state),
             confine,
             purpose: crate::ports::Purpose::Classify { schema: question.schema },
+            traceparent: None,
         };
         // Its processes carry the run's and stage's marks: a crash leaves none that resume
         // would not end (`end_strays`). A rate limit it meets pauses the provider as usual.
