@@ -16,6 +16,7 @@ pub mod files;
 pub mod forge;
 pub mod learned;
 pub mod lock;
+pub mod metrics;
 pub mod ops;
 pub mod ownership;
 pub mod record;

@@ -27,6 +27,9 @@ use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanData, SpanProcessor};
 /// How long a span waits to be sent with others.
 const EXPORT_DELAY: Duration = Duration::from_millis(500);
 
+/// How long one request to the collector may take.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How long a command waits for the collector to take what is left when it exits.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -370,9 +373,14 @@ impl Telemetry {
 impl Exporter {
     fn new(config: &loopwright_spec::config::Config) -> Option<Self> {
         loopwright_runners::http::tls();
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder().with_http();
+        use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+        // A batch the collector does not take is dropped, not tried again: with the collector
+        // down, a command's exit waits for nothing (a refused connection is answered at once).
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_timeout(EXPORT_TIMEOUT)
+            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled());
         if let Some(endpoint) = &config.telemetry.otlp_endpoint {
-            use opentelemetry_otlp::WithExportConfig;
             exporter = exporter.with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')));
         }
         let exporter = match exporter.build() {

@@ -1,5 +1,5 @@
 //! `GET /metrics` (SPEC §15): the workspace's runs in Prometheus' text format. Counters and
-//! histograms count what the journal's feed says ([`loopwright_app::ops::metrics::Fold`], read on
+//! histograms count what the journal's feed says ([`loopwright_app::metrics::Fold`], read on
 //! from where it stopped at each scrape, so every process's runs count, not only this daemon's);
 //! gauges are read from the store when scraped. Served behind the API's token, and without one on
 //! `--metrics-addr`, which must be a loopback address.
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use loopwright_app::ops::metrics::{Fold, Observation, gauges};
+use loopwright_app::metrics::{Fold, Observation, gauges};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

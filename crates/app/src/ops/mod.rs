@@ -9,7 +9,6 @@ pub mod copy;
 pub mod dead_letters;
 pub mod fleet;
 pub mod github;
-pub mod metrics;
 pub mod output;
 pub mod patterns;
 pub mod people;

@@ -14,6 +14,7 @@ mod changes;
 mod delivery;
 mod runner;
 mod slots;
+mod spend;
 
 pub use changes::{
     Changes, CommitError, Commits, LayerError, Layers, NoChanges, SnapshotError, Snapshots, Watch, Workspace,
@@ -23,6 +24,7 @@ pub use runner::{
     CommandRequest, Confinement, ExecOutcome, Execution, Notice, Purpose, Runner, SANDBOX_REFUSED, StageRequest,
 };
 pub use slots::{Slot, Slots};
+pub use spend::{Payer, Used};
 
 /// Time, so tests can control it.
 #[allow(async_fn_in_trait)]
@@ -117,25 +119,6 @@ pub trait Limits {
     /// called again): pauses it for every run until `until`, capped by the limits' longest
     /// pause.
     async fn exhausted(&self, agent: &Agent, source: &str, until: jiff::Timestamp);
-}
-
-/// What an attempt's spend is counted by (`[[spend]]` caps, SPEC §15): its run's pipeline and
-/// the person who started the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Payer<'a> {
-    /// The run's pipeline.
-    pub pipeline: &'a str,
-    /// Who started the run, when someone is named.
-    pub person: Option<&'a str>,
-}
-
-/// What an attempt used.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Used {
-    /// Tokens in and out.
-    pub tokens: u64,
-    /// What they cost, in US dollars (0 when its model has no price).
-    pub cost_usd: f64,
 }
 
 /// What [`Limits::take`] answers.

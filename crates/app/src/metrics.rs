@@ -189,7 +189,7 @@ pub async fn gauges(ws: &crate::workspace::Workspace, store: &Journal) -> Result
         runs.push((status.as_str(), store.runs_page(&query).await?.total));
     }
     let now = jiff::Timestamp::now();
-    let leases = super::fleet::workers(store, now)
+    let leases = crate::ops::fleet::workers(store, now)
         .await?
         .into_iter()
         .filter(|w| w.stopped_at.is_none())
