@@ -53,6 +53,11 @@ pub fn git_bytes(root: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
         .env("GIT_LITERAL_PATHSPECS", "1")
         .output()
         .map_err(|e| GitError::Spawn(e.to_string()))?;
+    stdout_of(args, out)
+}
+
+/// What git printed on stdout when it succeeded, else its stderr as the error.
+fn stdout_of(args: &[&str], out: std::process::Output) -> Result<Vec<u8>, GitError> {
     if out.status.success() {
         Ok(out.stdout)
     } else {
@@ -96,15 +101,7 @@ pub fn git_with(
 
 /// [`git_with`], failing as [`git`] does when git does.
 pub fn git_ok(root: &Path, args: &[&str], env: &[(&str, &Path)], stdin: &[u8]) -> Result<Vec<u8>, GitError> {
-    let out = git_with(root, args, env, stdin)?;
-    if out.status.success() {
-        Ok(out.stdout)
-    } else {
-        Err(GitError::Failed {
-            command: args.join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        })
-    }
+    stdout_of(args, git_with(root, args, env, stdin)?)
 }
 
 /// A three-way merge of files `ours` and `theirs` from `base` (`git merge-file`): the merged

@@ -397,6 +397,8 @@ fn secrets_in_loopwrights_environment_and_state_never_reach_a_stage() {
                         "_",
                         "LISTED_TOKEN",
                         "GIT_REFLOG_ACTION",
+                        // The W3C trace context of the attempt's span (no secret: ids only).
+                        "TRACEPARENT",
                         "CARGO_HOME",
                         "RUSTUP_HOME",
                         "RUSTUP_TOOLCHAIN",
