@@ -67,6 +67,20 @@ pub struct CapUse {
     pub on_exceed: &'static str,
 }
 
+impl CapUse {
+    /// What the period used against the cap, in words: `$3.10 of $5.00, 1200 of 4000 tokens`.
+    pub fn used_words(&self) -> String {
+        let mut parts = Vec::new();
+        if let (spent, Some(most)) = self.cost_usd {
+            parts.push(format!("${spent:.2} of ${most:.2}"));
+        }
+        if let (used, Some(most)) = self.tokens {
+            parts.push(format!("{used} of {most} tokens"));
+        }
+        parts.join(", ")
+    }
+}
+
 /// The share of a cap that `used` is, in percent: the larger of tokens' and cost's.
 pub fn percent(rule: &CapRule, used: &Standing) -> f64 {
     let tokens = rule.tokens.map_or(0.0, |most| used.tokens as f64 / most as f64 * 100.0);

@@ -459,13 +459,6 @@ impl Notifier {
         };
         for cap in standing {
             for threshold in SPEND_THRESHOLDS.into_iter().filter(|t| cap.percent >= f64::from(*t)) {
-                let mut used = Vec::new();
-                if let (spent, Some(most)) = cap.cost_usd {
-                    used.push(format!("${spent:.2} of ${most:.2}"));
-                }
-                if let (spent, Some(most)) = cap.tokens {
-                    used.push(format!("{spent} of {most} tokens"));
-                }
                 let then = if threshold >= 100 {
                     format!(
                         "attempts under it {} until {}",
@@ -475,7 +468,7 @@ impl Notifier {
                 } else {
                     format!("it resets {}", cap.until)
                 };
-                let headline = format!("{} is {threshold} % used: {}; {then}", cap.shown, used.join(", "));
+                let headline = format!("{} is {threshold} % used: {}; {then}", cap.shown, cap.used_words());
                 for target in &wanted {
                     let key = format!(
                         "spend:{}:{}:{threshold}:{:016x}",

@@ -69,7 +69,7 @@ fn plural(n: u32, one: &str, many: &str) -> String {
 }
 
 /// The last lines of an output that say something (not blank), at most [`KEY_LINES`].
-fn last_lines(text: &str) -> Vec<String> {
+pub fn last_lines(text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().map(str::trim_end).filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(KEY_LINES)..].iter().map(|l| (*l).to_owned()).collect()
 }

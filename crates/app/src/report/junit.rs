@@ -54,27 +54,19 @@ fn document(w: &mut W, s: &Summary) -> std::io::Result<()> {
     let (tests, failures, skipped) = (tests.to_string(), s.failures().to_string(), skipped.to_string());
     let time = seconds(s.duration_ms);
     let name = xml_text(&format!("loopwright {}", s.pipeline));
+    // The one suite's counts, which the document's root repeats.
+    let counts = [("name", name.as_str()), ("tests", tests.as_str()), ("failures", failures.as_str()), ("errors", "0")];
     w.create_element("testsuites")
-        .with_attributes([
-            ("name", name.as_str()),
-            ("tests", tests.as_str()),
-            ("failures", failures.as_str()),
-            ("errors", "0"),
-            ("time", time.as_str()),
-        ])
+        .with_attributes(counts.into_iter().chain([("time", time.as_str())]))
         .write_inner_content(|w| {
             let timestamp = s.started.map(|t| t.strftime("%Y-%m-%dT%H:%M:%S").to_string()).unwrap_or_default();
             w.create_element("testsuite")
-                .with_attributes([
-                    ("name", name.as_str()),
-                    ("tests", tests.as_str()),
-                    ("failures", failures.as_str()),
-                    ("errors", "0"),
+                .with_attributes(counts.into_iter().chain([
                     ("skipped", skipped.as_str()),
                     ("time", time.as_str()),
                     ("timestamp", timestamp.as_str()),
                     ("id", s.run_id.as_str()),
-                ])
+                ]))
                 .write_inner_content(|w| suite(w, s))
                 .map(drop)
         })?;

@@ -347,14 +347,14 @@ fn checks(s: &StageState) -> Vec<CheckLine> {
                 .filter(|i| i.attempt != last_iteration.attempt)
                 .filter_map(|i| {
                     let ran = i.checks.as_ref()?.iter().find(|r| r.name == c.name && !r.passed)?;
-                    let (pattern, lines) = failure_of(i, &c.name).unwrap_or((None, tail_lines(&ran.output)));
+                    let (pattern, lines) = failure_of(i, &c.name).unwrap_or((None, why::last_lines(&ran.output)));
                     Some((i.attempt, pattern, lines))
                 })
                 .collect();
             let (pattern, lines) = if c.passed {
                 (None, Vec::new())
             } else {
-                failure_of(last_iteration, &c.name).unwrap_or((None, tail_lines(&c.output)))
+                failure_of(last_iteration, &c.name).unwrap_or((None, why::last_lines(&c.output)))
             };
             CheckLine {
                 name,
@@ -368,10 +368,4 @@ fn checks(s: &StageState) -> Vec<CheckLine> {
             }
         })
         .collect()
-}
-
-/// The last lines of an output that say something, at most eight.
-fn tail_lines(text: &str) -> Vec<String> {
-    let lines: Vec<&str> = text.lines().map(str::trim_end).filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(8)..].iter().map(|l| (*l).to_owned()).collect()
 }

@@ -18,19 +18,12 @@ pub async fn run(global: &Global) -> Result<u8, CliError> {
         return Ok(0);
     }
     for cap in caps {
-        let mut parts = Vec::new();
-        if let (used, Some(most)) = cap.cost_usd {
-            parts.push(format!("${used:.2} of ${most:.2}"));
-        }
-        if let (used, Some(most)) = cap.tokens {
-            parts.push(format!("{used} of {most} tokens"));
-        }
         let then = if cap.percent >= 100.0 {
             format!("used up: attempts {} until {}", if cap.on_exceed == "fail" { "fail" } else { "wait" }, cap.until)
         } else {
             format!("resets {}", cap.until)
         };
-        println!("{:<44} {:>5.1}%  {}  ({then})", cap.shown, cap.percent, parts.join(", "));
+        println!("{:<44} {:>5.1}%  {}  ({then})", cap.shown, cap.percent, cap.used_words());
     }
     Ok(0)
 }
