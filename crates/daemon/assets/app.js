@@ -1,7 +1,8 @@
-// loopwright dashboard: keeps a server-rendered page live. It follows /api/events (every
-// run's journal) and, on the run page, /api/runs/RUN/output (the stage in flight); when an
-// event concerns the page it fetches the page again and swaps the part that changed, keeping
-// open sections, typed text and focus. Buttons and the start form call the JSON API.
+// loopwright dashboard: keeps a server-rendered page live. It follows /live (one small message
+// per run whose status changed) and, on a run page, /api/runs/RUN/output (the stage in flight
+// and the run's journal); a run page fetches itself again when its own run changes and swaps
+// the part that changed, keeping open sections, typed text and focus; other pages update a
+// row or a count. Buttons and the start form call the JSON API.
 (() => {
   'use strict';
   const $ = (sel, root = document) => root.querySelector(sel);
@@ -112,13 +113,8 @@
   document.querySelectorAll('pre.terminal').forEach((t) => { t.scrollTop = t.scrollHeight; });
 
   function swapBadge(doc) {
-    const badge = $('#badge');
-    const next = $('#badge', doc);
-    if (badge && next) {
-      badge.className = next.className;
-      badge.setAttribute('aria-label', next.getAttribute('aria-label'));
-      $('#badge-count').textContent = $('#badge-count', doc).textContent;
-    }
+    const next = $('#badge-count', doc);
+    if (next) setBadge(next.textContent);
   }
 
   async function refresh() {
@@ -142,88 +138,98 @@
     }
   }
 
-  // ---- The runs list: rows updated in place --------------------------------------------
-  // An event of a run on the page fetches that run's row alone (coalesced per run); a run
-  // started since the page was rendered is added at the top of the first unfiltered page,
-  // else a link offers to show it. The list is never fetched whole for an event.
+  // ---- Live: one small message per run whose status changed ----------------------------
+  // `/live` (shared by every tab, see feed-worker.js) says `{run, status, started, needs}`
+  // when a run's status changes; a run page follows its own run's journal through its output
+  // stream. No page fetches itself again for another run's events: a row of this page is
+  // fetched alone, anything else changes a count (the badge, "N new runs — show").
+  const setBadge = (n) => {
+    const badge = $('#badge');
+    if (!badge) return;
+    $('#badge-count').textContent = String(n);
+    badge.classList.toggle('badge-none', Number(n) === 0);
+    badge.setAttribute('aria-label', `${n} run(s) or loop(s) ${badge.dataset.verb}`);
+  };
   const rowTimers = new Map();
   const rowOf = (run) => document.getElementById(`row-${run}`);
-  async function updateRow(run, isNew) {
+  async function updateRow(run) {
     rowTimers.delete(run);
     const res = await fetch(`/runs/${encodeURIComponent(run)}/row`, { credentials: 'same-origin', cache: 'no-store' });
     if (!res.ok) return;
     const waiting = res.headers.get('x-waiting-count');
-    if (waiting !== null) {
-      $('#badge-count').textContent = waiting;
-      $('#badge').classList.toggle('badge-none', waiting === '0');
-      $('#badge').setAttribute('aria-label', `${waiting} run(s) or loop(s) need you`);
-    }
+    if (waiting !== null) setBadge(waiting);
     const holder = document.createElement('tbody');
     holder.innerHTML = (await res.text()).trim();
     const row = holder.querySelector('tr');
-    if (!row) return;
-    localTimes(row);
     const old = rowOf(run);
-    if (old) { old.replaceWith(row); return; }
-    if (!isNew) return;
-    const rows = $('#runs-rows');
-    const table = $('.runs-table');
-    if (rows && table && table.dataset.page === '1' && table.dataset.filtered === 'false') {
-      rows.prepend(row);
-      const total = $('#runs-total');
-      if (total) total.textContent = String(Number(total.textContent) + 1);
-    } else {
-      const more = $('#new-runs');
-      if (more) more.hidden = false;
+    if (!row || !old) return;
+    localTimes(row);
+    old.replaceWith(row);
+  }
+  // Changes this page does not show, counted: the page says how many and offers to show them.
+  let unseen = 0;
+  function offer(text) {
+    const link = $('#page-news');
+    if (!link) return;
+    unseen += 1;
+    link.hidden = false;
+    $('a', link).textContent = text(unseen);
+  }
+  const finals = ['success', 'failed', 'cancelled', 'rejected', 'interrupted'];
+  function onRun(change) {
+    if (change.needs !== undefined) setBadge(change.needs);
+    if (page === 'runs') {
+      if (rowOf(change.run)) {
+        if (!rowTimers.has(change.run)) rowTimers.set(change.run, setTimeout(() => updateRow(change.run), 150));
+      } else if (change.started) {
+        offer((n) => `${n} new run${n === 1 ? '' : 's'} — show`);
+      } else if ($('.runs-table') && $('.runs-table').dataset.filtered === 'true') {
+        offer((n) => `${n} run${n === 1 ? '' : 's'} changed — show`);
+      }
+    } else if (page === 'run') {
+      if (change.run === runId && !output) scheduleRefresh();
+    } else if (page === 'stats' && finals.includes(change.status)) {
+      offer((n) => `${n} run${n === 1 ? '' : 's'} ended since — show the new figures`);
+    } else if (page === 'dead-letters' && change.status === 'failed') {
+      offer((n) => `${n} run${n === 1 ? '' : 's'} failed since — show`);
+    } else if (page === 'workers') {
+      offer((n) => `${n} run${n === 1 ? '' : 's'} changed — show`);
     }
   }
-  // Kinds that may change how many runs wait for a person (the badge).
-  const waitingKinds = ['approval_requested', 'loop_escalated', 'feedback_checked', 'worktree_conflict', 'approval_granted',
-    'approval_rejected', 'escalation_answered', 'run_finished', 'run_cancelled'];
-  function onRunsEvent(kind, run) {
-    if (!run) return;
-    const isNew = kind === 'run_started';
-    if (!rowOf(run) && !isNew && !waitingKinds.includes(kind)) return;
-    if (!$('#runs-rows') && isNew) { scheduleRefresh(); return; }
-    if (rowTimers.has(run)) return;
-    rowTimers.set(run, setTimeout(() => updateRow(run, isNew), 150));
+  // Events this tab missed before it joined the shared stream: its own page is read again
+  // (a run page), or it offers to be.
+  function onStale() {
+    if (page === 'run') scheduleRefresh();
+    else offer(() => 'Changed since this page was shown — show');
   }
 
   // ---- Live events ---------------------------------------------------------------------
   const connection = $('#connection');
   const setConnection = (state, text) => { connection.dataset.state = state; connection.textContent = text; };
-  const kinds = (body.dataset.kinds || '').split(' ').filter(Boolean);
-  function onEvent(kind, data) {
-    let run = null;
-    try { run = JSON.parse(data).run_id; } catch (_) { /* not JSON */ }
-    if (page === 'runs') { onRunsEvent(kind, run); return; }
-    if (page === 'run' && run !== runId) {
-      // Another run: only the badge may change.
-      if (['approval_requested', 'loop_escalated', 'approval_granted', 'approval_rejected', 'escalation_answered',
-        'run_finished', 'run_cancelled'].includes(kind)) scheduleRefresh();
-      return;
-    }
-    scheduleRefresh();
+  function onMessage(data) {
+    let change = null;
+    try { change = JSON.parse(data); } catch (_) { return; }
+    if (change && change.run) onRun(change);
   }
   function connect() {
     const live = (state) => setConnection(state, state === 'live' ? '● live' : '○ reconnecting…');
     if (window.SharedWorker) {
       // One stream for all tabs (see feed-worker.js).
-      const worker = new SharedWorker('/assets/feed-worker.js', { name: 'loopwright-feed' });
+      const worker = new SharedWorker('/assets/feed-worker.js', { name: 'loopwright-live' });
       worker.port.onmessage = (m) => {
         if (m.data.type === 'state') live(m.data.state);
-        else if (m.data.type === 'event') onEvent(m.data.kind, m.data.data);
-        else if (m.data.type === 'stale') scheduleRefresh();
+        else if (m.data.type === 'run') onMessage(m.data.data);
+        else if (m.data.type === 'stale') onStale();
       };
       worker.port.start();
-      worker.port.postMessage({ type: 'hello', after: lastFeed(), kinds });
+      worker.port.postMessage({ type: 'hello', after: lastFeed() });
       window.addEventListener('pagehide', () => worker.port.postMessage({ type: 'bye' }));
       return;
     }
-    const source = new EventSource('/api/events?after=' + encodeURIComponent(lastFeed()));
+    const source = new EventSource('/live?after=' + encodeURIComponent(lastFeed()));
     source.onopen = () => live('live');
     source.onerror = () => live('offline');
-    kinds.forEach((k) => source.addEventListener(k, (e) => onEvent(k, e.data)));
+    source.addEventListener('run', (e) => onMessage(e.data));
   }
   // Only what happens after the page was rendered matters: start at the feed position it shows.
   const lastFeed = () => body.dataset.feed || '0';
@@ -234,13 +240,13 @@
     const pre = $('#live-output');
     if (!pre || !runId) return;
     const section = pre.closest('section');
-    // A run a worker drives prints on that machine: nothing to follow from here.
-    if (body.dataset.final === 'true' || body.dataset.remote === 'true') {
+    if (body.dataset.final === 'true') {
       section.hidden = true;
       if (output) { output.close(); output = null; }
       return;
     }
-    section.hidden = false;
+    // A run a worker drives prints on that machine: its journal is followed, not its output.
+    section.hidden = body.dataset.remote === 'true';
     // Between attempts (at a gate, waiting to retry) the last output stays, said to be over.
     const label = $('#output-which');
     if (!body.dataset.inFlight && label.textContent) label.textContent = label.textContent.replace(/^\((.*?)(, ended)?\)$/, '($1, ended)');
@@ -259,7 +265,9 @@
       pre.append(document.createTextNode(chunk.stream === 'stderr' ? chunk.text.replace(/^/gm, '! ') : chunk.text));
       if (atEnd) pre.scrollTop = pre.scrollHeight;
     });
-    output.addEventListener('end', () => { output.close(); output = null; });
+    // This run's journal grew: its page is read again.
+    output.addEventListener('journal', scheduleRefresh);
+    output.addEventListener('end', () => { output.close(); output = null; scheduleRefresh(); });
   }
 
   // ---- Actions -------------------------------------------------------------------------

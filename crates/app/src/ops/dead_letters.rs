@@ -86,3 +86,93 @@ pub fn show(ws: &Workspace, id: &str) -> Result<Letter, Error> {
         text,
     })
 }
+
+/// Dead letters that failed the same way: one error signature and pattern.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Group {
+    /// What they share (`pattern:extension:error`).
+    pub error_signature: String,
+    /// Their last failure's pattern.
+    pub final_pattern: String,
+    /// How many.
+    pub count: u64,
+    /// The newest's reason.
+    pub blocked_reason: String,
+    /// When the newest was written.
+    pub newest: String,
+    /// The newest's task.
+    pub newest_task: String,
+}
+
+/// `rows` (newest first, as [`list`] gives them) grouped by signature and pattern: the
+/// largest group first, then the one with the newest letter.
+pub fn groups(rows: &[Row]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut at: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
+    for row in rows {
+        let key = (row.error_signature.as_str(), row.final_pattern.as_str());
+        match at.get(&key) {
+            Some(&i) => groups[i].count += 1,
+            None => {
+                at.insert(key, groups.len());
+                groups.push(Group {
+                    error_signature: row.error_signature.clone(),
+                    final_pattern: row.final_pattern.clone(),
+                    count: 1,
+                    blocked_reason: row.blocked_reason.clone(),
+                    newest: row.blocked_at.clone(),
+                    newest_task: row.task_id.clone(),
+                });
+            }
+        }
+    }
+    // Stable: among groups of one size, the order of their newest letters stays.
+    groups.sort_by_key(|g| std::cmp::Reverse(g.count));
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(task: &str, signature: &str, pattern: &str, at: &str, reason: &str) -> Row {
+        Row {
+            task_id: task.into(),
+            stage: "implement".into(),
+            run_id: "20261130-040000-0001".into(),
+            final_pattern: pattern.into(),
+            total_attempts: 3,
+            blocked_at: at.into(),
+            blocked_reason: reason.into(),
+            error_signature: signature.into(),
+            similar_failures: 0,
+        }
+    }
+
+    #[test]
+    fn letters_are_grouped_by_signature_and_pattern_largest_first() {
+        let rows = [
+            row("t5", "coverage:py:floor", "coverage_gate", "2026-11-30T05:00:00Z", "total 50% is under 80%"),
+            row("t4", "lint:py:E501", "lint_error", "2026-11-30T04:00:00Z", "line too long"),
+            row("t3", "coverage:py:floor", "coverage_gate", "2026-11-30T03:00:00Z", "total 40% is under 80%"),
+            row("t2", "coverage:py:floor", "test_failure", "2026-11-30T02:00:00Z", "a test failed"),
+            row("t1", "coverage:py:floor", "coverage_gate", "2026-11-30T01:00:00Z", "total 30% is under 80%"),
+        ];
+        let group = |sig: &str, pattern: &str, count, reason: &str, newest: &str, task: &str| Group {
+            error_signature: sig.into(),
+            final_pattern: pattern.into(),
+            count,
+            blocked_reason: reason.into(),
+            newest: newest.into(),
+            newest_task: task.into(),
+        };
+        assert_eq!(
+            groups(&rows),
+            vec![
+                group("coverage:py:floor", "coverage_gate", 3, "total 50% is under 80%", "2026-11-30T05:00:00Z", "t5"),
+                group("lint:py:E501", "lint_error", 1, "line too long", "2026-11-30T04:00:00Z", "t4"),
+                group("coverage:py:floor", "test_failure", 1, "a test failed", "2026-11-30T02:00:00Z", "t2"),
+            ]
+        );
+    }
+}

@@ -115,6 +115,14 @@ pub fn random_u64() -> u64 {
     h.finish()
 }
 
+/// The initial inputs the pipeline named `name` declares (its own and the built-in ones), for a
+/// caller that may give only those: `None` when the pipeline does not compile without more
+/// inputs (starting it says why).
+pub fn declared_inputs(ws: &Workspace, name: &str) -> Result<Option<Vec<String>>, Error> {
+    let path = ws.find_pipeline_named(name)?;
+    Ok(ws.load_pipeline(&path, &[]).ok().map(|p| p.initial_inputs))
+}
+
 /// Checks a start request and assembles the run: the pipeline found and compiled (with the
 /// request's input keys), variables and stage names checked, the agents' programs found, the
 /// task id, the earlier outputs `start_from` needs, secrets redacted, the worktree created.

@@ -161,7 +161,7 @@ pub(crate) fn nix_kill(pid: i32, signal: &str) -> std::io::Result<std::process::
 /// A pipeline of shell stages: `first`, a gate, then `second`; each appends to a counter file.
 const GATE: &str = "name: gate\ndescription: a gate\nversion: 1\nstages:\n  - id: first\n    agent: shell\n    mode: agent\n    description: d\n    run: echo one >> count.txt\n  - id: second\n    agent: shell\n    mode: agent\n    description: d\n    requires_approval: true\n    run: echo two >> count.txt\n";
 
-fn gate_ws() -> Ws {
+pub(crate) fn gate_ws() -> Ws {
     let ws = Ws::empty();
     ws.write(".loopwright/pipelines/gate.yml", GATE);
     ws.init_git();

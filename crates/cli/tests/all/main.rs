@@ -28,6 +28,7 @@ mod report;
 mod rollback;
 mod run;
 mod sandbox;
+mod scale;
 mod support;
 mod team;
 mod traces;

@@ -31,7 +31,7 @@ pub(super) fn wants_stream(headers: &HeaderMap) -> bool {
 }
 
 /// Where a stream resumes: `Last-Event-ID`, else `?after=`.
-pub(super) fn resume_from(headers: &HeaderMap, after: Option<u64>) -> Result<u64, ApiError> {
+pub(crate) fn resume_from(headers: &HeaderMap, after: Option<u64>) -> Result<u64, ApiError> {
     match headers.get("last-event-id").map(|v| v.to_str().unwrap_or("").trim().to_owned()) {
         Some(id) if !id.is_empty() => {
             id.parse().map_err(|_| ApiError::invalid(format!("Last-Event-ID `{id}`: expected a sequence number")))
@@ -42,7 +42,7 @@ pub(super) fn resume_from(headers: &HeaderMap, after: Option<u64>) -> Result<u64
 
 /// The next broadcast item, or `None` once the daemon shuts down (the stream then ends, so
 /// graceful shutdown does not wait on clients).
-async fn receive(
+pub(crate) async fn receive(
     rx: &mut tokio::sync::broadcast::Receiver<Arc<FeedEntry>>,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Option<Result<Arc<FeedEntry>, RecvError>> {
@@ -63,7 +63,7 @@ fn sse_of(record: &EventRecord, id: u64, run: Option<&RunId>) -> Sse {
     Sse::default().id(id.to_string()).event(record.event.kind()).data(data.to_string())
 }
 
-pub(super) fn sse_response(
+pub(crate) fn sse_response(
     shared: &Shared,
     stream: impl Stream<Item = Result<Sse, Infallible>> + Send + 'static,
 ) -> Response {
@@ -238,8 +238,9 @@ const OUTPUT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The output of a run's stage in flight, as it is printed: `event: output` per piece
 /// (`{"stage","attempt","stream","offset","text"}`; no `id`, it is not journaled), from the
-/// beginning of the attempt in flight and of each attempt after it; `event: end` once the run
-/// is over. The whole output of a finished attempt is in its attempts.
+/// beginning of the attempt in flight and of each attempt after it; `event: journal`
+/// (`{"seq","status"}`) when the run's journal grew; `event: end` once the run is over. The
+/// whole output of a finished attempt is in its attempts.
 #[utoipa::path(get, path = "/api/runs/{run}/output", tag = "events",
     params(("run" = String, Path, description = "The run id")),
     responses((status = 200, description = "A `text/event-stream` of the stage in flight's output", content_type = "text/event-stream", body = String),
@@ -298,7 +299,9 @@ impl OutputStream {
                 // What the attempt that ended printed last was read above.
                 self.follow.track(&state);
                 self.over = state.status.is_final();
-                continue;
+                // The run's page shows its journal: it reads itself again on this.
+                let data = serde_json::json!({ "seq": state.last_seq, "status": state.status.as_str() });
+                return Some((Ok(Sse::default().event("journal").data(data.to_string())), self));
             }
             if self.over {
                 self.done = true;

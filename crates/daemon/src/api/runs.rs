@@ -64,6 +64,17 @@ pub async fn start(
     caller: Caller,
     Json(body): Json<StartRun>,
 ) -> ApiResult<Response> {
+    // Only what the pipeline declares may be given: a stray key is a mistake, not an input.
+    if let Some(declared) = ops::start::declared_inputs(&shared.ws, &body.pipeline)?
+        && let Some(stray) = body.inputs.keys().find(|k| !declared.contains(k))
+    {
+        return Err(ApiError::invalid(format!(
+            "inputs.{stray}: pipeline `{}` declares no initial input `{stray}` (it takes {}); declare it under \
+             `initial_inputs:`",
+            body.pipeline,
+            declared.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+        )));
+    }
     let request = ops::start::StartRequest {
         pipeline: body.pipeline,
         name_only: true,

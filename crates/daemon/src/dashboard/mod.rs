@@ -18,7 +18,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use loopwright_app::ops::people::Role;
 use loopwright_app::ops::{self, read};
-use loopwright_engine::event::Event;
 use loopwright_engine::{RunStatus, Store};
 use serde::Deserialize;
 use serde::Serialize;
@@ -27,13 +26,14 @@ use std::sync::{Arc, LazyLock};
 mod auto;
 mod insight;
 mod links;
+mod live;
 mod run;
 mod runs;
 #[cfg(test)]
 mod tests;
 
 use auto::{auto_page, auto_report_page};
-use insight::{dead_letters_page, stats_page, workers_page};
+use insight::{dead_letter_page, dead_letters_page, stats_page, workers_page};
 use links::{link_answer, link_page};
 use run::run_page;
 use runs::{run_row, runs_page};
@@ -55,6 +55,7 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
         ("run_row.html", include_str!("../../assets/run_row.html")),
         ("run.html", include_str!("../../assets/run.html")),
         ("dead_letters.html", include_str!("../../assets/dead_letters.html")),
+        ("dead_letter.html", include_str!("../../assets/dead_letter.html")),
         ("workers.html", include_str!("../../assets/workers.html")),
         ("stats.html", include_str!("../../assets/stats.html")),
         ("auto.html", include_str!("../../assets/auto.html")),
@@ -79,11 +80,14 @@ pub fn router() -> Router<Arc<Shared>> {
         .route("/runs/{run}/row", get(run_row))
         .route("/a/{token}", get(link_page).post(link_answer))
         .route("/dead-letters", get(dead_letters_page))
+        .route("/dead-letters/{task}", get(dead_letter_page))
         .route("/stats", get(stats_page))
         .route("/workers", get(workers_page))
         .route("/auto", get(auto_page))
         .route("/auto/{session}/report", get(auto_report_page))
         .route("/assets/{file}", get(asset))
+        .route("/live", get(live::live))
+        .route("/favicon.ico", get(favicon))
 }
 
 /// `/?token=…` and the runs list's page number.
@@ -134,6 +138,15 @@ async fn asset(Path(file): Path<String>) -> Response {
     }
 }
 
+/// The tab's icon: a loop, drawn.
+const FAVICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\">\
+<circle cx=\"8\" cy=\"8\" r=\"5.5\" fill=\"none\" stroke=\"#2b6cb0\" stroke-width=\"2.5\"/>\
+<path d=\"M11 1.5l3 3-3.5 1z\" fill=\"#2b6cb0\"/></svg>";
+
+async fn favicon() -> Response {
+    ([(header::CONTENT_TYPE, "image/svg+xml"), (header::CACHE_CONTROL, "max-age=86400")], FAVICON).into_response()
+}
+
 /// What every page shows in its header: who is signed in and what they may do, how many runs
 /// and auto loops wait for a person.
 async fn header_context(shared: &Shared, caller: &Caller, current: &'static str) -> HeaderView {
@@ -149,7 +162,7 @@ async fn header_context(shared: &Shared, caller: &Caller, current: &'static str)
         role: caller.role.as_str(),
         can_answer: caller.role.may_answer(),
         can_admin: caller.role >= Role::Admin,
-        kinds: Event::KINDS,
+        waiting_verb: if caller.role.may_answer() { "need you" } else { "waiting" },
         feed,
     }
 }
@@ -173,8 +186,8 @@ struct HeaderView {
     can_answer: bool,
     /// Whether they may administer.
     can_admin: bool,
-    /// The journal's event kinds (the page's script follows them).
-    kinds: &'static [&'static str],
+    /// What the badge says of them: "need you" to whoever may answer, "waiting" to a viewer.
+    waiting_verb: &'static str,
     /// The journal's feed position the page was rendered at.
     feed: u64,
 }

@@ -1,0 +1,162 @@
+//! A team's dashboard at scale (SPEC §11, "At a team's scale"), through a real daemon: the
+//! live stream an open page follows says a run's status changes and nothing of its work, the
+//! dead letters are grouped and paged on the server, stray inputs are refused.
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+use crate::daemon::{Daemon, gate_ws, read_sse};
+
+/// A run of three quick stages: many journal events, two statuses.
+const BUSY: &str = "name: busy\ndescription: d\nversion: 1\nstages:\n  - id: a\n    agent: shell\n    mode: plan\n    description: d\n    run: echo a\n  - id: b\n    agent: shell\n    mode: plan\n    description: d\n    run: echo b\n  - id: c\n    agent: shell\n    mode: plan\n    description: d\n    run: echo c\n";
+
+/// `/live`'s frames as (run, status, started, needs).
+fn changes(frames: &[(Option<u64>, String, String)]) -> Vec<(String, String, bool, Option<u64>)> {
+    frames
+        .iter()
+        .filter(|f| f.1 == "run")
+        .map(|(id, _, data)| {
+            assert!(id.is_some(), "a change has its feed position");
+            let v: Value = serde_json::from_str(data).expect("data");
+            let keys: Vec<&str> = v.as_object().expect("an object").keys().map(String::as_str).collect();
+            assert!(keys.iter().all(|k| ["run", "status", "started", "needs"].contains(k)), "{v}");
+            (
+                v["run"].as_str().expect("run").to_owned(),
+                v["status"].as_str().expect("status").to_owned(),
+                v.get("started") == Some(&Value::Bool(true)),
+                v["needs"].as_u64(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_open_page_is_told_each_status_change_once_and_nothing_of_a_runs_work() {
+    let ws = gate_ws();
+    ws.write(".loopwright/pipelines/busy.yml", BUSY);
+    let d = Daemon::start(&ws, &[]);
+    let start = |pipeline: &str| {
+        let (code, accepted) = d.post("/api/runs", &json!({ "pipeline": pipeline }));
+        assert_eq!(code, 202, "{accepted}");
+        accepted["run_id"].as_str().expect("run id").to_owned()
+    };
+    // Followed live from the start: the badge's count as each change happens.
+    let live = d.stream("/live?after=0");
+    let gate = start("gate");
+    d.wait_status(&gate, "waiting");
+    assert_eq!(d.post(&format!("/api/runs/{gate}/approve"), &json!({})).0, 200);
+    d.wait_status(&gate, "success");
+    let busy = start("busy");
+    d.wait_status(&busy, "success");
+    let mut seen = 0;
+    let frames = read_sse(live, |f| {
+        seen += usize::from(f.2.contains("\"success\""));
+        seen == 2
+    });
+    let s =
+        |run: &str, status: &str, started: bool, needs: Option<u64>| (run.to_owned(), status.into(), started, needs);
+    let expected = vec![
+        s(&gate, "queued", true, Some(0)),
+        s(&gate, "running", false, None),
+        s(&gate, "waiting", false, Some(1)),
+        s(&gate, "running", false, Some(0)),
+        s(&gate, "success", false, None),
+        s(&busy, "queued", true, Some(0)),
+        s(&busy, "running", false, None),
+        s(&busy, "success", false, None),
+    ];
+    assert_eq!(changes(&frames), expected);
+    let events = |run: &str| d.get(&format!("/api/runs/{run}/events")).1.as_array().map_or(0, Vec::len);
+    assert!(events(&busy) > 8, "the busy run wrote more than its statuses: {}", events(&busy));
+    // Read again from the start, later: the same changes, the count as it is now.
+    let again = read_sse(d.stream("/live?after=0"), |f| f.2.contains(&busy) && f.2.contains("\"success\""));
+    let now: Vec<_> = expected.into_iter().map(|(r, st, started, needs)| (r, st, started, needs.map(|_| 0))).collect();
+    assert_eq!(changes(&again), now);
+    // Without a token or the cookie: nothing.
+    let (code, ..) = d.request_as("GET", "/live", None, None, &[]);
+    assert_eq!(code, 401);
+}
+
+#[test]
+fn inputs_a_pipeline_does_not_declare_are_refused_with_the_field_named() {
+    let ws = gate_ws();
+    ws.write(
+        ".loopwright/pipelines/takes.yml",
+        "name: takes\ndescription: d\nversion: 1\ninitial_inputs: [ticket]\nstages:\n  - id: a\n    agent: shell\n    mode: plan\n    description: d\n    inputs: [ticket]\n    run: echo a\n",
+    );
+    let d = Daemon::start(&ws, &[]);
+    let (code, body) = d.post("/api/runs", &json!({ "pipeline": "gate", "inputs": { "ticket": "LW-1" } }));
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "inputs.ticket: pipeline `gate` declares no initial input `ticket` (it takes `task_description`, `context`); \
+         declare it under `initial_inputs:`"
+    );
+    let (code, body) =
+        d.post("/api/runs", &json!({ "pipeline": "takes", "inputs": { "ticket": "LW-1", "other": "x" } }));
+    assert_eq!(code, 422, "{body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| m.starts_with("inputs.other: ")), "{body}");
+    for (pipeline, inputs) in [("takes", json!({ "ticket": "LW-1" })), ("gate", json!({ "context": "c" }))] {
+        let (code, body) = d.post("/api/runs", &json!({ "pipeline": pipeline, "inputs": inputs }));
+        assert_eq!(code, 202, "{pipeline}: {body}");
+    }
+}
+
+/// A dead letter as a closed loop writes it (seed 000's frontmatter, then its report).
+fn letter(task: &str, signature: &str, pattern: &str, minute: u32, reason: &str) -> String {
+    format!(
+        "---\ntask_id: {task}\nerror_signature: \"{signature}\"\nfinal_pattern: {pattern}\nerror_line: \"{reason}\"\n\
+         blocked_at: \"2026-11-30T03:{minute:02}:00Z\"\nstage: implement\nrun_id: 20261130-030000-0a0a0a\n\
+         total_attempts: 3\nblocked_reason: \"{reason}\"\nsimilar_failures: 0\n---\n\n# Dead letter: {task}\n\n\
+         ## Suggested next steps\n\n- Raise the coverage of `src/lib.rs`.\n"
+    )
+}
+
+#[test]
+fn dead_letters_are_grouped_by_how_they_failed_and_paged_on_the_server() {
+    let ws = gate_ws();
+    let dir = ".loopwright/state/dead-letters";
+    for i in 0..100u32 {
+        let reason = "coverage gate: total 50% is under the floor of 80%";
+        ws.write(
+            &format!("{dir}/cov-{i:03}.md"),
+            &letter(&format!("cov-{i:03}"), "coverage_gate:py:floor", "coverage_gate", i % 60, reason),
+        );
+    }
+    for i in 0..20u32 {
+        ws.write(
+            &format!("{dir}/lint-{i:02}.md"),
+            &letter(&format!("lint-{i:02}"), "lint_error:py:E501", "lint_error", 59, "E501 line too long"),
+        );
+    }
+    let d = Daemon::start(&ws, &[]);
+    let (code, html) = d.page("/dead-letters");
+    assert_eq!(code, 200);
+    let groups: Vec<&str> = html.lines().filter(|l| l.contains("<strong class=\"count\">")).collect();
+    assert_eq!(groups.len(), 2, "{html}");
+    assert!(groups[0].contains("<strong class=\"count\">×100</strong> <code>coverage_gate</code>: coverage gate: total 50% is under the floor of 80%"), "{}", groups[0]);
+    assert!(
+        groups[1].contains("<strong class=\"count\">×20</strong> <code>lint_error</code>: E501 line too long"),
+        "{}",
+        groups[1]
+    );
+    let rows = |html: &str| html.matches("<tr><td><a href=\"/dead-letters/").count();
+    assert_eq!(rows(&html), 50);
+    assert!(html.contains("Dead letters 1–50 of <strong>120</strong>, newest first"), "{html}");
+    assert!(html.contains("<time datetime=\"2026-11-30T03:59:00Z\">"), "times are given for the reader's zone");
+    assert!(html.len() < 60_000, "a page of dead letters is {} bytes", html.len());
+    let (_, third) = d.page("/dead-letters?page=3");
+    assert_eq!(rows(&third), 20);
+    assert!(third.contains("Dead letters 101–120 of <strong>120</strong>"), "{third}");
+    // One group alone, by the link its count carries.
+    let (_, lint) = d.page("/dead-letters?signature=lint_error%3Apy%3AE501&pattern=lint_error");
+    assert_eq!(rows(&lint), 20);
+    assert!(lint.contains("Dead letters 1–20 of <strong>20</strong>"), "{lint}");
+    assert_eq!(lint.matches("<a href=\"/dead-letters/lint-").count(), 20);
+    // A letter's own page renders it; a name that is not a letter's is 404.
+    let (code, one) = d.page("/dead-letters/cov-007");
+    assert_eq!(code, 200);
+    assert!(one.contains("<h2>Suggested next steps</h2>") && one.contains("<code>src/lib.rs</code>"), "{one}");
+    assert_eq!(d.page("/dead-letters/..%2Fserve.token").0, 404);
+    assert_eq!(d.page("/dead-letters/nothing").0, 404);
+}
