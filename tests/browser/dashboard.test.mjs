@@ -411,13 +411,17 @@ browserTest('dead letters and stats', async (newPage) => {
   await waitFor('its dead letter', async () => (await api('GET', '/api/dead-letters')).body.some((l) => l.run_id === started.body.run_id));
   const page = await newPage();
   await page.goto(`${base}/dead-letters`);
-  await page.locator('details.letter summary').first().click();
-  assert.match(await page.textContent('details.letter'), /widget frobnication incomplete/);
+  // Grouped by how they failed, each group with its count; the letter on its own page.
+  assert.match(await page.innerText('.letter-groups li'), /^×1 \w+: \S/);
+  await page.locator('tbody a[href^="/dead-letters/"]').first().click();
+  await page.locator('.report.rendered').waitFor();
+  assert.match(await page.textContent('main'), /widget frobnication incomplete/);
   // What to do comes first, rendered; the record's fields are apart, closed, at the end.
-  const letter = page.locator('details.letter').first();
+  const letter = page.locator('main');
   assert.ok(await letter.locator('.report.rendered h2, .report.rendered h1').count() > 0, 'the dead letter is rendered');
   assert.equal(await letter.locator('details.fields').getAttribute('open'), null);
   assert.doesNotMatch(await letter.locator('.report.rendered').innerText(), /^task_id:/m);
+  await page.goto(`${base}/dead-letters`);
   await page.setViewportSize({ width: 390, height: 844 });
   assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'dead letters wider than a phone');
   await shot(page, 'dashboard-dead-letters-phone.png');
@@ -696,16 +700,25 @@ browserTest('500 runs: the list pages on the server, counts, searches by task te
   // Who acted is a column, and a search.
   await page.goto(`${base}/?by=carol`);
   assert.match(await page.innerText('#runs-rows tr:first-child td.people'), /carol/);
-  // A row changes in place when its run does; the list is not fetched again.
+  // A run started meanwhile is offered, not inserted: page 1 keeps its rows and size.
   await page.goto(`${base}/`);
+  const before = await page.locator('#runs-rows tr').evaluateAll((rows) => rows.map((r) => r.id));
+  const started = await api('POST', '/api/runs', { pipeline: 'gate', task: 'A new run in place' });
+  const run = started.body.run_id;
+  await page.locator('#page-news', { hasText: '1 new run — show' }).waitFor();
+  assert.deepEqual(await page.locator('#runs-rows tr').evaluateAll((rows) => rows.map((r) => r.id)), before);
+  // Found by its task, its row changes in place as its run goes on.
+  await page.goto(`${base}/?q=${encodeURIComponent('A new run in place')}`);
+  await page.locator(`#row-${run} .status`, { hasText: 'waiting' }).waitFor();
+  // A row changes in place when its run does; the list is not fetched again.
   await page.evaluate(() => { window.loadedOnce = true; });
   const listLoads = [];
   page.on('request', (r) => { const u = new URL(r.url()); if (u.pathname === '/' && r.resourceType() !== 'document') listLoads.push(u.href); });
-  const started = await api('POST', '/api/runs', { pipeline: 'two', task: 'A new run in place' });
-  await page.locator(`#row-${started.body.run_id} .status`, { hasText: 'success' }).waitFor();
+  assert.equal((await api('POST', `/api/runs/${run}/approve`, { by: 'carol' })).status, 200);
+  await page.locator(`#row-${run} .status`, { hasText: 'success' }).waitFor();
   assert.ok(await notReloaded(page), 'the list was reloaded');
   assert.deepEqual(listLoads, [], 'the whole list was fetched for an event');
-  assert.match(await page.innerText(`#row-${started.body.run_id}`), /A new run in place/);
+  assert.match(await page.innerText(`#row-${run}`), /A new run in place/);
   await shot(page, 'dashboard-runs-many.png');
   await page.setViewportSize({ width: 390, height: 844 });
   assert.ok(await fitsWidth(page), 'the list is wider than a phone');

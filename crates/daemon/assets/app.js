@@ -126,6 +126,7 @@
       swapBadge(doc);
       swapLive(doc);
       if (runId) {
+        body.dataset.seq = doc.body.dataset.seq || body.dataset.seq;
         body.dataset.final = doc.body.dataset.final || '';
         body.dataset.inFlight = doc.body.dataset.inFlight || '';
         followOutput();
@@ -251,7 +252,8 @@
     const label = $('#output-which');
     if (!body.dataset.inFlight && label.textContent) label.textContent = label.textContent.replace(/^\((.*?)(, ended)?\)$/, '($1, ended)');
     if (output) return;
-    output = new EventSource(`/api/runs/${encodeURIComponent(runId)}/output`);
+    // From the journal position the page shows: what happened since is told at once.
+    output = new EventSource(`/api/runs/${encodeURIComponent(runId)}/output?after=${encodeURIComponent(body.dataset.seq || '0')}`);
     let which = '';
     output.addEventListener('output', (e) => {
       const chunk = JSON.parse(e.data);

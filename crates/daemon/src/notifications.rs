@@ -186,8 +186,12 @@ pub fn happening(event: &Event) -> Option<NotifyEvent> {
     }
 }
 
-/// A target's name in the journal: its kind, scheme and host (its path may hold a secret).
+/// A target's name in the journal: the one it was given, else its kind, scheme and host (its
+/// path may hold a secret).
 fn target_name(target: &Notify) -> String {
+    if let Some(name) = &target.name {
+        return name.clone();
+    }
     let kind = match target.kind {
         NotifyKind::Webhook => "webhook",
         NotifyKind::Slack => "slack",
@@ -383,10 +387,18 @@ impl Notifier {
             });
         let result = loopwright_engine::result::PipelineResult::from_state(&state);
         let waiting = result.waiting.filter(|_| event == NotifyEvent::NeedsHuman);
-        let stage =
-            waiting.as_ref().map(|w| w.stage.clone()).or_else(|| entry.record.event.stage().map(ToString::to_string));
+        let stage = waiting
+            .as_ref()
+            .map(|w| w.stage.clone())
+            .or_else(|| entry.record.event.stage().map(ToString::to_string))
+            .or_else(|| result.failed_stage.clone().filter(|_| event == NotifyEvent::Failed));
+        // A run that ended in a dead letter was told as one: its failure is not told again.
+        let dead_lettered = state.stages.iter().any(|s| s.closed.as_ref().is_some_and(|l| l.dead_letter.is_some()));
         for target in wanted {
             if !target.pipelines.is_empty() && !target.pipelines.contains(&pipeline_name) {
+                continue;
+            }
+            if event == NotifyEvent::Failed && dead_lettered && target.events.contains(&NotifyEvent::DeadLetter) {
                 continue;
             }
             let key = format!(

@@ -156,6 +156,10 @@ impl Limit {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Notify {
+    /// What the dashboard calls this target in a run's "Notified" (`team channel`): default
+    /// its kind and host.
+    #[serde(default)]
+    pub name: Option<String>,
     /// Where to send: an `http://` or `https://` URL.
     pub url: String,
     /// The body's format.
@@ -605,6 +609,17 @@ impl Config {
                 let message = format!("[[notify]] url `{}`: expected an http:// or https:// URL", target.url);
                 diags.push(at("url", Diagnostic::new(source, message).field(format!("notify[{i}].url"))));
             }
+            if let Some(name) = &target.name {
+                let taken = config.notify[..i].iter().any(|t| t.name.as_deref() == Some(name.as_str()));
+                let bad = name.trim().is_empty() || name.chars().count() > 60 || name.chars().any(char::is_control);
+                if bad || taken {
+                    let why =
+                        if taken { "is the name of an earlier target" } else { "must be 1 to 60 printable characters" };
+                    let d = Diagnostic::new(source, format!("[[notify]] name `{name}` {why}"))
+                        .field(format!("notify[{i}].name"));
+                    diags.push(at("name", d));
+                }
+            }
             if !(1..=24 * 30).contains(&target.link_hours) {
                 let d = Diagnostic::new(source, "[[notify]] `link_hours` must be 1 to 720")
                     .field(format!("notify[{i}].link_hours"));
@@ -721,12 +736,13 @@ mod tests {
 
     #[test]
     fn notify_targets_are_typed_and_checked() {
-        let text = "[[notify]]\nurl = \"http://127.0.0.1:9/hook\"\nkind = \"slack\"\nevents = [\"needs_human\", \"failed\"]\nas = \"carol\"\n\n[[notify]]\nurl = \"https://ntfy.sh/loops\"\nkind = \"ntfy\"\n";
+        let text = "[[notify]]\nname = \"team channel\"\nurl = \"http://127.0.0.1:9/hook\"\nkind = \"slack\"\nevents = [\"needs_human\", \"failed\"]\nas = \"carol\"\n\n[[notify]]\nurl = \"https://ntfy.sh/loops\"\nkind = \"ntfy\"\n";
         let config = Config::parse(&SourceFile::new("config.toml", text)).expect("ok");
         assert_eq!(
             config.notify,
             vec![
                 Notify {
+                    name: Some("team channel".into()),
                     url: "http://127.0.0.1:9/hook".into(),
                     kind: NotifyKind::Slack,
                     events: vec![NotifyEvent::NeedsHuman, NotifyEvent::Failed],
@@ -735,6 +751,7 @@ mod tests {
                     link_hours: 24,
                 },
                 Notify {
+                    name: None,
                     url: "https://ntfy.sh/loops".into(),
                     kind: NotifyKind::Ntfy,
                     events: NotifyEvent::all(),
@@ -751,13 +768,14 @@ mod tests {
             .expect_err("bad");
         assert_eq!(diags.items[0].message, "[[notify]] url `file:///etc/passwd`: expected an http:// or https:// URL");
         // Each problem is shown where it is written, in the table it belongs to.
-        let text = "[[notify]]\nurl = \"https://ok\"\n\n[[notify]]\nurl = \"file:///etc/passwd\"\nlink_hours = 0\n";
+        let text = "[[notify]]\nname = \"ops\"\nurl = \"https://ok\"\n\n[[notify]]\nname = \"ops\"\nurl = \"file:///etc/passwd\"\nlink_hours = 0\n";
         let diags = Config::parse(&SourceFile::new("config.toml", text)).expect_err("bad");
         assert_eq!(
             crate::diag::located(&diags),
             [
-                "5:7: notify[1].url: [[notify]] url `file:///etc/passwd`: expected an http:// or https:// URL",
-                "6:14: notify[1].link_hours: [[notify]] `link_hours` must be 1 to 720",
+                "7:7: notify[1].url: [[notify]] url `file:///etc/passwd`: expected an http:// or https:// URL",
+                "6:8: notify[1].name: [[notify]] name `ops` is the name of an earlier target",
+                "8:14: notify[1].link_hours: [[notify]] `link_hours` must be 1 to 720",
             ]
         );
     }

@@ -26,6 +26,8 @@ pub struct Row {
     pub blocked_reason: String,
     /// The failure's signature (similar failures share it).
     pub error_signature: String,
+    /// The failure's line (the check's words).
+    pub error_line: String,
     /// Earlier dead letters with the same signature.
     pub similar_failures: u64,
 }
@@ -58,6 +60,7 @@ pub fn list(ws: &Workspace) -> Vec<Row> {
             blocked_at: s.blocked_at,
             blocked_reason: s.blocked_reason,
             error_signature: s.error_signature,
+            error_line: s.error_line,
             similar_failures: s.similar_failures,
         })
         .collect()
@@ -96,8 +99,8 @@ pub struct Group {
     pub final_pattern: String,
     /// How many.
     pub count: u64,
-    /// The newest's reason.
-    pub blocked_reason: String,
+    /// What the newest says: its failure's line, else why the loop gave up.
+    pub headline: String,
     /// When the newest was written.
     pub newest: String,
     /// The newest's task.
@@ -119,7 +122,11 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
                     error_signature: row.error_signature.clone(),
                     final_pattern: row.final_pattern.clone(),
                     count: 1,
-                    blocked_reason: row.blocked_reason.clone(),
+                    headline: if row.error_line.trim().is_empty() {
+                        row.blocked_reason.clone()
+                    } else {
+                        row.error_line.trim().to_owned()
+                    },
                     newest: row.blocked_at.clone(),
                     newest_task: row.task_id.clone(),
                 });
@@ -135,7 +142,7 @@ pub fn groups(rows: &[Row]) -> Vec<Group> {
 mod tests {
     use super::*;
 
-    fn row(task: &str, signature: &str, pattern: &str, at: &str, reason: &str) -> Row {
+    fn row(task: &str, signature: &str, pattern: &str, at: &str, line: &str) -> Row {
         Row {
             task_id: task.into(),
             stage: "implement".into(),
@@ -143,8 +150,9 @@ mod tests {
             final_pattern: pattern.into(),
             total_attempts: 3,
             blocked_at: at.into(),
-            blocked_reason: reason.into(),
+            blocked_reason: "retry_budget_exhausted".into(),
             error_signature: signature.into(),
+            error_line: line.into(),
             similar_failures: 0,
         }
     }
@@ -158,11 +166,11 @@ mod tests {
             row("t2", "coverage:py:floor", "test_failure", "2026-11-30T02:00:00Z", "a test failed"),
             row("t1", "coverage:py:floor", "coverage_gate", "2026-11-30T01:00:00Z", "total 30% is under 80%"),
         ];
-        let group = |sig: &str, pattern: &str, count, reason: &str, newest: &str, task: &str| Group {
+        let group = |sig: &str, pattern: &str, count, headline: &str, newest: &str, task: &str| Group {
             error_signature: sig.into(),
             final_pattern: pattern.into(),
             count,
-            blocked_reason: reason.into(),
+            headline: headline.into(),
             newest: newest.into(),
             newest_task: task.into(),
         };

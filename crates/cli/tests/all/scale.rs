@@ -160,3 +160,70 @@ fn dead_letters_are_grouped_by_how_they_failed_and_paged_on_the_server() {
     assert_eq!(d.page("/dead-letters/..%2Fserve.token").0, 404);
     assert_eq!(d.page("/dead-letters/nothing").0, 404);
 }
+
+/// A closed loop that gives up: its check never passes.
+const STUCK: &str = "name: stuck\ndescription: d\nversion: 1\nstages:\n  - id: implement\n    agent: dev\n    mode: agent\n    description: Try\n    skill: closed-loop-execution\n    closed_loop:\n      max_retries: 1\n    checks:\n      - name: floor\n        type: custom\n        command: 'echo \"coverage gate: total 50% is under the floor of 80%\"; exit 1'\n";
+
+#[test]
+fn a_dead_letter_is_one_message_with_its_stage_and_each_target_is_known_by_its_name() {
+    use crate::http::{Reply, Server};
+    let ws = gate_ws();
+    ws.write(
+        ".loopwright/agents/dev.md",
+        "---\nname: dev\nrunner: command\ncommand: [\"sh\", \"-c\", \"echo tried\"]\n---\nYou try.\n",
+    );
+    ws.write(".loopwright/pipelines/stuck.yml", STUCK);
+    let ok = || Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] };
+    let server = Server::start((0..6).map(|_| ok()).collect());
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nname = \"team channel\"\nurl = \"http://127.0.0.1:{port}/team\"\nevents = [\"failed\", \"dead_letter\"]\n\n\
+             [[notify]]\nname = \"on call\"\nurl = \"http://127.0.0.1:{port}/oncall\"\nevents = [\"failed\"]\n",
+            port = server.port
+        ),
+    );
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted) = d.post("/api/runs", &json!({ "pipeline": "stuck" }));
+    assert_eq!(code, 202, "{accepted}");
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "failed");
+    // Each target's messages: (path, event, stage).
+    let sent = || -> Vec<(String, String, String)> {
+        let mut sent: Vec<_> = server
+            .requests()
+            .iter()
+            .filter_map(|r| {
+                let path = r.split_whitespace().nth(1)?.to_owned();
+                let body = r.split_once("\r\n\r\n\n").or_else(|| r.split_once("\n\n"))?.1;
+                let body: Value = serde_json::from_str(body.trim()).ok()?;
+                Some((path, body["event"].as_str()?.to_owned(), body["stage"].as_str()?.to_owned()))
+            })
+            .collect();
+        sent.sort();
+        sent
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while sent().len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Anything more would have come with these.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        sent(),
+        vec![
+            ("/oncall".to_owned(), "failed".to_owned(), "implement".to_owned()),
+            ("/team".to_owned(), "dead_letter".to_owned(), "implement".to_owned()),
+        ]
+    );
+    let conn = rusqlite::Connection::open(ws.path().join(".loopwright/state/state.db")).expect("db");
+    let mut stmt = conn.prepare("SELECT event, target FROM notifications ORDER BY target").expect("sql");
+    let journaled: Vec<(String, String)> =
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).expect("rows").map(|r| r.expect("row")).collect();
+    assert_eq!(
+        journaled,
+        vec![("failed".to_owned(), "on call".to_owned()), ("dead_letter".to_owned(), "team channel".to_owned())]
+    );
+    let (_, page) = d.page(&format!("/runs/{run}"));
+    assert!(page.contains("dead letter → team channel: sent") && page.contains("failed → on call: sent"), "{page}");
+}

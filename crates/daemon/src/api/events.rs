@@ -239,16 +239,23 @@ const OUTPUT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 /// The output of a run's stage in flight, as it is printed: `event: output` per piece
 /// (`{"stage","attempt","stream","offset","text"}`; no `id`, it is not journaled), from the
 /// beginning of the attempt in flight and of each attempt after it; `event: journal`
-/// (`{"seq","status"}`) when the run's journal grew; `event: end` once the run is over. The
-/// whole output of a finished attempt is in its attempts.
+/// (`{"seq","status"}`) when the run's journal grew (at once when it holds events after
+/// `after`); `event: end` once the run is over. The whole output of a finished attempt is in
+/// its attempts.
 #[utoipa::path(get, path = "/api/runs/{run}/output", tag = "events",
-    params(("run" = String, Path, description = "The run id")),
+    params(("run" = String, Path, description = "The run id"), EventsQuery),
     responses((status = 200, description = "A `text/event-stream` of the stage in flight's output", content_type = "text/event-stream", body = String),
               (status = 404, body = ErrorBody)))]
-pub async fn run_output(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Result<Response, ApiError> {
+pub async fn run_output(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Response, ApiError> {
     let run = RunId::parse(&run).ok_or_else(|| ApiError::from(loopwright_app::Error::no_run(&run)))?;
     let rx = shared.feed.subscribe();
     let state = shared.folds.state(&shared.store, &run).await?;
+    // The journal moved past what the reader last saw (`after`): it is told at once.
+    let journal_moved = q.after.is_some_and(|after| state.last_seq > after);
     let mut follow = output::Follow::new(shared.ws.runs_dir().join(run.as_str()));
     follow.track(&state);
     let stream = OutputStream {
@@ -259,7 +266,7 @@ pub async fn run_output(State(shared): State<Arc<Shared>>, Path(run): Path<Strin
         run,
         rx,
         pending: VecDeque::new(),
-        journal_moved: false,
+        journal_moved,
         done: false,
     };
     Ok(sse_response(&shared, futures_util::stream::unfold(stream, OutputStream::next)))

@@ -72,6 +72,8 @@ struct RunPage {
 #[derive(Debug, Serialize)]
 pub(super) struct RunView {
     id: String,
+    /// The journal's sequence number the page shows it at (its script follows on from it).
+    seq: u64,
     pipeline: Option<String>,
     task_id: Option<String>,
     task: Option<String>,
@@ -377,6 +379,7 @@ fn run_context(
         && matches!(status, RunStatus::Interrupted);
     RunView {
         id: state.run_id.to_string(),
+        seq: state.last_seq,
         pipeline: started.map(|s| s.pipeline.clone()),
         task_id: started.map(|s| s.task_id.to_string()),
         task: started.map(|s| s.task.clone()),
