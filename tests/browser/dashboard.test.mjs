@@ -265,6 +265,9 @@ browserTest('a gate: started through the form, waiting with the badge, approved 
   await page.getByText('waits for approval').waitFor();
   assert.match(await page.textContent('#run-status'), /waiting/);
   assert.ok(await notReloaded(page), 'the run page updated itself');
+  // The gate's buttons under the headline, the change so far beside them.
+  assert.ok((await page.locator('button[data-action="approve"]').boundingBox()).y < 800, 'Approve is on the first screen');
+  assert.match(await page.innerText('#gate-diff'), /No committed change yet|diff --git/);
 
   // The runs page: the waiting run first, the badge in the header.
   const list = await newPage();
@@ -331,9 +334,14 @@ browserTest('an escalation answered with fix and a hint, and the run goes on', a
   await page.locator('.report.rendered h2', { hasText: 'Task Escalation Required' }).waitFor();
   assert.ok(await page.locator('.report.rendered table').count() > 0, 'the attempt history is a table');
   assert.doesNotMatch(await page.innerText('.report.rendered'), /\*\*Task:\*\*|^## /m);
+  // No command lines: the page answers with its own form, right under the headline.
+  assert.doesNotMatch(await page.innerText('main'), /loopwright respond/);
+  const formAt = async () => (await page.locator('#respond-form button[type="submit"]').boundingBox()).y;
+  assert.ok(await formAt() < 800, `the answer form's button is at ${await formAt()} px at 1280×800`);
   await shot(page, 'dashboard-run-escalation.png');
   await page.setViewportSize({ width: 390, height: 844 });
   assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the escalation is wider than a phone');
+  assert.ok(await (async () => (await page.locator('#respond-form legend').boundingBox()).y)() < 844, 'the answer form starts on the first screen of a phone');
   await shot(page, 'dashboard-run-escalation-phone.png');
   await page.setViewportSize({ width: 1280, height: 800 });
   // Guidance typed with "Retry" still selected is the fix the person meant, not dropped.
@@ -579,6 +587,10 @@ browserTest('people: signed in with their own tokens, a viewer reads and cannot 
   await viewer.goto(`${base}/runs/${run}`);
   await viewer.locator('#read-only').waitFor();
   assert.equal(await viewer.locator('button[data-action]').count(), 0, 'a viewer sees buttons');
+  // Told whom the run waits for, never that it waits for them.
+  assert.match(await viewer.innerText('#run-headline'), /^Stage ship waits for an approver \(([a-z]+, )*carol(, [a-z]+)*\)/);
+  assert.doesNotMatch(await viewer.innerText('main'), /your approval|escalated to you/);
+  assert.match(await viewer.innerText('#badge'), /waiting$/);
   const refused = await viewer.evaluate(async (path) => {
     const r = await fetch(path, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}' });
     return [r.status, (await r.json()).error.message];

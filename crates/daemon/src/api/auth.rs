@@ -103,6 +103,14 @@ impl People {
         self.current(|all| people::find(all, token).cloned())
     }
 
+    /// The names of those who may answer gates and escalations, sorted.
+    pub fn answerers(&self) -> Vec<String> {
+        let mut names: Vec<String> =
+            self.current(|all| all.iter().filter(|p| p.role.may_answer()).map(|p| p.name.clone()).collect());
+        names.sort();
+        names
+    }
+
     /// The role given to `name`, if they have a token.
     pub fn role_of(&self, name: &str) -> Option<Role> {
         self.current(|all| all.iter().find(|p| p.name == name).map(|p| p.role))

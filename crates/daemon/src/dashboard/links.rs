@@ -159,7 +159,7 @@ pub(super) async fn link_page(State(shared): State<Arc<Shared>>, Path(token): Pa
     };
     let status = loopwright_app::ownership::shown_status(&state);
     let link = &found.link;
-    let report = read::escalation_report(&state).map(|(_, m)| render_markdown(&m));
+    let report = read::escalation_report(&state).map(|(_, m)| render_markdown(super::without_commands(&m)));
     let gate =
         matches!(link.action, crate::notifications::LinkAction::Approve | crate::notifications::LinkAction::Reject);
     page(

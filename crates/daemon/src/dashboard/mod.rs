@@ -345,6 +345,18 @@ fn actionable_first(body: &str) -> String {
     out
 }
 
+/// An escalation's report without its closing list of command lines ("**Your options:**",
+/// `loopwright respond …`): a page answers with its own form.
+fn without_commands(report: &str) -> &str {
+    match report.find("**Your options:**") {
+        Some(at) => {
+            let head = report[..at].trim_end();
+            head.strip_suffix("---").unwrap_or(head).trim_end()
+        }
+        None => report,
+    }
+}
+
 /// A report written in Markdown (an escalation, a dead letter) as the page shows it: its body
 /// rendered, its YAML frontmatter (the record's fields) apart, for the end.
 #[derive(Debug, Serialize)]

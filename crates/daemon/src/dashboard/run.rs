@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::{
     HeaderView, Missing, Moment, Page, Rendered, duration, header_context, icon, page, render_markdown, signin, when,
+    without_commands,
 };
 
 pub(super) async fn run_page(
@@ -46,7 +47,7 @@ pub(super) async fn run_page(
         let of_stage = read::attempts_in(&run_dir, &state, id, by_stage.get(id).map_or(&[][..], Vec::as_slice));
         attempts.insert(id.to_owned(), of_stage);
     }
-    let context = run_context(&shared, &pipeline, &state, shown, &events, &attempts);
+    let context = run_context(&shared, &pipeline, &state, shown, &events, &attempts, caller.role.may_answer());
     let store = Arc::clone(&shared.auto_store);
     let id = run.to_string();
     let notified: Vec<NotifiedView> = tokio::task::spawn_blocking(move || store.notifications(Some(&id), 100))
@@ -182,6 +183,10 @@ struct WaitingView {
     report: Option<Rendered>,
     /// What skipping the stage would leave without its outputs.
     skip_impact: Option<String>,
+    /// A gate's: what the run changed so far.
+    diff: Option<String>,
+    /// Whom it waits for, as a reader who cannot answer is told ("an approver (alice, carol)").
+    answerers_text: String,
 }
 
 /// A dead letter of the run.
@@ -251,6 +256,7 @@ fn run_context(
     status: RunStatus,
     events: &[loopwright_engine::EventRecord],
     attempts: &BTreeMap<String, Vec<read::Attempt>>,
+    may_answer: bool,
 ) -> RunView {
     let started = state.started.as_ref();
     let first = events.first().map(|e| e.at);
@@ -360,12 +366,20 @@ fn run_context(
     }
     let waiting = result.waiting.as_ref().filter(|_| status == RunStatus::Waiting).map(|w| {
         let report = (w.kind == WaitKind::Escalation)
-            .then(|| read::escalation_report(state).map(|(_, m)| render_markdown(&m)))
+            .then(|| read::escalation_report(state).map(|(_, m)| render_markdown(without_commands(&m))))
             .flatten();
+        let diff = (w.kind == WaitKind::Approval).then(|| read::run_diff(state, 400)).flatten();
         let impact = loopwright_spec::StageId::parse(&w.stage)
             .filter(|_| w.kind == WaitKind::Escalation)
             .map(|s| ops::answer::skip_impact(pipeline, state, &s));
-        WaitingView { kind: w.kind, stage: w.stage.clone(), report, skip_impact: impact }
+        WaitingView {
+            kind: w.kind,
+            stage: w.stage.clone(),
+            report,
+            skip_impact: impact,
+            diff,
+            answerers_text: answerers_text(&shared.people.answerers()),
+        }
     });
     let rollback: Vec<String> = events.iter().filter_map(|r| rollback_line(&r.event)).collect();
     let letters: Vec<LetterView> = ops::dead_letters::list(&shared.ws)
@@ -377,6 +391,7 @@ fn run_context(
     let answers = read::answers(events);
     let resumable = matches!(ops::resume::check(state), Ok(ops::resume::Resumable::Yes))
         && matches!(status, RunStatus::Interrupted);
+    let headline = ops::why::run_headline(state, status, pipeline).map(|h| for_reader(h, waiting.as_ref(), may_answer));
     RunView {
         id: state.run_id.to_string(),
         seq: state.last_seq,
@@ -396,7 +411,7 @@ fn run_context(
         waiting,
         ended_by: ended_by(status, &answers),
         worker: state.owner.as_ref().and_then(|o| o.worker.clone()),
-        headline: ops::why::run_headline(state, status, pipeline),
+        headline,
         answers: answers.into_iter().map(AnswerView::of).collect(),
         artifacts: result.artifacts,
         failed_stage: result.failed_stage,
@@ -603,4 +618,19 @@ impl AnswerView {
             comment: a.comment,
         }
     }
+}
+
+/// Whom a gate or an escalation waits for, in words.
+fn answerers_text(names: &[String]) -> String {
+    if names.is_empty() { "an approver".to_owned() } else { format!("an approver ({})", names.join(", ")) }
+}
+
+/// The run's headline as this reader is told it: one who cannot answer is told whom the run
+/// waits for ("Stage ship waits for an approver (alice, carol)"), never that it waits for them.
+fn for_reader(mut h: ops::why::Headline, waiting: Option<&WaitingView>, may_answer: bool) -> ops::why::Headline {
+    if let Some(w) = waiting.filter(|w| !may_answer && matches!(w.kind, WaitKind::Approval | WaitKind::Escalation)) {
+        h.title = format!("Stage {} waits for {}", w.stage, w.answerers_text);
+        h.next = "You may read this run; answering needs the approver role.".to_owned();
+    }
+    h
 }
