@@ -300,9 +300,11 @@ browserTest('a gate: started through the form, waiting with the badge, approved 
   await list.locator('#badge-count', { hasText: '0' }).waitFor();
   const events = (await api('GET', `/api/runs/${run}/events`)).body;
   const granted = events.filter((e) => e.event.type === 'approval_granted');
-  assert.deepEqual(granted.map((e) => [e.event.stage, e.event.by]), [['ship', 'alice']]);
-  // Who answered is shown on the run page.
-  await page.locator('#answers li', { hasText: 'alice approved ship' }).waitFor();
+  assert.deepEqual(granted.map((e) => [e.event.stage, e.event.by, e.event.via]), [['ship', 'alice', 'dashboard']]);
+  // Who answered, and through what, is shown on the run page and in the run's result.
+  await page.locator('#answers li', { hasText: 'alice approved ship via dashboard' }).waitFor();
+  const answered = (await api('GET', `/api/runs/${run}`)).body.answers.map((a) => [a.stage, a.by, a.answer, a.via]);
+  assert.deepEqual(answered, [['ship', 'alice', 'approved', 'dashboard']]);
   assert.deepEqual(errors, []);
 
   // A gate rejected with a comment: the run's header says who and why, not just "cancelled".
@@ -313,7 +315,7 @@ browserTest('a gate: started through the form, waiting with the badge, approved 
   const why = await newPage();
   await why.goto(`${base}/runs/${other.body.run_id}`);
   assert.equal(await why.innerText('#ended-by'), 'Rejected by carol at ship: Not on a Friday');
-  assert.match(await why.innerText('#answers'), /carol rejected ship — Not on a Friday/);
+  assert.match(await why.innerText('#answers'), /carol rejected ship via api — Not on a Friday/);
 
   // The finished run opened afresh: no box for the output of a stage in flight, no stream.
   const done = await newPage();
@@ -356,7 +358,7 @@ browserTest('an escalation answered with fix and a hint, and the run goes on', a
   assert.equal(answers.length, 1);
   assert.deepEqual(answers[0].answer, { answer: 'fix', text: 'make it executable with chmod +x' });
   assert.equal(answers[0].by, 'alice');
-  assert.match(await page.innerText('#answers'), /alice answered implement: fix — make it executable with chmod \+x/);
+  assert.match(await page.innerText('#answers'), /alice answered implement: fix via dashboard — make it executable with chmod \+x/);
   // Every attempt of the closed loop says how long it took.
   const attempts = (await api('GET', `/api/runs/${run}/stages/implement/attempts`)).body;
   assert.ok(attempts.length >= 2, JSON.stringify(attempts));
@@ -616,7 +618,7 @@ browserTest('people: signed in with their own tokens, a viewer reads and cannot 
   const granted = events.filter((e) => e.event.type === 'approval_granted').map((e) => [e.event.by, e.event.comment]);
   assert.deepEqual(granted, [['carol', 'looks right']]);
   await approver.locator('#answers').waitFor();
-  assert.match(await approver.innerText('#answers'), /carol approved ship — .?looks right/);
+  assert.match(await approver.innerText('#answers'), /carol approved ship via dashboard — .?looks right/);
   await approver.context().close();
 });
 

@@ -37,7 +37,7 @@ pub async fn moved_on(store: &Journal, run: &RunId, read: u64, error: StoreError
             Event::ApprovalRejected { stage, by, .. } => {
                 format!("the approval of stage `{stage}` was already rejected by {by}")
             }
-            Event::EscalationAnswered { stage, answer, by } => {
+            Event::EscalationAnswered { stage, answer, by, .. } => {
                 let answer = serde_json::to_value(answer)
                     .ok()
                     .and_then(|v| v["answer"].as_str().map(str::to_owned))

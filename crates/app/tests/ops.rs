@@ -10,6 +10,7 @@ use loopwright_app::ops::start::{StartRequest, prepare};
 use loopwright_app::ownership::this_process;
 use loopwright_app::session::Session;
 use loopwright_app::workspace::Workspace;
+use loopwright_engine::event::Via;
 use loopwright_engine::ports::{NeverStop, NoObserver};
 use loopwright_engine::{Event, RunId, RunState, RunStatus, Store};
 use pretty_assertions::assert_eq;
@@ -70,20 +71,22 @@ async fn approve_claims_the_run_once_and_a_stale_second_answer_is_told_who_won()
     let run = started(&f).await;
     let store = loopwright_app::assemble::open_existing_store(&f.ws).expect("store");
     let (_, stale) = read::load_run(&f.ws, &store, &run).await.expect("load");
-    let granted = approval(&stale, true, "alice".into(), Some("ok".into()), false).expect("waits");
+    let granted = approval(&stale, true, "alice".into(), Some("ok".into()), false, Via::Api).expect("waits");
     let done = drive(&f, &run, Some(granted)).await.expect("drive");
     assert_eq!(done.status, RunStatus::Success);
     assert_eq!(count(&f), "one\ntwo\n");
     // Bob answered from the journal as it was before Alice's answer.
     let mut stale = stale;
-    let late = approval(&stale, true, "bob".into(), None, false).expect("the stale state still waits");
+    let late = approval(&stale, true, "bob".into(), None, false, Via::Api).expect("the stale state still waits");
     let err = claim_in_store(&store, &mut stale, Some(late), this_process(true)).await.expect_err("conflict");
     let Error::Conflict(message) = err else { panic!("expected a conflict, got {err:?}") };
     assert!(message.contains("the approval of stage `second` was already granted by alice"), "{message}");
     assert_eq!(count(&f), "one\ntwo\n");
     // On the current state there is nothing to approve.
     let (_, now) = read::load_run(&f.ws, &store, &run).await.expect("load");
-    let Err(Error::Conflict(message)) = approval(&now, true, "bob".into(), None, false) else { panic!("conflict") };
+    let Err(Error::Conflict(message)) = approval(&now, true, "bob".into(), None, false, Via::Api) else {
+        panic!("conflict")
+    };
     assert_eq!(message, format!("run {run} is not waiting for an approval (its status is success)"));
 }
 
@@ -93,7 +96,7 @@ async fn reject_cancels_and_nothing_more_runs() {
     let run = started(&f).await;
     let store = loopwright_app::assemble::open_existing_store(&f.ws).expect("store");
     let (_, state) = read::load_run(&f.ws, &store, &run).await.expect("load");
-    let rejected = approval(&state, false, "carol".into(), None, false).expect("waits");
+    let rejected = approval(&state, false, "carol".into(), None, false, Via::Api).expect("waits");
     let done = drive(&f, &run, Some(rejected)).await.expect("drive");
     assert_eq!(done.status, RunStatus::Cancelled);
     assert_eq!(count(&f), "one\n");
@@ -109,7 +112,7 @@ async fn respond_needs_an_escalation_and_fix_needs_its_text() {
     assert!(matches!(parse_answer("fix", Some("  ")), Err(Error::Usage(_))));
     assert!(matches!(parse_answer("maybe", None), Err(Error::Usage(_))));
     let fix = parse_answer("fix", Some("use the v2 API")).expect("fix");
-    let Err(Error::Conflict(message)) = escalation(&state, fix, "dan".into()) else { panic!("conflict") };
+    let Err(Error::Conflict(message)) = escalation(&state, fix, "dan".into(), Via::Api) else { panic!("conflict") };
     assert_eq!(message, format!("run {run} is not waiting on an escalation (its status is waiting)"));
     assert_eq!(
         check(&state).expect("check"),
@@ -139,7 +142,7 @@ async fn cancel_a_waiting_run_then_an_ended_one_then_one_that_does_not_exist() {
     let second = started(&f).await;
     let store = loopwright_app::assemble::open_existing_store(&f.ws).expect("store");
     let (_, mut state) = read::load_run(&f.ws, &store, &second).await.expect("load");
-    let granted = approval(&state, true, "alice".into(), None, false).expect("waits");
+    let granted = approval(&state, true, "alice".into(), None, false, Via::Api).expect("waits");
     claim_in_store(&store, &mut state, Some(granted), this_process(true)).await.expect("claim");
     let outcome = cancel(&f.ws, &store, &second, "erin".into(), true, |r| *r == second).await.expect("cancel");
     assert!(matches!(outcome, Cancelled::Requested(ref s) if s.status == RunStatus::Running), "{outcome:?}");
@@ -182,7 +185,8 @@ async fn folds_kept_between_reads_equal_a_fold_of_the_whole_journal() {
     // The run goes on: the next read folds only what was appended, and agrees with a fold of
     // the whole journal.
     let grant =
-        approval(&read::state(&store, &first).await.expect("state"), true, "alice".into(), None, false).expect("gate");
+        approval(&read::state(&store, &first).await.expect("state"), true, "alice".into(), None, false, Via::Api)
+            .expect("gate");
     let ended = drive(&f, &first, Some(grant)).await.expect("drive");
     assert_eq!(ended.status, RunStatus::Success);
     same(folds.status(&store, &first).await.expect("fold"), read::status(&store, &first).await.expect("read"));

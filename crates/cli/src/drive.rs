@@ -10,6 +10,7 @@ use loopwright_app::ops::start::{StartRequest, prepare};
 use loopwright_app::ops::{answer, read};
 use loopwright_app::ownership::this_process;
 use loopwright_app::session::Session;
+use loopwright_engine::event::Via;
 use loopwright_engine::result::PipelineResult;
 use loopwright_engine::{Event, RunState, Store};
 use loopwright_spec::{Pipeline, StageId};
@@ -52,6 +53,13 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
             if !interactive {
                 break;
             }
+            // A gate that names who may approve it, or refuses its starter, is not asked here.
+            let prevent_self = global.workspace().is_ok_and(|ws| ws.config.serve.prevent_self_approval);
+            if let Err(refused) = answer::answer_gate(engine.pipeline, &state, true, &cli_answerer(None), prevent_self)
+            {
+                eprintln!("loopwright: {}", refused.message());
+                break;
+            }
             let prompt = approval_prompt(engine.pipeline, &stage, &state);
             let answer = tokio::task::spawn_blocking(move || ask_approval(&prompt));
             let granted = tokio::select! {
@@ -64,7 +72,7 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
             };
             let by = os_user();
             let event = if granted {
-                Event::ApprovalGranted { stage, by, comment: None }
+                Event::ApprovalGranted { stage, by, comment: None, via: Some(Via::Cli) }
             } else {
                 // Seed 004's cancellation flow: offer to roll back what earlier stages changed.
                 // The stages the state machine would roll back, in pipeline order.
@@ -79,7 +87,7 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
                         "Roll back the completed stage(s) {} as the pipeline says? [y/N] ",
                         undoable.join(", ")
                     ));
-                Event::ApprovalRejected { stage, by, comment: None, rollback }
+                Event::ApprovalRejected { stage, by, comment: None, rollback, via: Some(Via::Cli) }
             };
             // Someone may have answered or cancelled from another terminal meanwhile: then
             // this answer is not recorded, and the run is looked at again.
@@ -105,7 +113,13 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
         if answer == loopwright_engine::event::Answer::Skip {
             eprint!("{}", answer::skip_impact(engine.pipeline, &state, &stage));
         }
-        if !answered(engine, &mut state, Event::EscalationAnswered { stage, answer, by: os_user() }).await? {
+        if !answered(
+            engine,
+            &mut state,
+            Event::EscalationAnswered { stage, answer, by: os_user(), via: Some(Via::Cli) },
+        )
+        .await?
+        {
             continue;
         }
         state = engine.drive(state).await?;
@@ -272,5 +286,16 @@ fn ask_until<T>(prompt: &str, help: &str, understood: impl Fn(&str) -> Option<T>
             Some(answer) => return Some(answer),
             None => eprintln!("{help}"),
         }
+    }
+}
+
+/// Who answers from this terminal: the name given (`--by`) or the OS user's, which nothing
+/// proves; the workspace's owner, so any role.
+pub fn cli_answerer(by: Option<String>) -> answer::Answerer {
+    answer::Answerer {
+        name: by.unwrap_or_else(os_user),
+        role: Some(loopwright_spec::pipeline::ApproverRole::Admin),
+        verified: false,
+        via: Via::Cli,
     }
 }

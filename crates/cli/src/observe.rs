@@ -273,7 +273,7 @@ impl Observer for Progress {
                     FeedbackAction::Accepted => self.line(&format!("  {stage}: review accepted as it is")),
                 }
             }
-            Event::EscalationAnswered { stage, answer, by } => {
+            Event::EscalationAnswered { stage, answer, by, .. } => {
                 self.line(&format!("  {stage}: {by} answered {}", serde_json::to_string(answer).unwrap_or_default()));
             }
             Event::RunResumed { .. } => self.line(&format!("loopwright: resuming run {}", state.run_id)),

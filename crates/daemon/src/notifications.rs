@@ -98,6 +98,10 @@ pub struct Link {
     /// The menu's choice it types.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub choice: Option<loopwright_auto::screen::Choice>,
+    /// Opens only for a person signed in to the dashboard, and answers as them (`links =
+    /// "sign-in"`), not as `answer_as`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sign_in: bool,
 }
 
 /// Signs and checks links with the daemon's key.
@@ -432,6 +436,7 @@ impl Notifier {
                         exp,
                         session: None,
                         choice: None,
+                        sign_in: target.links == loopwright_spec::config::LinkMode::SignIn,
                     };
                     Action {
                         action,
@@ -551,6 +556,7 @@ impl Notifier {
                             exp,
                             session: Some(n.session_name.clone()),
                             choice: Some(choice.clone()),
+                            sign_in: false,
                         };
                         Action {
                             action: LinkAction::Choose,
@@ -737,6 +743,7 @@ mod tests {
             exp: 2_000_000_000,
             session: None,
             choice: None,
+            sign_in: false,
         };
         let token = signer.sign(&link);
         let now = jiff::Timestamp::from_second(1_900_000_000).expect("time");

@@ -31,6 +31,10 @@ pub struct PipelineResult {
     /// Where a run from a forge came from and what it delivered there (SPEC §14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forge: Option<ForgeResult>,
+    /// The answers people gave its gates and escalations: who, what, when and through what
+    /// (`via`: dashboard, cli, api, link, forge); absent when nobody answered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<crate::state::GivenAnswer>,
 }
 
 /// A run from a forge: its issue, its pull request and each CI round.
@@ -191,6 +195,7 @@ impl PipelineResult {
                     Some(Waiting { kind, stage: link.stage.to_string() })
                 }),
             forge: state.forge_link().map(|link| forge_result(link, state)),
+            answers: state.answers.clone(),
         }
     }
 }

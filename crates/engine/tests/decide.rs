@@ -62,8 +62,9 @@ fn each_journal_decides_its_next_step() {
     let mut skipping = loopwright_testkit::run_started("task-1");
     skipping.skip = vec![id("plan")];
     let failed_for_good = planned().failed("fix", 1, FailureKind::ValidationError);
-    let granted = Event::ApprovalGranted { stage: id("ship"), by: "dana".into(), comment: None };
-    let rejected = Event::ApprovalRejected { stage: id("ship"), by: "dana".into(), comment: None, rollback: false };
+    let granted = Event::ApprovalGranted { stage: id("ship"), by: "dana".into(), comment: None, via: None };
+    let rejected =
+        Event::ApprovalRejected { stage: id("ship"), by: "dana".into(), comment: None, rollback: false, via: None };
     let cases: Vec<(&str, History, jiff::Timestamp, Step)> = vec![
         (
             "nothing journaled: nothing to run",
@@ -130,7 +131,12 @@ fn each_journal_decides_its_next_step() {
             "a gate under --yes: approved as such",
             History::started_with(auto).succeeded("plan", 1).succeeded("fix", 1),
             t("2026-01-01T00:00:09Z"),
-            Step::Record(Event::ApprovalGranted { stage: id("ship"), by: AUTO_APPROVED_BY.into(), comment: None }),
+            Step::Record(Event::ApprovalGranted {
+                stage: id("ship"),
+                by: AUTO_APPROVED_BY.into(),
+                comment: None,
+                via: None,
+            }),
         ),
         (
             "asked, not answered: still asking",

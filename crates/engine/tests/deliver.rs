@@ -112,7 +112,7 @@ fn the_end_of_a_forge_run_decides_its_next_step() {
     let red_again = done(retried.clone(), 2).then(delivered(1, "bbb", true)).then(red(1, "bbb")).then(resumed());
     let escalated = red_again.clone().then(Event::CiEscalated { round: 1, stage: id("fix"), comment: None });
     let answered = |answer: Answer| {
-        escalated.clone().then(Event::EscalationAnswered { stage: id("fix"), answer, by: "carol".into() })
+        escalated.clone().then(Event::EscalationAnswered { stage: id("fix"), answer, by: "carol".into(), via: None })
     };
     let human = BRIEF_1
         .replace("round 1 of", "round 2 of")

@@ -68,6 +68,10 @@ pub enum Event {
         /// Their comment.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         comment: Option<String>,
+        /// Where the answer came from (`dashboard`, `cli`, `api`, `link`); absent in journals
+        /// written before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<Via>,
     },
     /// A human refused the stage: the run is cancelled.
     ApprovalRejected {
@@ -81,6 +85,10 @@ pub enum Event {
         /// Roll back the completed stages that have a `rollback`.
         #[serde(default)]
         rollback: bool,
+        /// Where the answer came from (`dashboard`, `cli`, `api`, `link`); absent in journals
+        /// written before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<Via>,
     },
     /// An attempt of a stage began.
     AttemptStarted {
@@ -328,6 +336,10 @@ pub enum Event {
         answer: Answer,
         /// Who answered.
         by: String,
+        /// Where the answer came from (`dashboard`, `cli`, `api`, `link`); absent in journals
+        /// written before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<Via>,
     },
     /// The run's work was delivered to the forge: its branch pushed and its change request
     /// opened (or, after a CI retry, updated).
@@ -1143,6 +1155,35 @@ pub struct Usage {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// Where a person's answer came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// The dashboard, in a browser.
+    Dashboard,
+    /// `loopwright approve`, `reject`, `respond` or a run's own prompt.
+    Cli,
+    /// The REST API with a token.
+    Api,
+    /// A one-tap link from a notification.
+    Link,
+    /// A comment on the forge (GitHub).
+    Forge,
+}
+
+impl Via {
+    /// The channel as written in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Dashboard => "dashboard",
+            Via::Cli => "cli",
+            Via::Api => "api",
+            Via::Link => "link",
+            Via::Forge => "forge",
+        }
+    }
 }
 
 /// A human's answer to an escalation (seed 001).

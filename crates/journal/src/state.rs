@@ -368,6 +368,8 @@ pub struct Approval {
     pub by: String,
     /// Their comment.
     pub comment: Option<String>,
+    /// Where the answer came from, when kept.
+    pub via: Option<crate::event::Via>,
     /// When.
     pub at: jiff::Timestamp,
 }
@@ -447,6 +449,62 @@ impl StageState {
     }
 }
 
+/// An answer a person gave a gate or an escalation, as a run's result lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct GivenAnswer {
+    /// The stage it answered.
+    pub stage: String,
+    /// Who answered.
+    pub by: String,
+    /// What they answered.
+    pub answer: AnswerGiven,
+    /// Where the answer came from (absent in journals written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<crate::event::Via>,
+    /// When.
+    pub at: jiff::Timestamp,
+}
+
+/// What a person answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerGiven {
+    /// A gate approved.
+    Approved,
+    /// A gate rejected.
+    Rejected,
+    /// An escalation: try again.
+    Retry,
+    /// An escalation: try again with guidance.
+    Fix,
+    /// An escalation: skip the stage.
+    Skip,
+    /// An escalation: stop the run.
+    Abort,
+}
+
+impl GivenAnswer {
+    /// The answer `record` journals, if it is one.
+    pub fn of(record: &EventRecord) -> Option<Self> {
+        use crate::event::Answer;
+        let (stage, by, answer, via) = match &record.event {
+            Event::ApprovalGranted { stage, by, via, .. } => (stage, by, AnswerGiven::Approved, via),
+            Event::ApprovalRejected { stage, by, via, .. } => (stage, by, AnswerGiven::Rejected, via),
+            Event::EscalationAnswered { stage, by, answer, via } => {
+                let given = match answer {
+                    Answer::Retry => AnswerGiven::Retry,
+                    Answer::Fix { .. } => AnswerGiven::Fix,
+                    Answer::Skip => AnswerGiven::Skip,
+                    Answer::Abort => AnswerGiven::Abort,
+                };
+                (stage, by, given, via)
+            }
+            _ => return None,
+        };
+        Some(Self { stage: stage.to_string(), by: by.clone(), answer, via: *via, at: record.at })
+    }
+}
+
 /// A run's state, derived from its events.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunState {
@@ -490,6 +548,8 @@ pub struct RunState {
     pub checkout_failed: Option<(u32, String)>,
     /// What happened on the forge, for a run whose work came from there.
     pub forge: ForgeState,
+    /// The answers people gave its gates and escalations, in order.
+    pub answers: Vec<GivenAnswer>,
     /// Events applied but not yet journaled (they have no effect outside until they are):
     /// the engine commits them in one transaction before its next outside effect.
     unflushed: Vec<(Event, jiff::Timestamp)>,
@@ -530,6 +590,7 @@ impl RunState {
     /// The state before any event.
     pub fn new(run_id: RunId) -> Self {
         Self {
+            answers: Vec::new(),
             run_id,
             started: None,
             status: RunStatus::Running,
@@ -615,6 +676,9 @@ impl RunState {
         if let Event::ApprovalRejected { rollback: true, .. } = &record.event {
             self.rollback_requested = true;
         }
+        if let Some(given) = GivenAnswer::of(record) {
+            self.answers.push(given);
+        }
         let was_done = record.event.stage().and_then(|id| self.stage(id.as_str())).map(|s| s.status.is_done());
         self.apply_event(record);
         // When each stage ended, in the journal's order (a graph's rollback goes backwards).
@@ -648,10 +712,12 @@ impl RunState {
             Event::ApprovalRequested { stage } => {
                 self.stage_mut(stage).approval = None;
             }
-            Event::ApprovalGranted { stage, by, comment } | Event::ApprovalRejected { stage, by, comment, .. } => {
+            Event::ApprovalGranted { stage, by, comment, via }
+            | Event::ApprovalRejected { stage, by, comment, via, .. } => {
                 let granted = matches!(record.event, Event::ApprovalGranted { .. });
                 let s = self.stage_mut(stage);
-                s.approval = Some(Approval { granted, by: by.clone(), comment: comment.clone(), at: record.at });
+                let (by, comment, via) = (by.clone(), comment.clone(), *via);
+                s.approval = Some(Approval { granted, by, comment, via, at: record.at });
                 if !granted {
                     s.status = StageStatus::Cancelled;
                 }

@@ -84,6 +84,34 @@ impl Compiler<'_> {
         Position::from_location(loc, self.source, 0, 0)
     }
 
+    /// A gate's `approvers` (and `prevent_self_approval`), which go with `requires_approval`.
+    fn approvers(&mut self, rs: &RawStage, stage: Option<&str>) -> Vec<crate::pipeline::Approver> {
+        let gate = rs.requires_approval.as_ref().is_some_and(|r| r.value);
+        if !gate {
+            if let Some(first) = rs.approvers.as_ref().and_then(|a| a.first()) {
+                let message = "`approvers` goes with `requires_approval: true`: only a gate is answered";
+                self.error(Some(&first.referenced), stage, "approvers", message.to_owned());
+            }
+            if let Some(p) = &rs.prevent_self_approval {
+                let message = "`prevent_self_approval` goes with `requires_approval: true`";
+                self.error(Some(&p.referenced), stage, "prevent_self_approval", message.to_owned());
+            }
+        }
+        let mut approvers = Vec::new();
+        for a in rs.approvers.iter().flatten() {
+            match crate::pipeline::Approver::parse(&a.value) {
+                Ok(approver) if !approvers.contains(&approver) => approvers.push(approver),
+                Ok(approver) => {
+                    self.error(Some(&a.referenced), stage, "approvers", format!("`{approver}` is listed twice"));
+                }
+                Err(message) => {
+                    self.error(Some(&a.referenced), stage, "approvers", message);
+                }
+            }
+        }
+        approvers
+    }
+
     fn error(
         &mut self,
         loc: Option<&Location>,
@@ -597,6 +625,7 @@ impl Compiler<'_> {
         let env = rs.env.as_ref().map_or(Some(Vec::new()), |e| self.env_names(e, stage));
         let fallback = self.fallback(rs, stage, &agent, mode, cx);
         let candidates = rs.candidates.as_ref().map(|c| self.candidates(c, stage, &agent, mode, cx));
+        let approvers = self.approvers(rs, stage);
 
         Some(Stage {
             id: id?,
@@ -610,6 +639,8 @@ impl Compiler<'_> {
                 None => None,
             },
             requires_approval: rs.requires_approval.as_ref().is_some_and(|r| r.value),
+            approvers,
+            prevent_self_approval: rs.prevent_self_approval.as_ref().map(|p| p.value),
             timeout: timeout?,
             retry: match &rs.retry {
                 Some(_) => Some(retry?),

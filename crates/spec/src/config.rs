@@ -177,6 +177,22 @@ pub struct Notify {
     /// Hours a one-tap link stays valid.
     #[serde(default = "Notify::default_link_hours")]
     pub link_hours: u32,
+    /// Whom a one-tap link answers as: `as` for whoever opens it (`open`, the default), or the
+    /// person signed in to the dashboard who opens it, and nobody else (`sign-in`).
+    #[serde(default)]
+    pub links: LinkMode,
+}
+
+/// How a notification's one-tap links answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub enum LinkMode {
+    /// As the target's `as`, for whoever opens the link.
+    #[default]
+    #[serde(rename = "open")]
+    Open,
+    /// Only for a person signed in to the dashboard, as themselves.
+    #[serde(rename = "sign-in")]
+    SignIn,
 }
 
 impl Notify {
@@ -245,11 +261,14 @@ impl NotifyEvent {
 pub struct ServeConfig {
     /// Days a dashboard stays signed in (its cookie persists across browser restarts).
     pub session_days: u32,
+    /// The person who started a run may not approve its gates, unless a gate says otherwise
+    /// (`prevent_self_approval: false`).
+    pub prevent_self_approval: bool,
 }
 
 impl Default for ServeConfig {
     fn default() -> Self {
-        Self { session_days: 7 }
+        Self { session_days: 7, prevent_self_approval: false }
     }
 }
 
@@ -736,7 +755,7 @@ mod tests {
 
     #[test]
     fn notify_targets_are_typed_and_checked() {
-        let text = "[[notify]]\nname = \"team channel\"\nurl = \"http://127.0.0.1:9/hook\"\nkind = \"slack\"\nevents = [\"needs_human\", \"failed\"]\nas = \"carol\"\n\n[[notify]]\nurl = \"https://ntfy.sh/loops\"\nkind = \"ntfy\"\n";
+        let text = "[[notify]]\nname = \"team channel\"\nurl = \"http://127.0.0.1:9/hook\"\nkind = \"slack\"\nevents = [\"needs_human\", \"failed\"]\nas = \"carol\"\nlinks = \"sign-in\"\n\n[[notify]]\nurl = \"https://ntfy.sh/loops\"\nkind = \"ntfy\"\n";
         let config = Config::parse(&SourceFile::new("config.toml", text)).expect("ok");
         assert_eq!(
             config.notify,
@@ -749,6 +768,7 @@ mod tests {
                     pipelines: vec![],
                     answer_as: Some("carol".into()),
                     link_hours: 24,
+                    links: LinkMode::SignIn,
                 },
                 Notify {
                     name: None,
@@ -758,6 +778,7 @@ mod tests {
                     pipelines: vec![],
                     answer_as: None,
                     link_hours: 24,
+                    links: LinkMode::Open,
                 },
             ]
         );

@@ -302,6 +302,10 @@ pub struct Stage {
     pub condition: Option<Condition>,
     /// Pause for a human before running.
     pub requires_approval: bool,
+    /// Who may answer the gate (empty: anyone who may answer).
+    pub approvers: Vec<Approver>,
+    /// Whether the person who started the run may not approve it (`None`: the daemon's default).
+    pub prevent_self_approval: Option<bool>,
     /// Maximum duration.
     pub timeout: Duration,
     /// Retry policy; `None` fails at the first error.
@@ -589,4 +593,55 @@ pub struct FeedbackLoop {
     pub target_stage: StageId,
     /// Iterations before escalation.
     pub max_iterations: u32,
+}
+
+/// Who may answer a gate: a person by name, or everyone holding a role.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approver {
+    /// This person (as their token names them).
+    Person(String),
+    /// Everyone holding this role or a higher one.
+    Role(ApproverRole),
+}
+
+/// A role that may answer gates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApproverRole {
+    /// `role:approver`: approvers and admins.
+    Approver,
+    /// `role:admin`: admins.
+    Admin,
+}
+
+impl Approver {
+    /// Parses `NAME` or `role:ROLE`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        match text.strip_prefix("role:") {
+            Some("approver") => Ok(Approver::Role(ApproverRole::Approver)),
+            Some("admin") => Ok(Approver::Role(ApproverRole::Admin)),
+            Some(other) => {
+                Err(format!("`role:{other}` is not a role that may answer: use role:approver or role:admin"))
+            }
+            None if !text.is_empty()
+                && text.len() <= 100
+                && text.chars().all(|c| c.is_alphanumeric() || "._@-".contains(c)) =>
+            {
+                Ok(Approver::Person(text.to_owned()))
+            }
+            None => Err(format!("`{text}` is not a person's name (letters, digits, `.`, `_`, `@`, `-`) or role:ROLE")),
+        }
+    }
+}
+
+impl std::fmt::Display for Approver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Approver::Person(name) => f.write_str(name),
+            Approver::Role(ApproverRole::Approver) => f.write_str("role:approver"),
+            Approver::Role(ApproverRole::Admin) => f.write_str("role:admin"),
+        }
+    }
 }

@@ -97,6 +97,14 @@ pub struct RawStage {
     /// Pause for a human's confirmation before running (default false).
     #[schemars(with = "Option<bool>")]
     pub requires_approval: Option<Spanned<bool>>,
+    /// With `requires_approval`: who may answer the gate — people by name, or everyone holding
+    /// a role (`role:approver`, `role:admin`). Anyone who may answer when absent.
+    #[schemars(with = "Option<Vec<String>>")]
+    pub approvers: Option<Vec<Spanned<String>>>,
+    /// With `requires_approval`: the person who started the run may not approve it (default:
+    /// `[serve] prevent_self_approval`).
+    #[schemars(with = "Option<bool>")]
+    pub prevent_self_approval: Option<Spanned<bool>>,
     /// Maximum stage duration in minutes; fractions allowed (default 30).
     #[schemars(with = "Option<f64>")]
     pub timeout_minutes: Option<Spanned<f64>>,

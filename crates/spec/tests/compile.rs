@@ -263,7 +263,7 @@ fn unknown_fields_and_wrong_types_name_the_place() {
     assert_eq!(
         errors(&stage("    timout_minutes: 3\n")),
         vec![
-            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop, budget, sandbox, network, env, fallback, needs, candidates (help: did you mean `timeout_minutes`?)"
+            "p.yml:9:5: error: unknown field `timout_minutes`, expected one of id, agent, mode, description, inputs, outputs, condition, requires_approval, approvers, prevent_self_approval, timeout_minutes, retry, rollback, skill, run, checks, closed_loop, feedback_loop, budget, sandbox, network, env, fallback, needs, candidates (help: did you mean `timeout_minutes`?)"
         ]
     );
     let e = errors(&stage("    timeout_minutes: ten\n"));
@@ -599,4 +599,40 @@ fn a_judge_is_a_plan_mode_agent_stage_of_the_pipeline_judging_one_round() {
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].starts_with("p.yml:9:"), "{e:?}");
     assert!(e[0].contains("unexpected `by` in `select`, expected only `judge: STAGE`"), "{e:?}");
+}
+
+#[test]
+fn a_gate_names_who_may_answer_it_and_whether_its_starter_may_approve() {
+    use loopwright_spec::pipeline::{Approver, ApproverRole};
+    let p = try_compile(&stage(
+        "    requires_approval: true\n    approvers: [bob, \"role:admin\", alice.smith]\n    prevent_self_approval: true\n",
+    ))
+    .expect("valid");
+    let gate = &p.stages[0];
+    assert_eq!(
+        gate.approvers,
+        vec![
+            Approver::Person("bob".into()),
+            Approver::Role(ApproverRole::Admin),
+            Approver::Person("alice.smith".into())
+        ]
+    );
+    assert_eq!(gate.prevent_self_approval, Some(true));
+    let plain = try_compile(&stage("    requires_approval: true\n")).expect("valid");
+    assert_eq!((plain.stages[0].approvers.clone(), plain.stages[0].prevent_self_approval), (vec![], None));
+    assert_eq!(
+        errors(&stage("    requires_approval: true\n    approvers: [\"role:lead\", bob, bob, \"b o b\"]\n")),
+        vec![
+            "p.yml:10:17: error: stage `s`, field `approvers`: `role:lead` is not a role that may answer: use role:approver or role:admin",
+            "p.yml:10:35: error: stage `s`, field `approvers`: `bob` is listed twice",
+            "p.yml:10:40: error: stage `s`, field `approvers`: `b o b` is not a person's name (letters, digits, `.`, `_`, `@`, `-`) or role:ROLE",
+        ]
+    );
+    assert_eq!(
+        errors(&stage("    approvers: [bob]\n    prevent_self_approval: true\n")),
+        vec![
+            "p.yml:9:17: error: stage `s`, field `approvers`: `approvers` goes with `requires_approval: true`: only a gate is answered",
+            "p.yml:10:28: error: stage `s`, field `prevent_self_approval`: `prevent_self_approval` goes with `requires_approval: true`",
+        ]
+    );
 }

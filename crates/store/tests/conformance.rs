@@ -66,7 +66,8 @@ fn two_processes_answering_at_once_give_one_success() {
                 std::thread::spawn(move || {
                     let store = SqliteStore::open(&path, Synchronous::Normal).expect("open");
                     let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
-                    let event = Event::ApprovalGranted { stage: stage("gate"), by: by.into(), comment: None };
+                    let event =
+                        Event::ApprovalGranted { stage: stage("gate"), by: by.into(), comment: None, via: None };
                     barrier.wait();
                     rt.block_on(store.append_after(&run, 1, &[(event, at)]))
                 })
@@ -156,6 +157,7 @@ async fn the_runs_list_columns_are_filled_from_the_journal_when_the_store_is_mig
             stage: loopwright_spec::StageId::parse("ship").expect("id"),
             by: "carol".into(),
             comment: None,
+            via: None,
         },
         // A run from a forge: its pull request is read from its journal too (migration 10).
         Event::Delivered(loopwright_journal::forge::Delivery {

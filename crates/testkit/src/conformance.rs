@@ -169,7 +169,7 @@ async fn compare_and_append_refuses_a_stale_reader(store: &impl Store) {
     let run = RunId::new("cas");
     let at = t("2026-05-01T00:00:00Z");
     store.append(&run, &started("task-8"), at).await.expect("start");
-    let answer = |by: &str| Event::ApprovalGranted { stage: stage("gate"), by: by.into(), comment: None };
+    let answer = |by: &str| Event::ApprovalGranted { stage: stage("gate"), by: by.into(), comment: None, via: None };
     // Two readers saw the journal end at event 1; the first to append wins.
     let won = store.append_after(&run, 1, &[(answer("alice"), at), (answer("alice-2"), at)]).await.expect("first");
     assert_eq!(won.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2, 3]);
@@ -279,7 +279,7 @@ async fn a_page_of_runs_is_filtered_counted_and_ordered(store: &impl Store) {
                 Event::RunQueued {},
                 Event::RunResumed { owner, by: Some("dan".into()) },
                 Event::ApprovalRequested { stage: stage("ship") },
-                Event::ApprovalGranted { stage: stage("ship"), by: "carol".into(), comment: None },
+                Event::ApprovalGranted { stage: stage("ship"), by: "carol".into(), comment: None, via: None },
                 Event::RunFinished { status: RunStatus::Success },
             ],
         ),

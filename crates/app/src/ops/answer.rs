@@ -2,8 +2,9 @@
 //! the claim that goes with them: the answer and `run_resumed` are one compare-and-append on
 //! the journal as it was read, so of two answering at once exactly one goes on.
 
-use loopwright_engine::event::Answer;
+use loopwright_engine::event::{Answer, Via};
 use loopwright_engine::{Event, EventRecord, Owner, RunState, Stopper};
+use loopwright_spec::pipeline::{Approver, ApproverRole};
 use loopwright_spec::{Pipeline, StageId};
 use loopwright_store::Journal;
 
@@ -12,6 +13,72 @@ use crate::error::Error;
 use crate::ownership::{owner_alive, resumable};
 use crate::record;
 
+/// Who answers a gate, as far as the channel the answer came through vouches for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answerer {
+    /// The name the answer is journaled under.
+    pub name: String,
+    /// The highest role that answers gates they hold (`None`: they may not answer at all).
+    pub role: Option<ApproverRole>,
+    /// The name is proven: a person's own token, a trusted proxy's header, a link issued to
+    /// them. Not for the workspace's own token or the command line, which say who they are.
+    pub verified: bool,
+    /// Where the answer came from.
+    pub via: Via,
+}
+
+/// Why `who` may not give this answer (`granted`: approve) to a gate that names `approvers`
+/// (empty: anyone who may answer) of a run started by `started_by`, with `prevent_self` on or
+/// off; `None` when they may. A person named by the gate must be proven to be them; a role
+/// named is held by whoever holds it or a higher one.
+pub fn gate_refusal(
+    approvers: &[Approver],
+    prevent_self: bool,
+    started_by: Option<&str>,
+    who: &Answerer,
+    granted: bool,
+) -> Option<String> {
+    let holds = |role: ApproverRole| who.role.is_some_and(|held| held >= role);
+    let named = approvers.iter().any(|a| match a {
+        Approver::Person(name) => who.verified && *name == who.name,
+        Approver::Role(role) => holds(*role),
+    });
+    if !approvers.is_empty() && !named {
+        let list = approvers.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        let whom =
+            if who.verified { who.name.clone() } else { format!("an answer as `{}` that no token proves", who.name) };
+        return Some(format!("this gate may be answered only by {list}; {whom} is not one of them"));
+    }
+    if granted && prevent_self && started_by == Some(who.name.as_str()) {
+        return Some(format!(
+            "{} started this run: its gate needs someone else's approval (prevent_self_approval)",
+            who.name
+        ));
+    }
+    None
+}
+
+/// `approve`/`reject` by `who`: the answer to the approval gate the run waits at, or why they
+/// may not give it (forbidden, the run keeps waiting). `prevent_self` is the default when the
+/// gate does not say.
+pub fn answer_gate(
+    pipeline: &Pipeline,
+    state: &RunState,
+    granted: bool,
+    who: &Answerer,
+    prevent_self: bool,
+) -> Result<(), Error> {
+    let Some(gate) = state.waiting_for_approval().and_then(|s| pipeline.stage(s.id.as_str())) else {
+        return Ok(());
+    };
+    let prevent_self = gate.prevent_self_approval.unwrap_or(prevent_self);
+    let started_by = state.started.as_ref().and_then(|s| s.by.as_deref());
+    match gate_refusal(&gate.approvers, prevent_self, started_by, who, granted) {
+        Some(why) => Err(Error::Forbidden(format!("stage `{}`: {why}", gate.id))),
+        None => Ok(()),
+    }
+}
+
 /// `approve`/`reject`: the answer to the approval gate the run waits at.
 pub fn approval(
     state: &RunState,
@@ -19,6 +86,7 @@ pub fn approval(
     by: String,
     comment: Option<String>,
     rollback: bool,
+    via: Via,
 ) -> Result<Event, Error> {
     let Some(stage) = state.waiting_for_approval().map(|s| s.id.clone()) else {
         return Err(Error::conflict(format!(
@@ -27,10 +95,11 @@ pub fn approval(
             crate::ownership::shown_status(state).as_str()
         )));
     };
+    let via = Some(via);
     Ok(if granted {
-        Event::ApprovalGranted { stage, by, comment }
+        Event::ApprovalGranted { stage, by, comment, via }
     } else {
-        Event::ApprovalRejected { stage, by, comment, rollback }
+        Event::ApprovalRejected { stage, by, comment, rollback, via }
     })
 }
 
@@ -52,7 +121,7 @@ pub fn parse_answer(word: &str, text: Option<&str>) -> Result<Answer, Error> {
 }
 
 /// `respond`: the answer to the escalation the run waits on.
-pub fn escalation(state: &RunState, answer: Answer, by: String) -> Result<(StageId, Event), Error> {
+pub fn escalation(state: &RunState, answer: Answer, by: String, via: Via) -> Result<(StageId, Event), Error> {
     let Some(stage) = state.waiting_for_escalation().map(|s| s.id.clone()) else {
         return Err(Error::conflict(format!(
             "run {} is not waiting on an escalation (its status is {})",
@@ -60,7 +129,7 @@ pub fn escalation(state: &RunState, answer: Answer, by: String) -> Result<(Stage
             crate::ownership::shown_status(state).as_str()
         )));
     };
-    Ok((stage.clone(), Event::EscalationAnswered { stage, answer, by }))
+    Ok((stage.clone(), Event::EscalationAnswered { stage, answer, by, via: Some(via) }))
 }
 
 /// Seed 001 "Skip Handling": the stages after `stage` that read what it produced, and what
@@ -192,4 +261,76 @@ fn claim_events(state: &RunState, answer: Option<Event>, owner: Owner, by: Optio
         claim.push(Event::RunResumed { owner, by });
     }
     claim
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    /// (approvers, prevent_self, started_by, who, approve, refusal)
+    type Row = (Vec<Approver>, bool, Option<&'static str>, Answerer, bool, Option<String>);
+
+    fn who(name: &str, role: Option<ApproverRole>, verified: bool) -> Answerer {
+        Answerer { name: name.into(), role, verified, via: Via::Dashboard }
+    }
+
+    #[test]
+    fn who_may_answer_a_gate_a_table() {
+        let bob = Approver::Person("bob".into());
+        let admins = Approver::Role(ApproverRole::Admin);
+        let approvers = Approver::Role(ApproverRole::Approver);
+        let (approver, admin) = (Some(ApproverRole::Approver), Some(ApproverRole::Admin));
+        let only = |list: &str, whom: &str| {
+            Some(format!("this gate may be answered only by {list}; {whom} is not one of them"))
+        };
+        let own = |name: &str| {
+            Some(format!("{name} started this run: its gate needs someone else's approval (prevent_self_approval)"))
+        };
+        // (approvers, prevent_self, started_by, who, approve) → refusal
+        let table: Vec<Row> = vec![
+            // No list: anyone who may answer.
+            (vec![], false, Some("carol"), who("carol", approver, true), true, None),
+            // A named person, proven by their token.
+            (vec![bob.clone()], false, None, who("bob", approver, true), true, None),
+            (vec![bob.clone()], false, None, who("carol", admin, true), true, only("bob", "carol")),
+            // A name nothing proves (the workspace's token, the command line, a link) is not bob.
+            (
+                vec![bob.clone()],
+                false,
+                None,
+                who("bob", admin, false),
+                true,
+                only("bob", "an answer as `bob` that no token proves"),
+            ),
+            (
+                vec![bob.clone()],
+                false,
+                None,
+                who("bob", admin, false),
+                false,
+                only("bob", "an answer as `bob` that no token proves"),
+            ),
+            // A role: held, or a higher one held; proven or not (the token says the role).
+            (vec![bob.clone(), admins.clone()], false, None, who("dana", admin, false), true, None),
+            (vec![admins.clone()], false, None, who("dana", approver, true), true, only("role:admin", "dana")),
+            (vec![approvers.clone()], false, None, who("erin", admin, true), true, None),
+            (vec![approvers], false, None, who("vic", None, true), true, only("role:approver", "vic")),
+            // The starter may not approve; they may reject; others may approve.
+            (vec![], true, Some("carol"), who("carol", approver, true), true, own("carol")),
+            (vec![], true, Some("carol"), who("carol", approver, true), false, None),
+            (vec![], true, Some("carol"), who("alice", approver, true), true, None),
+            (vec![], false, Some("carol"), who("carol", approver, true), true, None),
+            // Claiming the starter's name does not get around it.
+            (vec![], true, Some("carol"), who("carol", admin, false), true, own("carol")),
+            // A run nobody is named as starting has no starter to refuse.
+            (vec![], true, None, who("carol", approver, true), true, None),
+            // Both: the list first.
+            (vec![bob], true, Some("bob"), who("bob", approver, true), true, own("bob")),
+            (vec![admins], true, Some("bob"), who("carol", approver, true), true, only("role:admin", "carol")),
+        ];
+        for (i, (list, prevent, started_by, answerer, granted, expected)) in table.into_iter().enumerate() {
+            assert_eq!(gate_refusal(&list, prevent, started_by, &answerer, granted), expected, "row {i}");
+        }
+    }
 }

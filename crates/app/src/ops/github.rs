@@ -4,7 +4,7 @@
 //! id fixed by its trigger, so the same trigger never starts two), an answer to a waiting run,
 //! or one reply on the issue. Replies are found again by a hidden marker before one is posted.
 
-use loopwright_engine::event::{Answer as EngineAnswer, Event};
+use loopwright_engine::event::{Answer as EngineAnswer, Event, Via};
 use loopwright_engine::forge::ForgeLink;
 use loopwright_engine::{RunId, RunQuery, RunStatus, Store};
 use loopwright_forge::github::GitHub;
@@ -316,7 +316,7 @@ async fn answer_plan(
         Answer::Abort => EngineAnswer::Abort,
         Answer::Fix(text) => EngineAnswer::Fix { text },
     };
-    Ok(Plan::Answer { run, event: Event::EscalationAnswered { stage, answer, by } })
+    Ok(Plan::Answer { run, event: Event::EscalationAnswered { stage, answer, by, via: Some(Via::Forge) } })
 }
 
 /// Posts `body` on `issue` unless loopwright's comment with `mark` is there already.
@@ -492,7 +492,7 @@ async fn review_plan(
     };
     if let Some(stage) = state.waiting_for_escalation().map(|s| s.id.clone()) {
         let answer = EngineAnswer::Fix { text };
-        return Ok(Plan::Answer { run, event: Event::EscalationAnswered { stage, answer, by } });
+        return Ok(Plan::Answer { run, event: Event::EscalationAnswered { stage, answer, by, via: Some(Via::Forge) } });
     }
     if !state.forge.waiting_for_ci() {
         return Ok(Plan::Ignore(format!("run {run} is at work: review again once it waits for CI")));

@@ -464,6 +464,8 @@ pub struct PersonAnswer {
     pub detail: Option<String>,
     /// Their comment or guidance.
     pub comment: Option<String>,
+    /// Where an answer to a gate or an escalation came from, when kept.
+    pub via: Option<loopwright_engine::event::Via>,
 }
 
 /// Every answer people gave a run, in order, from its journal.
@@ -482,20 +484,27 @@ pub fn answers(events: &[EventRecord]) -> Vec<PersonAnswer> {
                     stage: stage.map(str::to_owned),
                     detail,
                     comment: comment.cloned(),
+                    via: None,
                 }
             };
-            match &r.event {
-                Event::ApprovalGranted { stage, by, comment } => {
+            let via = match &r.event {
+                Event::ApprovalGranted { via, .. }
+                | Event::ApprovalRejected { via, .. }
+                | Event::EscalationAnswered { via, .. } => *via,
+                _ => None,
+            };
+            let answer = match &r.event {
+                Event::ApprovalGranted { stage, by, comment, .. } => {
                     Some(one(by, PersonAction::Approved, Some(stage.as_str()), None, comment.as_ref()))
                 }
-                Event::ApprovalRejected { stage, by, comment, rollback } => Some(one(
+                Event::ApprovalRejected { stage, by, comment, rollback, .. } => Some(one(
                     by,
                     PersonAction::Rejected,
                     Some(stage.as_str()),
                     rollback.then(|| "and rolled back".to_owned()),
                     comment.as_ref(),
                 )),
-                Event::EscalationAnswered { stage, answer, by } => {
+                Event::EscalationAnswered { stage, answer, by, .. } => {
                     let (detail, guidance) = match answer {
                         Answer::Retry => ("retry", None),
                         Answer::Fix { text } => ("fix", Some(text)),
@@ -529,7 +538,8 @@ pub fn answers(events: &[EventRecord]) -> Vec<PersonAnswer> {
                 }
                 Event::RunResumed { by: Some(by), .. } => Some(one(by, PersonAction::Resumed, None, None, None)),
                 _ => None,
-            }
+            };
+            answer.map(|a| PersonAnswer { via, ..a })
         })
         .collect()
 }

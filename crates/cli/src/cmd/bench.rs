@@ -209,7 +209,7 @@ pub async fn seed_runs(ws: &Workspace, n: u32) -> Result<(), CliError> {
             if i % 5 == 0 {
                 batch.push((Event::ApprovalRequested { stage: ship.clone() }, later(9)));
                 batch.push((
-                    Event::ApprovalGranted { stage: ship.clone(), by: "carol".into(), comment: None },
+                    Event::ApprovalGranted { stage: ship.clone(), by: "carol".into(), comment: None, via: None },
                     later(30),
                 ));
             }

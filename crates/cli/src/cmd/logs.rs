@@ -112,10 +112,10 @@ pub fn line(r: &EventRecord) -> String {
         }
         Event::StageSkipped { stage, reason } => format!("{stage}: skipped ({})", reason.as_str()),
         Event::ApprovalRequested { stage } => format!("{stage}: waits for approval"),
-        Event::ApprovalGranted { stage, by, comment } => {
+        Event::ApprovalGranted { stage, by, comment, .. } => {
             format!("{stage}: approved by {by}{}", comment.as_ref().map(|c| format!(": {c}")).unwrap_or_default())
         }
-        Event::ApprovalRejected { stage, by, comment, rollback } => format!(
+        Event::ApprovalRejected { stage, by, comment, rollback, .. } => format!(
             "{stage}: rejected by {by}{}{}",
             comment.as_ref().map(|c| format!(": {c}")).unwrap_or_default(),
             if *rollback { " (roll back completed stages)" } else { "" }
@@ -178,7 +178,7 @@ pub fn line(r: &EventRecord) -> String {
             }
             loopwright_engine::event::FeedbackAction::Accepted => format!("feedback_loop accepted source={stage}"),
         },
-        Event::EscalationAnswered { stage, answer, by } => {
+        Event::EscalationAnswered { stage, answer, by, .. } => {
             format!("{stage}: escalation answered by {by}: {}", serde_json::to_string(answer).unwrap_or_default())
         }
         Event::RunInterrupted { stage, signal } => format!(

@@ -6,6 +6,7 @@ use loopwright_app::ops::read::{load_run, resolve_run};
 use loopwright_app::ops::resume::Resumable;
 use loopwright_app::ownership::this_process;
 use loopwright_app::session::Session;
+use loopwright_engine::event::Via;
 use loopwright_engine::{Event, RunId, RunState, RunStatus, Store};
 use loopwright_spec::Pipeline;
 use loopwright_store::Journal;
@@ -173,8 +174,10 @@ pub async fn resume(global: &Global, args: ResumeArgs) -> Result<u8, CliError> {
 /// `loopwright approve RUN` / `loopwright reject RUN`.
 pub async fn answer(global: &Global, args: AnswerArgs, granted: bool) -> Result<u8, CliError> {
     let opened = open_run(global, &args.run).await?;
-    let by = args.by.unwrap_or_else(os_user);
-    let event = approval(&opened.state, granted, by, args.comment, args.rollback)?;
+    let who = crate::drive::cli_answerer(args.by);
+    let prevent_self = opened.ws.config.serve.prevent_self_approval;
+    answer::answer_gate(&opened.pipeline, &opened.state, granted, &who, prevent_self)?;
+    let event = approval(&opened.state, granted, who.name, args.comment, args.rollback, Via::Cli)?;
     give(opened, global, event, args.quiet).await
 }
 
@@ -224,7 +227,7 @@ pub async fn respond(global: &Global, args: RespondArgs) -> Result<u8, CliError>
     let opened = open_run(global, &args.run).await?;
     let by = args.by.unwrap_or_else(os_user);
     let skip = answer == loopwright_engine::event::Answer::Skip;
-    let (stage, event) = escalation(&opened.state, answer, by)?;
+    let (stage, event) = escalation(&opened.state, answer, by, Via::Cli)?;
     if skip {
         eprint!("{}", answer::skip_impact(&opened.pipeline, &opened.state, &stage));
     }

@@ -44,6 +44,11 @@ impl Daemon {
         Self { child: Some(child), addr: started["addr"].as_str().expect("addr").to_owned(), token, http }
     }
 
+    /// The daemon's own token.
+    pub(crate) fn token(&self) -> String {
+        self.token.clone()
+    }
+
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }

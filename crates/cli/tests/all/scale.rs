@@ -227,3 +227,165 @@ fn a_dead_letter_is_one_message_with_its_stage_and_each_target_is_known_by_its_n
     let (_, page) = d.page(&format!("/runs/{run}"));
     assert!(page.contains("dead letter → team channel: sent") && page.contains("failed → on call: sent"), "{page}");
 }
+
+/// A gate only bob or an admin may answer, and never the person who started the run.
+const GUARDED: &str = "name: guarded\ndescription: d\nversion: 1\nstages:\n  - id: build\n    agent: shell\n    mode: agent\n    description: d\n    run: echo built >> built.txt\n  - id: ship\n    agent: shell\n    mode: agent\n    description: Ship it\n    requires_approval: true\n    approvers: [bob, \"role:admin\"]\n    prevent_self_approval: true\n    run: echo shipped >> shipped.txt\n";
+
+fn person(ws: &crate::support::Ws, name: &str, role: &str) -> String {
+    let (code, out, err) = ws.json(&["serve", "token", "create", name, "--role", role]);
+    assert_eq!(code, 0, "{err}");
+    out["token"].as_str().expect("token").to_owned()
+}
+
+#[test]
+fn a_gate_refuses_its_starter_and_those_it_does_not_name_and_keeps_the_channel_of_each_answer() {
+    use crate::http::{Reply, Server};
+    let ws = gate_ws();
+    ws.write(".loopwright/pipelines/guarded.yml", GUARDED);
+    let ok = || Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] };
+    let server = Server::start((0..8).map(|_| ok()).collect());
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nname = \"as carol\"\nurl = \"http://127.0.0.1:{p}/carol\"\nevents = [\"needs_human\"]\nas = \"carol\"\n\n\
+             [[notify]]\nname = \"as dana\"\nurl = \"http://127.0.0.1:{p}/dana\"\nevents = [\"needs_human\"]\nas = \"dana\"\n",
+            p = server.port
+        ),
+    );
+    let bob = person(&ws, "bob", "approver");
+    let carol = person(&ws, "carol", "approver");
+    person(&ws, "dana", "admin");
+    let d = Daemon::start(&ws, &[]);
+    let as_person = |token: &str, path: &str| d.request_as("POST", path, Some(token), Some(&json!({})), &[]);
+
+    // bob starts a run: the run names him as its starter.
+    let (code, accepted, _) = d.request_as("POST", "/api/runs", Some(&bob), Some(&json!({"pipeline": "guarded"})), &[]);
+    assert_eq!(code, 202, "{accepted}");
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    let approve = format!("/api/runs/{run}/approve");
+    // carol is not named; bob started it; both are refused with why, and the run waits on.
+    let (code, refused, _) = as_person(&carol, &approve);
+    assert_eq!(
+        (code, refused["error"]["message"].as_str().unwrap_or_default()),
+        (403, "stage `ship`: this gate may be answered only by bob, role:admin; carol is not one of them")
+    );
+    let (code, refused, _) = as_person(&bob, &approve);
+    assert_eq!(
+        (code, refused["error"]["message"].as_str().unwrap_or_default()),
+        (403, "stage `ship`: bob started this run: its gate needs someone else's approval (prevent_self_approval)")
+    );
+    // Through the dashboard's cookie it is the same.
+    let cookie = format!("{}={carol}", loopwright_daemon::api::auth::cookie_name(&d.token()));
+    let (code, _, _) = d.request_as(
+        "POST",
+        &approve,
+        None,
+        Some(&json!({})),
+        &[("Cookie", &cookie), ("Content-Type", "application/json")],
+    );
+    assert_eq!(code, 403);
+    assert_eq!(d.get(&format!("/api/runs/{run}")).1["status"], "waiting");
+    // carol's one-tap link (`as = "carol"`) is refused too, and not spent by it.
+    let links = |path: &str| -> Vec<String> {
+        crate::team::bodies_at(&server, path)
+            .iter()
+            .flat_map(|b| b["actions"].as_array().cloned().unwrap_or_default())
+            .filter(|a| a["label"] == "Approve")
+            .filter_map(|a| a["url"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while (links("/carol").is_empty() || links("/dana").is_empty()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let http = reqwest::blocking::Client::new();
+    let carols = links("/carol").pop().expect("carol's link");
+    let r = http.post(&carols).json(&json!({})).send().expect("tap");
+    assert_eq!(r.status().as_u16(), 403);
+    assert_eq!(http.get(&carols).send().expect("open").status().as_u16(), 200, "a refused tap spends nothing");
+    // dana, an admin, through her link: the answer says it came through a link.
+    let danas = links("/dana").pop().expect("dana's link");
+    assert_eq!(http.post(&danas).json(&json!({})).send().expect("tap").status().as_u16(), 200);
+    let result = d.wait_status(&run, "success");
+    let answers: Vec<(String, String, String, String)> = result["answers"]
+        .as_array()
+        .expect("answers")
+        .iter()
+        .map(|a| {
+            let s = |k: &str| a[k].as_str().unwrap_or_default().to_owned();
+            (s("stage"), s("by"), s("answer"), s("via"))
+        })
+        .collect();
+    assert_eq!(answers, vec![("ship".to_owned(), "dana".to_owned(), "approved".to_owned(), "link".to_owned())]);
+    let granted: Vec<Value> = ws
+        .journal(&run)
+        .into_iter()
+        .filter(|e| e["event"]["type"] == "approval_granted")
+        .map(|e| e["event"].clone())
+        .collect();
+    assert_eq!(granted, vec![json!({"type": "approval_granted", "stage": "ship", "by": "dana", "via": "link"})]);
+    // The used link's page says who used it, when and how.
+    let again = http.get(&danas).send().expect("again");
+    assert_eq!(again.status().as_u16(), 410);
+    let page = again.text().expect("page");
+    assert!(page.contains("by dana, through a one-tap link: approved. Each link answers once."), "{page}");
+    // `status --json` carries the same answers.
+    let (_, status, _) = ws.json(&["status", &run]);
+    assert_eq!(status["answers"], result["answers"]);
+}
+
+#[test]
+fn a_sign_in_link_opens_only_for_a_signed_in_person_and_answers_as_them() {
+    use crate::http::{Reply, Server};
+    let ws = gate_ws();
+    let ok = || Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] };
+    let server = Server::start((0..4).map(|_| ok()).collect());
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"needs_human\"]\nas = \"team\"\nlinks = \"sign-in\"\n",
+            server.port
+        ),
+    );
+    let carol = person(&ws, "carol", "approver");
+    let vic = person(&ws, "vic", "viewer");
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted) = d.post("/api/runs", &json!({"pipeline": "gate"}));
+    assert_eq!(code, 202);
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let approve = loop {
+        let found = crate::team::bodies_at(&server, "/hook")
+            .iter()
+            .flat_map(|b| b["actions"].as_array().cloned().unwrap_or_default())
+            .find(|a| a["label"] == "Approve")
+            .and_then(|a| a["url"].as_str().map(str::to_owned));
+        if let Some(url) = found {
+            break url;
+        }
+        assert!(std::time::Instant::now() < deadline, "no notification");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let http = reqwest::blocking::Client::new();
+    let cookie = |token: &str| format!("{}={token}", loopwright_daemon::api::auth::cookie_name(&d.token()));
+    // Signed out: the sign-in page, and no answer.
+    let page = http.get(&approve).send().expect("open");
+    assert_eq!(page.status().as_u16(), 401);
+    assert!(page.text().expect("html").contains("Sign in"), "the sign-in page");
+    let tap = http.post(&approve).json(&json!({})).send().expect("tap");
+    assert_eq!(tap.status().as_u16(), 401);
+    // A viewer signed in: refused.
+    let viewer = http.get(&approve).header("Cookie", cookie(&vic)).send().expect("open");
+    assert_eq!(viewer.status().as_u16(), 403);
+    // carol signed in: the page says she answers as herself, and she does.
+    let page = http.get(&approve).header("Cookie", cookie(&carol)).send().expect("open");
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(page.text().expect("html").contains("Approve as carol"));
+    let done = http.post(&approve).header("Cookie", cookie(&carol)).json(&json!({})).send().expect("tap");
+    assert_eq!(done.status().as_u16(), 200);
+    let result = d.wait_status(&run, "success");
+    assert_eq!(result["answers"][0]["by"], "carol");
+    assert_eq!(result["answers"][0]["via"], "link");
+}

@@ -134,7 +134,12 @@ fn people_sign_in_with_their_own_tokens_and_act_within_their_roles() {
     assert!(!page.contains("data-action=") && !page.contains("id=\"who\""), "a viewer's page has buttons");
     let (_, page) = d.page_as(&format!("/runs/{run}"), &carol);
     assert!(page.contains("Signed in as <strong>carol</strong>") && page.contains("data-action=\"rerun\""));
-    assert!(page.contains("<strong>carol</strong> approved <code>second</code> — <q>ship it</q>"), "{page}");
+    assert!(
+        page.contains(
+            "<strong>carol</strong> approved <code>second</code> <small class=\"via\">via api</small> — <q>ship it</q>"
+        ),
+        "{page}"
+    );
     let (_, page) = d.page_as("/", &vic);
     assert!(!page.contains("id=\"start-form\""), "a viewer may not start runs");
 
@@ -313,6 +318,17 @@ pub(crate) fn bodies(server: &crate::http::Server) -> Vec<Value> {
     server
         .requests()
         .iter()
+        .filter_map(|r| r.split_once("\r\n\r\n\n").or_else(|| r.split_once("\n\n")).map(|(_, b)| b.to_owned()))
+        .filter_map(|b| serde_json::from_str(b.trim()).ok())
+        .collect()
+}
+
+/// The JSON bodies of the requests to `path`, in order.
+pub(crate) fn bodies_at(server: &crate::http::Server, path: &str) -> Vec<Value> {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.split_whitespace().nth(1) == Some(path))
         .filter_map(|r| r.split_once("\r\n\r\n\n").or_else(|| r.split_once("\n\n")).map(|(_, b)| b.to_owned()))
         .filter_map(|b| serde_json::from_str(b.trim()).ok())
         .collect()

@@ -28,7 +28,10 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use loopwright_app::ops::answer::Answerer;
 use loopwright_app::ops::people::{self, Person, Role};
+use loopwright_engine::event::Via;
+use loopwright_spec::pipeline::ApproverRole;
 
 use super::error::ApiError;
 use crate::Shared;
@@ -41,9 +44,23 @@ pub struct Caller {
     pub person: Option<String>,
     /// What they may do.
     pub role: Role,
+    /// How the request came: the dashboard (its cookie, or a trusted proxy's browser) or the
+    /// API (a bearer token).
+    pub via: Via,
 }
 
 impl Caller {
+    /// Who answers a gate or an escalation: the name journaled (as [`Caller::by`]), the role
+    /// that answers they hold, whether a token proves the name, and the channel.
+    pub fn answerer(&self, given: Option<String>) -> Result<Answerer, ApiError> {
+        Ok(Answerer {
+            name: self.by(given)?,
+            role: approver_role(self.role),
+            verified: self.person.is_some(),
+            via: self.via,
+        })
+    }
+
     /// The name an answer is journaled under: the person's, else the `by` given (checked).
     pub fn by(&self, given: Option<String>) -> Result<String, ApiError> {
         match &self.person {
@@ -130,9 +147,9 @@ pub struct TrustedProxy {
 /// token is that person.
 pub fn caller_of_token(shared: &Shared, token: &str) -> Option<Caller> {
     if people::same(token, &shared.token) {
-        return Some(Caller { person: None, role: Role::Admin });
+        return Some(Caller { person: None, role: Role::Admin, via: Via::Api });
     }
-    shared.people.by_token(token).map(|p| Caller { person: Some(p.name), role: p.role })
+    shared.people.by_token(token).map(|p| Caller { person: Some(p.name), role: p.role, via: Via::Api })
 }
 
 /// The person a trusted proxy names, when the request came from it. A name the people file
@@ -146,7 +163,8 @@ fn caller_from_proxy(shared: &Shared, request: &Request) -> Option<Caller> {
     }
     let name = request.headers().get(&proxy.header)?.to_str().ok()?.trim();
     people::check_name(name).ok()?;
-    Some(Caller { person: Some(name.to_owned()), role: shared.people.role_of(name).unwrap_or(Role::Viewer) })
+    let role = shared.people.role_of(name).unwrap_or(Role::Viewer);
+    Some(Caller { person: Some(name.to_owned()), role, via: Via::Dashboard })
 }
 
 /// The name of the cookie the dashboard keeps `token` in: `loopwright_` and 16 hex digits of
@@ -228,8 +246,14 @@ pub async fn check(State(shared): State<Arc<Shared>>, request: Request, next: Ne
     // GitHub's deliveries carry no token: their signature is checked by their handler.
     let open = (path == "/api/health" && request.method() == Method::GET)
         || (path == "/api/github/webhook" && request.method() == Method::POST);
-    let caller = caller_from_proxy(&shared, &request)
-        .or_else(|| token_of(&shared, headers).and_then(|t| caller_of_token(&shared, &t)));
+    let caller = caller_from_proxy(&shared, &request).or_else(|| {
+        let mut caller = token_of(&shared, headers).and_then(|t| caller_of_token(&shared, &t))?;
+        // Signed in by the dashboard's cookie, not a bearer token: the dashboard.
+        if bearer(headers).is_none() {
+            caller.via = Via::Dashboard;
+        }
+        Some(caller)
+    });
     if (path.starts_with("/api/") || path == "/metrics") && !open && caller.is_none() {
         return ApiError::unauthorized().into_response();
     }
@@ -263,5 +287,14 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
 
     async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
         parts.extensions.get::<Caller>().cloned().ok_or_else(ApiError::unauthorized)
+    }
+}
+
+/// The role that answers gates `role` amounts to.
+pub fn approver_role(role: Role) -> Option<ApproverRole> {
+    match role {
+        Role::Admin => Some(ApproverRole::Admin),
+        r if r.may_answer() => Some(ApproverRole::Approver),
+        _ => None,
     }
 }

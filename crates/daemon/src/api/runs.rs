@@ -229,24 +229,33 @@ async fn approve_or_reject(
     granted: bool,
 ) -> ApiResult<Response> {
     let run = run_id(&run)?;
-    let by = caller.by(body.by)?;
-    answer_gate(&shared, &run, granted, by, body.comment, body.rollback).await?;
+    let who = caller.answerer(body.by)?;
+    answer_gate(&shared, &run, granted, &who, body.comment, body.rollback).await?;
     Ok(json(result_of(&shared, &run).await?))
 }
 
-/// Answers the gate `run` waits at as `by` (one compare-and-append); the daemon goes on with
-/// the run (or rolls it back).
+/// Whether `who` may give this answer to the gate `run` waits at (403 with why, the run keeps
+/// waiting): the gate's `approvers` and `prevent_self_approval`.
+pub async fn check_gate(shared: &Shared, run: &RunId, granted: bool, who: &answer::Answerer) -> ApiResult<()> {
+    let (pipeline, state) = read::load_run(&shared.ws, &shared.store, run).await?;
+    answer::answer_gate(&pipeline, &state, granted, who, shared.ws.config.serve.prevent_self_approval)?;
+    Ok(())
+}
+
+/// Answers the gate `run` waits at as `who` (one compare-and-append) once they may; the daemon
+/// goes on with the run (or rolls it back).
 pub async fn answer_gate(
     shared: &Shared,
     run: &RunId,
     granted: bool,
-    by: String,
+    who: &answer::Answerer,
     comment: Option<String>,
     rollback: bool,
 ) -> ApiResult<()> {
-    let (_, mut state) = read::load_run(&shared.ws, &shared.store, run).await?;
+    let (pipeline, mut state) = read::load_run(&shared.ws, &shared.store, run).await?;
+    answer::answer_gate(&pipeline, &state, granted, who, shared.ws.config.serve.prevent_self_approval)?;
     let rollback = rollback && !granted;
-    let event = answer::approval(&state, granted, by, comment, rollback)?;
+    let event = answer::approval(&state, granted, who.name.clone(), comment, rollback, who.via)?;
     let for_workers = answer::record_answer(&shared.store, &mut state, event, this_process(true)).await?;
     if rollback && !for_workers {
         shared.runs.host(Job { run: run.clone(), claim: false });
@@ -255,15 +264,16 @@ pub async fn answer_gate(
     Ok(())
 }
 
-/// Answers the escalation `run` waits on as `by`; the daemon goes on with the run.
+/// Answers the escalation `run` waits on as `by`, through `via`; the daemon goes on with the run.
 pub async fn answer_escalation(
     shared: &Shared,
     run: &RunId,
     reply: loopwright_engine::event::Answer,
     by: String,
+    via: loopwright_engine::event::Via,
 ) -> ApiResult<()> {
     let (_, mut state) = read::load_run(&shared.ws, &shared.store, run).await?;
-    let (_, event) = answer::escalation(&state, reply, by)?;
+    let (_, event) = answer::escalation(&state, reply, by, via)?;
     answer::record_answer(&shared.store, &mut state, event, this_process(true)).await?;
     shared.runs.wake.notify_one();
     Ok(())
@@ -313,7 +323,7 @@ pub async fn respond(
         return Err(ApiError::invalid(format!("`text` goes with `fix` only, not with `{}`", body.answer)));
     }
     let reply = answer::parse_answer(&body.answer, body.text.as_deref())?;
-    answer_escalation(&shared, &run, reply, caller.by(body.by)?).await?;
+    answer_escalation(&shared, &run, reply, caller.by(body.by)?, caller.via).await?;
     Ok(json(result_of(&shared, &run).await?))
 }
 

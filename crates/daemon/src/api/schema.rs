@@ -51,6 +51,28 @@ pub struct RunResult {
     /// Where a run from GitHub came from and what it delivered there.
     #[schema(required = false)]
     forge: Option<ForgeResult>,
+    /// The answers people gave its gates and escalations (absent when none).
+    #[schema(required = false)]
+    answers: Vec<GivenAnswer>,
+}
+
+/// An answer a person gave a gate or an escalation.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct GivenAnswer {
+    /// The stage it answered.
+    stage: String,
+    /// Who answered.
+    by: String,
+    /// `approved`, `rejected`, `retry`, `fix`, `skip` or `abort`.
+    #[schema(pattern = "^(approved|rejected|retry|fix|skip|abort)$")]
+    answer: String,
+    /// Where it came from: `dashboard`, `cli`, `api`, `link` or `forge` (absent in journals
+    /// written before it was kept).
+    #[schema(required = false, pattern = "^(dashboard|cli|api|link|forge)$")]
+    via: Option<String>,
+    /// When (RFC 3339).
+    at: String,
 }
 
 /// A run from GitHub: its issue, its pull request and each CI round.
@@ -570,6 +592,6 @@ mod tests {
             ]
         );
         // And the schemas say something: a run's result is not a bare object.
-        assert!(doc["components"]["schemas"]["RunResult"]["properties"].as_object().is_some_and(|p| p.len() == 10));
+        assert!(doc["components"]["schemas"]["RunResult"]["properties"].as_object().is_some_and(|p| p.len() == 11));
     }
 }

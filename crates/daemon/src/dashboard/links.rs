@@ -1,6 +1,8 @@
 //! One-tap links (`/a/{token}`): checked, confirmed, answered once.
 
 use crate::Shared;
+use crate::api::auth::Caller;
+use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -12,6 +14,7 @@ use std::sync::Arc;
 
 use super::auto::legible;
 use super::{Rendered, page, render_markdown};
+use loopwright_engine::event::Via;
 
 /// A one-tap link checked — signed here, unexpired, unused, its person still allowed to
 /// answer — or the page that refuses it.
@@ -31,10 +34,8 @@ pub(super) async fn check_link(shared: &Shared, token: &str) -> Result<crate::no
     match used {
         Ok(Ok(Some(None))) => {}
         Ok(Ok(Some(Some(at)))) => {
-            return Err(Refusal(
-                StatusCode::GONE,
-                format!("This link was already used ({at}). Each link answers once."),
-            ));
+            let how = used_how(shared, &link).await.unwrap_or_else(|| format!(" ({at})"));
+            return Err(Refusal(StatusCode::GONE, format!("This link was already used{how}. Each link answers once.")));
         }
         _ => {
             return Err(Refusal(
@@ -42,6 +43,10 @@ pub(super) async fn check_link(shared: &Shared, token: &str) -> Result<crate::no
                 "This link's notification is not in this workspace's journal.".into(),
             ));
         }
+    }
+    // A sign-in link answers as whoever signs in: its `as` is not who answers.
+    if link.sign_in {
+        return Ok(link);
     }
     match shared.people.role_of(&link.answer_as) {
         Some(role) if !role.may_answer() => {
@@ -132,11 +137,22 @@ impl Refusal {
 
 /// `/a/{token}`: the confirmation page of a one-tap link — the headline, and the change so far
 /// (a gate) or the escalation's report (the question).
-pub(super) async fn link_page(State(shared): State<Arc<Shared>>, Path(token): Path<String>) -> Response {
-    let link = match check_link(&shared, &token).await {
+pub(super) async fn link_page(
+    State(shared): State<Arc<Shared>>,
+    Path(token): Path<String>,
+    caller: Option<Extension<Caller>>,
+) -> Response {
+    let mut link = match check_link(&shared, &token).await {
         Ok(link) => link,
         Err(refusal) => return refusal.page(),
     };
+    if link.sign_in {
+        match signed_in(caller.as_deref()) {
+            Ok(who) => link.answer_as = who.name,
+            Err(SignIn::Needed) => return super::signin(&shared, StatusCode::UNAUTHORIZED, false),
+            Err(SignIn::Refused(refusal)) => return refusal.page(),
+        }
+    }
     if let (Some(session), Some(choice)) = (link.session.clone(), link.choice.clone()) {
         return match auto_question(&shared, &link, &session).await {
             Ok(q) => page(
@@ -249,6 +265,7 @@ pub(super) struct LinkConfirm {
 pub(super) async fn link_answer(
     State(shared): State<Arc<Shared>>,
     Path(token): Path<String>,
+    caller: Option<Extension<Caller>>,
     crate::api::error::OptionalJson(body): crate::api::error::OptionalJson<LinkConfirm>,
 ) -> Response {
     use crate::notifications::LinkAction;
@@ -270,31 +287,100 @@ pub(super) async fn link_answer(
         return refuse(StatusCode::UNPROCESSABLE_ENTITY, "Write the guidance for the next attempt.".into());
     }
     let comment = body.comment.map(|c| c.trim().chars().take(2000).collect::<String>()).filter(|c| !c.is_empty());
+    // A link vouches for nobody: it answers as the name its target gives, with that person's
+    // role; a gate that names people refuses it. Checked before the link is spent.
+    let who = if link.sign_in {
+        match signed_in(caller.as_deref()) {
+            Ok(who) => who,
+            Err(SignIn::Needed) => {
+                return refuse(StatusCode::UNAUTHORIZED, "Sign in to the dashboard to answer with this link.".into());
+            }
+            Err(SignIn::Refused(Refusal(code, message))) => return refuse(code, message),
+        }
+    } else {
+        loopwright_app::ops::answer::Answerer {
+            name: link.answer_as.clone(),
+            role: shared.people.role_of(&link.answer_as).and_then(crate::api::auth::approver_role),
+            verified: false,
+            via: Via::Link,
+        }
+    };
+    let gate = matches!(link.action, LinkAction::Approve | LinkAction::Reject);
+    if gate
+        && let Err(e) =
+            crate::api::runs::check_gate(&shared, &found.run, link.action == LinkAction::Approve, &who).await
+    {
+        return e.into_response();
+    }
     if let Err(Refusal(code, message)) = spend_link(shared.as_ref(), &link.key).await {
         return refuse(code, message);
     }
     use loopwright_engine::event::Answer;
-    let by = link.answer_as.clone();
+    let by = who.name.clone();
+    let escalation = |reply| crate::api::runs::answer_escalation(&shared, &found.run, reply, by.clone(), Via::Link);
     let answered = match link.action {
-        LinkAction::Approve => crate::api::runs::answer_gate(&shared, &found.run, true, by, comment, false).await,
-        LinkAction::Reject => crate::api::runs::answer_gate(&shared, &found.run, false, by, comment, false).await,
-        LinkAction::Retry => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Retry, by).await,
+        LinkAction::Approve => crate::api::runs::answer_gate(&shared, &found.run, true, &who, comment, false).await,
+        LinkAction::Reject => crate::api::runs::answer_gate(&shared, &found.run, false, &who, comment, false).await,
+        LinkAction::Retry => escalation(Answer::Retry).await,
         LinkAction::Fix => {
-            let text = text.unwrap_or_default().chars().take(20_000).collect();
-            crate::api::runs::answer_escalation(&shared, &found.run, Answer::Fix { text }, by).await
+            escalation(Answer::Fix { text: text.unwrap_or_default().chars().take(20_000).collect() }).await
         }
-        LinkAction::Skip => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Skip, by).await,
-        LinkAction::Abort => crate::api::runs::answer_escalation(&shared, &found.run, Answer::Abort, by).await,
+        LinkAction::Skip => escalation(Answer::Skip).await,
+        LinkAction::Abort => escalation(Answer::Abort).await,
         LinkAction::Choose => return refuse(StatusCode::FORBIDDEN, "This link answers no run.".into()),
     };
     match answered {
         Ok(()) => axum::Json(Done {
-            done: format!("{} — answered as {} on run {}", link.action.label(), link.answer_as, found.run),
+            done: format!("{} — answered as {} on run {}", link.action.label(), who.name, found.run),
             run_url: format!("/runs/{}", found.run),
         })
         .into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// Who used a run's link, when and how, as the run's journal says: the answer given through a
+/// link to its stage after the link was made (" at 04:12:09 UTC by carol, through a one-tap
+/// link: approved").
+async fn used_how(shared: &Shared, link: &crate::notifications::Link) -> Option<String> {
+    let run = RunId::parse(&link.run)?;
+    let state = shared.folds.state(&shared.store, &run).await.ok()?;
+    let given = state.answers.iter().rev().find(|a| a.stage == link.stage && a.via == Some(Via::Link))?;
+    let answer = serde_json::to_value(given.answer).ok()?;
+    Some(format!(
+        " at {} by {}, through a one-tap link: {}",
+        super::when(given.at),
+        given.by,
+        answer.as_str().unwrap_or_default()
+    ))
+}
+
+/// Why a sign-in link does not answer for this visitor.
+enum SignIn {
+    /// Nobody is signed in.
+    Needed,
+    /// The one signed in may not answer.
+    Refused(Refusal),
+}
+
+/// Who answers through a sign-in link: the person signed in, proven by their token, through a
+/// link; nobody when no one is signed in or they may not answer.
+fn signed_in(caller: Option<&Caller>) -> Result<loopwright_app::ops::answer::Answerer, SignIn> {
+    let caller = caller.ok_or(SignIn::Needed)?;
+    if !caller.role.may_answer() {
+        let name = caller.person.as_deref().unwrap_or("this token");
+        return Err(SignIn::Refused(Refusal(
+            StatusCode::FORBIDDEN,
+            format!("{name} may not answer: their role is {}.", caller.role.as_str()),
+        )));
+    }
+    // The workspace's own token names nobody: its answers are the dashboard's.
+    Ok(loopwright_app::ops::answer::Answerer {
+        name: caller.person.clone().unwrap_or_else(|| "dashboard".to_owned()),
+        role: crate::api::auth::approver_role(caller.role),
+        verified: caller.person.is_some(),
+        via: Via::Link,
+    })
 }
 
 /// Spends the link `key` before its answer is recorded: two taps at once answer once.

@@ -605,6 +605,8 @@ pub(super) struct AnswerView {
     stage: Option<String>,
     detail: Option<String>,
     comment: Option<String>,
+    /// Where the answer came from (`dashboard`, `cli`, `api`, `link`, `forge`).
+    via: Option<&'static str>,
 }
 
 impl AnswerView {
@@ -616,6 +618,7 @@ impl AnswerView {
             stage: a.stage,
             detail: a.detail,
             comment: a.comment,
+            via: a.via.map(loopwright_engine::event::Via::as_str),
         }
     }
 }

@@ -316,6 +316,7 @@ fn approval_step(state: &RunState, started: &RunStarted, stage: &Stage) -> Optio
             stage: stage.id.clone(),
             by: crate::event::AUTO_APPROVED_BY.into(),
             comment: None,
+            via: None,
         })),
         None => Some(Step::Record(Event::ApprovalRequested { stage: stage.id.clone() })),
         Some(a) if !a.granted => Some(Step::Record(Event::RunFinished { status: RunStatus::Cancelled })),
