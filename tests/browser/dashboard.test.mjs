@@ -275,7 +275,11 @@ browserTest('a gate: started through the form, waiting with the badge, approved 
   assert.equal((await list.textContent('#badge')).replace(/\s+/g, ' ').trim(), '⚑ 1 need you');
   const firstRow = list.locator('tbody tr').first();
   assert.equal(await firstRow.getAttribute('data-run'), run);
-  assert.match(await firstRow.textContent(), /waiting · needs you/);
+  // What waits, and since when, its clock ticking; time waiting is not time worked.
+  assert.match(await firstRow.locator('.row-why').innerText(), /^gate at `ship`, waiting (\d+ ms|\d+\.\d s|\d+m \d\ds)$/);
+  const clock = firstRow.locator('.row-why .clock');
+  const before = await clock.innerText();
+  await waitFor('the waiting clock to tick', async () => (await clock.innerText()) !== before, 5);
   await shot(list, 'dashboard-runs.png');
   await list.setViewportSize({ width: 390, height: 844 });
   assert.ok(await list.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'no sideways scrolling at phone width');

@@ -109,6 +109,19 @@
     });
   }
   localTimes(document);
+  // Clocks that run: a running run's working time, a wait going on. Said as the page's server
+  // says durations ("1.2 s", "3m 05s", "1h 02m").
+  const spoken = (ms) => {
+    const s = Math.floor(ms / 1000);
+    if (ms < 1000) return `${Math.max(0, Math.round(ms))} ms`;
+    if (s < 60) return `${(ms / 1000).toFixed(1)} s`;
+    if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`;
+    return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+  };
+  setInterval(() => document.querySelectorAll('[data-clock-from]').forEach((c) => {
+    const from = Date.parse(c.dataset.clockFrom);
+    if (!Number.isNaN(from)) c.textContent = spoken(Date.now() - from);
+  }), 1000);
   // A live screen opens at its newest rows.
   document.querySelectorAll('pre.terminal').forEach((t) => { t.scrollTop = t.scrollHeight; });
 

@@ -550,6 +550,10 @@ pub struct RunState {
     pub forge: ForgeState,
     /// The answers people gave its gates and escalations, in order.
     pub answers: Vec<GivenAnswer>,
+    /// Since when it waits for a person, while it does.
+    pub waiting_since: Option<jiff::Timestamp>,
+    /// How long it waited for people in all, waits that ended (milliseconds).
+    pub waited_ms: i64,
     /// Events applied but not yet journaled (they have no effect outside until they are):
     /// the engine commits them in one transaction before its next outside effect.
     unflushed: Vec<(Event, jiff::Timestamp)>,
@@ -591,6 +595,8 @@ impl RunState {
     pub fn new(run_id: RunId) -> Self {
         Self {
             answers: Vec::new(),
+            waiting_since: None,
+            waited_ms: 0,
             run_id,
             started: None,
             status: RunStatus::Running,
@@ -667,6 +673,15 @@ impl RunState {
         self.last_seq = record.seq;
         self.updated_at = Some(record.at);
         if let Some(status) = record.event.run_status() {
+            match (self.status == RunStatus::Waiting, status == RunStatus::Waiting) {
+                (false, true) => self.waiting_since = Some(record.at),
+                (true, false) => {
+                    if let Some(since) = self.waiting_since.take() {
+                        self.waited_ms += record.at.duration_since(since).as_millis().max(0) as i64;
+                    }
+                }
+                _ => {}
+            }
             self.status = status;
             // A provider wait lasts as long as the run is queued for it.
             if !matches!(record.event, Event::LimitWaiting { .. }) {

@@ -100,6 +100,41 @@ fn spend_line(stage: &StageState, pipeline: &Pipeline) -> Option<String> {
 
 /// The headline of a stage that failed or was escalated; `None` for any other stage.
 pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headline> {
+    headline_of(stage, Some(pipeline))
+}
+
+/// One line for a run's row in a list, from its state alone: what it waits for ("gate at
+/// `ship`", "escalation at `docs`: permission-error"), or the first line of why it failed.
+pub fn row_line(state: &RunState, status: RunStatus) -> Option<String> {
+    use loopwright_engine::result::{PipelineResult, WaitKind};
+    match status {
+        RunStatus::Waiting => {
+            let waiting = PipelineResult::from_state(state).waiting?;
+            let stage = waiting.stage;
+            Some(match waiting.kind {
+                WaitKind::Approval => format!("gate at `{stage}`"),
+                WaitKind::Escalation => {
+                    let pattern = state
+                        .stage(&stage)
+                        .and_then(|s| s.closed.as_deref())
+                        .and_then(|l| l.iterations.iter().rev().find_map(|i| i.failure.as_ref()))
+                        .and_then(|f| f.pattern.clone());
+                    format!("escalation at `{stage}`: {}", pattern.as_deref().unwrap_or("unclassified"))
+                }
+                WaitKind::Ci => "its pull request's CI".to_owned(),
+                WaitKind::Review => "an approval of its pull request".to_owned(),
+            })
+        }
+        RunStatus::Failed => {
+            let stage = state.failed_stage.as_ref().and_then(|id| state.stage(id.as_str()))?;
+            headline_of(stage, None).map(|h| h.title)
+        }
+        _ => None,
+    }
+}
+
+/// [`stage_headline`], with what the stage spent against its budget when the pipeline is given.
+fn headline_of(stage: &StageState, pipeline: Option<&Pipeline>) -> Option<Headline> {
     let escalated = stage.closed.as_ref().is_some_and(|l| l.escalation.is_some() && l.answer.is_none())
         || (stage.feedback == Some(loopwright_engine::event::FeedbackAction::Escalate)
             && stage.escalation_answer.is_none());
@@ -170,7 +205,7 @@ pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headlin
             }
         }
     };
-    tried.extend(spend_line(stage, pipeline));
+    tried.extend(pipeline.and_then(|p| spend_line(stage, p)));
     if !stage.network_refused.is_empty() {
         let hosts: Vec<String> = stage.network_refused.iter().map(|h| format!("`{h}`")).collect();
         tried.push(format!(

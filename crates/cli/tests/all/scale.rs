@@ -389,3 +389,59 @@ fn a_sign_in_link_opens_only_for_a_signed_in_person_and_answers_as_them() {
     assert_eq!(result["answers"][0]["by"], "carol");
     assert_eq!(result["answers"][0]["via"], "link");
 }
+
+/// The row of `run` in the list's HTML.
+fn row_of<'a>(html: &'a str, run: &str) -> &'a str {
+    let start = html.find(&format!("id=\"row-{run}\"")).expect("the row");
+    let end = html[start..].find("</tr>").map_or(html.len(), |e| start + e);
+    &html[start..end]
+}
+
+#[test]
+fn a_row_says_what_waits_since_when_and_why_a_run_failed_and_waiting_is_not_working() {
+    let ws = gate_ws();
+    ws.write(
+        ".loopwright/pipelines/breaks.yml",
+        "name: breaks\ndescription: d\nversion: 1\nstages:\n  - id: compile\n    agent: shell\n    mode: plan\n    description: d\n    run: \"echo 'error: expected ; at line 3' >&2; exit 2\"\n",
+    );
+    let d = Daemon::start(&ws, &[]);
+    let start = |pipeline: &str| {
+        let (code, accepted) = d.post("/api/runs", &json!({ "pipeline": pipeline }));
+        assert_eq!(code, 202, "{accepted}");
+        accepted["run_id"].as_str().expect("run id").to_owned()
+    };
+    let gate = start("gate");
+    d.wait_status(&gate, "waiting");
+    std::thread::sleep(std::time::Duration::from_millis(1300));
+    let (_, html) = d.page("/");
+    let row = row_of(&html, &gate);
+    assert!(
+        row.contains("<small class=\"row-why\">gate at `second`, waiting <span class=\"clock\" data-clock-from=\""),
+        "{row}"
+    );
+    assert!(!row.contains("needs you"), "{row}");
+    assert_eq!(d.post(&format!("/api/runs/{gate}/approve"), &json!({})).0, 200);
+    d.wait_status(&gate, "success");
+    let (_, html) = d.page("/");
+    let row = row_of(&html, &gate);
+    // About 1.3 s waited; its work took less than a second, and is said apart.
+    let said = |prefix: &str| row.split(prefix).nth(1).and_then(|r| r.split('<').next()).unwrap_or_default().to_owned();
+    let ran = said("<span class=\"ran\" title=\"worked\">ran ");
+    let waited = said("<span class=\"waited\" title=\"waited for people\">waited ");
+    assert!(ran.ends_with(" ms"), "worked {ran}: {row}");
+    assert!(waited.starts_with("1.") && waited.ends_with(" s"), "waited {waited}: {row}");
+    // A failed run's row says why, in one line.
+    let broken = start("breaks");
+    d.wait_status(&broken, "failed");
+    let (_, html) = d.page("/");
+    let row = row_of(&html, &broken);
+    assert!(row.contains("<small class=\"row-why\">Stage compile failed: execution error (exit 2) — "), "{row}");
+    // Run again from `second`: `first` was taken from the earlier run, and says so.
+    let (code, again) = d.post(&format!("/api/runs/{gate}/rerun"), &json!({ "from": "second" }));
+    assert_eq!(code, 202, "{again}");
+    let rerun = again["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&rerun, "waiting");
+    let (_, page) = d.page(&format!("/runs/{rerun}"));
+    assert!(page.contains(&format!("taken from run {gate}")), "{page}");
+    assert!(page.contains("stage-row status-reused"), "{page}");
+}

@@ -257,6 +257,7 @@ fn icon(status: &str) -> &'static str {
         "interrupted" => "⚠",
         "queued" | "pending" | "retry_waiting" => "…",
         "skipped" => "↷",
+        "reused" => "↺",
         _ => "•",
     }
 }

@@ -72,6 +72,8 @@ struct RunPage {
 /// A run, as its page shows it.
 #[derive(Debug, Serialize)]
 pub(super) struct RunView {
+    /// A run not over: its clock counts from its first event.
+    clock_from: Option<String>,
     id: String,
     /// The journal's sequence number the page shows it at (its script follows on from it).
     seq: u64,
@@ -130,6 +132,10 @@ struct StageView {
     /// The outputs it declared.
     outputs: Vec<String>,
     headline: Option<ops::why::Headline>,
+    /// A stage at work: its clock counts from this moment (its earlier attempts' time added).
+    clock_from: Option<String>,
+    /// A stage not run because an earlier run's result was taken ("taken from run …").
+    taken_from: Option<String>,
 }
 
 /// A stage in the drawing of a graph.
@@ -289,10 +295,20 @@ fn run_context(
     // Every stage of the pipeline, in its order; those not reached yet are pending.
     for stage in &pipeline.stages {
         let Some(st) = state.stage(stage.id.as_str()) else {
+            // A run that started from a later stage took this one's outputs from an earlier run.
+            let taken = started.and_then(|s| {
+                let from = pipeline.index_of(s.start_from.as_ref()?.as_str())?;
+                (pipeline.index_of(stage.id.as_str())? < from).then(|| match &s.rerun_of {
+                    Some(earlier) => format!("taken from run {earlier}"),
+                    None => "taken from an earlier run".to_owned(),
+                })
+            });
             stages.push(StageView {
                 id: stage.id.to_string(),
-                status: "pending",
-                icon: icon("pending"),
+                status: if taken.is_some() { "reused" } else { "pending" },
+                icon: icon(if taken.is_some() { "reused" } else { "pending" }),
+                clock_from: None,
+                taken_from: taken,
                 attempts_count: 0,
                 duration: duration(0),
                 width: 0.0,
@@ -349,7 +365,14 @@ fn run_context(
             ));
             format!("{}{}", parts.join(" · "), if spend.estimated { " (tokens estimated)" } else { "" })
         });
+        let at_work = matches!(st.status, StageStatus::Running | StageStatus::Looping) && !status.is_final();
+        let clock_from = in_attempt_since(&st.id)
+            .filter(|_| at_work)
+            .and_then(|at| at.checked_sub(jiff::SignedDuration::from_millis(st.duration_ms as i64)).ok())
+            .map(|at| at.to_string());
         stages.push(StageView {
+            clock_from,
+            taken_from: None,
             id: st.id.to_string(),
             status: status_word,
             icon: icon(status_word),
@@ -402,6 +425,7 @@ fn run_context(
         icon: icon(status.as_str()),
         started: first.map(when),
         duration: duration(elapsed),
+        clock_from: first.filter(|_| !status.is_final()).map(|at| at.to_string()),
         ended: status.is_final(),
         retry_from: state.stages.iter().find(|s| s.status == StageStatus::Failed).map(|s| s.id.to_string()),
         cancellable: !status.is_final(),

@@ -36,6 +36,17 @@ pub(super) struct RowView {
     people: Vec<String>,
     /// The pull request a run from GitHub delivered: its number and address.
     pull: Option<PullView>,
+    /// What it waits for ("gate at `ship`"), or the first line of why it failed.
+    why: Option<String>,
+    /// Since when it waits for a person (its clock ticks on the page).
+    waiting_since: Option<Moment>,
+    /// How long it has waited for people (ended waits, and the one going on).
+    waited: String,
+    /// How long the wait going on has lasted.
+    waiting: String,
+    /// Where the page's clock of its working time counts from: its start of work moved on by
+    /// its waits (a running run only).
+    ran_from: Option<String>,
 }
 
 /// A pull request as a row links it.
@@ -45,10 +56,32 @@ struct PullView {
     url: String,
 }
 
+/// What a row tells of a run beyond its summary, from its folded state.
+#[derive(Debug, Default)]
+pub(super) struct RowState {
+    why: Option<String>,
+    waiting_since: Option<jiff::Timestamp>,
+    waited_ms: i64,
+}
+
+impl RowState {
+    /// The run's state as the daemon last folded it.
+    pub(super) async fn of(shared: &Shared, r: &loopwright_engine::RunSummary) -> Self {
+        let Ok(state) = shared.folds.state(&shared.store, &r.run_id).await else { return Self::default() };
+        Self {
+            why: ops::why::row_line(&state, r.status),
+            waiting_since: state.waiting_since.filter(|_| r.status == RunStatus::Waiting),
+            waited_ms: state.waited_ms,
+        }
+    }
+}
+
 impl RowView {
-    fn of(r: &loopwright_engine::RunSummary, now: jiff::Timestamp) -> Self {
+    fn of(r: &loopwright_engine::RunSummary, row: RowState, now: jiff::Timestamp) -> Self {
         let end = if r.status.is_final() { r.updated_at } else { now };
         let ms = |from: jiff::Timestamp, to: jiff::Timestamp| to.duration_since(from).as_millis().max(0) as i64;
+        let waiting_ms = row.waiting_since.map_or(0, |since| ms(since, now));
+        let waited_ms = row.waited_ms + waiting_ms;
         let queued_ms = ms(r.created_at, r.running_at.unwrap_or(end));
         let first_line = r.task.lines().next().unwrap_or_default();
         let task = if first_line.chars().count() > 140 {
@@ -65,9 +98,18 @@ impl RowView {
             icon: icon(r.status.as_str()),
             started: Moment::of(r.created_at),
             queued: if queued_ms >= 1000 { duration(queued_ms) } else { String::new() },
-            ran: r.running_at.map(|at| duration(ms(at, end))).unwrap_or_default(),
+            ran: r.running_at.map(|at| duration((ms(at, end) - waited_ms).max(0))).unwrap_or_default(),
             people: r.people.clone(),
             pull: r.pull_request.as_ref().map(|p| PullView { number: p.number, url: p.url.clone() }),
+            why: row.why,
+            waiting_since: row.waiting_since.map(Moment::of),
+            waited: if waited_ms >= 1000 { duration(waited_ms) } else { String::new() },
+            waiting: duration(waiting_ms),
+            ran_from: r
+                .running_at
+                .filter(|_| r.status == RunStatus::Running)
+                .and_then(|at| at.checked_add(jiff::SignedDuration::from_millis(row.waited_ms)).ok())
+                .map(|at| at.to_string()),
         }
     }
 }
@@ -187,7 +229,10 @@ pub(super) async fn runs_page(
         Err(e) => (Vec::new(), 0, Some(e.message())),
     };
     let now = jiff::Timestamp::now();
-    let rows: Vec<RowView> = runs.iter().map(|r| RowView::of(r, now)).collect();
+    let mut rows: Vec<RowView> = Vec::with_capacity(runs.len());
+    for r in &runs {
+        rows.push(RowView::of(r, RowState::of(&shared, r).await, now));
+    }
     let first = filter.offset + 1;
     let last = filter.offset + rows.len();
     let pages = (total as usize).div_ceil(PAGE_SIZE).max(1);
@@ -287,7 +332,8 @@ pub(super) async fn run_row(
     let Some(summary) = found.runs.iter().find(|r| r.run_id == run) else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let mut response = page("run_row.html", &RowPage { r: RowView::of(summary, jiff::Timestamp::now()) });
+    let row = RowState::of(&shared, summary).await;
+    let mut response = page("run_row.html", &RowPage { r: RowView::of(summary, row, jiff::Timestamp::now()) });
     let waiting = waiting_count(&shared).await;
     response.headers_mut().insert("x-waiting-count", waiting.into());
     response
