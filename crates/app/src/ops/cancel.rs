@@ -41,7 +41,11 @@ pub async fn cancel(
             return Err(Error::conflict(format!("run {run} already ended ({})", state.status.as_str())));
         }
         let read = state.last_seq;
-        if state.status == RunStatus::Running && (owner_alive(&state) || hosted_here(run)) {
+        // At work, or queued by its own process for a provider's or a spend cap's wait (which
+        // watches for a stop): its owner ends it.
+        let at_work =
+            state.status == RunStatus::Running || (state.status == RunStatus::Queued && state.provider_wait.is_some());
+        if at_work && (owner_alive(&state) || hosted_here(run)) {
             let request = Event::CancelRequested { by: by.clone(), rollback };
             match store.append_after(run, read, &[(request, jiff::Timestamp::now())]).await {
                 Ok(records) => {

@@ -196,7 +196,10 @@ pub async fn cancel(global: &Global, args: CancelArgs) -> Result<u8, CliError> {
             loop {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 let state = RunState::replay(run.clone(), &store.events(&run).await?);
-                if state.status != RunStatus::Running {
+                // Its owner ends it: at work, or queued by it for a provider's or a cap's wait.
+                let at_work = state.status == RunStatus::Running
+                    || (state.status == RunStatus::Queued && state.provider_wait.is_some());
+                if !at_work {
                     return report(global, &state, None);
                 }
                 if std::time::Instant::now() > deadline {

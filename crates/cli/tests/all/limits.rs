@@ -361,3 +361,40 @@ fn two_processes_on_postgresql_never_run_more_than_one_attempt_over_a_daily_cap(
     let Some(url) = crate::postgres::fresh_database("spend") else { return };
     two_processes_race_past_a_daily_cap(&format!("store = \"{url}\"\n"));
 }
+
+#[test]
+fn a_run_waiting_past_a_used_up_cap_that_says_wait_is_queued_with_the_reason_and_cancelled_at_once() {
+    let ws = spend_workspace("");
+    let per = one_attempts_use(&ws);
+    ws.write(
+        ".loopwright/config.toml",
+        &format!("[[spend]]\nperiod = \"week\"\ntokens = {}\npipeline = \"work\"\non_exceed = \"wait\"\n", per / 2),
+    );
+    // The first attempt finds the cap unused and uses it up; the second waits for next week.
+    let run = spawn_env(&ws, &["run", "work", "--quiet"], &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let id = loop {
+        let (_, latest, _) = ws.json(&["status", "latest"]);
+        if latest["status"] == "queued" {
+            break latest["run_id"].as_str().expect("id").to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "the run never waited: {latest}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let reasons = waits(&ws, &id, &[]);
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(reasons[0].starts_with("pipeline work's weekly spend cap is used up: "), "{reasons:?}");
+    // Cancelled while it waits: its own process ends it, at once, not at the period's end.
+    let asked = std::time::Instant::now();
+    let (code, _, stderr) = ws.run(&["cancel", &id]);
+    assert_eq!(code, 4, "cancel says the run ended cancelled: {stderr}");
+    let (code, _, stderr) = finish(run);
+    assert_eq!(code, 4, "the waiting run ends cancelled: {stderr}");
+    assert!(asked.elapsed() < std::time::Duration::from_secs(15), "it ended {:?} after the cancel", asked.elapsed());
+    let (_, status, _) = ws.json(&["status", &id]);
+    assert_eq!(status["status"], "cancelled");
+    let kinds: Vec<String> =
+        ws.journal(&id).iter().map(|e| e["event"]["type"].as_str().unwrap_or_default().to_owned()).collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "cancel_requested").count(), 1, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "run_cancelled").count(), 1, "{kinds:?}");
+}
