@@ -17,13 +17,15 @@ use loopwright_app::ops::{self, read};
 use loopwright_engine::event::Event;
 use loopwright_engine::result::WaitKind;
 use loopwright_engine::{FeedEntry, RunStatus};
-use loopwright_spec::config::{Notify, NotifyEvent, NotifyKind};
+use loopwright_spec::config::{Notify, NotifyEvent, NotifyKind, NotifyOn};
 use loopwright_store::notify::{Notification, NotificationStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::Shared;
+
+mod digest;
 
 /// Waits between sending attempts: the first try, then after 2 s, 8 s, 30 s and 2 min.
 const BACKOFF: [Duration; 5] =
@@ -192,7 +194,7 @@ pub fn happening(event: &Event) -> Option<NotifyEvent> {
 
 /// A target's name in the journal: the one it was given, else its kind, scheme and host (its
 /// path may hold a secret).
-fn target_name(target: &Notify) -> String {
+pub(crate) fn target_name(target: &Notify) -> String {
     if let Some(name) = &target.name {
         return name.clone();
     }
@@ -356,6 +358,7 @@ impl Notifier {
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = tick.tick() => {
+                    Arc::clone(&this).digests().await;
                     let seen = Arc::clone(&this).on_auto(auto_after).await;
                     if seen != auto_after {
                         this.auto_advance(seen).await;
@@ -398,11 +401,28 @@ impl Notifier {
             .or_else(|| result.failed_stage.clone().filter(|_| event == NotifyEvent::Failed));
         // A run that ended in a dead letter was told as one: its failure is not told again.
         let dead_lettered = state.stages.iter().any(|s| s.closed.as_ref().is_some_and(|l| l.dead_letter.is_some()));
+        let ending = matches!(event, NotifyEvent::Failed | NotifyEvent::Finished);
+        let mut changed: Option<bool> = None;
         for target in wanted {
             if !target.pipelines.is_empty() && !target.pipelines.contains(&pipeline_name) {
                 continue;
             }
             if event == NotifyEvent::Failed && dead_lettered && target.events.contains(&NotifyEvent::DeadLetter) {
+                continue;
+            }
+            // A run's end a target does not take on its own goes to its digest, or nowhere.
+            let alone = !ending
+                || match target.on {
+                    NotifyOn::Every => target.digest_minutes.is_none(),
+                    NotifyOn::Change => match changed {
+                        Some(c) => c,
+                        None => {
+                            let end = digest::End::of(&state, shown);
+                            *changed.insert(digest::changed(&self.shared, end).await)
+                        }
+                    },
+                };
+            if !alone && target.digest_minutes.is_none() {
                 continue;
             }
             let key = format!(
@@ -457,6 +477,10 @@ impl Notifier {
                 pull_request: result.forge.as_ref().and_then(|f| f.pull_request.as_ref()).map(|p| p.url.clone()),
                 actions,
             };
+            if !alone {
+                self.hold(key, target, &message).await;
+                continue;
+            }
             Arc::clone(&self).send(key, target.clone(), message).await;
         }
     }
@@ -720,7 +744,7 @@ struct Kept {
 }
 
 /// A target's URL, hashed: how a kept request names it.
-fn target_hash(target: &Notify) -> String {
+pub(crate) fn target_hash(target: &Notify) -> String {
     format!("{:016x}", loopwright_engine::hash::fnv1a(target.url.as_bytes()))
 }
 

@@ -181,6 +181,25 @@ pub struct Notify {
     /// person signed in to the dashboard who opens it, and nobody else (`sign-in`).
     #[serde(default)]
     pub links: LinkMode,
+    /// Which runs' ends are sent: each one (`every`, the default), or a pipeline's first
+    /// failure and its first success after failures (`change`).
+    #[serde(default)]
+    pub on: NotifyOn,
+    /// Gathers the runs' ends not sent on their own into one message every this many minutes
+    /// (1 to 1440).
+    #[serde(default)]
+    pub digest_minutes: Option<u32>,
+}
+
+/// Which runs' ends a target is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NotifyOn {
+    /// Every run's end it subscribes to.
+    #[default]
+    Every,
+    /// A pipeline's first failure, and its first success after failures.
+    Change,
 }
 
 /// How a notification's one-tap links answer.
@@ -232,6 +251,9 @@ pub enum NotifyEvent {
     AutoFinished,
     /// A `[[spend]]` cap's period reached 50, 80 or 100 % of it (once each).
     Spend,
+    /// The runs' ends a target with `digest_minutes` gathered (not subscribed to: it comes
+    /// with `digest_minutes`).
+    Digest,
 }
 
 impl NotifyEvent {
@@ -251,6 +273,7 @@ impl NotifyEvent {
             NotifyEvent::AutoNeedsHuman => "auto_needs_human",
             NotifyEvent::AutoFinished => "auto_finished",
             NotifyEvent::Spend => "spend",
+            NotifyEvent::Digest => "digest",
         }
     }
 }
@@ -639,6 +662,12 @@ impl Config {
                     diags.push(at("name", d));
                 }
             }
+            if let Some(minutes) = target.digest_minutes.filter(|m| !(1..=1440).contains(m)) {
+                let d =
+                    Diagnostic::new(source, format!("[[notify]] `digest_minutes` is {minutes}: expected 1 to 1440"))
+                        .field(format!("notify[{i}].digest_minutes"));
+                diags.push(at("digest_minutes", d));
+            }
             if !(1..=24 * 30).contains(&target.link_hours) {
                 let d = Diagnostic::new(source, "[[notify]] `link_hours` must be 1 to 720")
                     .field(format!("notify[{i}].link_hours"));
@@ -755,7 +784,7 @@ mod tests {
 
     #[test]
     fn notify_targets_are_typed_and_checked() {
-        let text = "[[notify]]\nname = \"team channel\"\nurl = \"http://127.0.0.1:9/hook\"\nkind = \"slack\"\nevents = [\"needs_human\", \"failed\"]\nas = \"carol\"\nlinks = \"sign-in\"\n\n[[notify]]\nurl = \"https://ntfy.sh/loops\"\nkind = \"ntfy\"\n";
+        let text = "[[notify]]\nname = \"team channel\"\nurl = \"http://127.0.0.1:9/hook\"\nkind = \"slack\"\nevents = [\"needs_human\", \"failed\"]\nas = \"carol\"\nlinks = \"sign-in\"\non = \"change\"\ndigest_minutes = 30\n\n[[notify]]\nurl = \"https://ntfy.sh/loops\"\nkind = \"ntfy\"\n";
         let config = Config::parse(&SourceFile::new("config.toml", text)).expect("ok");
         assert_eq!(
             config.notify,
@@ -769,6 +798,8 @@ mod tests {
                     answer_as: Some("carol".into()),
                     link_hours: 24,
                     links: LinkMode::SignIn,
+                    on: NotifyOn::Change,
+                    digest_minutes: Some(30),
                 },
                 Notify {
                     name: None,
@@ -779,6 +810,8 @@ mod tests {
                     answer_as: None,
                     link_hours: 24,
                     links: LinkMode::Open,
+                    on: NotifyOn::Every,
+                    digest_minutes: None,
                 },
             ]
         );

@@ -17,6 +17,10 @@ pub enum NotificationStatus {
     NotificationSent,
     /// Given up on after its retries (`notification_failed`).
     NotificationFailed,
+    /// Kept for its target's next digest, not sent on its own.
+    Held,
+    /// Sent in a digest.
+    Digested,
 }
 
 impl NotificationStatus {
@@ -26,12 +30,16 @@ impl NotificationStatus {
             Self::Pending => "pending",
             Self::NotificationSent => "notification_sent",
             Self::NotificationFailed => "notification_failed",
+            Self::Held => "held",
+            Self::Digested => "digested",
         }
     }
 
     /// Parses a stored status.
     pub fn parse(text: &str) -> Option<Self> {
-        [Self::Pending, Self::NotificationSent, Self::NotificationFailed].into_iter().find(|s| s.as_str() == text)
+        [Self::Pending, Self::NotificationSent, Self::NotificationFailed, Self::Held, Self::Digested]
+            .into_iter()
+            .find(|s| s.as_str() == text)
     }
 }
 
@@ -58,6 +66,19 @@ pub struct Notification {
     pub detail: String,
     /// When its one-tap link was used.
     pub link_used_at: Option<String>,
+}
+
+/// A notification held for a digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// Its key.
+    pub key: String,
+    /// The run it is about.
+    pub run_id: Option<String>,
+    /// `failed`, `finished`, …
+    pub event: String,
+    /// When it was held (RFC 3339).
+    pub at: String,
 }
 
 /// What using a one-tap link found.
@@ -96,6 +117,55 @@ impl SqliteStore {
             })
             .map_err(backend)?;
         Ok(inserted == 1)
+    }
+
+    /// Keeps `n` for its target's next digest (once per key): true when this caller kept it.
+    pub fn notify_hold(&self, n: &Notification) -> Result<bool, StoreError> {
+        let held = Notification { status: NotificationStatus::Held, ..n.clone() };
+        let conn = self.conn();
+        let inserted = conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO notifications (key, run_id, session_name, event, target, status, attempts, at, detail)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, '')",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    held.key,
+                    held.run_id,
+                    held.session_name,
+                    held.event,
+                    held.target,
+                    held.status.as_str(),
+                    held.at
+                ])
+            })
+            .map_err(backend)?;
+        Ok(inserted == 1)
+    }
+
+    /// The notifications held for `target`'s digest, oldest first.
+    pub fn notify_held(&self, target: &str) -> Result<Vec<Held>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT key, run_id, event, at FROM notifications WHERE status = 'held' AND target = ?1 ORDER BY at, key",
+            )
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map([target], |r| Ok(Held { key: r.get(0)?, run_id: r.get(1)?, event: r.get(2)?, at: r.get(3)? }))
+            .map_err(backend)?;
+        rows.collect::<Result<_, _>>().map_err(backend)
+    }
+
+    /// Marks the held notifications `keys` as sent in a digest.
+    pub fn notify_digested(&self, keys: &[String]) -> Result<(), StoreError> {
+        let conn = self.conn();
+        for key in keys {
+            conn.prepare_cached("UPDATE notifications SET status = 'digested' WHERE key = ?1 AND status = 'held'")
+                .and_then(|mut stmt| stmt.execute([key]))
+                .map_err(backend)?;
+        }
+        Ok(())
     }
 
     /// The notifications claimed and not sent nor given up on, with their request (those a

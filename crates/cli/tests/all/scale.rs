@@ -445,3 +445,66 @@ fn a_row_says_what_waits_since_when_and_why_a_run_failed_and_waiting_is_not_work
     assert!(page.contains(&format!("taken from run {gate}")), "{page}");
     assert!(page.contains("stage-row status-reused"), "{page}");
 }
+
+#[test]
+fn on_change_a_channel_hears_the_first_failure_and_the_recovery_and_a_digest_gathers_the_rest() {
+    use crate::http::{Reply, Server};
+    let ws = gate_ws();
+    ws.write(
+        ".loopwright/pipelines/flaky.yml",
+        "name: flaky\ndescription: d\nversion: 1\nstages:\n  - id: check\n    agent: shell\n    mode: plan\n    description: d\n    run: test -f pass.flag\n",
+    );
+    let ok = || Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] };
+    let server = Server::start((0..12).map(|_| ok()).collect());
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nname = \"changes\"\nurl = \"http://127.0.0.1:{p}/changes\"\nevents = [\"failed\", \"finished\"]\non = \"change\"\n\n\
+             [[notify]]\nname = \"digest\"\nurl = \"http://127.0.0.1:{p}/digest\"\nevents = [\"failed\", \"finished\"]\non = \"change\"\ndigest_minutes = 1\n",
+            p = server.port
+        ),
+    );
+    let d = Daemon::start(&ws, &[]);
+    let mut runs = Vec::new();
+    for (i, pass) in [false, false, true].into_iter().enumerate() {
+        if pass {
+            ws.write("pass.flag", "");
+        }
+        let (code, accepted) = d.post("/api/runs", &json!({ "pipeline": "flaky", "task": format!("round {i}") }));
+        assert_eq!(code, 202, "{accepted}");
+        let run = accepted["run_id"].as_str().expect("run").to_owned();
+        d.wait_status(&run, if pass { "success" } else { "failed" });
+        runs.push(run);
+    }
+    let heard = |path: &str| -> Vec<(String, String)> {
+        crate::team::bodies_at(&server, path)
+            .iter()
+            .map(|b| {
+                (b["event"].as_str().unwrap_or_default().to_owned(), b["run_id"].as_str().unwrap_or("").to_owned())
+            })
+            .collect()
+    };
+    let wait_for = |path: &str, n: usize, seconds: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+        while heard(path).len() < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    wait_for("/changes", 2, 20);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The first failure and the first success after it; the second failure is no news.
+    let expected = vec![("failed".to_owned(), runs[0].clone()), ("finished".to_owned(), runs[2].clone())];
+    assert_eq!(heard("/changes"), expected);
+    // The digest target hears the same at once, then the rest in one message a minute on.
+    wait_for("/digest", 3, 90);
+    let digest = crate::team::bodies_at(&server, "/digest");
+    assert_eq!(heard("/digest")[..2], expected[..]);
+    assert_eq!(digest.len(), 3, "{digest:?}");
+    assert_eq!(digest[2]["event"], "digest");
+    assert_eq!(digest[2]["headline"], format!("1 run ended: 1 failed, 0 finished otherwise — {} failed", runs[1]));
+    let conn = rusqlite::Connection::open(ws.path().join(".loopwright/state/state.db")).expect("db");
+    let status: String = conn
+        .query_row("SELECT status FROM notifications WHERE run_id = ?1 AND target = 'digest'", [&runs[1]], |r| r.get(0))
+        .expect("held");
+    assert_eq!(status, "digested");
+}

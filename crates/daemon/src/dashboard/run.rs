@@ -611,6 +611,8 @@ impl NotifiedView {
             ),
             NotificationStatus::NotificationSent => format!("sent ({tries})"),
             NotificationStatus::NotificationFailed => format!("not delivered after {tries}: {}", n.detail),
+            NotificationStatus::Held => "kept for the next digest".to_owned(),
+            NotificationStatus::Digested => "sent in a digest".to_owned(),
         };
         let outcome = match &n.link_used_at {
             Some(at) => format!("{outcome}; its link was used at {at}"),
