@@ -89,6 +89,10 @@ enum Command {
     /// What agents used against each [[spend]] cap of config.toml this day, week or month,
     /// counted over every process and machine sharing the store.
     Spend,
+    /// Free what finished runs no longer need, as [retention] in config.toml says: their
+    /// snapshots (after 14 days by default), their files (after `runs_days`), and copies no
+    /// snapshot names. Runs that are queued, running, waiting or interrupted are never touched.
+    Gc(cmd::gc::Args),
     /// Serve the workspace: REST API, live events, the dashboard and notifications, until
     /// SIGINT/SIGTERM. Runs it drives are then interrupted (resumable) and taken up again by
     /// the next `serve`.
@@ -177,6 +181,7 @@ fn main() -> ExitCode {
             Command::DeadLetters(args) => cmd::dead_letters::run(&global, args),
             Command::Stats(args) => cmd::stats::run(&global, args).await,
             Command::Spend => cmd::spend::run(&global).await,
+            Command::Gc(args) => cmd::gc::run(&global, args).await,
             Command::Doctor(args) => cmd::doctor::run(&global, args),
             Command::Store(args) => cmd::store::run(&global, args).await,
             Command::SandboxExec(args) => cmd::sandbox_exec::run(&global, args).await,

@@ -405,6 +405,8 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     // Notifications follow the journal as the live streams do, in a task of their own.
     let notifier = notifications::Notifier::new(Arc::clone(&shared), Arc::clone(&shared.signer))
         .map(|n| tokio::spawn(n.run(feed.subscribe())));
+    // `[retention]`, applied a minute after the start and every day after.
+    let retention = tokio::spawn(collect_daily(Arc::clone(&shared)));
     let written = journal_writes(&ws.state_dir());
     let watcher = tokio::spawn(watch_journal(open()?, feed, Arc::clone(&runs), written, shutdown.clone()));
     let scheduler = tokio::spawn(Arc::clone(&runs).run_scheduler(open()?));
@@ -472,6 +474,7 @@ pub async fn serve(ws: Workspace, options: Options, ready: impl FnOnce(&Started)
     watcher.abort();
     scheduler.abort();
     quiet.abort();
+    retention.abort();
     if let Some(n) = notifier {
         n.abort();
     }
@@ -605,5 +608,27 @@ async fn watch_journal(
         if any {
             runs.wake.notify_one();
         }
+    }
+}
+
+/// Frees what finished runs no longer need (`loopwright gc`), a minute after the start and then
+/// daily, until the daemon stops.
+async fn collect_daily(shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.clone();
+    let mut wait = Duration::from_secs(60);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => return,
+        }
+        match loopwright_app::ops::gc::gc(&shared.ws, &shared.store, jiff::Timestamp::now(), false).await {
+            Ok(freed) if freed.bytes > 0 => eprintln!(
+                "loopwright: freed {:.1} MB of finished runs' snapshots and files ([retention])",
+                freed.bytes as f64 / 1_000_000.0
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("loopwright: [retention] could not be applied: {}", e.message()),
+        }
+        wait = Duration::from_secs(24 * 3600);
     }
 }

@@ -840,6 +840,11 @@ impl FsChanges {
         self.runs_dir.join(run.as_str()).join("snapshots")
     }
 
+    /// The workspace's object store, beside the runs' folders (`state/objects/`).
+    fn objects(&self) -> PathBuf {
+        objects_dir(&self.runs_dir)
+    }
+
     /// Snapshot `name` of `run`, read back.
     fn manifest(&self, run: &RunId, name: &str) -> Result<snapshot::Manifest, SnapshotError> {
         snapshot::load(&self.store(run), name)
@@ -897,7 +902,9 @@ impl Snapshots for FsChanges {
             return Ok((prev_name.clone(), prev.files.len()));
         }
         let base = if self.git() { snapshot::git_base(&self.workspace) } else { None };
-        let manifest = snapshot::take(&self.workspace, &store, name, previous.map(|(_, _, m)| m), base.as_ref(), scope)
+        let objects = self.objects();
+        let previous = previous.map(|(_, _, m)| m);
+        let manifest = snapshot::take(&self.workspace, &store, &objects, name, previous, base.as_ref(), scope)
             .map_err(|e| SnapshotError::Take(e.to_string()))?;
         let files = manifest.files.len();
         *last = Some((run.clone(), name.to_owned(), manifest));
@@ -907,7 +914,7 @@ impl Snapshots for FsChanges {
     fn restore(&self, run: &RunId, name: &str) -> Result<RestoreCounts, SnapshotError> {
         let store = self.store(run);
         let manifest = self.manifest(run, name)?;
-        let report = snapshot::restore(&self.workspace, &store, &manifest)
+        let report = snapshot::restore(&self.workspace, &store, &self.objects(), &manifest)
             .map_err(|e| SnapshotError::Restore { name: name.to_owned(), reason: e.to_string() })?;
         // The workspace is now as the snapshot was.
         self.last.replace(None);
@@ -1139,6 +1146,11 @@ impl Commits for FsChanges {
             .map(|lock| vec![format!("removed {lock}, left by a git process that no longer runs")])
             .unwrap_or_default()
     }
+}
+
+/// The object store snapshots keep their copies in, beside the runs' folders `runs_dir`.
+pub fn objects_dir(runs_dir: &Path) -> PathBuf {
+    runs_dir.parent().map_or_else(|| runs_dir.join("objects"), |state| state.join("objects"))
 }
 
 #[cfg(test)]

@@ -2,9 +2,11 @@
 //! modified files restored, deleted files recreated, created files removed.
 //!
 //! A snapshot is a manifest (path -> size, mtime, inode, mode, object) plus copies of the
-//! files' contents under `runs/RUN/snapshots/objects/`. Copies are shared between the
-//! snapshots of a run: a file whose size, mtime and inode are unchanged since the previous
-//! snapshot reuses its copy, so only the first snapshot of a run copies the whole workspace.
+//! files' contents in the workspace's object store (`state/objects/`), each kept once per
+//! content under its SHA-256 (`sha256-HEX`), so runs over an unchanged workspace share them.
+//! A file whose size, mtime and inode are unchanged since the run's previous snapshot reuses
+//! its copy without being read. Snapshots written before the store kept their copies under
+//! `runs/RUN/snapshots/objects/` by name; they are still read from there.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -114,6 +116,18 @@ pub struct Manifest {
     /// writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head: Option<String>,
+}
+
+impl Manifest {
+    /// The names of the copies it keeps (in the object store or the run's folder).
+    pub fn objects(&self) -> impl Iterator<Item = &str> {
+        self.files
+            .values()
+            .chain(self.control.values())
+            .map(|e| e.object.as_str())
+            .chain(self.index.iter().map(|(_, o)| o.as_str()))
+            .filter(|o| !o.is_empty() && !o.starts_with("git:"))
+    }
 }
 
 /// What a restore did.
@@ -423,16 +437,80 @@ pub fn git_base(root: &Path) -> Option<GitBase> {
 
 /// Takes a snapshot of `root` into `store` (the run's snapshot folder) under `name`, reusing
 /// copies from `previous` for unchanged files, and not copying files `git` can give back.
+/// The prefix of a content-addressed object's name.
+const CONTENT: &str = "sha256-";
+
+/// Where a snapshot's copies are: the workspace's object store, or (snapshots written before
+/// it) the run's own folder.
+pub struct Objects<'a> {
+    /// The workspace's object store (`state/objects/`).
+    pub shared: &'a Path,
+    /// The run's snapshot folder (`runs/RUN/snapshots/`).
+    pub own: &'a Path,
+}
+
+impl Objects<'_> {
+    /// The file of copy `object`.
+    fn path(&self, object: &str) -> io::Result<PathBuf> {
+        if object.is_empty() || object.contains(['/', '\\']) || object.starts_with('.') {
+            return Err(io::Error::other(format!("bad object name `{object}` in the snapshot")));
+        }
+        Ok(if object.starts_with(CONTENT) { self.shared.join(object) } else { self.own.join("objects").join(object) })
+    }
+}
+
+/// Copies `source` into the object store `objects` once per content, and names the copy:
+/// `sha256-` and the content's SHA-256. The copy is written whole (a temporary file renamed
+/// over nothing), so a reader never finds a part of one.
+pub fn keep(objects: &Path, source: &Path) -> io::Result<String> {
+    use std::io::{Read, Write};
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = objects.join(format!(".tmp-{}-{n}", std::process::id()));
+    let mut from = fs::File::open(source)?;
+    let mut to = fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+    let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buffer = vec![0u8; 64 * 1024];
+    let written = (|| -> io::Result<()> {
+        loop {
+            let read = from.read(&mut buffer)?;
+            if read == 0 {
+                return Ok(());
+            }
+            digest.update(&buffer[..read]);
+            to.write_all(&buffer[..read])?;
+        }
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    drop(to);
+    let hex: String = digest.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let name = format!("{CONTENT}{hex}");
+    let path = objects.join(&name);
+    if path.exists() {
+        fs::remove_file(&tmp)?;
+    } else {
+        fs::rename(&tmp, &path)?;
+    }
+    Ok(name)
+}
+
+/// Takes snapshot `name` of the workspace at `root`: its manifest written under `store`, the
+/// copies kept in the object store `shared`.
 pub fn take(
     root: &Path,
     store: &Path,
+    shared: &Path,
     name: &str,
     previous: Option<&Manifest>,
     git: Option<&GitBase>,
     scope: Scope,
 ) -> io::Result<Manifest> {
-    let objects = store.join("objects");
-    fs::create_dir_all(&objects)?;
+    let objects = shared;
+    fs::create_dir_all(objects)?;
+    fs::create_dir_all(store)?;
     let mut skipped = Vec::new();
     let files = walk_noting(root, &mut skipped)?;
     let in_git = |p: &str| git.is_some_and(|g| g.clean.contains(p));
@@ -453,17 +531,13 @@ pub fn take(
         .map(|(p, _)| p)
         .collect();
     let mut manifest = Manifest::default();
-    for (i, (path, found)) in files.iter().enumerate() {
+    for (path, found) in &files {
         let object = match (found.link.is_some(), reusable(path, found), git) {
             (true, _, _) => String::new(),
             (false, Some(e), _) => e.object.clone(),
             (false, None, Some(g)) if g.clean.contains(path) => format!("git:{}", g.commit),
             (false, None, _) if !copied.contains(path) => String::new(),
-            (false, None, _) => {
-                let object = format!("{name}-{i}");
-                fs::copy(root.join(path), objects.join(&object))?;
-                object
-            }
+            (false, None, _) => keep(objects, &root.join(path))?,
         };
         let entry = found.entry(object);
         manifest.files.insert(path.clone(), entry);
@@ -474,15 +548,11 @@ pub fn take(
         for dir in &dirs {
             control_files(dir, &mut control)?;
         }
-        for (i, (path, found)) in control.iter().enumerate() {
+        for (path, found) in &control {
             let object = match previous.and_then(|p| p.control.get(path)).filter(|e| found.same(e)) {
                 Some(e) => e.object.clone(),
                 None if found.link.is_some() => String::new(),
-                None => {
-                    let object = format!("{name}-c{i}");
-                    fs::copy(path, objects.join(&object))?;
-                    object
-                }
+                None => keep(objects, Path::new(path))?,
             };
             let mut entry = found.entry(object);
             entry.content = content_hash(Path::new(path), &found.meta);
@@ -493,9 +563,8 @@ pub fn take(
             crate::git::git(root, &["rev-parse", "--verify", "--quiet", "HEAD"]).ok().map(|h| h.trim().to_owned());
         if let Some(hash) = index_hash(root) {
             let index = crate::git::git(root, &["rev-parse", "--git-path", "index"]).map_err(io::Error::other)?;
-            let object = format!("{name}-index");
-            match fs::copy(root.join(index.trim()), objects.join(&object)) {
-                Ok(_) => manifest.index = Some((hash, object)),
+            match keep(objects, &root.join(index.trim())) {
+                Ok(object) => manifest.index = Some((hash, object)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => manifest.index = Some((hash, String::new())),
                 Err(e) => return Err(e),
             }
@@ -628,7 +697,7 @@ fn leave_to_commits(root: &Path, head: &str, diff: &mut Diff) {
 
 /// Writes an entry's content (or link) at `target`: a new file renamed over the old, so a
 /// reader never sees half a file.
-fn put_back(root: &Path, objects: &Path, target: &Path, path: &str, entry: &Entry) -> io::Result<bool> {
+fn put_back(root: &Path, objects: &Objects<'_>, target: &Path, path: &str, entry: &Entry) -> io::Result<bool> {
     if let Some(link) = &entry.link {
         let _ = fs::remove_file(target);
         std::os::unix::fs::symlink(link, target)?;
@@ -646,10 +715,7 @@ fn put_back(root: &Path, objects: &Path, target: &Path, path: &str, entry: &Entr
         }
         None if entry.object.is_empty() => return Ok(false),
         None => {
-            if entry.object.contains(['/', '\\']) || entry.object.starts_with('.') {
-                return Err(io::Error::other(format!("bad object name `{}` in the snapshot", entry.object)));
-            }
-            fs::copy(objects.join(&entry.object), &tmp)?;
+            fs::copy(objects.path(&entry.object)?, &tmp)?;
         }
     }
     fs::set_permissions(&tmp, fs::Permissions::from_mode(entry.mode))?;
@@ -660,9 +726,9 @@ fn put_back(root: &Path, objects: &Path, target: &Path, path: &str, entry: &Entr
 /// Puts the workspace's files back as the snapshot found them (and, for a plan-mode snapshot,
 /// git's and loopwright's files and the index). What was recorded by stat or fingerprint only
 /// cannot be put back: the report lists it.
-pub fn restore(root: &Path, store: &Path, manifest: &Manifest) -> io::Result<RestoreReport> {
+pub fn restore(root: &Path, store: &Path, shared: &Path, manifest: &Manifest) -> io::Result<RestoreReport> {
     let diff = changes(root, manifest)?;
-    let objects = store.join("objects");
+    let objects = Objects { shared, own: store };
     let mut report = RestoreReport::default();
     for (path, recreate) in diff.modified.iter().map(|p| (p, false)).chain(diff.deleted.iter().map(|p| (p, true))) {
         let entry = &manifest.files[path];
@@ -733,7 +799,7 @@ pub fn restore(root: &Path, store: &Path, manifest: &Manifest) -> io::Result<Res
     {
         let index = crate::git::git(root, &["rev-parse", "--git-path", "index"]).map_err(io::Error::other)?;
         let tmp = root.join(format!("{}.loopwright-restore", index.trim()));
-        fs::copy(objects.join(object), &tmp)?;
+        fs::copy(objects.path(object)?, &tmp)?;
         fs::rename(&tmp, root.join(index.trim()))?;
         report.restored += 1;
     }

@@ -47,6 +47,25 @@ pub struct Config {
     pub spend: Vec<crate::spend::Cap>,
     /// `[telemetry]`: where runs' traces are exported.
     pub telemetry: TelemetryConfig,
+    /// `[retention]`: how long finished runs keep their snapshots and files.
+    pub retention: RetentionConfig,
+}
+
+/// `[retention]`: what `loopwright gc` (and the daemon, daily) frees. A run that is queued,
+/// running, waiting or interrupted is never touched: it may still roll back.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Days a finished run keeps its snapshots (0: none once it ends).
+    pub snapshots_days: u32,
+    /// Days a finished run keeps its files (outputs, prompts); its journal stays. Default: kept.
+    pub runs_days: Option<u32>,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self { snapshots_days: 14, runs_days: None }
+    }
 }
 
 /// `[telemetry]`: where runs' traces go (`OTEL_EXPORTER_OTLP_ENDPOINT` and the other OTLP

@@ -8,6 +8,7 @@ pub mod cancel;
 pub mod copy;
 pub mod dead_letters;
 pub mod fleet;
+pub mod gc;
 pub mod github;
 pub mod output;
 pub mod patterns;

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod dead_letters;
 pub mod demo;
 pub mod doctor;
+pub mod gc;
 pub mod github;
 pub mod init;
 pub mod logs;

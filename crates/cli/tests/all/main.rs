@@ -25,6 +25,7 @@ mod postgres;
 mod presets;
 mod real_cli;
 mod report;
+mod retention;
 mod rollback;
 mod run;
 mod sandbox;
