@@ -130,8 +130,17 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
         };
         out.push_str(&format!("checkout: no worker could make its work tree ({tries} tries; {then}): {reason}\n"));
     }
+    // The stage the run waits at reads `waiting`, as the dashboard says it (its own status may
+    // still be `running`: a closed loop or a review escalated it mid-stage).
+    let waiting_at = result
+        .waiting
+        .as_ref()
+        .filter(|_| result.status == loopwright_engine::RunStatus::Waiting)
+        .map(|w| w.stage.as_str());
     for s in &state.stages {
+        let waits = waiting_at == Some(s.id.as_str());
         let mark = match s.status {
+            _ if waits => "⚑",
             StageStatus::Success => "✓",
             StageStatus::Skipped => "-",
             StageStatus::Failed | StageStatus::Timeout => "✗",
@@ -158,7 +167,7 @@ pub fn result(result: &PipelineResult, state: &RunState) -> String {
         out.push_str(&format!(
             "  {mark} {:<24} {:<10} {:<11} {:>8}  {note}\n",
             s.id.as_str(),
-            s.status.as_str(),
+            if waits { "waiting" } else { s.status.as_str() },
             attempts,
             duration(s.duration_ms)
         ));

@@ -257,6 +257,11 @@ fn a_permission_failure_escalates_at_once_and_skip_goes_on() {
                "escalation_reason": "permission-error is not retryable: it needs a human (pattern strategy `escalate`)"})
     );
     let run = result["run_id"].as_str().expect("run id").to_owned();
+    // The stage the run waits at reads `waiting`, as on the dashboard.
+    let (code, shown, _) = ws.run(&["status", &run]);
+    assert_eq!(code, 3);
+    let line = shown.lines().find(|l| l.contains(" implement ")).unwrap_or_default().to_owned();
+    assert!(line.starts_with("  ⚑ implement                waiting    1 attempt"), "{shown}");
     let (code, result, stderr) = ws.json(&["respond", &run, "skip"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("[SKIPPED] stage `implement`\n  Reason: user escalation after 1 failed attempt(s)\n  Impact: warning: report reads its outputs (notes) and may fail\n"), "{stderr}");
