@@ -180,56 +180,91 @@ pub async fn all_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let after = resume_from(&headers, q.after)?;
-    let rx = shared.feed.subscribe();
-    let state = FeedStream {
-        shutdown: shared.shutdown.clone(),
-        shared: Arc::clone(&shared),
-        last: after,
-        rx,
-        pending: VecDeque::new(),
-        stale: true,
-    };
-    Ok(sse_response(&shared, futures_util::stream::unfold(state, FeedStream::next)))
+    let feed = Follow::new(&shared, after);
+    let stream = futures_util::stream::unfold(feed, |mut feed| async move {
+        let item = feed.next().await?;
+        Some((Ok(sse_of(&item.record, item.position, Some(&item.run))), feed))
+    });
+    Ok(sse_response(&shared, stream))
 }
 
-struct FeedStream {
+/// Every run's journal entries after a feed position, in order, each once: read from the
+/// journal, then from the journal watcher's broadcast (and from the journal again when the
+/// broadcast skipped some: a slow reader's memory stays bounded).
+pub(crate) struct Follow {
     shared: Arc<Shared>,
     shutdown: tokio::sync::watch::Receiver<bool>,
-    last: u64,
+    /// The position of the last entry given.
+    pub(crate) last: u64,
     rx: tokio::sync::broadcast::Receiver<Arc<FeedEntry>>,
     pending: VecDeque<Arc<FeedEntry>>,
     stale: bool,
 }
 
-impl FeedStream {
-    async fn next(mut self) -> Option<(Result<Sse, Infallible>, Self)> {
+impl Follow {
+    /// From feed position `after` (subscribed before the journal is read: nothing committed in
+    /// between is missed).
+    pub(crate) fn new(shared: &Arc<Shared>, after: u64) -> Self {
+        Self {
+            rx: shared.feed.subscribe(),
+            shutdown: shared.shutdown.clone(),
+            shared: Arc::clone(shared),
+            last: after,
+            pending: VecDeque::new(),
+            stale: true,
+        }
+    }
+
+    /// The next entry, or `None` once the daemon shuts down.
+    pub(crate) async fn next(&mut self) -> Option<Arc<FeedEntry>> {
         loop {
             if let Some(item) = self.pending.pop_front() {
                 if item.position <= self.last {
                     continue;
                 }
                 self.last = item.position;
-                let sse = sse_of(&item.record, item.position, Some(&item.run));
-                return Some((Ok(sse), self));
+                return Some(item);
             }
             if self.stale {
-                let batch = match self.shared.store.feed_since(self.last, BATCH).await {
-                    Ok(b) => b,
-                    Err(_) => return None,
-                };
+                let batch = self.shared.store.feed_since(self.last, BATCH).await.ok()?;
                 self.stale = batch.len() == BATCH;
                 self.pending.extend(batch.into_iter().map(Arc::new));
                 continue;
             }
             let received = receive(&mut self.rx, &mut self.shutdown).await?;
-            match received {
-                Ok(item) if item.position == self.last + 1 => self.pending.push_back(item),
-                Ok(item) if item.position > self.last + 1 => self.stale = true,
-                Ok(_) => {}
-                Err(RecvError::Lagged(_)) => self.stale = true,
-                Err(RecvError::Closed) => return None,
+            self.take(received)?;
+        }
+    }
+
+    /// The entry after the last one given, when it is there already or comes within `wait`
+    /// (it is given by the next [`Follow::next`] too, unless taken with [`Follow::skip_next`]).
+    pub(crate) async fn peek_within(&mut self, wait: std::time::Duration) -> Option<Arc<FeedEntry>> {
+        if self.pending.is_empty() && !self.stale {
+            let received = tokio::time::timeout(wait, receive(&mut self.rx, &mut self.shutdown)).await;
+            if let Ok(Some(received)) = received {
+                self.take(received)?;
             }
         }
+        self.pending.front().filter(|next| next.position == self.last + 1).cloned()
+    }
+
+    /// Passes over the entry [`Follow::peek_within`] gave.
+    pub(crate) fn skip_next(&mut self) {
+        if let Some(next) = self.pending.pop_front() {
+            self.last = next.position;
+        }
+    }
+
+    /// A broadcast entry: kept, or the journal read again.
+    fn take(&mut self, received: Result<Arc<FeedEntry>, RecvError>) -> Option<()> {
+        match received {
+            Ok(item) if item.position == self.last + 1 + self.pending.len() as u64 => self.pending.push_back(item),
+            Ok(item) if item.position > self.last + 1 + self.pending.len() as u64 => self.stale = true,
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => self.stale = true,
+            Err(RecvError::Closed) => return None,
+        }
+        Some(())
     }
 }
 

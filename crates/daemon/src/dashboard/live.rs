@@ -5,7 +5,7 @@
 //! run page follows its own run's events through that run's output stream (`journal`
 //! messages there). `id:` is the journal's feed position, as on `/api/events`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -14,17 +14,16 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::Event as Sse;
 use axum::response::{IntoResponse, Response};
-use loopwright_engine::{Event, FeedEntry, RunId, RunStatus, Store};
+use loopwright_engine::{Event, RunId, RunStatus};
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::waiting_count;
 use crate::Shared;
 use crate::api::auth::Caller;
-use crate::api::events::{receive, resume_from, sse_response};
+use crate::api::events::{Follow, resume_from, sse_response};
 
-/// The most feed entries read from the journal at once when a stream catches up.
-const BATCH: usize = 500;
+/// How long a run's start waits for the entry journaled with it (its queueing).
+const COMPANION: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// How many runs' last statuses a stream remembers (past it, it starts again: at worst a run's
 /// unchanged status is sent once more).
@@ -90,87 +89,35 @@ pub(super) async fn live(
         Ok(after) => after,
         Err(e) => return e.into_response(),
     };
-    let state = LiveStream {
-        rx: shared.feed.subscribe(),
-        shutdown: shared.shutdown.clone(),
-        shared: Arc::clone(&shared),
-        last: after,
-        pending: VecDeque::new(),
-        stale: true,
-        told: Told::default(),
-    };
+    let state = LiveStream { shared: Arc::clone(&shared), feed: Follow::new(&shared, after), told: Told::default() };
     sse_response(&shared, futures_util::stream::unfold(state, LiveStream::next))
 }
 
 struct LiveStream {
     shared: Arc<Shared>,
-    shutdown: tokio::sync::watch::Receiver<bool>,
-    last: u64,
-    rx: tokio::sync::broadcast::Receiver<Arc<FeedEntry>>,
-    pending: VecDeque<Arc<FeedEntry>>,
-    stale: bool,
+    feed: Follow,
     told: Told,
 }
 
 impl LiveStream {
     async fn next(mut self) -> Option<(Result<Sse, Infallible>, Self)> {
         loop {
-            if let Some(item) = self.pending.pop_front() {
-                if item.position <= self.last {
-                    continue;
-                }
-                self.last = item.position;
-                let started = matches!(item.record.event, Event::RunStarted(_));
-                if started && self.pending.is_empty() && !self.stale {
-                    self.companion(item.position).await?;
-                }
-                // A start written with its queueing in one append is one change: `queued`.
-                let mut status = item.record.event.run_status();
-                if started
-                    && let Some(next) = self.pending.front()
-                    && next.run == item.run
-                    && next.position == item.position + 1
-                    && let Some(then) = next.record.event.run_status()
-                {
-                    status = Some(then);
-                    self.last = next.position;
-                    self.pending.pop_front();
-                }
-                if let Some(sse) = self.change(&item.run, started, status).await {
-                    return Some((Ok(sse), self));
-                }
-                continue;
+            let item = self.feed.next().await?;
+            let started = matches!(item.record.event, Event::RunStarted(_));
+            let mut status = item.record.event.run_status();
+            // A start written with its queueing in one append is one change: `queued`.
+            if started
+                && let Some(next) = self.feed.peek_within(COMPANION).await
+                && next.run == item.run
+                && let Some(then) = next.record.event.run_status()
+            {
+                status = Some(then);
+                self.feed.skip_next();
             }
-            if self.stale {
-                let batch = self.shared.store.feed_since(self.last, BATCH).await.ok()?;
-                self.stale = batch.len() == BATCH;
-                self.pending.extend(batch.into_iter().map(Arc::new));
-                continue;
+            if let Some(sse) = self.change(&item.run, started, status).await {
+                return Some((Ok(sse), self));
             }
-            let received = receive(&mut self.rx, &mut self.shutdown).await?;
-            self.take(received, self.last)?;
         }
-    }
-
-    /// Waits a moment for the entry after `position` (a start's queueing is appended with it).
-    async fn companion(&mut self, position: u64) -> Option<()> {
-        let wait = std::time::Duration::from_millis(50);
-        match tokio::time::timeout(wait, receive(&mut self.rx, &mut self.shutdown)).await {
-            Ok(received) => self.take(received?, position),
-            Err(_) => Some(()),
-        }
-    }
-
-    /// A broadcast entry received after `position`: kept, or the journal read again.
-    fn take(&mut self, received: Result<Arc<FeedEntry>, RecvError>, position: u64) -> Option<()> {
-        match received {
-            Ok(item) if item.position == position + 1 => self.pending.push_back(item),
-            Ok(item) if item.position > position + 1 => self.stale = true,
-            Ok(_) => {}
-            Err(RecvError::Lagged(_)) => self.stale = true,
-            Err(RecvError::Closed) => return None,
-        }
-        Some(())
     }
 
     /// The message a run's `status` after an event makes, if it is news.
@@ -179,7 +126,7 @@ impl LiveStream {
         let needs = if needs { Some(waiting_count(&self.shared).await) } else { None };
         let change = RunChange { run: run.to_string(), status: status?.as_str(), started, needs };
         let data = serde_json::to_string(&change).unwrap_or_default();
-        Some(Sse::default().id(self.last.to_string()).event("run").data(data))
+        Some(Sse::default().id(self.feed.last.to_string()).event("run").data(data))
     }
 }
 
