@@ -129,6 +129,9 @@ impl Notifier {
                 pull_request: None,
                 actions: Vec::new(),
             };
+            // Claimed, then marked: a daemon that dies between the two sends nothing again (the
+            // key is taken) and marks these at its next look — with any held meanwhile, which
+            // the sent digest did not name.
             Arc::clone(&self).send(key, target.clone(), message).await;
             let (store, keys) =
                 (Arc::clone(&self.shared.auto_store), held.into_iter().map(|h| h.key).collect::<Vec<_>>());
