@@ -225,6 +225,9 @@
     try { change = JSON.parse(data); } catch (_) { return; }
     if (change && change.run) onRun(change);
   }
+  function onCount(data) {
+    try { const count = JSON.parse(data); if (count.needs !== undefined) setBadge(count.needs); } catch (_) { /* not JSON */ }
+  }
   function connect() {
     const live = (state) => setConnection(state, state === 'live' ? '● live' : '○ reconnecting…');
     if (window.SharedWorker) {
@@ -233,6 +236,7 @@
       worker.port.onmessage = (m) => {
         if (m.data.type === 'state') live(m.data.state);
         else if (m.data.type === 'run') onMessage(m.data.data);
+        else if (m.data.type === 'count') onCount(m.data.data);
         else if (m.data.type === 'stale') onStale();
       };
       worker.port.start();
@@ -244,6 +248,7 @@
     source.onopen = () => live('live');
     source.onerror = () => live('offline');
     source.addEventListener('run', (e) => onMessage(e.data));
+    source.addEventListener('count', (e) => onCount(e.data));
   }
   // Only what happens after the page was rendered matters: start at the feed position it shows.
   const lastFeed = () => body.dataset.feed || '0';

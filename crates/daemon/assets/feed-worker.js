@@ -1,25 +1,36 @@
 // One /live stream shared by every tab of the dashboard: a browser opens at most six
 // connections to a host over HTTP/1.1, and each tab holding its own stream would use them up.
 // The stream says which runs changed status (`run` messages); each tab decides what that
-// changes on its page.
+// changes on its page. A tab that joins later than the position its page was rendered at is
+// given the messages it missed from a ring of the recent ones, or told it is stale when the
+// ring no longer holds them all.
 const ports = new Set();
 let source = null;
 let state = 'offline';
-// The feed position of the newest message broadcast.
-let last = 0;
+// The feed position the stream started after, and the recent messages: {id, data}.
+let openedAfter = 0;
+const ring = [];
+const RING = 1000;
+// The position of the newest message dropped from the ring.
+let dropped = 0;
 
 function broadcast(message) {
   for (const port of ports) port.postMessage(message);
 }
 
 function open(after) {
+  openedAfter = Number(after) || 0;
   source = new EventSource(`/live?after=${encodeURIComponent(after)}`);
   source.onopen = () => { state = 'live'; broadcast({ type: 'state', state }); };
   source.onerror = () => { state = 'offline'; broadcast({ type: 'state', state }); };
   source.addEventListener('run', (e) => {
-    last = Math.max(last, Number(e.lastEventId) || 0);
+    const id = Number(e.lastEventId) || 0;
+    ring.push({ id, data: e.data });
+    if (ring.length > RING) dropped = ring.shift().id;
     broadcast({ type: 'run', data: e.data });
   });
+  // The badge's count after a burst of changes.
+  source.addEventListener('count', (e) => broadcast({ type: 'count', data: e.data }));
 }
 
 onconnect = (e) => {
@@ -27,10 +38,16 @@ onconnect = (e) => {
   ports.add(port);
   port.onmessage = (m) => {
     if (m.data.type === 'hello') {
-      if (!source) open(m.data.after);
+      const after = Number(m.data.after) || 0;
+      if (!source) open(after);
       port.postMessage({ type: 'state', state });
-      // Messages broadcast before this tab joined, after the position its page shows: it is stale.
-      if (last > Number(m.data.after)) port.postMessage({ type: 'stale' });
+      // What was broadcast after the position this tab's page shows: given again when the
+      // stream and the ring cover it, else the tab is stale.
+      if (after < openedAfter || after < dropped) {
+        port.postMessage({ type: 'stale' });
+      } else {
+        for (const m2 of ring) if (m2.id > after) port.postMessage({ type: 'run', data: m2.data });
+      }
     } else if (m.data.type === 'bye') {
       ports.delete(port);
     }

@@ -248,6 +248,11 @@ impl Follow {
         self.pending.front().filter(|next| next.position == self.last + 1).cloned()
     }
 
+    /// Nothing more is known to follow yet: the journal read and the broadcast received.
+    pub(crate) fn caught_up(&self) -> bool {
+        self.pending.is_empty() && !self.stale && self.rx.is_empty()
+    }
+
     /// Passes over the entry [`Follow::peek_within`] gave.
     pub(crate) fn skip_next(&mut self) {
         if let Some(next) = self.pending.pop_front() {

@@ -1,6 +1,7 @@
 //! `/live`: what an open dashboard page needs to stay current, and no more. Every page shares
 //! one such stream (its script's shared worker); it carries one small `run` message when a
-//! run's status changes — `{"run", "status", "started", "needs"}` — never a run's own events,
+//! run's status changes — `{"run", "status", "started", "needs"}` — and, after a burst, one
+//! `count` message with the badge's count (`{"needs"}`) — never a run's own events,
 //! so a page's traffic grows with how many runs change state, not with how busy they are. A
 //! run page follows its own run's events through that run's output stream (`journal`
 //! messages there). `id:` is the journal's feed position, as on `/api/events`.
@@ -89,7 +90,8 @@ pub(super) async fn live(
         Ok(after) => after,
         Err(e) => return e.into_response(),
     };
-    let state = LiveStream { shared: Arc::clone(&shared), feed: Follow::new(&shared, after), told: Told::default() };
+    let feed = Follow::new(&shared, after);
+    let state = LiveStream { shared: Arc::clone(&shared), feed, told: Told::default(), owed: false };
     sse_response(&shared, futures_util::stream::unfold(state, LiveStream::next))
 }
 
@@ -97,11 +99,20 @@ struct LiveStream {
     shared: Arc<Shared>,
     feed: Follow,
     told: Told,
+    /// A change may have moved the badge's count while more entries were coming: the count is
+    /// sent once caught up (`event: count`), not read for each change of a burst.
+    owed: bool,
 }
 
 impl LiveStream {
     async fn next(mut self) -> Option<(Result<Sse, Infallible>, Self)> {
         loop {
+            if self.owed && self.feed.caught_up() {
+                self.owed = false;
+                let data = serde_json::json!({ "needs": waiting_count(&self.shared).await }).to_string();
+                let sse = Sse::default().id(self.feed.last.to_string()).event("count").data(data);
+                return Some((Ok(sse), self));
+            }
             let item = self.feed.next().await?;
             let started = matches!(item.record.event, Event::RunStarted(_));
             let mut status = item.record.event.run_status();
@@ -123,7 +134,12 @@ impl LiveStream {
     /// The message a run's `status` after an event makes, if it is news.
     async fn change(&mut self, run: &RunId, first: bool, status: Option<RunStatus>) -> Option<Sse> {
         let (started, needs) = self.told.news(run, first, status?)?;
-        let needs = if needs { Some(waiting_count(&self.shared).await) } else { None };
+        let needs = if needs && self.feed.caught_up() {
+            Some(waiting_count(&self.shared).await)
+        } else {
+            self.owed |= needs;
+            None
+        };
         let change = RunChange { run: run.to_string(), status: status?.as_str(), started, needs };
         let data = serde_json::to_string(&change).unwrap_or_default();
         Some(Sse::default().id(self.feed.last.to_string()).event("run").data(data))
