@@ -51,6 +51,13 @@ pub(super) struct RunChange {
     needs: Option<u64>,
 }
 
+/// The badge's count, as `/live` sends it after a burst of changes.
+#[derive(Debug, Serialize)]
+struct Count {
+    /// How many runs and auto loops wait for a person.
+    needs: u64,
+}
+
 /// What a stream knows of the runs it has told about: their last status sent.
 #[derive(Debug, Default)]
 pub(super) struct Told {
@@ -109,7 +116,8 @@ impl LiveStream {
         loop {
             if self.owed && self.feed.caught_up() {
                 self.owed = false;
-                let data = serde_json::json!({ "needs": waiting_count(&self.shared).await }).to_string();
+                let data =
+                    serde_json::to_string(&Count { needs: waiting_count(&self.shared).await }).unwrap_or_default();
                 let sse = Sse::default().id(self.feed.last.to_string()).event("count").data(data);
                 return Some((Ok(sse), self));
             }
