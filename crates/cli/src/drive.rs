@@ -55,7 +55,8 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
             }
             // A gate that names who may approve it, or refuses its starter, is not asked here.
             let prevent_self = global.workspace().is_ok_and(|ws| ws.config.serve.prevent_self_approval);
-            if let Err(refused) = answer::answer_gate(engine.pipeline, &state, true, &cli_answerer(None), prevent_self)
+            if let Err(refused) =
+                answer::may_answer_gate(engine.pipeline, &state, true, &cli_answerer(None), prevent_self)
             {
                 eprintln!("loopwright: {}", refused.message());
                 break;

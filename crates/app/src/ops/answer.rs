@@ -58,10 +58,10 @@ pub fn gate_refusal(
     None
 }
 
-/// `approve`/`reject` by `who`: the answer to the approval gate the run waits at, or why they
-/// may not give it (forbidden, the run keeps waiting). `prevent_self` is the default when the
-/// gate does not say.
-pub fn answer_gate(
+/// Whether `who` may approve (`granted`) or reject the gate the run waits at: forbidden with
+/// why when not (the run keeps waiting). `prevent_self` is the default when the gate does not
+/// say. Every channel asks this before it journals its answer with [`approval`].
+pub fn may_answer_gate(
     pipeline: &Pipeline,
     state: &RunState,
     granted: bool,

@@ -176,7 +176,7 @@ pub async fn answer(global: &Global, args: AnswerArgs, granted: bool) -> Result<
     let opened = open_run(global, &args.run).await?;
     let who = crate::drive::cli_answerer(args.by);
     let prevent_self = opened.ws.config.serve.prevent_self_approval;
-    answer::answer_gate(&opened.pipeline, &opened.state, granted, &who, prevent_self)?;
+    answer::may_answer_gate(&opened.pipeline, &opened.state, granted, &who, prevent_self)?;
     let event = approval(&opened.state, granted, who.name, args.comment, args.rollback, Via::Cli)?;
     give(opened, global, event, args.quiet).await
 }

@@ -238,8 +238,18 @@ async fn approve_or_reject(
 /// waiting): the gate's `approvers` and `prevent_self_approval`.
 pub async fn check_gate(shared: &Shared, run: &RunId, granted: bool, who: &answer::Answerer) -> ApiResult<()> {
     let (pipeline, state) = read::load_run(&shared.ws, &shared.store, run).await?;
-    answer::answer_gate(&pipeline, &state, granted, who, shared.ws.config.serve.prevent_self_approval)?;
-    Ok(())
+    may_answer(shared, &pipeline, &state, granted, who)
+}
+
+/// [`answer::may_answer_gate`] with the daemon's default for `prevent_self_approval`.
+fn may_answer(
+    shared: &Shared,
+    pipeline: &loopwright_spec::Pipeline,
+    state: &loopwright_engine::RunState,
+    granted: bool,
+    who: &answer::Answerer,
+) -> ApiResult<()> {
+    Ok(answer::may_answer_gate(pipeline, state, granted, who, shared.ws.config.serve.prevent_self_approval)?)
 }
 
 /// Answers the gate `run` waits at as `who` (one compare-and-append) once they may; the daemon
@@ -253,7 +263,7 @@ pub async fn answer_gate(
     rollback: bool,
 ) -> ApiResult<()> {
     let (pipeline, mut state) = read::load_run(&shared.ws, &shared.store, run).await?;
-    answer::answer_gate(&pipeline, &state, granted, who, shared.ws.config.serve.prevent_self_approval)?;
+    may_answer(shared, &pipeline, &state, granted, who)?;
     let rollback = rollback && !granted;
     let event = answer::approval(&state, granted, who.name.clone(), comment, rollback, who.via)?;
     let for_workers = answer::record_answer(&shared.store, &mut state, event, this_process(true)).await?;
