@@ -319,7 +319,13 @@ browserTest('a gate: started through the form, waiting with the badge, approved 
   const why = await newPage();
   await why.goto(`${base}/runs/${other.body.run_id}`);
   assert.equal(await why.innerText('#ended-by'), 'Rejected by carol at ship: Not on a Friday');
+  assert.equal(await why.innerText('#run-status'), '⊘ rejected');
   assert.match(await why.innerText('#answers'), /carol rejected ship via api — Not on a Friday/);
+  // `rejected` is its own status: the list's filter finds it and its row says who and why.
+  assert.equal((await api('GET', `/api/runs/${other.body.run_id}`)).body.status, 'rejected');
+  await why.goto(`${base}/?status=rejected`);
+  const rows = await why.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => tr.querySelector('td').innerText));
+  assert.deepEqual(rows, ['⊘ rejected\nrejected at `ship` by carol: Not on a Friday']);
 
   // The finished run opened afresh: no box for the output of a stage in flight, no stream.
   const done = await newPage();

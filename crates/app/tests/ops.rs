@@ -91,16 +91,16 @@ async fn approve_claims_the_run_once_and_a_stale_second_answer_is_told_who_won()
 }
 
 #[tokio::test]
-async fn reject_cancels_and_nothing_more_runs() {
+async fn reject_ends_the_run_rejected_and_nothing_more_runs() {
     let f = fixture();
     let run = started(&f).await;
     let store = loopwright_app::assemble::open_existing_store(&f.ws).expect("store");
     let (_, state) = read::load_run(&f.ws, &store, &run).await.expect("load");
     let rejected = approval(&state, false, "carol".into(), None, false, Via::Api).expect("waits");
     let done = drive(&f, &run, Some(rejected)).await.expect("drive");
-    assert_eq!(done.status, RunStatus::Cancelled);
+    assert_eq!(done.status, RunStatus::Rejected);
     assert_eq!(count(&f), "one\n");
-    assert_eq!(check(&done).expect("check"), Resumable::Ended(RunStatus::Cancelled));
+    assert_eq!(check(&done).expect("check"), Resumable::Ended(RunStatus::Rejected));
 }
 
 #[tokio::test]

@@ -31,7 +31,7 @@ use crate::error::CliError;
 /// step in `.loopwright/state/state.db`, and reports a result you can script against.
 ///
 /// Exit codes: 0 success · 1 the run failed · 2 usage or validation error (nothing was run) ·
-/// 3 the run waits for a human · 4 cancelled · 130 interrupted (resumable).
+/// 3 the run waits for a human · 4 cancelled or rejected · 130 interrupted (resumable).
 #[derive(Debug, Parser)]
 #[command(name = "loopwright", version, propagate_version = true, max_term_width = 100)]
 struct Cli {
@@ -65,7 +65,7 @@ enum Command {
     Resume(cmd::resume::ResumeArgs),
     /// Approve the approval gate a run waits at, then continue the run.
     Approve(cmd::resume::AnswerArgs),
-    /// Reject the approval gate a run waits at: the run is cancelled.
+    /// Reject the approval gate a run waits at: the run ends as rejected.
     Reject(cmd::resume::AnswerArgs),
     /// Stop a running or waiting run (from any terminal): the run is cancelled.
     Cancel(cmd::resume::CancelArgs),

@@ -231,7 +231,7 @@ impl Observer for Progress {
             }
             Event::ApprovalGranted { stage, by, .. } => self.line(&format!("  {stage} approved by {by}")),
             Event::ApprovalRejected { stage, by, .. } => {
-                self.line(&format!("■ {stage} rejected by {by}: run cancelled"))
+                self.line(&format!("■ {stage} rejected by {by}: run rejected"))
             }
             Event::StageFailed { stage, error } => {
                 self.line(&format!("✗ {stage} failed for good ({})", error.kind.as_str()));

@@ -181,9 +181,8 @@ const SPEND_THRESHOLDS: [u8; 3] = [50, 80, 100];
 pub fn happening(event: &Event) -> Option<NotifyEvent> {
     match event {
         Event::RunFinished { status: RunStatus::Failed } => Some(NotifyEvent::Failed),
-        Event::RunFinished { status: RunStatus::Success | RunStatus::Cancelled } | Event::RunCancelled { .. } => {
-            Some(NotifyEvent::Finished)
-        }
+        Event::RunFinished { status: RunStatus::Success | RunStatus::Cancelled | RunStatus::Rejected }
+        | Event::RunCancelled { .. } => Some(NotifyEvent::Finished),
         Event::DeadLettered { .. } => Some(NotifyEvent::DeadLetter),
         // Delivered, the run waits for its pull request's CI: nobody is needed.
         Event::Delivered(_) => None,

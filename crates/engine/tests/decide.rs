@@ -151,10 +151,10 @@ fn each_journal_decides_its_next_step() {
             execute("ship", 1),
         ),
         (
-            "rejected: the run is cancelled",
+            "rejected: the run ends rejected",
             fixed().then(Event::ApprovalRequested { stage: id("ship") }).then(rejected),
             t("2026-01-01T00:00:09Z"),
-            Step::Done(RunStatus::Cancelled),
+            Step::Done(RunStatus::Rejected),
         ),
         (
             "every stage passed: the run succeeds",

@@ -949,7 +949,7 @@ impl Event {
             }
             Event::EscalationAnswered { answer: Answer::Abort, .. } => Some(RunStatus::Cancelled),
             Event::EscalationAnswered { .. } => Some(RunStatus::Running),
-            Event::ApprovalRejected { .. } => Some(RunStatus::Cancelled),
+            Event::ApprovalRejected { .. } => Some(RunStatus::Rejected),
             Event::RunFinished { status } => Some(*status),
             _ => None,
         }
@@ -1374,6 +1374,8 @@ pub enum RunStatus {
     Failed,
     /// A human cancelled it.
     Cancelled,
+    /// A human rejected it at an approval gate (who, in its answers).
+    Rejected,
     /// It waits for a human.
     Waiting,
     /// loopwright was stopped; `resume` continues it.
@@ -1390,6 +1392,7 @@ impl RunStatus {
             RunStatus::Success => "success",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
+            RunStatus::Rejected => "rejected",
             RunStatus::Waiting => "waiting",
             RunStatus::Interrupted => "interrupted",
             RunStatus::Queued => "queued",
@@ -1397,11 +1400,12 @@ impl RunStatus {
     }
 
     /// Every status.
-    pub const ALL: [RunStatus; 7] = [
+    pub const ALL: [RunStatus; 8] = [
         RunStatus::Running,
         RunStatus::Success,
         RunStatus::Failed,
         RunStatus::Cancelled,
+        RunStatus::Rejected,
         RunStatus::Waiting,
         RunStatus::Interrupted,
         RunStatus::Queued,
@@ -1414,7 +1418,7 @@ impl RunStatus {
 
     /// True when the run will not continue by itself or by `resume`.
     pub fn is_final(self) -> bool {
-        matches!(self, RunStatus::Success | RunStatus::Failed | RunStatus::Cancelled)
+        matches!(self, RunStatus::Success | RunStatus::Failed | RunStatus::Cancelled | RunStatus::Rejected)
     }
 
     /// The process exit code for a run that ended with this status (SPEC §1).
@@ -1423,7 +1427,8 @@ impl RunStatus {
             RunStatus::Success => 0,
             RunStatus::Failed => 1,
             RunStatus::Waiting => 3,
-            RunStatus::Cancelled => 4,
+            // A rejection is a person stopping the run, as a cancel is.
+            RunStatus::Cancelled | RunStatus::Rejected => 4,
             RunStatus::Interrupted | RunStatus::Running | RunStatus::Queued => 130,
         }
     }

@@ -29,7 +29,7 @@ pub enum Frees {
 }
 
 /// Which runs `gc` frees, and what of each: a pure decision over the runs' statuses and when
-/// they last changed. Only a run that ended (succeeded, failed, was cancelled) is freed.
+/// they last changed. Only a run that ended (succeeded, failed, was cancelled or rejected) is freed.
 pub fn plan(
     runs: &[(RunId, RunStatus, jiff::Timestamp)],
     retention: &RetentionConfig,
@@ -39,7 +39,7 @@ pub fn plan(
         now.duration_since(at) >= jiff::SignedDuration::from_hours(24 * i64::from(days))
     };
     runs.iter()
-        .filter(|(_, status, _)| matches!(status, RunStatus::Success | RunStatus::Failed | RunStatus::Cancelled))
+        .filter(|(_, status, _)| status.is_final())
         .filter_map(|(run, _, at)| {
             if retention.runs_days.is_some_and(|days| older(*at, days)) {
                 Some((run.clone(), Frees::Files))
@@ -80,7 +80,7 @@ pub struct FreedRun {
 /// would free and frees nothing.
 pub async fn gc(ws: &Workspace, store: &Journal, now: jiff::Timestamp, dry_run: bool) -> Result<Freed, Error> {
     let query = RunQuery {
-        statuses: vec![RunStatus::Success, RunStatus::Failed, RunStatus::Cancelled],
+        statuses: vec![RunStatus::Success, RunStatus::Failed, RunStatus::Cancelled, RunStatus::Rejected],
         pipeline: None,
         text: None,
         person: None,

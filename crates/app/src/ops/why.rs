@@ -104,7 +104,8 @@ pub fn stage_headline(stage: &StageState, pipeline: &Pipeline) -> Option<Headlin
 }
 
 /// One line for a run's row in a list, from its state alone: what it waits for ("gate at
-/// `ship`", "escalation at `docs`: permission-error"), or the first line of why it failed.
+/// `ship`", "escalation at `docs`: permission-error"), the first line of why it failed, or who
+/// rejected it ("rejected at `ship` by carol: not on a Friday").
 pub fn row_line(state: &RunState, status: RunStatus) -> Option<String> {
     use loopwright_engine::result::{PipelineResult, WaitKind};
     match status {
@@ -128,6 +129,12 @@ pub fn row_line(state: &RunState, status: RunStatus) -> Option<String> {
         RunStatus::Failed => {
             let stage = state.failed_stage.as_ref().and_then(|id| state.stage(id.as_str()))?;
             headline_of(stage, None).map(|h| h.title)
+        }
+        RunStatus::Rejected => {
+            let (stage, approval) =
+                state.stages.iter().rev().find_map(|s| s.approval.as_ref().filter(|a| !a.granted).map(|a| (s, a)))?;
+            let comment = approval.comment.as_deref().map(|c| format!(": {c}")).unwrap_or_default();
+            Some(format!("rejected at `{}` by {}{comment}", stage.id, approval.by))
         }
         _ => None,
     }
@@ -641,6 +648,62 @@ mod tests {
         ];
         for (pattern, confidence, by, want) in table {
             assert_eq!(category(pattern, confidence, by), want);
+        }
+    }
+
+    #[test]
+    fn a_row_says_what_waits_why_it_failed_or_who_rejected_it() {
+        let built = || {
+            vec![
+                Event::AttemptStarted { stage: stage("build"), attempt: 1 },
+                Event::AttemptSucceeded {
+                    stage: stage("build"),
+                    attempt: 1,
+                    duration_ms: 5,
+                    outputs: Default::default(),
+                },
+                Event::ApprovalRequested { stage: stage("ship") },
+            ]
+        };
+        let answered = |granted: bool, comment: Option<&str>| {
+            let (stage, by, comment, via) = (stage("ship"), "carol".to_owned(), comment.map(str::to_owned), None);
+            let mut events = built();
+            events.push(if granted {
+                Event::ApprovalGranted { stage, by, comment, via }
+            } else {
+                Event::ApprovalRejected { stage, by, comment, rollback: false, via }
+            });
+            events
+        };
+        let error = StageError {
+            kind: FailureKind::ExecutionError,
+            message: "the command exited with 2".into(),
+            exit_code: Some(2),
+            output_tail: "boom\n".into(),
+            pattern: None,
+            classified_by: None,
+            unfixable: None,
+        };
+        let failed = vec![
+            Event::AttemptStarted { stage: stage("build"), attempt: 1 },
+            Event::AttemptFailed { stage: stage("build"), attempt: 1, duration_ms: 5, error: error.clone() },
+            Event::StageFailed { stage: stage("build"), error },
+            Event::RunFinished { status: RunStatus::Failed },
+        ];
+        let table: [(&str, Vec<Event>, Option<&str>); 5] = [
+            ("a gate", built(), Some("gate at `ship`")),
+            (
+                "rejected with a comment",
+                answered(false, Some("not on a Friday")),
+                Some("rejected at `ship` by carol: not on a Friday"),
+            ),
+            ("rejected without one", answered(false, None), Some("rejected at `ship` by carol")),
+            ("approved and running", answered(true, None), None),
+            ("failed", failed, Some("Stage build failed: execution error (exit 2) — the command exited with 2")),
+        ];
+        for (name, events, want) in table {
+            let s = state(events);
+            assert_eq!(row_line(&s, s.status).as_deref(), want, "{name}");
         }
     }
 

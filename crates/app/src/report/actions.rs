@@ -63,7 +63,7 @@ pub fn annotations(state: &RunState, pipeline: &Pipeline, files: &[String]) -> V
     let mut out = Vec::new();
     let level = match state.status {
         RunStatus::Failed => Some("error"),
-        RunStatus::Waiting | RunStatus::Cancelled => Some("warning"),
+        RunStatus::Waiting | RunStatus::Cancelled | RunStatus::Rejected => Some("warning"),
         _ => None,
     };
     let summary = super::Summary::of(state, pipeline);

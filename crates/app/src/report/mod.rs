@@ -320,6 +320,7 @@ fn not_run(state: &RunState) -> String {
             None => "not run: the run failed".to_owned(),
         },
         RunStatus::Cancelled => "not run: the run was cancelled".to_owned(),
+        RunStatus::Rejected => "not run: the run was rejected at an approval gate".to_owned(),
         RunStatus::Waiting => "not run yet: the run waits for a person".to_owned(),
         RunStatus::Interrupted => "not run yet: the run was interrupted".to_owned(),
         RunStatus::Success | RunStatus::Running | RunStatus::Queued => "not run yet".to_owned(),

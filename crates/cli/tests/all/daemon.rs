@@ -352,10 +352,15 @@ fn bad_requests_get_clear_errors_and_the_daemon_keeps_serving() {
     assert_eq!(rows.as_array().expect("rows").len(), 1);
     let (code, _) = d.get("/api/health");
     assert_eq!(code, 200);
-    // Reject with no body: the run is cancelled.
+    // Reject with no body: the run ends rejected.
     let r = d.http.post(d.url(&format!("/api/runs/{run}/reject"))).bearer_auth(&d.token).send().expect("reject");
     assert_eq!(r.status().as_u16(), 200);
-    assert_eq!(d.wait_status(&run, "cancelled")["status"], "cancelled");
+    assert_eq!(d.wait_status(&run, "rejected")["status"], "rejected");
+    let (_, rows) = d.get("/api/runs?status=rejected");
+    assert_eq!(
+        rows.as_array().map(|r| r.iter().map(|r| r["run_id"].clone()).collect::<Vec<_>>()),
+        Some(vec![json!(run)])
+    );
 }
 
 /// A workspace with pipeline `slow`: `stages` shell stages, each sleeping `seconds`.

@@ -184,7 +184,7 @@ stages:
     assert_eq!(ws.read("app.txt"), "version 2\n");
     let (code, result, _) = ws.json(&["reject", waiting["run_id"].as_str().expect("id"), "--rollback", "--quiet"]);
     assert_eq!(code, 4);
-    assert_eq!(result["status"], "cancelled");
+    assert_eq!(result["status"], "rejected");
     assert_eq!(result["rollback_performed"], true);
     assert_eq!(stages(&result), vec![st("implement", "rolled_back", 1, None), st("deploy", "cancelled", 0, None)]);
     assert_eq!(ws.read("app.txt"), "version 1\n");
@@ -240,7 +240,7 @@ stages:
         screen.contains("Roll back the completed stage(s) implement, announce as the pipeline says? [y/N] "),
         "{screen}"
     );
-    assert!(screen.contains("deploy rejected by tester: run cancelled"), "{screen}");
+    assert!(screen.contains("deploy rejected by tester: run rejected"), "{screen}");
     assert!(screen.contains("Manual rollback of stage `announce`:\n    Delete the announcement\n"), "{screen}");
     assert!(screen.contains("rollback: success\n  announce: manual success — Delete the announcement (confirmed by tester)\n  implement: git_revert success — reverted 1 commit\n"), "{screen}");
     assert_eq!(ws.read("app.txt"), "version 1\n");

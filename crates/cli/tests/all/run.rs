@@ -280,7 +280,7 @@ fn status_lists_recent_runs_and_logs_prints_the_journal() {
 }
 
 #[test]
-fn an_approval_gate_waits_then_approve_continues_and_reject_cancels() {
+fn an_approval_gate_waits_then_approve_continues_and_reject_ends_it_rejected() {
     let ws = Ws::seed();
     let (code, result, _) = ws.json(&["run", "full-feature", "--task", "x", "--quiet"]);
     assert_eq!(code, 3);
@@ -294,10 +294,24 @@ fn an_approval_gate_waits_then_approve_continues_and_reject_cancels() {
     assert!(log.contains("implement: approved by tester: ok"), "{log}");
 
     let (_, second, _) = ws.json(&["run", "full-feature", "--task", "y", "--quiet"]);
-    let (code, cancelled, _) = ws.json(&["reject", second["run_id"].as_str().expect("id"), "--quiet", "--by", "alice"]);
+    let (code, rejected, _) = ws.json(&["reject", second["run_id"].as_str().expect("id"), "--quiet", "--by", "alice"]);
     assert_eq!(code, 4);
-    assert_eq!(cancelled["status"], "cancelled");
-    assert_eq!(stages(&cancelled).last(), Some(&st("implement", "cancelled", 0, None)));
+    assert_eq!(rejected["status"], "rejected");
+    assert_eq!(stages(&rejected).last(), Some(&st("implement", "cancelled", 0, None)));
+    assert_eq!(
+        rejected["answers"]
+            .as_array()
+            .expect("answers")
+            .iter()
+            .map(|a| (&a["by"], &a["answer"], &a["via"]))
+            .collect::<Vec<_>>(),
+        [(&json!("alice"), &json!("rejected"), &json!("cli"))]
+    );
+    // The table of runs says it too.
+    let (_, listed, _) = ws.json(&["status"]);
+    let statuses: Vec<(Value, Value)> =
+        listed.as_array().expect("runs").iter().map(|r| (r["run_id"].clone(), r["status"].clone())).collect();
+    assert_eq!(statuses, [(second["run_id"].clone(), json!("rejected")), (json!(run_id), json!("success"))]);
     let (code, _, stderr) = ws.run(&["approve", second["run_id"].as_str().expect("id")]);
     assert_eq!(code, 2);
     assert!(stderr.contains("is not waiting for an approval"), "{stderr}");

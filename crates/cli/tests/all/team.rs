@@ -178,7 +178,7 @@ fn a_trusted_proxy_names_the_person_only_from_its_own_addresses() {
         &as_user("carol"),
     );
     assert_eq!(code, 200);
-    d.wait_status(&run, "cancelled");
+    d.wait_status(&run, "rejected");
     assert_eq!(
         kinds_and_people(&ws, &run),
         vec![

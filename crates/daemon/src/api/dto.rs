@@ -92,7 +92,7 @@ pub struct Accepted {
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Only runs in this status.
-    #[param(value_type = Option<String>, pattern = "^(running|success|failed|cancelled|waiting|interrupted|queued)?$")]
+    #[param(value_type = Option<String>, pattern = "^(running|success|failed|cancelled|rejected|waiting|interrupted|queued)?$")]
     pub status: Option<String>,
     /// Only runs of this pipeline.
     pub pipeline: Option<String>,

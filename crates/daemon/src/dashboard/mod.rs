@@ -251,7 +251,7 @@ fn icon(status: &str) -> &'static str {
     match status {
         "success" | "succeeded" => "✓",
         "failed" => "✗",
-        "cancelled" => "⊘",
+        "cancelled" | "rejected" => "⊘",
         "waiting" => "⚑",
         "running" | "looping" => "▶",
         "interrupted" => "⚠",

@@ -573,10 +573,10 @@ pub(super) fn rollback_line(event: &Event) -> Option<String> {
     })
 }
 
-/// Why a cancelled run ended, when a person ended it: a rejected gate (and the comment) or a
-/// cancel, with who — so the header does not just say "cancelled".
+/// Why a cancelled or rejected run ended, when a person ended it: a rejected gate (and the
+/// comment) or a cancel, with who — so the header does not just say "cancelled".
 pub(super) fn ended_by(status: RunStatus, answers: &[read::PersonAnswer]) -> Option<String> {
-    if status != RunStatus::Cancelled {
+    if !matches!(status, RunStatus::Cancelled | RunStatus::Rejected) {
         return None;
     }
     answers.iter().rev().find_map(|a| match a.action {

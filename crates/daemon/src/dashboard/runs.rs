@@ -244,7 +244,7 @@ pub(super) async fn runs_page(
     let body = RunsPage {
         runs: rows,
         pipelines,
-        statuses: ["waiting", "running", "queued", "interrupted", "success", "failed", "cancelled"],
+        statuses: ["waiting", "running", "queued", "interrupted", "success", "failed", "cancelled", "rejected"],
         filtered: params.any(),
         paging: Paging {
             total,
@@ -270,7 +270,7 @@ struct RunsPage {
     /// The pipelines a run can be started with.
     pipelines: Vec<PipelineChoice>,
     /// The statuses the list can be filtered by.
-    statuses: [&'static str; 7],
+    statuses: [&'static str; 8],
     /// The filters and search asked for.
     filter: ListParams,
     /// Whether any is set.

@@ -248,7 +248,10 @@ fn rollback_step(pipeline: &Pipeline, state: &RunState) -> Option<Step> {
             r.stages.iter().filter(|s| state.stage(s.as_str()).is_none_or(|s| s.rollback.is_none())).cloned().collect();
         return Some(Step::RollBack { trigger: r.trigger.clone(), stages, resumed: true });
     }
-    if state.status == RunStatus::Cancelled && state.rollback_requested && state.rollback.is_none() {
+    if matches!(state.status, RunStatus::Cancelled | RunStatus::Rejected)
+        && state.rollback_requested
+        && state.rollback.is_none()
+    {
         let stages = rollback_candidates(pipeline, state, None);
         if !stages.is_empty() {
             return Some(Step::RollBack { trigger: None, stages, resumed: false });
@@ -319,7 +322,7 @@ fn approval_step(state: &RunState, started: &RunStarted, stage: &Stage) -> Optio
             via: None,
         })),
         None => Some(Step::Record(Event::ApprovalRequested { stage: stage.id.clone() })),
-        Some(a) if !a.granted => Some(Step::Record(Event::RunFinished { status: RunStatus::Cancelled })),
+        Some(a) if !a.granted => Some(Step::Record(Event::RunFinished { status: RunStatus::Rejected })),
         Some(_) => None,
     }
 }
