@@ -7,7 +7,9 @@
 //! A notification about a gate or an escalation carries one-tap links: signed (HMAC-SHA256
 //! with a key kept in `state/notify.key`), expiring after the target's `link_hours`, and
 //! single use (the journal records the first use). A link opens a confirmation page showing
-//! the headline and the question; confirming answers as the person the target names (`as`).
+//! the headline and the question; confirming answers as the person the target names (`as`), as
+//! the recipient it was sent to (`recipients`: one message per person, at their own address),
+//! or as the person signed in (`links = "sign-in"`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +19,7 @@ use loopwright_app::ops::{self, read};
 use loopwright_engine::event::Event;
 use loopwright_engine::result::WaitKind;
 use loopwright_engine::{FeedEntry, RunStatus};
-use loopwright_spec::config::{Notify, NotifyEvent, NotifyKind, NotifyOn};
+use loopwright_spec::config::{NotifyEvent, NotifyKind, NotifyOn};
 use loopwright_store::notify::{Notification, NotificationStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -26,6 +28,9 @@ use tokio::sync::broadcast;
 use crate::Shared;
 
 mod digest;
+mod target;
+
+pub(crate) use target::Target;
 
 /// Waits between sending attempts: the first try, then after 2 s, 8 s, 30 s and 2 min.
 const BACKOFF: [Duration; 5] =
@@ -40,7 +45,7 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum LinkAction {
     /// Approve the gate.
     Approve,
-    /// Reject the gate (the run is cancelled).
+    /// Reject the gate (the run ends rejected).
     Reject,
     /// Answer the escalation: retry.
     Retry,
@@ -104,6 +109,9 @@ pub struct Link {
     /// "sign-in"`), not as `answer_as`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sign_in: bool,
+    /// Sent to `answer_as` alone, at their own address (`recipients`): the link proves them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recipient: bool,
 }
 
 /// Signs and checks links with the daemon's key.
@@ -191,26 +199,6 @@ pub fn happening(event: &Event) -> Option<NotifyEvent> {
     }
 }
 
-/// A target's name in the journal: the one it was given, else its kind, scheme and host (its
-/// path may hold a secret).
-pub(crate) fn target_name(target: &Notify) -> String {
-    if let Some(name) = &target.name {
-        return name.clone();
-    }
-    let kind = match target.kind {
-        NotifyKind::Webhook => "webhook",
-        NotifyKind::Slack => "slack",
-        NotifyKind::Ntfy => "ntfy",
-    };
-    let origin = target
-        .url
-        .parse::<axum::http::Uri>()
-        .ok()
-        .map(|u| format!("{}://{}", u.scheme_str().unwrap_or("http"), u.authority().map(|a| a.host()).unwrap_or("")))
-        .unwrap_or_default();
-    format!("{kind} {origin}")
-}
-
 /// What one notification says, before it is written in a target's format.
 #[derive(Debug, Clone, Serialize)]
 pub struct Message {
@@ -234,6 +222,8 @@ pub struct Message {
     pub pull_request: Option<String>,
     /// One-tap answers.
     pub actions: Vec<Action>,
+    /// The person it is sent to (a target with `recipients`).
+    pub recipient: Option<String>,
 }
 
 /// A one-tap answer in a notification.
@@ -251,11 +241,14 @@ pub struct Action {
 pub fn request_for(kind: NotifyKind, m: &Message) -> (Vec<(String, String)>, Vec<u8>) {
     match kind {
         NotifyKind::Webhook => {
-            let body = json!({
+            let mut body = json!({
                 "event": m.event.as_str(), "run_id": m.run_id, "session": m.session, "pipeline": m.pipeline,
                 "task": m.task, "stage": m.stage, "headline": m.headline, "url": m.url, "pull_request": m.pull_request,
                 "actions": m.actions.iter().map(|a| json!({"action": a.action, "label": a.label, "url": a.url})).collect::<Vec<_>>(),
             });
+            if let Some(person) = &m.recipient {
+                body["recipient"] = json!(person);
+            }
             (vec![("Content-Type".into(), "application/json".into())], body.to_string().into_bytes())
         }
         NotifyKind::Slack => {
@@ -304,7 +297,7 @@ fn slack_escape(text: &str) -> String {
 /// Sends notifications for the daemon.
 pub struct Notifier {
     shared: Arc<Shared>,
-    targets: Vec<Notify>,
+    targets: Vec<Target>,
     signer: Arc<Signer>,
     http: reqwest::Client,
 }
@@ -312,7 +305,7 @@ pub struct Notifier {
 impl Notifier {
     /// A notifier for the targets of `shared`'s workspace config; `None` when there are none.
     pub fn new(shared: Arc<Shared>, signer: Arc<Signer>) -> Option<Self> {
-        let targets = shared.ws.config.notify.clone();
+        let targets = Target::all(&shared.ws.config.notify);
         if targets.is_empty() {
             return None;
         }
@@ -373,9 +366,36 @@ impl Notifier {
         self.shared.public.as_ref().map_or_else(|| format!("http://{}", self.shared.addr), |p| p.url.clone())
     }
 
+    /// A link of `target`'s in notification `key`, answering the wait journaled at `since`:
+    /// as the target's person, expiring after its `link_hours`, opening only for a person signed
+    /// in or proving its recipient as the target says.
+    fn link(&self, target: &Target, key: &str, action: LinkAction, since: u64) -> Link {
+        let answer_as = target.answer_as();
+        let hours = jiff::SignedDuration::from_hours(i64::from(target.config.link_hours));
+        Link {
+            key: key.to_owned(),
+            run: String::new(),
+            stage: String::new(),
+            action,
+            person: self.shared.people.role_of(&answer_as).is_some(),
+            answer_as,
+            since,
+            exp: (jiff::Timestamp::now() + hours).as_second(),
+            session: None,
+            choice: None,
+            sign_in: target.sign_in(),
+            recipient: target.recipient.is_some(),
+        }
+    }
+
+    /// `link`'s address: the daemon's, with the link signed.
+    fn signed(&self, link: &Link) -> String {
+        format!("{}/a/{}", self.base_url(), self.signer.sign(link))
+    }
+
     async fn on_event(self: Arc<Self>, entry: &FeedEntry) {
         let Some(event) = happening(&entry.record.event) else { return };
-        let wanted: Vec<&Notify> = self.targets.iter().filter(|t| t.events.contains(&event)).collect();
+        let wanted: Vec<&Target> = self.targets.iter().filter(|t| t.config.events.contains(&event)).collect();
         if wanted.is_empty() {
             return;
         }
@@ -403,16 +423,17 @@ impl Notifier {
         let ending = matches!(event, NotifyEvent::Failed | NotifyEvent::Finished);
         let mut changed: Option<bool> = None;
         for target in wanted {
-            if !target.pipelines.is_empty() && !target.pipelines.contains(&pipeline_name) {
+            let config = &target.config;
+            if !config.pipelines.is_empty() && !config.pipelines.contains(&pipeline_name) {
                 continue;
             }
-            if event == NotifyEvent::Failed && dead_lettered && target.events.contains(&NotifyEvent::DeadLetter) {
+            if event == NotifyEvent::Failed && dead_lettered && config.events.contains(&NotifyEvent::DeadLetter) {
                 continue;
             }
             // A run's end a target does not take on its own goes to its digest, or nowhere.
             let alone = !ending
-                || match target.on {
-                    NotifyOn::Every => target.digest_minutes.is_none(),
+                || match config.on {
+                    NotifyOn::Every => config.digest_minutes.is_none(),
                     NotifyOn::Change => match changed {
                         Some(c) => c,
                         None => {
@@ -421,19 +442,10 @@ impl Notifier {
                         }
                     },
                 };
-            if !alone && target.digest_minutes.is_none() {
+            if !alone && config.digest_minutes.is_none() {
                 continue;
             }
-            let key = format!(
-                "run:{}:{}:{:016x}",
-                entry.run,
-                entry.record.seq,
-                loopwright_engine::hash::fnv1a(target.url.as_bytes())
-            );
-            let exp =
-                (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(i64::from(target.link_hours))).as_second();
-            let answer_as = target.answer_as.clone().unwrap_or_else(|| "notification".to_owned());
-            let person = self.shared.people.role_of(&answer_as).is_some();
+            let key = format!("run:{}:{}:{}", entry.run, entry.record.seq, target.hash);
             let actions: Vec<LinkAction> = match waiting.as_ref().map(|w| w.kind) {
                 Some(WaitKind::Approval) => vec![LinkAction::Approve, LinkAction::Reject],
                 Some(WaitKind::Escalation) => {
@@ -445,23 +457,11 @@ impl Notifier {
                 .into_iter()
                 .map(|action| {
                     let link = Link {
-                        key: key.clone(),
                         run: entry.run.to_string(),
                         stage: stage.clone().unwrap_or_default(),
-                        action,
-                        answer_as: answer_as.clone(),
-                        person,
-                        since: entry.record.seq,
-                        exp,
-                        session: None,
-                        choice: None,
-                        sign_in: target.links == loopwright_spec::config::LinkMode::SignIn,
+                        ..self.link(target, &key, action, entry.record.seq)
                     };
-                    Action {
-                        action,
-                        label: action.label().to_owned(),
-                        url: format!("{}/a/{}", self.base_url(), self.signer.sign(&link)),
-                    }
+                    Action { action, label: action.label().to_owned(), url: self.signed(&link) }
                 })
                 .collect();
             let message = Message {
@@ -475,6 +475,7 @@ impl Notifier {
                 url: format!("{}/runs/{}", self.base_url(), entry.run),
                 pull_request: result.forge.as_ref().and_then(|f| f.pull_request.as_ref()).map(|p| p.url.clone()),
                 actions,
+                recipient: target.recipient.clone(),
             };
             if !alone {
                 self.hold(key, target, &message).await;
@@ -489,7 +490,8 @@ impl Notifier {
     /// so a claimed one is never sent again, by this daemon or the next).
     async fn on_spend(self: &Arc<Self>) {
         let caps = &self.shared.ws.config.spend;
-        let wanted: Vec<&Notify> = self.targets.iter().filter(|t| t.events.contains(&NotifyEvent::Spend)).collect();
+        let wanted: Vec<&Target> =
+            self.targets.iter().filter(|t| t.config.events.contains(&NotifyEvent::Spend)).collect();
         if caps.is_empty() || wanted.is_empty() {
             return;
         }
@@ -510,12 +512,7 @@ impl Notifier {
                 };
                 let headline = format!("{} is {threshold} % used: {}; {then}", cap.shown, cap.used_words());
                 for target in &wanted {
-                    let key = format!(
-                        "spend:{}:{}:{threshold}:{:016x}",
-                        cap.key,
-                        cap.since.as_second(),
-                        loopwright_engine::hash::fnv1a(target.url.as_bytes())
-                    );
+                    let key = format!("spend:{}:{}:{threshold}:{}", cap.key, cap.since.as_second(), target.hash);
                     let message = Message {
                         event: NotifyEvent::Spend,
                         run_id: None,
@@ -527,6 +524,7 @@ impl Notifier {
                         url: format!("{}/stats#spend", self.base_url()),
                         pull_request: None,
                         actions: Vec::new(),
+                        recipient: target.recipient.clone(),
                     };
                     Arc::clone(self).send(key, (*target).clone(), message).await;
                 }
@@ -558,33 +556,21 @@ impl Notifier {
             } else {
                 None
             };
-            for target in self.targets.iter().filter(|t| t.events.contains(&event)) {
-                let key = format!("auto:{}:{:016x}", n.id, loopwright_engine::hash::fnv1a(target.url.as_bytes()));
-                let exp = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(i64::from(target.link_hours)))
-                    .as_second();
-                let answer_as = target.answer_as.clone().unwrap_or_else(|| "notification".to_owned());
-                let person = self.shared.people.role_of(&answer_as).is_some();
+            for target in self.targets.iter().filter(|t| t.config.events.contains(&event)) {
+                let key = format!("auto:{}:{}", n.id, target.hash);
                 let actions = question
                     .iter()
                     .flat_map(|q| &q.choices)
                     .map(|choice| {
                         let link = Link {
-                            key: key.clone(),
-                            run: String::new(),
-                            stage: String::new(),
-                            action: LinkAction::Choose,
-                            answer_as: answer_as.clone(),
-                            person,
-                            since: u64::try_from(n.id).unwrap_or_default(),
-                            exp,
                             session: Some(n.session_name.clone()),
                             choice: Some(choice.clone()),
-                            sign_in: false,
+                            ..self.link(target, &key, LinkAction::Choose, u64::try_from(n.id).unwrap_or_default())
                         };
                         Action {
                             action: LinkAction::Choose,
                             label: format!("{}. {}", choice.key, choice.label),
-                            url: format!("{}/a/{}", self.base_url(), self.signer.sign(&link)),
+                            url: self.signed(&link),
                         }
                     })
                     .collect();
@@ -599,6 +585,7 @@ impl Notifier {
                     url: format!("{}/auto#loop-{}", self.base_url(), n.session_name),
                     pull_request: None,
                     actions,
+                    recipient: target.recipient.clone(),
                 };
                 Arc::clone(&self).send(key, target.clone(), message).await;
             }
@@ -608,15 +595,21 @@ impl Notifier {
 
     /// Claims the notification, with what it sends, then sends it in a task of its own,
     /// retried with backoff. Returns once it is claimed (or was already).
-    async fn send(self: Arc<Self>, key: String, target: Notify, message: Message) {
-        let (headers, body) = request_for(target.kind, &message);
-        let request = Kept { target: target_hash(&target), headers, body: String::from_utf8_lossy(&body).into_owned() };
+    async fn send(self: Arc<Self>, key: String, target: Target, message: Message) {
+        self.send_telling(key, target, message, Vec::new()).await;
+    }
+
+    /// [`Self::send`], for a message that tells the notifications `held` kept for it: they
+    /// are marked as told in the same write as its claim.
+    async fn send_telling(self: Arc<Self>, key: String, target: Target, message: Message, held: Vec<String>) {
+        let (headers, body) = request_for(target.config.kind, &message);
+        let request = Kept { target: target.hash.clone(), headers, body: String::from_utf8_lossy(&body).into_owned() };
         let row = Notification {
             key: key.clone(),
             run_id: message.run_id.clone(),
             session_name: message.session.clone(),
             event: message.event.as_str().to_owned(),
-            target: target_name(&target),
+            target: target.name.clone(),
             status: NotificationStatus::Pending,
             attempts: 0,
             at: jiff::Timestamp::now().to_string(),
@@ -625,9 +618,16 @@ impl Notifier {
         };
         let store = Arc::clone(&self.shared.auto_store);
         let kept = serde_json::to_string(&request).unwrap_or_default();
-        let claimed = tokio::task::spawn_blocking(move || store.notify_claim(&row, &kept)).await;
+        let claimed = tokio::task::spawn_blocking(move || {
+            if held.is_empty() {
+                store.notify_claim(&row, &kept)
+            } else {
+                store.notify_claim_digest(&row, &kept, &held)
+            }
+        })
+        .await;
         if matches!(claimed, Ok(Ok(true))) {
-            tokio::spawn(self.deliver(key, target.url, request, 0));
+            tokio::spawn(self.deliver(key, target.config.url, request, 0));
         }
     }
 
@@ -690,8 +690,8 @@ impl Notifier {
         let Ok(Ok(pending)) = tokio::task::spawn_blocking(move || store.notify_pending()).await else { return };
         for (key, attempts, kept) in pending {
             let Ok(request) = serde_json::from_str::<Kept>(&kept) else { continue };
-            let Some(target) = self.targets.iter().find(|t| target_hash(t) == request.target) else { continue };
-            tokio::spawn(Arc::clone(self).deliver(key, target.url.clone(), request, attempts));
+            let Some(target) = self.targets.iter().find(|t| t.hash == request.target) else { continue };
+            tokio::spawn(Arc::clone(self).deliver(key, target.config.url.clone(), request, attempts));
         }
     }
 
@@ -742,11 +742,6 @@ struct Kept {
     body: String,
 }
 
-/// A target's URL, hashed: how a kept request names it.
-pub(crate) fn target_hash(target: &Notify) -> String {
-    format!("{:016x}", loopwright_engine::hash::fnv1a(target.url.as_bytes()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -767,6 +762,7 @@ mod tests {
             session: None,
             choice: None,
             sign_in: false,
+            recipient: false,
         };
         let token = signer.sign(&link);
         let now = jiff::Timestamp::from_second(1_900_000_000).expect("time");
@@ -779,6 +775,10 @@ mod tests {
         let (_, tag) = token.split_once('.').expect("two parts");
         let reject = Link { action: LinkAction::Reject, ..link.clone() };
         let altered = format!("{}.{tag}", b64.encode(serde_json::to_vec(&reject).expect("json")));
+        assert_eq!(signer.check(&altered, now), Err(LinkRefused::Forged));
+        // Nor can a link to a shared channel be made into one that proves its person.
+        let proving = Link { recipient: true, ..link.clone() };
+        let altered = format!("{}.{tag}", b64.encode(serde_json::to_vec(&proving).expect("json")));
         assert_eq!(signer.check(&altered, now), Err(LinkRefused::Forged));
         let late = jiff::Timestamp::from_second(2_000_000_000).expect("time");
         assert_eq!(signer.check(&token, late), Err(LinkRefused::Expired));
@@ -798,6 +798,7 @@ mod tests {
             url: "http://127.0.0.1:7878/runs/r1".into(),
             pull_request: Some("https://github.com/acme/shop/pull/2".into()),
             actions: vec![Action { action: LinkAction::Approve, label: "Approve".into(), url: "http://h/a/t".into() }],
+            recipient: None,
         };
         let (_, body) = request_for(NotifyKind::Webhook, &m);
         let body: Value = serde_json::from_slice(&body).expect("json");
@@ -808,6 +809,12 @@ mod tests {
                    "pull_request": "https://github.com/acme/shop/pull/2",
                    "actions": [{"action": "approve", "label": "Approve", "url": "http://h/a/t"}]})
         );
+        // A message for one of a target's recipients names them, for a webhook that routes by it.
+        let (_, to_alice) = request_for(NotifyKind::Webhook, &Message { recipient: Some("alice".into()), ..m.clone() });
+        let to_alice: Value = serde_json::from_slice(&to_alice).expect("json");
+        let mut want = body.clone();
+        want["recipient"] = json!("alice");
+        assert_eq!(to_alice, want);
         let (_, body) = request_for(NotifyKind::Slack, &m);
         let body: Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(

@@ -200,6 +200,11 @@ pub struct Notify {
     /// person signed in to the dashboard who opens it, and nobody else (`sign-in`).
     #[serde(default)]
     pub links: LinkMode,
+    /// People each sent a message of their own, whose links answer as them: `url` holds
+    /// `{person}` where each one's name goes (a webhook may leave it out: its body names the
+    /// `recipient`).
+    #[serde(default)]
+    pub recipients: Vec<String>,
     /// Which runs' ends are sent: each one (`every`, the default), or a pipeline's first
     /// failure and its first success after failures (`change`).
     #[serde(default)]
@@ -236,6 +241,51 @@ pub enum LinkMode {
 impl Notify {
     fn default_link_hours() -> u32 {
         24
+    }
+
+    /// What is wrong with the target's `recipients` (and the fields that go with them), by the
+    /// key to point at.
+    fn recipient_problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        let placeholder = self.url.contains("{person}");
+        if self.recipients.is_empty() {
+            if placeholder {
+                problems.push(("url", "[[notify]] url holds `{person}` but the target names no `recipients`".into()));
+            }
+            return problems;
+        }
+        for (i, person) in self.recipients.iter().enumerate() {
+            match crate::pipeline::Approver::parse(person) {
+                Ok(crate::pipeline::Approver::Person(name)) if self.recipients[..i].contains(&name) => {
+                    problems.push(("recipients", format!("[[notify]] recipient `{name}` is named twice")));
+                }
+                Ok(crate::pipeline::Approver::Person(_)) => {}
+                _ => problems.push((
+                    "recipients",
+                    format!(
+                        "[[notify]] recipient `{person}` is not a person's name (letters, digits, `.`, `_`, `@`, `-`)"
+                    ),
+                )),
+            }
+        }
+        if !placeholder && self.kind != NotifyKind::Webhook {
+            problems.push((
+                "url",
+                "[[notify]] url has no `{person}`: with `recipients`, each person's messages must go to their own \
+                 address (only a webhook may route them by its body's `recipient`)"
+                    .into(),
+            ));
+        }
+        if self.answer_as.is_some() {
+            problems.push(("as", "[[notify]] `as` and `recipients` both say whom links answer as: keep one".into()));
+        }
+        if self.links == LinkMode::SignIn {
+            problems.push((
+                "links",
+                "[[notify]] `links = \"sign-in\"` answers as whoever signs in: it does not go with `recipients`".into(),
+            ));
+        }
+        problems
     }
 }
 
@@ -681,6 +731,9 @@ impl Config {
                     diags.push(at("name", d));
                 }
             }
+            for (key, problem) in target.recipient_problems() {
+                diags.push(at(key, Diagnostic::new(source, problem).field(format!("notify[{i}].{key}"))));
+            }
             if let Some(minutes) = target.digest_minutes.filter(|m| !(1..=1440).contains(m)) {
                 let d =
                     Diagnostic::new(source, format!("[[notify]] `digest_minutes` is {minutes}: expected 1 to 1440"))
@@ -817,6 +870,7 @@ mod tests {
                     answer_as: Some("carol".into()),
                     link_hours: 24,
                     links: LinkMode::SignIn,
+                    recipients: vec![],
                     on: NotifyOn::Change,
                     digest_minutes: Some(30),
                 },
@@ -829,6 +883,7 @@ mod tests {
                     answer_as: None,
                     link_hours: 24,
                     links: LinkMode::Open,
+                    recipients: vec![],
                     on: NotifyOn::Every,
                     digest_minutes: None,
                 },
@@ -849,6 +904,27 @@ mod tests {
                 "7:7: notify[1].url: [[notify]] url `file:///etc/passwd`: expected an http:// or https:// URL",
                 "6:8: notify[1].name: [[notify]] name `ops` is the name of an earlier target",
                 "8:14: notify[1].link_hours: [[notify]] `link_hours` must be 1 to 720",
+            ]
+        );
+    }
+
+    #[test]
+    fn recipients_each_get_their_own_address_and_nothing_else_says_whom_links_answer_as() {
+        let good = "[[notify]]\nurl = \"https://ntfy.sh/acme-{person}\"\nkind = \"ntfy\"\nrecipients = [\"alice\", \"bob.k@acme\"]\n\n[[notify]]\nurl = \"https://hooks.acme/notify\"\nrecipients = [\"carol\"]\n";
+        let config = Config::parse(&SourceFile::new("config.toml", good)).expect("valid");
+        assert_eq!(config.notify[0].recipients, ["alice", "bob.k@acme"]);
+        assert_eq!(config.notify[1].recipients, ["carol"]);
+        let bad = "[[notify]]\nurl = \"https://hooks.slack.com/T/B/x\"\nkind = \"slack\"\nas = \"carol\"\nlinks = \"sign-in\"\nrecipients = [\"alice\", \"role:admin\", \"alice\"]\n\n[[notify]]\nurl = \"https://ntfy.sh/{person}\"\n";
+        let diags = Config::parse(&SourceFile::new("config.toml", bad)).expect_err("bad");
+        assert_eq!(
+            crate::diag::located(&diags),
+            [
+                "6:14: notify[0].recipients: [[notify]] recipient `role:admin` is not a person's name (letters, digits, `.`, `_`, `@`, `-`)",
+                "6:14: notify[0].recipients: [[notify]] recipient `alice` is named twice",
+                "2:7: notify[0].url: [[notify]] url has no `{person}`: with `recipients`, each person's messages must go to their own address (only a webhook may route them by its body's `recipient`)",
+                "4:6: notify[0].as: [[notify]] `as` and `recipients` both say whom links answer as: keep one",
+                "5:9: notify[0].links: [[notify]] `links = \"sign-in\"` answers as whoever signs in: it does not go with `recipients`",
+                "9:7: notify[1].url: [[notify]] url holds `{person}` but the target names no `recipients`",
             ]
         );
     }

@@ -143,29 +143,58 @@ impl SqliteStore {
         Ok(inserted == 1)
     }
 
-    /// The notifications held for `target`'s digest, oldest first.
-    pub fn notify_held(&self, target: &str) -> Result<Vec<Held>, StoreError> {
+    /// The notifications held for a target's digest, oldest first: those whose key ends with
+    /// `:` and the target's `identity` (a hex hash; two targets may share a name, never this).
+    pub fn notify_held(&self, identity: &str) -> Result<Vec<Held>, StoreError> {
+        if !identity.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Ok(Vec::new());
+        }
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT key, run_id, event, at FROM notifications WHERE status = 'held' AND target = ?1 ORDER BY at, key",
+                "SELECT key, run_id, event, at FROM notifications
+                 WHERE status = 'held' AND key LIKE '%:' || ?1 ORDER BY at, key",
             )
             .map_err(backend)?;
         let rows = stmt
-            .query_map([target], |r| Ok(Held { key: r.get(0)?, run_id: r.get(1)?, event: r.get(2)?, at: r.get(3)? }))
+            .query_map([identity], |r| Ok(Held { key: r.get(0)?, run_id: r.get(1)?, event: r.get(2)?, at: r.get(3)? }))
             .map_err(backend)?;
         rows.collect::<Result<_, _>>().map_err(backend)
     }
 
-    /// Marks the held notifications `keys` as sent in a digest.
-    pub fn notify_digested(&self, keys: &[String]) -> Result<(), StoreError> {
-        let conn = self.conn();
-        for key in keys {
-            conn.prepare_cached("UPDATE notifications SET status = 'digested' WHERE key = ?1 AND status = 'held'")
-                .and_then(|mut stmt| stmt.execute([key]))
-                .map_err(backend)?;
+    /// Claims digest `n` with its request and marks the held notifications `keys` it tells as
+    /// digested, in one transaction: a daemon that dies at any point leaves either both or
+    /// neither, so every held end is told once. True when this caller claimed it.
+    pub fn notify_claim_digest(&self, n: &Notification, request: &str, keys: &[String]) -> Result<bool, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(backend)?;
+        let inserted = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO notifications (key, run_id, session_name, event, target, status, attempts, at, detail, request)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, '', ?8)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    n.key,
+                    n.run_id,
+                    n.session_name,
+                    n.event,
+                    n.target,
+                    n.status.as_str(),
+                    n.at,
+                    request
+                ])
+            })
+            .map_err(backend)?;
+        if inserted == 1 {
+            for key in keys {
+                tx.prepare_cached("UPDATE notifications SET status = 'digested' WHERE key = ?1 AND status = 'held'")
+                    .and_then(|mut stmt| stmt.execute([key]))
+                    .map_err(backend)?;
+            }
         }
-        Ok(())
+        tx.commit().map_err(backend)?;
+        Ok(inserted == 1)
     }
 
     /// The notifications claimed and not sent nor given up on, with their request (those a

@@ -1439,6 +1439,59 @@ fn a_loop_that_ends_while_no_daemon_runs_is_notified_by_the_next_one_once() {
 }
 
 #[test]
+fn a_sign_in_link_to_a_loops_menu_types_only_for_a_signed_in_person_as_them() {
+    let push = json!({ "do": "prompt", "name": "push", "redraw": true, "keep": true, "timeout": 60,
+        "text": " Bash command\n\n   git push --force origin main\n\n Do you want to proceed?\n ❯ 1. Yes\n   2. No\n\n Esc to cancel\n" });
+    let hook = crate::http::Server::start(
+        (0..4).map(|_| crate::http::Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] }).collect(),
+    );
+    let notify = format!(
+        "\n[[notify]]\nurl = \"http://127.0.0.1:{}/hook\"\nevents = [\"auto_needs_human\"]\nas = \"dana\"\nlinks = \"sign-in\"\n",
+        hook.port
+    );
+    let (ws, _) = setup(json!([[push, { "do": "idle" }]]), &notify);
+    let (code, carol, err) = ws.json(&["serve", "token", "create", "carol", "--role", "approver"]);
+    assert_eq!(code, 0, "{err}");
+    let carol = carol["token"].as_str().expect("token").to_owned();
+    let d = crate::daemon::Daemon::start(&ws, &[]);
+    let (code, body) = d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let sent = loop {
+        if let Some(n) = crate::team::bodies(&hook).into_iter().find(|b| b["event"] == "auto_needs_human") {
+            break n;
+        }
+        assert!(std::time::Instant::now() < deadline, "no notification: {:?}", hook.requests());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let no = sent["actions"][1]["url"].as_str().expect("url").to_owned();
+    let http = reqwest::blocking::Client::new();
+    // Signed out, the link types nothing and is not spent.
+    let tap = http.post(&no).json(&json!({})).send().expect("tap");
+    assert_eq!(tap.status().as_u16(), 401);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!agent_log(&ws).iter().any(|e| e["kind"] == "answer"), "typed for nobody");
+    // carol signed in: typed once, as carol (not as the target's `as`).
+    let cookie = format!("{}={carol}", loopwright_daemon::api::auth::cookie_name(&d.token()));
+    let done = http.post(&no).header("Cookie", cookie).json(&json!({})).send().expect("confirm");
+    assert_eq!(done.status().as_u16(), 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !agent_log(&ws).iter().any(|e| e["kind"] == "answer") {
+        assert!(std::time::Instant::now() < deadline, "nothing typed: {:#?}", agent_log(&ws));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (_, log) = d.get("/api/sessions/s/task-auto/log");
+    let typed: Vec<&Value> =
+        log.as_array().expect("log").iter().filter(|e| e["kind"] == "keys" && e["data"]["keys"] == "2").collect();
+    assert_eq!(
+        typed.iter().map(|e| &e["data"]["why"]).collect::<Vec<_>>(),
+        [&json!("typed by carol (one-tap link): choice 2 (No)")]
+    );
+    let (code, body) = d.delete("/api/sessions/s/task-auto");
+    assert_eq!(code, 200, "{body}");
+}
+
+#[test]
 fn a_notification_of_a_refused_prompt_answers_with_the_menus_own_choices_once() {
     // A refused force push at Claude Code's menu; the notification carries a link per choice.
     let push = json!({ "do": "prompt", "name": "push", "redraw": true, "keep": true, "timeout": 60,

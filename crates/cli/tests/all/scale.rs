@@ -351,6 +351,80 @@ fn a_gate_refuses_its_starter_and_those_it_does_not_name_and_keeps_the_channel_o
 }
 
 #[test]
+fn links_issued_per_recipient_reach_each_person_alone_and_prove_them() {
+    use crate::http::{Reply, Server};
+    let ws = gate_ws();
+    ws.write(".loopwright/pipelines/guarded.yml", GUARDED);
+    let ok = || Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] };
+    let server = Server::start((0..8).map(|_| ok()).collect());
+    ws.write(
+        ".loopwright/config.toml",
+        &format!(
+            "[[notify]]\nname = \"phones\"\nurl = \"http://127.0.0.1:{p}/to/{{person}}\"\nevents = [\"needs_human\"]\nrecipients = [\"bob\", \"carol\"]\n\n\
+             [[notify]]\nname = \"team channel\"\nurl = \"http://127.0.0.1:{p}/shared\"\nevents = [\"needs_human\"]\nas = \"bob\"\n",
+            p = server.port
+        ),
+    );
+    person(&ws, "bob", "approver");
+    person(&ws, "carol", "approver");
+    let dana = person(&ws, "dana", "admin");
+    let d = Daemon::start(&ws, &[]);
+    let (code, accepted, _) =
+        d.request_as("POST", "/api/runs", Some(&dana), Some(&json!({"pipeline": "guarded"})), &[]);
+    assert_eq!(code, 202, "{accepted}");
+    let run = accepted["run_id"].as_str().expect("run").to_owned();
+    d.wait_status(&run, "waiting");
+    // One message to each person's own address, naming them; one to the shared channel.
+    let approve_at = |path: &str| -> Option<(Value, String)> {
+        let body = crate::team::bodies_at(&server, path).pop()?;
+        let url = body["actions"].as_array()?.iter().find(|a| a["label"] == "Approve")?["url"].as_str()?.to_owned();
+        Some((body["recipient"].clone(), url))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while ["/to/bob", "/to/carol", "/shared"].iter().any(|p| approve_at(p).is_none()) {
+        assert!(std::time::Instant::now() < deadline, "{:?}", server.requests());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (bob_to, bobs) = approve_at("/to/bob").expect("bob's");
+    let (carol_to, carols) = approve_at("/to/carol").expect("carol's");
+    let (shared_to, shared) = approve_at("/shared").expect("the channel's");
+    assert_eq!((bob_to, carol_to, shared_to), (json!("bob"), json!("carol"), Value::Null));
+    let http = reqwest::blocking::Client::new();
+    let tap = |url: &str| {
+        let r = http.post(url).json(&json!({})).send().expect("tap");
+        (r.status().as_u16(), r.json::<Value>().map(|v| v["error"]["message"].clone()).unwrap_or_default())
+    };
+    // The channel's link says "bob" but proves nobody: the gate that names bob refuses it.
+    assert_eq!(
+        tap(&shared),
+        (
+            403,
+            json!(
+                "stage `ship`: this gate may be answered only by bob, role:admin; an answer as `bob` that no token proves is not one of them"
+            )
+        )
+    );
+    // carol's own link proves her, and she is not named.
+    assert_eq!(
+        tap(&carols),
+        (403, json!("stage `ship`: this gate may be answered only by bob, role:admin; carol is not one of them"))
+    );
+    assert_eq!(d.get(&format!("/api/runs/{run}")).1["status"], "waiting");
+    // bob's own link answers as bob, proven: the gate opens.
+    assert_eq!(tap(&bobs).0, 200);
+    let result = d.wait_status(&run, "success");
+    assert_eq!(
+        (&result["answers"][0]["by"], &result["answers"][0]["via"], result["answers"].as_array().map(Vec::len)),
+        (&json!("bob"), &json!("link"), Some(1))
+    );
+    // Each copy is its own target in the notifications journal, named for its person.
+    let conn = rusqlite::Connection::open(ws.path().join(".loopwright/state/state.db")).expect("db");
+    let mut stmt = conn.prepare("SELECT target FROM notifications ORDER BY target").expect("sql");
+    let targets: Vec<String> = stmt.query_map([], |r| r.get(0)).expect("rows").map(|r| r.expect("row")).collect();
+    assert_eq!(targets, ["phones → bob", "phones → carol", "team channel"]);
+}
+
+#[test]
 fn a_sign_in_link_opens_only_for_a_signed_in_person_and_answers_as_them() {
     use crate::http::{Reply, Server};
     let ws = gate_ws();

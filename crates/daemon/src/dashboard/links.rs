@@ -274,8 +274,16 @@ pub(super) async fn link_answer(
         Ok(link) => link,
         Err(Refusal(code, message)) => return refuse(code, message),
     };
+    // Who answers, checked before the link is spent.
+    let who = match link_answerer(&shared, &link, caller.as_deref()) {
+        Ok(who) => who,
+        Err(SignIn::Needed) => {
+            return refuse(StatusCode::UNAUTHORIZED, "Sign in to the dashboard to answer with this link.".into());
+        }
+        Err(SignIn::Refused(Refusal(code, message))) => return refuse(code, message),
+    };
     if let (Some(session), Some(choice)) = (link.session.clone(), link.choice.clone()) {
-        return auto_link_answer(&shared, link, session, choice).await;
+        return auto_link_answer(&shared, link, &who.name, session, choice).await;
     }
     let (found, _, _) = match open_link(&shared, link).await {
         Ok(found) => found,
@@ -287,24 +295,6 @@ pub(super) async fn link_answer(
         return refuse(StatusCode::UNPROCESSABLE_ENTITY, "Write the guidance for the next attempt.".into());
     }
     let comment = body.comment.map(|c| c.trim().chars().take(2000).collect::<String>()).filter(|c| !c.is_empty());
-    // A link vouches for nobody: it answers as the name its target gives, with that person's
-    // role; a gate that names people refuses it. Checked before the link is spent.
-    let who = if link.sign_in {
-        match signed_in(caller.as_deref()) {
-            Ok(who) => who,
-            Err(SignIn::Needed) => {
-                return refuse(StatusCode::UNAUTHORIZED, "Sign in to the dashboard to answer with this link.".into());
-            }
-            Err(SignIn::Refused(Refusal(code, message))) => return refuse(code, message),
-        }
-    } else {
-        loopwright_app::ops::answer::Answerer {
-            name: link.answer_as.clone(),
-            role: shared.people.role_of(&link.answer_as).and_then(crate::api::auth::approver_role),
-            verified: false,
-            via: Via::Link,
-        }
-    };
     let gate = matches!(link.action, LinkAction::Approve | LinkAction::Reject);
     if gate
         && let Err(e) =
@@ -363,6 +353,26 @@ enum SignIn {
     Refused(Refusal),
 }
 
+/// Who answers through `link`: the person signed in for a sign-in link; else the name its
+/// target gives, with that person's role — proven only when the link was sent to them alone
+/// (`recipients`); a link to a shared channel vouches for nobody, and a gate that names people
+/// refuses it.
+fn link_answerer(
+    shared: &Shared,
+    link: &crate::notifications::Link,
+    caller: Option<&Caller>,
+) -> Result<loopwright_app::ops::answer::Answerer, SignIn> {
+    if link.sign_in {
+        return signed_in(caller);
+    }
+    Ok(loopwright_app::ops::answer::Answerer {
+        name: link.answer_as.clone(),
+        role: shared.people.role_of(&link.answer_as).and_then(crate::api::auth::approver_role),
+        verified: link.recipient,
+        via: Via::Link,
+    })
+}
+
 /// Who answers through a sign-in link: the person signed in, proven by their token, through a
 /// link; nobody when no one is signed in or they may not answer.
 fn signed_in(caller: Option<&Caller>) -> Result<loopwright_app::ops::answer::Answerer, SignIn> {
@@ -412,11 +422,12 @@ pub(super) async fn auto_question(
     }
 }
 
-/// `POST /a/{token}` of a link to an auto loop's menu: its choice typed, once, as the link's
-/// person — journaled as typed through a link.
+/// `POST /a/{token}` of a link to an auto loop's menu: its choice typed, once, as `who` (the
+/// link's person, or the one signed in for a sign-in link) — journaled as typed through a link.
 pub(super) async fn auto_link_answer(
     shared: &Arc<Shared>,
     link: crate::notifications::Link,
+    who: &str,
     session: String,
     choice: loopwright_auto::screen::Choice,
 ) -> Response {
@@ -427,7 +438,7 @@ pub(super) async fn auto_link_answer(
     if let Err(Refusal(code, message)) = spend_link(shared.as_ref(), &link.key).await {
         return refuse(code, message);
     }
-    let by = format!("{} (one-tap link)", link.answer_as);
+    let by = format!("{who} (one-tap link)");
     let asked = i64::try_from(link.since).unwrap_or_default();
     let (s, name, picked) = (Arc::clone(shared), session.clone(), choice.clone());
     let answered = tokio::task::spawn_blocking(move || {
@@ -436,7 +447,7 @@ pub(super) async fn auto_link_answer(
     .await;
     match answered {
         Ok(Ok(_)) => axum::Json(Done {
-            done: format!("{}. {} — typed as {} in auto loop {session}", choice.key, choice.label, link.answer_as),
+            done: format!("{}. {} — typed as {who} in auto loop {session}", choice.key, choice.label),
             run_url: format!("/auto#loop-{session}"),
         })
         .into_response(),

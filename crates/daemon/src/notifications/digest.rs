@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use loopwright_app::ops::read;
 use loopwright_engine::{RunId, RunState, RunStatus};
-use loopwright_spec::config::{Notify, NotifyEvent};
+use loopwright_spec::config::NotifyEvent;
 use loopwright_store::notify::{Held, Notification, NotificationStatus};
 
-use super::{Message, Notifier, target_hash, target_name};
+use super::{Message, Notifier, Target};
 use crate::Shared;
 
 /// The most runs a digest names (it counts them all).
@@ -87,13 +87,13 @@ pub(super) fn words(held: &[Held]) -> String {
 
 impl Notifier {
     /// Keeps a run's end for `target`'s next digest.
-    pub(super) async fn hold(&self, key: String, target: &Notify, message: &Message) {
+    pub(super) async fn hold(&self, key: String, target: &Target, message: &Message) {
         let row = Notification {
             key,
             run_id: message.run_id.clone(),
             session_name: None,
             event: message.event.as_str().to_owned(),
-            target: target_name(target),
+            target: target.name.clone(),
             status: NotificationStatus::Held,
             attempts: 0,
             at: jiff::Timestamp::now().to_string(),
@@ -107,16 +107,17 @@ impl Notifier {
     /// Sends each digest whose oldest held notification has waited its target's minutes.
     pub(super) async fn digests(self: Arc<Self>) {
         let now = jiff::Timestamp::now();
-        for target in self.targets.iter().filter(|t| t.digest_minutes.is_some()) {
-            let minutes = i64::from(target.digest_minutes.unwrap_or(1));
-            let (store, name) = (Arc::clone(&self.shared.auto_store), target_name(target));
-            let held = tokio::task::spawn_blocking(move || store.notify_held(&name)).await.ok().and_then(Result::ok);
+        for target in self.targets.iter().filter(|t| t.config.digest_minutes.is_some()) {
+            let minutes = i64::from(target.config.digest_minutes.unwrap_or(1));
+            let (store, identity) = (Arc::clone(&self.shared.auto_store), target.hash.clone());
+            let held =
+                tokio::task::spawn_blocking(move || store.notify_held(&identity)).await.ok().and_then(Result::ok);
             let Some(held) = held.filter(|h| !h.is_empty()) else { continue };
             let oldest = held[0].at.parse::<jiff::Timestamp>().unwrap_or(now);
             if now.duration_since(oldest) < jiff::SignedDuration::from_mins(minutes) {
                 continue;
             }
-            let key = format!("digest:{}:{}", target_hash(target), held[0].key);
+            let key = format!("digest:{}:{}", target.hash, held[0].key);
             let message = Message {
                 event: NotifyEvent::Digest,
                 run_id: None,
@@ -128,14 +129,12 @@ impl Notifier {
                 url: format!("{}/", self.base_url()),
                 pull_request: None,
                 actions: Vec::new(),
+                recipient: target.recipient.clone(),
             };
-            // Claimed, then marked: a daemon that dies between the two sends nothing again (the
-            // key is taken) and marks these at its next look — with any held meanwhile, which
-            // the sent digest did not name.
-            Arc::clone(&self).send(key, target.clone(), message).await;
-            let (store, keys) =
-                (Arc::clone(&self.shared.auto_store), held.into_iter().map(|h| h.key).collect::<Vec<_>>());
-            let _ = tokio::task::spawn_blocking(move || store.notify_digested(&keys)).await;
+            // Claimed and marked in one write: a daemon that dies before it sends this digest
+            // again (its claim is kept) and never tells these twice, nor loses one held since.
+            let keys = held.into_iter().map(|h| h.key).collect();
+            Arc::clone(&self).send_telling(key, target.clone(), message, keys).await;
         }
     }
 }
