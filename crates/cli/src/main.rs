@@ -90,8 +90,9 @@ enum Command {
     /// counted over every process and machine sharing the store.
     Spend,
     /// Free what finished runs no longer need, as [retention] in config.toml says: their
-    /// snapshots (after 14 days by default), their files (after `runs_days`), and copies no
-    /// snapshot names. Runs that are queued, running, waiting or interrupted are never touched.
+    /// snapshots (after 14 days by default), the whole run — files and journal — (after
+    /// `runs_days`), and copies no snapshot names. Runs that are queued, running, waiting or
+    /// interrupted are never touched.
     Gc(cmd::gc::Args),
     /// Serve the workspace: REST API, live events, the dashboard and notifications, until
     /// SIGINT/SIGTERM. Runs it drives are then interrupted (resumable) and taken up again by

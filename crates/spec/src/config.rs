@@ -58,7 +58,7 @@ pub struct Config {
 pub struct RetentionConfig {
     /// Days a finished run keeps its snapshots (0: none once it ends).
     pub snapshots_days: u32,
-    /// Days a finished run keeps its files (outputs, prompts); its journal stays. Default: kept.
+    /// Days a finished run is kept at all: then its files and its journal go. Default: kept.
     pub runs_days: Option<u32>,
 }
 

@@ -46,6 +46,16 @@ impl Journal {
         }
     }
 
+    /// Takes each of `runs` that ended out of the journal (`gc` after `[retention] runs_days`):
+    /// their events, outputs, places in the feed and rows; returns those taken. A run that has
+    /// not ended is left whole.
+    pub async fn forget(&self, runs: &[RunId]) -> Result<Vec<RunId>, StoreError> {
+        match self {
+            Journal::Sqlite(s) => s.forget(runs),
+            Journal::Postgres(p) => p.forget(runs).await,
+        }
+    }
+
     /// Takes a slot of every provider limit in `rules` for `holder` (an attempt), or says why
     /// it waits (see [`crate::limits`]).
     pub async fn take_slot(

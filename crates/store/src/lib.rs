@@ -20,6 +20,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use rusqlite_migration::{M, Migrations};
 
 pub mod auto;
+mod forget;
 mod journal;
 pub mod limits;
 pub mod notify;

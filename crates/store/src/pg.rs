@@ -25,6 +25,7 @@ use tokio_postgres::types::ToSql;
 use crate::Scrubber;
 
 pub mod fleet;
+mod forget;
 
 /// The schema's migrations, oldest first: (version, SQL).
 const MIGRATIONS: &[(i32, &str)] = &[

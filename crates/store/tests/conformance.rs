@@ -8,6 +8,16 @@ use loopwright_store::SqliteStore;
 use loopwright_testkit::conformance::{stage, started, suite, t};
 use pretty_assertions::assert_eq;
 
+#[path = "common/forget.rs"]
+mod forget;
+
+#[tokio::test]
+async fn sqlite_forgets_only_the_runs_that_ended() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = SqliteStore::open(&dir.path().join("state.db"), Synchronous::Full).expect("open");
+    forget::only_ended_runs_are_forgotten_and_the_rest_stays_whole(&loopwright_store::Journal::Sqlite(store)).await;
+}
+
 #[tokio::test]
 async fn sqlite_in_memory_conforms() {
     suite(&SqliteStore::in_memory().expect("store")).await;

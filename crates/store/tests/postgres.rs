@@ -36,6 +36,16 @@ async fn fresh_database() -> Option<String> {
     Some(format!("{head}/{name}"))
 }
 
+#[path = "common/forget.rs"]
+mod forget;
+
+#[tokio::test]
+async fn postgres_forgets_only_the_runs_that_ended() {
+    let Some(url) = fresh_database().await else { return };
+    let store = PgStore::connect(&url, 2).await.expect("connect");
+    forget::only_ended_runs_are_forgotten_and_the_rest_stays_whole(&loopwright_store::Journal::Postgres(store)).await;
+}
+
 #[tokio::test]
 async fn postgres_conforms() {
     let Some(url) = fresh_database().await else { return };

@@ -1,7 +1,7 @@
 //! `gc`: frees what finished runs no longer need, as `[retention]` says — their snapshots after
-//! `snapshots_days`, their files after `runs_days` — then the copies in the object store no
-//! snapshot names any more. A run that is queued, running, waiting or interrupted is never
-//! touched (its rollback may still need its snapshots); the journal is never touched.
+//! `snapshots_days`, the whole run (its files and its journal) after `runs_days` — then the
+//! copies in the object store no snapshot names any more. A run that is queued, running,
+//! waiting or interrupted is never touched (its rollback may still need its snapshots).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -24,8 +24,8 @@ const YOUNG: std::time::Duration = std::time::Duration::from_secs(3600);
 pub enum Frees {
     /// Its snapshots.
     Snapshots,
-    /// All its files (snapshots, outputs, prompts); its journal stays.
-    Files,
+    /// The whole run: its files (snapshots, outputs, prompts) and its journal.
+    Run,
 }
 
 /// Which runs `gc` frees, and what of each: a pure decision over the runs' statuses and when
@@ -42,7 +42,7 @@ pub fn plan(
         .filter(|(_, status, _)| status.is_final())
         .filter_map(|(run, _, at)| {
             if retention.runs_days.is_some_and(|days| older(*at, days)) {
-                Some((run.clone(), Frees::Files))
+                Some((run.clone(), Frees::Run))
             } else if older(*at, retention.snapshots_days) {
                 Some((run.clone(), Frees::Snapshots))
             } else {
@@ -95,13 +95,20 @@ pub async fn gc(ws: &Workspace, store: &Journal, now: jiff::Timestamp, dry_run: 
     let runs_dir = ws.runs_dir();
     let mut freed = Freed { dry_run, ..Freed::default() };
     let mut gone: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut forgotten = Vec::new();
     for (run, frees) in plan(&runs, &ws.config.retention, now) {
         let dir = runs_dir.join(run.as_str());
         let target = match frees {
-            Frees::Files => dir,
+            Frees::Run => {
+                forgotten.push(run.clone());
+                dir
+            }
             Frees::Snapshots => dir.join("snapshots"),
         };
         if !target.exists() {
+            if frees == Frees::Run {
+                freed.runs.push(FreedRun { run_id: run.to_string(), frees, bytes: 0 });
+            }
             continue;
         }
         let bytes = size(&target);
@@ -112,6 +119,11 @@ pub async fn gc(ws: &Workspace, store: &Journal, now: jiff::Timestamp, dry_run: 
         gone.insert(target);
         freed.bytes += bytes;
         freed.runs.push(FreedRun { run_id: run.to_string(), frees, bytes });
+    }
+    // Files first, then the journal: a gc that dies between the two leaves runs in the list
+    // whose files are gone, which the next one takes out.
+    if !dry_run && !forgotten.is_empty() {
+        store.forget(&forgotten).await?;
     }
     let (objects, bytes) = sweep(&runs_dir, &gone, dry_run)?;
     freed.objects = objects;
@@ -206,7 +218,7 @@ mod tests {
         );
         assert_eq!(
             plan(&runs, &keep(14, Some(30)), now),
-            vec![(run(1), Frees::Snapshots), (run(2), Frees::Snapshots), (run(8), Frees::Files)]
+            vec![(run(1), Frees::Snapshots), (run(2), Frees::Snapshots), (run(8), Frees::Run)]
         );
     }
 }

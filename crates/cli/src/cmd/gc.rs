@@ -1,6 +1,7 @@
 //! `loopwright gc`: frees what finished runs no longer need, as `[retention]` in config.toml
-//! says (snapshots after `snapshots_days`, default 14; the runs' files after `runs_days`), then
-//! the copies no snapshot names. Runs that may still roll back are never touched.
+//! says (snapshots after `snapshots_days`, default 14; whole runs — files and journal — after
+//! `runs_days`), then the copies no snapshot names. Runs that may still roll back are never
+//! touched.
 
 use loopwright_app::ops::gc::{Frees, gc};
 
@@ -25,13 +26,13 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         return Ok(0);
     }
     let mb = |bytes: u64| format!("{:.1} MB", bytes as f64 / 1_000_000.0);
-    let (snapshots, files) = freed.runs.iter().fold((0, 0), |(s, f), r| match r.frees {
+    let (snapshots, runs) = freed.runs.iter().fold((0, 0), |(s, f), r| match r.frees {
         Frees::Snapshots => (s + 1, f),
-        Frees::Files => (s, f + 1),
+        Frees::Run => (s, f + 1),
     });
     let verb = if freed.dry_run { "would free" } else { "freed" };
     println!(
-        "{verb} {}: the snapshots of {snapshots} finished run(s), the files of {files}, {} copies no snapshot names",
+        "{verb} {}: the snapshots of {snapshots} finished run(s), {runs} whole run(s) (files and journal), {} copies no snapshot names",
         mb(freed.bytes),
         freed.objects
     );
@@ -39,7 +40,7 @@ pub async fn run(global: &Global, args: Args) -> Result<u8, CliError> {
         for r in &freed.runs {
             let what = match r.frees {
                 Frees::Snapshots => "snapshots",
-                Frees::Files => "files",
+                Frees::Run => "run",
             };
             println!("  {}  {what}  {}", r.run_id, mb(r.bytes));
         }

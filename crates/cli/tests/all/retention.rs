@@ -141,3 +141,52 @@ fn gc_frees_finished_runs_snapshots_but_never_a_waiting_runs_whose_rollback_stil
         again["runs"].as_array().expect("runs").iter().filter_map(|r| r["run_id"].as_str()).collect();
     assert_eq!(freed_runs, vec![waiting.as_str()], "{again}");
 }
+
+#[test]
+fn after_runs_days_a_finished_run_goes_whole_and_a_waiting_one_stays() {
+    // runs_days = 0: every run that ended goes at the next gc, files and journal.
+    let ws = workspace("runs_days = 0\n");
+    let (_, first) = run(&ws, "look");
+    let (_, second) = run(&ws, "look");
+    let (code, waiting) = run(&ws, "gated");
+    assert_eq!(code, 3);
+    let runs_dir = ws.path().join(".loopwright/state/runs");
+    let (code, dry, stderr) = ws.json(&["gc", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    let planned: Vec<(String, String)> = dry["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| {
+            (r["run_id"].as_str().unwrap_or_default().to_owned(), r["frees"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    let mut want = vec![(first.clone(), "run".to_owned()), (second.clone(), "run".to_owned())];
+    want.sort();
+    let mut got = planned.clone();
+    got.sort();
+    assert_eq!(got, want);
+    // The dry run took nothing: both are still listed and on disk.
+    let listed = |ws: &Ws| -> Vec<String> {
+        let (_, rows, _) = ws.json(&["status"]);
+        rows.as_array().expect("rows").iter().filter_map(|r| r["run_id"].as_str().map(str::to_owned)).collect()
+    };
+    assert_eq!(listed(&ws).len(), 3);
+    assert!(runs_dir.join(&first).exists());
+    let (code, freed, stderr) = ws.json(&["gc"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(freed["runs"].as_array().map(Vec::len), Some(2), "{freed}");
+    // Gone whole: not listed, no folder, no journal; the waiting run is all there.
+    assert_eq!(listed(&ws), vec![waiting.clone()]);
+    assert!(!runs_dir.join(&first).exists() && !runs_dir.join(&second).exists());
+    let (code, _, stderr) = ws.run(&["status", &first]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains(&first), "{stderr}");
+    // The waiting run still rolls back byte for byte, and is taken at the gc after it ended.
+    let (code, result, stderr) = ws.json(&["reject", &waiting, "--rollback", "--quiet"]);
+    assert_eq!((code, result["status"].as_str()), (4, Some("rejected")), "{stderr}");
+    assert_eq!(ws.read("app.txt"), "version 1\n");
+    let (_, again, _) = ws.json(&["gc"]);
+    assert_eq!(again["runs"][0]["run_id"], Value::String(waiting));
+    assert_eq!(listed(&ws), Vec::<String>::new());
+}
