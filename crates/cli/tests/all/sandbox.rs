@@ -1575,6 +1575,54 @@ fn killed_mid_candidates_a_resume_keeps_the_candidates_that_ended_and_runs_the_o
 }
 
 #[test]
+fn a_crash_after_the_winners_change_was_committed_adopts_it_and_runs_no_candidate_again() {
+    let Some(_) = bwrap() else { return };
+    let ws = Ws::empty();
+    best_of_three(&ws, "wordy, wrong, right", "");
+    ws.write("answer.txt", "0\n");
+    ws.init_git();
+    let sandbox = tempfile::tempdir().expect("sandbox dir");
+    let dir = sandbox.path().join("sandbox");
+    let loopwright = |args: &[&str]| {
+        let out = ws.cmd().env("LOOPWRIGHT_SANDBOX_DIR", &dir).args(args).output().expect("loopwright");
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, out) = loopwright(&["run", "best", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let run: String =
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")["run_id"].as_str().expect("run id").to_owned();
+    let head = ws.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    // What a crash leaves between the winner's layer copied, committed and removed and the
+    // attempt's end journaled: the journal up to the choice, the commit made, no layer (the
+    // run's layers folder still on this machine).
+    {
+        let conn = rusqlite::Connection::open(ws.path().join(".loopwright/state/state.db")).expect("db");
+        let chosen: i64 = conn
+            .query_row("SELECT seq FROM events WHERE run_id = ?1 AND kind = 'candidate_chosen'", [&run], |r| r.get(0))
+            .expect("chosen");
+        conn.execute("DELETE FROM events WHERE run_id = ?1 AND seq > ?2", rusqlite::params![run, chosen]).expect("cut");
+        conn.execute("DELETE FROM feed WHERE run_id = ?1 AND seq > ?2", rusqlite::params![run, chosen]).expect("cut");
+        conn.execute(
+            "UPDATE runs SET status = 'running', last_seq = ?2 WHERE run_id = ?1",
+            rusqlite::params![run, chosen],
+        )
+        .expect("row");
+    }
+    std::fs::create_dir_all(dir.join(&run).join("layers")).expect("layers folder");
+    let (code, out) = loopwright(&["resume", &run, "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let journal = ws.journal(&run);
+    let count = |kind: &str| journal.iter().filter(|e| e["event"]["type"] == kind).count();
+    assert_eq!((count("candidate_started"), count("candidate_chosen")), (3, 1), "{journal:#?}");
+    // The commit the crash left is adopted, not made again.
+    let committed: Vec<&serde_json::Value> =
+        journal.iter().filter(|e| e["event"]["type"] == "changes_committed").map(|e| &e["event"]["commit"]).collect();
+    assert_eq!(committed, [&serde_json::Value::String(head.clone())]);
+    assert_eq!(ws.git(&["rev-parse", "HEAD"]).trim(), head);
+    assert_eq!(ws.read("answer.txt"), "42\n");
+}
+
+#[test]
 fn killed_at_twenty_moments_of_a_round_of_candidates_resume_never_starts_an_ended_candidate_again() {
     let Some(_) = bwrap() else { return };
     for round in 0..20u64 {

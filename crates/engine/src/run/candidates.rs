@@ -87,14 +87,17 @@ impl<'a, S: Store, R: Runner, C: Clock, X: Stopper, W: Changes, L: Limits, D: De
         }
         // A round decided before a crash is applied; one cut short goes on where it stopped,
         // keeping each candidate whose end is journaled and whose layer is at hand: here, or
-        // made here again from where it was kept (a takeover by another machine).
+        // made here again from where it was kept (a takeover by another machine). A decided
+        // round whose winner's layer is gone from this machine, where the run's layers are, was
+        // applied (copied, committed, then removed) before its end was journaled: applying it
+        // again adopts that commit; running the round again would redo finished work.
         let run_id = state.run_id.clone();
         let this_round = state.stage(stage_id.as_str()).filter(|s| s.round == attempt);
         let decided = this_round.is_some_and(|s| {
             s.chosen.is_some()
                 && kept_of(stage, s)
                     .and_then(|k| s.candidates.iter().find(|c| c.candidate == k))
-                    .is_none_or(|c| self.at_hand(&run_id, c))
+                    .is_none_or(|c| self.at_hand(&run_id, c) || self.changes.run_layers_here(&run_id))
         });
         if !decided {
             let ended: Vec<u32> = this_round
