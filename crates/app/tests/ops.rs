@@ -61,6 +61,22 @@ async fn drive(f: &Fixture, run: &RunId, answer: Option<Event>) -> Result<RunSta
     Ok(engine.drive(state).await?)
 }
 
+/// The policy of a pipeline whose gates name no approvers, with no default against
+/// self-approval: anyone who may answer may.
+fn open(pipeline: &loopwright_spec::Pipeline) -> answer::GatePolicy<'_> {
+    answer::GatePolicy { pipeline, prevent_self: false }
+}
+
+/// `name` answering through the API with a token of their own.
+fn api(name: &str) -> answer::Answerer {
+    answer::Answerer {
+        name: name.to_owned(),
+        role: Some(loopwright_spec::pipeline::ApproverRole::Approver),
+        verified: true,
+        via: Via::Api,
+    }
+}
+
 fn count(f: &Fixture) -> String {
     std::fs::read_to_string(f.dir.path().join("count.txt")).unwrap_or_default()
 }
@@ -70,21 +86,21 @@ async fn approve_claims_the_run_once_and_a_stale_second_answer_is_told_who_won()
     let f = fixture();
     let run = started(&f).await;
     let store = loopwright_app::assemble::open_existing_store(&f.ws).expect("store");
-    let (_, stale) = read::load_run(&f.ws, &store, &run).await.expect("load");
-    let granted = approval(&stale, true, "alice".into(), Some("ok".into()), false, Via::Api).expect("waits");
+    let (pipeline, stale) = read::load_run(&f.ws, &store, &run).await.expect("load");
+    let granted = approval(open(&pipeline), &stale, true, &api("alice"), Some("ok".into()), false).expect("waits");
     let done = drive(&f, &run, Some(granted)).await.expect("drive");
     assert_eq!(done.status, RunStatus::Success);
     assert_eq!(count(&f), "one\ntwo\n");
     // Bob answered from the journal as it was before Alice's answer.
     let mut stale = stale;
-    let late = approval(&stale, true, "bob".into(), None, false, Via::Api).expect("the stale state still waits");
+    let late = approval(open(&pipeline), &stale, true, &api("bob"), None, false).expect("the stale state still waits");
     let err = claim_in_store(&store, &mut stale, Some(late), this_process(true)).await.expect_err("conflict");
     let Error::Conflict(message) = err else { panic!("expected a conflict, got {err:?}") };
     assert!(message.contains("the approval of stage `second` was already granted by alice"), "{message}");
     assert_eq!(count(&f), "one\ntwo\n");
     // On the current state there is nothing to approve.
     let (_, now) = read::load_run(&f.ws, &store, &run).await.expect("load");
-    let Err(Error::Conflict(message)) = approval(&now, true, "bob".into(), None, false, Via::Api) else {
+    let Err(Error::Conflict(message)) = approval(open(&pipeline), &now, true, &api("bob"), None, false) else {
         panic!("conflict")
     };
     assert_eq!(message, format!("run {run} is not waiting for an approval (its status is success)"));
@@ -95,8 +111,8 @@ async fn reject_ends_the_run_rejected_and_nothing_more_runs() {
     let f = fixture();
     let run = started(&f).await;
     let store = loopwright_app::assemble::open_existing_store(&f.ws).expect("store");
-    let (_, state) = read::load_run(&f.ws, &store, &run).await.expect("load");
-    let rejected = approval(&state, false, "carol".into(), None, false, Via::Api).expect("waits");
+    let (pipeline, state) = read::load_run(&f.ws, &store, &run).await.expect("load");
+    let rejected = approval(open(&pipeline), &state, false, &api("carol"), None, false).expect("waits");
     let done = drive(&f, &run, Some(rejected)).await.expect("drive");
     assert_eq!(done.status, RunStatus::Rejected);
     assert_eq!(count(&f), "one\n");
@@ -141,8 +157,8 @@ async fn cancel_a_waiting_run_then_an_ended_one_then_one_that_does_not_exist() {
     // A run this process drives is asked to stop through the journal.
     let second = started(&f).await;
     let store = loopwright_app::assemble::open_existing_store(&f.ws).expect("store");
-    let (_, mut state) = read::load_run(&f.ws, &store, &second).await.expect("load");
-    let granted = approval(&state, true, "alice".into(), None, false, Via::Api).expect("waits");
+    let (pipeline, mut state) = read::load_run(&f.ws, &store, &second).await.expect("load");
+    let granted = approval(open(&pipeline), &state, true, &api("alice"), None, false).expect("waits");
     claim_in_store(&store, &mut state, Some(granted), this_process(true)).await.expect("claim");
     let outcome = cancel(&f.ws, &store, &second, "erin".into(), true, |r| *r == second).await.expect("cancel");
     assert!(matches!(outcome, Cancelled::Requested(ref s) if s.status == RunStatus::Running), "{outcome:?}");
@@ -184,9 +200,8 @@ async fn folds_kept_between_reads_equal_a_fold_of_the_whole_journal() {
     same(folds.status(&store, &first).await.expect("fold"), read::status(&store, &first).await.expect("read"));
     // The run goes on: the next read folds only what was appended, and agrees with a fold of
     // the whole journal.
-    let grant =
-        approval(&read::state(&store, &first).await.expect("state"), true, "alice".into(), None, false, Via::Api)
-            .expect("gate");
+    let (pipeline, state) = read::load_run(&f.ws, &store, &first).await.expect("load");
+    let grant = approval(open(&pipeline), &state, true, &api("alice"), None, false).expect("gate");
     let ended = drive(&f, &first, Some(grant)).await.expect("drive");
     assert_eq!(ended.status, RunStatus::Success);
     same(folds.status(&store, &first).await.expect("fold"), read::status(&store, &first).await.expect("read"));

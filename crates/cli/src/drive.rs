@@ -71,9 +71,9 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
                     return Ok(130);
                 }
             };
-            let by = os_user();
+            let policy = answer::GatePolicy { pipeline: engine.pipeline, prevent_self };
             let event = if granted {
-                Event::ApprovalGranted { stage, by, comment: None, via: Some(Via::Cli) }
+                answer::approval(policy, &state, true, &cli_answerer(None), None, false)?
             } else {
                 // Seed 004's cancellation flow: offer to roll back what earlier stages changed.
                 // The stages the state machine would roll back, in pipeline order.
@@ -88,7 +88,7 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
                         "Roll back the completed stage(s) {} as the pipeline says? [y/N] ",
                         undoable.join(", ")
                     ));
-                Event::ApprovalRejected { stage, by, comment: None, rollback, via: Some(Via::Cli) }
+                answer::approval(policy, &state, false, &cli_answerer(None), None, rollback)?
             };
             // Someone may have answered or cancelled from another terminal meanwhile: then
             // this answer is not recorded, and the run is looked at again.

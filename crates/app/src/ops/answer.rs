@@ -60,7 +60,7 @@ pub fn gate_refusal(
 
 /// Whether `who` may approve (`granted`) or reject the gate the run waits at: forbidden with
 /// why when not (the run keeps waiting). `prevent_self` is the default when the gate does not
-/// say. Every channel asks this before it journals its answer with [`approval`].
+/// say. [`approval`] asks it of every answer it makes; a prompt asks it before it asks.
 pub fn may_answer_gate(
     pipeline: &Pipeline,
     state: &RunState,
@@ -79,14 +79,26 @@ pub fn may_answer_gate(
     }
 }
 
-/// `approve`/`reject`: the answer to the approval gate the run waits at.
+/// Who may answer a run's gates: its pipeline's `approvers` and `prevent_self_approval`, and
+/// the workspace's default for the latter (`[serve] prevent_self_approval`).
+#[derive(Debug, Clone, Copy)]
+pub struct GatePolicy<'a> {
+    /// The run's pipeline.
+    pub pipeline: &'a Pipeline,
+    /// Whether a gate that does not say refuses its starter's approval.
+    pub prevent_self: bool,
+}
+
+/// `approve`/`reject`: `who`'s answer to the approval gate the run waits at — forbidden with
+/// why when the gate's policy does not let them give it (the run keeps waiting), so no channel
+/// can journal an answer the gate refuses.
 pub fn approval(
+    policy: GatePolicy<'_>,
     state: &RunState,
     granted: bool,
-    by: String,
+    who: &Answerer,
     comment: Option<String>,
     rollback: bool,
-    via: Via,
 ) -> Result<Event, Error> {
     let Some(stage) = state.waiting_for_approval().map(|s| s.id.clone()) else {
         return Err(Error::conflict(format!(
@@ -95,7 +107,8 @@ pub fn approval(
             crate::ownership::shown_status(state).as_str()
         )));
     };
-    let via = Some(via);
+    may_answer_gate(policy.pipeline, state, granted, who, policy.prevent_self)?;
+    let (by, via) = (who.name.clone(), Some(who.via));
     Ok(if granted {
         Event::ApprovalGranted { stage, by, comment, via }
     } else {

@@ -175,9 +175,9 @@ pub async fn resume(global: &Global, args: ResumeArgs) -> Result<u8, CliError> {
 pub async fn answer(global: &Global, args: AnswerArgs, granted: bool) -> Result<u8, CliError> {
     let opened = open_run(global, &args.run).await?;
     let who = crate::drive::cli_answerer(args.by);
-    let prevent_self = opened.ws.config.serve.prevent_self_approval;
-    answer::may_answer_gate(&opened.pipeline, &opened.state, granted, &who, prevent_self)?;
-    let event = approval(&opened.state, granted, who.name, args.comment, args.rollback, Via::Cli)?;
+    let policy =
+        answer::GatePolicy { pipeline: &opened.pipeline, prevent_self: opened.ws.config.serve.prevent_self_approval };
+    let event = approval(policy, &opened.state, granted, &who, args.comment, args.rollback)?;
     give(opened, global, event, args.quiet).await
 }
 

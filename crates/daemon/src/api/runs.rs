@@ -252,8 +252,8 @@ fn may_answer(
     Ok(answer::may_answer_gate(pipeline, state, granted, who, shared.ws.config.serve.prevent_self_approval)?)
 }
 
-/// Answers the gate `run` waits at as `who` (one compare-and-append) once they may; the daemon
-/// goes on with the run (or rolls it back).
+/// Answers the gate `run` waits at as `who` (one compare-and-append) when the gate lets them;
+/// the daemon goes on with the run (or rolls it back).
 pub async fn answer_gate(
     shared: &Shared,
     run: &RunId,
@@ -263,9 +263,9 @@ pub async fn answer_gate(
     rollback: bool,
 ) -> ApiResult<()> {
     let (pipeline, mut state) = read::load_run(&shared.ws, &shared.store, run).await?;
-    may_answer(shared, &pipeline, &state, granted, who)?;
     let rollback = rollback && !granted;
-    let event = answer::approval(&state, granted, who.name.clone(), comment, rollback, who.via)?;
+    let policy = answer::GatePolicy { pipeline: &pipeline, prevent_self: shared.ws.config.serve.prevent_self_approval };
+    let event = answer::approval(policy, &state, granted, who, comment, rollback)?;
     let for_workers = answer::record_answer(&shared.store, &mut state, event, this_process(true)).await?;
     if rollback && !for_workers {
         shared.runs.host(Job { run: run.clone(), claim: false });
