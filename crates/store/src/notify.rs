@@ -97,26 +97,7 @@ impl SqliteStore {
     /// daemon that dies before it is sent lets the next one send it): true when this caller
     /// is the one to send it (no row had `key`).
     pub fn notify_claim(&self, n: &Notification, request: &str) -> Result<bool, StoreError> {
-        let conn = self.conn();
-        let inserted = conn
-            .prepare_cached(
-                "INSERT OR IGNORE INTO notifications (key, run_id, session_name, event, target, status, attempts, at, detail, request)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, '', ?8)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    n.key,
-                    n.run_id,
-                    n.session_name,
-                    n.event,
-                    n.target,
-                    n.status.as_str(),
-                    n.at,
-                    request
-                ])
-            })
-            .map_err(backend)?;
-        Ok(inserted == 1)
+        claim_in(&self.conn(), n, request)
     }
 
     /// Keeps `n` for its target's next digest (once per key): true when this caller kept it.
@@ -168,25 +149,8 @@ impl SqliteStore {
     pub fn notify_claim_digest(&self, n: &Notification, request: &str, keys: &[String]) -> Result<bool, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(backend)?;
-        let inserted = tx
-            .prepare_cached(
-                "INSERT OR IGNORE INTO notifications (key, run_id, session_name, event, target, status, attempts, at, detail, request)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, '', ?8)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    n.key,
-                    n.run_id,
-                    n.session_name,
-                    n.event,
-                    n.target,
-                    n.status.as_str(),
-                    n.at,
-                    request
-                ])
-            })
-            .map_err(backend)?;
-        if inserted == 1 {
+        let claimed = claim_in(&tx, n, request)?;
+        if claimed {
             for key in keys {
                 tx.prepare_cached("UPDATE notifications SET status = 'digested' WHERE key = ?1 AND status = 'held'")
                     .and_then(|mut stmt| stmt.execute([key]))
@@ -194,7 +158,7 @@ impl SqliteStore {
             }
         }
         tx.commit().map_err(backend)?;
-        Ok(inserted == 1)
+        Ok(claimed)
     }
 
     /// The notifications claimed and not sent nor given up on, with their request (those a
@@ -361,4 +325,19 @@ impl SqliteStore {
     pub fn auto_log_last(&self) -> Result<i64, StoreError> {
         self.conn().query_row("SELECT COALESCE(MAX(id), 0) FROM auto_log", [], |r| r.get(0)).map_err(backend)
     }
+}
+
+/// Claims notification `n` with its `request` on `conn` (once per key): true when this caller
+/// claimed it.
+fn claim_in(conn: &rusqlite::Connection, n: &Notification, request: &str) -> Result<bool, StoreError> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO notifications (key, run_id, session_name, event, target, status, attempts, at, detail, request)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, '', ?8)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![n.key, n.run_id, n.session_name, n.event, n.target, n.status.as_str(), n.at, request])
+        })
+        .map_err(backend)?;
+    Ok(inserted == 1)
 }

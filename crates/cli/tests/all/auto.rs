@@ -1438,6 +1438,21 @@ fn a_loop_that_ends_while_no_daemon_runs_is_notified_by_the_next_one_once() {
     drop(d);
 }
 
+/// Starts loop `s` on `mod` through the daemon and waits for the hook to hear that it needs a
+/// person: the notification.
+fn start_and_hear(d: &crate::daemon::Daemon, hook: &crate::http::Server) -> Value {
+    let (code, body) = d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
+    assert_eq!(code, 201, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(n) = crate::team::bodies(hook).into_iter().find(|b| b["event"] == "auto_needs_human") {
+            return n;
+        }
+        assert!(std::time::Instant::now() < deadline, "no notification: {:?}", hook.requests());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_sign_in_link_to_a_loops_menu_types_only_for_a_signed_in_person_as_them() {
     let push = json!({ "do": "prompt", "name": "push", "redraw": true, "keep": true, "timeout": 60,
@@ -1454,16 +1469,7 @@ fn a_sign_in_link_to_a_loops_menu_types_only_for_a_signed_in_person_as_them() {
     assert_eq!(code, 0, "{err}");
     let carol = carol["token"].as_str().expect("token").to_owned();
     let d = crate::daemon::Daemon::start(&ws, &[]);
-    let (code, body) = d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
-    assert_eq!(code, 201, "{body}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let sent = loop {
-        if let Some(n) = crate::team::bodies(&hook).into_iter().find(|b| b["event"] == "auto_needs_human") {
-            break n;
-        }
-        assert!(std::time::Instant::now() < deadline, "no notification: {:?}", hook.requests());
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let sent = start_and_hear(&d, &hook);
     let no = sent["actions"][1]["url"].as_str().expect("url").to_owned();
     let http = reqwest::blocking::Client::new();
     // Signed out, the link types nothing and is not spent.
@@ -1505,16 +1511,7 @@ fn a_notification_of_a_refused_prompt_answers_with_the_menus_own_choices_once() 
     );
     let (ws, _) = setup(json!([[push, { "do": "idle" }]]), &notify);
     let d = crate::daemon::Daemon::start(&ws, &[]);
-    let (code, body) = d.post("/api/sessions/s/task-auto", &json!({ "taskDir": "mod", "agent": "fake" }));
-    assert_eq!(code, 201, "{body}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let sent = loop {
-        if let Some(n) = crate::team::bodies(&hook).into_iter().find(|b| b["event"] == "auto_needs_human") {
-            break n;
-        }
-        assert!(std::time::Instant::now() < deadline, "no notification: {:?}", hook.requests());
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let sent = start_and_hear(&d, &hook);
     let labels: Vec<&str> =
         sent["actions"].as_array().expect("actions").iter().filter_map(|a| a["label"].as_str()).collect();
     assert_eq!(labels, ["1. Yes", "2. Yes, and don't ask again for this command", "3. No"], "{sent:#}");

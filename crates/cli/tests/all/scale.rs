@@ -252,13 +252,18 @@ fn person(ws: &crate::support::Ws, name: &str, role: &str) -> String {
     out["token"].as_str().expect("token").to_owned()
 }
 
-#[test]
-fn a_gate_refuses_its_starter_and_those_it_does_not_name_and_keeps_the_channel_of_each_answer() {
+/// A workspace with the `guarded` pipeline, and a server that takes eight notifications.
+fn guarded() -> (crate::support::Ws, crate::http::Server) {
     use crate::http::{Reply, Server};
     let ws = gate_ws();
     ws.write(".loopwright/pipelines/guarded.yml", GUARDED);
     let ok = || Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] };
-    let server = Server::start((0..8).map(|_| ok()).collect());
+    (ws, Server::start((0..8).map(|_| ok()).collect()))
+}
+
+#[test]
+fn a_gate_refuses_its_starter_and_those_it_does_not_name_and_keeps_the_channel_of_each_answer() {
+    let (ws, server) = guarded();
     ws.write(
         ".loopwright/config.toml",
         &format!(
@@ -352,11 +357,7 @@ fn a_gate_refuses_its_starter_and_those_it_does_not_name_and_keeps_the_channel_o
 
 #[test]
 fn links_issued_per_recipient_reach_each_person_alone_and_prove_them() {
-    use crate::http::{Reply, Server};
-    let ws = gate_ws();
-    ws.write(".loopwright/pipelines/guarded.yml", GUARDED);
-    let ok = || Reply::Http { status: "200 OK", headers: vec![], chunks: vec![] };
-    let server = Server::start((0..8).map(|_| ok()).collect());
+    let (ws, server) = guarded();
     ws.write(
         ".loopwright/config.toml",
         &format!(
