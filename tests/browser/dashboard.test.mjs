@@ -276,7 +276,7 @@ browserTest('a gate: started through the form, waiting with the badge, approved 
   const firstRow = list.locator('tbody tr').first();
   assert.equal(await firstRow.getAttribute('data-run'), run);
   // What waits, and since when, its clock ticking; time waiting is not time worked.
-  assert.match(await firstRow.locator('.row-why').innerText(), /^gate at `ship`, waiting (\d+ ms|\d+\.\d s|\d+m \d\ds)$/);
+  assert.match(await firstRow.locator('.row-why').innerText(), /^gate at ship, waiting (\d+ ms|\d+\.\d s|\d+m \d\ds)$/);
   const clock = firstRow.locator('.row-why .clock');
   const before = await clock.innerText();
   await waitFor('the waiting clock to tick', async () => (await clock.innerText()) !== before, 5);
@@ -325,7 +325,7 @@ browserTest('a gate: started through the form, waiting with the badge, approved 
   assert.equal((await api('GET', `/api/runs/${other.body.run_id}`)).body.status, 'rejected');
   await why.goto(`${base}/?status=rejected`);
   const rows = await why.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => tr.querySelector('td').innerText));
-  assert.deepEqual(rows, ['⊘ rejected\nrejected at `ship` by carol: Not on a Friday']);
+  assert.deepEqual(rows, ['⊘ rejected\nrejected at ship by carol: Not on a Friday']);
 
   // The finished run opened afresh: no box for the output of a stage in flight, no stream.
   const done = await newPage();
@@ -638,7 +638,8 @@ browserTest('a failed closed loop says why at the top: the check, its lines, the
   const page = await newPage();
   await page.goto(`${base}/runs/${started.body.run_id}`);
   const why = await page.innerText('#run-headline');
-  assert.match(why, /Stage implement: the check `widget` failed/);
+  assert.match(why, /Stage implement: the check widget failed/);
+  assert.equal(await page.innerText('#run-headline .why-title code'), 'widget');
   assert.match(why, /widget frobnication incomplete for slot 7/);
   assert.match(why, /Category: .+; it calls for .+/);
   assert.match(why, /attempts?; (no fix strategy ran|fix strategies tried: .+)/);

@@ -3,8 +3,12 @@
 // The stream says which runs changed status (`run` messages); each tab decides what that
 // changes on its page. A tab that joins later than the position its page was rendered at is
 // given the messages it missed from a ring of the recent ones, or told it is stale when the
-// ring no longer holds them all.
-const ports = new Set();
+// ring no longer holds them all. A message is given to a tab only when it is newer than what
+// the tab's page shows: a stream behind a burst of runs (one written straight to the journal)
+// must not tell a page that rendered them that they are new.
+// Each tab's port, with the feed position its page shows (none before it says hello).
+const ports = new Map();
+const NONE_YET = Number.MAX_SAFE_INTEGER;
 let source = null;
 let state = 'offline';
 // The feed position the stream started after, and the recent messages: {id, data}.
@@ -15,7 +19,12 @@ const RING = 1000;
 let dropped = 0;
 
 function broadcast(message) {
-  for (const port of ports) port.postMessage(message);
+  for (const port of ports.keys()) port.postMessage(message);
+}
+
+// A run's change at feed position `id`, to the tabs whose pages show less.
+function tell(id, data) {
+  for (const [port, after] of ports) if (id > after) port.postMessage({ type: 'run', data });
 }
 
 function open(after) {
@@ -27,7 +36,7 @@ function open(after) {
     const id = Number(e.lastEventId) || 0;
     ring.push({ id, data: e.data });
     if (ring.length > RING) dropped = ring.shift().id;
-    broadcast({ type: 'run', data: e.data });
+    tell(id, e.data);
   });
   // The badge's count after a burst of changes.
   source.addEventListener('count', (e) => broadcast({ type: 'count', data: e.data }));
@@ -35,10 +44,11 @@ function open(after) {
 
 onconnect = (e) => {
   const port = e.ports[0];
-  ports.add(port);
+  ports.set(port, NONE_YET);
   port.onmessage = (m) => {
     if (m.data.type === 'hello') {
       const after = Number(m.data.after) || 0;
+      ports.set(port, after);
       if (!source) open(after);
       port.postMessage({ type: 'state', state });
       // What was broadcast after the position this tab's page shows: given again when the

@@ -506,7 +506,9 @@ fn a_row_says_what_waits_since_when_and_why_a_run_failed_and_waiting_is_not_work
     let (_, html) = d.page("/");
     let row = row_of(&html, &gate);
     assert!(
-        row.contains("<small class=\"row-why\">gate at `second`, waiting <span class=\"clock\" data-clock-from=\""),
+        row.contains(
+            "<small class=\"row-why\">gate at <code>second</code>, waiting <span class=\"clock\" data-clock-from=\""
+        ),
         "{row}"
     );
     assert!(!row.contains("needs you"), "{row}");

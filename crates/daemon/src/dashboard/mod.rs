@@ -65,8 +65,32 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
     ] {
         env.add_template(name, text).expect("the embedded templates parse");
     }
+    env.add_filter("ticks", |text: &str| minijinja::Value::from_safe_string(ticks(text)));
     env
 });
+
+/// `text` as HTML with each span between backticks set as code ("gate at `ship`" shows `ship`
+/// in code type, as the terminal's words mark it). Everything is escaped; a backtick with no
+/// partner stays as it is.
+fn ticks(text: &str) -> String {
+    let parts: Vec<&str> = text.split('`').collect();
+    let unmatched = parts.len().is_multiple_of(2).then(|| parts.len() - 1);
+    let mut out = String::with_capacity(text.len() + 16);
+    for (i, part) in parts.iter().enumerate() {
+        let escaped = minijinja::HtmlEscape(part).to_string();
+        if i % 2 == 0 {
+            out.push_str(&escaped);
+        } else if Some(i) == unmatched {
+            out.push('`');
+            out.push_str(&escaped);
+        } else {
+            out.push_str("<code>");
+            out.push_str(&escaped);
+            out.push_str("</code>");
+        }
+    }
+    out
+}
 
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'";

@@ -13,6 +13,25 @@ fn glyphs_common_fonts_lack_are_drawn_with_ones_they_have() {
 }
 
 #[test]
+fn backticks_set_code_and_nothing_else_is_markup() {
+    let table = [
+        ("gate at `ship`, waiting", "gate at <code>ship</code>, waiting"),
+        (
+            "rejected at `ship` by carol: <b>no</b> & `x`",
+            "rejected at <code>ship</code> by carol: &lt;b&gt;no&lt;&#x2f;b&gt; &amp; <code>x</code>",
+        ),
+        ("a lone ` stays", "a lone ` stays"),
+        ("`a` and ` b", "<code>a</code> and ` b"),
+        ("``", "<code></code>"),
+        ("`<script>`", "<code>&lt;script&gt;</code>"),
+        ("", ""),
+    ];
+    for (text, want) in table {
+        assert_eq!(super::ticks(text), want, "{text}");
+    }
+}
+
+#[test]
 fn a_countdown_is_in_whole_seconds_like_the_pages_clock() {
     let shown: Vec<String> = [0.057, -3.0, 4.6, 61.0, 3725.0].map(super::countdown).to_vec();
     assert_eq!(shown, ["0 s", "0 s", "5 s", "1m 01s", "1h 02m"]);
