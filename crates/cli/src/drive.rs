@@ -55,9 +55,8 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
             }
             // A gate that names who may approve it, or refuses its starter, is not asked here.
             let prevent_self = global.workspace().is_ok_and(|ws| ws.config.serve.prevent_self_approval);
-            if let Err(refused) =
-                answer::may_answer_gate(engine.pipeline, &state, true, &cli_answerer(None), prevent_self)
-            {
+            let policy = answer::GatePolicy { pipeline: engine.pipeline, prevent_self };
+            if let Err(refused) = policy.allows(&state, true, &cli_answerer(None)) {
                 eprintln!("loopwright: {}", refused.message());
                 break;
             }
@@ -71,7 +70,6 @@ pub async fn finish(global: &Global, engine: &mut CliEngine<'_>, mut state: RunS
                     return Ok(130);
                 }
             };
-            let policy = answer::GatePolicy { pipeline: engine.pipeline, prevent_self };
             let event = if granted {
                 answer::approval(policy, &state, true, &cli_answerer(None), None, false)?
             } else {

@@ -226,6 +226,24 @@ pub struct Message {
     pub recipient: Option<String>,
 }
 
+impl Message {
+    /// Its row in the notifications journal for `target`, under `key`, in `status`, not tried yet.
+    fn row(&self, key: String, target: &Target, status: NotificationStatus) -> Notification {
+        Notification {
+            key,
+            run_id: self.run_id.clone(),
+            session_name: self.session.clone(),
+            event: self.event.as_str().to_owned(),
+            target: target.name.clone(),
+            status,
+            attempts: 0,
+            at: jiff::Timestamp::now().to_string(),
+            detail: String::new(),
+            link_used_at: None,
+        }
+    }
+}
+
 /// A one-tap answer in a notification.
 #[derive(Debug, Clone, Serialize)]
 pub struct Action {
@@ -604,18 +622,7 @@ impl Notifier {
     async fn send_telling(self: Arc<Self>, key: String, target: Target, message: Message, held: Vec<String>) {
         let (headers, body) = request_for(target.config.kind, &message);
         let request = Kept { target: target.hash.clone(), headers, body: String::from_utf8_lossy(&body).into_owned() };
-        let row = Notification {
-            key: key.clone(),
-            run_id: message.run_id.clone(),
-            session_name: message.session.clone(),
-            event: message.event.as_str().to_owned(),
-            target: target.name.clone(),
-            status: NotificationStatus::Pending,
-            attempts: 0,
-            at: jiff::Timestamp::now().to_string(),
-            detail: String::new(),
-            link_used_at: None,
-        };
+        let row = message.row(key.clone(), &target, NotificationStatus::Pending);
         let store = Arc::clone(&self.shared.auto_store);
         let kept = serde_json::to_string(&request).unwrap_or_default();
         let claimed = tokio::task::spawn_blocking(move || {

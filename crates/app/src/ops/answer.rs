@@ -58,27 +58,6 @@ pub fn gate_refusal(
     None
 }
 
-/// Whether `who` may approve (`granted`) or reject the gate the run waits at: forbidden with
-/// why when not (the run keeps waiting). `prevent_self` is the default when the gate does not
-/// say. [`approval`] asks it of every answer it makes; a prompt asks it before it asks.
-pub fn may_answer_gate(
-    pipeline: &Pipeline,
-    state: &RunState,
-    granted: bool,
-    who: &Answerer,
-    prevent_self: bool,
-) -> Result<(), Error> {
-    let Some(gate) = state.waiting_for_approval().and_then(|s| pipeline.stage(s.id.as_str())) else {
-        return Ok(());
-    };
-    let prevent_self = gate.prevent_self_approval.unwrap_or(prevent_self);
-    let started_by = state.started.as_ref().and_then(|s| s.by.as_deref());
-    match gate_refusal(&gate.approvers, prevent_self, started_by, who, granted) {
-        Some(why) => Err(Error::Forbidden(format!("stage `{}`: {why}", gate.id))),
-        None => Ok(()),
-    }
-}
-
 /// Who may answer a run's gates: its pipeline's `approvers` and `prevent_self_approval`, and
 /// the workspace's default for the latter (`[serve] prevent_self_approval`).
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +66,23 @@ pub struct GatePolicy<'a> {
     pub pipeline: &'a Pipeline,
     /// Whether a gate that does not say refuses its starter's approval.
     pub prevent_self: bool,
+}
+
+impl GatePolicy<'_> {
+    /// Whether `who` may approve (`granted`) or reject the gate the run waits at: forbidden
+    /// with why when not (the run keeps waiting). [`approval`] asks it of every answer it
+    /// makes; a prompt asks it before it asks.
+    pub fn allows(&self, state: &RunState, granted: bool, who: &Answerer) -> Result<(), Error> {
+        let Some(gate) = state.waiting_for_approval().and_then(|s| self.pipeline.stage(s.id.as_str())) else {
+            return Ok(());
+        };
+        let prevent_self = gate.prevent_self_approval.unwrap_or(self.prevent_self);
+        let started_by = state.started.as_ref().and_then(|s| s.by.as_deref());
+        match gate_refusal(&gate.approvers, prevent_self, started_by, who, granted) {
+            Some(why) => Err(Error::Forbidden(format!("stage `{}`: {why}", gate.id))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// `approve`/`reject`: `who`'s answer to the approval gate the run waits at — forbidden with
@@ -107,7 +103,7 @@ pub fn approval(
             crate::ownership::shown_status(state).as_str()
         )));
     };
-    may_answer_gate(policy.pipeline, state, granted, who, policy.prevent_self)?;
+    policy.allows(state, granted, who)?;
     let (by, via) = (who.name.clone(), Some(who.via));
     Ok(if granted {
         Event::ApprovalGranted { stage, by, comment, via }

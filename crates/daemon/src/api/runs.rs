@@ -238,18 +238,13 @@ async fn approve_or_reject(
 /// waiting): the gate's `approvers` and `prevent_self_approval`.
 pub async fn check_gate(shared: &Shared, run: &RunId, granted: bool, who: &answer::Answerer) -> ApiResult<()> {
     let (pipeline, state) = read::load_run(&shared.ws, &shared.store, run).await?;
-    may_answer(shared, &pipeline, &state, granted, who)
+    Ok(gate_policy(shared, &pipeline).allows(&state, granted, who)?)
 }
 
-/// [`answer::may_answer_gate`] with the daemon's default for `prevent_self_approval`.
-fn may_answer(
-    shared: &Shared,
-    pipeline: &loopwright_spec::Pipeline,
-    state: &loopwright_engine::RunState,
-    granted: bool,
-    who: &answer::Answerer,
-) -> ApiResult<()> {
-    Ok(answer::may_answer_gate(pipeline, state, granted, who, shared.ws.config.serve.prevent_self_approval)?)
+/// Who may answer `pipeline`'s gates here: with the daemon's default for
+/// `prevent_self_approval`.
+fn gate_policy<'a>(shared: &Shared, pipeline: &'a loopwright_spec::Pipeline) -> answer::GatePolicy<'a> {
+    answer::GatePolicy { pipeline, prevent_self: shared.ws.config.serve.prevent_self_approval }
 }
 
 /// Answers the gate `run` waits at as `who` (one compare-and-append) when the gate lets them;
@@ -264,8 +259,7 @@ pub async fn answer_gate(
 ) -> ApiResult<()> {
     let (pipeline, mut state) = read::load_run(&shared.ws, &shared.store, run).await?;
     let rollback = rollback && !granted;
-    let policy = answer::GatePolicy { pipeline: &pipeline, prevent_self: shared.ws.config.serve.prevent_self_approval };
-    let event = answer::approval(policy, &state, granted, who, comment, rollback)?;
+    let event = answer::approval(gate_policy(shared, &pipeline), &state, granted, who, comment, rollback)?;
     let for_workers = answer::record_answer(&shared.store, &mut state, event, this_process(true)).await?;
     if rollback && !for_workers {
         shared.runs.host(Job { run: run.clone(), claim: false });

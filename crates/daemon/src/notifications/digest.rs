@@ -9,7 +9,7 @@ use std::sync::Arc;
 use loopwright_app::ops::read;
 use loopwright_engine::{RunId, RunState, RunStatus};
 use loopwright_spec::config::NotifyEvent;
-use loopwright_store::notify::{Held, Notification, NotificationStatus};
+use loopwright_store::notify::{Held, NotificationStatus};
 
 use super::{Message, Notifier, Target};
 use crate::Shared;
@@ -88,18 +88,7 @@ pub(super) fn words(held: &[Held]) -> String {
 impl Notifier {
     /// Keeps a run's end for `target`'s next digest.
     pub(super) async fn hold(&self, key: String, target: &Target, message: &Message) {
-        let row = Notification {
-            key,
-            run_id: message.run_id.clone(),
-            session_name: None,
-            event: message.event.as_str().to_owned(),
-            target: target.name.clone(),
-            status: NotificationStatus::Held,
-            attempts: 0,
-            at: jiff::Timestamp::now().to_string(),
-            detail: String::new(),
-            link_used_at: None,
-        };
+        let row = message.row(key, target, NotificationStatus::Held);
         let store = Arc::clone(&self.shared.auto_store);
         let _ = tokio::task::spawn_blocking(move || store.notify_hold(&row)).await;
     }
